@@ -1,0 +1,184 @@
+package throttle
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Rate is a number of events per period, kept as two integers so that no
+// float rounding creeps into a limiter: PerSecond(3) means exactly three
+// events per 1e9 ns, not 0.333…s between events.
+//
+// Valid rates go from one event per year to 1e9 events per second. The
+// zero Rate is invalid; limiters reject it with an error wrapping
+// ErrInvalid.
+type Rate struct {
+	count int64         // events per period, > 0 when valid
+	per   time.Duration // period, > 0 when valid
+}
+
+// Bounds of a valid Rate.
+const (
+	// MaxPeriod is the longest period between events a Rate accepts.
+	MaxPeriod = 366 * 24 * time.Hour
+	// MaxPerSecond is the highest rate a Rate accepts, in events per second.
+	MaxPerSecond = int64(time.Second)
+)
+
+// NewRate returns the rate of count events per period per. It is reduced
+// to lowest terms, so NewRate(10, 10*time.Second) equals Every(time.Second).
+// Use Validate (or hand it to a limiter) to learn whether it is usable.
+func NewRate(count int, per time.Duration) Rate {
+	c, p := int64(count), int64(per)
+	if c > 0 && p > 0 {
+		g := gcd(c, p)
+		c, p = c/g, p/g
+	}
+	return Rate{count: c, per: time.Duration(p)}
+}
+
+// PerSecond returns the rate of n events per second.
+func PerSecond(n int) Rate { return NewRate(n, time.Second) }
+
+// PerMinute returns the rate of n events per minute.
+func PerMinute(n int) Rate { return NewRate(n, time.Minute) }
+
+// PerHour returns the rate of n events per hour.
+func PerHour(n int) Rate { return NewRate(n, time.Hour) }
+
+// Every returns the rate of one event every d: "at most once every six
+// seconds" is Every(6*time.Second).
+func Every(d time.Duration) Rate { return NewRate(1, d) }
+
+// ParseRate parses "count/period", where period is a Go duration ("1m",
+// "6s", "250ms"), a number of days ("2d"), or a bare unit: ns, us, ms, s,
+// sec, second, m, min, minute, h, hour, d, day. Examples: "100/s",
+// "5/1m", "1/6s", "86400/day". Errors wrap ErrInvalid.
+func ParseRate(s string) (Rate, error) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return Rate{}, fmt.Errorf("%w: rate %q: want count/period, e.g. 100/s", ErrInvalid, s)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 || n > MaxPerSecond*int64(MaxPeriod/time.Second) {
+		return Rate{}, fmt.Errorf("%w: rate %q: count must be a positive integer", ErrInvalid, s)
+	}
+	per, err := parsePeriod(strings.TrimSpace(unit))
+	if err != nil {
+		return Rate{}, fmt.Errorf("%w: rate %q: %v", ErrInvalid, s, err)
+	}
+	r := NewRate(int(n), per)
+	if err := r.Validate(); err != nil {
+		return Rate{}, fmt.Errorf("rate %q: %w", s, err)
+	}
+	return r, nil
+}
+
+var bareUnits = map[string]time.Duration{
+	"ns": time.Nanosecond, "us": time.Microsecond, "µs": time.Microsecond,
+	"ms": time.Millisecond, "s": time.Second, "sec": time.Second,
+	"second": time.Second, "m": time.Minute, "min": time.Minute,
+	"minute": time.Minute, "h": time.Hour, "hour": time.Hour,
+	"d": 24 * time.Hour, "day": 24 * time.Hour,
+}
+
+func parsePeriod(u string) (time.Duration, error) {
+	if d, ok := bareUnits[strings.ToLower(u)]; ok {
+		return d, nil
+	}
+	if days, ok := strings.CutSuffix(u, "d"); ok {
+		n, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || n <= 0 || n > int64(MaxPeriod/(24*time.Hour)) {
+			return 0, fmt.Errorf("bad number of days %q", u)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(u)
+	if err != nil {
+		return 0, fmt.Errorf("bad period %q", u)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("period %q must be positive", u)
+	}
+	return d, nil
+}
+
+// Validate reports whether r is usable by a limiter. The error wraps
+// ErrInvalid.
+func (r Rate) Validate() error {
+	switch {
+	case r.count <= 0 || r.per <= 0:
+		return fmt.Errorf("%w: rate must be positive (got %d per %v)", ErrInvalid, r.count, r.per)
+	case r.count > int64(r.per):
+		return fmt.Errorf("%w: rate %v is above %d per second", ErrInvalid, r, MaxPerSecond)
+	case r.per/time.Duration(r.count) > MaxPeriod:
+		return fmt.Errorf("%w: rate %v is slower than one event per %v", ErrInvalid, r, MaxPeriod)
+	}
+	return nil
+}
+
+// Count returns the number of events per Period, in lowest terms.
+func (r Rate) Count() int64 { return r.count }
+
+// Period returns the period of the rate, in lowest terms.
+func (r Rate) Period() time.Duration { return r.per }
+
+// Interval returns the time between two events, rounded up to a whole
+// nanosecond (exact when Period is a multiple of Count, as for every Every
+// rate and for PerSecond(n) when n divides 1e9).
+func (r Rate) Interval() time.Duration { return r.Duration(1) }
+
+// Duration returns the time it takes to earn n events, rounded up to a
+// whole nanosecond, computed exactly in 128 bits. It saturates at
+// math.MaxInt64 and returns 0 for n <= 0 or an invalid rate.
+func (r Rate) Duration(n int64) time.Duration {
+	if n <= 0 || r.count <= 0 || r.per <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(n), uint64(r.per))
+	if hi >= uint64(r.count) {
+		return math.MaxInt64
+	}
+	q, rem := bits.Div64(hi, lo, uint64(r.count))
+	if rem != 0 {
+		q++
+	}
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(q)
+}
+
+// Events returns how many whole events are earned in d, computed exactly
+// in 128 bits. It saturates at math.MaxInt64 and returns 0 for d <= 0 or
+// an invalid rate.
+func (r Rate) Events(d time.Duration) int64 {
+	if d <= 0 || r.count <= 0 || r.per <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(d), uint64(r.count))
+	if hi >= uint64(r.per) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(r.per))
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
+}
+
+// String returns the rate as ParseRate reads it, e.g. "100/1s".
+func (r Rate) String() string {
+	return strconv.FormatInt(r.count, 10) + "/" + r.per.String()
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

@@ -1,0 +1,104 @@
+// Package throttle defines the contract shared by every rate limiter and
+// concurrency limiter in this module: the Limiter interface, the Decision it
+// returns, the Rate type, sentinel errors, clock injection, and the helpers
+// built on top of them (Wait, Wrap).
+//
+// Algorithms live in their own packages (tokenbucket, leakybucket,
+// fixedwindow, slidingwindow, slidinglog, counting) and shared or
+// distributed variants under distributed/. Each one implements Limiter, so
+// swapping an algorithm or moving from a local to a shared limit is a
+// one-line change.
+//
+// A denial is a value (Decision.Allowed == false), not an error. Errors
+// report bad input (wrapping ErrInvalid or ErrExceedsLimit) and failures of
+// a backend (wrapping ErrUnavailable); errors.Is works on every error
+// returned by this module.
+package throttle
+
+import (
+	"context"
+	"time"
+)
+
+// Limiter decides whether n units of work for key may proceed now.
+//
+// Allow never blocks: when the request does not fit, it returns a Decision
+// with Allowed false and RetryAfter set. Implementations in this module are
+// safe for concurrent use by multiple goroutines. A limiter that guards a
+// single resource ignores key.
+type Limiter interface {
+	Allow(ctx context.Context, key string, n int) (Decision, error)
+}
+
+// Decision is the outcome of one call to Allow.
+type Decision struct {
+	// Allowed reports whether the n units were admitted (and charged).
+	Allowed bool
+	// Limit is the capacity: the burst of a bucket, the limit of a window,
+	// or the concurrency cap.
+	Limit int
+	// Remaining is how many units could still be admitted right after this
+	// call, with no time passing.
+	Remaining int
+	// RetryAfter is the earliest time after which the same request can
+	// succeed if nothing else is admitted meanwhile. It is 0 when Allowed,
+	// and for limiters that free capacity by release rather than by time.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back to full capacity.
+	ResetAfter time.Duration
+}
+
+// LimiterFunc adapts an ordinary function to the Limiter interface.
+type LimiterFunc func(ctx context.Context, key string, n int) (Decision, error)
+
+// Allow calls f(ctx, key, n).
+func (f LimiterFunc) Allow(ctx context.Context, key string, n int) (Decision, error) {
+	return f(ctx, key, n)
+}
+
+// Reserver is implemented by limiters that can book future capacity: the
+// optimistic mode in which a caller that does not fit now is given a slot
+// in the future and waits for it, in arrival order.
+type Reserver interface {
+	// Reserve books n units for key at the earliest time they fit, unless
+	// that is more than maxWait from now; then nothing is booked and the
+	// returned Reservation has OK false. maxWait bounds how far ahead
+	// permits may be reserved: it is the "max reserved permits" bound
+	// expressed as time. A maxWait of 0 books only what is free now.
+	Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (Reservation, error)
+}
+
+// Reservation is capacity booked by a Reserver.
+//
+// The zero value is a reservation that was not granted.
+type Reservation struct {
+	// OK reports whether capacity was booked.
+	OK bool
+	// Delay is how long the holder must wait before acting. When OK is
+	// false it is the earliest time after which the same reservation
+	// would fit within maxWait (a hint for backing off).
+	Delay time.Duration
+	// Limit is the capacity of the limiter that made the reservation.
+	Limit int
+
+	cancel func()
+}
+
+// NewReservation returns a granted reservation that must be honoured after
+// delay. cancel, which may be nil, returns the booked capacity to the
+// limiter; Cancel calls it at most once. It is meant for implementers of
+// Reserver.
+func NewReservation(delay time.Duration, limit int, cancel func()) Reservation {
+	return Reservation{OK: true, Delay: delay, Limit: limit, cancel: cancel}
+}
+
+// Cancel gives the booked capacity back to the limiter, as far as the
+// limiter can still take it back (capacity booked behind this reservation
+// is not moved earlier). Call it when the reserved work will not be done.
+// Cancel on a reservation that was not granted does nothing.
+func (r *Reservation) Cancel() {
+	if c := r.cancel; c != nil {
+		r.cancel = nil
+		c()
+	}
+}

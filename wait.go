@@ -1,0 +1,132 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// WaitOption configures Wait.
+type WaitOption func(*waitConfig)
+
+type waitConfig struct {
+	maxWait     time.Duration
+	jitter      float64
+	pessimistic bool
+	maxBackoff  time.Duration
+}
+
+// Defaults of Wait.
+const (
+	// DefaultMaxWait bounds how far ahead Wait books capacity when the
+	// context has no deadline.
+	DefaultMaxWait = time.Minute
+	// DefaultJitter is the fraction of a back-off added at random.
+	DefaultJitter = 0.2
+	// DefaultMaxBackoff caps the back-off when the limiter gives no
+	// RetryAfter (capacity freed by release, not by time).
+	DefaultMaxBackoff = time.Second
+)
+
+// MaxWait bounds how far ahead Wait may book capacity on a Reserver (the
+// "max reserved permits" bound, as time). Past it Wait backs off and
+// tries again. Default: DefaultMaxWait, or less if ctx has a deadline.
+func MaxWait(d time.Duration) WaitOption { return func(c *waitConfig) { c.maxWait = d } }
+
+// Jitter sets the fraction (0 to 1) of each back-off that is added at
+// random, so that waiters denied together do not retry together.
+func Jitter(f float64) WaitOption { return func(c *waitConfig) { c.jitter = f } }
+
+// Pessimistic makes Wait retry Allow after each RetryAfter (with jitter)
+// even when the limiter can reserve: nothing is booked ahead, at the cost
+// of fairness between waiters.
+func Pessimistic() WaitOption { return func(c *waitConfig) { c.pessimistic = true } }
+
+// Wait blocks until l admits n units for key, ctx is done, or l fails.
+//
+// If l implements Reserver (and Pessimistic is not set), Wait books the
+// earliest slot within MaxWait and sleeps until it: waiters are served in
+// arrival order and only one wake-up happens per slot. If the slot is
+// further than MaxWait, or l cannot reserve, Wait sleeps for the
+// RetryAfter it was given plus jitter and tries again. It returns at once,
+// with an error wrapping ErrExceedsLimit, when n can never be admitted,
+// and an error wrapping ctx.Err() (or context.DeadlineExceeded, when the
+// deadline is too near to be met) when ctx ends first; booked capacity is
+// then given back.
+func Wait(ctx context.Context, l Limiter, key string, n int, opts ...WaitOption) error {
+	c := waitConfig{maxWait: DefaultMaxWait, jitter: DefaultJitter, maxBackoff: DefaultMaxBackoff}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.maxWait < 0 || c.jitter < 0 || c.jitter > 1 || c.jitter != c.jitter {
+		return fmt.Errorf("%w: Wait options: MaxWait %v, Jitter %v", ErrInvalid, c.maxWait, c.jitter)
+	}
+	r, canReserve := l.(Reserver)
+	canReserve = canReserve && !c.pessimistic
+	backoff := time.Millisecond
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var retry time.Duration
+		if canReserve {
+			maxWait := c.maxWait
+			if dl, ok := ctx.Deadline(); ok {
+				maxWait = min(maxWait, time.Until(dl))
+			}
+			res, err := r.Reserve(ctx, key, n, max(maxWait, 0))
+			if err != nil {
+				return err
+			}
+			if res.OK {
+				if err := sleep(ctx, res.Delay); err != nil {
+					res.Cancel()
+					return err
+				}
+				return nil
+			}
+			retry = res.Delay
+		} else {
+			d, err := l.Allow(ctx, key, n)
+			if err != nil {
+				return err
+			}
+			if d.Allowed {
+				return nil
+			}
+			retry = d.RetryAfter
+		}
+		if retry <= 0 { // freed by release, not by time: back off exponentially
+			retry = backoff
+			backoff = min(2*backoff, c.maxBackoff)
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < retry {
+			return fmt.Errorf("throttle: wait for %q needs %v, beyond the deadline: %w", key, retry, context.DeadlineExceeded)
+		}
+		if err := sleep(ctx, retry+jitter(retry, c.jitter)); err != nil {
+			return err
+		}
+	}
+}
+
+func jitter(d time.Duration, f float64) time.Duration {
+	if f == 0 || d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(float64(d)*f) + 1))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
