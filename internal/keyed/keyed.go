@@ -1,0 +1,282 @@
+// Package keyed is the concurrent key → state map that every keyed limiter
+// in this module stores its per-key state in.
+//
+// Reads take a shard's read lock only (256 shards at the default size, so
+// distinct keys rarely meet); the per-key state itself is updated by the
+// algorithm with atomics, outside any lock. Memory is bounded two ways:
+//
+//   - a key whose state is back to full is dropped (no accuracy is lost:
+//     a fresh state is the same as a full one). Idle keys are found lazily,
+//     two ring slots per insert, and by Sweep or the optional sweeper;
+//   - a hard cap (Settings.MaxKeys): inserting past it evicts a key chosen
+//     by the CLOCK approximation of least-recently-used. Evicting a key
+//     that was not full forgets its state; Evictions counts those.
+//
+// Removal never races with a decision: the map retires a state (State.Retire
+// marks it dead with the algorithm's own CAS) before it drops the key, and a
+// decision that finds its state dead looks the key up again.
+package keyed
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/clock"
+)
+
+// State is implemented by a pointer to an algorithm's per-key state. The
+// zero value of the state must mean "fresh, full capacity".
+type State interface {
+	// Retire atomically marks the state dead if it is back to full at now,
+	// or, when force is set, unconditionally (the map is evicting it). It
+	// reports whether the state is now dead. A state may refuse a forced
+	// retirement (return false) when dropping it would be wrong, such as
+	// slots still held; the map then looks for another victim.
+	Retire(now int64, force bool) bool
+}
+
+type entry[S any] struct {
+	state S
+	key   string
+	ref   atomic.Uint32 // CLOCK reference bit, set on access
+}
+
+type shard[S any] struct {
+	mu    sync.RWMutex // guards m, ring, free, hand and sweep; not the states
+	m     map[string]*entry[S]
+	ring  []*entry[S] // CLOCK ring; nil slots are free
+	free  []int
+	hand  int // eviction hand
+	sweep int // idle-sweep hand
+	_     [64]byte
+}
+
+// Map maps keys to per-key states of type S, which *S manages through the
+// State interface. It is safe for concurrent use. Create it with New.
+type Map[S any, P interface {
+	*S
+	State
+}] struct {
+	clk       clock.Source
+	seed      maphash.Seed
+	shards    []shard[S]
+	mask      uint64
+	perShard  int
+	evictions atomic.Uint64
+	closed    atomic.Bool
+	closeOnce sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+// New returns an empty Map bounded by s.MaxKeys, reading time from
+// s.Clock. If s.SweepInterval is positive a sweeper goroutine runs until
+// Close.
+func New[S any, P interface {
+	*S
+	State
+}](s throttle.Settings) *Map[S, P] {
+	n := 1
+	for n < 256 && n*2*64 <= s.MaxKeys {
+		n *= 2
+	}
+	m := &Map[S, P]{
+		clk:      clock.New(s.Clock),
+		seed:     maphash.MakeSeed(),
+		shards:   make([]shard[S], n),
+		mask:     uint64(n - 1),
+		perShard: max(1, s.MaxKeys/n),
+	}
+	for i := range m.shards {
+		m.shards[i].m = make(map[string]*entry[S])
+	}
+	if s.SweepInterval > 0 {
+		m.stop, m.done = make(chan struct{}), make(chan struct{})
+		go m.sweeper(s.SweepInterval)
+	}
+	return m
+}
+
+// Now reads the map's clock, in nanoseconds since the Unix epoch.
+func (m *Map[S, P]) Now() int64 { return m.clk.Now() }
+
+func (m *Map[S, P]) shardOf(key string) *shard[S] {
+	return &m.shards[maphash.String(m.seed, key)&m.mask]
+}
+
+// Get returns the state of key, inserting a fresh zero state if the key is
+// absent. The state may be retired concurrently at any time; the caller
+// then calls Get again.
+func (m *Map[S, P]) Get(key string, now int64) P {
+	sh := m.shardOf(key)
+	sh.mu.RLock()
+	e := sh.m[key]
+	sh.mu.RUnlock()
+	if e == nil {
+		return m.insert(sh, key, now)
+	}
+	if e.ref.Load() == 0 {
+		e.ref.Store(1)
+	}
+	return &e.state
+}
+
+// Load returns the state of key, or nil if the key is absent.
+func (m *Map[S, P]) Load(key string) P {
+	sh := m.shardOf(key)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	if e := sh.m[key]; e != nil {
+		return &e.state
+	}
+	return nil
+}
+
+func (m *Map[S, P]) insert(sh *shard[S], key string, now int64) P {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[key]; e != nil {
+		return &e.state
+	}
+	m.sweepSome(sh, now, 2)
+	if len(sh.m) >= m.perShard {
+		m.evictOne(sh, now)
+	}
+	// A new key starts unreferenced: one that is never used again is the
+	// first to go, which keeps a scan of one-off keys from flushing the
+	// keys in steady use.
+	e := &entry[S]{key: strings.Clone(key)}
+	if k := len(sh.free); k > 0 {
+		sh.ring[sh.free[k-1]] = e
+		sh.free = sh.free[:k-1]
+	} else {
+		sh.ring = append(sh.ring, e)
+	}
+	sh.m[e.key] = e
+	return &e.state
+}
+
+// remove drops the entry at ring slot i; sh.mu must be held.
+func (sh *shard[S]) remove(i int) {
+	delete(sh.m, sh.ring[i].key)
+	sh.ring[i] = nil
+	sh.free = append(sh.free, i)
+}
+
+// sweepSome examines up to k ring slots for idle states; sh.mu must be held.
+func (m *Map[S, P]) sweepSome(sh *shard[S], now int64, k int) {
+	for ; k > 0 && len(sh.ring) > 0; k-- {
+		sh.sweep = (sh.sweep + 1) % len(sh.ring)
+		if e := sh.ring[sh.sweep]; e != nil && P(&e.state).Retire(now, false) {
+			sh.remove(sh.sweep)
+		}
+	}
+}
+
+// evictOne frees one slot by the CLOCK policy; sh.mu must be held. If every
+// state refuses, the shard grows past its cap (a soft cap, so that slots
+// held by a concurrency limiter are never forgotten).
+func (m *Map[S, P]) evictOne(sh *shard[S], now int64) {
+	for range 2 * len(sh.ring) {
+		sh.hand = (sh.hand + 1) % len(sh.ring)
+		e := sh.ring[sh.hand]
+		switch {
+		case e == nil:
+			continue
+		case e.ref.Load() != 0:
+			e.ref.Store(0)
+			continue
+		case P(&e.state).Retire(now, false):
+		case P(&e.state).Retire(now, true):
+			m.evictions.Add(1)
+		default:
+			continue
+		}
+		sh.remove(sh.hand)
+		return
+	}
+}
+
+// Sweep drops every key whose state is full at now and returns how many
+// it dropped.
+func (m *Map[S, P]) Sweep(now int64) int {
+	dropped := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		for j, e := range sh.ring {
+			if e != nil && P(&e.state).Retire(now, false) {
+				sh.remove(j)
+				dropped++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return dropped
+}
+
+// Len returns the number of keys held.
+func (m *Map[S, P]) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+// Evictions returns how many keys were evicted by the MaxKeys cap while
+// their state was not full.
+func (m *Map[S, P]) Evictions() uint64 { return m.evictions.Load() }
+
+// Range calls f for each key and state until f returns false. f runs under
+// a shard's read lock: it must not call into the Map.
+func (m *Map[S, P]) Range(f func(key string, p P) bool) {
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.RLock()
+		for k, e := range sh.m {
+			if !f(k, &e.state) {
+				sh.mu.RUnlock()
+				return
+			}
+		}
+		sh.mu.RUnlock()
+	}
+}
+
+// Closed reports whether Close was called.
+func (m *Map[S, P]) Closed() bool { return m.closed.Load() }
+
+// Close marks the map closed and stops the sweeper, waiting for it. It is
+// idempotent and always returns nil.
+func (m *Map[S, P]) Close() error {
+	m.closeOnce.Do(func() {
+		m.closed.Store(true)
+		if m.stop != nil {
+			close(m.stop)
+			<-m.done
+		}
+	})
+	return nil
+}
+
+func (m *Map[S, P]) sweeper(every time.Duration) {
+	defer close(m.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.Sweep(m.Now())
+		}
+	}
+}
