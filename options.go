@@ -31,6 +31,8 @@ type Settings struct {
 	// keys whose state is back to full. Idle keys are also dropped lazily
 	// as new keys arrive, so the sweeper is optional.
 	SweepInterval time.Duration
+
+	clockSet bool // WithClock was used, so a nil Clock is a mistake
 }
 
 // Defaults applied by NewSettings.
@@ -40,7 +42,7 @@ const (
 )
 
 // WithClock makes the limiter read time from c instead of the system clock.
-func WithClock(c Clock) Option { return func(s *Settings) { s.Clock = c } }
+func WithClock(c Clock) Option { return func(s *Settings) { s.Clock, s.clockSet = c, true } }
 
 // WithMaxKeys bounds the number of keys a keyed limiter tracks (default
 // DefaultMaxKeys). Past it, the least recently used key is evicted.
@@ -58,19 +60,14 @@ func WithSweepInterval(d time.Duration) Option { return func(s *Settings) { s.Sw
 // Errors wrap ErrInvalid.
 func NewSettings(opts ...Option) (Settings, error) {
 	s := Settings{MaxKeys: DefaultMaxKeys, MaxKeyLen: DefaultMaxKeyLen}
-	withClock := false
 	for _, o := range opts {
 		if o == nil {
 			return s, fmt.Errorf("%w: nil Option", ErrInvalid)
 		}
-		before := s.Clock
 		o(&s)
-		if s.Clock != before {
-			withClock = true
-		}
 	}
 	switch {
-	case withClock && s.Clock == nil:
+	case s.clockSet && s.Clock == nil:
 		return s, fmt.Errorf("%w: WithClock(nil)", ErrInvalid)
 	case s.MaxKeys <= 0:
 		return s, fmt.Errorf("%w: WithMaxKeys(%d): must be positive", ErrInvalid, s.MaxKeys)

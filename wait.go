@@ -71,11 +71,11 @@ func Wait(ctx context.Context, l Limiter, key string, n int, opts ...WaitOption)
 		}
 		var retry time.Duration
 		if canReserve {
-			maxWait := c.maxWait
-			if dl, ok := ctx.Deadline(); ok {
-				maxWait = min(maxWait, time.Until(dl))
+			maxWait, byDeadline := c.maxWait, false
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < maxWait {
+				maxWait, byDeadline = max(time.Until(dl), 0), true
 			}
-			res, err := r.Reserve(ctx, key, n, max(maxWait, 0))
+			res, err := r.Reserve(ctx, key, n, maxWait)
 			if err != nil {
 				return err
 			}
@@ -85,6 +85,9 @@ func Wait(ctx context.Context, l Limiter, key string, n int, opts ...WaitOption)
 					return err
 				}
 				return nil
+			}
+			if byDeadline { // the first free slot is past the deadline
+				return fmt.Errorf("throttle: wait for %q needs more than %v, beyond the deadline: %w", key, maxWait, context.DeadlineExceeded)
 			}
 			retry = res.Delay
 		} else {
