@@ -1,0 +1,190 @@
+// Package gcra is the Generic Cell Rate Algorithm shared by the token
+// bucket and the leaky bucket (meter and pacer): the three are one
+// algorithm seen from different sides, so they share one implementation.
+//
+// The whole state of a bucket is one int64, the theoretical arrival time
+// (TAT): the instant, in nanoseconds since the Unix epoch, at which the
+// bucket is full again. With I the emission interval (Rate.Interval, in
+// whole nanoseconds) and tau = burst·I the tolerance, a request of n units
+// at now is admitted if
+//
+//	max(TAT, now) + n·I - now <= tau
+//
+// and then TAT becomes max(TAT, now) + n·I, in one compare-and-swap. The
+// number of free units at now is floor((tau - (TAT-now)) / I), the level of
+// the leaky bucket is ceil((TAT-now) / I); both are derived, never stored.
+//
+// Guarantee: from any state and any instant t0, the units admitted in
+// [t0, t0+d] never exceed burst + Events(d) of the configured rate. Each
+// unit costs exactly I nanoseconds; when the rate's period is not a whole
+// multiple of its count (PerSecond(3)), I is rounded up to the next
+// nanosecond, so the limiter runs at most 1 ns per unit slower than the
+// nominal rate and never faster.
+package gcra
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+// MaxSpan bounds the tolerance burst·interval of a bucket (about 36
+// years). Debits beyond it are saturated so that TAT never overflows.
+const MaxSpan = int64(1) << 60
+
+// maxDebt is how far ahead of now external debits may push TAT.
+const maxDebt = 2 * MaxSpan
+
+// dead marks a state retired from a keyed map; decisions that see it
+// look the key up again.
+const dead = math.MinInt64
+
+// Config is the immutable parameter set of a bucket. Buckets hold it
+// behind an atomic pointer so that SetRate and SetBurst swap it whole.
+type Config struct {
+	Rate     throttle.Rate
+	Burst    int
+	Interval int64 // nanoseconds per unit, Rate.Interval rounded up
+	Tau      int64 // Burst * Interval
+}
+
+// NewConfig validates rate and burst. Errors wrap throttle.ErrInvalid.
+func NewConfig(rate throttle.Rate, burst int) (*Config, error) {
+	if err := rate.Validate(); err != nil {
+		return nil, err
+	}
+	if burst <= 0 {
+		return nil, fmt.Errorf("%w: burst must be positive, got %d", throttle.ErrInvalid, burst)
+	}
+	iv := int64(rate.Interval())
+	if int64(burst) > MaxSpan/iv {
+		return nil, fmt.Errorf("%w: burst %d at rate %v spans more than %v", throttle.ErrInvalid, burst, rate, time.Duration(MaxSpan))
+	}
+	return &Config{Rate: rate, Burst: burst, Interval: iv, Tau: int64(burst) * iv}, nil
+}
+
+// Cost returns the time n units take to earn, n·Interval, saturated at
+// maxDebt. n must be positive.
+func (c *Config) Cost(n int64) int64 {
+	if n > maxDebt/c.Interval {
+		return maxDebt
+	}
+	return n * c.Interval
+}
+
+// Decision builds the Decision for a request of the given cost whose
+// admission left the state at tat (ok) or found it at tat (denied).
+func (c *Config) Decision(now, tat, cost int64, ok bool) throttle.Decision {
+	debt := max(tat-now, 0)
+	d := throttle.Decision{Allowed: ok, Limit: c.Burst, ResetAfter: time.Duration(debt)}
+	if free := c.Tau - debt; free > 0 {
+		d.Remaining = int(free / c.Interval)
+	}
+	if !ok {
+		d.RetryAfter = time.Duration(debt + cost - c.Tau)
+	}
+	return d
+}
+
+// Tokens returns floor((tau - (tat-now)) / Interval): the units free at
+// now, Burst when full, negative when debits pushed the bucket past empty.
+func (c *Config) Tokens(now, tat int64) int64 {
+	debt := tat - now
+	if debt <= 0 {
+		return int64(c.Burst)
+	}
+	free := c.Tau - debt
+	if free >= 0 {
+		return free / c.Interval
+	}
+	return -((-free + c.Interval - 1) / c.Interval)
+}
+
+// Level returns ceil((tat-now) / Interval): the units in the leaky bucket
+// at now, 0 when empty, above Burst after debits. Level = Burst - Tokens.
+func (c *Config) Level(now, tat int64) int64 {
+	return int64(c.Burst) - c.Tokens(now, tat)
+}
+
+// State is the per-bucket state: the TAT. Its zero value is a full
+// bucket. All methods are safe for concurrent use.
+type State struct{ tat atomic.Int64 }
+
+// Take books cost nanoseconds at now if the resulting TAT is at most
+// limit past now (limit = Tau for an immediate admission, Tau + maxWait
+// for a reservation). It returns the new TAT when ok, the TAT that made it
+// fail otherwise. live is false when the state was retired from a keyed
+// map; nothing happened then and the caller must look the key up again.
+func (s *State) Take(now, cost, limit int64) (tat int64, ok, live bool) {
+	for {
+		old := s.tat.Load()
+		if old == dead {
+			return 0, false, false
+		}
+		next := max(old, now) + cost
+		if next-now > limit {
+			return old, false, true
+		}
+		if s.tat.CompareAndSwap(old, next) {
+			return next, true, true
+		}
+	}
+}
+
+// Debit charges cost at now without checking: TAT may go beyond the burst
+// window (the bucket goes negative), up to maxDebt ahead of now.
+func (s *State) Debit(now, cost int64) (live bool) {
+	for {
+		old := s.tat.Load()
+		if old == dead {
+			return false
+		}
+		next := max(old, now)
+		next += max(min(cost, now+maxDebt-next), 0)
+		if next == old || s.tat.CompareAndSwap(old, next) {
+			return true
+		}
+	}
+}
+
+// Refund undoes a Take that left the state at booked by moving TAT back by
+// cost, but only if nothing was booked since (TAT still equals booked). It
+// reports whether the refund happened. The result is never more generous
+// than the state before the Take: the refunded TAT is max(previous TAT,
+// time of the Take).
+func (s *State) Refund(booked, cost int64) bool {
+	return s.tat.CompareAndSwap(booked, booked-cost)
+}
+
+// Load returns the TAT and whether the state is live.
+func (s *State) Load() (tat int64, live bool) {
+	t := s.tat.Load()
+	return t, t != dead
+}
+
+// Retire marks the state dead if it is full at now (TAT <= now), or
+// unconditionally when force is set, and reports whether it is dead. It
+// implements keyed.State.
+func (s *State) Retire(now int64, force bool) bool {
+	for {
+		old := s.tat.Load()
+		if old == dead {
+			return true
+		}
+		if old > now && !force {
+			return false
+		}
+		if s.tat.CompareAndSwap(old, dead) {
+			return true
+		}
+	}
+}
+
+// Limit returns the admission limit of a reservation with maxWait: Tau +
+// maxWait, saturated so that a booked TAT stays within range.
+func (c *Config) Limit(maxWait time.Duration) int64 {
+	return c.Tau + min(max(int64(maxWait), 0), maxDebt)
+}

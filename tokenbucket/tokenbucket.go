@@ -1,0 +1,203 @@
+// Package tokenbucket is a token bucket rate limiter: a bucket holds up to
+// burst tokens, refills at rate, and a request of n units takes n tokens or
+// is denied.
+//
+// It is implemented as GCRA (the Generic Cell Rate Algorithm): the whole
+// state of a bucket is one int64, the instant at which it is full again
+// (the theoretical arrival time, TAT), updated by one compare-and-swap. No
+// mutex, no allocation, one clock read per decision; there are no refill
+// ticks and no floating point.
+//
+// # Guarantees
+//
+// Over any interval of length d, starting from any state, a bucket admits
+// at most burst + rate.Events(d) units — e.g. with PerSecond(100) and burst
+// 10, at most 110 units in any second and 10 at any single instant. A full
+// bucket admits exactly burst units at one instant. Decisions are exact to
+// the nanosecond: a denied request retried RetryAfter later succeeds (if
+// nothing else was admitted meanwhile) and retried 1 ns sooner fails.
+//
+// Every unit costs rate.Interval(), a whole number of nanoseconds. When the
+// rate's period is not a multiple of its count (PerSecond(3) is 333333333.3
+// ns per unit), the interval is rounded up: the bucket then refills at most
+// 1 ns per unit slower than the nominal rate, never faster, so the bound
+// above still holds.
+//
+// # Run-time changes and external debits
+//
+// SetRate and SetBurst change a live bucket without resetting it: the TAT,
+// the instant at which the bucket is full again, is kept. So after
+// SetBurst the tokens in use stay in use; after SetRate the debt in time
+// (TAT - now) is kept and re-read at the new rate: raising the rate makes
+// the same debt cover more tokens, lowering it fewer, and the bucket is
+// full again at the same instant either way. From the change on, the bound
+// above holds with the new values, as for a fresh bucket.
+//
+// Debit charges units that were used elsewhere (reported by a peer, say)
+// without checking: the bucket may go below empty, and Tokens turns
+// negative until the debt is earned back at rate.
+package tokenbucket
+
+import (
+	"context"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/gcra"
+)
+
+var (
+	_ throttle.Limiter  = (*Bucket)(nil)
+	_ throttle.Reserver = (*Bucket)(nil)
+	_ throttle.Limiter  = (*Limiter)(nil)
+	_ throttle.Reserver = (*Limiter)(nil)
+)
+
+// Bucket is a single token bucket guarding one resource. All methods are
+// safe for concurrent use. The zero value is not usable: its methods fail
+// with an error wrapping throttle.ErrInvalid; create it with NewBucket.
+type Bucket struct{ g gcra.Single }
+
+// NewBucket returns a full bucket of burst tokens refilled at rate. The
+// only Options it reads is WithClock. Errors wrap throttle.ErrInvalid: an
+// invalid rate, burst <= 0, or burst·rate.Interval() above 36 years.
+func NewBucket(rate throttle.Rate, burst int, opts ...throttle.Option) (*Bucket, error) {
+	b := new(Bucket)
+	if err := b.g.Init(rate, burst, opts...); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// AllowN takes n tokens if the bucket holds them now, and reports the
+// outcome: Remaining is the whole tokens left, RetryAfter the exact wait
+// until n tokens are there, ResetAfter the time until the bucket is full.
+// Errors: n <= 0 wraps ErrInvalid, n > burst wraps ErrExceedsLimit.
+func (b *Bucket) AllowN(n int) (throttle.Decision, error) { return b.g.AllowN(n) }
+
+// Allow is AllowN(n); it ignores ctx and key.
+func (b *Bucket) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
+	return b.g.AllowN(n)
+}
+
+// ReserveN books n tokens at the earliest instant the bucket holds them,
+// provided that is at most maxWait from now; reservations are served in
+// arrival order. Cancel on the Reservation gives the tokens back if no
+// later reservation or admission was made since; otherwise it does
+// nothing (the tokens are consumed, as if the work had been done).
+func (b *Bucket) ReserveN(n int, maxWait time.Duration) (throttle.Reservation, error) {
+	return b.g.Reserve(n, maxWait)
+}
+
+// Reserve is ReserveN(n, maxWait); it ignores ctx and key.
+func (b *Bucket) Reserve(_ context.Context, _ string, n int, maxWait time.Duration) (throttle.Reservation, error) {
+	return b.g.Reserve(n, maxWait)
+}
+
+// Debit takes n tokens without checking, letting the bucket go below empty
+// (down to about 73 years of debt). n <= 0 fails with ErrInvalid.
+func (b *Bucket) Debit(n int64) error { return b.g.Debit(n) }
+
+// Tokens returns the whole tokens in the bucket now: burst when full,
+// negative after debits took it below empty. It is floor of the exact
+// fractional count, so AllowN(Tokens()) succeeds when Tokens() > 0 and no
+// one else takes tokens meanwhile.
+func (b *Bucket) Tokens() int64 { return b.g.Tokens() }
+
+// SetRate changes the refill rate, keeping the instant at which the bucket
+// is full (see the package documentation). Errors wrap ErrInvalid.
+func (b *Bucket) SetRate(r throttle.Rate) error { return b.g.SetRate(r) }
+
+// SetBurst changes the capacity, keeping the tokens in use. Errors wrap
+// ErrInvalid.
+func (b *Bucket) SetBurst(burst int) error { return b.g.SetBurst(burst) }
+
+// Rate returns the current refill rate (the zero Rate on a zero Bucket).
+func (b *Bucket) Rate() throttle.Rate {
+	if c := b.g.Config(); c != nil {
+		return c.Rate
+	}
+	return throttle.Rate{}
+}
+
+// Burst returns the current capacity (0 on a zero Bucket).
+func (b *Bucket) Burst() int {
+	if c := b.g.Config(); c != nil {
+		return c.Burst
+	}
+	return 0
+}
+
+// Limiter is a set of token buckets, one per key, all with the same rate
+// and burst. A key seen for the first time starts full; a key whose bucket
+// is full again is forgotten (no accuracy is lost), and past
+// throttle.WithMaxKeys the least recently used key is evicted. All methods
+// are safe for concurrent use. The zero value is not usable: its methods
+// fail with an error wrapping throttle.ErrInvalid; create it with New.
+type Limiter struct{ g gcra.Keyed }
+
+// New returns a keyed limiter of buckets of burst tokens refilled at
+// rate. Errors wrap throttle.ErrInvalid. If the options start a sweeper
+// (WithSweepInterval), Close stops it.
+func New(rate throttle.Rate, burst int, opts ...throttle.Option) (*Limiter, error) {
+	l := new(Limiter)
+	if err := l.g.Init(rate, burst, opts...); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Allow takes n tokens from key's bucket if it holds them now. It ignores
+// ctx. See Bucket.AllowN for the Decision; errors wrap ErrInvalid (bad key
+// or n), ErrExceedsLimit (n > burst) or ErrClosed.
+func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
+	return l.g.Allow(key, n)
+}
+
+// Reserve books n tokens of key's bucket at the earliest instant they are
+// there, if within maxWait; see Bucket.ReserveN. It ignores ctx.
+func (l *Limiter) Reserve(_ context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
+	return l.g.Reserve(key, n, maxWait)
+}
+
+// Debit takes n tokens from key's bucket without checking, letting it go
+// below empty; see Bucket.Debit.
+func (l *Limiter) Debit(key string, n int64) error { return l.g.Debit(key, n) }
+
+// Tokens returns the whole tokens in key's bucket now (burst for an
+// unknown key, negative below empty); see Bucket.Tokens.
+func (l *Limiter) Tokens(key string) int64 { return l.g.Tokens(key) }
+
+// SetRate changes the refill rate of every key; see Bucket.SetRate.
+func (l *Limiter) SetRate(r throttle.Rate) error { return l.g.SetRate(r) }
+
+// SetBurst changes the capacity of every key; see Bucket.SetBurst.
+func (l *Limiter) SetBurst(burst int) error { return l.g.SetBurst(burst) }
+
+// Rate returns the current refill rate (the zero Rate on a zero Limiter).
+func (l *Limiter) Rate() throttle.Rate {
+	if c := l.g.Config(); c != nil {
+		return c.Rate
+	}
+	return throttle.Rate{}
+}
+
+// Burst returns the current capacity (0 on a zero Limiter).
+func (l *Limiter) Burst() int {
+	if c := l.g.Config(); c != nil {
+		return c.Burst
+	}
+	return 0
+}
+
+// Len returns the number of keys whose bucket is tracked (not full).
+func (l *Limiter) Len() int {
+	if m := l.g.Map(); m != nil {
+		return m.Len()
+	}
+	return 0
+}
+
+// Close stops the background sweeper, if any. Later calls to Allow,
+// Reserve and Debit fail with ErrClosed. Close is idempotent.
+func (l *Limiter) Close() error { return l.g.Close() }
