@@ -1,9 +1,10 @@
 // Package keyed is the concurrent key → state map that every keyed limiter
 // in this module stores its per-key state in.
 //
-// Reads take a shard's read lock only (256 shards at the default size, so
-// distinct keys rarely meet); the per-key state itself is updated by the
-// algorithm with atomics, outside any lock. Memory is bounded two ways:
+// Reads take no lock: each shard (256 at the default size) is an
+// open-addressing table of atomic pointers that readers probe while writers,
+// serialized by the shard's mutex, publish into it; the per-key state is
+// updated by the algorithm with atomics. Memory is bounded two ways:
 //
 //   - a key whose state is back to full is dropped (no accuracy is lost:
 //     a fresh state is the same as a full one). Idle keys are found lazily,
@@ -41,18 +42,46 @@ type State interface {
 
 type entry[S any] struct {
 	state S
+	hash  uint64
 	key   string
 	ref   atomic.Uint32 // CLOCK reference bit, set on access
+	slot  int           // index in the shard's table; guarded by the shard's mu
+}
+
+// table is a shard's open-addressing hash table with linear probing.
+// Readers load slots without locking; only the shard's writer changes
+// them. A removed entry leaves a tombstone so that probes continue past it;
+// a table is rebuilt (and swapped in whole) when live entries and
+// tombstones fill three quarters of it.
+type table[S any] struct {
+	slots []atomic.Pointer[entry[S]]
+	mask  uint64
+	used  int // live entries + tombstones; guarded by the shard's mu
 }
 
 type shard[S any] struct {
-	mu    sync.RWMutex // guards m, ring, free, hand and sweep; not the states
-	m     map[string]*entry[S]
+	tab   atomic.Pointer[table[S]]
+	tomb  *entry[S]   // marks a removed slot; its key matches no lookup
+	mu    sync.Mutex  // serializes writers: tab's contents, n, ring, free, hands
+	n     int         // live keys
 	ring  []*entry[S] // CLOCK ring; nil slots are free
 	free  []int
 	hand  int // eviction hand
 	sweep int // idle-sweep hand
 	_     [64]byte
+}
+
+// find returns the entry for key in t, or nil.
+func (t *table[S]) find(key string, h uint64) *entry[S] {
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		e := t.slots[i].Load()
+		if e == nil {
+			return nil
+		}
+		if e.hash == h && e.key == key {
+			return e
+		}
+	}
 }
 
 // Map maps keys to per-key states of type S, which *S manages through the
@@ -81,7 +110,7 @@ func New[S any, P interface {
 	State
 }](s throttle.Settings) *Map[S, P] {
 	n := 1
-	for n < 256 && n*2*64 <= s.MaxKeys {
+	for n < maxShards && n*2*64 <= s.MaxKeys {
 		n *= 2
 	}
 	m := &Map[S, P]{
@@ -92,7 +121,8 @@ func New[S any, P interface {
 		perShard: max(1, s.MaxKeys/n),
 	}
 	for i := range m.shards {
-		m.shards[i].m = make(map[string]*entry[S])
+		m.shards[i].tab.Store(newTable[S](8))
+		m.shards[i].tomb = &entry[S]{key: "\x00removed"}
 	}
 	if s.SweepInterval > 0 {
 		m.stop, m.done = make(chan struct{}), make(chan struct{})
@@ -104,20 +134,23 @@ func New[S any, P interface {
 // Now reads the map's clock, in nanoseconds since the Unix epoch.
 func (m *Map[S, P]) Now() int64 { return m.clk.Now() }
 
-func (m *Map[S, P]) shardOf(key string) *shard[S] {
-	return &m.shards[maphash.String(m.seed, key)&m.mask]
+func newTable[S any](size int) *table[S] {
+	return &table[S]{slots: make([]atomic.Pointer[entry[S]], size), mask: uint64(size - 1)}
+}
+
+func (m *Map[S, P]) locate(key string) (*shard[S], uint64) {
+	h := maphash.String(m.seed, key)
+	return &m.shards[h&m.mask], h
 }
 
 // Get returns the state of key, inserting a fresh zero state if the key is
 // absent. The state may be retired concurrently at any time; the caller
 // then calls Get again.
 func (m *Map[S, P]) Get(key string, now int64) P {
-	sh := m.shardOf(key)
-	sh.mu.RLock()
-	e := sh.m[key]
-	sh.mu.RUnlock()
+	sh, h := m.locate(key)
+	e := sh.tab.Load().find(key, h>>8)
 	if e == nil {
-		return m.insert(sh, key, now)
+		return m.insert(sh, key, h>>8, now)
 	}
 	if e.ref.Load() == 0 {
 		e.ref.Store(1)
@@ -127,42 +160,84 @@ func (m *Map[S, P]) Get(key string, now int64) P {
 
 // Load returns the state of key, or nil if the key is absent.
 func (m *Map[S, P]) Load(key string) P {
-	sh := m.shardOf(key)
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	if e := sh.m[key]; e != nil {
+	sh, h := m.locate(key)
+	if e := sh.tab.Load().find(key, h>>8); e != nil {
 		return &e.state
 	}
 	return nil
 }
 
-func (m *Map[S, P]) insert(sh *shard[S], key string, now int64) P {
+func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64, now int64) P {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[key]; e != nil {
+	if e := sh.tab.Load().find(key, h); e != nil {
 		return &e.state
 	}
 	m.sweepSome(sh, now, 2)
-	if len(sh.m) >= m.perShard {
+	if sh.n >= m.perShard {
 		m.evictOne(sh, now)
 	}
 	// A new key starts unreferenced: one that is never used again is the
 	// first to go, which keeps a scan of one-off keys from flushing the
 	// keys in steady use.
-	e := &entry[S]{key: strings.Clone(key)}
+	e := &entry[S]{key: strings.Clone(key), hash: h}
 	if k := len(sh.free); k > 0 {
 		sh.ring[sh.free[k-1]] = e
 		sh.free = sh.free[:k-1]
 	} else {
 		sh.ring = append(sh.ring, e)
 	}
-	sh.m[e.key] = e
+	sh.publish(e)
 	return &e.state
+}
+
+// publish adds e to the table, growing or rebuilding it first if needed;
+// sh.mu must be held.
+func (sh *shard[S]) publish(e *entry[S]) {
+	t := sh.tab.Load()
+	if 4*(t.used+1) > 3*len(t.slots) {
+		size := len(t.slots)
+		for 2*(sh.n+1) > size {
+			size *= 2
+		}
+		for 8*(sh.n+1) < size && size > 8 {
+			size /= 2
+		}
+		nt := newTable[S](size)
+		for _, old := range sh.ring {
+			if old != nil && old != e {
+				nt.put(old)
+			}
+		}
+		sh.tab.Store(nt) // readers of t still find every live entry in it
+		t = nt
+	}
+	t.put(e)
+	sh.n++
+}
+
+// maxShards bounds the number of shards: enough that writers on distinct
+// keys rarely meet on two cores or many.
+const maxShards = 256
+
+// put stores e in the first empty slot of its probe sequence; the writer's
+// lock must be held. Tombstones are not reused, so that a concurrent probe
+// never misses a key that is present.
+func (t *table[S]) put(e *entry[S]) {
+	i := e.hash & t.mask
+	for t.slots[i].Load() != nil {
+		i = (i + 1) & t.mask
+	}
+	e.slot = int(i)
+	t.slots[i].Store(e)
+	t.used++
 }
 
 // remove drops the entry at ring slot i; sh.mu must be held.
 func (sh *shard[S]) remove(i int) {
-	delete(sh.m, sh.ring[i].key)
+	e := sh.ring[i]
+	sh.tab.Load().slots[e.slot].Store(sh.tomb)
+	sh.n--
 	sh.ring[i] = nil
 	sh.free = append(sh.free, i)
 }
@@ -224,9 +299,9 @@ func (m *Map[S, P]) Len() int {
 	n := 0
 	for i := range m.shards {
 		sh := &m.shards[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
+		sh.mu.Lock()
+		n += sh.n
+		sh.mu.Unlock()
 	}
 	return n
 }
@@ -236,18 +311,18 @@ func (m *Map[S, P]) Len() int {
 func (m *Map[S, P]) Evictions() uint64 { return m.evictions.Load() }
 
 // Range calls f for each key and state until f returns false. f runs under
-// a shard's read lock: it must not call into the Map.
+// a shard's lock: it must not call into the Map.
 func (m *Map[S, P]) Range(f func(key string, p P) bool) {
 	for i := range m.shards {
 		sh := &m.shards[i]
-		sh.mu.RLock()
-		for k, e := range sh.m {
-			if !f(k, &e.state) {
-				sh.mu.RUnlock()
+		sh.mu.Lock()
+		for _, e := range sh.ring {
+			if e != nil && !f(e.key, &e.state) {
+				sh.mu.Unlock()
 				return
 			}
 		}
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 }
 
