@@ -1,0 +1,182 @@
+package slidinglog
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+// MaxWindow is the longest window a sliding log accepts (about 146 years):
+// an entry packs a nanosecond offset of at most bits.Len(window)+1 bits
+// and a count into 64 bits.
+const MaxWindow = time.Duration(1<<62 - 1)
+
+// params are the immutable parameters shared by every log of a limiter.
+type params struct {
+	limit    int64
+	window   int64  // ns
+	cbits    uint   // low bits of an entry holding its count
+	maxCount uint64 // 1<<cbits - 1: the largest count one entry holds
+	maxOff   int64  // the largest offset an entry holds
+}
+
+func newParams(limit int, window time.Duration) (params, error) {
+	switch {
+	case limit <= 0:
+		return params{}, fmt.Errorf("%w: slidinglog: limit must be positive, got %d", throttle.ErrInvalid, limit)
+	case window <= 0:
+		return params{}, fmt.Errorf("%w: slidinglog: window must be positive, got %v", throttle.ErrInvalid, window)
+	case window > MaxWindow:
+		return params{}, fmt.Errorf("%w: slidinglog: window %v is above MaxWindow", throttle.ErrInvalid, window)
+	}
+	// Offsets get one bit more than the window needs, so that after a
+	// rebase (offsets < window) at least another window passes before the
+	// next one: every entry is rebased at most once in its life.
+	obits := uint(bits.Len64(uint64(window))) + 1 // <= 63
+	cbits := 64 - obits                           // >= 1
+	return params{
+		limit:    int64(limit),
+		window:   int64(window),
+		cbits:    cbits,
+		maxCount: 1<<cbits - 1,
+		maxOff:   int64(1<<obits - 1),
+	}, nil
+}
+
+// ring is the sliding log of one resource: the admissions of the last
+// window, oldest first, each entry packed in a uint64 as
+// offset<<cbits | count, where offset is the admission time in
+// nanoseconds after base. Admissions at the same nanosecond share an
+// entry (up to maxCount units), so a log holds at most limit entries and
+// usually far fewer.
+//
+// The zero value is an empty log. A ring is not safe for concurrent use;
+// its owner serializes access.
+type ring struct {
+	buf   []uint64
+	head  int   // index of the oldest entry
+	size  int   // entries in use
+	total int64 // units in the entries in use
+	base  int64 // ns; an entry's time is base + offset
+	seen  int64 // ns; the latest time decided at (0: none)
+}
+
+// idx returns the buffer index of the i-th oldest entry, i < len(buf).
+func (r *ring) idx(i int) int {
+	j := r.head + i
+	if j >= len(r.buf) {
+		j -= len(r.buf)
+	}
+	return j
+}
+
+// expire drops the entries that are out of the window at now: those at or
+// before now-window.
+func (r *ring) expire(p *params, now int64) {
+	cutoff := now - p.window
+	if r.size == 0 || r.newest(p) <= cutoff { // fast paths: empty, or all expired
+		r.head, r.size, r.total = 0, 0, 0
+		return
+	}
+	for {
+		e := r.buf[r.head]
+		if r.base+int64(e>>p.cbits) > cutoff {
+			return
+		}
+		r.total -= int64(e & p.maxCount)
+		if r.head++; r.head == len(r.buf) {
+			r.head = 0
+		}
+		r.size--
+	}
+}
+
+// decide admits n units at now if the last window holds room for them.
+// The caller has checked 0 < n <= limit.
+func (r *ring) decide(p *params, now int64, n int64) throttle.Decision {
+	if now < r.seen && r.seen != 0 {
+		now = r.seen // a clock that steps back is taken as standing still
+	}
+	r.seen = now
+	r.expire(p, now)
+	if r.total+n <= p.limit {
+		r.push(p, now, n)
+		return throttle.Decision{
+			Allowed:    true,
+			Limit:      int(p.limit),
+			Remaining:  int(p.limit - r.total),
+			ResetAfter: time.Duration(p.window),
+		}
+	}
+	// Denied: the request fits once the oldest total+n-limit units expire.
+	// Each entry holds at least one unit, so this walks at most n entries
+	// (one when the log is full and n = 1).
+	need := r.total + n - p.limit
+	var e uint64
+	for i := 0; need > 0; i++ {
+		e = r.buf[r.idx(i)]
+		need -= int64(e & p.maxCount)
+	}
+	return throttle.Decision{
+		Limit:      int(p.limit),
+		Remaining:  int(p.limit - r.total),
+		RetryAfter: time.Duration(r.base + int64(e>>p.cbits) + p.window - now),
+		ResetAfter: time.Duration(r.newest(p) + p.window - now),
+	}
+}
+
+// newest returns the time of the newest entry; r.size > 0.
+func (r *ring) newest(p *params) int64 {
+	return r.base + int64(r.buf[r.idx(r.size-1)]>>p.cbits)
+}
+
+// push appends n units admitted at now, no earlier than the newest entry.
+func (r *ring) push(p *params, now int64, n int64) {
+	r.total += n
+	if r.size == 0 {
+		r.base, r.head = now, 0
+	} else if now-r.base > p.maxOff {
+		r.rebase(p)
+	} else if i := r.idx(r.size - 1); now == r.base+int64(r.buf[i]>>p.cbits) {
+		// Same nanosecond as the newest entry: add to its count.
+		if c := r.buf[i] & p.maxCount; c+uint64(n) <= p.maxCount {
+			r.buf[i] += uint64(n)
+			return
+		}
+	}
+	off := uint64(now-r.base) << p.cbits
+	for n > 0 {
+		c := min(uint64(n), p.maxCount)
+		if r.size == len(r.buf) {
+			r.grow(p)
+		}
+		r.buf[r.idx(r.size)] = off | c
+		r.size++
+		n -= int64(c)
+	}
+}
+
+// rebase moves base to the oldest entry, so offsets are below window. The
+// caller has expired the log: the oldest entry is less than a window old.
+// A rebase happens at most once per window and touches live entries only,
+// so it costs O(1) per admission, amortized.
+func (r *ring) rebase(p *params) {
+	shift := r.buf[r.head] >> p.cbits << p.cbits
+	for i := range r.size {
+		r.buf[r.idx(i)] -= shift
+	}
+	r.base += int64(shift >> p.cbits)
+}
+
+// grow enlarges a full buffer: twice as large, but never above limit
+// entries, the most a log can hold.
+func (r *ring) grow(p *params) {
+	n := int(min(int64(max(4, 2*len(r.buf))), p.limit))
+	buf := make([]uint64, n)
+	for i := range r.size {
+		buf[i] = r.buf[r.idx(i)]
+	}
+	r.buf, r.head = buf, 0
+}

@@ -1,0 +1,215 @@
+// Package slidinglog implements the sliding log: an exact limit of at most
+// limit units in any window of time.
+//
+// # Guarantee
+//
+// For every key and every half-open interval [t, t+window) of the
+// limiter's clock, the units admitted at instants in that interval sum to
+// at most limit, with no approximation: timestamps are kept to the
+// nanosecond. The log is also never stricter than that: a request is
+// admitted whenever admitting it keeps every such interval within limit.
+// A denial's RetryAfter is exact to the nanosecond: the same request is
+// denied 1 ns before it and admitted at it, if nothing else is admitted
+// meanwhile. ResetAfter is when the newest admission leaves the window.
+//
+// Compared with a fixed or sliding window counter, the log never lets
+// 2·limit through around a window edge (fixedwindow) and never estimates
+// (slidingwindow); the price is memory per admission instead of per key.
+//
+// # Memory and cost
+//
+// The classic sliding log keeps a full timestamp per admitted unit
+// forever. This one keeps, per key, a ring of 8-byte entries, one per
+// distinct nanosecond at which units were admitted during the last window
+// (a weighted request is one entry; requests at the same nanosecond share
+// it). Each entry packs a nanosecond offset from a per-key base, on
+// bits.Len(window)+1 bits, with a count in the remaining bits. So a key
+// holds at most limit entries, 8·limit bytes, and in practice 8 bytes per
+// admission of the last window; the ring never shrinks while the key is
+// live, but a key that admitted nothing for a whole window is back to
+// empty and the keyed Limiter drops it entirely (lazily as new keys
+// arrive, or by the sweeper of throttle.WithSweepInterval).
+//
+// An admission costs O(1) amortized: expiring old entries is paid for by
+// their admission, and the base is moved (rewriting the live offsets) at
+// most once per window. A denial costs O(1) for n = 1 and at most O(n)
+// entries for a weighted request. Neither allocates once the ring has
+// grown to the key's working size.
+//
+// # Concurrency
+//
+// Each log is guarded by its own sync.Mutex, held for a few nanoseconds
+// per decision. A log of weighted entries is several words that change
+// together (the ring, its head, size, total and base); making that
+// lock-free would take a copy of the ring per decision (an allocation) or
+// a multi-word compare-and-swap, both slower than an uncontended mutex,
+// which is one compare-and-swap to lock and one to unlock. Distinct keys
+// never share a lock.
+package slidinglog
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/internal/keyed"
+)
+
+var (
+	_ throttle.Limiter = (*Log)(nil)
+	_ throttle.Limiter = (*Limiter)(nil)
+
+	errClosed = fmt.Errorf("%w: slidinglog", throttle.ErrClosed)
+)
+
+// Log is a sliding log guarding a single resource: at most limit units
+// in any window. It is safe for concurrent use by multiple goroutines.
+// The zero value is not usable; create one with NewLog.
+type Log struct {
+	p   params
+	clk clock.Source
+	mu  sync.Mutex
+	r   ring
+}
+
+// NewLog returns a Log admitting at most limit units in any window. Of
+// the options only WithClock applies. Errors wrap throttle.ErrInvalid:
+// limit <= 0, window <= 0 or above MaxWindow, a bad option.
+func NewLog(limit int, window time.Duration, opts ...throttle.Option) (*Log, error) {
+	p, err := newParams(limit, window)
+	if err != nil {
+		return nil, err
+	}
+	s, err := throttle.NewSettings(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Log{p: p, clk: clock.New(s.Clock)}, nil
+}
+
+// Allow is AllowN(n); the key and ctx are ignored.
+func (l *Log) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
+	return l.AllowN(n)
+}
+
+// AllowN admits n units now if the last window holds room for them. It
+// never blocks. Errors wrap throttle.ErrInvalid (n <= 0) or
+// throttle.ErrExceedsLimit (n > limit).
+func (l *Log) AllowN(n int) (throttle.Decision, error) {
+	if err := throttle.CheckN(n, int(l.p.limit)); err != nil {
+		return throttle.Decision{}, err
+	}
+	now := l.clk.Now()
+	l.mu.Lock()
+	d := l.r.decide(&l.p, now, int64(n))
+	l.mu.Unlock()
+	return d, nil
+}
+
+// Limit returns the most units admitted in any window.
+func (l *Log) Limit() int { return int(l.p.limit) }
+
+// Window returns the length of the window.
+func (l *Log) Window() time.Duration { return time.Duration(l.p.window) }
+
+// Limiter is a sliding log per key: at most limit units per key in any
+// window. It is safe for concurrent use by multiple goroutines. The zero
+// value is not usable; create one with New.
+type Limiter struct {
+	p        params
+	settings throttle.Settings
+	m        *keyed.Map[state, *state]
+}
+
+// state is the log of one key. The zero value is an empty log.
+type state struct {
+	mu    sync.Mutex
+	dead  bool  // retired: dropped from the map, look the key up again
+	until int64 // ns; when the log is empty again, if size > 0
+	ring
+}
+
+// Retire marks the state dead if its log is empty at now, or if force.
+// A state in use at that moment is not idle, so Retire does not wait for
+// it unless force.
+func (s *state) Retire(now int64, force bool) bool {
+	if force {
+		s.mu.Lock()
+	} else if !s.mu.TryLock() {
+		return false
+	}
+	defer s.mu.Unlock()
+	if !s.dead && (force || s.size == 0 || s.until <= now) {
+		s.dead = true
+		s.ring = ring{} // give the buffer back now, not when the map drops s
+	}
+	return s.dead
+}
+
+// New returns a Limiter admitting at most limit units per key in any
+// window. Options set the clock and bound the keys (throttle.WithMaxKeys,
+// WithMaxKeyLen, WithSweepInterval). Errors wrap throttle.ErrInvalid.
+func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, error) {
+	p, err := newParams(limit, window)
+	if err != nil {
+		return nil, err
+	}
+	s, err := throttle.NewSettings(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{p: p, settings: s, m: keyed.New[state](s)}, nil
+}
+
+// Allow admits n units for key now if the key's last window holds room
+// for them. It never blocks; ctx is ignored. Errors wrap
+// throttle.ErrInvalid (n <= 0, empty or oversized key),
+// throttle.ErrExceedsLimit (n > limit) or throttle.ErrClosed.
+func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
+	if l.m.Closed() {
+		return throttle.Decision{}, errClosed
+	}
+	if err := l.settings.CheckKey(key); err != nil {
+		return throttle.Decision{}, err
+	}
+	if err := throttle.CheckN(n, int(l.p.limit)); err != nil {
+		return throttle.Decision{}, err
+	}
+	now := l.m.Now()
+	for {
+		s := l.m.Get(key, now)
+		s.mu.Lock()
+		if s.dead {
+			// Retired by a reader of a clock later than now: read it again,
+			// or the fresh log could admit "before" what was dropped.
+			s.mu.Unlock()
+			now = l.m.Now()
+			continue
+		}
+		d := s.decide(&l.p, now, int64(n))
+		s.until = s.newest(&l.p) + l.p.window
+		s.mu.Unlock()
+		return d, nil
+	}
+}
+
+// Limit returns the most units admitted per key in any window.
+func (l *Limiter) Limit() int { return int(l.p.limit) }
+
+// Window returns the length of the window.
+func (l *Limiter) Window() time.Duration { return time.Duration(l.p.window) }
+
+// Len returns the number of keys currently holding a log.
+func (l *Limiter) Len() int { return l.m.Len() }
+
+// Sweep drops the logs of the keys that admitted nothing during the last
+// window, and returns how many it dropped. Calling it is optional: idle
+// keys are also dropped as new keys arrive.
+func (l *Limiter) Sweep() int { return l.m.Sweep(l.m.Now()) }
+
+// Close stops the sweeper, if any. Allow then fails with an error
+// wrapping throttle.ErrClosed. Close is idempotent and returns nil.
+func (l *Limiter) Close() error { return l.m.Close() }
