@@ -1,0 +1,138 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/gcra"
+)
+
+// Bucket is a token bucket shared through Redis, run as GCRA: the state of
+// a key is one instant, its theoretical arrival time. It has the same
+// decisions as tokenbucket.Limiter for the same trace: burst units at
+// once, then one unit per rate interval (rounded up to a nanosecond).
+//
+// It implements throttle.Reserver: Reserve books the earliest slot in
+// arrival order across every process sharing the key, which is the
+// "permits at least d apart" of NewEvery with optimistic reservation.
+//
+// A Bucket is safe for concurrent use. The zero value is not usable; call
+// NewTokenBucket, NewLeakyBucket or NewEvery.
+type Bucket struct {
+	*core
+	cfg   *gcra.Config
+	lease *leaser
+}
+
+var (
+	_ throttle.Limiter  = (*Bucket)(nil)
+	_ throttle.Reserver = (*Bucket)(nil)
+)
+
+// NewTokenBucket returns a token bucket of the given rate and burst whose
+// state lives in Redis under each key. Errors wrap throttle.ErrInvalid.
+func NewTokenBucket(client redis.UniversalClient, rate throttle.Rate, burst int, opts ...Option) (*Bucket, error) {
+	return newBucket(client, "tb", rate, burst, opts)
+}
+
+// NewEvery returns the limiter of "at most once every d" shared by every
+// process: permits at least d apart, no burst. Use Reserve (or
+// throttle.Wait, which reserves) to book the next free permit and wait
+// for it; maxWait bounds how many permits may be booked ahead
+// (maxWait/d), beyond which callers are told to back off. Allow is the
+// pessimistic mode: nothing is booked, the caller backs off for
+// RetryAfter (throttle.Wait with throttle.Pessimistic adds jitter).
+//
+// A booked permit is used at its instant or wasted: the bucket never
+// accumulates permits that were not taken (the state is the next free
+// instant, and idle time never moves it back), so a process that books a
+// permit and crashes costs the others one interval, not more.
+func NewEvery(client redis.UniversalClient, d time.Duration, opts ...Option) (*Bucket, error) {
+	return newBucket(client, "tb", throttle.Every(d), 1, opts)
+}
+
+func newBucket(client redis.UniversalClient, alg string, rate throttle.Rate, burst int, opts []Option) (*Bucket, error) {
+	cfg, err := gcra.NewConfig(rate, burst)
+	if err != nil {
+		return nil, err
+	}
+	c, conf, err := newCore(client, alg, burst, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bucket{core: c, cfg: cfg}
+	if err := b.initLease(conf); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Allow admits n units for key now or denies them, in one round trip.
+func (b *Bucket) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	if err := b.check(key, n); err != nil {
+		return throttle.Decision{}, err
+	}
+	if b.lease != nil {
+		return b.lease.allow(ctx, key, n)
+	}
+	cost := int64(n) * b.cfg.Interval
+	r, err := b.take(ctx, key, cost, b.cfg.Tau)
+	if err != nil {
+		return b.fail(ctx, key, n, err)
+	}
+	return b.cfg.Decision(0, integer(r[1]), cost, integer(r[0]) == 1), nil
+}
+
+func (b *Bucket) take(ctx context.Context, key string, cost, limit int64) ([]any, error) {
+	ref, mode := b.now()
+	var buf [8]any
+	args := append(b.common(buf[:0], ref, mode), cost, limit)
+	return b.run(ctx, gcraScript, b.prefix+key, args)
+}
+
+// Reserve books n units for key at the earliest instant they fit across
+// every process sharing the key, unless that is more than maxWait away;
+// then nothing is booked, OK is false and Delay says how much later the
+// same reservation would fit. Cancel gives the booking back if nothing
+// was booked behind it since. When Redis is unavailable, Reserve returns
+// an error wrapping throttle.ErrUnavailable under every failure policy
+// except FailOpen, which grants a reservation without delay.
+func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
+	if err := b.check(key, n); err != nil {
+		return throttle.Reservation{}, err
+	}
+	if maxWait < 0 {
+		return throttle.Reservation{}, fmt.Errorf("%w: negative maxWait %v", throttle.ErrInvalid, maxWait)
+	}
+	cost := int64(n) * b.cfg.Interval
+	limit := b.cfg.Limit(maxWait)
+	r, err := b.take(ctx, key, cost, limit)
+	if err != nil {
+		if b.policy == FailOpen && errorsIsUnavailable(err) {
+			return throttle.NewReservation(0, b.limit, nil), nil
+		}
+		return throttle.Reservation{Limit: b.limit}, err
+	}
+	debt := integer(r[1])
+	if integer(r[0]) != 1 {
+		return throttle.Reservation{Delay: time.Duration(debt + cost - limit), Limit: b.limit}, nil
+	}
+	booked, _ := r[2].(string)
+	delay := time.Duration(max(debt-b.cfg.Tau, 0))
+	return throttle.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
+}
+
+// refund gives a booking back (best effort, bounded by the timeout).
+func (b *Bucket) refund(key, booked string, cost int64) {
+	if booked == "" || b.closed.Load() {
+		return
+	}
+	ref, _ := b.now()
+	var buf [8]any
+	args := append(b.common(buf[:0], ref, "0"), booked, cost)
+	_, _ = b.run(context.Background(), refundScript, b.prefix+key, args)
+}

@@ -1,0 +1,346 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/clock"
+)
+
+// Defaults of the options.
+const (
+	// DefaultPrefix starts every Redis key the limiters write.
+	DefaultPrefix = "throttle:"
+	// DefaultTimeout bounds one decision (one round trip).
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultBreakerFailures is how many consecutive failures open the
+	// circuit breaker.
+	DefaultBreakerFailures = 3
+	// DefaultBreakerCooldown is how long an open breaker fails calls
+	// without trying Redis before it lets one probe through.
+	DefaultBreakerCooldown = time.Second
+	// virtualTTLFloor is the least key TTL, in milliseconds, with an
+	// injected clock: TTLs run on the server's real time, which does not
+	// follow virtual time.
+	virtualTTLFloor = int64(time.Hour / time.Millisecond)
+)
+
+// Policy is what a limiter does when Redis cannot decide in time (error,
+// timeout, or open circuit breaker).
+type Policy int
+
+const (
+	// FailClosed denies the request and returns an error wrapping
+	// throttle.ErrUnavailable. It is the default: no limit is exceeded
+	// while Redis is down.
+	FailClosed Policy = iota
+	// FailOpen admits the request with a nil error: the service keeps
+	// running unthrottled while Redis is down.
+	FailOpen
+	// FailFallback asks the local limiter given with WithFallback (for
+	// example the limit divided by the number of instances).
+	FailFallback
+)
+
+func (p Policy) String() string {
+	switch p {
+	case FailClosed:
+		return "FailClosed"
+	case FailOpen:
+		return "FailOpen"
+	case FailFallback:
+		return "FailFallback"
+	}
+	return fmt.Sprintf("Policy(%d)", int(p))
+}
+
+// Option configures a limiter of this package. Options of the throttle
+// package (the clock, the key length bound) are passed with WithOptions.
+type Option func(*config)
+
+type config struct {
+	prefix     string
+	timeout    time.Duration
+	policy     Policy
+	fallback   throttle.Limiter
+	failures   int
+	cooldown   time.Duration
+	onError    func(error)
+	throttle   []throttle.Option
+	lease      *leaseConfig
+	optErr     error
+	sawPolicy  bool
+	sawFallbak bool
+}
+
+// WithPrefix sets the prefix of every Redis key (default DefaultPrefix).
+// The key of a limiter key is prefix + algorithm + ":" + key, so that
+// limiters of different algorithms never share state. Limiters that must
+// not share state need different prefixes.
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithTimeout bounds each decision (default DefaultTimeout). Past it the
+// failure policy applies. The client must honour context deadlines
+// (go-redis Options.ContextTimeoutEnabled); when it does not, each call is
+// raced against the timeout in a goroutine instead.
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithPolicy sets the failure policy (default FailClosed). FailFallback
+// needs WithFallback.
+func WithPolicy(p Policy) Option {
+	return func(c *config) { c.policy, c.sawPolicy = p, true }
+}
+
+// WithFallback sets the local limiter asked while Redis is unavailable
+// and selects the FailFallback policy. A good fallback is the same
+// algorithm with the limit divided by the number of instances.
+func WithFallback(l throttle.Limiter) Option {
+	return func(c *config) {
+		c.fallback, c.sawFallbak = l, true
+		if !c.sawPolicy {
+			c.policy = FailFallback
+		}
+	}
+}
+
+// WithBreaker configures the circuit breaker: after failures consecutive
+// failed calls it opens, and calls fail at once (in microseconds, without
+// touching the network) for cooldown; then one call probes Redis and
+// closes the breaker if it succeeds. failures 0 disables the breaker.
+// Defaults: DefaultBreakerFailures, DefaultBreakerCooldown.
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return func(c *config) { c.failures, c.cooldown = failures, cooldown }
+}
+
+// WithErrorHandler sets a function called with every error of Redis (not
+// with errors of bad input), for logging and metrics. It must be safe for
+// concurrent use and fast.
+func WithErrorHandler(f func(error)) Option { return func(c *config) { c.onError = f } }
+
+// WithOptions passes options of the throttle package: WithClock (tests
+// pass virtual time explicitly to the scripts instead of reading the
+// server's TIME) and WithMaxKeyLen. Other settings do not apply to state
+// kept in Redis.
+func WithOptions(opts ...throttle.Option) Option {
+	return func(c *config) { c.throttle = append(c.throttle, opts...) }
+}
+
+// core is what every limiter of this package shares: the client, the key
+// layout, the clock, the failure policy and the breaker.
+type core struct {
+	client   redis.UniversalClient
+	prefix   string // prefix + algorithm + ":"
+	limit    int
+	settings throttle.Settings
+	clk      clock.Source
+	virtual  bool
+	ttlFloor string
+	timeout  time.Duration
+	direct   bool // the client honours context deadlines
+	policy   Policy
+	fallback throttle.Limiter
+	onError  func(error)
+	br       breaker
+	closed   atomic.Bool
+	closers  []func()
+}
+
+func newCore(client redis.UniversalClient, alg string, limit int, opts []Option) (*core, *config, error) {
+	if client == nil {
+		return nil, nil, fmt.Errorf("%w: nil redis client", throttle.ErrInvalid)
+	}
+	cfg := config{
+		prefix:   DefaultPrefix,
+		timeout:  DefaultTimeout,
+		failures: DefaultBreakerFailures,
+		cooldown: DefaultBreakerCooldown,
+	}
+	for _, o := range opts {
+		if o == nil {
+			return nil, nil, fmt.Errorf("%w: nil Option", throttle.ErrInvalid)
+		}
+		o(&cfg)
+	}
+	s, err := throttle.NewSettings(cfg.throttle...)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case cfg.optErr != nil:
+		return nil, nil, cfg.optErr
+	case cfg.timeout <= 0:
+		return nil, nil, fmt.Errorf("%w: WithTimeout(%v): must be positive", throttle.ErrInvalid, cfg.timeout)
+	case cfg.policy < FailClosed || cfg.policy > FailFallback:
+		return nil, nil, fmt.Errorf("%w: unknown policy %v", throttle.ErrInvalid, cfg.policy)
+	case cfg.policy == FailFallback && cfg.fallback == nil:
+		return nil, nil, fmt.Errorf("%w: FailFallback needs a limiter (WithFallback)", throttle.ErrInvalid)
+	case cfg.sawFallbak && cfg.fallback == nil:
+		return nil, nil, fmt.Errorf("%w: WithFallback(nil)", throttle.ErrInvalid)
+	case cfg.failures < 0 || (cfg.failures > 0 && cfg.cooldown <= 0):
+		return nil, nil, fmt.Errorf("%w: WithBreaker(%d, %v)", throttle.ErrInvalid, cfg.failures, cfg.cooldown)
+	case strings.ContainsAny(alg, "{}"):
+		return nil, nil, fmt.Errorf("%w: algorithm name %q", throttle.ErrInvalid, alg)
+	}
+	c := &core{
+		client:   client,
+		prefix:   cfg.prefix + alg + ":",
+		limit:    limit,
+		settings: s,
+		clk:      clock.New(s.Clock),
+		virtual:  s.Clock != nil,
+		ttlFloor: "1",
+		timeout:  cfg.timeout,
+		direct:   honoursDeadlines(client),
+		policy:   cfg.policy,
+		fallback: cfg.fallback,
+		onError:  cfg.onError,
+	}
+	if c.virtual {
+		c.ttlFloor = fmt.Sprint(virtualTTLFloor)
+	}
+	c.br.init(cfg.failures, cfg.cooldown)
+	return c, &cfg, nil
+}
+
+// honoursDeadlines reports whether client applies context deadlines to
+// its socket reads and writes.
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// check validates a request before any network traffic.
+func (c *core) check(key string, n int) error {
+	if c.closed.Load() {
+		return throttle.ErrClosed
+	}
+	if err := c.settings.CheckKey(key); err != nil {
+		return err
+	}
+	return throttle.CheckN(n, c.limit)
+}
+
+// now returns the reference instant of a call and the mode argument: an
+// injected clock is passed to the script as the time of the decision;
+// otherwise the script reads the server's TIME and the local clock only
+// keeps the offsets small.
+func (c *core) now() (ref int64, mode string) {
+	if c.virtual {
+		return c.clk.Now(), "0"
+	}
+	return c.clk.Now(), "1"
+}
+
+// common returns the arguments every script starts with.
+func (c *core) common(args []any, ref int64, mode string) []any {
+	return append(args, mode, ref/1e9, ref%1e9, c.ttlFloor)
+}
+
+// run evaluates script on key with args under the per-call deadline and
+// the breaker. It returns the reply as integers (and the raw reply), or
+// an error wrapping throttle.ErrUnavailable.
+func (c *core) run(ctx context.Context, s *redis.Script, key string, args []any) ([]any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !c.br.allow() {
+		return nil, fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var (
+		v   any
+		err error
+	)
+	keys := []string{key}
+	if c.direct {
+		v, err = s.Run(cctx, c.client, keys, args...).Result()
+	} else {
+		type result struct {
+			v   any
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			v, err := s.Run(cctx, c.client, keys, args...).Result()
+			ch <- result{v, err}
+		}()
+		select {
+		case r := <-ch:
+			v, err = r.v, r.err
+		case <-cctx.Done():
+			err = cctx.Err()
+		}
+	}
+	if err == nil {
+		if a, ok := v.([]any); ok {
+			c.br.success()
+			return a, nil
+		}
+		err = fmt.Errorf("unexpected reply %T", v)
+	}
+	if ctx.Err() != nil { // the caller gave up: not Redis's fault
+		c.br.release()
+		return nil, ctx.Err()
+	}
+	c.br.failure()
+	err = fmt.Errorf("%w: redis: %w", throttle.ErrUnavailable, err)
+	if c.onError != nil {
+		c.onError(err)
+	}
+	return nil, err
+}
+
+// fail applies the failure policy to a request that Redis could not
+// decide.
+func (c *core) fail(ctx context.Context, key string, n int, err error) (throttle.Decision, error) {
+	if !errors.Is(err, throttle.ErrUnavailable) {
+		return throttle.Decision{Limit: c.limit}, err
+	}
+	switch c.policy {
+	case FailOpen:
+		return throttle.Decision{Allowed: true, Limit: c.limit, Remaining: c.limit - n}, nil
+	case FailFallback:
+		return c.fallback.Allow(ctx, key, n)
+	}
+	return throttle.Decision{Limit: c.limit, RetryAfter: c.br.retryAfter()}, err
+}
+
+// Close stops the background work of the limiter (token leasing) and
+// makes further calls fail with throttle.ErrClosed. It does not close the
+// Redis client, which belongs to the caller. Close is idempotent.
+func (c *core) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	for _, f := range c.closers {
+		f()
+	}
+	return nil
+}
+
+func integer(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		var n int64
+		fmt.Sscan(x, &n)
+		return n
+	}
+	return 0
+}

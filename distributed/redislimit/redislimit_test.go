@@ -1,0 +1,92 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/throttletest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var prefixSeq atomic.Int64
+
+// newClient starts (or reuses) a server and returns a client for it that
+// honours context deadlines, closed at the end of the test.
+func newClient(t testing.TB, s *redistest.Server) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{
+		Addr:                  s.Addr,
+		ContextTimeoutEnabled: true,
+		PoolSize:              64,
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// uniquePrefix keeps tests apart on a shared external server.
+func uniquePrefix() string {
+	return fmt.Sprintf("test:%d:%d:", time.Now().UnixNano(), prefixSeq.Add(1))
+}
+
+func vclock(clk *throttletest.Clock) Option { return WithOptions(throttle.WithClock(clk)) }
+
+func TestTokenBucketSuite(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	rate, burst := throttle.PerSecond(10), 5
+	throttletest.Run(t, throttletest.Suite{
+		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+			l, err := NewTokenBucket(c, rate, burst, vclock(clk), WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		Limit: burst,
+		Bound: func(d time.Duration) int64 { return int64(burst) + rate.Events(d) },
+	})
+}
+
+func TestEveryServerTime(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	l, err := NewEvery(c, time.Hour, WithPrefix(uniquePrefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d, err := l.Allow(ctx, "api", 1)
+	if err != nil || !d.Allowed {
+		t.Fatalf("first = %+v, %v", d, err)
+	}
+	d, err = l.Allow(ctx, "api", 1)
+	if err != nil || d.Allowed || d.RetryAfter < 59*time.Minute || d.RetryAfter > time.Hour {
+		t.Fatalf("second = %+v, %v", d, err)
+	}
+	r, err := l.Reserve(ctx, "api", 1, 3*time.Hour)
+	if err != nil || !r.OK || r.Delay < 59*time.Minute || r.Delay > time.Hour {
+		t.Fatalf("reserve = %+v, %v", r, err)
+	}
+	r2, err := l.Reserve(ctx, "api", 1, 3*time.Hour)
+	if err != nil || !r2.OK || r2.Delay-r.Delay < 59*time.Minute {
+		t.Fatalf("reserve 2 = %+v, %v", r2, err)
+	}
+	r3, err := l.Reserve(ctx, "api", 1, 3*time.Hour)
+	if err != nil || !r3.OK {
+		t.Fatalf("reserve 3 = %+v, %v", r3, err)
+	}
+	// Three permits booked ahead: the fourth is beyond maxWait.
+	r4, err := l.Reserve(ctx, "api", 1, 3*time.Hour)
+	if err != nil || r4.OK || r4.Delay <= 0 {
+		t.Fatalf("reserve 4 = %+v, %v", r4, err)
+	}
+}
