@@ -1,0 +1,336 @@
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/throttletest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	ctx    = context.Background()
+	secret = []byte("0123456789abcdef0123456789abcdef")
+)
+
+func TestConformanceStandalone(t *testing.T) {
+	for _, capped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SpendCap=%v", capped), func(t *testing.T) {
+			throttletest.Run(t, throttletest.Suite{
+				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+					n, err := NewNode(Config{SpendCap: capped}, throttle.WithClock(clk))
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { n.Close() })
+					l, err := n.NewLimiter("api", throttle.PerSecond(10), 5)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return l
+				},
+				Limit: 5,
+				Bound: func(d time.Duration) int64 { return 5 + throttle.PerSecond(10).Events(d) },
+			})
+		})
+	}
+}
+
+// A node with a transport and a peer that never answers behaves like a
+// local token bucket too.
+func TestConformanceWithSilentPeer(t *testing.T) {
+	throttletest.Run(t, throttletest.Suite{
+		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+			net := NewNetwork(clk, 1)
+			n, err := NewNode(Config{Transport: net.Endpoint("a"), Secret: secret, Peers: []string{"b"}}, throttle.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { n.Close() })
+			l, err := n.NewLimiter("api", throttle.PerSecond(10), 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		Limit: 5,
+		Bound: func(d time.Duration) int64 { return 5 + throttle.PerSecond(10).Events(d) },
+	})
+}
+
+func TestConfigErrors(t *testing.T) {
+	clk := throttletest.NewClock()
+	net := NewNetwork(clk, 1)
+	bad := []Config{
+		{Interval: time.Microsecond},
+		{Peers: []string{"x"}},
+		{Transport: net.Endpoint("a"), Secret: []byte("short")},
+		{Resend: -1},
+	}
+	for i, c := range bad {
+		if _, err := NewNode(c); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("case %d: err = %v, want ErrInvalid", i, err)
+		}
+	}
+	n, err := NewNode(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if _, err := n.NewLimiter("", throttle.PerSecond(1), 1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("empty name: %v", err)
+	}
+	if _, err := n.NewLimiter("x", throttle.Rate{}, 1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("zero rate: %v", err)
+	}
+	if _, err := n.NewLimiter("x", throttle.PerSecond(1), 0); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("zero burst: %v", err)
+	}
+	if _, err := n.NewLimiter("x", throttle.PerSecond(1), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.NewLimiter("x", throttle.PerSecond(1), 1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("duplicate name: %v", err)
+	}
+	if err := n.Join("p"); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("Join on standalone: %v", err)
+	}
+}
+
+func report(t testing.TB, sender string, table string, inc uint64, round uint64, es ...reportEntry) [][]byte {
+	t.Helper()
+	e := &encoder{sig: newSigner(secret), hdr: header{typ: msgReport, sender: sender, table: table, incarnation: inc, round: round}}
+	for _, x := range es {
+		e.addReport(x)
+	}
+	return e.finish()
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	var es []reportEntry
+	for i := range 500 {
+		es = append(es, reportEntry{key: fmt.Sprintf("client-%04d", i), born: int64(i) * 1e9, hits: uint64(i * 7), demand: uint64(i * 9)})
+	}
+	es = append(es, reportEntry{key: string(bytes.Repeat([]byte{'k'}, MaxKeyLen)), born: -5, hits: 1 << 62, demand: 1 << 62})
+	pkts := report(t, "node-a:7946", "api", 42, 7, es...)
+	if len(pkts) < 2 {
+		t.Fatalf("%d entries fit in %d datagram(s); want a split", len(es), len(pkts))
+	}
+	var got []reportEntry
+	sig := newSigner(secret)
+	for _, p := range pkts {
+		if len(p) > MaxPacket {
+			t.Fatalf("datagram of %d bytes", len(p))
+		}
+		m, err := decode(sig, p, MaxKeyLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.sender != "node-a:7946" || m.table != "api" || m.incarnation != 42 || m.round != 7 {
+			t.Fatalf("header %+v", m.header)
+		}
+		got = append(got, m.reports...)
+	}
+	if len(got) != len(es) {
+		t.Fatalf("decoded %d entries, want %d", len(got), len(es))
+	}
+	for i := range es {
+		if got[i] != es[i] {
+			t.Fatalf("entry %d = %+v, want %+v", i, got[i], es[i])
+		}
+	}
+	// States and hellos.
+	e := &encoder{sig: newSigner(secret), hdr: header{typ: msgState, sender: "a", table: "api", incarnation: 1, round: 2}}
+	e.addState(stateEntry{key: "k", tokens: -17})
+	p := e.finish()
+	m, err := decode(sig, p[0], MaxKeyLen)
+	if err != nil || len(m.states) != 1 || m.states[0] != (stateEntry{key: "k", tokens: -17}) {
+		t.Fatalf("state: %+v, %v", m, err)
+	}
+	h := (&encoder{sig: newSigner(secret), hdr: header{typ: msgHello, sender: "a", incarnation: 1, round: 2}}).finish()
+	if len(h) != 1 {
+		t.Fatalf("hello: %d datagrams", len(h))
+	}
+	if m, err := decode(sig, h[0], MaxKeyLen); err != nil || m.typ != msgHello {
+		t.Fatalf("hello: %+v, %v", m, err)
+	}
+}
+
+func TestWireRejects(t *testing.T) {
+	sig := newSigner(secret)
+	good := report(t, "a", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 2, demand: 3})[0]
+	if _, err := decode(sig, good, MaxKeyLen); err != nil {
+		t.Fatal(err)
+	}
+	forged := report(t, "a", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 2000, demand: 3})[0]
+	copy(forged[len(forged)-macSize:], good[len(good)-macSize:])
+	if _, err := decode(sig, forged, MaxKeyLen); !errors.Is(err, errMAC) {
+		t.Errorf("forged: %v", err)
+	}
+	other := newSigner([]byte("another secret of enough length"))
+	if _, err := decode(other, good, MaxKeyLen); !errors.Is(err, errMAC) {
+		t.Errorf("wrong secret: %v", err)
+	}
+	for i := range len(good) {
+		b := bytes.Clone(good)
+		b[i] ^= 0x40
+		if _, err := decode(sig, b, MaxKeyLen); err == nil {
+			t.Errorf("flipping byte %d went unnoticed", i)
+		}
+	}
+	for i := range len(good) {
+		if _, err := decode(sig, good[:i], MaxKeyLen); err == nil {
+			t.Errorf("truncated to %d bytes: accepted", i)
+		}
+	}
+	// Well authenticated but malformed: a body resigned after damage.
+	reseal := func(body []byte) []byte { return sig.sum(bytes.Clone(body), body) }
+	body := good[:len(good)-macSize]
+	for name, b := range map[string][]byte{
+		"version":  append([]byte{'T', 'G', 9}, body[3:]...),
+		"type":     append([]byte{'T', 'G', 1, 77}, body[4:]...),
+		"trailing": append(bytes.Clone(body), 0),
+		"empty":    {'T', 'G', 1, msgReport, 1, 'a', 3, 'a', 'p', 'i', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0},
+	} {
+		if _, err := decode(sig, reseal(b), MaxKeyLen); !errors.Is(err, errMalformed) {
+			t.Errorf("%s: %v, want malformed", name, err)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(report(f, "a", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 2, demand: 3})[0])
+	f.Add([]byte("TG"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sig := newSigner(secret)
+		// Fuzz the body behind a valid MAC, so the parser is reached.
+		if len(b) > MaxPacket-macSize {
+			b = b[:MaxPacket-macSize]
+		}
+		p := sig.sum(bytes.Clone(b), b)
+		m, err := decode(sig, p, MaxKeyLen)
+		if err != nil {
+			return
+		}
+		for _, r := range m.reports {
+			if r.key == "" || len(r.key) > MaxKeyLen || r.hits > 1<<63-1 {
+				t.Fatalf("accepted bad entry %+v", r)
+			}
+		}
+	})
+}
+
+// Forged, malformed and foreign datagrams are dropped and counted, and
+// change no bucket.
+func TestDropsBadDatagrams(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerSecond(1), 10, time.Second, false, 1)
+	a := c.nodes[0]
+	good := report(t, "n1", "api", uint64(c.nodes[1].incarnation), 1, reportEntry{key: "k", born: c.clk.Now().UnixNano(), hits: 5, demand: 5})[0]
+	bad := bytes.Clone(good)
+	bad[len(bad)-1] ^= 1
+	a.handle(bad)
+	a.handle([]byte("garbage"))
+	a.handle(report(t, "stranger", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 5, demand: 5})[0])
+	a.handle(report(t, "n1", "other", uint64(c.nodes[1].incarnation), 1, reportEntry{key: "k", born: 1, hits: 5, demand: 5})[0])
+	st := a.Stats()
+	if st.BadMAC != 1 || st.Malformed != 1 || st.UnknownSender != 1 || st.UnknownTable != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if tok := c.lims[0].Tokens("k"); tok != 10 {
+		t.Fatalf("bad datagrams changed the bucket: %d tokens", tok)
+	}
+	a.handle(good)
+	a.handle(good) // duplicate: counted once
+	if tok := c.lims[0].Tokens("k"); tok != 5 {
+		t.Fatalf("after a report of 5 hits (twice): %d tokens, want 5", tok)
+	}
+	if st := a.Stats(); st.HitsApplied != 5 {
+		t.Fatalf("HitsApplied %d, want 5", st.HitsApplied)
+	}
+}
+
+// The worked example of the DThrottle design, step by step.
+func TestWorkedExample(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerSecond(1), 10, 5*time.Second, false, 1)
+	A, B := c.lims[0], c.lims[1]
+	at := func(s float64) { c.runTo(throttletest.Epoch.Add(time.Duration(s * float64(time.Second)))) }
+	served := func(l *Limiter) bool {
+		d, err := l.Allow(ctx, "C", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+	at(0.1)
+	for i := range 9 {
+		if !served(A) {
+			t.Fatalf("A refused request %d of 9 at t=0.1", i+1)
+		}
+	}
+	for i := range 8 {
+		if !served(B) {
+			t.Fatalf("B refused request %d of 8 at t=0.1", i+1)
+		}
+	}
+	if a, b := A.Tokens("C"), B.Tokens("C"); a != 1 || b != 2 {
+		t.Fatalf("t=0.1: buckets A=%d B=%d, want 1 and 2", a, b)
+	}
+	at(0.2)
+	if !served(A) || served(A) {
+		t.Fatal("t=0.2: want the first of two requests to A served, the second refused")
+	}
+	at(5.1) // the t=5 exchange has been delivered
+	if a, b := A.Tokens("C"), B.Tokens("C"); a != -3 || b != -3 {
+		t.Fatalf("t=5.1: buckets A=%d B=%d, want about -3 on both", a, b)
+	}
+	at(5.2)
+	if served(A) || served(B) {
+		t.Fatal("t=5.2: a request was served; want refused on both")
+	}
+	for _, s := range []float64{6, 7, 8, 9} {
+		at(s)
+		if served(A) || served(B) {
+			t.Fatalf("t=%v: served; want refused until the buckets refill past 1", s)
+		}
+	}
+	at(9.11)
+	if !served(A) || !served(B) {
+		t.Fatal("t=9.11: want served again on both")
+	}
+	if st := c.nodes[0].Stats(); st.Malformed+st.BadMAC+st.UnknownSender+st.Stale != 0 {
+		t.Fatalf("unexpected drops %+v", st)
+	}
+}
+
+func ExampleNode() {
+	clk := throttletest.NewClock()
+	net := NewNetwork(clk, 1) // in memory; use ListenUDP in production
+	secret := []byte("a shared secret, 16+ bytes long")
+	a, _ := NewNode(Config{Transport: net.Endpoint("a"), Secret: secret, Peers: []string{"b"}}, throttle.WithClock(clk))
+	b, _ := NewNode(Config{Transport: net.Endpoint("b"), Secret: secret, Peers: []string{"a"}}, throttle.WithClock(clk))
+	defer a.Close()
+	defer b.Close()
+	la, _ := a.NewLimiter("api", throttle.PerMinute(60), 10)
+	lb, _ := b.NewLimiter("api", throttle.PerMinute(60), 10)
+
+	for range 8 {
+		la.Allow(context.Background(), "alice", 1) // 8 requests land on node a
+	}
+	fmt.Println("before gossip, b holds", lb.Tokens("alice"))
+	clk.Advance(time.Second) // a round boundary: a reports 8 hits
+	a.Tick()
+	b.Tick()
+	net.Deliver()
+	fmt.Println("after gossip, b holds", lb.Tokens("alice"))
+	// Output:
+	// before gossip, b holds 10
+	// after gossip, b holds 2
+}

@@ -1,0 +1,523 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/tokenbucket"
+)
+
+var _ throttle.Limiter = (*Limiter)(nil)
+
+// Limiter is a keyed token bucket limiter whose buckets are charged for
+// the hits of every node of the cluster: it decides locally, counts its
+// admitted units per key, and debits the units its peers report. Create it
+// with Node.NewLimiter. It is safe for concurrent use.
+type Limiter struct {
+	node    *Node
+	name    string
+	rate    throttle.Rate
+	burst   int
+	buckets *tokenbucket.Limiter
+	table   table
+	retain  int64 // rounds an idle counter is kept (and sent in full dumps)
+	closed  atomic.Bool
+}
+
+// NewLimiter returns a limiter of buckets of burst tokens refilled at
+// rate, gossiped under name (the same name, rate and burst on every node).
+// Errors wrap throttle.ErrInvalid or throttle.ErrClosed.
+func (n *Node) NewLimiter(name string, rate throttle.Rate, burst int) (*Limiter, error) {
+	if name == "" || len(name) > maxName {
+		return nil, fmt.Errorf("%w: limiter name must have 1 to %d bytes", throttle.ErrInvalid, maxName)
+	}
+	s := n.settings
+	if s.MaxKeyLen > MaxKeyLen {
+		s.MaxKeyLen = MaxKeyLen
+	}
+	opts := []throttle.Option{throttle.WithMaxKeys(s.MaxKeys), throttle.WithMaxKeyLen(s.MaxKeyLen)}
+	if s.Clock != nil {
+		opts = append(opts, throttle.WithClock(s.Clock))
+	}
+	if s.SweepInterval > 0 {
+		opts = append(opts, throttle.WithSweepInterval(s.SweepInterval))
+	}
+	b, err := tokenbucket.New(rate, burst, opts...)
+	if err != nil {
+		return nil, err
+	}
+	fill := int64(rate.Duration(int64(burst)))
+	retain := max(int64(10), 2*(fill/n.interval+1))
+	retain = min(retain, 1<<20)
+	l := &Limiter{node: n, name: name, rate: rate, burst: burst, buckets: b, retain: retain}
+	l.table.init(s.MaxKeys)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		b.Close()
+		return nil, throttle.ErrClosed
+	}
+	if _, dup := n.limiters[name]; dup {
+		b.Close()
+		return nil, fmt.Errorf("%w: limiter %q already exists on this node", throttle.ErrInvalid, name)
+	}
+	n.limiters[name] = l
+	return l, nil
+}
+
+// Name returns the name the limiter gossips under.
+func (l *Limiter) Name() string { return l.name }
+
+// Tokens returns the whole tokens in key's bucket now, negative when
+// peers' reports pushed it below empty.
+func (l *Limiter) Tokens(key string) int64 { return l.buckets.Tokens(key) }
+
+// Hits returns the units this node admitted for key since its counter was
+// created (counters of idle keys are dropped after a while).
+func (l *Limiter) Hits(key string) int64 {
+	if e := l.table.load(key); e != nil {
+		return e.hits.Load()
+	}
+	return 0
+}
+
+// Close closes the limiter; later calls to Allow fail with
+// throttle.ErrClosed. The node stops gossiping its counters. Idempotent.
+func (l *Limiter) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	l.node.mu.Lock()
+	if l.node.limiters[l.name] == l {
+		delete(l.node.limiters, l.name)
+	}
+	l.node.mu.Unlock()
+	return l.buckets.Close()
+}
+
+// Allow takes n tokens from key's local bucket if it holds them (and, with
+// SpendCap, if they fit in this node's share for the current round), and
+// counts them for the next report to the peers. It never blocks.
+func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	if l.closed.Load() {
+		return throttle.Decision{}, throttle.ErrClosed
+	}
+	if err := l.node.settings.CheckKey(key); err != nil {
+		return throttle.Decision{}, err
+	}
+	if len(key) > MaxKeyLen {
+		return throttle.Decision{}, fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), MaxKeyLen)
+	}
+	if err := throttle.CheckN(n, l.burst); err != nil {
+		return throttle.Decision{}, err
+	}
+	now := l.node.clk.Now()
+	r := now / l.node.interval
+	e := l.table.pin(key)
+	if e == nil {
+		l.node.st.overflow.Add(1)
+		return l.buckets.Allow(ctx, key, n)
+	}
+	defer e.unpin()
+	if e.born.Load() == 0 {
+		e.born.CompareAndSwap(0, now)
+	}
+	e.demand.Add(int64(n))
+	if e.changed.Load() != r {
+		e.changed.Store(r)
+	}
+	if !l.node.cfg.SpendCap || len(*l.node.members.Load()) == 1 {
+		d, err := l.buckets.Allow(ctx, key, n)
+		if err == nil && d.Allowed {
+			e.hits.Add(int64(n))
+		}
+		return d, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.capRound != r {
+		if e.capRound == r-1 {
+			e.prevDemand = e.roundDemand
+		} else {
+			e.prevDemand = 0
+		}
+		e.roundDemand, e.spent, e.capRound = 0, 0, r
+	}
+	e.roundDemand += int64(n)
+	tokens := l.buckets.Tokens(key)
+	quota, share := l.quota(e, key, r, tokens+e.spent)
+	if e.spent+int64(n) > quota {
+		d := throttle.Decision{Limit: l.burst, Remaining: 0}
+		d.ResetAfter = l.rate.Duration(int64(l.burst) - tokens)
+		roundEnd := time.Duration((r+1)*l.node.interval - now)
+		d.RetryAfter = roundEnd
+		if share > 0 {
+			// Tokens are whole, so the fraction of a token already
+			// earned is unknown: wait for one token less than needed,
+			// a lower bound.
+			need := math.Ceil(float64(e.spent+int64(n))/share) - float64(tokens+e.spent)
+			if w := max(l.rate.Duration(int64(need)-1), 1); w < roundEnd {
+				d.RetryAfter = w
+			}
+		}
+		return d, nil
+	}
+	d, err := l.buckets.Allow(ctx, key, n)
+	if err == nil && d.Allowed {
+		e.hits.Add(int64(n))
+		e.spent += int64(n)
+		d.Remaining = int(min(int64(d.Remaining), max(quota-e.spent, 0)))
+	}
+	return d, err
+}
+
+// quota returns this node's spend cap for key in round r given total, the
+// tokens that remain for the round (as this node sees them), and this
+// node's share of them. Shares are proportional to the demand each member
+// reported for the previous round (equal when nobody reported any), and
+// rounded by the largest-remainder method with ties broken by a hash of
+// (key, round, node) that every node computes alike, so that with equal
+// views the quotas of all nodes add up to exactly floor(total). Called
+// with e.mu held.
+func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
+	if total <= 0 {
+		return 0, 0
+	}
+	members := *l.node.members.Load()
+	if len(members) == 1 {
+		return total, 1
+	}
+	type q struct {
+		id    string
+		w     float64
+		whole int64
+		frac  float64
+		tie   uint64
+	}
+	qs := make([]q, len(members))
+	var sum float64
+	for i, id := range members {
+		qs[i].id = id
+		if id == l.node.id {
+			qs[i].w = float64(e.prevDemand)
+		} else if rec := e.remote[id]; rec != nil && rec.r1 >= uint64(r-1) && rec.r1 > rec.r0 {
+			qs[i].w = float64(rec.d1-rec.d0) / float64(rec.r1-rec.r0)
+		}
+		sum += qs[i].w
+	}
+	if sum == 0 {
+		for i := range qs {
+			qs[i].w = 1
+		}
+		sum = float64(len(qs))
+	}
+	var given int64
+	self := 0
+	for i := range qs {
+		x := qs[i].w / sum * float64(total)
+		qs[i].whole = int64(x)
+		qs[i].frac = x - float64(qs[i].whole)
+		qs[i].tie = tieHash(key, r, qs[i].id)
+		given += qs[i].whole
+		if qs[i].id == l.node.id {
+			self = i
+		}
+	}
+	mine := qs[self].whole
+	if left := total - given; left > 0 {
+		me := qs[self]
+		rank := int64(0) // members ahead of this node for a leftover token
+		for _, o := range qs {
+			if o.frac > me.frac || (o.frac == me.frac && o.tie < me.tie) {
+				rank++
+			}
+		}
+		if rank < left {
+			mine++
+		}
+	}
+	return mine, qs[self].w / sum
+}
+
+func tieHash(key string, r int64, id string) uint64 {
+	// FNV-1a: the same on every node (maphash seeds differ per process).
+	h := uint64(14695981039346656037)
+	mix := func(s string) {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= 1099511628211
+		}
+		h ^= 0xff
+		h *= 1099511628211
+	}
+	mix(key)
+	for i := range 8 {
+		h ^= uint64(byte(r >> (8 * i)))
+		h *= 1099511628211
+	}
+	mix(id)
+	return h
+}
+
+// collect builds this round's datagrams: counters changed in the last
+// Resend rounds, all live counters (when full), bucket levels (when
+// levels), and drops idle entries.
+func (l *Limiter) collect(now, r int64, full, levels bool) (recent, all, state [][]byte) {
+	n := l.node
+	resend := int64(n.cfg.Resend)
+	recvRetain := l.retain + resend + 3
+	var rec, fl []reportEntry
+	var sts []stateEntry
+	l.table.each(func(key string, e *entry) {
+		ch := e.changed.Load()
+		hits, demand := e.hits.Load(), e.demand.Load()
+		if demand > 0 {
+			re := reportEntry{key: key, born: e.born.Load(), hits: uint64(hits), demand: uint64(demand)}
+			if ch >= r-resend {
+				rec = append(rec, re)
+			}
+			if full && ch >= r-l.retain {
+				fl = append(fl, re)
+			}
+		}
+		if levels {
+			if t := l.buckets.Tokens(key); t < int64(l.burst) {
+				sts = append(sts, stateEntry{key: key, tokens: t})
+			}
+		}
+		if ch < r-l.retain && e.pruneRemote(r-recvRetain) {
+			l.table.drop(key, e)
+		}
+	})
+	if n.cfg.Transport == nil {
+		return nil, nil, nil
+	}
+	if len(rec) > 0 {
+		recent = n.encode(msgReport, l.name, r, func(e *encoder) {
+			for _, x := range rec {
+				e.addReport(x)
+			}
+		})
+	}
+	if len(fl) > 0 {
+		all = n.encode(msgReport, l.name, r, func(e *encoder) {
+			for _, x := range fl {
+				e.addReport(x)
+			}
+		})
+	}
+	if len(sts) > 0 {
+		state = n.encode(msgState, l.name, r, func(e *encoder) {
+			for _, x := range sts {
+				e.addState(x)
+			}
+		})
+	}
+	return recent, all, state
+}
+
+// applyReport debits the hits a peer reported and returns how many units
+// it debited. r is the receiver's current round.
+func (l *Limiter) applyReport(m *message, acceptFrom, r int64) int64 {
+	var total int64
+	for _, x := range m.reports {
+		e := l.table.pin(x.key)
+		if e == nil {
+			l.node.st.overflow.Add(1)
+			continue
+		}
+		var delta int64
+		e.mu.Lock()
+		if e.remote == nil {
+			e.remote = map[string]*remoteRec{}
+		}
+		rec := e.remote[m.sender]
+		switch {
+		case rec == nil || m.incarnation > rec.inc || (m.incarnation == rec.inc && x.born > rec.born):
+			// A counter we have not seen: all of it is news if it was
+			// born after we started listening to the peer; otherwise it
+			// is history (covered by the state sync) and becomes the
+			// baseline.
+			rec = &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round, d0: x.demand, changed: r}
+			if x.born >= acceptFrom {
+				delta = int64(x.hits)
+				rec.d0, rec.r0 = 0, m.round-1
+			}
+			e.remote[m.sender] = rec
+		case m.incarnation < rec.inc || x.born < rec.born:
+			// An older counter, delayed: ignore.
+		default:
+			if x.hits > rec.hits {
+				delta = int64(x.hits - rec.hits)
+				rec.hits = x.hits
+				rec.changed = r
+			}
+			if m.round > rec.r1 && x.demand >= rec.d1 {
+				rec.d0, rec.r0 = rec.d1, rec.r1
+				rec.d1, rec.r1 = x.demand, m.round
+			}
+		}
+		e.mu.Unlock()
+		e.unpin()
+		if delta > 0 {
+			if l.buckets.Debit(x.key, delta) == nil {
+				total += delta
+			}
+		}
+	}
+	return total
+}
+
+// applyState lowers each bucket to the level a peer reported, if it is
+// lower: how a node that joined or restarted catches up.
+func (l *Limiter) applyState(m *message) {
+	for _, s := range m.states {
+		if cur := l.buckets.Tokens(s.key); s.tokens < cur {
+			l.buckets.Debit(s.key, cur-s.tokens)
+		}
+	}
+}
+
+// entry is the gossip state of one key: this node's cumulative counters
+// and what each peer last reported.
+type entry struct {
+	pin     atomic.Int32 // decisions in progress; -1 once dropped
+	hits    atomic.Int64 // units admitted here, cumulative
+	demand  atomic.Int64 // units asked for here, cumulative
+	changed atomic.Int64 // last round the counters changed
+	born    atomic.Int64 // time of the first local request (ns): identifies the counter; 0 before
+
+	mu          sync.Mutex // guards the fields below
+	remote      map[string]*remoteRec
+	capRound    int64 // round of spent and roundDemand
+	spent       int64 // units admitted here in capRound
+	roundDemand int64 // units asked for here in capRound
+	prevDemand  int64 // units asked for here in capRound-1
+}
+
+type remoteRec struct {
+	inc     uint64
+	born    int64
+	hits    uint64
+	d0, d1  uint64 // cumulative demand at sender rounds r0 < r1
+	r0, r1  uint64
+	changed int64 // receiver round when hits last grew
+}
+
+func (e *entry) unpin() { e.pin.Add(-1) }
+
+// pruneRemote drops peer records that cannot be resent any more and
+// reports whether none are left.
+func (e *entry) pruneRemote(before int64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id, rec := range e.remote {
+		if rec.changed < before {
+			delete(e.remote, id)
+		}
+	}
+	return len(e.remote) == 0
+}
+
+// table maps keys to entries, in shards.
+type table struct {
+	max    int
+	n      atomic.Int64
+	seed   maphash.Seed
+	shards [64]struct {
+		mu sync.RWMutex
+		m  map[string]*entry
+	}
+}
+
+func (t *table) init(max int) {
+	t.max = max
+	t.seed = maphash.MakeSeed()
+	for i := range t.shards {
+		t.shards[i].m = map[string]*entry{}
+	}
+}
+
+func (t *table) shard(key string) int {
+	return int(maphash.String(t.seed, key) % uint64(len(t.shards)))
+}
+
+func (t *table) load(key string) *entry {
+	s := &t.shards[t.shard(key)]
+	s.mu.RLock()
+	e := s.m[key]
+	s.mu.RUnlock()
+	return e
+}
+
+// pin returns key's entry, created if absent, pinned so that it is not
+// dropped until unpin. It returns nil when the table is full.
+func (t *table) pin(key string) *entry {
+	s := &t.shards[t.shard(key)]
+	for {
+		s.mu.RLock()
+		e := s.m[key]
+		s.mu.RUnlock()
+		if e == nil {
+			if t.n.Load() >= int64(t.max) {
+				return nil
+			}
+			s.mu.Lock()
+			if e = s.m[key]; e == nil {
+				e = &entry{}
+				e.changed.Store(math.MinInt64 / 2)
+				s.m[key] = e
+				t.n.Add(1)
+			}
+			s.mu.Unlock()
+		}
+		for {
+			p := e.pin.Load()
+			if p < 0 {
+				break // dropped meanwhile: look again
+			}
+			if e.pin.CompareAndSwap(p, p+1) {
+				return e
+			}
+		}
+	}
+}
+
+// drop removes e if no decision holds it.
+func (t *table) drop(key string, e *entry) {
+	if !e.pin.CompareAndSwap(0, -1) {
+		return
+	}
+	s := &t.shards[t.shard(key)]
+	s.mu.Lock()
+	if s.m[key] == e {
+		delete(s.m, key)
+		t.n.Add(-1)
+	}
+	s.mu.Unlock()
+}
+
+// each calls f for every entry, outside the shard locks.
+func (t *table) each(f func(string, *entry)) {
+	var keys []string
+	var es []*entry
+	for i := range t.shards {
+		s := &t.shards[i]
+		keys, es = keys[:0], es[:0]
+		s.mu.RLock()
+		for k, e := range s.m {
+			keys = append(keys, k)
+			es = append(es, e)
+		}
+		s.mu.RUnlock()
+		for j := range keys {
+			f(keys[j], es[j])
+		}
+	}
+}

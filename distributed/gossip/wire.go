@@ -1,0 +1,286 @@
+package gossip
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"hash"
+	"math"
+)
+
+// Wire format, version 1. Every datagram is one message:
+//
+//	magic    2 bytes  "TG"
+//	version  1 byte   1
+//	type     1 byte   msgReport, msgState or msgHello
+//	sender   1 byte length + bytes   the sender's node ID (its address)
+//	table    1 byte length + bytes   the limiter name ("" for hello)
+//	incarn   8 bytes  big endian     sender's incarnation (start time, ns)
+//	round    8 bytes  big endian     sender's round number
+//	count    2 bytes  big endian     number of entries
+//	entries  count times:
+//	  report: uvarint key length, key, varint born (ns), uvarint hits, uvarint demand
+//	  state:  uvarint key length, key, varint tokens
+//	mac      32 bytes HMAC-SHA256(secret, everything before it)
+//
+// Report entries carry cumulative counters per (sender incarnation, key):
+// a receiver applies the difference from the highest value it has seen, so
+// lost, duplicated and reordered datagrams neither lose nor double-count
+// hits.
+const (
+	wireVersion = 1
+	macSize     = sha256.Size
+	// MaxPacket is the largest datagram the gossip protocol sends, chosen
+	// to fit an Ethernet MTU with IP and UDP headers.
+	MaxPacket = 1400
+	// MaxKeyLen is the longest key a gossip limiter accepts: one entry
+	// must fit in a datagram next to the header and the MAC.
+	MaxKeyLen = 1024
+	// maxName bounds node IDs and limiter names on the wire.
+	maxName = 255
+)
+
+const (
+	msgReport = 1
+	msgState  = 2
+	msgHello  = 3
+)
+
+var (
+	errMalformed = errors.New("gossip: malformed message")
+	errMAC       = errors.New("gossip: bad message authentication code")
+)
+
+type header struct {
+	typ         byte
+	sender      string
+	table       string
+	incarnation uint64
+	round       uint64
+}
+
+type reportEntry struct {
+	key    string
+	born   int64
+	hits   uint64
+	demand uint64
+}
+
+type stateEntry struct {
+	key    string
+	tokens int64
+}
+
+// message is a decoded datagram. Keys alias a copy of the datagram.
+type message struct {
+	header
+	reports []reportEntry
+	states  []stateEntry
+}
+
+// signer computes MACs with a shared secret. It is not safe for concurrent
+// use.
+type signer struct{ h hash.Hash }
+
+func newSigner(secret []byte) *signer { return &signer{h: hmac.New(sha256.New, secret)} }
+
+func (s *signer) sum(dst, data []byte) []byte {
+	s.h.Reset()
+	s.h.Write(data)
+	return s.h.Sum(dst)
+}
+
+// encoder builds datagrams of one header, splitting entries over as many
+// datagrams as needed, each at most MaxPacket bytes.
+type encoder struct {
+	sig     *signer
+	hdr     header
+	buf     []byte
+	count   int
+	countAt int
+	out     [][]byte
+}
+
+func (e *encoder) start() {
+	e.buf = make([]byte, 0, MaxPacket)
+	e.buf = append(e.buf, 'T', 'G', wireVersion, e.hdr.typ)
+	e.buf = append(e.buf, byte(len(e.hdr.sender)))
+	e.buf = append(e.buf, e.hdr.sender...)
+	e.buf = append(e.buf, byte(len(e.hdr.table)))
+	e.buf = append(e.buf, e.hdr.table...)
+	e.buf = binary.BigEndian.AppendUint64(e.buf, e.hdr.incarnation)
+	e.buf = binary.BigEndian.AppendUint64(e.buf, e.hdr.round)
+	e.countAt = len(e.buf)
+	e.buf = append(e.buf, 0, 0)
+	e.count = 0
+}
+
+// room makes sure an entry of size n fits, flushing the current datagram
+// if it does not.
+func (e *encoder) room(n int) {
+	if e.buf == nil {
+		e.start()
+	}
+	if len(e.buf)+n+macSize > MaxPacket || e.count == math.MaxUint16 {
+		e.flush()
+		e.start()
+	}
+	e.count++
+}
+
+func (e *encoder) addReport(r reportEntry) {
+	var tmp [3 * binary.MaxVarintLen64]byte
+	nums := binary.AppendVarint(tmp[:0], r.born)
+	nums = binary.AppendUvarint(nums, r.hits)
+	nums = binary.AppendUvarint(nums, r.demand)
+	e.room(uvarintLen(uint64(len(r.key))) + len(r.key) + len(nums))
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(r.key)))
+	e.buf = append(e.buf, r.key...)
+	e.buf = append(e.buf, nums...)
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func (e *encoder) addState(s stateEntry) {
+	var tmp [binary.MaxVarintLen64]byte
+	t := binary.AppendVarint(tmp[:0], s.tokens)
+	e.room(uvarintLen(uint64(len(s.key))) + len(s.key) + len(t))
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(s.key)))
+	e.buf = append(e.buf, s.key...)
+	e.buf = append(e.buf, t...)
+}
+
+// flush seals the current datagram, if it has entries or is a hello.
+func (e *encoder) flush() {
+	if e.buf == nil || (e.count == 0 && e.hdr.typ != msgHello) {
+		return
+	}
+	binary.BigEndian.PutUint16(e.buf[e.countAt:], uint16(e.count))
+	e.buf = e.sig.sum(e.buf, e.buf)
+	e.out = append(e.out, e.buf)
+	e.buf = nil
+}
+
+// finish returns the sealed datagrams.
+func (e *encoder) finish() [][]byte {
+	if e.buf == nil && e.hdr.typ == msgHello {
+		e.start()
+	}
+	e.flush()
+	out := e.out
+	e.out = nil
+	return out
+}
+
+// decode authenticates and parses one datagram. It never panics and
+// rejects anything that is not exactly a well-formed message.
+func decode(sig *signer, pkt []byte, maxKey int) (*message, error) {
+	if len(pkt) > MaxPacket || len(pkt) < 4+2+16+2+macSize {
+		return nil, errMalformed
+	}
+	body, mac := pkt[:len(pkt)-macSize], pkt[len(pkt)-macSize:]
+	var sum [macSize]byte
+	if !hmac.Equal(sig.sum(sum[:0], body), mac) {
+		return nil, errMAC
+	}
+	if body[0] != 'T' || body[1] != 'G' || body[2] != wireVersion {
+		return nil, errMalformed
+	}
+	body = append([]byte(nil), body...) // keys alias this private copy
+	m := &message{}
+	m.typ = body[3]
+	p := body[4:]
+	str := func() (string, bool) {
+		if len(p) < 1 || len(p) < 1+int(p[0]) {
+			return "", false
+		}
+		s := string(p[1 : 1+int(p[0])])
+		p = p[1+int(p[0]):]
+		return s, true
+	}
+	var ok bool
+	if m.sender, ok = str(); !ok || m.sender == "" {
+		return nil, errMalformed
+	}
+	if m.table, ok = str(); !ok {
+		return nil, errMalformed
+	}
+	if len(p) < 18 {
+		return nil, errMalformed
+	}
+	m.incarnation = binary.BigEndian.Uint64(p)
+	m.round = binary.BigEndian.Uint64(p[8:])
+	count := int(binary.BigEndian.Uint16(p[16:]))
+	p = p[18:]
+	key := func() (string, bool) {
+		l, n := binary.Uvarint(p)
+		if n <= 0 || l == 0 || l > uint64(maxKey) || uint64(len(p)-n) < l {
+			return "", false
+		}
+		k := string(p[n : n+int(l)])
+		p = p[n+int(l):]
+		return k, true
+	}
+	switch m.typ {
+	case msgHello:
+		if count != 0 {
+			return nil, errMalformed
+		}
+	case msgReport:
+		if m.table == "" || count == 0 {
+			return nil, errMalformed
+		}
+		m.reports = make([]reportEntry, 0, count)
+		for range count {
+			var r reportEntry
+			var n int
+			if r.key, ok = key(); !ok {
+				return nil, errMalformed
+			}
+			if r.born, n = binary.Varint(p); n <= 0 {
+				return nil, errMalformed
+			}
+			p = p[n:]
+			if r.hits, n = binary.Uvarint(p); n <= 0 || r.hits > math.MaxInt64 {
+				return nil, errMalformed
+			}
+			p = p[n:]
+			if r.demand, n = binary.Uvarint(p); n <= 0 || r.demand > math.MaxInt64 {
+				return nil, errMalformed
+			}
+			p = p[n:]
+			m.reports = append(m.reports, r)
+		}
+	case msgState:
+		if m.table == "" || count == 0 {
+			return nil, errMalformed
+		}
+		m.states = make([]stateEntry, 0, count)
+		for range count {
+			var s stateEntry
+			var n int
+			if s.key, ok = key(); !ok {
+				return nil, errMalformed
+			}
+			if s.tokens, n = binary.Varint(p); n <= 0 {
+				return nil, errMalformed
+			}
+			p = p[n:]
+			m.states = append(m.states, s)
+		}
+	default:
+		return nil, errMalformed
+	}
+	if len(p) != 0 {
+		return nil, errMalformed
+	}
+	return m, nil
+}
