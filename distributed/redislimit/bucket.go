@@ -91,7 +91,7 @@ func (b *Bucket) take(ctx context.Context, key string, cost, limit int64) ([]any
 	ref, mode := b.now()
 	var buf [8]any
 	args := append(b.common(buf[:0], ref, mode), cost, limit)
-	return b.run(ctx, gcraScript, b.prefix+key, args)
+	return b.run(ctx, gcraScript, []string{b.prefix + key}, args)
 }
 
 // Reserve books n units for key at the earliest instant they fit across
@@ -134,5 +134,5 @@ func (b *Bucket) refund(key, booked string, cost int64) {
 	ref, _ := b.now()
 	var buf [8]any
 	args := append(b.common(buf[:0], ref, "0"), booked, cost)
-	_, _ = b.run(context.Background(), refundScript, b.prefix+key, args)
+	_, _ = b.run(context.Background(), refundScript, []string{b.prefix + key}, args)
 }

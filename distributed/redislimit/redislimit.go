@@ -253,7 +253,7 @@ func (c *core) common(args []any, ref int64, mode string) []any {
 // run evaluates script on key with args under the per-call deadline and
 // the breaker. It returns the reply as integers (and the raw reply), or
 // an error wrapping throttle.ErrUnavailable.
-func (c *core) run(ctx context.Context, s *redis.Script, key string, args []any) ([]any, error) {
+func (c *core) run(ctx context.Context, s *redis.Script, keys []string, args []any) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -266,7 +266,6 @@ func (c *core) run(ctx context.Context, s *redis.Script, key string, args []any)
 		v   any
 		err error
 	)
-	keys := []string{key}
 	if c.direct {
 		v, err = s.Run(cctx, c.client, keys, args...).Result()
 	} else {

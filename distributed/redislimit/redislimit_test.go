@@ -90,3 +90,37 @@ func TestEveryServerTime(t *testing.T) {
 		t.Fatalf("reserve 4 = %+v, %v", r4, err)
 	}
 }
+
+func TestFixedWindowSuite(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	limit, window := 7, time.Second
+	throttletest.Run(t, throttletest.Suite{
+		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+			l, err := NewFixedWindow(c, limit, window, vclock(clk), WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		Limit: limit,
+		Bound: func(d time.Duration) int64 { return int64(limit) * (int64((d+window-1)/window) + 1) },
+	})
+}
+
+func TestSlidingLogSuite(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	limit, window := 7, time.Second
+	throttletest.Run(t, throttletest.Suite{
+		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+			l, err := NewSlidingLog(c, limit, window, vclock(clk), WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		Limit: limit,
+		Bound: func(d time.Duration) int64 { return int64(limit) * (int64(d/window) + 1) },
+	})
+}

@@ -26,6 +26,8 @@ func script(name string) *redis.Script {
 }
 
 var (
-	gcraScript   = script("gcra")
-	refundScript = script("gcra_refund")
+	gcraScript        = script("gcra")
+	refundScript      = script("gcra_refund")
+	fixedWindowScript = script("fixedwindow")
+	slidingLogScript  = script("slidinglog")
 )

@@ -1,0 +1,100 @@
+package redislimit
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/fixedwindow"
+	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/slidinglog"
+	"github.com/throttlekit/throttle/throttletest"
+	"github.com/throttlekit/throttle/tokenbucket"
+)
+
+// differential drives the local and the Redis limiter with the same
+// virtual-time trace (random gaps, sizes and keys) and requires identical
+// decisions, field by field.
+func differential(t *testing.T, limit int, mk func(clk *throttletest.Clock) (local, shared throttle.Limiter)) {
+	t.Helper()
+	ctx := context.Background()
+	for seed := range uint64(4) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		clk := throttletest.NewClock()
+		local, shared := mk(clk)
+		keys := []string{"a", "b", "c"}
+		maxGap := []int64{int64(time.Millisecond), int64(50 * time.Millisecond), int64(time.Second)}[seed%3]
+		for i := range 1500 {
+			if rng.IntN(4) != 0 {
+				clk.Advance(time.Duration(rng.Int64N(maxGap)))
+			}
+			key := keys[rng.IntN(len(keys))]
+			n := 1 + rng.IntN(min(limit, 3))
+			want, err1 := local.Allow(ctx, key, n)
+			got, err2 := shared.Allow(ctx, key, n)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("seed %d step %d: errors %v / %v", seed, i, err1, err2)
+			}
+			if want != got {
+				t.Fatalf("seed %d step %d key %s n %d at +%v:\n local %+v\n redis %+v", seed, i, key, n,
+					clk.Now().Sub(throttletest.Epoch), want, got)
+			}
+		}
+	}
+}
+
+func TestDifferentialTokenBucket(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	for _, tc := range []struct {
+		rate  throttle.Rate
+		burst int
+	}{{throttle.PerSecond(10), 5}, {throttle.PerSecond(3), 4}, {throttle.Every(100 * time.Millisecond), 1}} {
+		differential(t, tc.burst, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
+			l, err := tokenbucket.New(tc.rate, tc.burst, throttle.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := NewTokenBucket(c, tc.rate, tc.burst, vclock(clk), WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, r
+		})
+	}
+}
+
+func TestDifferentialFixedWindow(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	for _, w := range []time.Duration{100 * time.Millisecond, time.Second, 7 * time.Second / 3} {
+		differential(t, 6, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
+			l, err := fixedwindow.New(6, w, throttle.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := NewFixedWindow(c, 6, w, vclock(clk), WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, r
+		})
+	}
+}
+
+func TestDifferentialSlidingLog(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	for _, w := range []time.Duration{100 * time.Millisecond, time.Second} {
+		differential(t, 6, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
+			l, err := slidinglog.New(6, w, throttle.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := NewSlidingLog(c, 6, w, vclock(clk), WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, r
+		})
+	}
+}

@@ -1,0 +1,116 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttle"
+)
+
+// MaxWindow is the longest window of NewFixedWindow and NewSlidingLog.
+// Scripts compute in Lua numbers (doubles), exact to the nanosecond up to
+// 2^53 ns; windows up to MaxWindow keep every offset below that.
+const MaxWindow = 52 * 24 * time.Hour
+
+// Limiter is a window limiter (fixed window or sliding log) whose state
+// lives in Redis: every process sharing the Redis server and the prefix
+// shares the limit of each key. It has the same decisions as the local
+// package of the same algorithm for the same trace.
+//
+// A Limiter is safe for concurrent use. The zero value is not usable;
+// call NewFixedWindow or NewSlidingLog.
+type Limiter struct {
+	*core
+	window int64
+	log    bool
+	keys2  bool
+}
+
+var _ throttle.Limiter = (*Limiter)(nil)
+
+func checkWindow(limit int, window time.Duration) error {
+	switch {
+	case limit <= 0 || limit > 1<<32-1:
+		return fmt.Errorf("%w: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, 1<<32-1)
+	case window <= 0 || window > MaxWindow:
+		return fmt.Errorf("%w: window %v out of range (0, %v]", throttle.ErrInvalid, window, MaxWindow)
+	}
+	return nil
+}
+
+// NewFixedWindow returns a fixed-window limiter, as fixedwindow.New: up to
+// limit units per window, windows aligned to multiples of window since the
+// Unix epoch, on the server's clock (or the injected one). Errors wrap
+// throttle.ErrInvalid.
+func NewFixedWindow(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*Limiter, error) {
+	if err := checkWindow(limit, window); err != nil {
+		return nil, err
+	}
+	c, _, err := newCore(client, "fw", limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{core: c, window: int64(window)}, nil
+}
+
+// NewSlidingLog returns a sliding log, as slidinglog.New: at most limit
+// units in any half-open interval of length window, exactly. A key holds
+// one list entry per distinct nanosecond admitted in the last window (at
+// most limit entries) in two Redis keys that share a hash tag, so one
+// Cluster slot. Errors wrap throttle.ErrInvalid.
+func NewSlidingLog(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*Limiter, error) {
+	if err := checkWindow(limit, window); err != nil {
+		return nil, err
+	}
+	c, _, err := newCore(client, "sl", limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{core: c, window: int64(window), log: true}, nil
+}
+
+// Allow admits n units for key now or denies them, in one round trip.
+func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	if err := l.check(key, n); err != nil {
+		return throttle.Decision{}, err
+	}
+	ref, mode := l.now()
+	var buf [9]any
+	args := append(l.common(buf[:0], ref, mode), l.window, l.limit, n)
+	if !l.log {
+		args = append(args, floorMod(ref, l.window))
+		r, err := l.run(ctx, fixedWindowScript, []string{l.prefix + key}, args)
+		if err != nil {
+			return l.fail(ctx, key, n, err)
+		}
+		d := throttle.Decision{Allowed: integer(r[0]) == 1, Limit: l.limit, Remaining: l.limit - int(integer(r[1]))}
+		d.ResetAfter = time.Duration(integer(r[2]))
+		if !d.Allowed {
+			d.RetryAfter = d.ResetAfter
+		}
+		return d, nil
+	}
+	tag := l.prefix + "{" + key + "}"
+	r, err := l.run(ctx, slidingLogScript, []string{tag + ":log", tag + ":meta"}, args)
+	if err != nil {
+		return l.fail(ctx, key, n, err)
+	}
+	d := throttle.Decision{Allowed: integer(r[0]) == 1, Limit: l.limit, Remaining: l.limit - int(integer(r[1]))}
+	if d.Allowed {
+		d.ResetAfter = time.Duration(integer(r[2]))
+	} else {
+		d.RetryAfter, d.ResetAfter = time.Duration(integer(r[2])), time.Duration(integer(r[3]))
+	}
+	return d, nil
+}
+
+func floorMod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
