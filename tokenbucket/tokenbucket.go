@@ -190,7 +190,8 @@ func (l *Limiter) Burst() int {
 	return 0
 }
 
-// Len returns the number of keys whose bucket is tracked (not full).
+// Len returns the number of keys tracked. Keys whose bucket is full again
+// are dropped lazily, so it may count some of them.
 func (l *Limiter) Len() int {
 	if m := l.g.Map(); m != nil {
 		return m.Len()
