@@ -1,0 +1,210 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/tokenbucket"
+)
+
+// Fault tests run on real time against a redis-server of their own; each
+// is bounded by a few seconds.
+
+const (
+	faultTimeout = 50 * time.Millisecond
+	// latencySlack is what a call may take beyond the timeout: scheduling
+	// on a loaded 2-core machine under -race.
+	latencySlack = 150 * time.Millisecond
+	cooldown     = 100 * time.Millisecond
+)
+
+// call runs Allow and fails the test if it took longer than the timeout
+// plus slack.
+func call(t *testing.T, l throttle.Limiter, key string) (throttle.Decision, error, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	d, err := l.Allow(context.Background(), key, 1)
+	el := time.Since(start)
+	if el > faultTimeout+latencySlack {
+		t.Fatalf("Allow took %v, beyond the %v timeout (+%v slack)", el, faultTimeout, latencySlack)
+	}
+	return d, err, el
+}
+
+// waitHealthy calls until a call succeeds (after the breaker's cooldown),
+// within a bounded time.
+func waitHealthy(t *testing.T, l throttle.Limiter, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err, _ := call(t, l, key); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("limiter did not recover within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestFaultKillRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.NeedOwn(t)
+	c := newClient(t, srv)
+	for _, policy := range []Policy{FailClosed, FailOpen} {
+		t.Run(policy.String(), func(t *testing.T) {
+			l, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000, WithPrefix(uniquePrefix()),
+				WithTimeout(faultTimeout), WithBreaker(3, cooldown), WithPolicy(policy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if _, err, _ := call(t, l, "k"); err != nil {
+				t.Fatal(err)
+			}
+			srv.Kill()
+			var fast int
+			for i := range 50 {
+				d, err, el := call(t, l, "k")
+				switch policy {
+				case FailClosed:
+					if !errors.Is(err, throttle.ErrUnavailable) || d.Allowed {
+						t.Fatalf("call %d with Redis down: %+v, %v; want denied, ErrUnavailable", i, d, err)
+					}
+				case FailOpen:
+					if err != nil || !d.Allowed {
+						t.Fatalf("call %d with Redis down: %+v, %v; want allowed", i, d, err)
+					}
+				}
+				if el < time.Millisecond {
+					fast++
+				}
+			}
+			if fast < 40 {
+				t.Errorf("only %d of 50 calls took under 1ms with Redis down: the breaker should open", fast)
+			}
+			srv.Restart(t)
+			waitHealthy(t, l, "k")
+		})
+	}
+}
+
+func TestFaultScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.NeedOwn(t)
+	c := newClient(t, srv)
+	l, err := NewTokenBucket(c, throttle.PerHour(1), 3, WithPrefix(uniquePrefix()), WithTimeout(faultTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := c.ScriptFlush(ctx).Result(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := l.Allow(ctx, "k", 1)
+		if err != nil || !d.Allowed || d.Remaining != 2-i {
+			t.Fatalf("call %d after SCRIPT FLUSH: %+v, %v", i, d, err)
+		}
+	}
+	if d, err := l.Allow(ctx, "k", 1); err != nil || d.Allowed {
+		t.Fatalf("fourth call: %+v, %v; want denied (state kept across flushes)", d, err)
+	}
+}
+
+func TestFaultClientPause(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.NeedOwn(t)
+	c := newClient(t, srv)
+	local, err := tokenbucket.New(throttle.PerSecond(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000, WithPrefix(uniquePrefix()),
+		WithTimeout(faultTimeout), WithBreaker(3, cooldown), WithFallback(local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err, _ := call(t, l, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(srv.Addr, time.Second, "CLIENT", "PAUSE", "600", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	// The fallback admits one unit, then denies: its decisions, no errors.
+	var allowed int
+	for i := range 20 {
+		d, err, _ := call(t, l, "k")
+		if err != nil {
+			t.Fatalf("call %d during CLIENT PAUSE: %v; want the fallback's decision", i, err)
+		}
+		if d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 1 {
+		t.Fatalf("fallback admitted %d during the pause, want 1", allowed)
+	}
+	waitHealthy(t, l, "k")
+}
+
+func TestFaultConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	var seen int
+	l, err := NewFixedWindow(c, 10, time.Second, WithTimeout(faultTimeout), WithBreaker(2, time.Hour),
+		WithErrorHandler(func(error) { seen++ }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		d, err, _ := call(t, l, "k")
+		if !errors.Is(err, throttle.ErrUnavailable) || d.Allowed {
+			t.Fatalf("call %d: %+v, %v; want denied with ErrUnavailable", i, d, err)
+		}
+		if i >= 2 && d.RetryAfter <= 0 {
+			t.Fatalf("call %d with the breaker open: RetryAfter %v, want the cooldown left", i, d.RetryAfter)
+		}
+	}
+	if seen != 2 {
+		t.Errorf("error handler saw %d errors, want 2 (then the breaker is open)", seen)
+	}
+}
+
+// TestFaultNoDeadlineClient checks the guarded path for a client that
+// ignores context deadlines: calls are still bounded by the timeout.
+func TestFaultNoDeadlineClient(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.NeedOwn(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 700 * time.Millisecond})
+	defer c.Close()
+	l, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000, WithPrefix(uniquePrefix()),
+		WithTimeout(faultTimeout), WithBreaker(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err, _ := call(t, l, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(srv.Addr, time.Second, "CLIENT", "PAUSE", "300", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err, _ := call(t, l, "k"); !errors.Is(err, throttle.ErrUnavailable) {
+		t.Fatalf("during pause: %v, want ErrUnavailable", err)
+	}
+	waitHealthy(t, l, "k")
+	time.Sleep(800 * time.Millisecond) // let the abandoned call end before goleak looks
+}
