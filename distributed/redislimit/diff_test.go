@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/slidinglog"
@@ -96,5 +97,41 @@ func TestDifferentialSlidingLog(t *testing.T) {
 			}
 			return l, r
 		})
+	}
+}
+
+func TestDifferentialConcurrency(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	clk := throttletest.NewClock()
+	local, err := counting.New(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := NewConcurrency(c, 5, time.Hour, vclock(clk), WithPrefix(uniquePrefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]int{}
+	for i := range 2000 {
+		key := []string{"a", "b"}[rng.IntN(2)]
+		if h := held[key]; h > 0 && rng.IntN(3) == 0 {
+			n := 1 + rng.IntN(h)
+			if err1, err2 := local.Release(key, n), shared.Release(ctx, key, n); err1 != nil || err2 != nil {
+				t.Fatalf("step %d: release errors %v / %v", i, err1, err2)
+			}
+			held[key] -= n
+			continue
+		}
+		n := 1 + rng.IntN(3)
+		want, err1 := local.Allow(ctx, key, n)
+		got, err2 := shared.Allow(ctx, key, n)
+		if err1 != nil || err2 != nil || want != got {
+			t.Fatalf("step %d key %s n %d: local %+v %v, redis %+v %v", i, key, n, want, err1, got, err2)
+		}
+		if got.Allowed {
+			held[key] += n
+		}
 	}
 }

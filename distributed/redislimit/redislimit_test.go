@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -123,4 +124,71 @@ func TestSlidingLogSuite(t *testing.T) {
 		Limit: limit,
 		Bound: func(d time.Duration) int64 { return int64(limit) * (int64(d/window) + 1) },
 	})
+}
+
+func TestConcurrencySuite(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	limit := 6
+	throttletest.Run(t, throttletest.Suite{
+		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+			l, err := NewConcurrency(c, limit, time.Minute, vclock(clk), WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		Limit: limit,
+		Release: func(l throttle.Limiter, key string, n int) {
+			if err := l.(*Concurrency).Release(context.Background(), key, n); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
+
+func TestConcurrencyLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	clk := throttletest.NewClock()
+	prefix := uniquePrefix()
+	mk := func() *Concurrency {
+		l, err := NewConcurrency(c, 3, 10*time.Second, vclock(clk), WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	crashed, alive := mk(), mk()
+	ctx := context.Background()
+	if d, err := crashed.Allow(ctx, "db", 2); err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("crashed holder: %+v, %v", d, err)
+	}
+	if d, err := alive.Allow(ctx, "db", 1); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("alive holder: %+v, %v", d, err)
+	}
+	if d, _ := alive.Allow(ctx, "db", 1); d.Allowed {
+		t.Fatal("admitted above the limit")
+	}
+	if err := alive.Release(ctx, "db", 2); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("releasing units of another holder: %v, want ErrInvalid", err)
+	}
+	clk.Advance(6 * time.Second)
+	if n, err := alive.Extend(ctx, "db"); err != nil || n != 1 {
+		t.Fatalf("Extend = %d, %v; want 1", n, err)
+	}
+	clk.Advance(5 * time.Second) // the crashed holder's leases ran out; alive's did not
+	if d, err := alive.Allow(ctx, "db", 2); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after the crashed holder's leases ran out: %+v, %v", d, err)
+	}
+	if err := alive.Release(ctx, "db", 3); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := alive.Allow(ctx, "db", 3); !d.Allowed {
+		t.Fatalf("after release: %+v", d)
+	}
+	clk.Advance(11 * time.Second)
+	if n, err := alive.Extend(ctx, "db"); err != nil || n != 0 || alive.Held("db") != 0 {
+		t.Fatalf("Extend after the leases ran out = %d, %v (held %d); want 0", n, err, alive.Held("db"))
+	}
 }

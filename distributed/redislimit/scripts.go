@@ -30,4 +30,6 @@ var (
 	refundScript      = script("gcra_refund")
 	fixedWindowScript = script("fixedwindow")
 	slidingLogScript  = script("slidinglog")
+	concurrencyScript = script("concurrency")
+	extendScript      = script("concurrency_extend")
 )
