@@ -12,13 +12,15 @@ import (
 
 const cacheLine = 64
 
-// Single is one bucket guarding one resource. The TAT sits alone on its
-// cache line so that its CAS traffic does not slow down the reads of the
-// configuration. Safe for concurrent use.
+// Single is one bucket guarding one resource. The TAT is padded by a
+// whole cache line on each side, so that whatever the alignment of the
+// enclosing object, no other field shares its line and its CAS traffic
+// does not slow down the reads of the configuration. Safe for concurrent
+// use.
 type Single struct {
 	cfg atomic.Pointer[Config]
 	clk clock.Source
-	_   [cacheLine - 24]byte
+	_   [cacheLine]byte
 	st  State
 	_   [cacheLine - 8]byte
 }
