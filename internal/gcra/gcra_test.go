@@ -1,0 +1,95 @@
+package gcra
+
+import (
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/throttletest"
+)
+
+func TestSingleLayout(t *testing.T) {
+	var b Single
+	st := unsafe.Offsetof(b.st)
+	if end := unsafe.Offsetof(b.clk) + unsafe.Sizeof(b.clk); st-end < cacheLine {
+		t.Fatalf("TAT at %d, only %d bytes after the config", st, st-end)
+	}
+	if after := unsafe.Sizeof(b) - st - 8; after < cacheLine-8 {
+		t.Fatalf("only %d bytes of padding after the TAT", after)
+	}
+}
+
+func mustConfig(t *testing.T, r throttle.Rate, burst int) *Config {
+	t.Helper()
+	c, err := NewConfig(r, burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestStateDeadAndRetire(t *testing.T) {
+	c := mustConfig(t, throttle.PerSecond(10), 2)
+	var s State
+	now := int64(1e18)
+	if tat, ok, live := s.Take(now, c.Cost(1), c.Tau); !ok || !live || tat != now+c.Interval {
+		t.Fatalf("Take on a fresh state: %d %v %v", tat, ok, live)
+	}
+	if s.Retire(now, false) {
+		t.Fatal("retired a state that is not full")
+	}
+	if !s.Retire(now+c.Interval, false) {
+		t.Fatal("did not retire a state that is full again")
+	}
+	if _, ok, live := s.Take(now, c.Cost(1), c.Tau); ok || live {
+		t.Fatal("Take on a dead state")
+	}
+	if s.Debit(now, 1) || s.Refund(dead, 0) {
+		t.Fatal("Debit or Refund revived a dead state")
+	}
+	if _, live := s.Load(); live || !s.Retire(now, false) {
+		t.Fatal("dead state reads live")
+	}
+	var f State
+	f.Take(now, c.Cost(2), c.Tau)
+	if !f.Retire(now, true) {
+		t.Fatal("forced retirement refused")
+	}
+}
+
+func TestDebitSaturates(t *testing.T) {
+	c := mustConfig(t, throttle.PerSecond(1), 1)
+	var s State
+	now := int64(1e18)
+	s.Debit(now, c.Cost(1<<62))
+	tat, _ := s.Load()
+	if tat != now+maxDebt {
+		t.Fatalf("TAT after a huge debit: now+%d, want now+%d", tat-now, maxDebt)
+	}
+	// A debit with the clock behind never moves TAT back.
+	s.Debit(now-int64(time.Hour), c.Cost(5))
+	if got, _ := s.Load(); got != tat {
+		t.Fatalf("a debit with an earlier clock moved TAT from %d to %d", tat, got)
+	}
+	if got := c.Tokens(now, tat); got != 1-(maxDebt+c.Interval-1)/c.Interval {
+		t.Fatalf("Tokens = %d", got)
+	}
+}
+
+func TestKeyedRetiredKeyIsFresh(t *testing.T) {
+	clk := throttletest.NewClock()
+	var l Keyed
+	if err := l.Init(throttle.PerSecond(10), 2, throttle.WithClock(clk)); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.Allow("k", 2)
+	clk.Advance(200 * time.Millisecond)
+	if n := l.Map().Sweep(l.Map().Now()); n != 1 || l.Map().Len() != 0 {
+		t.Fatalf("Sweep dropped %d, Len %d", n, l.Map().Len())
+	}
+	if d, _ := l.Allow("k", 2); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("Allow after the key was dropped: %+v", d)
+	}
+}
