@@ -45,7 +45,7 @@ func TestStateDeadAndRetire(t *testing.T) {
 	if _, ok, live := s.Take(now, c.Cost(1), c.Tau); ok || live {
 		t.Fatal("Take on a dead state")
 	}
-	if s.Debit(now, 1) || s.Refund(dead, 0) {
+	if s.Debit(now, 1) || s.Refund(now+c.Interval, c.Interval) {
 		t.Fatal("Debit or Refund revived a dead state")
 	}
 	if _, live := s.Load(); live || !s.Retire(now, false) {
