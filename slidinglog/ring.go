@@ -3,6 +3,8 @@ package slidinglog
 import (
 	"fmt"
 	"math/bits"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -60,7 +62,8 @@ type ring struct {
 	size  int   // entries in use
 	total int64 // units in the entries in use
 	base  int64 // ns; an entry's time is base + offset
-	seen  int64 // ns; the latest time decided at (0: none)
+	last  int64 // ns; time of the newest entry, if size > 0
+	seen  int64 // ns; the latest time the log was decided at
 }
 
 // idx returns the buffer index of the i-th oldest entry, i < len(buf).
@@ -72,20 +75,19 @@ func (r *ring) idx(i int) int {
 	return j
 }
 
+// oldest returns the time of the oldest entry; r.size > 0.
+func (r *ring) oldest(p *params) int64 { return r.base + int64(r.buf[r.head]>>p.cbits) }
+
 // expire drops the entries that are out of the window at now: those at or
 // before now-window.
 func (r *ring) expire(p *params, now int64) {
 	cutoff := now - p.window
-	if r.size == 0 || r.newest(p) <= cutoff { // fast paths: empty, or all expired
+	if r.size == 0 || r.last <= cutoff { // fast paths: empty, or all expired
 		r.head, r.size, r.total = 0, 0, 0
 		return
 	}
-	for {
-		e := r.buf[r.head]
-		if r.base+int64(e>>p.cbits) > cutoff {
-			return
-		}
-		r.total -= int64(e & p.maxCount)
+	for r.oldest(p) <= cutoff {
+		r.total -= int64(r.buf[r.head] & p.maxCount)
 		if r.head++; r.head == len(r.buf) {
 			r.head = 0
 		}
@@ -93,21 +95,24 @@ func (r *ring) expire(p *params, now int64) {
 	}
 }
 
-// decide admits n units at now if the last window holds room for them.
-// The caller has checked 0 < n <= limit.
+// decide admits n units at now if the window ending at now holds room for
+// them. The caller has checked 0 < n <= limit.
+//
+// If the clock steps back, the log takes time as standing still at the
+// latest time it has seen: entries expired stay expired and admissions
+// are recorded at that time, so the log stays ordered and its bound holds
+// on the times it records. Durations are from now, the caller's time.
 func (r *ring) decide(p *params, now int64, n int64) throttle.Decision {
-	if now < r.seen && r.seen != 0 {
-		now = r.seen // a clock that steps back is taken as standing still
-	}
-	r.seen = now
-	r.expire(p, now)
+	r.seen = max(r.seen, now)
+	at := r.seen
+	r.expire(p, at)
 	if r.total+n <= p.limit {
-		r.push(p, now, n)
+		r.push(p, at, n)
 		return throttle.Decision{
 			Allowed:    true,
 			Limit:      int(p.limit),
 			Remaining:  int(p.limit - r.total),
-			ResetAfter: time.Duration(p.window),
+			ResetAfter: time.Duration(at + p.window - now),
 		}
 	}
 	// Denied: the request fits once the oldest total+n-limit units expire.
@@ -123,13 +128,8 @@ func (r *ring) decide(p *params, now int64, n int64) throttle.Decision {
 		Limit:      int(p.limit),
 		Remaining:  int(p.limit - r.total),
 		RetryAfter: time.Duration(r.base + int64(e>>p.cbits) + p.window - now),
-		ResetAfter: time.Duration(r.newest(p) + p.window - now),
+		ResetAfter: time.Duration(r.last + p.window - now),
 	}
-}
-
-// newest returns the time of the newest entry; r.size > 0.
-func (r *ring) newest(p *params) int64 {
-	return r.base + int64(r.buf[r.idx(r.size-1)]>>p.cbits)
 }
 
 // push appends n units admitted at now, no earlier than the newest entry.
@@ -139,13 +139,15 @@ func (r *ring) push(p *params, now int64, n int64) {
 		r.base, r.head = now, 0
 	} else if now-r.base > p.maxOff {
 		r.rebase(p)
-	} else if i := r.idx(r.size - 1); now == r.base+int64(r.buf[i]>>p.cbits) {
+	} else if now == r.last {
 		// Same nanosecond as the newest entry: add to its count.
+		i := r.idx(r.size - 1)
 		if c := r.buf[i] & p.maxCount; c+uint64(n) <= p.maxCount {
 			r.buf[i] += uint64(n)
 			return
 		}
 	}
+	r.last = now
 	off := uint64(now-r.base) << p.cbits
 	for n > 0 {
 		c := min(uint64(n), p.maxCount)
@@ -179,4 +181,67 @@ func (r *ring) grow(p *params) {
 		buf[i] = r.buf[r.idx(i)]
 	}
 	r.buf, r.head = buf, 0
+}
+
+// log is a ring behind a mutex, which also publishes, for lock-free
+// readers, when the ring is full: while it is, every request is denied,
+// and a denial of one unit needs nothing but the time the oldest entry
+// expires and the time the newest does. Under a flood of requests, that
+// is nearly every call, so the denial path takes no lock and writes
+// nothing shared.
+//
+// The zero value is an empty log.
+type log struct {
+	mu sync.Mutex
+	// seq, full and reset form a seqlock written under mu: seq is odd
+	// while full and reset change.
+	seq   atomic.Uint64
+	full  atomic.Int64 // ns; the ring is full before this time (0: not full)
+	reset atomic.Int64 // ns; the newest entry expires at this time, if any
+	ring
+}
+
+// denyFast returns the decision for n units at now if the published state
+// answers it without the lock: the ring full at now and n = 1.
+func (l *log) denyFast(p *params, now int64, n int) (throttle.Decision, bool) {
+	s := l.seq.Load()
+	full := l.full.Load()
+	if n != 1 || now >= full || s&1 != 0 {
+		return throttle.Decision{}, false
+	}
+	reset := l.reset.Load()
+	if l.seq.Load() != s {
+		return throttle.Decision{}, false
+	}
+	return throttle.Decision{
+		Limit:      int(p.limit),
+		RetryAfter: time.Duration(full - now),
+		ResetAfter: time.Duration(reset - now),
+	}, true
+}
+
+// decide is ring.decide, publishing the new state; l.mu is held.
+func (l *log) decide(p *params, now int64, n int64) throttle.Decision {
+	d := l.ring.decide(p, now, n)
+	full := int64(0)
+	if l.total == p.limit {
+		full = l.oldest(p) + p.window
+	}
+	// Publish when fullness changes. An admission always changes it: it
+	// needs room, so the ring was not full before it.
+	if full != l.full.Load() {
+		l.seq.Add(1)
+		l.full.Store(full)
+		l.reset.Store(l.last + p.window)
+		l.seq.Add(1)
+	}
+	return d
+}
+
+// clear empties the log, giving its buffer back; l.mu is held.
+func (l *log) clear() {
+	l.seq.Add(1)
+	l.full.Store(0)
+	l.seq.Add(1)
+	l.ring = ring{}
 }

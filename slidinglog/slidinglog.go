@@ -18,17 +18,18 @@
 //
 // # Memory and cost
 //
-// The classic sliding log keeps a full timestamp per admitted unit
-// forever. This one keeps, per key, a ring of 8-byte entries, one per
-// distinct nanosecond at which units were admitted during the last window
-// (a weighted request is one entry; requests at the same nanosecond share
-// it). Each entry packs a nanosecond offset from a per-key base, on
-// bits.Len(window)+1 bits, with a count in the remaining bits. So a key
-// holds at most limit entries, 8·limit bytes, and in practice 8 bytes per
-// admission of the last window; the ring never shrinks while the key is
-// live, but a key that admitted nothing for a whole window is back to
-// empty and the keyed Limiter drops it entirely (lazily as new keys
-// arrive, or by the sweeper of throttle.WithSweepInterval).
+// The classic sliding log keeps a full timestamp (often a 24-byte
+// time.Time) per admitted unit. This one keeps, per key, a ring of 8-byte
+// entries, one per distinct nanosecond at which units were admitted during
+// the last window (a weighted request is one entry; requests at the same
+// nanosecond share it). Each entry packs a nanosecond offset from a
+// per-key base, on bits.Len(window)+1 bits, with a count in the remaining
+// bits. So a key holds at most limit entries, 8·limit bytes, and in
+// practice 8 bytes per admission of the last window, plus 120 bytes of
+// state on 64-bit platforms. The ring never shrinks while the key is live,
+// but a key that admitted nothing for a whole window is back to empty and
+// the keyed Limiter drops it entirely (lazily as new keys arrive, by
+// Sweep, or by the sweeper of throttle.WithSweepInterval).
 //
 // An admission costs O(1) amortized: expiring old entries is paid for by
 // their admission, and the base is moved (rewriting the live offsets) at
@@ -38,19 +39,29 @@
 //
 // # Concurrency
 //
-// Each log is guarded by its own sync.Mutex, held for a few nanoseconds
-// per decision. A log of weighted entries is several words that change
-// together (the ring, its head, size, total and base); making that
-// lock-free would take a copy of the ring per decision (an allocation) or
-// a multi-word compare-and-swap, both slower than an uncontended mutex,
-// which is one compare-and-swap to lock and one to unlock. Distinct keys
-// never share a lock.
+// A log is several words that change together (the ring, its head, size,
+// total and base), so admissions take a per-log sync.Mutex, held for a
+// few nanoseconds; distinct keys never share one. A lock-free ring of
+// weighted entries would need a copy per decision (an allocation) or a
+// multi-word compare-and-swap, both dearer than an uncontended mutex (one
+// compare-and-swap to lock, one atomic add to unlock). Denials, the
+// common case under overload, do not lock: while a log is full it
+// publishes, through a sequence lock, when its oldest entry expires, and a
+// request for one unit made before then is denied from that alone, with
+// three atomic loads and no write to shared memory.
+//
+// # Clock
+//
+// The guarantee is stated on the limiter's clock: the monotonic system
+// clock by default, or the one given with throttle.WithClock. If an
+// injected clock steps back, a log takes time as standing still at the
+// latest time it has seen, so it stays ordered and the bound holds on the
+// times it records; a key dropped while idle forgets that time.
 package slidinglog
 
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -71,8 +82,7 @@ var (
 type Log struct {
 	p   params
 	clk clock.Source
-	mu  sync.Mutex
-	r   ring
+	log log
 }
 
 // NewLog returns a Log admitting at most limit units in any window. Of
@@ -103,9 +113,12 @@ func (l *Log) AllowN(n int) (throttle.Decision, error) {
 		return throttle.Decision{}, err
 	}
 	now := l.clk.Now()
-	l.mu.Lock()
-	d := l.r.decide(&l.p, now, int64(n))
-	l.mu.Unlock()
+	if d, ok := l.log.denyFast(&l.p, now, n); ok {
+		return d, nil
+	}
+	l.log.mu.Lock()
+	d := l.log.decide(&l.p, now, int64(n))
+	l.log.mu.Unlock()
 	return d, nil
 }
 
@@ -126,10 +139,9 @@ type Limiter struct {
 
 // state is the log of one key. The zero value is an empty log.
 type state struct {
-	mu    sync.Mutex
+	log
 	dead  bool  // retired: dropped from the map, look the key up again
 	until int64 // ns; when the log is empty again, if size > 0
-	ring
 }
 
 // Retire marks the state dead if its log is empty at now, or if force.
@@ -144,7 +156,7 @@ func (s *state) Retire(now int64, force bool) bool {
 	defer s.mu.Unlock()
 	if !s.dead && (force || s.size == 0 || s.until <= now) {
 		s.dead = true
-		s.ring = ring{} // give the buffer back now, not when the map drops s
+		s.clear() // give the buffer back now, not when the map drops s
 	}
 	return s.dead
 }
@@ -181,6 +193,9 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	now := l.m.Now()
 	for {
 		s := l.m.Get(key, now)
+		if d, ok := s.denyFast(&l.p, now, n); ok {
+			return d, nil
+		}
 		s.mu.Lock()
 		if s.dead {
 			// Retired by a reader of a clock later than now: read it again,
@@ -190,7 +205,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 			continue
 		}
 		d := s.decide(&l.p, now, int64(n))
-		s.until = s.newest(&l.p) + l.p.window
+		s.until = s.last + l.p.window
 		s.mu.Unlock()
 		return d, nil
 	}

@@ -1,0 +1,112 @@
+package counting
+
+import (
+	"strconv"
+	"testing"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// BenchmarkTryAcquireRelease is the uncontended fast path: take one unit
+// and give it back. golang.org/x/sync/semaphore runs beside for the ratio.
+func BenchmarkTryAcquireRelease(b *testing.B) {
+	b.Run("Semaphore", func(b *testing.B) {
+		s := mustSem(b, 100)
+		b.ReportAllocs()
+		for b.Loop() {
+			if !s.TryAcquire(1) {
+				b.Fatal("TryAcquire failed")
+			}
+			s.Release(1)
+		}
+	})
+	b.Run("Limiter", func(b *testing.B) {
+		l := mustNew(b, 100)
+		b.ReportAllocs()
+		for b.Loop() {
+			if d, _ := l.Allow(bg, "key", 1); !d.Allowed {
+				b.Fatal("Allow denied")
+			}
+			l.Release("key", 1)
+		}
+	})
+	b.Run("x-sync-semaphore", func(b *testing.B) {
+		s := semaphore.NewWeighted(100)
+		b.ReportAllocs()
+		for b.Loop() {
+			if !s.TryAcquire(1) {
+				b.Fatal("TryAcquire failed")
+			}
+			s.Release(1)
+		}
+	})
+}
+
+// BenchmarkAcquireRelease is the blocking Acquire when the units are free.
+func BenchmarkAcquireRelease(b *testing.B) {
+	b.Run("Semaphore", func(b *testing.B) {
+		s := mustSem(b, 100)
+		b.ReportAllocs()
+		for b.Loop() {
+			rel, err := s.Acquire(bg, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rel()
+		}
+	})
+	b.Run("x-sync-semaphore", func(b *testing.B) {
+		s := semaphore.NewWeighted(100)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := s.Acquire(bg, 1); err != nil {
+				b.Fatal(err)
+			}
+			s.Release(1)
+		}
+	})
+}
+
+// BenchmarkParallel: every goroutine takes and gives back a unit of one
+// semaphore (contended, but never full).
+func BenchmarkParallel(b *testing.B) {
+	b.Run("Semaphore", func(b *testing.B) {
+		s := mustSem(b, 1<<20)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				s.TryAcquire(1)
+				s.Release(1)
+			}
+		})
+	})
+	b.Run("x-sync-semaphore", func(b *testing.B) {
+		s := semaphore.NewWeighted(1 << 20)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				s.TryAcquire(1)
+				s.Release(1)
+			}
+		})
+	})
+}
+
+// BenchmarkKeys spreads Allow over 100k keys that each hold one unit, so
+// every key stays live.
+func BenchmarkKeys(b *testing.B) {
+	l := mustNew(b, 1<<20)
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+		l.Allow(bg, keys[i], 1)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		l.Allow(bg, keys[i], 1)
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+}

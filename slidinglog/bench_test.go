@@ -1,0 +1,119 @@
+package slidinglog
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Benchmarks on the system clock. "allowed" admits nearly every call (a
+// limit far above the call rate); "denied" denies nearly every call.
+// golang.org/x/time/rate runs beside for the ratio.
+
+func BenchmarkAllow(b *testing.B) {
+	cases := []struct {
+		name   string
+		limit  int
+		window time.Duration
+	}{
+		{"allowed", 1 << 20, time.Millisecond},
+		{"denied", 100, time.Hour},
+	}
+	for _, c := range cases {
+		b.Run("Log/"+c.name, func(b *testing.B) {
+			l := mustLog(b, c.limit, c.window)
+			b.ReportAllocs()
+			for b.Loop() {
+				l.AllowN(1)
+			}
+		})
+		b.Run("Limiter/"+c.name, func(b *testing.B) {
+			l := mustNew(b, c.limit, c.window)
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Allow(bg, "key", 1)
+			}
+		})
+		b.Run("x-time-rate/"+c.name, func(b *testing.B) {
+			l := rate.NewLimiter(rate.Limit(float64(c.limit)/c.window.Seconds()), c.limit)
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Allow()
+			}
+		})
+	}
+}
+
+func BenchmarkAllowParallel(b *testing.B) {
+	b.Run("Log", func(b *testing.B) {
+		l := mustLog(b, 1<<20, time.Millisecond)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.AllowN(1)
+			}
+		})
+	})
+	b.Run("Limiter/hotkey", func(b *testing.B) {
+		l := mustNew(b, 1<<20, time.Millisecond)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.Allow(bg, "key", 1)
+			}
+		})
+	})
+	b.Run("Limiter/100k-keys", func(b *testing.B) {
+		l := mustNew(b, 10, time.Second)
+		keys := makeKeys(100_000)
+		for _, k := range keys {
+			l.Allow(bg, k, 1)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				l.Allow(bg, keys[i%len(keys)], 1)
+				i += 7
+			}
+		})
+	})
+	b.Run("x-time-rate", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Limit(1<<20/0.001), 1<<20)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.Allow()
+			}
+		})
+	})
+}
+
+// BenchmarkKeys spreads calls over 100k distinct keys, each admitting 10
+// per second: after warm-up every key is live and mostly denied.
+func BenchmarkKeys(b *testing.B) {
+	l := mustNew(b, 10, time.Second)
+	keys := makeKeys(100_000)
+	for _, k := range keys {
+		l.Allow(bg, k, 1)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		l.Allow(bg, keys[i], 1)
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+}
+
+func makeKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	return keys
+}
