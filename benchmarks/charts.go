@@ -1,0 +1,210 @@
+package benchmarks
+
+import (
+	"fmt"
+	"image/color"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Chart file names written by WriteCharts.
+const (
+	ChartBoundary = "boundary-attack.svg"
+	ChartSpeed    = "speed-single-key.svg"
+	ChartKeys     = "speed-keys.svg"
+)
+
+// WriteCharts draws the charts into dir and returns the files written.
+func WriteCharts(dir string, speed []SpeedResult, acc []AccuracyResult) ([]string, error) {
+	var files []string
+	if p, err := boundaryChart(acc); err != nil {
+		return nil, err
+	} else if p != nil {
+		f := filepath.Join(dir, ChartBoundary)
+		if err := p.Save(9*vg.Inch, 5*vg.Inch, f); err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	for _, c := range []struct {
+		file string
+		ws   []Workload
+		what string
+	}{
+		{ChartSpeed, []Workload{Allow, AllowPar, Deny, DenyPar}, "one key"},
+		{ChartKeys, []Workload{Keys100k, Keys100kPar, Keys1M, Keys1MPar}, "many keys"},
+	} {
+		p, n, err := speedChart(speed, c.ws, c.what)
+		if err != nil {
+			return nil, err
+		}
+		if p == nil {
+			continue
+		}
+		f := filepath.Join(dir, c.file)
+		if err := p.Save(9*vg.Inch, vg.Length(1.6+0.32*float64(n))*vg.Inch, f); err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// boundaryChart plots, for every subject that ran the boundary attack,
+// the units admitted in the trailing window over time, in limits.
+func boundaryChart(acc []AccuracyResult) (*plot.Plot, error) {
+	var runs []AccuracyResult
+	for _, r := range acc {
+		if r.Trace == "boundary" {
+			runs = append(runs, r)
+		}
+	}
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	// Limiters that admitted exactly the same requests share a line.
+	type line struct {
+		r     AccuracyResult
+		names []string
+	}
+	var lines []line
+	for _, r := range runs {
+		name := r.Subject.Name
+		if r.RealTime {
+			name += " (wall clock)"
+		}
+		i := slices.IndexFunc(lines, func(l line) bool { return !r.RealTime && !l.r.RealTime && slices.Equal(l.r.Timeline, r.Timeline) })
+		if i < 0 {
+			lines = append(lines, line{r: r, names: []string{name}})
+		} else {
+			lines[i].names = append(lines[i].names, name)
+		}
+	}
+	p := plot.New()
+	p.Title.Text = "Boundary attack: admitted in the trailing window"
+	p.X.Label.Text = "time (windows)"
+	p.Y.Label.Text = "admitted in the last window / limit"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+	one := plotter.NewFunction(func(float64) float64 { return 1 })
+	one.Color = color.Gray{Y: 120}
+	one.Width = vg.Points(0.5)
+	p.Add(one)
+	const steps = 2000 // samples over ten windows
+	for i, ln := range lines {
+		r := ln.r
+		w := float64(time.Second) // timelines are normalized to 1 s windows
+		pts := make(plotter.XYs, 0, steps+1)
+		var sum int64
+		lo, hi := 0, 0
+		for k := 0; k <= steps; k++ {
+			t := float64(k) * 10 * w / steps
+			for hi < len(r.Timeline) && float64(r.Timeline[hi].At) <= t {
+				sum += int64(r.Timeline[hi].N)
+				hi++
+			}
+			for lo < hi && float64(r.Timeline[lo].At) <= t-w {
+				sum -= int64(r.Timeline[lo].N)
+				lo++
+			}
+			pts = append(pts, plotter.XY{X: t / w, Y: float64(sum) / float64(r.Limit)})
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return nil, err
+		}
+		l.Color = plotutil.Color(i)
+		l.Dashes = plotutil.Dashes(i / len(plotutil.DefaultColors))
+		l.Width = vg.Points(1.2)
+		p.Add(l)
+		p.Legend.Add(strings.Join(ln.names, ", "), l)
+	}
+	p.Y.Min = 0
+	p.Y.Max = 2.6
+	return p, nil
+}
+
+// speedChart draws median ns/op per subject for the workloads ws as
+// grouped horizontal bars. It returns the number of subjects.
+func speedChart(res []SpeedResult, ws []Workload, what string) (*plot.Plot, int, error) {
+	var present []Workload
+	for _, w := range ws {
+		for _, r := range res {
+			if r.Workload.Slug == w.Slug {
+				present = append(present, w)
+				break
+			}
+		}
+	}
+	if len(present) == 0 {
+		return nil, 0, nil
+	}
+	var subjects []Subject
+	for _, s := range subjectsOf(res, func(r SpeedResult) Subject { return r.Subject }) {
+		if _, ok := find(res, s, present[0]); ok {
+			subjects = append(subjects, s)
+		}
+	}
+	// Fastest at the top: the nominal Y axis runs bottom-up.
+	first := func(s Subject) float64 { r, _ := find(res, s, present[0]); return r.Median().NsPerOp }
+	slices.SortStableFunc(subjects, func(a, b Subject) int {
+		switch fa, fb := first(a), first(b); {
+		case fa > fb:
+			return -1
+		case fa < fb:
+			return 1
+		}
+		return 0
+	})
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Allow, %s: median ns/op (lower is better; ∥ = b.RunParallel)", what)
+	p.X.Label.Text = "ns/op"
+	p.X.Min = 0
+	p.Add(plotter.NewGrid())
+	names := make([]string, len(subjects))
+	for i, s := range subjects {
+		names[i] = s.Name
+		if s.Ours {
+			names[i] = "▶ " + s.Name
+		}
+	}
+	barW := vg.Points(18 / float64(len(present)))
+	for j, w := range present {
+		vals := make(plotter.Values, len(subjects))
+		for i, s := range subjects {
+			if r, ok := find(res, s, w); ok {
+				vals[i] = r.Median().NsPerOp
+			}
+		}
+		b, err := plotter.NewBarChart(vals, barW)
+		if err != nil {
+			return nil, 0, err
+		}
+		b.Horizontal = true
+		b.LineStyle.Width = 0
+		b.Color = plotutil.Color(j)
+		b.Offset = barW * vg.Length(float64(j)-float64(len(present)-1)/2)
+		p.Add(b)
+		p.Legend.Add(w.Name, b)
+	}
+	p.Legend.Top = true
+	p.Legend.XOffs = 0
+	p.NominalY(names...)
+	// Room on the right for the legend.
+	var most float64
+	for _, r := range res {
+		if slices.ContainsFunc(present, func(w Workload) bool { return w.Slug == r.Workload.Slug }) {
+			most = max(most, r.Median().NsPerOp)
+		}
+	}
+	p.X.Max = most * 1.3
+	return p, len(subjects), nil
+}

@@ -1,0 +1,441 @@
+package benchmarks
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+// Workload is one speed benchmark, run identically on every subject that
+// supports it.
+type Workload struct {
+	Name     string // column title
+	Slug     string // benchmark name
+	Keys     int    // distinct keys cycled through; 1 is a single key
+	Parallel bool   // b.RunParallel instead of a serial loop
+	Denied   bool   // every call is denied (otherwise every call is allowed)
+}
+
+// The workloads. A single-resource subject runs the one-key workloads; a
+// keyed subject runs them on one fixed key, and the many-key ones too.
+var (
+	Allow             = Workload{Name: "allow", Slug: "allow", Keys: 1}
+	AllowPar          = Workload{Name: "allow ∥", Slug: "allow-par", Keys: 1, Parallel: true}
+	Deny              = Workload{Name: "deny", Slug: "deny", Keys: 1, Denied: true}
+	DenyPar           = Workload{Name: "deny ∥", Slug: "deny-par", Keys: 1, Parallel: true, Denied: true}
+	Keys100k          = Workload{Name: "100k keys", Slug: "keys100k", Keys: 100_000}
+	Keys100kPar       = Workload{Name: "100k keys ∥", Slug: "keys100k-par", Keys: 100_000, Parallel: true}
+	Keys1M            = Workload{Name: "1M keys", Slug: "keys1M", Keys: 1_000_000}
+	Keys1MPar         = Workload{Name: "1M keys ∥", Slug: "keys1M-par", Keys: 1_000_000, Parallel: true}
+	QuickWorkloads    = []Workload{Allow, AllowPar, Deny, DenyPar, Keys100k, Keys100kPar}
+	ThoroughWorkloads = []Workload{Allow, AllowPar, Deny, DenyPar, Keys100k, Keys100kPar, Keys1M, Keys1MPar}
+)
+
+// The limits of the speed workloads.
+//
+// Allowed, one key: a million per 10 ms, far above what two cores can
+// ask for, so every call is admitted while the limiter still does its
+// full bookkeeping (refills, window turns, log expiry).
+//
+// Allowed, many keys: a million per million seconds per key (one per
+// second, burst a million). A key is visited every few tens of
+// milliseconds, so it never fills back up between visits: every key stays
+// live, and the workload measures finding and updating the state of an
+// existing key. (With a faster refill, a key would be full again before
+// its next visit, and limiters that drop full keys to bound memory, as
+// ours do, would measure re-creating it instead.)
+//
+// Denied: one per hour, spent before timing starts.
+var (
+	allowConfig = Config{Limit: 1_000_000, Window: 10 * time.Millisecond}
+	keysConfig  = Config{Limit: 1_000_000, Window: 1_000_000 * time.Second}
+	denyConfig  = Config{Limit: 1, Window: time.Hour}
+)
+
+// warmCalls are made, untimed, before each measurement.
+const warmCalls = 10_000
+
+// Supports reports whether s runs w.
+func (w Workload) Supports(s Subject) bool {
+	switch {
+	case w.Denied && s.Blocks:
+		return false
+	case w.Keys > 1 && !s.Keyed:
+		return false
+	}
+	return true
+}
+
+var (
+	keysMu    sync.Mutex
+	keysCache = map[int][]string{}
+)
+
+// Keys returns n distinct keys, the same slice for every subject.
+func Keys(n int) []string {
+	keysMu.Lock()
+	defer keysMu.Unlock()
+	if k, ok := keysCache[n]; ok {
+		return k
+	}
+	k := make([]string, n)
+	for i := range k {
+		k[i] = "tenant-" + strconv.Itoa(i)
+	}
+	if n == 1 {
+		k[0] = "tenant-single"
+	}
+	keysCache[n] = k
+	return k
+}
+
+// Instance is a subject built and warmed up for the workloads that share
+// its key count and path (allowed or denied).
+type Instance struct {
+	Subject Subject
+	l       throttle.Limiter
+	keys    []string
+	denied  bool
+}
+
+// Prepare builds s for workloads of keys keys on the allowed or denied
+// path, and warms it up: every key is seen once, then warmCalls untimed
+// calls are made. Close the instance when done.
+func Prepare(s Subject, keys int, denied bool) (*Instance, error) {
+	c := allowConfig
+	switch {
+	case denied:
+		c = denyConfig
+	case keys > 1:
+		c = keysConfig
+	case s.SpeedConfig != nil:
+		c = s.SpeedConfig(c)
+	}
+	l, err := s.Open(c)
+	if err != nil {
+		return nil, err
+	}
+	in := &Instance{Subject: s, l: l, keys: Keys(keys), denied: denied}
+	for _, k := range in.keys {
+		if _, err := l.Allow(bg, k, 1); err != nil {
+			closeLimiter(l)
+			return nil, fmt.Errorf("%s: warm-up: %w", s.Name, err)
+		}
+	}
+	for i := range warmCalls {
+		_, _ = l.Allow(bg, in.keys[i%len(in.keys)], 1)
+	}
+	return in, nil
+}
+
+// Close releases the limiter.
+func (in *Instance) Close() { closeLimiter(in.l) }
+
+// Body returns the benchmark of w on in. It reports "miss/op": the share
+// of calls that did not take the intended path (a denial in an allowed
+// workload, an admission in a denied one, or an error).
+func (in *Instance) Body(w Workload) func(*testing.B) {
+	l, keys, want := in.l, in.keys, !in.denied
+	if !w.Parallel {
+		return func(b *testing.B) {
+			b.ReportAllocs()
+			miss, i := 0, 0
+			for b.Loop() {
+				d, err := l.Allow(bg, keys[i], 1)
+				if d.Allowed != want || err != nil {
+					miss++
+				}
+				if i++; i == len(keys) {
+					i = 0
+				}
+			}
+			b.ReportMetric(float64(miss)/float64(b.N), "miss/op")
+		}
+	}
+	return func(b *testing.B) {
+		b.ReportAllocs()
+		var misses, worker atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			// Each goroutine starts at its own place in the key cycle.
+			i := int(worker.Add(1)*7919) % len(keys)
+			miss := int64(0)
+			for pb.Next() {
+				d, err := l.Allow(bg, keys[i], 1)
+				if d.Allowed != want || err != nil {
+					miss++
+				}
+				if i++; i == len(keys) {
+					i = 0
+				}
+			}
+			misses.Add(miss)
+		})
+		b.ReportMetric(float64(misses.Load())/float64(b.N), "miss/op")
+	}
+}
+
+// Sample is one measurement of one case.
+type Sample struct {
+	N           int
+	NsPerOp     float64
+	BytesPerOp  float64
+	AllocsPerOp float64
+	MissPerOp   float64
+}
+
+// SpeedResult holds the samples of one subject on one workload.
+type SpeedResult struct {
+	Subject  Subject
+	Workload Workload
+	Samples  []Sample // one per round, in round order
+}
+
+// Median returns the median of each measure over the samples.
+func (r SpeedResult) Median() Sample {
+	pick := func(f func(Sample) float64) float64 {
+		v := make([]float64, len(r.Samples))
+		for i, s := range r.Samples {
+			v[i] = f(s)
+		}
+		return median(v)
+	}
+	return Sample{
+		NsPerOp:     pick(func(s Sample) float64 { return s.NsPerOp }),
+		BytesPerOp:  pick(func(s Sample) float64 { return s.BytesPerOp }),
+		AllocsPerOp: pick(func(s Sample) float64 { return s.AllocsPerOp }),
+		MissPerOp:   pick(func(s Sample) float64 { return s.MissPerOp }),
+	}
+}
+
+// Spread returns the smallest and largest ns/op of the samples.
+func (r SpeedResult) Spread() (lo, hi float64) {
+	for i, s := range r.Samples {
+		if i == 0 || s.NsPerOp < lo {
+			lo = s.NsPerOp
+		}
+		if i == 0 || s.NsPerOp > hi {
+			hi = s.NsPerOp
+		}
+	}
+	return lo, hi
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// SpeedOptions configures RunSpeed.
+type SpeedOptions struct {
+	Subjects  []Subject
+	Workloads []Workload
+	Count     int           // rounds; every case is measured once per round
+	BenchTime time.Duration // target duration of one measurement
+	Progress  io.Writer     // optional
+}
+
+// RunSpeed measures every supported (workload, subject) pair Count times.
+//
+// Workloads that share a key count and a path (allowed or denied) share
+// one warmed-up instance per subject. On a single key the rounds are
+// interleaved: round i measures every case once before round i+1 starts,
+// so drift of a noisy machine spreads over all subjects alike and ratios
+// taken within a round (Guard) compare like with like. With many keys
+// one subject is measured at a time, all its rounds in a row, so that
+// only one large key map is alive: the testing package collects garbage
+// before every measurement, and a dozen live maps of a million keys
+// would make that the cost being measured.
+func RunSpeed(o SpeedOptions) ([]SpeedResult, error) {
+	testing.Init()
+	if f := flag.Lookup("test.benchtime"); f != nil && o.BenchTime > 0 {
+		if err := f.Value.Set(o.BenchTime.String()); err != nil {
+			return nil, err
+		}
+	}
+	type group struct {
+		keys   int
+		denied bool
+	}
+	var groups []group
+	var res []SpeedResult
+	for _, w := range o.Workloads {
+		if g := (group{w.Keys, w.Denied}); !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+		for _, s := range o.Subjects {
+			if w.Supports(s) {
+				res = append(res, SpeedResult{Subject: s, Workload: w})
+			}
+		}
+	}
+	count := max(o.Count, 1)
+	measure := func(r *SpeedResult, in *Instance) {
+		br := testing.Benchmark(in.Body(r.Workload))
+		r.Samples = append(r.Samples, Sample{
+			N:           br.N,
+			NsPerOp:     float64(br.T.Nanoseconds()) / float64(max(br.N, 1)),
+			BytesPerOp:  float64(br.AllocedBytesPerOp()),
+			AllocsPerOp: float64(br.AllocsPerOp()),
+			MissPerOp:   br.Extra["miss/op"],
+		})
+	}
+	for _, g := range groups {
+		start := time.Now()
+		var idx []int // results of this group
+		for i, r := range res {
+			if r.Workload.Keys == g.keys && r.Workload.Denied == g.denied {
+				idx = append(idx, i)
+			}
+		}
+		if g.keys == 1 {
+			inst := map[string]*Instance{}
+			closeAll := func() {
+				for _, in := range inst {
+					in.Close()
+				}
+			}
+			for _, i := range idx {
+				s := res[i].Subject
+				if inst[s.Name] != nil {
+					continue
+				}
+				in, err := Prepare(s, g.keys, g.denied)
+				if err != nil {
+					closeAll()
+					return nil, err
+				}
+				inst[s.Name] = in
+			}
+			for range count {
+				for _, i := range idx {
+					measure(&res[i], inst[res[i].Subject.Name])
+				}
+			}
+			closeAll()
+		} else {
+			for _, s := range o.Subjects {
+				var mine []int
+				for _, i := range idx {
+					if res[i].Subject.Name == s.Name {
+						mine = append(mine, i)
+					}
+				}
+				if len(mine) == 0 {
+					continue
+				}
+				in, err := Prepare(s, g.keys, g.denied)
+				if err != nil {
+					return nil, err
+				}
+				for range count {
+					for _, i := range mine {
+						measure(&res[i], in)
+					}
+				}
+				in.Close()
+				runtime.GC()
+			}
+		}
+		if o.Progress != nil {
+			path := "allowed"
+			if g.denied {
+				path = "denied"
+			}
+			fmt.Fprintf(o.Progress, "speed: %d key(s), %s path: %d rounds in %v\n", g.keys, path, count, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	return res, nil
+}
+
+// Slug turns a subject name into a benchmark name element.
+func Slug(name string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(name) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
+}
+
+// WriteBenchFormat writes every sample in the Go benchmark format, one
+// line per sample, so that benchstat can read the file.
+func WriteBenchFormat(w io.Writer, res []SpeedResult, procs int) error {
+	for _, r := range res {
+		for _, s := range r.Samples {
+			_, err := fmt.Fprintf(w, "BenchmarkSpeed/%s/%s-%d\t%d\t%.2f ns/op\t%.0f B/op\t%.0f allocs/op\t%.4g miss/op\n",
+				r.Workload.Slug, Slug(r.Subject.Name), procs, s.N, s.NsPerOp, s.BytesPerOp, s.AllocsPerOp, s.MissPerOp)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// GuardResult compares one of our subjects with x/time/rate on one
+// workload of the same run.
+type GuardResult struct {
+	Subject  string
+	Workload string
+	Ratio    float64 // median over rounds of ours/x/time/rate ns/op
+	Ours     float64 // median ns/op
+	Peer     float64 // median ns/op of x/time/rate
+	Fail     bool
+}
+
+// Guard checks that every one of our subjects is no slower than
+// x/time/rate on the serial single-key workloads (allow and deny): the
+// ratio of ns/op is taken within each round, and its median over rounds
+// must not exceed maxRatio.
+func Guard(res []SpeedResult, maxRatio float64) []GuardResult {
+	const peer = "x/time/rate"
+	var out []GuardResult
+	for _, w := range []Workload{Allow, Deny} {
+		var base *SpeedResult
+		for i := range res {
+			if res[i].Workload.Slug == w.Slug && res[i].Subject.Name == peer {
+				base = &res[i]
+			}
+		}
+		if base == nil {
+			continue
+		}
+		for _, r := range res {
+			if !r.Subject.Ours || r.Workload.Slug != w.Slug {
+				continue
+			}
+			var ratios []float64
+			for i := range min(len(r.Samples), len(base.Samples)) {
+				ratios = append(ratios, r.Samples[i].NsPerOp/base.Samples[i].NsPerOp)
+			}
+			g := GuardResult{
+				Subject: r.Subject.Name, Workload: w.Name,
+				Ratio: median(ratios), Ours: r.Median().NsPerOp, Peer: base.Median().NsPerOp,
+			}
+			g.Fail = g.Ratio > maxRatio
+			out = append(out, g)
+		}
+	}
+	return out
+}
