@@ -26,6 +26,8 @@ type Bucket struct {
 	*core
 	cfg   *gcra.Config
 	lease *leaser
+	tau   any // cfg.Tau and cfg.Interval, boxed once
+	cost1 any
 }
 
 var (
@@ -64,7 +66,7 @@ func newBucket(client redis.UniversalClient, alg string, rate throttle.Rate, bur
 	if err != nil {
 		return nil, err
 	}
-	b := &Bucket{core: c, cfg: cfg}
+	b := &Bucket{core: c, cfg: cfg, tau: cfg.Tau, cost1: cfg.Interval}
 	if err := b.initLease(conf); err != nil {
 		return nil, err
 	}
@@ -80,17 +82,21 @@ func (b *Bucket) Allow(ctx context.Context, key string, n int) (throttle.Decisio
 		return b.lease.allow(ctx, key, n)
 	}
 	cost := int64(n) * b.cfg.Interval
-	r, err := b.take(ctx, key, cost, b.cfg.Tau)
+	r, err := b.take(ctx, key, cost, b.tau, "0")
 	if err != nil {
 		return b.fail(ctx, key, n, err)
 	}
 	return b.cfg.Decision(0, integer(r[1]), cost, integer(r[0]) == 1), nil
 }
 
-func (b *Bucket) take(ctx context.Context, key string, cost, limit int64) ([]any, error) {
+func (b *Bucket) take(ctx context.Context, key string, cost int64, limit any, booking string) ([]any, error) {
 	ref, mode := b.now()
 	var buf [8]any
-	args := append(b.common(buf[:0], ref, mode), cost, limit)
+	var c any = cost
+	if cost == b.cfg.Interval {
+		c = b.cost1 // boxed once
+	}
+	args := append(b.common(buf[:0], ref, mode), c, limit, booking)
 	return b.run(ctx, gcraScript, []string{b.prefix + key}, args)
 }
 
@@ -110,7 +116,7 @@ func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Du
 	}
 	cost := int64(n) * b.cfg.Interval
 	limit := b.cfg.Limit(maxWait)
-	r, err := b.take(ctx, key, cost, limit)
+	r, err := b.take(ctx, key, cost, limit, "1")
 	if err != nil {
 		if b.policy == FailOpen && errorsIsUnavailable(err) {
 			return throttle.NewReservation(0, b.limit, nil), nil

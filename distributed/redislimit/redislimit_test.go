@@ -38,7 +38,14 @@ func uniquePrefix() string {
 	return fmt.Sprintf("test:%d:%d:", time.Now().UnixNano(), prefixSeq.Add(1))
 }
 
-func vclock(clk *throttletest.Clock) Option { return WithOptions(throttle.WithClock(clk)) }
+// vclock injects virtual time, with a timeout generous enough for a
+// loaded machine (fault tests set their own).
+func vclock(clk *throttletest.Clock) Option {
+	return func(c *config) {
+		WithOptions(throttle.WithClock(clk))(c)
+		WithTimeout(5 * time.Second)(c)
+	}
+}
 
 func TestTokenBucketSuite(t *testing.T) {
 	srv := redistest.Start(t)
@@ -60,7 +67,7 @@ func TestTokenBucketSuite(t *testing.T) {
 func TestEveryServerTime(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv)
-	l, err := NewEvery(c, time.Hour, WithPrefix(uniquePrefix()))
+	l, err := NewEvery(c, time.Hour, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

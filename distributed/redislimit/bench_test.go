@@ -1,0 +1,175 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/redistest"
+)
+
+// benchGoroutines are the concurrency levels of the comparison.
+var benchGoroutines = []int{1, 8, 64}
+
+// runLatency calls op b.N times from g goroutines and reports ops/s and
+// the p50 and p99 latency of one call.
+func runLatency(b *testing.B, g int, op func(ctx context.Context, i int) error) {
+	b.Helper()
+	ctx := context.Background()
+	var next atomic.Int64
+	lat := make([][]time.Duration, g)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	for w := range g {
+		wg.Go(func() {
+			mine := make([]time.Duration, 0, b.N/g+1)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					break
+				}
+				t0 := time.Now()
+				if err := op(ctx, i); err != nil {
+					failed.Store(err)
+					break
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			lat[w] = mine
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)/2].Nanoseconds()), "p50-ns")
+		b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds()), "p99-ns")
+	}
+	b.ReportMetric(float64(b.N)/el.Seconds(), "ops/s")
+}
+
+func benchClient(b *testing.B) *redis.Client {
+	srv := redistest.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 128})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+var benchKeys = func() []string {
+	k := make([]string, 256)
+	for i := range k {
+		k[i] = fmt.Sprintf("user:%d", i)
+	}
+	return k
+}()
+
+// BenchmarkPerDecision compares one decision per round trip: this
+// package's token bucket, go-redis/redis_rate (AllowN, also GCRA), and the
+// floor, a bare EVALSHA returning 1, all on the same client.
+func BenchmarkPerDecision(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	tb, err := NewTokenBucket(c, throttle.PerSecond(1_000_000), 1_000_000, WithPrefix(uniquePrefix()), WithTimeout(time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rr := redis_rate.NewLimiter(c)
+	rrLimit := redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
+	floor := redis.NewScript("return 1")
+	if err := floor.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	for _, g := range benchGoroutines {
+		b.Run(fmt.Sprintf("redislimit/g=%d", g), func(b *testing.B) {
+			defer serverCost(b, c)()
+			runLatency(b, g, func(ctx context.Context, i int) error {
+				_, err := tb.Allow(ctx, benchKeys[i&255], 1)
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("redis_rate/g=%d", g), func(b *testing.B) {
+			defer serverCost(b, c)()
+			runLatency(b, g, func(ctx context.Context, i int) error {
+				_, err := rr.AllowN(ctx, benchKeys[i&255], rrLimit, 1)
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("evalsha/g=%d", g), func(b *testing.B) {
+			defer serverCost(b, c)()
+			keys := []string{"floor"}
+			runLatency(b, g, func(ctx context.Context, i int) error {
+				return floor.EvalSha(ctx, c, keys).Err()
+			})
+		})
+	}
+}
+
+// BenchmarkAlgorithms measures one decision of each algorithm at 8
+// goroutines.
+func BenchmarkAlgorithms(b *testing.B) {
+	c := benchClient(b)
+	mk := map[string]func() (throttle.Limiter, error){
+		"tokenbucket": func() (throttle.Limiter, error) {
+			return NewTokenBucket(c, throttle.PerSecond(1_000_000), 1_000_000, WithPrefix(uniquePrefix()))
+		},
+		"fixedwindow": func() (throttle.Limiter, error) {
+			return NewFixedWindow(c, 1_000_000, time.Second, WithPrefix(uniquePrefix()))
+		},
+		"slidinglog": func() (throttle.Limiter, error) {
+			return NewSlidingLog(c, 1_000, time.Second, WithPrefix(uniquePrefix()))
+		},
+	}
+	for _, name := range []string{"tokenbucket", "fixedwindow", "slidinglog"} {
+		l, err := mk[name]()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			runLatency(b, 8, func(ctx context.Context, i int) error {
+				_, err := l.Allow(ctx, benchKeys[i&255], 1)
+				return err
+			})
+		})
+	}
+}
+
+// serverCost resets the server's command statistics and returns a
+// function that reports the server time spent per EVALSHA.
+func serverCost(b *testing.B, c *redis.Client) func() {
+	ctx := context.Background()
+	c.ConfigResetStat(ctx)
+	return func() {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if !strings.HasPrefix(line, "cmdstat_evalsha:") {
+				continue
+			}
+			for _, f := range strings.Split(strings.TrimSpace(line[len("cmdstat_evalsha:"):]), ",") {
+				if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+					var x float64
+					fmt.Sscan(v, &x)
+					b.ReportMetric(x*1000, "server-ns/op")
+				}
+			}
+		}
+	}
+}
