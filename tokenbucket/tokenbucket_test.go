@@ -372,3 +372,27 @@ func TestDecisionFields(t *testing.T) {
 		t.Fatalf("AllowN(6) = %+v", d)
 	}
 }
+
+func TestSweeperStopsOnClose(t *testing.T) {
+	clk := throttletest.NewClock()
+	l, err := tokenbucket.New(throttle.PerSecond(10), 2, throttle.WithClock(clk), throttle.WithSweepInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Allow(bg, "a", 1)
+	if l.Len() != 1 {
+		t.Fatalf("Len = %d", l.Len())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(bg, "a", 1); !errors.Is(err, throttle.ErrClosed) {
+		t.Fatalf("Allow after Close: %v", err)
+	}
+	if _, err := l.Reserve(bg, "a", 1, 0); !errors.Is(err, throttle.ErrClosed) {
+		t.Fatalf("Reserve after Close: %v", err)
+	}
+	if err := l.Debit("a", 1); !errors.Is(err, throttle.ErrClosed) {
+		t.Fatalf("Debit after Close: %v", err)
+	}
+}
