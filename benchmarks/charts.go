@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"fmt"
 	"image/color"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Chart file names written by WriteCharts.
@@ -28,7 +31,7 @@ func WriteCharts(dir string, speed []SpeedResult, acc []AccuracyResult) ([]strin
 		return nil, err
 	} else if p != nil {
 		f := filepath.Join(dir, ChartBoundary)
-		if err := p.Save(9*vg.Inch, 5*vg.Inch, f); err != nil {
+		if err := save(p, 9*vg.Inch, 5.5*vg.Inch, f); err != nil {
 			return nil, err
 		}
 		files = append(files, f)
@@ -49,12 +52,49 @@ func WriteCharts(dir string, speed []SpeedResult, acc []AccuracyResult) ([]strin
 			continue
 		}
 		f := filepath.Join(dir, c.file)
-		if err := p.Save(9*vg.Inch, vg.Length(1.6+0.32*float64(n))*vg.Inch, f); err != nil {
+		if err := save(p, 9*vg.Inch, vg.Length(1.6+0.32*float64(n))*vg.Inch, f); err != nil {
 			return nil, err
 		}
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// save writes p as SVG with a margin, so that labels still fit when the
+// viewer substitutes a wider font.
+func save(p *plot.Plot, w, h vg.Length, file string) error {
+	c := vgsvg.New(w, h)
+	m := 0.25 * vg.Inch
+	p.Draw(draw.Crop(draw.New(c), m, -m/2, m/4, -m/4))
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// wrap breaks a comma-separated list into lines of about n characters.
+func wrap(s string, n int) string {
+	var b strings.Builder
+	line := 0
+	for i, part := range strings.Split(s, ", ") {
+		if i > 0 {
+			if line+2+len(part) > n {
+				b.WriteString(",\n")
+				line = 0
+			} else {
+				b.WriteString(", ")
+				line += 2
+			}
+		}
+		b.WriteString(part)
+		line += len(part)
+	}
+	return b.String()
 }
 
 // boundaryChart plots, for every subject that ran the boundary attack,
@@ -125,10 +165,10 @@ func boundaryChart(acc []AccuracyResult) (*plot.Plot, error) {
 		l.Dashes = plotutil.Dashes(i / len(plotutil.DefaultColors))
 		l.Width = vg.Points(1.2)
 		p.Add(l)
-		p.Legend.Add(strings.Join(ln.names, ", "), l)
+		p.Legend.Add(wrap(strings.Join(ln.names, ", "), 70), l)
 	}
 	p.Y.Min = 0
-	p.Y.Max = 2.6
+	p.Y.Max = 3
 	return p, nil
 }
 

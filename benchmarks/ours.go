@@ -1,9 +1,11 @@
 package benchmarks
 
 import (
+	"context"
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/slidinglog"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
@@ -13,6 +15,9 @@ import (
 var ours = []Subject{
 	{Name: "tokenbucket.Bucket", Ours: true, Algo: "token bucket (GCRA)", VirtualTime: true, Weighted: true, New: rateBurst(tokenbucket.NewBucket)},
 	{Name: "tokenbucket.Limiter", Ours: true, Algo: "token bucket (GCRA)", Keyed: true, VirtualTime: true, Weighted: true, New: rateBurst(tokenbucket.New)},
+	{Name: "leakybucket.Bucket", Ours: true, Algo: "leaky bucket (meter)", VirtualTime: true, Weighted: true, New: rateBurst(leakybucket.NewBucket)},
+	{Name: "leakybucket.Limiter", Ours: true, Algo: "leaky bucket (meter)", Keyed: true, VirtualTime: true, Weighted: true, New: rateBurst(leakybucket.New)},
+	{Name: "leakybucket.Pacer", Ours: true, Algo: "leaky bucket (pacer)", Blocks: true, Note: "Take waits for its slot, like uber/ratelimit; built with uber's default slack of 10 and an unbounded queue", New: newPacer},
 	{Name: "slidinglog.Log", Ours: true, Algo: "sliding log", VirtualTime: true, Weighted: true, New: limitWindow(slidinglog.NewLog)},
 	{Name: "slidinglog.Limiter", Ours: true, Algo: "sliding log", Keyed: true, VirtualTime: true, Weighted: true, New: limitWindow(slidinglog.New)},
 }
@@ -46,4 +51,27 @@ func limitWindow[T throttle.Limiter](f func(int, time.Duration, ...throttle.Opti
 		}
 		return l, nil
 	}
+}
+
+// pacer adapts leakybucket.Pacer: Allow waits for the slot.
+type pacer struct {
+	p     *leakybucket.Pacer
+	limit int
+}
+
+func newPacer(c Config) (throttle.Limiter, error) {
+	p, err := leakybucket.NewPacer(c.Rate(), 10, leakybucket.Unbounded, options(c)...)
+	if err != nil {
+		return nil, err
+	}
+	return &pacer{p: p, limit: c.Limit}, nil
+}
+
+func (p *pacer) Allow(ctx context.Context, _ string, n int) (throttle.Decision, error) {
+	for range n {
+		if err := p.p.Take(ctx); err != nil {
+			return throttle.Decision{}, err
+		}
+	}
+	return allowed(true, p.limit), nil
 }

@@ -109,8 +109,8 @@ type Instance struct {
 }
 
 // Prepare builds s for workloads of keys keys on the allowed or denied
-// path, and warms it up: every key is seen once, then warmCalls untimed
-// calls are made. Close the instance when done.
+// path, and warms it up: every key is seen once, then untimed calls are
+// made (see below). Close the instance when done.
 func Prepare(s Subject, keys int, denied bool) (*Instance, error) {
 	c := allowConfig
 	switch {
@@ -132,7 +132,14 @@ func Prepare(s Subject, keys int, denied bool) (*Instance, error) {
 			return nil, fmt.Errorf("%s: warm-up: %w", s.Name, err)
 		}
 	}
-	for i := range warmCalls {
+	// At least warmCalls calls, and on one key at least two windows of
+	// calls, so that per-key state (a sliding log's ring) is at its
+	// working size before timing starts.
+	warmUntil := time.Now()
+	if keys == 1 && c.Window <= time.Second {
+		warmUntil = warmUntil.Add(2 * c.Window)
+	}
+	for i := 0; i < warmCalls || time.Now().Before(warmUntil); i++ {
 		_, _ = l.Allow(bg, in.keys[i%len(in.keys)], 1)
 	}
 	return in, nil
