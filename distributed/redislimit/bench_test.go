@@ -173,3 +173,43 @@ func serverCost(b *testing.B, c *redis.Client) func() {
 		}
 	}
 }
+
+// BenchmarkLeasing is the token-leasing mode at 64 goroutines, beside
+// redis_rate at the same concurrency: decisions per second, and the units
+// admitted over the bucket's bound (burst + rate·elapsed), which must stay
+// at most 1.01.
+func BenchmarkLeasing(b *testing.B) {
+	c := benchClient(b)
+	rate, burst := throttle.PerSecond(100_000), 1000
+	for _, maxBatch := range []int{64, 512} {
+		b.Run(fmt.Sprintf("redislimit-lease%d/g=64", maxBatch), func(b *testing.B) {
+			l, err := NewTokenBucket(c, rate, burst, WithPrefix(uniquePrefix()), WithTimeout(time.Second),
+				WithLeasing(maxBatch, 100*time.Millisecond))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			var admitted atomic.Int64
+			start := time.Now()
+			runLatency(b, 64, func(ctx context.Context, i int) error {
+				d, err := l.Allow(ctx, "api", 1)
+				if d.Allowed {
+					admitted.Add(1)
+				}
+				return err
+			})
+			el := time.Since(start)
+			b.ReportMetric(float64(admitted.Load())/float64(int64(burst)+rate.Events(el)), "admitted/limit")
+			b.ReportMetric(float64(l.RoundTrips())/float64(b.N), "trips/op")
+		})
+	}
+	rr := redis_rate.NewLimiter(c)
+	rrLimit := redis_rate.Limit{Rate: 100_000, Burst: 1000, Period: time.Second}
+	key := uniquePrefix()
+	b.Run("redis_rate/g=64", func(b *testing.B) {
+		runLatency(b, 64, func(ctx context.Context, i int) error {
+			_, err := rr.AllowN(ctx, key, rrLimit, 1)
+			return err
+		})
+	})
+}

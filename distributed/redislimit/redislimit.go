@@ -185,6 +185,8 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 		return nil, nil, fmt.Errorf("%w: WithFallback(nil)", throttle.ErrInvalid)
 	case cfg.failures < 0 || (cfg.failures > 0 && cfg.cooldown <= 0):
 		return nil, nil, fmt.Errorf("%w: WithBreaker(%d, %v)", throttle.ErrInvalid, cfg.failures, cfg.cooldown)
+	case cfg.lease != nil && alg != "tb":
+		return nil, nil, fmt.Errorf("%w: WithLeasing applies to token buckets only", throttle.ErrInvalid)
 	case strings.ContainsAny(alg, "{}"):
 		return nil, nil, fmt.Errorf("%w: algorithm name %q", throttle.ErrInvalid, alg)
 	}

@@ -28,6 +28,7 @@ func script(name string) *redis.Script {
 var (
 	gcraScript        = script("gcra")
 	refundScript      = script("gcra_refund")
+	leaseScript       = script("gcra_lease")
 	fixedWindowScript = script("fixedwindow")
 	slidingLogScript  = script("slidinglog")
 	concurrencyScript = script("concurrency")
