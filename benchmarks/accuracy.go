@@ -19,6 +19,10 @@ type Arrival struct {
 	At  time.Duration
 	Key int
 	N   int
+	// Skew makes the limiter's clock read At-Skew for this call: a
+	// goroutine that read the clock and was then preempted before it
+	// decided. Only virtual-time runs apply it.
+	Skew time.Duration
 }
 
 // Trace is a sequence of requests offered to a limiter of Limit units per
@@ -115,6 +119,21 @@ func Traces(limit int, window time.Duration) []Trace {
 	}
 	ts = append(ts, t)
 
+	// Stale clock reads: four times the rate, and one call in five decides
+	// with a clock read up to a hundredth of a window old (10 ms for a 1 s
+	// window: the time slice after which Go's scheduler preempts a
+	// goroutine, which can happen between reading the clock and deciding).
+	t = Trace{Name: "stale reads", Desc: "4× the rate; 1 call in 5 uses a clock read up to W/100 old", Limit: L, Window: W, Keys: 1}
+	sgap := W / time.Duration(4*L)
+	for at := time.Duration(0); at < span; at += sgap {
+		a := Arrival{At: at, N: 1}
+		if r.IntN(5) == 0 {
+			a.Skew = min(at, time.Duration(r.Int64N(int64(W/100))))
+		}
+		t.Arrivals = append(t.Arrivals, a)
+	}
+	ts = append(ts, t)
+
 	// Recovery: 2·limit at once, then a poll every W/1000 for three windows.
 	t = Trace{Name: "burst+poll", Desc: "2×limit at once, then one request every W/1000 for 3 windows", Limit: L, Window: W, Keys: 1, Recovery: true}
 	for range 2 * L {
@@ -196,7 +215,7 @@ func RunVirtual(s Subject, t Trace) (AccuracyResult, error) {
 	keys := keyNames(t.Keys)
 	calls := make([]call, 0, len(t.Arrivals))
 	for _, a := range t.Arrivals {
-		clk.Set(throttletest.Epoch.Add(a.At))
+		clk.Set(throttletest.Epoch.Add(a.At - a.Skew))
 		d, err := l.Allow(bg, keys[a.Key], a.N)
 		calls = append(calls, call{at: a.At, key: a.Key, n: a.N, ok: d.Allowed && err == nil, err: err != nil})
 	}

@@ -34,12 +34,13 @@ var peers = []Subject{
 	{
 		Name: "x/time/rate", Algo: "token bucket",
 		VirtualTime: true, Weighted: true,
-		New: newXRate,
+		Note: "float tokens; a call whose clock read is older than the last one moves the limiter's clock back and earns that time again (stale reads trace)",
+		New:  newXRate,
 	},
 	{
 		Name: "x/time/rate+sync.Map", Algo: "token bucket",
 		Keyed: true, VirtualTime: true, Weighted: true,
-		Note: "one rate.Limiter per key in a sync.Map (the usual do-it-yourself keyed limiter; never forgets a key)",
+		Note: "one rate.Limiter per key in a sync.Map (the usual do-it-yourself keyed limiter); never forgets a key",
 		New:  newXRateKeyed,
 	},
 	{
