@@ -41,6 +41,15 @@ func NewTokenBucket(client redis.UniversalClient, rate throttle.Rate, burst int,
 	return newBucket(client, "tb", rate, burst, opts)
 }
 
+// NewLeakyBucket returns the leaky bucket meter of leakybucket.New, shared
+// through Redis: a bucket of capacity units drains at rate, and a request
+// is admitted if it fits. It is the same algorithm as the token bucket
+// (the level is capacity minus the tokens), with keys of its own. Errors
+// wrap throttle.ErrInvalid.
+func NewLeakyBucket(client redis.UniversalClient, rate throttle.Rate, capacity int, opts ...Option) (*Bucket, error) {
+	return newBucket(client, "lb", rate, capacity, opts)
+}
+
 // NewEvery returns the limiter of "at most once every d" shared by every
 // process: permits at least d apart, no burst. Use Reserve (or
 // throttle.Wait, which reserves) to book the next free permit and wait

@@ -10,6 +10,7 @@ import (
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/slidinglog"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -132,6 +133,57 @@ func TestDifferentialConcurrency(t *testing.T) {
 		}
 		if got.Allowed {
 			held[key] += n
+		}
+	}
+}
+
+func TestDifferentialLeakyBucket(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	differential(t, 4, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
+		l, err := leakybucket.New(throttle.PerSecond(7), 4, throttle.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := NewLeakyBucket(c, throttle.PerSecond(7), 4, vclock(clk), WithPrefix(uniquePrefix()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, r
+	})
+}
+
+// TestDifferentialReserve compares reservations (the "once every d"
+// optimistic mode) with the local token bucket, including Cancel.
+func TestDifferentialReserve(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	ctx := context.Background()
+	clk := throttletest.NewClock()
+	local, err := tokenbucket.New(throttle.Every(time.Second), 1, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := NewEvery(c, time.Second, vclock(clk), WithPrefix(uniquePrefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	var lres, rres []throttle.Reservation
+	for i := range 500 {
+		clk.Advance(time.Duration(rng.Int64N(int64(700 * time.Millisecond))))
+		if len(lres) > 0 && rng.IntN(4) == 0 {
+			j := rng.IntN(len(lres))
+			lres[j].Cancel()
+			rres[j].Cancel()
+			continue
+		}
+		maxWait := time.Duration(rng.Int64N(int64(5 * time.Second)))
+		want, err1 := local.Reserve(ctx, "api", 1, maxWait)
+		got, err2 := shared.Reserve(ctx, "api", 1, maxWait)
+		if err1 != nil || err2 != nil || want.OK != got.OK || want.Delay != got.Delay || want.Limit != got.Limit {
+			t.Fatalf("step %d maxWait %v: local %+v %v, redis %+v %v", i, maxWait, want, err1, got, err2)
+		}
+		if got.OK {
+			lres, rres = append(lres, want), append(rres, got)
 		}
 	}
 }

@@ -185,7 +185,7 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 		return nil, nil, fmt.Errorf("%w: WithFallback(nil)", throttle.ErrInvalid)
 	case cfg.failures < 0 || (cfg.failures > 0 && cfg.cooldown <= 0):
 		return nil, nil, fmt.Errorf("%w: WithBreaker(%d, %v)", throttle.ErrInvalid, cfg.failures, cfg.cooldown)
-	case cfg.lease != nil && alg != "tb":
+	case cfg.lease != nil && alg != "tb" && alg != "lb":
 		return nil, nil, fmt.Errorf("%w: WithLeasing applies to token buckets only", throttle.ErrInvalid)
 	case strings.ContainsAny(alg, "{}"):
 		return nil, nil, fmt.Errorf("%w: algorithm name %q", throttle.ErrInvalid, alg)

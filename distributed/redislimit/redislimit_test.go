@@ -199,3 +199,19 @@ func TestConcurrencyLeases(t *testing.T) {
 		t.Fatalf("Extend after the leases ran out = %d, %v (held %d); want 0", n, err, alive.Held("db"))
 	}
 }
+
+func TestLeakyBucketSuite(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	rate, capacity := throttle.PerSecond(3), 4
+	throttletest.Run(t, throttletest.Suite{
+		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+			l, err := NewLeakyBucket(c, rate, capacity, vclock(clk), WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		Limit: capacity,
+		Bound: func(d time.Duration) int64 { return int64(capacity) + rate.Events(d) },
+	})
+}
