@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	rlsw "github.com/RussellLuo/slidingwindow"
 	"github.com/go-chi/httprate"
 	jujurate "github.com/juju/ratelimit"
 	"github.com/sethvargo/go-limiter/memorystore"
@@ -74,6 +75,12 @@ var peers = []Subject{
 		Keyed: true, Weighted: true,
 		Note: "window starts at the key's first request after the last one expired; every call is counted, denied ones too (n included)",
 		New:  newUlule,
+	},
+	{
+		Name: "RussellLuo/slidingwindow", Algo: "sliding window counter",
+		VirtualTime: true, Weighted: true,
+		Note: "windows aligned to multiples of the window since the zero time; one mutex",
+		New:  newRLSlidingWindow,
 	},
 	{
 		Name: "go-chi/httprate", Algo: "sliding window counter",
@@ -256,6 +263,30 @@ func (u *ululeLimiter) Allow(ctx context.Context, key string, n int) (throttle.D
 	}
 	return allowed(err == nil && !lc.Reached, u.limit), err
 }
+
+// --- github.com/RussellLuo/slidingwindow
+
+type rlSlidingWindow struct {
+	l     *rlsw.Limiter
+	stop  rlsw.StopFunc
+	clock throttle.Clock
+	limit int
+}
+
+func newRLSlidingWindow(c Config) (throttle.Limiter, error) {
+	l, stop := rlsw.NewLimiter(c.Window, int64(c.Limit), func() (rlsw.Window, rlsw.StopFunc) { return rlsw.NewLocalWindow() })
+	return &rlSlidingWindow{l: l, stop: stop, clock: c.Clock, limit: c.Limit}, nil
+}
+
+func (r *rlSlidingWindow) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
+	now := time.Now()
+	if r.clock != nil {
+		now = r.clock.Now()
+	}
+	return allowed(r.l.AllowN(now, int64(n)), r.limit), nil
+}
+
+func (r *rlSlidingWindow) Close() { r.stop() }
 
 // --- github.com/go-chi/httprate
 
