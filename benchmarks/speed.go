@@ -171,6 +171,7 @@ func (in *Instance) Body(w Workload) func(*testing.B) {
 	}
 	return func(b *testing.B) {
 		b.ReportAllocs()
+		b.ResetTimer() // exclude the caller's setup, as b.Loop does
 		var misses, worker atomic.Int64
 		b.RunParallel(func(pb *testing.PB) {
 			// Each goroutine starts at its own place in the key cycle.
