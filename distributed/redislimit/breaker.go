@@ -69,12 +69,6 @@ func (b *breaker) release() {
 	}
 }
 
-// open reports whether the breaker currently rejects calls.
-func (b *breaker) open() bool {
-	u := b.openUntil.Load()
-	return u != 0 && mono() < u
-}
-
 // retryAfter is the hint returned with a failed call: the rest of the
 // cooldown while open, else nothing.
 func (b *breaker) retryAfter() time.Duration {

@@ -27,7 +27,7 @@ const (
 
 // call runs Allow and fails the test if it took longer than the timeout
 // plus slack.
-func call(t *testing.T, l throttle.Limiter, key string) (throttle.Decision, error, time.Duration) {
+func call(t *testing.T, l throttle.Limiter, key string) (throttle.Decision, time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	d, err := l.Allow(context.Background(), key, 1)
@@ -35,7 +35,7 @@ func call(t *testing.T, l throttle.Limiter, key string) (throttle.Decision, erro
 	if el > faultTimeout+latencySlack {
 		t.Fatalf("Allow took %v, beyond the %v timeout (+%v slack)", el, faultTimeout, latencySlack)
 	}
-	return d, err, el
+	return d, el, err
 }
 
 // waitHealthy calls until a call succeeds (after the breaker's cooldown),
@@ -44,7 +44,7 @@ func waitHealthy(t *testing.T, l throttle.Limiter, key string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err, _ := call(t, l, key); err == nil {
+		if _, _, err := call(t, l, key); err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -66,13 +66,13 @@ func TestFaultKillRestart(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			if _, err, _ := call(t, l, "k"); err != nil {
+			if _, _, err := call(t, l, "k"); err != nil {
 				t.Fatal(err)
 			}
 			srv.Kill()
 			var fast int
 			for i := range 50 {
-				d, err, el := call(t, l, "k")
+				d, el, err := call(t, l, "k")
 				switch policy {
 				case FailClosed:
 					if !errors.Is(err, throttle.ErrUnavailable) || d.Allowed {
@@ -132,7 +132,7 @@ func TestFaultClientPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err, _ := call(t, l, "k"); err != nil {
+	if _, _, err := call(t, l, "k"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := redistest.Do(srv.Addr, time.Second, "CLIENT", "PAUSE", "600", "ALL"); err != nil {
@@ -141,7 +141,7 @@ func TestFaultClientPause(t *testing.T) {
 	// The fallback admits one unit, then denies: its decisions, no errors.
 	var allowed int
 	for i := range 20 {
-		d, err, _ := call(t, l, "k")
+		d, _, err := call(t, l, "k")
 		if err != nil {
 			t.Fatalf("call %d during CLIENT PAUSE: %v; want the fallback's decision", i, err)
 		}
@@ -171,7 +171,7 @@ func TestFaultConnectionRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 10 {
-		d, err, _ := call(t, l, "k")
+		d, _, err := call(t, l, "k")
 		if !errors.Is(err, throttle.ErrUnavailable) || d.Allowed {
 			t.Fatalf("call %d: %+v, %v; want denied with ErrUnavailable", i, d, err)
 		}
@@ -196,13 +196,13 @@ func TestFaultNoDeadlineClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err, _ := call(t, l, "k"); err != nil {
+	if _, _, err := call(t, l, "k"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := redistest.Do(srv.Addr, time.Second, "CLIENT", "PAUSE", "300", "ALL"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err, _ := call(t, l, "k"); !errors.Is(err, throttle.ErrUnavailable) {
+	if _, _, err := call(t, l, "k"); !errors.Is(err, throttle.ErrUnavailable) {
 		t.Fatalf("during pause: %v, want ErrUnavailable", err)
 	}
 	waitHealthy(t, l, "k")

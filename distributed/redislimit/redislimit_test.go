@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,7 +17,28 @@ import (
 	"github.com/throttlekit/throttle/throttletest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	srv, err := redistest.StartServer()
+	if err != nil {
+		fmt.Println(err)
+		if redistest.Required() || !errors.Is(err, redistest.ErrNoServer) {
+			os.Exit(1)
+		}
+		fmt.Println("skipping every test of the package")
+		os.Exit(0)
+	}
+	// The examples cannot start a server themselves.
+	os.Setenv("REDISLIMIT_EXAMPLE_ADDR", srv.Addr)
+	code := m.Run()
+	srv.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 var prefixSeq atomic.Int64
 

@@ -26,7 +26,6 @@ type Limiter struct {
 	*core
 	window int64
 	log    bool
-	keys2  bool
 }
 
 var _ throttle.Limiter = (*Limiter)(nil)

@@ -98,6 +98,46 @@ func Start(t testing.TB, extra ...string) *Server {
 	return nil
 }
 
+// ErrNoServer is returned by StartServer when redis-server is not
+// installed and THROTTLE_REDIS_ADDR is not set.
+var ErrNoServer = errors.New("redistest: redis unavailable: install the redis-server package, or set " + EnvAddr + "=host:port")
+
+// Required reports whether THROTTLE_REQUIRE_REDIS=1 forbids skipping.
+func Required() bool { return os.Getenv(EnvRequire) == "1" }
+
+// StartServer is Start outside of a test, for TestMain (and the examples
+// it serves): it returns the external server or a fresh redis-server,
+// which the caller stops with Close, or ErrNoServer.
+func StartServer() (*Server, error) {
+	if addr := os.Getenv(EnvAddr); addr != "" {
+		if err := waitPing(addr, 2*time.Second); err != nil {
+			return nil, fmt.Errorf("%s=%s: %w", EnvAddr, addr, err)
+		}
+		return &Server{Addr: addr}, nil
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, ErrNoServer
+	}
+	dir, err := os.MkdirTemp("", "redistest")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, dir: dir}
+	var last error
+	for range 5 {
+		if s.port, err = freePort(false); err != nil {
+			return nil, err
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+		if last = s.start(); last == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, last
+}
+
 // External reports whether the server was not started by this package
 // (THROTTLE_REDIS_ADDR); such a server cannot be killed or restarted.
 func (s *Server) External() bool { return s.bin == "" }
@@ -151,6 +191,14 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.exited
 	s.cmd = nil
+}
+
+// Close kills a server made by StartServer and removes its directory.
+func (s *Server) Close() {
+	s.Kill()
+	if s.bin != "" && s.t == nil && s.dir != "" {
+		os.RemoveAll(s.dir)
+	}
 }
 
 // Restart starts a killed server again on the same port, with empty data.

@@ -1,0 +1,74 @@
+// Package redislimit shares a limit between many processes on many
+// machines through Redis: workers calling an external API whose token
+// allows "at most once every six seconds", a per-user quota enforced by a
+// fleet of servers.
+//
+// Every limiter implements throttle.Limiter (token and leaky buckets also
+// throttle.Reserver) with the same decisions as the local package of the
+// same algorithm for the same trace, so moving from a local limit to a
+// shared one is a one-line change:
+//
+//	l, err := tokenbucket.New(throttle.PerSecond(100), 20)              // one process
+//	l, err := redislimit.NewTokenBucket(rdb, throttle.PerSecond(100), 20) // every process
+//
+// Algorithms: NewTokenBucket and NewLeakyBucket (GCRA, as tokenbucket and
+// leakybucket), NewEvery (permits at least d apart), NewFixedWindow (as
+// fixedwindow.New), NewSlidingLog (as slidinglog.New) and NewConcurrency
+// (slots held with a lease that runs out, so a crashed holder frees its
+// slots; as counting.New otherwise).
+//
+// # How a decision is made
+//
+// Each decision is one Lua script run atomically by Redis in one round
+// trip: it is loaded once and called by EVALSHA, and sent again
+// transparently when Redis answers NOSCRIPT (after SCRIPT FLUSH, a restart
+// or a failover). The clock is Redis's TIME, so clocks of the clients do
+// not matter; with throttle.WithClock (through WithOptions) the injected
+// time is passed to the script instead, which is how the tests compare
+// these limiters with the local ones on virtual time.
+//
+// Scripts compute in Lua numbers (doubles) on offsets from a reference
+// instant sent by the client, never on absolute nanoseconds, so decisions
+// are exact to the nanosecond for spans up to 2^52 ns (52 days): windows
+// are bounded by MaxWindow, and bucket spans (burst × interval) beyond it
+// are exact to a few nanoseconds.
+//
+// # Keys
+//
+// The state of a limiter key lives under prefix + algorithm + ":" + key
+// (WithPrefix; default DefaultPrefix), with a TTL so idle keys vanish
+// from Redis. Every script touches one key, or two keys sharing a hash
+// tag (the sliding log), so it works on Redis Cluster; any go-redis v9
+// UniversalClient will do (standalone, Sentinel, Cluster, Ring).
+//
+// # "Once every d" and reservations
+//
+// NewEvery(rdb, d) admits permits at least d apart across every process.
+// Reserve books the next free permit and returns the wait (optimistic
+// mode; throttle.Wait does this), bounded by maxWait: beyond maxWait/d
+// permits booked ahead, the caller is told to back off. Allow never
+// books (pessimistic mode: back off for RetryAfter with jitter, as
+// throttle.Wait with throttle.Pessimistic does). A booked permit that is
+// not used at its instant is wasted, never carried over: the state is
+// the next free instant, which idle time never moves back.
+//
+// # Failures
+//
+// Each call is bounded by WithTimeout (default DefaultTimeout). When
+// Redis fails or is too slow, the failure policy applies: FailClosed (the
+// default) denies with an error wrapping throttle.ErrUnavailable, FailOpen
+// admits, FailFallback asks a local limiter (WithFallback; e.g. the limit
+// divided by the number of instances). A circuit breaker (WithBreaker)
+// opens after consecutive failures, so that a dead Redis costs
+// microseconds per call instead of a timeout, and lets one probe through
+// per cooldown.
+//
+// # Token leasing
+//
+// With WithLeasing, a token bucket takes a batch of tokens per round trip
+// and spends them locally, refilling in the background; most decisions
+// then need no network. Every leased token is taken from the shared
+// bucket; the worst-case overshoot over any interval is stated on
+// WithLeasing (at most 2·maxBatch units per process, and at most the
+// units the rate earns in maxAge).
+package redislimit
