@@ -156,3 +156,39 @@ func BenchmarkKeyed(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPairedSerial alternates batches of x/time/rate and Bucket
+// calls on the same goroutine and reports each one's ns/op and their
+// ratio: both see the same machine load, so the ratio is stable even when
+// the absolute numbers are not.
+func BenchmarkPairedSerial(b *testing.B) {
+	for _, allowed := range []bool{true, false} {
+		b.Run(map[bool]string{true: "allowed", false: "denied"}[allowed], func(b *testing.B) {
+			xl, tb := benchXRate(allowed), benchBucket(b, allowed)
+			const batch = 1000
+			var tx, tt time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; done += batch {
+				n := min(batch, b.N-done)
+				start := time.Now()
+				for range n {
+					if xl.Allow() != allowed {
+						b.Fatal("unexpected x/time/rate decision")
+					}
+				}
+				mid := time.Now()
+				for range n {
+					if d, _ := tb.AllowN(1); d.Allowed != allowed {
+						b.Fatal("unexpected Bucket decision")
+					}
+				}
+				tt += time.Since(mid)
+				tx += mid.Sub(start)
+			}
+			b.ReportMetric(float64(tx)/float64(b.N), "xrate-ns/op")
+			b.ReportMetric(float64(tt)/float64(b.N), "bucket-ns/op")
+			b.ReportMetric(float64(tt)/float64(tx), "ratio")
+		})
+	}
+}

@@ -25,6 +25,7 @@ package gcra
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,42 @@ type Config struct {
 	Burst    int
 	Interval int64 // nanoseconds per unit, Rate.Interval rounded up
 	Tau      int64 // Burst * Interval
+
+	// magic and shift divide by Interval without a division instruction:
+	// floor(x/Interval) is the high word of x·magic shifted right by
+	// shift, for 0 <= x < 2^divBits; magic is 0 when Interval is 1.
+	magic uint64
+	shift uint
+}
+
+// divBits bounds the dividends of Config.units: Tau <= MaxSpan < 2^divBits.
+const divBits = 61
+
+// newDivisor returns magic and shift for Config.units. With k = divBits +
+// ceil(log2 d) and m = floor(2^k/d) + 1, floor(x/d) = floor(x·m / 2^k)
+// for all 0 <= x < 2^divBits (Granlund and Montgomery, "Division by
+// invariant integers using multiplication", 1994, theorem 4.2). When k <
+// 64, m is pre-shifted left by 64-k (it still fits for d >= 2), so that
+// the quotient is always the high word shifted right by k-64 or 0.
+func newDivisor(d uint64) (magic uint64, shift uint) {
+	if d == 1 {
+		return 0, 0
+	}
+	k := divBits + uint(bits.Len64(d-1))
+	if k < 64 {
+		return ((uint64(1)<<k)/d + 1) << (64 - k), 0
+	}
+	q, _ := bits.Div64(uint64(1)<<(k-64), 0, d)
+	return q + 1, k - 64
+}
+
+// units returns floor(x / Interval) for 0 <= x < 2^divBits.
+func (c *Config) units(x int64) int64 {
+	if c.magic == 0 {
+		return x
+	}
+	hi, _ := bits.Mul64(uint64(x), c.magic)
+	return int64(hi >> c.shift)
 }
 
 // NewConfig validates rate and burst. Errors wrap throttle.ErrInvalid.
@@ -63,7 +100,9 @@ func NewConfig(rate throttle.Rate, burst int) (*Config, error) {
 	if int64(burst) > MaxSpan/iv {
 		return nil, fmt.Errorf("%w: burst %d at rate %v spans more than %v", throttle.ErrInvalid, burst, rate, time.Duration(MaxSpan))
 	}
-	return &Config{Rate: rate, Burst: burst, Interval: iv, Tau: int64(burst) * iv}, nil
+	c := &Config{Rate: rate, Burst: burst, Interval: iv, Tau: int64(burst) * iv}
+	c.magic, c.shift = newDivisor(uint64(iv))
+	return c, nil
 }
 
 // Cost returns the time n units take to earn, n·Interval, saturated at
@@ -79,10 +118,7 @@ func (c *Config) Cost(n int64) int64 {
 // admission left the state at tat (ok) or found it at tat (denied).
 func (c *Config) Decision(now, tat, cost int64, ok bool) throttle.Decision {
 	debt := max(tat-now, 0)
-	d := throttle.Decision{Allowed: ok, Limit: c.Burst, ResetAfter: time.Duration(debt)}
-	if free := c.Tau - debt; free > 0 {
-		d.Remaining = int(free / c.Interval)
-	}
+	d := throttle.Decision{Allowed: ok, Limit: c.Burst, Remaining: int(c.units(max(c.Tau-debt, 0))), ResetAfter: time.Duration(debt)}
 	if !ok {
 		d.RetryAfter = time.Duration(debt + cost - c.Tau)
 	}
@@ -98,7 +134,7 @@ func (c *Config) Tokens(now, tat int64) int64 {
 	}
 	free := c.Tau - debt
 	if free >= 0 {
-		return free / c.Interval
+		return c.units(free)
 	}
 	return -((-free + c.Interval - 1) / c.Interval)
 }

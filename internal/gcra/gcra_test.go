@@ -93,3 +93,46 @@ func TestKeyedRetiredKeyIsFresh(t *testing.T) {
 		t.Fatalf("Allow after the key was dropped: %+v", d)
 	}
 }
+
+func checkUnits(t *testing.T, d uint64, x int64) {
+	t.Helper()
+	var c Config
+	c.Interval = int64(d)
+	c.magic, c.shift = newDivisor(d)
+	if got, want := c.units(x), x/int64(d); got != want {
+		t.Fatalf("units(%d) with interval %d = %d, want %d", x, d, got, want)
+	}
+}
+
+func TestUnits(t *testing.T) {
+	ds := []uint64{1, 2, 3, 4, 5, 7, 8, 9, 10, 1000, 333333334, 1e9, 1<<32 - 1, 1 << 32, 1<<32 + 1, uint64(throttle.MaxPeriod), 1<<55 - 1}
+	xs := []int64{0, 1, 2, 1e9 - 1, 1e9, 1<<32 - 1, 1 << 40, MaxSpan - 1, MaxSpan, 1<<divBits - 1}
+	for _, d := range ds {
+		for _, x := range xs {
+			for _, dx := range []int64{-1, 0, 1} {
+				if y := x + dx; y >= 0 && y < 1<<divBits {
+					checkUnits(t, d, y)
+				}
+			}
+			// Around the multiples of d, where a wrong quotient shows.
+			if q := x / int64(d); q > 0 {
+				for _, y := range []int64{q*int64(d) - 1, q * int64(d), q*int64(d) + 1} {
+					if y >= 0 && y < 1<<divBits {
+						checkUnits(t, d, y)
+					}
+				}
+			}
+		}
+	}
+}
+
+func FuzzUnits(f *testing.F) {
+	f.Add(uint64(3), int64(1e9))
+	f.Fuzz(func(t *testing.T, d uint64, x int64) {
+		d = 1 + d%uint64(throttle.MaxPeriod)
+		if x < 0 {
+			x = -(x + 1)
+		}
+		checkUnits(t, d, x%(1<<divBits))
+	})
+}
