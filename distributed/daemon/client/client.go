@@ -1,0 +1,336 @@
+// Package client queries a throttled daemon (package daemon) over its
+// line protocol, built to fail safe: every query has a short timeout, a
+// failure admits the request by default (fail open), and after a failure
+// further queries are skipped for a backoff that doubles up to a maximum,
+// so a dead daemon costs callers nothing but one timeout now and then.
+//
+// A Client keeps a pool of connections and is safe for concurrent use;
+// each query uses one pooled connection. CheckMany pipelines many tags on
+// one connection.
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+var _ throttle.Limiter = (*Client)(nil)
+
+// Defaults of the options.
+const (
+	DefaultTimeout    = 25 * time.Millisecond
+	DefaultPoolSize   = 16
+	DefaultMinBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff = 5 * time.Second
+	// MaxTagLen is the longest tag the client sends (the daemon's
+	// default limit is 256, its hard limit 1024).
+	MaxTagLen = 1024
+)
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithTimeout bounds each query (dial, write and read); default
+// DefaultTimeout. A context deadline, if sooner, wins.
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithPoolSize sets how many idle connections are kept (default
+// DefaultPoolSize). Busier callers open more; the extra ones are closed
+// after use.
+func WithPoolSize(n int) Option { return func(c *Client) { c.poolSize = n } }
+
+// WithBackoff sets the first and the longest pause of queries after a
+// failure (defaults DefaultMinBackoff and DefaultMaxBackoff).
+func WithBackoff(minPause, maxPause time.Duration) Option {
+	return func(c *Client) { c.minBackoff, c.maxBackoff = minPause, maxPause }
+}
+
+// FailClosed makes failures deny requests instead of admitting them.
+func FailClosed() Option { return func(c *Client) { c.failOpen = false } }
+
+// WithDialer replaces the dialer (for tests, or custom sockets).
+func WithDialer(d func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return func(c *Client) { c.dial = d }
+}
+
+// Client queries one daemon. Create it with New; it is safe for concurrent
+// use. The zero value is not usable.
+type Client struct {
+	network, addr          string
+	timeout                time.Duration
+	poolSize               int
+	minBackoff, maxBackoff time.Duration
+	failOpen               bool
+	dial                   func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	pool   chan *conn
+	closed atomic.Bool
+
+	mu       sync.Mutex // guards the backoff state
+	failures int
+	until    time.Time
+
+	st struct{ queries, allowed, failures, skipped, dials atomic.Uint64 }
+}
+
+type conn struct {
+	c net.Conn
+	r *bufio.Reader
+	w *bufio.Writer
+}
+
+// Stats counts what a Client did.
+type Stats struct {
+	Queries  uint64 // answered by the daemon
+	Allowed  uint64 // of which "OK"
+	Failures uint64 // queries that failed (timeout, refused, ...)
+	Skipped  uint64 // queries not sent because of a backoff
+	Dials    uint64 // connections opened
+}
+
+// New returns a client of the daemon at addr on network ("tcp" or
+// "unix"). It connects lazily. Errors wrap throttle.ErrInvalid.
+func New(network, addr string, opts ...Option) (*Client, error) {
+	c := &Client{network: network, addr: addr, timeout: DefaultTimeout, poolSize: DefaultPoolSize,
+		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, failOpen: true}
+	var d net.Dialer
+	c.dial = d.DialContext
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil Option", throttle.ErrInvalid)
+		}
+		o(c)
+	}
+	switch {
+	case network != "tcp" && network != "tcp4" && network != "tcp6" && network != "unix":
+		return nil, fmt.Errorf("%w: network %q: want tcp or unix", throttle.ErrInvalid, network)
+	case addr == "":
+		return nil, fmt.Errorf("%w: empty address", throttle.ErrInvalid)
+	case c.timeout <= 0:
+		return nil, fmt.Errorf("%w: timeout must be positive", throttle.ErrInvalid)
+	case c.poolSize < 0:
+		return nil, fmt.Errorf("%w: pool size must not be negative", throttle.ErrInvalid)
+	case c.minBackoff < 0 || c.maxBackoff < c.minBackoff:
+		return nil, fmt.Errorf("%w: backoff must satisfy 0 <= min <= max", throttle.ErrInvalid)
+	case c.dial == nil:
+		return nil, fmt.Errorf("%w: nil dialer", throttle.ErrInvalid)
+	}
+	c.pool = make(chan *conn, c.poolSize)
+	return c, nil
+}
+
+// errBadTag is returned for tags the protocol cannot carry.
+func checkTag(tag string) error {
+	if tag == "" || len(tag) > MaxTagLen || strings.ContainsAny(tag, "\r\n") {
+		return fmt.Errorf("%w: tag must have 1 to %d bytes and no CR or LF", throttle.ErrInvalid, MaxTagLen)
+	}
+	return nil
+}
+
+// Check asks whether a request tagged tag should be served. On failure
+// (daemon down, slow, or backing off) it returns the fail-safe answer
+// (true unless FailClosed) with an error wrapping throttle.ErrUnavailable,
+// which callers that fail open may ignore. A tag the protocol cannot
+// carry returns false and an error wrapping throttle.ErrInvalid.
+func (c *Client) Check(ctx context.Context, tag string) (bool, error) {
+	if err := checkTag(tag); err != nil {
+		return false, err
+	}
+	var out [1]bool
+	err := c.query(ctx, []string{tag}, out[:])
+	if err != nil {
+		return out[0], err
+	}
+	return out[0], nil
+}
+
+// CheckMany asks about every tag in tags, pipelined on one connection,
+// and stores the answers in out (len(out) must be len(tags)). On failure
+// every answer is the fail-safe one and the error wraps
+// throttle.ErrUnavailable.
+func (c *Client) CheckMany(ctx context.Context, tags []string, out []bool) error {
+	if len(out) != len(tags) {
+		return fmt.Errorf("%w: len(out) %d != len(tags) %d", throttle.ErrInvalid, len(out), len(tags))
+	}
+	for _, t := range tags {
+		if err := checkTag(t); err != nil {
+			return err
+		}
+	}
+	return c.query(ctx, tags, out)
+}
+
+// Allow implements throttle.Limiter: one query for key. n must be 1 (the
+// protocol charges one token per query). When the daemon fails and the
+// client fails open, the request is admitted with a nil error (see Stats
+// for the failures); with FailClosed the error wraps
+// throttle.ErrUnavailable.
+func (c *Client) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	if err := throttle.CheckN(n, 1); err != nil {
+		return throttle.Decision{}, err
+	}
+	ok, err := c.Check(ctx, key)
+	switch {
+	case errors.Is(err, throttle.ErrUnavailable) && c.failOpen:
+		return throttle.Decision{Allowed: true, Limit: 1}, nil
+	case err != nil:
+		return throttle.Decision{}, err
+	case ok:
+		return throttle.Decision{Allowed: true, Limit: 1}, nil
+	default:
+		// The protocol does not say when to retry; one second is a hint.
+		return throttle.Decision{Limit: 1, RetryAfter: time.Second, ResetAfter: time.Second}, nil
+	}
+}
+
+func (c *Client) query(ctx context.Context, tags []string, out []bool) error {
+	fail := func(err error) error {
+		for i := range out {
+			out[i] = c.failOpen
+		}
+		return err
+	}
+	if c.closed.Load() {
+		return fail(fmt.Errorf("client closed: %w", throttle.ErrUnavailable))
+	}
+	now := time.Now()
+	c.mu.Lock()
+	until := c.until
+	c.mu.Unlock()
+	if now.Before(until) {
+		c.st.skipped.Add(1)
+		return fail(fmt.Errorf("daemon %s failed recently, backing off: %w", c.addr, throttle.ErrUnavailable))
+	}
+	deadline := now.Add(c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	cn, pooled, err := c.get(ctx, deadline)
+	if err == nil {
+		err = c.roundTrip(cn, deadline, tags, out)
+		if err != nil && pooled && time.Now().Before(deadline) {
+			// The daemon may have closed an idle pooled connection (it
+			// restarted, or timed it out): try once on a fresh one.
+			cn.c.Close()
+			if cn, _, err = c.dialConn(ctx, deadline); err == nil {
+				err = c.roundTrip(cn, deadline, tags, out)
+			}
+		}
+	}
+	if err != nil {
+		if cn != nil {
+			cn.c.Close()
+		}
+		c.failed()
+		return fail(fmt.Errorf("daemon %s: %v: %w", c.addr, err, throttle.ErrUnavailable))
+	}
+	c.put(cn)
+	c.mu.Lock()
+	c.failures = 0
+	c.mu.Unlock()
+	c.st.queries.Add(uint64(len(tags)))
+	return nil
+}
+
+func (c *Client) roundTrip(cn *conn, deadline time.Time, tags []string, out []bool) error {
+	if err := cn.c.SetDeadline(deadline); err != nil {
+		return err
+	}
+	for _, t := range tags {
+		cn.w.WriteString(t)
+		cn.w.WriteByte('\n')
+	}
+	if err := cn.w.Flush(); err != nil {
+		return err
+	}
+	var reply [3]byte
+	for i := range tags {
+		if _, err := io.ReadFull(cn.r, reply[:]); err != nil {
+			return err
+		}
+		switch string(reply[:]) {
+		case "OK\n":
+			out[i] = true
+			c.st.allowed.Add(1)
+		case "NO\n":
+			out[i] = false
+		default:
+			return fmt.Errorf("unexpected reply %q", reply[:])
+		}
+	}
+	return nil
+}
+
+func (c *Client) failed() {
+	c.st.failures.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failures++
+	pause := c.minBackoff
+	for i := 1; i < c.failures && pause < c.maxBackoff; i++ {
+		pause *= 2
+	}
+	c.until = time.Now().Add(min(pause, c.maxBackoff))
+}
+
+func (c *Client) get(ctx context.Context, deadline time.Time) (*conn, bool, error) {
+	select {
+	case cn := <-c.pool:
+		return cn, true, nil
+	default:
+	}
+	return c.dialConn(ctx, deadline)
+}
+
+func (c *Client) dialConn(ctx context.Context, deadline time.Time) (*conn, bool, error) {
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	nc, err := c.dial(dctx, c.network, c.addr)
+	if err != nil {
+		return nil, false, err
+	}
+	c.st.dials.Add(1)
+	return &conn{c: nc, r: bufio.NewReaderSize(nc, 512), w: bufio.NewWriterSize(nc, 4096)}, false, nil
+}
+
+func (c *Client) put(cn *conn) {
+	if c.closed.Load() {
+		cn.c.Close()
+		return
+	}
+	select {
+	case c.pool <- cn:
+	default:
+		cn.c.Close()
+	}
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{Queries: c.st.queries.Load(), Allowed: c.st.allowed.Load(), Failures: c.st.failures.Load(),
+		Skipped: c.st.skipped.Load(), Dials: c.st.dials.Load()}
+}
+
+// Close closes the pooled connections. Later queries fail safe (fail
+// open unless FailClosed). Idempotent.
+func (c *Client) Close() error {
+	c.closed.Store(true)
+	for {
+		select {
+		case cn := <-c.pool:
+			cn.c.Close()
+		default:
+			return nil
+		}
+	}
+}
