@@ -33,7 +33,8 @@ import (
 )
 
 // MaxSpan bounds the tolerance burst·interval of a bucket (about 36
-// years). Debits beyond it are saturated so that TAT never overflows.
+// years). External debits are saturated at twice that ahead of now, so
+// that TAT never overflows.
 const MaxSpan = int64(1) << 60
 
 // maxDebt is how far ahead of now external debits may push TAT.
@@ -118,7 +119,12 @@ func (c *Config) Cost(n int64) int64 {
 // admission left the state at tat (ok) or found it at tat (denied).
 func (c *Config) Decision(now, tat, cost int64, ok bool) throttle.Decision {
 	debt := max(tat-now, 0)
-	d := throttle.Decision{Allowed: ok, Limit: c.Burst, Remaining: int(c.units(max(c.Tau-debt, 0))), ResetAfter: time.Duration(debt)}
+	d := throttle.Decision{
+		Allowed:    ok,
+		Limit:      c.Burst,
+		Remaining:  int(c.units(max(c.Tau-debt, 0))),
+		ResetAfter: time.Duration(debt),
+	}
 	if !ok {
 		d.RetryAfter = time.Duration(debt + cost - c.Tau)
 	}
