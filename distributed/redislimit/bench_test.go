@@ -213,3 +213,51 @@ func BenchmarkLeasing(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkRatio64 interleaves short rounds of this package's token
+// bucket, redis_rate and the bare EVALSHA at 64 goroutines, so that the
+// noise of a shared machine hits all three alike, and reports the ratios
+// of their throughputs (one op = one round of 2000 decisions of each).
+func BenchmarkRatio64(b *testing.B) {
+	c := benchClient(b)
+	tb, err := NewTokenBucket(c, throttle.PerSecond(1_000_000), 1_000_000, WithPrefix(uniquePrefix()), WithTimeout(time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rr := redis_rate.NewLimiter(c)
+	rrLimit := redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
+	floor := redis.NewScript("return 1")
+	ops := []func(ctx context.Context, i int) error{
+		func(ctx context.Context, i int) error { _, err := tb.Allow(ctx, benchKeys[i&255], 1); return err },
+		func(ctx context.Context, i int) error {
+			_, err := rr.AllowN(ctx, benchKeys[i&255], rrLimit, 1)
+			return err
+		},
+		func(ctx context.Context, i int) error { return floor.Run(ctx, c, []string{"floor"}).Err() },
+	}
+	const round, g = 2000, 64
+	var spent [3]time.Duration
+	for i := 0; i < b.N; i++ {
+		for v, op := range ops {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			for range g {
+				wg.Go(func() {
+					for next.Add(1) <= round {
+						if err := op(context.Background(), int(next.Load())); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			spent[v] += time.Since(start)
+		}
+	}
+	b.ReportMetric(spent[1].Seconds()/spent[0].Seconds(), "redislimit/redis_rate")
+	b.ReportMetric(spent[2].Seconds()/spent[0].Seconds(), "redislimit/evalsha")
+	b.ReportMetric(float64(b.N*round)/spent[0].Seconds(), "redislimit-ops/s")
+	b.ReportMetric(float64(b.N*round)/spent[1].Seconds(), "redis_rate-ops/s")
+}

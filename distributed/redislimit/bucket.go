@@ -91,21 +91,37 @@ func (b *Bucket) Allow(ctx context.Context, key string, n int) (throttle.Decisio
 		return b.lease.allow(ctx, key, n)
 	}
 	cost := int64(n) * b.cfg.Interval
-	r, err := b.take(ctx, key, cost, b.tau, "0")
+	ref, mode := b.now()
+	var buf [8]any
+	args := append(b.common(buf[:0], ref, mode), b.boxCost(cost), b.tau, "0")
+	v, err := b.eval(ctx, gcraScript, []string{b.prefix + key}, args)
 	if err != nil {
 		return b.fail(ctx, key, n, err)
 	}
-	return b.cfg.Decision(0, integer(r[1]), cost, integer(r[0]) == 1), nil
+	debt, ok := v.(int64)
+	if !ok {
+		return b.fail(ctx, key, n, b.failed(ctx, fmt.Errorf("unexpected reply %T", v)))
+	}
+	if debt < 0 {
+		return b.cfg.Decision(0, -1-debt, cost, false), nil
+	}
+	return b.cfg.Decision(0, debt, cost, true), nil
 }
 
-func (b *Bucket) take(ctx context.Context, key string, cost int64, limit any, booking string) ([]any, error) {
+// boxCost returns cost as an argument, without allocating for n = 1.
+func (b *Bucket) boxCost(cost int64) any {
+	if cost == b.cfg.Interval {
+		return b.cost1
+	}
+	return cost
+}
+
+// take books cost under key if the new TAT is within limit of now,
+// returning {1, debt, TAT} or {0, debt}.
+func (b *Bucket) take(ctx context.Context, key string, cost int64, limit any) ([]any, error) {
 	ref, mode := b.now()
 	var buf [8]any
-	var c any = cost
-	if cost == b.cfg.Interval {
-		c = b.cost1 // boxed once
-	}
-	args := append(b.common(buf[:0], ref, mode), c, limit, booking)
+	args := append(b.common(buf[:0], ref, mode), b.boxCost(cost), limit, "1")
 	return b.run(ctx, gcraScript, []string{b.prefix + key}, args)
 }
 
@@ -125,7 +141,7 @@ func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Du
 	}
 	cost := int64(n) * b.cfg.Interval
 	limit := b.cfg.Limit(maxWait)
-	r, err := b.take(ctx, key, cost, limit, "1")
+	r, err := b.take(ctx, key, cost, limit)
 	if err != nil {
 		if b.policy == FailOpen && errorsIsUnavailable(err) {
 			return throttle.NewReservation(0, b.limit, nil), nil

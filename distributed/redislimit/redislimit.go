@@ -252,10 +252,23 @@ func (c *core) common(args []any, ref int64, mode string) []any {
 	return append(args, mode, ref/1e9, ref%1e9, c.ttlFloor)
 }
 
-// run evaluates script on key with args under the per-call deadline and
-// the breaker. It returns the reply as integers (and the raw reply), or
-// an error wrapping throttle.ErrUnavailable.
+// run evaluates script on keys with args under the per-call deadline and
+// the breaker. It returns the reply, an array, or an error wrapping
+// throttle.ErrUnavailable.
 func (c *core) run(ctx context.Context, s *redis.Script, keys []string, args []any) ([]any, error) {
+	v, err := c.eval(ctx, s, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	a, ok := v.([]any)
+	if !ok {
+		return nil, c.failed(ctx, fmt.Errorf("unexpected reply %T", v))
+	}
+	return a, nil
+}
+
+// eval is run for a reply of any type.
+func (c *core) eval(ctx context.Context, s *redis.Script, keys []string, args []any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -288,22 +301,24 @@ func (c *core) run(ctx context.Context, s *redis.Script, keys []string, args []a
 		}
 	}
 	if err == nil {
-		if a, ok := v.([]any); ok {
-			c.br.success()
-			return a, nil
-		}
-		err = fmt.Errorf("unexpected reply %T", v)
+		c.br.success()
+		return v, nil
 	}
+	return nil, c.failed(ctx, err)
+}
+
+// failed records a failed call and returns its error.
+func (c *core) failed(ctx context.Context, err error) error {
 	if ctx.Err() != nil { // the caller gave up: not Redis's fault
 		c.br.release()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 	c.br.failure()
 	err = fmt.Errorf("%w: redis: %w", throttle.ErrUnavailable, err)
 	if c.onError != nil {
 		c.onError(err)
 	}
-	return nil, err
+	return err
 }
 
 // fail applies the failure policy to a request that Redis could not

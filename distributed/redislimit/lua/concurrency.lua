@@ -8,12 +8,12 @@ local function us(x)
   local t = Rn + x
   return Rs * 1000000 + math.floor(t / 1000)
 end
-local L, n, lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local L, n, lease = (ARGV[5] + 0), (ARGV[6] + 0), (ARGV[7] + 0)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', us(now))
 local cur = redis.call('ZCARD', KEYS[1])
 if cur + n > L then return {0, cur} end
 local exp = us(now + lease)
-local seq = tonumber(ARGV[9])
+local seq = (ARGV[9] + 0)
 for i = 0, n - 1 do
   redis.call('ZADD', KEYS[1], exp, ARGV[8] .. ':' .. string.format('%d', seq + i))
 end

@@ -11,12 +11,12 @@ local alive = {0}
 local lease = ARGV[5]
 local exp = 0
 if lease ~= '-' then
-  lease = tonumber(lease)
+  lease = (lease + 0)
   exp = us(now + lease)
 end
 for i = 6, #ARGV do
   local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if s and tonumber(s) > nowus then
+  if s and (s + 0) > nowus then
     found = found + 1
     alive[#alive + 1] = ARGV[i]
     if lease == '-' then

@@ -2,8 +2,8 @@
 -- "<window start> <count>". ARGV[5] = window, ARGV[6] = limit, ARGV[7] = n,
 -- ARGV[8] = R mod window (where R falls in its window).
 -- Returns {admitted, count after, time to the window's end}.
-local W, L, n = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local pos = tonumber(ARGV[8]) + now
+local W, L, n = (ARGV[5] + 0), (ARGV[6] + 0), (ARGV[7] + 0)
+local pos = (ARGV[8] + 0) + now
 local k = math.floor(pos / W)
 local off = pos - k * W
 if off < 0 then off = off + W elseif off >= W then off = off - W end
@@ -13,7 +13,7 @@ local count = 0
 local v = redis.call('GET', KEYS[1])
 if v then
   local s, c = string.match(v, '^(%d+) (%d+)$')
-  if s and rel(s) == start then count = tonumber(c) end
+  if s and rel(s) == start then count = (c + 0) end
 end
 if count + n > L then return {0, count, left} end
 count = count + n

@@ -4,7 +4,7 @@
 local tat = rel(redis.call('GET', KEYS[1]))
 local debt = 0
 if tat and tat > now then debt = tat - now end
-local I, tau, k, m = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local I, tau, k, m = (ARGV[5] + 0), (ARGV[6] + 0), (ARGV[7] + 0), (ARGV[8] + 0)
 local avail = math.floor((tau - debt) / I)
 if avail < m then return {0, debt} end
 if avail < k then k = avail end

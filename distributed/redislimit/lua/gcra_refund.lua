@@ -2,5 +2,5 @@
 -- holds ARGV[5], the TAT the booking left; it moves back by ARGV[6].
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[5] then return {0} end
-redis.call('SET', KEYS[1], abs(rel(v) - tonumber(ARGV[6])), 'KEEPTTL')
+redis.call('SET', KEYS[1], abs(rel(v) - (ARGV[6] + 0)), 'KEEPTTL')
 return {1}

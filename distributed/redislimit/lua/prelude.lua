@@ -9,38 +9,39 @@
 --
 -- ARGV[1] = '1': now is the server's TIME; '0': now is R itself (an
 -- injected clock). ARGV[4] = lower bound of key TTLs in milliseconds.
+-- Numbers are read with "+ 0" rather than tonumber: the same conversion
+-- without a function call, which is most of its cost in Redis.
 local B = 1000000000
-local Rs, Rn = tonumber(ARGV[2]), tonumber(ARGV[3])
+local Rs, Rn = (ARGV[2] + 0), (ARGV[3] + 0)
 local now = 0
 if ARGV[1] == '1' then
   if redis.replicate_commands then redis.replicate_commands() end
   local t = redis.call('TIME')
-  now = (tonumber(t[1]) - Rs) * B + tonumber(t[2]) * 1000 - Rn
+  now = ((t[1] + 0) - Rs) * B + (t[2] + 0) * 1000 - Rn
 end
-local ttlfloor = tonumber(ARGV[4])
+local ttlfloor = (ARGV[4] + 0)
 
 -- rel turns a stored absolute instant into an offset from R (nil stays nil).
 local function rel(v)
   if not v then return nil end
   local l = #v
-  if l <= 9 then return tonumber(v) - Rs * B - Rn end
-  return (tonumber(string.sub(v, 1, l - 9)) - Rs) * B + (tonumber(string.sub(v, l - 8)) - Rn)
+  if l <= 9 then return (v + 0) - Rs * B - Rn end
+  return ((string.sub(v, 1, l - 9) + 0) - Rs) * B + ((string.sub(v, l - 8) + 0) - Rn)
 end
 
--- abs turns an offset from R into an absolute instant to store.
+-- abs turns an offset from R into an absolute instant to store. (The
+-- modulo of Lua is floored, so r is in [0, B) and t - r is a multiple of B.)
 local function abs(x)
   local t = Rn + x
-  local c = math.floor(t / B)
-  local r = t - c * B
-  if r < 0 then c, r = c - 1, r + B elseif r >= B then c, r = c + 1, r - B end
-  local s = Rs + c
+  local r = t % B
+  local s = Rs + (t - r) / B
   if s <= 0 then return string.format('%d', s * B + r) end
   return string.format('%d%09d', s, r)
 end
 
 -- ttl returns the PX of a key whose state is stale in d nanoseconds.
 local function ttl(d)
-  local ms = math.floor(d / 1000000) + 1
+  local ms = (d - d % 1000000) / 1000000 + 1
   if ms < ttlfloor then ms = ttlfloor end
   return ms
 end

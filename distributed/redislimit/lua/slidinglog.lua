@@ -4,18 +4,18 @@
 -- ARGV[5] = window, ARGV[6] = limit, ARGV[7] = n.
 -- Returns {1, units after, window} when admitted, and
 -- {0, units, retry after, reset after} when not.
-local W, L, n = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local W, L, n = (ARGV[5] + 0), (ARGV[6] + 0), (ARGV[7] + 0)
 local total = 0
 local m = redis.call('GET', KEYS[2])
 if m then
   local t, s = string.match(m, '^(%d+) (%d+)$')
-  total = tonumber(t)
+  total = (t + 0)
   local seen = rel(s)
   if now < seen then now = seen end
 end
 local function parse(e)
   local ts, c = string.match(e, '^(%d+) (%d+)$')
-  return rel(ts), tonumber(c), ts
+  return rel(ts), (c + 0), ts
 end
 while total > 0 do
   local e = redis.call('LINDEX', KEYS[1], 0)
