@@ -1,0 +1,387 @@
+// Package fixedwindow is a fixed-window counter rate limiter: time is cut
+// into windows of a fixed length, each window admits up to limit units,
+// and the count starts again at zero when the next window opens.
+//
+// Two placements of the windows are offered. New and NewWindow align them
+// to the clock (multiples of the window length since the Unix epoch), so
+// every key resets at the same instant. NewAnchored and NewAnchoredWindow
+// open a window at the first hit when none is open, as a counter with a
+// time-to-live does: each key then resets on its own schedule.
+//
+// The whole state of a window is one int64 — the window's index (aligned)
+// or opening instant (anchored) packed with the count — updated by one
+// compare-and-swap: no mutex, no reset goroutine, no allocation, one clock
+// read per decision.
+//
+// # Guarantees
+//
+// Each window admits at most limit units, and a fresh or reset window
+// admits exactly limit units at one instant. Consequently any interval of
+// length d admits at most limit·(⌈d/window⌉+1) units.
+//
+// The known weakness of the algorithm: an interval of one window length
+// that straddles a boundary may hold up to 2·limit units — limit just
+// before the boundary and limit just after. With New(100, time.Minute),
+// 200 requests can pass within two nanoseconds across a minute boundary.
+// Use package slidingwindow or tokenbucket when that matters.
+//
+// Decisions are exact to the nanosecond: a denied request retried
+// RetryAfter later (when the window has closed) succeeds, and retried 1 ns
+// sooner fails. ResetAfter is the time until the window closes.
+//
+// An anchored window lasts exactly the window length when limit and window
+// are not both large; the opening instant is kept in ticks of 2^s ns,
+// rounded up, with s = max(0, bitlen(window ns) + bitlen(limit) - 52):
+// s is 0 up to a 73-minute window for limits below 1024, or a 4.2-second
+// window for limits below 2^20. A window that opens on a tick boundary
+// lasts exactly window; otherwise up to 2^s - 1 ns longer, never shorter.
+//
+// # Limits and clock
+//
+// limit may be up to MaxLimit and window up to MaxWindow. The window index
+// is kept modulo 2^(63-bitlen(limit)) (2^31 windows at MaxLimit, 2^56 for
+// a limit of 100): a single-resource Window left untouched for an exact
+// multiple of that many windows sees its old count again for one window,
+// which can only deny, never over-admit. A request whose clock reading is older than the window
+// another goroutine already opened is counted in that newer window (so
+// RetryAfter may exceed the window length); this keeps the bounds under
+// concurrency. Bounds hold for a clock that does not step back by more
+// than max(2 windows, 1s) (the default clock is monotonic); a state
+// found further ahead than that is taken as stale and restarts.
+package fixedwindow
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/internal/keyed"
+	"github.com/throttlekit/throttle/internal/window"
+)
+
+// Bounds of the constructor arguments.
+const (
+	// MaxLimit is the largest limit per window.
+	MaxLimit = 1<<32 - 1
+	// MaxWindow is the longest window.
+	MaxWindow = throttle.MaxPeriod
+)
+
+var (
+	_ throttle.Limiter = (*Window)(nil)
+	_ throttle.Limiter = (*Limiter)(nil)
+)
+
+// errZero is returned by the methods of a limiter not made by its
+// constructor.
+var errZero = fmt.Errorf("%w: zero fixedwindow limiter: use the constructor", throttle.ErrInvalid)
+
+// config is the immutable configuration shared by every state of a
+// limiter.
+type config struct {
+	limit    int64
+	window   int64
+	lay      window.Layout
+	anchored bool
+	shift    uint  // anchored: the opening instant is kept in ticks of 1<<shift ns
+	skew     int64 // see window.Layout.Skew: in windows (aligned) or ticks (anchored)
+}
+
+func newConfig(limit int, w time.Duration, anchored bool) (*config, error) {
+	switch {
+	case limit <= 0 || limit > MaxLimit:
+		return nil, fmt.Errorf("%w: fixedwindow: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, MaxLimit)
+	case w <= 0 || w > MaxWindow:
+		return nil, fmt.Errorf("%w: fixedwindow: window %v out of range (0, %v]", throttle.ErrInvalid, w, MaxWindow)
+	}
+	lay, ok := window.NewLayout(int64(limit), 1)
+	if !ok {
+		return nil, fmt.Errorf("%w: fixedwindow: limit %d too large", throttle.ErrInvalid, limit)
+	}
+	c := &config{limit: int64(limit), window: int64(w), lay: lay, anchored: anchored}
+	if anchored {
+		// Keep the window within 2^(TagBits-11) ticks, so that an open
+		// window is told from a stale one with a wide margin.
+		if s := bits.Len64(uint64(w)) - int(lay.TagBits()-11); s > 0 {
+			c.shift = uint(s)
+		}
+		c.skew = lay.Skew(1 << c.shift)
+	} else {
+		c.skew = lay.Skew(c.window)
+	}
+	return c, nil
+}
+
+// decide admits or denies n units at now on the state word w. It reports
+// false if the state is dead (retired from a keyed map).
+func (c *config) decide(w *atomic.Int64, now, n int64) (throttle.Decision, bool) {
+	if c.anchored {
+		return c.decideAnchored(w, now, n)
+	}
+	idx := window.FloorDiv(now, c.window)
+	for {
+		old := w.Load()
+		if old == window.Dead {
+			return throttle.Decision{}, false
+		}
+		count, at := c.lay.Lo(old), idx
+		switch d := c.lay.Since(old, idx); {
+		case d == 0:
+		case d < 0 && d >= -c.skew:
+			at -= d // a caller with a later clock reading opened a later window: count in it
+		default:
+			count = 0 // a new window
+		}
+		end := (at + 1) * c.window
+		if count+n > c.limit {
+			return c.deny(now, end, count), true
+		}
+		if w.CompareAndSwap(old, c.lay.Pack1(at, count+n)) {
+			return c.allow(now, end, count+n), true
+		}
+	}
+}
+
+func (c *config) decideAnchored(w *atomic.Int64, now, n int64) (throttle.Decision, bool) {
+	tick := now >> c.shift
+	for {
+		old := w.Load()
+		if old == window.Dead {
+			return throttle.Decision{}, false
+		}
+		count := c.lay.Lo(old)
+		open := tick - c.lay.Since(old, tick) // the stored opening tick
+		if count == 0 || open > tick+c.skew || now-open<<c.shift >= c.window {
+			// No open window: open one now, on the first tick at or after
+			// now. (A window opened after now by a caller with a later
+			// clock reading is open: the request counts in it.)
+			count, open = 0, (now+1<<c.shift-1)>>c.shift
+		}
+		end := open<<c.shift + c.window
+		if count+n > c.limit {
+			return c.deny(now, end, count), true
+		}
+		if w.CompareAndSwap(old, c.lay.Pack1(open, count+n)) {
+			return c.allow(now, end, count+n), true
+		}
+	}
+}
+
+func (c *config) allow(now, end, count int64) throttle.Decision {
+	return throttle.Decision{Allowed: true, Limit: int(c.limit), Remaining: int(c.limit - count), ResetAfter: time.Duration(end - now)}
+}
+
+func (c *config) deny(now, end, count int64) throttle.Decision {
+	return throttle.Decision{Limit: int(c.limit), Remaining: int(c.limit - count), RetryAfter: time.Duration(end - now), ResetAfter: time.Duration(end - now)}
+}
+
+// full reports whether the live word w holds no units at now.
+func (c *config) full(w, now int64) bool {
+	count := c.lay.Lo(w)
+	if count == 0 {
+		return true
+	}
+	if !c.anchored {
+		d := c.lay.Since(w, window.FloorDiv(now, c.window))
+		return d > 0 || d < -c.skew
+	}
+	tick := now >> c.shift
+	open := tick - c.lay.Since(w, tick)
+	return open > tick+c.skew || now-open<<c.shift >= c.window
+}
+
+func (c *config) checkN(n int) error {
+	if n <= 0 || int64(n) > c.limit {
+		return throttle.CheckN(n, int(c.limit))
+	}
+	return nil
+}
+
+const cacheLine = 64
+
+// Window is a fixed-window limiter guarding one resource. It is safe for
+// concurrent use by multiple goroutines. The zero value is not usable: its
+// methods fail with an error wrapping throttle.ErrInvalid; create it with
+// NewWindow or NewAnchoredWindow.
+type Window struct {
+	c   *config
+	clk clock.Source
+	_   [cacheLine - 24]byte
+	w   atomic.Int64 // alone on its cache line: CAS traffic does not slow reads of c
+	_   [cacheLine - 8]byte
+}
+
+// NewWindow returns a limiter admitting up to limit units per window,
+// windows aligned to the clock. The only Option it reads is WithClock.
+// Errors wrap throttle.ErrInvalid: limit outside [1, MaxLimit], window
+// outside (0, MaxWindow], or a bad Option.
+func NewWindow(limit int, window time.Duration, opts ...throttle.Option) (*Window, error) {
+	return newWindow(limit, window, false, opts)
+}
+
+// NewAnchoredWindow is NewWindow with windows opened by the first hit when
+// none is open, instead of aligned to the clock.
+func NewAnchoredWindow(limit int, window time.Duration, opts ...throttle.Option) (*Window, error) {
+	return newWindow(limit, window, true, opts)
+}
+
+func newWindow(limit int, w time.Duration, anchored bool, opts []throttle.Option) (*Window, error) {
+	s, err := throttle.NewSettings(opts...)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newConfig(limit, w, anchored)
+	if err != nil {
+		return nil, err
+	}
+	return &Window{c: c, clk: clock.New(s.Clock)}, nil
+}
+
+// AllowN admits n units if the current window has room for them. When
+// denied, RetryAfter is the time until the window closes. Errors: n <= 0
+// wraps ErrInvalid, n > limit wraps ErrExceedsLimit.
+func (w *Window) AllowN(n int) (throttle.Decision, error) {
+	c := w.c
+	if c == nil {
+		return throttle.Decision{}, errZero
+	}
+	if err := c.checkN(n); err != nil {
+		return throttle.Decision{}, err
+	}
+	d, _ := c.decide(&w.w, w.clk.Now(), int64(n))
+	return d, nil
+}
+
+// Allow is AllowN(n); it ignores ctx and key.
+func (w *Window) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
+	return w.AllowN(n)
+}
+
+// Limit returns the limit per window (0 on a zero Window).
+func (w *Window) Limit() int {
+	if w.c == nil {
+		return 0
+	}
+	return int(w.c.limit)
+}
+
+// state is the per-key state of a Limiter: the packed word, and the
+// configuration, which Retire needs. The zero value is a fresh key.
+type state struct {
+	w   atomic.Int64
+	cfg atomic.Pointer[config] // set before the word first leaves zero
+}
+
+// Retire marks the state dead if it holds no units at now, or
+// unconditionally when force is set. It implements keyed.State.
+func (s *state) Retire(now int64, force bool) bool {
+	for {
+		w := s.w.Load()
+		if w == window.Dead {
+			return true
+		}
+		if !force && w != 0 && !s.cfg.Load().full(w, now) {
+			return false
+		}
+		if s.w.CompareAndSwap(w, window.Dead) {
+			return true
+		}
+	}
+}
+
+// Limiter is a set of fixed-window counters, one per key, all with the
+// same limit and window. A key seen for the first time starts empty; a key
+// whose window has closed is forgotten (no accuracy is lost), and past
+// throttle.WithMaxKeys the least recently used key is evicted. All methods
+// are safe for concurrent use. The zero value is not usable: its methods
+// fail with an error wrapping throttle.ErrInvalid; create it with New or
+// NewAnchored.
+type Limiter struct {
+	c   *config
+	m   *keyed.Map[state, *state]
+	set throttle.Settings
+}
+
+// New returns a keyed limiter admitting up to limit units per window for
+// each key, windows aligned to the clock: every key resets at the same
+// instant. Errors wrap throttle.ErrInvalid (see NewWindow). If the options
+// start a sweeper (WithSweepInterval), Close stops it.
+func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, error) {
+	return newLimiter(limit, window, false, opts)
+}
+
+// NewAnchored is New with each key's window opened by its first hit when
+// none is open, so keys reset at different instants.
+func NewAnchored(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, error) {
+	return newLimiter(limit, window, true, opts)
+}
+
+func newLimiter(limit int, w time.Duration, anchored bool, opts []throttle.Option) (*Limiter, error) {
+	s, err := throttle.NewSettings(opts...)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newConfig(limit, w, anchored)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{c: c, m: keyed.New[state](s), set: s}, nil
+}
+
+// Allow admits n units for key if its current window has room for them;
+// see Window.AllowN for the Decision. It ignores ctx. Errors wrap
+// ErrInvalid (bad key or n), ErrExceedsLimit (n > limit) or ErrClosed.
+func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
+	if l.m == nil {
+		return throttle.Decision{}, errZero
+	}
+	if l.m.Closed() {
+		return throttle.Decision{}, fmt.Errorf("fixedwindow: %w", throttle.ErrClosed)
+	}
+	if err := l.set.CheckKey(key); err != nil {
+		return throttle.Decision{}, err
+	}
+	c := l.c
+	if err := c.checkN(n); err != nil {
+		return throttle.Decision{}, err
+	}
+	now := l.m.Now()
+	for {
+		s := l.m.Get(key, now)
+		if s.cfg.Load() == nil {
+			s.cfg.Store(c)
+		}
+		if d, ok := c.decide(&s.w, now, int64(n)); ok {
+			return d, nil
+		}
+	}
+}
+
+// Limit returns the limit per window (0 on a zero Limiter).
+func (l *Limiter) Limit() int {
+	if l.c == nil {
+		return 0
+	}
+	return int(l.c.limit)
+}
+
+// Len returns the number of keys tracked.
+func (l *Limiter) Len() int {
+	if l.m == nil {
+		return 0
+	}
+	return l.m.Len()
+}
+
+// Close stops the background sweeper, if any; later calls to Allow fail
+// with ErrClosed. Close is idempotent and returns nil.
+func (l *Limiter) Close() error {
+	if l.m == nil {
+		return nil
+	}
+	return l.m.Close()
+}

@@ -1,0 +1,128 @@
+// Package window holds what the fixed-window and sliding-window limiters
+// share: packing a window (or slot) index and one or two counts into one
+// int64 that a single compare-and-swap updates, and exact integer helpers.
+//
+// A packed word is laid out, from the top bit down, as
+//
+//	[dead:1][tag: TagBits][hi count: CountBits][lo count: CountBits]
+//
+// (one-count layouts have no hi field). CountBits is the bit length of the
+// limit, so small limits leave a wide tag. The tag is the index modulo
+// 2^TagBits; Since recovers the signed distance from it to a given index,
+// which is exact while the true distance is below 2^(TagBits-1) in
+// magnitude. The dead bit is set only by a keyed map retiring the state.
+package window
+
+import (
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Dead is the word of a state retired from a keyed map. No live word has
+// its top bit set.
+const Dead int64 = math.MinInt64
+
+// MinTagBits is the narrowest tag NewLayout accepts.
+const MinTagBits = 15
+
+// Layout describes one packing. The zero Layout is not usable.
+type Layout struct {
+	cb    uint  // bits per count
+	cmask int64 // 1<<cb - 1
+	shift uint  // position of the tag: counts*cb
+	tb    uint  // tag bits: 63 - shift
+}
+
+// NewLayout returns the packing of counts (1 or 2) counts of at most limit
+// each, or false if the tag would be narrower than MinTagBits.
+func NewLayout(limit int64, counts uint) (Layout, bool) {
+	if limit <= 0 || counts < 1 || counts > 2 {
+		return Layout{}, false
+	}
+	cb := uint(bits.Len64(uint64(limit)))
+	shift := counts * cb
+	if shift+MinTagBits > 63 {
+		return Layout{}, false
+	}
+	return Layout{cb: cb, cmask: 1<<cb - 1, shift: shift, tb: 63 - shift}, true
+}
+
+// TagBits returns the width of the tag.
+func (l Layout) TagBits() uint { return l.tb }
+
+// Pack1 returns the one-count word of tag (reduced modulo 2^TagBits) and c.
+func (l Layout) Pack1(tag, c int64) int64 { return (tag<<l.shift)&^Dead | c }
+
+// Pack2 returns the two-count word of tag (reduced modulo 2^TagBits), hi
+// and lo.
+func (l Layout) Pack2(tag, hi, lo int64) int64 { return (tag<<l.shift)&^Dead | hi<<l.cb | lo }
+
+// Lo returns the low (or only) count of a live word.
+func (l Layout) Lo(w int64) int64 { return w & l.cmask }
+
+// Hi returns the high count of a live two-count word.
+func (l Layout) Hi(w int64) int64 { return w >> l.cb & l.cmask }
+
+// Since returns idx minus the tag of the live word w, as a signed number
+// of TagBits bits: the distance from the index w was written at to idx,
+// exact while that distance is within ±2^(TagBits-1).
+func (l Layout) Since(w, idx int64) int64 {
+	d := idx - w>>l.shift
+	return d << (64 - l.tb) >> (64 - l.tb)
+}
+
+// Skew returns how many windows (or slots, or ticks) of length unit ns a
+// stored index may lie ahead of a caller's index and still be taken as
+// newer rather than stale: at least 2, at least one second's worth, and
+// at most 2^(TagBits-3).
+//
+// Goroutines read the clock before their compare-and-swap, so a caller
+// holding an older reading regularly finds the state already moved to a
+// later window by a caller that read the clock after it. Counting its
+// request in that later window is what keeps the bounds; restarting the
+// window would over-admit. An index further ahead than Skew is taken as
+// stale (a tag that wrapped around after a long idle period, or a clock
+// stepped far back), so that a wrapped tag can never lock a state out for
+// longer than Skew.
+func (l Layout) Skew(unit int64) int64 {
+	s := max(2, (int64(time.Second)+unit-1)/unit)
+	return min(s, int64(1)<<(l.tb-3))
+}
+
+// FloorDiv returns a/b rounded toward minus infinity; b must be positive.
+func FloorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// FloorMod returns a modulo b in [0, b); b must be positive.
+func FloorMod(a, b int64) int64 {
+	r := a % b
+	if r < 0 {
+		r += b
+	}
+	return r
+}
+
+// MulDiv returns floor(a·b/c) and whether the remainder is zero, computed
+// exactly in 128 bits. a and b must be non-negative, c positive, and the
+// quotient must fit in 64 bits (a·b < c·2^64, true whenever a < c or
+// b <= c).
+func MulDiv(a, b, c int64) (q int64, exact bool) {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	uq, r := bits.Div64(hi, lo, uint64(c))
+	return int64(uq), r == 0
+}
+
+// CeilMulDiv returns ceil(a·b/c) under the conditions of MulDiv.
+func CeilMulDiv(a, b, c int64) int64 {
+	q, exact := MulDiv(a, b, c)
+	if !exact {
+		q++
+	}
+	return q
+}
