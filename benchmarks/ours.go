@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/slidinglog"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -18,6 +19,9 @@ var ours = []Subject{
 	{Name: "leakybucket.Bucket", Ours: true, Algo: "leaky bucket (meter)", VirtualTime: true, Weighted: true, New: rateBurst(leakybucket.NewBucket)},
 	{Name: "leakybucket.Limiter", Ours: true, Algo: "leaky bucket (meter)", Keyed: true, VirtualTime: true, Weighted: true, New: rateBurst(leakybucket.New)},
 	{Name: "leakybucket.Pacer", Ours: true, Algo: "leaky bucket (pacer)", Blocks: true, Note: "Take waits for its slot, like uber/ratelimit; built with uber's default slack of 10 and an unbounded queue", New: newPacer},
+	{Name: "fixedwindow.Window", Ours: true, Algo: "fixed window (aligned)", VirtualTime: true, Weighted: true, New: limitWindow(fixedwindow.NewWindow)},
+	{Name: "fixedwindow.Limiter", Ours: true, Algo: "fixed window (aligned)", Keyed: true, VirtualTime: true, Weighted: true, New: limitWindow(fixedwindow.New)},
+	{Name: "fixedwindow anchored", Ours: true, Algo: "fixed window (anchored)", Keyed: true, VirtualTime: true, Weighted: true, Note: "fixedwindow.NewAnchored: each key's window opens at its first hit", New: limitWindow(fixedwindow.NewAnchored)},
 	{Name: "slidinglog.Log", Ours: true, Algo: "sliding log", VirtualTime: true, Weighted: true, New: limitWindow(slidinglog.NewLog)},
 	{Name: "slidinglog.Limiter", Ours: true, Algo: "sliding log", Keyed: true, VirtualTime: true, Weighted: true, New: limitWindow(slidinglog.New)},
 }

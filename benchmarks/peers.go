@@ -35,7 +35,7 @@ var peers = []Subject{
 	{
 		Name: "x/time/rate", Algo: "token bucket",
 		VirtualTime: true, Weighted: true,
-		Note: "float tokens; a call whose clock read is older than the last one moves the limiter's clock back and earns that time again (stale reads trace)",
+		Note: "float tokens; a call whose clock read is older than the last one moves the limiter's clock back and earns that time again (stale reads trace; golang/go#65508)",
 		New:  newXRate,
 	},
 	{
