@@ -86,13 +86,22 @@ func (r *ring) expire(p *params, now int64) {
 		r.head, r.size, r.total = 0, 0, 0
 		return
 	}
-	for r.oldest(p) <= cutoff {
-		r.total -= int64(r.buf[r.head] & p.maxCount)
-		if r.head++; r.head == len(r.buf) {
-			r.head = 0
-		}
-		r.size--
+	if cutoff < r.base {
+		return // every entry is at base or later
 	}
+	// An entry expires if its offset is at most cutoff-base, that is if
+	// the packed entry is below lim. The newest entry does not expire, so
+	// the loop stops before the ring is empty.
+	lim := uint64(cutoff-r.base+1) << p.cbits
+	buf, head := r.buf, r.head
+	for e := buf[head]; e < lim; e = buf[head] {
+		r.total -= int64(e & p.maxCount)
+		r.size--
+		if head++; head == len(buf) {
+			head = 0
+		}
+	}
+	r.head = head
 }
 
 // decide admits n units at now if the window ending at now holds room for
@@ -102,18 +111,13 @@ func (r *ring) expire(p *params, now int64) {
 // latest time it has seen: entries expired stay expired and admissions
 // are recorded at that time, so the log stays ordered and its bound holds
 // on the times it records. Durations are from now, the caller's time.
-func (r *ring) decide(p *params, now int64, n int64) throttle.Decision {
+func (r *ring) decide(p *params, now int64, n int64) (ok bool, remaining, retryAfter, resetAfter int64) {
 	r.seen = max(r.seen, now)
 	at := r.seen
 	r.expire(p, at)
 	if r.total+n <= p.limit {
 		r.push(p, at, n)
-		return throttle.Decision{
-			Allowed:    true,
-			Limit:      int(p.limit),
-			Remaining:  int(p.limit - r.total),
-			ResetAfter: time.Duration(at + p.window - now),
-		}
+		return true, p.limit - r.total, 0, at + p.window - now
 	}
 	// Denied: the request fits once the oldest total+n-limit units expire.
 	// Each entry holds at least one unit, so this walks at most n entries
@@ -124,17 +128,30 @@ func (r *ring) decide(p *params, now int64, n int64) throttle.Decision {
 		e = r.buf[r.idx(i)]
 		need -= int64(e & p.maxCount)
 	}
+	return false, p.limit - r.total, r.base + int64(e>>p.cbits) + p.window - now, r.last + p.window - now
+}
+
+// decision builds the Decision from what decide returns.
+func (p *params) decision(ok bool, remaining, retryAfter, resetAfter int64) throttle.Decision {
 	return throttle.Decision{
+		Allowed:    ok,
 		Limit:      int(p.limit),
-		Remaining:  int(p.limit - r.total),
-		RetryAfter: time.Duration(r.base + int64(e>>p.cbits) + p.window - now),
-		ResetAfter: time.Duration(r.last + p.window - now),
+		Remaining:  int(remaining),
+		RetryAfter: time.Duration(retryAfter),
+		ResetAfter: time.Duration(resetAfter),
 	}
 }
 
 // push appends n units admitted at now, no earlier than the newest entry.
 func (r *ring) push(p *params, now int64, n int64) {
 	r.total += n
+	if r.size > 0 && r.size < len(r.buf) && now != r.last && now-r.base <= p.maxOff && uint64(n) <= p.maxCount {
+		// The common case: one more entry, room for it, no rebase.
+		r.last = now
+		r.buf[r.idx(r.size)] = uint64(now-r.base)<<p.cbits | uint64(n)
+		r.size++
+		return
+	}
 	if r.size == 0 {
 		r.base, r.head = now, 0
 	} else if now-r.base > p.maxOff {
@@ -201,28 +218,25 @@ type log struct {
 	ring
 }
 
-// denyFast returns the decision for n units at now if the published state
-// answers it without the lock: the ring full at now and n = 1.
-func (l *log) denyFast(p *params, now int64, n int) (throttle.Decision, bool) {
+// denyFast reports whether the published state answers a request for n
+// units at now without the lock: the ring full at now and n = 1. If so
+// the request is denied, with these durations.
+func (l *log) denyFast(now int64, n int) (retryAfter, resetAfter int64, ok bool) {
 	s := l.seq.Load()
 	full := l.full.Load()
 	if n != 1 || now >= full || s&1 != 0 {
-		return throttle.Decision{}, false
+		return 0, 0, false
 	}
 	reset := l.reset.Load()
 	if l.seq.Load() != s {
-		return throttle.Decision{}, false
+		return 0, 0, false
 	}
-	return throttle.Decision{
-		Limit:      int(p.limit),
-		RetryAfter: time.Duration(full - now),
-		ResetAfter: time.Duration(reset - now),
-	}, true
+	return full - now, reset - now, true
 }
 
 // decide is ring.decide, publishing the new state; l.mu is held.
-func (l *log) decide(p *params, now int64, n int64) throttle.Decision {
-	d := l.ring.decide(p, now, n)
+func (l *log) decide(p *params, now int64, n int64) (ok bool, remaining, retryAfter, resetAfter int64) {
+	ok, remaining, retryAfter, resetAfter = l.ring.decide(p, now, n)
 	full := int64(0)
 	if l.total == p.limit {
 		full = l.oldest(p) + p.window
@@ -235,7 +249,7 @@ func (l *log) decide(p *params, now int64, n int64) throttle.Decision {
 		l.reset.Store(l.last + p.window)
 		l.seq.Add(1)
 	}
-	return d
+	return
 }
 
 // clear empties the log, giving its buffer back; l.mu is held.

@@ -113,13 +113,13 @@ func (l *Log) AllowN(n int) (throttle.Decision, error) {
 		return throttle.Decision{}, err
 	}
 	now := l.clk.Now()
-	if d, ok := l.log.denyFast(&l.p, now, n); ok {
-		return d, nil
+	if retry, reset, ok := l.log.denyFast(now, n); ok {
+		return l.p.decision(false, 0, retry, reset), nil
 	}
 	l.log.mu.Lock()
-	d := l.log.decide(&l.p, now, int64(n))
+	ok, rem, retry, reset := l.log.decide(&l.p, now, int64(n))
 	l.log.mu.Unlock()
-	return d, nil
+	return l.p.decision(ok, rem, retry, reset), nil
 }
 
 // Limit returns the most units admitted in any window.
@@ -193,8 +193,8 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	now := l.m.Now()
 	for {
 		s := l.m.Get(key, now)
-		if d, ok := s.denyFast(&l.p, now, n); ok {
-			return d, nil
+		if retry, reset, ok := s.denyFast(now, n); ok {
+			return l.p.decision(false, 0, retry, reset), nil
 		}
 		s.mu.Lock()
 		if s.dead {
@@ -204,10 +204,10 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 			now = l.m.Now()
 			continue
 		}
-		d := s.decide(&l.p, now, int64(n))
+		ok, rem, retry, reset := s.decide(&l.p, now, int64(n))
 		s.until = s.last + l.p.window
 		s.mu.Unlock()
-		return d, nil
+		return l.p.decision(ok, rem, retry, reset), nil
 	}
 }
 
