@@ -131,11 +131,17 @@ func BenchmarkAlgorithms(b *testing.B) {
 		"fixedwindow": func() (throttle.Limiter, error) {
 			return NewFixedWindow(c, 1_000_000, time.Second, WithPrefix(uniquePrefix()))
 		},
+		"slidingwindow": func() (throttle.Limiter, error) {
+			return NewSlidingWindow(c, 1_000_000, time.Second, WithPrefix(uniquePrefix()))
+		},
 		"slidinglog": func() (throttle.Limiter, error) {
 			return NewSlidingLog(c, 1_000, time.Second, WithPrefix(uniquePrefix()))
 		},
+		"concurrency": func() (throttle.Limiter, error) {
+			return NewConcurrency(c, 1_000_000, time.Second, WithPrefix(uniquePrefix()))
+		},
 	}
-	for _, name := range []string{"tokenbucket", "fixedwindow", "slidinglog"} {
+	for _, name := range []string{"tokenbucket", "fixedwindow", "slidingwindow", "slidinglog", "concurrency"} {
 		l, err := mk[name]()
 		if err != nil {
 			b.Fatal(err)

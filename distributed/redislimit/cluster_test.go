@@ -36,6 +36,9 @@ func TestCluster(t *testing.T) {
 		"fixedwindow": func() (throttle.Limiter, error) {
 			return NewFixedWindow(c, limit, time.Hour, vclock(clk))
 		},
+		"slidingwindow": func() (throttle.Limiter, error) {
+			return NewSlidingWindow(c, limit, time.Hour, vclock(clk))
+		},
 		"slidinglog": func() (throttle.Limiter, error) {
 			return NewSlidingLog(c, limit, time.Hour, vclock(clk))
 		},

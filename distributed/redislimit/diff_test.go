@@ -12,6 +12,7 @@ import (
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/slidinglog"
+	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
@@ -185,5 +186,22 @@ func TestDifferentialReserve(t *testing.T) {
 		if got.OK {
 			lres, rres = append(lres, want), append(rres, got)
 		}
+	}
+}
+
+func TestDifferentialSlidingWindow(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	for _, w := range []time.Duration{100 * time.Millisecond, time.Second, 7 * time.Second / 3} {
+		differential(t, 6, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
+			l, err := slidingwindow.New(6, w, throttle.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := NewSlidingWindow(c, 6, w, vclock(clk), WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, r
+		})
 	}
 }

@@ -13,7 +13,8 @@
 //
 // Algorithms: NewTokenBucket and NewLeakyBucket (GCRA, as tokenbucket and
 // leakybucket), NewEvery (permits at least d apart), NewFixedWindow (as
-// fixedwindow.New), NewSlidingLog (as slidinglog.New) and NewConcurrency
+// fixedwindow.New), NewSlidingWindow (the weighted estimate of
+// slidingwindow.New), NewSlidingLog (as slidinglog.New) and NewConcurrency
 // (slots held with a lease that runs out, so a crashed holder frees its
 // slots; as counting.New otherwise).
 //

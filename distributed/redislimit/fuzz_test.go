@@ -13,6 +13,7 @@ import (
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/slidinglog"
+	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
@@ -45,7 +46,7 @@ func fuzzOne(t *testing.T, c *redis.Client, alg, p1, p2 byte, trace []byte) (ste
 		limit := 1 + int(p1%10)
 		var local, shared throttle.Limiter
 		var err1, err2 error
-		switch alg % 3 {
+		switch alg % 4 {
 		case 0:
 			rate := throttle.NewRate(1+int(p2), time.Duration(1+int(p1)*int(p2))*time.Millisecond)
 			local, err1 = tokenbucket.New(rate, limit, throttle.WithClock(clk))
@@ -54,6 +55,10 @@ func fuzzOne(t *testing.T, c *redis.Client, alg, p1, p2 byte, trace []byte) (ste
 			w := time.Duration(1+int(p2)*int(p2)) * time.Millisecond / 7
 			local, err1 = fixedwindow.New(limit, w, throttle.WithClock(clk))
 			shared, err2 = NewFixedWindow(c, limit, w, opts...)
+		case 3:
+			w := time.Duration(1+int(p2)*int(p2)) * time.Millisecond / 3
+			local, err1 = slidingwindow.New(limit, w, throttle.WithClock(clk))
+			shared, err2 = NewSlidingWindow(c, limit, w, opts...)
 		default:
 			w := time.Duration(1+int(p2)) * 3 * time.Millisecond
 			local, err1 = slidinglog.New(limit, w, throttle.WithClock(clk))
@@ -76,7 +81,7 @@ func fuzzOne(t *testing.T, c *redis.Client, alg, p1, p2 byte, trace []byte) (ste
 			want, e1 := local.Allow(ctx, key, n)
 			got, e2 := shared.Allow(ctx, key, n)
 			if e1 != nil || e2 != nil || want != got {
-				t.Fatalf("alg %d p1 %d p2 %d step %d (gap %v, n %d, key %s): local %+v %v, redis %+v %v", alg%3, p1, p2, i/3, gap, n, key, want, e1, got, e2)
+				t.Fatalf("alg %d p1 %d p2 %d step %d (gap %v, n %d, key %s): local %+v %v, redis %+v %v", alg%4, p1, p2, i/3, gap, n, key, want, e1, got, e2)
 			}
 		}
 	}

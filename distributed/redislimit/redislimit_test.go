@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
+	"math/rand/v2"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -236,4 +239,53 @@ func TestLeakyBucketSuite(t *testing.T) {
 		Limit: capacity,
 		Bound: func(d time.Duration) int64 { return int64(capacity) + rate.Events(d) },
 	})
+}
+
+func TestSlidingWindowSuite(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	limit, window := 7, time.Second
+	throttletest.Run(t, throttletest.Suite{
+		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+			l, err := NewSlidingWindow(c, limit, window, vclock(clk), WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		Limit: limit,
+		Bound: func(d time.Duration) int64 { return int64(limit) * (int64((d+window-1)/window) + 1) },
+	})
+}
+
+// TestLuaMulDiv checks the exact floor(a·b/c) of the sliding window
+// script against math/big, near the ends of its range.
+func TestLuaMulDiv(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	src, err := luaFS.ReadFile("lua/slidingwindow.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := string(src)
+	fn := body[strings.Index(body, "local function muldiv"):strings.Index(body, "local W, L")]
+	script := redis.NewScript(fn + "local q, r = muldiv(ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0)\nreturn {string.format('%d', q), string.format('%d', r)}")
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := range 3000 {
+		a := rng.Int64N(1 << 24)
+		cc := 1 + rng.Int64N(1<<52)
+		b := 1 + rng.Int64N(cc) // b <= c, as in the script
+		if i%3 == 0 {
+			cc = 1 + rng.Int64N(1<<24) // the other shape: r·W/prev
+			b = 1 + rng.Int64N(1<<52)
+			a = rng.Int64N(cc)
+		}
+		v, err := script.Run(context.Background(), c, nil, a, b, cc).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := new(big.Int).Mul(big.NewInt(a), big.NewInt(b))
+		q, r := new(big.Int).QuoRem(p, big.NewInt(cc), new(big.Int))
+		if v[0] != q.String() || v[1] != r.String() {
+			t.Fatalf("muldiv(%d, %d, %d) = %v, want %v %v", a, b, cc, v, q, r)
+		}
+	}
 }

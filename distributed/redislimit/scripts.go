@@ -26,11 +26,12 @@ func script(name string) *redis.Script {
 }
 
 var (
-	gcraScript        = script("gcra")
-	refundScript      = script("gcra_refund")
-	leaseScript       = script("gcra_lease")
-	fixedWindowScript = script("fixedwindow")
-	slidingLogScript  = script("slidinglog")
-	concurrencyScript = script("concurrency")
-	extendScript      = script("concurrency_extend")
+	gcraScript          = script("gcra")
+	refundScript        = script("gcra_refund")
+	leaseScript         = script("gcra_lease")
+	fixedWindowScript   = script("fixedwindow")
+	slidingLogScript    = script("slidinglog")
+	slidingWindowScript = script("slidingwindow")
+	concurrencyScript   = script("concurrency")
+	extendScript        = script("concurrency_extend")
 )

@@ -10,7 +10,8 @@ import (
 	"github.com/throttlekit/throttle"
 )
 
-// MaxWindow is the longest window of NewFixedWindow and NewSlidingLog.
+// MaxWindow is the longest window of NewFixedWindow, NewSlidingWindow
+// and NewSlidingLog, and the longest lease of NewConcurrency.
 // Scripts compute in Lua numbers (doubles), exact to the nanosecond up to
 // 2^53 ns; windows up to MaxWindow keep every offset below that.
 const MaxWindow = 52 * 24 * time.Hour

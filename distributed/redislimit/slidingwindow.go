@@ -1,0 +1,97 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/window"
+)
+
+// MaxSlidingLimit is the largest limit of NewSlidingWindow, as in
+// slidingwindow.MaxLimit.
+const MaxSlidingLimit = 1<<24 - 1
+
+// SlidingWindow is the weighted sliding window of slidingwindow.New shared
+// through Redis: windows aligned to the Unix epoch, and n units admitted
+// at elapsed time e into the current window when
+// prev·(W-e)/W + cur + n ≤ limit, computed exactly. It has the same
+// decisions as slidingwindow.Limiter for the same trace.
+//
+// A SlidingWindow is safe for concurrent use. The zero value is not
+// usable; call NewSlidingWindow.
+type SlidingWindow struct {
+	*core
+	window int64
+	skew   int64
+}
+
+var _ throttle.Limiter = (*SlidingWindow)(nil)
+
+// NewSlidingWindow returns a weighted sliding-window limiter of limit
+// units per window. Errors wrap throttle.ErrInvalid.
+func NewSlidingWindow(client redis.UniversalClient, limit int, w time.Duration, opts ...Option) (*SlidingWindow, error) {
+	if limit <= 0 || limit > MaxSlidingLimit {
+		return nil, fmt.Errorf("%w: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, MaxSlidingLimit)
+	}
+	if err := checkWindow(limit, w); err != nil {
+		return nil, err
+	}
+	c, _, err := newCore(client, "sw", limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	lay, _ := window.NewLayout(int64(limit), 2)
+	return &SlidingWindow{core: c, window: int64(w), skew: lay.Skew(int64(w))}, nil
+}
+
+// Allow admits n units for key now or denies them, in one round trip.
+func (l *SlidingWindow) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	if err := l.check(key, n); err != nil {
+		return throttle.Decision{}, err
+	}
+	ref, mode := l.now()
+	var buf [10]any
+	args := append(l.common(buf[:0], ref, mode), l.window, l.limit, n, floorMod(ref, l.window), l.skew)
+	r, err := l.run(ctx, slidingWindowScript, []string{l.prefix + key}, args)
+	if err != nil {
+		return l.fail(ctx, key, n, err)
+	}
+	prev, cur, used, start := integer(r[1]), integer(r[2]), integer(r[3]), integer(r[4])
+	limit, W := int64(l.limit), l.window
+	if integer(r[0]) == 1 {
+		return throttle.Decision{
+			Allowed: true, Limit: l.limit, Remaining: int(limit - used - int64(n)),
+			ResetAfter: time.Duration(start + 2*W),
+		}, nil
+	}
+	// Times below are offsets from now, which is 0.
+	var at int64 // offset from start of the first admitting instant
+	if r := limit - cur - int64(n); r >= 0 && prev > 0 {
+		if x, _ := window.MulDiv(r, W, prev); x > 0 {
+			at = W - x
+		}
+	}
+	if at == 0 { // not in this window: in the next, prev becomes cur
+		r := limit - int64(n)
+		switch x, _ := window.MulDiv(min(r, cur), W, max(cur, 1)); {
+		case cur == 0 || r >= cur:
+			at = W
+		case x > 0:
+			at = 2*W - x
+		default:
+			at = 2 * W
+		}
+	}
+	reset := start + W
+	if cur > 0 {
+		reset += W
+	}
+	return throttle.Decision{
+		Limit: l.limit, Remaining: int(max(limit-used, 0)),
+		RetryAfter: time.Duration(start + at), ResetAfter: time.Duration(reset),
+	}, nil
+}
