@@ -117,28 +117,32 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	if err := throttle.CheckN(n, l.burst); err != nil {
 		return throttle.Decision{}, err
 	}
-	now := l.node.clk.Now()
-	r := now / l.node.interval
 	e := l.table.pin(key)
 	if e == nil {
 		l.node.st.overflow.Add(1)
 		return l.buckets.Allow(ctx, key, n)
 	}
 	defer e.unpin()
-	if e.born.Load() == 0 {
+	capped := l.node.cfg.SpendCap && len(*l.node.members.Load()) > 1
+	var now int64
+	if capped || e.born.Load() == 0 {
+		now = l.node.clk.Now()
 		e.born.CompareAndSwap(0, now)
 	}
 	e.demand.Add(int64(n))
-	if e.changed.Load() != r {
-		e.changed.Store(r)
+	if t := l.node.tick.Load(); e.changed.Load() != t {
+		e.changed.Store(t)
 	}
-	if !l.node.cfg.SpendCap || len(*l.node.members.Load()) == 1 {
+	if !capped {
+		// The token bucket reads the clock itself: this path reads it
+		// once per decision (twice on a key's first request).
 		d, err := l.buckets.Allow(ctx, key, n)
 		if err == nil && d.Allowed {
 			e.hits.Add(int64(n))
 		}
 		return d, err
 	}
+	r := now / l.node.interval
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.capRound != r {
@@ -200,7 +204,12 @@ func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
 		frac  float64
 		tie   uint64
 	}
-	qs := make([]q, len(members))
+	var buf [16]q
+	qs := buf[:0]
+	if len(members) > len(buf) {
+		qs = make([]q, 0, len(members))
+	}
+	qs = qs[:len(members)]
 	var sum float64
 	for i, id := range members {
 		qs[i].id = id
@@ -268,7 +277,7 @@ func tieHash(key string, r int64, id string) uint64 {
 // collect builds this round's datagrams: counters changed in the last
 // Resend rounds, all live counters (when full), bucket levels (when
 // levels), and drops idle entries.
-func (l *Limiter) collect(now, r int64, full, levels bool) (recent, all, state [][]byte) {
+func (l *Limiter) collect(r, t int64, full, levels bool) (recent, all, state [][]byte) {
 	n := l.node
 	resend := int64(n.cfg.Resend)
 	recvRetain := l.retain + resend + 3
@@ -279,10 +288,10 @@ func (l *Limiter) collect(now, r int64, full, levels bool) (recent, all, state [
 		hits, demand := e.hits.Load(), e.demand.Load()
 		if demand > 0 {
 			re := reportEntry{key: key, born: e.born.Load(), hits: uint64(hits), demand: uint64(demand)}
-			if ch >= r-resend {
+			if ch >= t-resend {
 				rec = append(rec, re)
 			}
-			if full && ch >= r-l.retain {
+			if full && ch >= t-l.retain {
 				fl = append(fl, re)
 			}
 		}
@@ -291,7 +300,7 @@ func (l *Limiter) collect(now, r int64, full, levels bool) (recent, all, state [
 				sts = append(sts, stateEntry{key: key, tokens: t})
 			}
 		}
-		if ch < r-l.retain && e.pruneRemote(r-recvRetain) {
+		if ch < t-l.retain && e.pruneRemote(t-recvRetain) {
 			l.table.drop(key, e)
 		}
 	})
@@ -323,8 +332,8 @@ func (l *Limiter) collect(now, r int64, full, levels bool) (recent, all, state [
 }
 
 // applyReport debits the hits a peer reported and returns how many units
-// it debited. r is the receiver's current round.
-func (l *Limiter) applyReport(m *message, acceptFrom, r int64) int64 {
+// it debited. t is the receiver's round count.
+func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 	var total int64
 	for _, x := range m.reports {
 		e := l.table.pin(x.key)
@@ -344,7 +353,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, r int64) int64 {
 			// born after we started listening to the peer; otherwise it
 			// is history (covered by the state sync) and becomes the
 			// baseline.
-			rec = &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round, d0: x.demand, changed: r}
+			rec = &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round, d0: x.demand, changed: t}
 			if x.born >= acceptFrom {
 				delta = int64(x.hits)
 				rec.d0, rec.r0 = 0, m.round-1
@@ -356,7 +365,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, r int64) int64 {
 			if x.hits > rec.hits {
 				delta = int64(x.hits - rec.hits)
 				rec.hits = x.hits
-				rec.changed = r
+				rec.changed = t
 			}
 			if m.round > rec.r1 && x.demand >= rec.d1 {
 				rec.d0, rec.r0 = rec.d1, rec.r1
@@ -390,7 +399,7 @@ type entry struct {
 	pin     atomic.Int32 // decisions in progress; -1 once dropped
 	hits    atomic.Int64 // units admitted here, cumulative
 	demand  atomic.Int64 // units asked for here, cumulative
-	changed atomic.Int64 // last round the counters changed
+	changed atomic.Int64 // round count (Node.tick) when the counters last changed
 	born    atomic.Int64 // time of the first local request (ns): identifies the counter; 0 before
 
 	mu          sync.Mutex // guards the fields below
@@ -407,7 +416,7 @@ type remoteRec struct {
 	hits    uint64
 	d0, d1  uint64 // cumulative demand at sender rounds r0 < r1
 	r0, r1  uint64
-	changed int64 // receiver round when hits last grew
+	changed int64 // receiver round count when hits last grew
 }
 
 func (e *entry) unpin() { e.pin.Add(-1) }

@@ -92,6 +92,7 @@ type Node struct {
 	created     int64
 
 	members atomic.Pointer[[]string] // sorted IDs of self and peers
+	tick    atomic.Int64             // rounds run, plus one: marks when counters change
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -152,6 +153,7 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 		sendSig: newSigner(cfg.Secret), recvSig: newSigner(cfg.Secret),
 	}
 	n.created = n.clk.Now()
+	n.tick.Store(1)
 	n.incarnation = uint64(time.Now().UnixNano())
 	if s.Clock != nil {
 		// Virtual time: keep simulations reproducible.
@@ -358,12 +360,13 @@ func (n *Node) Tick() bool {
 		lims = append(lims, l)
 	}
 	n.mu.Unlock()
+	t := n.tick.Add(1)
 	n.st.rounds.Add(1)
 	n.st.full.Add(uint64(len(full)))
 
 	got := map[string]bool{}
 	for _, l := range lims {
-		recent, all, levels := l.collect(now, r, len(full) > 0, len(state) > 0)
+		recent, all, levels := l.collect(r, t, len(full) > 0, len(state) > 0)
 		n.sendAll(recent, normal, got)
 		n.sendAll(all, full, got)
 		n.sendAll(levels, state, got)
@@ -469,7 +472,7 @@ func (n *Node) handle(p []byte) {
 	}
 	switch m.typ {
 	case msgReport:
-		n.st.applied.Add(uint64(l.applyReport(m, acceptFrom, now/n.interval)))
+		n.st.applied.Add(uint64(l.applyReport(m, acceptFrom, n.tick.Load())))
 	case msgState:
 		l.applyState(m)
 	}
