@@ -60,8 +60,8 @@ var peers = []Subject{
 		Name: "go-limiter", Algo: "token bucket (interval refill)",
 		Keyed: true,
 		Note: "refills once per Interval, counted from the key's first use, and then only min(Tokens, Interval in ns / Tokens) tokens; n = 1 only. " +
-			"Its one-key allowed-path speed runs use a 1000 s interval: 10 ms would refill 10 tokens and put it on the denied path",
-		SpeedConfig: func(c Config) Config { c.Window = 1000 * time.Second; return c },
+			"Its one-key allowed-path speed runs use 1e9 tokens per 1e18 ns (no refill during the run): 1e6 per 10 ms would refill 10 tokens per interval and put it on the denied path",
+		SpeedConfig: func(c Config) Config { c.Limit, c.Window = 1_000_000_000, 1_000_000_000_000_000_000; return c },
 		New:         newGoLimiter,
 	},
 	{

@@ -255,8 +255,12 @@ type SpeedOptions struct {
 	Subjects  []Subject
 	Workloads []Workload
 	Count     int           // rounds; every case is measured once per round
-	BenchTime time.Duration // target duration of one measurement
-	Progress  io.Writer     // optional
+	BenchTime time.Duration // target duration of one measurement on one key
+	// KeyedCount is the number of rounds of the many-key workloads
+	// (default Count). One sample of those makes exactly as many calls as
+	// there are keys, so it visits every key once.
+	KeyedCount int
+	Progress   io.Writer // optional
 }
 
 // RunSpeed measures every supported (workload, subject) pair Count times.
@@ -272,10 +276,9 @@ type SpeedOptions struct {
 // would make that the cost being measured.
 func RunSpeed(o SpeedOptions) ([]SpeedResult, error) {
 	testing.Init()
-	if f := flag.Lookup("test.benchtime"); f != nil && o.BenchTime > 0 {
-		if err := f.Value.Set(o.BenchTime.String()); err != nil {
-			return nil, err
-		}
+	benchtime := flag.Lookup("test.benchtime")
+	if benchtime == nil {
+		return nil, fmt.Errorf("testing: no test.benchtime flag")
 	}
 	type group struct {
 		keys   int
@@ -294,7 +297,21 @@ func RunSpeed(o SpeedOptions) ([]SpeedResult, error) {
 		}
 	}
 	count := max(o.Count, 1)
+	keyedCount := count
+	if o.KeyedCount > 0 {
+		keyedCount = o.KeyedCount
+	}
+	var failed error
 	measure := func(r *SpeedResult, in *Instance) {
+		bt := o.BenchTime.String()
+		if r.Workload.Keys > 1 {
+			bt = strconv.Itoa(r.Workload.Keys) + "x"
+		}
+		if o.BenchTime > 0 || r.Workload.Keys > 1 {
+			if err := benchtime.Value.Set(bt); err != nil && failed == nil {
+				failed = err
+			}
+		}
 		br := testing.Benchmark(in.Body(r.Workload))
 		r.Samples = append(r.Samples, Sample{
 			N:           br.N,
@@ -352,7 +369,7 @@ func RunSpeed(o SpeedOptions) ([]SpeedResult, error) {
 				if err != nil {
 					return nil, err
 				}
-				for range count {
+				for range keyedCount {
 					for _, i := range mine {
 						measure(&res[i], in)
 					}
@@ -366,10 +383,10 @@ func RunSpeed(o SpeedOptions) ([]SpeedResult, error) {
 			if g.denied {
 				path = "denied"
 			}
-			fmt.Fprintf(o.Progress, "speed: %d key(s), %s path: %d rounds in %v\n", g.keys, path, count, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(o.Progress, "speed: %d key(s), %s path: done in %v\n", g.keys, path, time.Since(start).Round(time.Millisecond))
 		}
 	}
-	return res, nil
+	return res, failed
 }
 
 // Slug turns a subject name into a benchmark name element.
