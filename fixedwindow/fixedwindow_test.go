@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-		"sort"
+	"sort"
 	"sync"
 	"testing"
 	"time"
