@@ -228,6 +228,26 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// FuzzHandle feeds authenticated but arbitrary datagrams to a node: it
+// must never panic, and a bucket is only ever debited, never credited.
+func FuzzHandle(f *testing.F) {
+	good := report(f, "n1", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 2, demand: 3})[0]
+	f.Add(good[:len(good)-macSize])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c := newCluster(t, 2, throttle.PerSecond(1), 10, time.Second, true, 1)
+		if len(b) > MaxPacket-macSize {
+			b = b[:MaxPacket-macSize]
+		}
+		sig := newSigner(secret)
+		c.nodes[0].handle(sig.sum(bytes.Clone(b), b))
+		if tok := c.lims[0].Tokens("k"); tok > 10 {
+			t.Fatalf("tokens %d above burst", tok)
+		}
+		c.lims[0].Allow(ctx, "k", 1)
+		c.runTo(c.clk.Now().Add(2 * time.Second))
+	})
+}
+
 // Forged, malformed and foreign datagrams are dropped and counted, and
 // change no bucket.
 func TestDropsBadDatagrams(t *testing.T) {

@@ -192,6 +192,9 @@ func TestSimBurst(t *testing.T) {
 		r := simulate(t, simConfig{nodes: 8, rate: throttle.PerSecond(50), burst: 100, interval: 100 * time.Millisecond,
 			capped: true, loss: loss, over: 3, duration: 30 * time.Second, seed: 5})
 		t.Logf("sustained, loss %.0f%%: peak burst %.2fx (cap)", loss*100, r.peak)
+		if loss == 0 && r.peak*100 > 100+7 {
+			t.Errorf("no loss: peak burst %.0f units, above the stated bound burst + N-1 = 107", r.peak*100)
+		}
 		if r.peak > 1.2 {
 			t.Errorf("loss %.0f%%: peak burst %.2fx with the cap, want <= 1.2x", loss*100, r.peak)
 		}

@@ -1,0 +1,96 @@
+package daemon_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle/distributed/daemon"
+)
+
+// BenchmarkLoopback measures decisions per second over loopback TCP with
+// 1 to 64 connections, one query at a time per connection (unpipelined)
+// and in batches of 64 (pipelined). It reports the p99 latency of a
+// round trip (a query, or a batch when pipelined).
+//
+//	go test ./distributed/daemon -run XXX -bench Loopback -benchtime 3s
+func BenchmarkLoopback(b *testing.B) {
+	cfg := config("tcp:127.0.0.1:0")
+	cfg.Default = daemon.Limit{Rate: "1000000/s", Burst: 1000000}
+	s, err := daemon.New(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Start()
+	defer s.Shutdown(b.Context())
+	addr := s.Addrs()[0].String()
+	for _, batch := range []int{1, 64} {
+		for _, conns := range []int{1, 4, 16, 64} {
+			name := fmt.Sprintf("pipeline=%d/conns=%d", batch, conns)
+			b.Run(name, func(b *testing.B) {
+				cs := make([]net.Conn, conns)
+				for i := range cs {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer c.Close()
+					cs[i] = c
+				}
+				// Each connection sends its share of b.N queries.
+				per := (b.N + conns*batch - 1) / (conns * batch)
+				lat := make([][]time.Duration, conns)
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				start := time.Now()
+				for i, c := range cs {
+					wg.Go(func() {
+						w := bufio.NewWriterSize(c, 64*16)
+						r := bufio.NewReaderSize(c, 64*3)
+						reply := make([]byte, 3*batch)
+						var tags []string
+						for j := range batch {
+							tags = append(tags, "client-"+strconv.Itoa(i*batch+j)+"\n")
+						}
+						l := make([]time.Duration, 0, per)
+						for range per {
+							t0 := time.Now()
+							for _, t := range tags {
+								w.WriteString(t)
+							}
+							if err := w.Flush(); err != nil {
+								b.Error(err)
+								return
+							}
+							if _, err := io.ReadFull(r, reply); err != nil {
+								b.Error(err)
+								return
+							}
+							l = append(l, time.Since(t0))
+						}
+						lat[i] = l
+					})
+				}
+				wg.Wait()
+				el := time.Since(start)
+				b.StopTimer()
+				var all []time.Duration
+				for _, l := range lat {
+					all = append(all, l...)
+				}
+				slices.Sort(all)
+				total := float64(per * conns * batch)
+				b.ReportMetric(total/el.Seconds(), "decisions/s")
+				if len(all) > 0 {
+					b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+				}
+			})
+		}
+	}
+}
