@@ -81,12 +81,14 @@ func Traces(limit int, window time.Duration) []Trace {
 	ts = append(ts, t)
 
 	// Boundary attack: a probe at 0 (it starts windows that are anchored
-	// at the first request), then 2·limit requests packed around each
-	// window edge, within ±1% of a window.
-	t = Trace{Name: "boundary", Desc: "probe at 0, then 2×limit within ±W/100 of every window edge", Limit: L, Window: W, Keys: 1}
+	// at the first request), then, around every other window edge,
+	// 2·limit requests packed within ±1% of a window: the window before
+	// the edge is untouched until then, so a fixed window admits limit
+	// just before the edge and limit just after.
+	t = Trace{Name: "boundary", Desc: "probe at 0, then 2×limit within ±W/100 of every other window edge", Limit: L, Window: W, Keys: 1}
 	t.Arrivals = append(t.Arrivals, Arrival{At: 0, N: 1})
 	delta := W / 100
-	for k := 1; k < 10; k++ {
+	for k := 1; k < 10; k += 2 {
 		edge := time.Duration(k) * W
 		g := 2 * delta / time.Duration(2*L)
 		for i := range 2 * L {

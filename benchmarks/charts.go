@@ -11,7 +11,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
@@ -31,7 +30,7 @@ func WriteCharts(dir string, speed []SpeedResult, acc []AccuracyResult) ([]strin
 		return nil, err
 	} else if p != nil {
 		f := filepath.Join(dir, ChartBoundary)
-		if err := save(p, 9*vg.Inch, 5.5*vg.Inch, f); err != nil {
+		if err := save(p, 9*vg.Inch, 6*vg.Inch, f); err != nil {
 			return nil, err
 		}
 		files = append(files, f)
@@ -77,24 +76,39 @@ func save(p *plot.Plot, w, h vg.Length, file string) error {
 	return f.Close()
 }
 
-// wrap breaks a comma-separated list into lines of about n characters.
-func wrap(s string, n int) string {
-	var b strings.Builder
-	line := 0
-	for i, part := range strings.Split(s, ", ") {
-		if i > 0 {
-			if line+2+len(part) > n {
-				b.WriteString(",\n")
-				line = 0
-			} else {
-				b.WriteString(", ")
-				line += 2
-			}
+// palette holds ten colors that stay apart (Tableau 10).
+var palette = []color.Color{
+	color.RGBA{0x4e, 0x79, 0xa7, 0xff}, color.RGBA{0xf2, 0x8e, 0x2b, 0xff},
+	color.RGBA{0xe1, 0x57, 0x59, 0xff}, color.RGBA{0x76, 0xb7, 0xb2, 0xff},
+	color.RGBA{0x59, 0xa1, 0x4f, 0xff}, color.RGBA{0xed, 0xc9, 0x48, 0xff},
+	color.RGBA{0xb0, 0x7a, 0xa1, 0xff}, color.RGBA{0xff, 0x9d, 0xa7, 0xff},
+	color.RGBA{0x9c, 0x75, 0x5f, 0xff}, color.RGBA{0xba, 0xb0, 0xac, 0xff},
+}
+
+// shortNames joins subject names for a legend, writing the types of one
+// of our packages once: "tokenbucket.{Bucket,Limiter}".
+func shortNames(names []string) string {
+	var out []string
+	group := map[string][]string{}
+	for _, n := range names {
+		pkg, typ, ok := strings.Cut(n, ".")
+		if !ok || strings.ContainsAny(n, "/ ") {
+			out = append(out, n)
+			continue
 		}
-		b.WriteString(part)
-		line += len(part)
+		if group[pkg] == nil {
+			out = append(out, pkg)
+		}
+		group[pkg] = append(group[pkg], typ)
 	}
-	return b.String()
+	for i, o := range out {
+		if g := group[o]; len(g) == 1 {
+			out[i] = o + "." + g[0]
+		} else if len(g) > 1 {
+			out[i] = o + ".{" + strings.Join(g, ",") + "}"
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // boundaryChart plots, for every subject that ran the boundary attack,
@@ -129,10 +143,11 @@ func boundaryChart(acc []AccuracyResult) (*plot.Plot, error) {
 	}
 	p := plot.New()
 	p.Title.Text = "Boundary attack: admitted in the trailing window"
-	p.X.Label.Text = "time (windows)"
+	p.X.Label.Text = "time (windows); 2×limit offered within ±1% of window edges 1, 3, 5, 7, 9"
 	p.Y.Label.Text = "admitted in the last window / limit"
 	p.Legend.Top = true
 	p.Legend.Left = true
+	p.Legend.TextStyle.Font.Size = vg.Points(9)
 	p.Add(plotter.NewGrid())
 	one := plotter.NewFunction(func(float64) float64 { return 1 })
 	one.Color = color.Gray{Y: 120}
@@ -161,14 +176,16 @@ func boundaryChart(acc []AccuracyResult) (*plot.Plot, error) {
 		if err != nil {
 			return nil, err
 		}
-		l.Color = plotutil.Color(i)
-		l.Dashes = plotutil.Dashes(i / len(plotutil.DefaultColors))
-		l.Width = vg.Points(1.2)
+		l.Color = palette[i%len(palette)]
+		if r.RealTime {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+		}
+		l.Width = vg.Points(1.5)
 		p.Add(l)
-		p.Legend.Add(wrap(strings.Join(ln.names, ", "), 70), l)
+		p.Legend.Add(shortNames(ln.names), l)
 	}
 	p.Y.Min = 0
-	p.Y.Max = 3
+	p.Y.Max = 3.2
 	return p, nil
 }
 
@@ -230,7 +247,7 @@ func speedChart(res []SpeedResult, ws []Workload, what string) (*plot.Plot, int,
 		}
 		b.Horizontal = true
 		b.LineStyle.Width = 0
-		b.Color = plotutil.Color(j)
+		b.Color = palette[j%len(palette)]
 		b.Offset = barW * vg.Length(float64(j)-float64(len(present)-1)/2)
 		p.Add(b)
 		p.Legend.Add(w.Name, b)

@@ -161,7 +161,7 @@ func run() error {
 		fmt.Fprintln(out, "Limit 100 per window of 1 s (virtual time). Ideal = what an exact token bucket of burst 100 refilled at 100/s admits on the same arrivals,")
 		fmt.Fprintf(out, "so a window limiter scores below 1 by design and anything above 1 over-admits. ⏱ = takes no clock: replayed on the wall clock with a %v window, scored on the actual call times.\n", realWindow)
 		fmt.Fprintln(out, "Traces (ten windows each): steady 2× = evenly spaced at twice the rate; on/off = 2×limit in half a window then 1.5 windows idle;")
-		fmt.Fprintln(out, "Poisson 1.5× = Poisson arrivals at 1.5× the rate; boundary = 2×limit within ±1% of every window edge; 200 keys = limit/10 per key, each at 2× its rate;")
+		fmt.Fprintln(out, "Poisson 1.5× = Poisson arrivals at 1.5× the rate; boundary = 2×limit within ±1% of every other window edge; 200 keys = limit/10 per key, each at 2× its rate;")
 		fmt.Fprintln(out, "weighted = n uniform in [1, 20] at 2× the rate in units; stale reads = 4× the rate, one call in five deciding with a clock read up to 10 ms old")
 		fmt.Fprintln(out, "(a goroutine preempted between reading the clock and deciding; virtual time only, ⏱ limiters see plain 4×); burst+poll = 2×limit at once, then a request every W/1000.")
 		fmt.Fprintln(out)
