@@ -23,8 +23,10 @@
 // # Cost and memory
 //
 // Non-blocking acquire (TryAcquire, Allow) and release with nobody queued
-// are one compare-and-swap each, lock-free, with no allocation. Blocking
-// acquires take a mutex and allocate a waiter only when they must queue.
+// are one compare-and-swap each, lock-free, with no allocation. Acquire
+// takes the same path when the units are free, and allocates only its
+// idempotent release function (two small objects); when it must queue it
+// takes a mutex and allocates a waiter.
 // The keyed Limiter holds state (one small struct) only for keys with
 // units in flight or waiters: a key back to zero is dropped lazily as new
 // keys arrive, or by Sweep or the sweeper of throttle.WithSweepInterval.

@@ -21,6 +21,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var bg = context.Background()
 
+// badLimits are limits New, NewSemaphore and SetLimit refuse; MaxLimit+1
+// is one where int has 64 bits.
+var badLimits = func() []int {
+	bad := []int{0, -1}
+	if big := uint64(MaxLimit) + 1; big <= uint64(^uint(0)>>1) {
+		bad = append(bad, int(big))
+	}
+	return bad
+}()
+
 func mustSem(t testing.TB, limit int) *Semaphore {
 	t.Helper()
 	s, err := NewSemaphore(limit)
@@ -251,7 +261,7 @@ func TestSetLimit(t *testing.T) {
 			if _, err := s.acquire(bg, 6); !errors.Is(err, throttle.ErrExceedsLimit) {
 				t.Fatalf("Acquire above the limit: %v", err)
 			}
-			for _, bad := range []int{0, -1, MaxLimit + 1} {
+			for _, bad := range badLimits {
 				if err := s.setLimit(bad); !errors.Is(err, throttle.ErrInvalid) {
 					t.Fatalf("SetLimit(%d): %v", bad, err)
 				}
@@ -281,7 +291,7 @@ func TestClose(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	for _, limit := range []int{0, -1, MaxLimit + 1} {
+	for _, limit := range badLimits {
 		if _, err := New(limit); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("New(%d): %v", limit, err)
 		}
@@ -479,5 +489,28 @@ func TestStress(t *testing.T) {
 	l.Sweep()
 	if l.Len() != 0 {
 		t.Errorf("%d keys left after all released", l.Len())
+	}
+}
+
+// TestNoAllocs: non-blocking acquire and release, allowed or denied, do
+// not allocate.
+func TestNoAllocs(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector allocates")
+	}
+	sem := mustSem(t, 2)
+	l := mustNew(t, 2)
+	l.Allow(bg, "k", 1)
+	step := func() {
+		sem.TryAcquire(2)
+		sem.TryAcquire(1) // denied
+		sem.AllowN(1)     // denied
+		sem.Release(2)
+		l.Allow(bg, "k", 1)
+		l.Allow(bg, "k", 1) // denied
+		l.Release("k", 1)
+	}
+	if a := testing.AllocsPerRun(1000, step); a != 0 {
+		t.Fatalf("%v allocations per step, want 0", a)
 	}
 }

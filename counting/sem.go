@@ -108,6 +108,12 @@ func (s *sem) acquire(ctx context.Context, n uint64, limit *atomic.Int64, closed
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	switch ok, _, isDead := s.tryAcquire(n, uint64(limit.Load())); {
+	case ok:
+		return nil
+	case isDead:
+		return errRetry
+	}
 	s.mu.Lock()
 	// The limit may have been lowered since the caller checked n.
 	if lim := uint64(limit.Load()); n > lim {

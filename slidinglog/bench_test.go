@@ -92,22 +92,35 @@ func BenchmarkAllowParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkKeys spreads calls over 100k distinct keys, each admitting 10
-// per second: after warm-up every key is live and mostly denied.
+// BenchmarkKeys spreads calls over 100k distinct keys, all live. In
+// "allowed" every call is admitted (each adds an entry to its key's log,
+// which grows by doubling); in "denied" every key is full for the hour.
 func BenchmarkKeys(b *testing.B) {
-	l := mustNew(b, 10, time.Second)
 	keys := makeKeys(100_000)
-	for _, k := range keys {
-		l.Allow(bg, k, 1)
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		l.Allow(bg, keys[i], 1)
-		if i++; i == len(keys) {
-			i = 0
+	run := func(b *testing.B, l *Limiter) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			l.Allow(bg, keys[i], 1)
+			if i++; i == len(keys) {
+				i = 0
+			}
 		}
 	}
+	b.Run("allowed", func(b *testing.B) {
+		l := mustNew(b, 1<<20, time.Hour)
+		for _, k := range keys {
+			l.Allow(bg, k, 1)
+		}
+		run(b, l)
+	})
+	b.Run("denied", func(b *testing.B) {
+		l := mustNew(b, 10, time.Hour)
+		for _, k := range keys {
+			l.Allow(bg, k, 10)
+		}
+		run(b, l)
+	})
 }
 
 func makeKeys(n int) []string {

@@ -2,5 +2,6 @@
 
 package slidinglog
 
-// raceOn shortens the longest tests under the race detector.
+// raceOn shortens the longest tests under the race detector, and skips
+// the allocation test.
 const raceOn = true

@@ -502,3 +502,27 @@ func TestStress(t *testing.T) {
 type sysClock struct{}
 
 func (sysClock) Now() time.Time { return time.Now() }
+
+// TestNoAllocs: once a log has grown to its working size, neither an
+// admission nor a denial allocates.
+func TestNoAllocs(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector allocates")
+	}
+	clk := throttletest.NewClock()
+	lg := mustLog(t, 8, time.Second, throttle.WithClock(clk))
+	kl := mustNew(t, 8, time.Second, throttle.WithClock(clk))
+	step := func() {
+		clk.Advance(100 * time.Millisecond) // 10 calls per window: some denied
+		lg.AllowN(1)
+		kl.Allow(bg, "k", 1)
+		lg.AllowN(2)
+		kl.Allow(bg, "k", 2)
+	}
+	for range 100 {
+		step()
+	}
+	if a := testing.AllocsPerRun(1000, step); a != 0 {
+		t.Fatalf("%v allocations per step, want 0", a)
+	}
+}

@@ -1,0 +1,6 @@
+//go:build race
+
+package counting
+
+// raceOn skips the allocation test under the race detector.
+const raceOn = true
