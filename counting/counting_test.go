@@ -514,3 +514,74 @@ func TestNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per step, want 0", a)
 	}
 }
+
+// TestTraces replays deterministic arrivals on a tick clock: each admitted
+// request holds its units for a fixed number of ticks.
+func TestTraces(t *testing.T) {
+	type req struct{ tick, n int }
+	run := func(s iface, ticks, perTick, n, hold int, on func(tick int) bool) (admits []int) {
+		var held []req
+		for tick := range ticks {
+			kept := held[:0]
+			for _, h := range held {
+				if h.tick+hold == tick {
+					if err := s.release(h.n); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					kept = append(kept, h)
+				}
+			}
+			held = kept
+			got := 0
+			for range perTick {
+				if !on(tick) {
+					break
+				}
+				if d, err := s.allow(n); err != nil {
+					t.Fatal(err)
+				} else if d.Allowed {
+					held = append(held, req{tick, n})
+					got++
+				}
+			}
+			admits = append(admits, got)
+		}
+		return admits
+	}
+	always := func(int) bool { return true }
+	both(t, 4, func(t *testing.T, s iface) {
+		// Steady over-rate: 3 arrivals a tick, each held 2 ticks, limit 4:
+		// 3 admitted, then only the 1 left, and so on.
+		for tick, got := range run(s, 100, 3, 1, 2, always) {
+			if want := 3 - 2*(tick%2); got != want {
+				t.Fatalf("steady: tick %d admitted %d, want %d", tick, got, want)
+			}
+		}
+	})
+	both(t, 4, func(t *testing.T, s iface) {
+		// Bursty on/off: 10 arrivals every 5th tick, each held 3 ticks: a
+		// burst finds the last one released and admits exactly 4.
+		for tick, got := range run(s, 100, 10, 1, 3, func(tick int) bool { return tick%5 == 0 }) {
+			if want := 4 * btoi(tick%5 == 0); got != want {
+				t.Fatalf("bursty: tick %d admitted %d, want %d", tick, got, want)
+			}
+		}
+	})
+	both(t, 4, func(t *testing.T, s iface) {
+		// Weighted: requests of 3 against a limit of 4 never overlap; each
+		// held 2 ticks, so one is admitted every other tick.
+		for tick, got := range run(s, 100, 2, 3, 2, always) {
+			if want := 1 - tick%2; got != want {
+				t.Fatalf("weighted: tick %d admitted %d, want %d", tick, got, want)
+			}
+		}
+	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
