@@ -8,6 +8,7 @@ import (
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/slidinglog"
+	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
@@ -22,6 +23,9 @@ var ours = []Subject{
 	{Name: "fixedwindow.Window", Ours: true, Algo: "fixed window (aligned)", VirtualTime: true, Weighted: true, New: limitWindow(fixedwindow.NewWindow)},
 	{Name: "fixedwindow.Limiter", Ours: true, Algo: "fixed window (aligned)", Keyed: true, VirtualTime: true, Weighted: true, New: limitWindow(fixedwindow.New)},
 	{Name: "fixedwindow anchored", Ours: true, Algo: "fixed window (anchored)", Keyed: true, VirtualTime: true, Weighted: true, Note: "fixedwindow.NewAnchored: each key's window opens at its first hit", New: limitWindow(fixedwindow.NewAnchored)},
+	{Name: "slidingwindow.Window", Ours: true, Algo: "sliding window (weighted)", VirtualTime: true, Weighted: true, New: limitWindow(slidingwindow.NewWindow)},
+	{Name: "slidingwindow.Limiter", Ours: true, Algo: "sliding window (weighted)", Keyed: true, VirtualTime: true, Weighted: true, New: limitWindow(slidingwindow.New)},
+	{Name: "slidingwindow slotted", Ours: true, Algo: "sliding window (10 slots)", Keyed: true, VirtualTime: true, Weighted: true, Note: "slidingwindow.NewSlotted with 10 slots", New: limitWindow(slotted(10))},
 	{Name: "slidinglog.Log", Ours: true, Algo: "sliding log", VirtualTime: true, Weighted: true, New: limitWindow(slidinglog.NewLog)},
 	{Name: "slidinglog.Limiter", Ours: true, Algo: "sliding log", Keyed: true, VirtualTime: true, Weighted: true, New: limitWindow(slidinglog.New)},
 }
@@ -78,4 +82,12 @@ func (p *pacer) Allow(ctx context.Context, _ string, n int) (throttle.Decision, 
 		}
 	}
 	return allowed(true, p.limit), nil
+}
+
+// slotted returns slidingwindow.NewSlotted with k slots as a (limit,
+// window) constructor.
+func slotted(k int) func(int, time.Duration, ...throttle.Option) (*slidingwindow.Limiter, error) {
+	return func(limit int, window time.Duration, opts ...throttle.Option) (*slidingwindow.Limiter, error) {
+		return slidingwindow.NewSlotted(limit, window, k, opts...)
+	}
 }
