@@ -182,20 +182,21 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 }
 
 // quota returns this node's spend cap for key in round r given total, the
-// tokens that remain for the round (as this node sees them), and this
-// node's share of them. Shares are proportional to the demand each member
+// tokens that remain for the round as this node sees them, and this node's
+// share of them. Shares are proportional to the demand each member
 // reported for the previous round (equal when nobody reported any), and
 // rounded by the largest-remainder method with ties broken by a hash of
 // (key, round, node) that every node computes alike, so that with equal
-// views the quotas of all nodes add up to exactly floor(total). Called
-// with e.mu held.
+// views the quotas of all nodes add up to exactly the tokens left.
+//
+// A peer whose report for the last round has not arrived yet (in flight
+// at the start of a round, or lost) has spent tokens this node has not
+// been charged for: they are estimated at the peer's recent hit rate and
+// set aside. Called with e.mu held.
 func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
-	if total <= 0 {
-		return 0, 0
-	}
 	members := *l.node.members.Load()
 	if len(members) == 1 {
-		return total, 1
+		return max(total, 0), 1
 	}
 	type q struct {
 		id    string
@@ -210,15 +211,34 @@ func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
 		qs = make([]q, 0, len(members))
 	}
 	qs = qs[:len(members)]
-	var sum float64
+	var sum, unknown float64
 	for i, id := range members {
 		qs[i].id = id
 		if id == l.node.id {
 			qs[i].w = float64(e.prevDemand)
-		} else if rec := e.remote[id]; rec != nil && rec.r1 >= uint64(r-1) && rec.r1 > rec.r0 {
-			qs[i].w = float64(rec.d1-rec.d0) / float64(rec.r1-rec.r0)
+			continue
 		}
-		sum += qs[i].w
+		rec := e.remote[id]
+		if rec == nil || rec.r1 <= rec.r0 {
+			continue
+		}
+		span := float64(rec.r1 - rec.r0)
+		if rec.r1 >= uint64(r-1) {
+			qs[i].w = float64(rec.d1-rec.d0) / span
+		}
+		if late := r - int64(rec.r1); late >= 1 && late <= 3 {
+			unknown += float64(late) * float64(rec.h1-rec.h0) / span
+		}
+	}
+	left := int64(float64(total) - math.Ceil(unknown))
+	if left <= 0 {
+		return 0, 0
+	}
+	total = left
+	if sum == 0 {
+		for i := range qs {
+			sum += qs[i].w
+		}
 	}
 	if sum == 0 {
 		for i := range qs {
@@ -353,10 +373,11 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 			// born after we started listening to the peer; otherwise it
 			// is history (covered by the state sync) and becomes the
 			// baseline.
-			rec = &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round, d0: x.demand, changed: t}
+			rec = &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
+				d0: x.demand, h0: x.hits, h1: x.hits, changed: t}
 			if x.born >= acceptFrom {
 				delta = int64(x.hits)
-				rec.d0, rec.r0 = 0, m.round-1
+				rec.d0, rec.h0, rec.r0 = 0, 0, m.round-1
 			}
 			e.remote[m.sender] = rec
 		case m.incarnation < rec.inc || x.born < rec.born:
@@ -367,9 +388,9 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 				rec.hits = x.hits
 				rec.changed = t
 			}
-			if m.round > rec.r1 && x.demand >= rec.d1 {
-				rec.d0, rec.r0 = rec.d1, rec.r1
-				rec.d1, rec.r1 = x.demand, m.round
+			if m.round > rec.r1 && x.demand >= rec.d1 && x.hits >= rec.h1 {
+				rec.d0, rec.h0, rec.r0 = rec.d1, rec.h1, rec.r1
+				rec.d1, rec.h1, rec.r1 = x.demand, x.hits, m.round
 			}
 		}
 		e.mu.Unlock()
@@ -415,6 +436,7 @@ type remoteRec struct {
 	born    int64
 	hits    uint64
 	d0, d1  uint64 // cumulative demand at sender rounds r0 < r1
+	h0, h1  uint64 // cumulative hits at the same rounds
 	r0, r1  uint64
 	changed int64 // receiver round count when hits last grew
 }

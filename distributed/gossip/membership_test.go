@@ -1,0 +1,158 @@
+package gossip
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/throttletest"
+)
+
+// A node that joins a running cluster catches up: the peers send it their
+// bucket levels, and from then on it is charged their hits.
+func TestJoinCatchesUp(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1)
+	for range 8 {
+		c.lims[0].Allow(ctx, "alice", 1)
+	}
+	c.runTo(c.clk.Now().Add(3 * time.Second))
+	if tok := c.lims[1].Tokens("alice"); tok != 2 {
+		t.Fatalf("peer holds %d tokens, want 2", tok)
+	}
+	// A third node joins, later.
+	node, err := NewNode(Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs}, throttle.WithClock(c.clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := node.NewLimiter("api", throttle.PerMinute(1), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.nodes {
+		if err := n.Join("n2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.nodes, c.lims, c.addrs = append(c.nodes, node), append(c.lims, lim), append(c.addrs, "n2")
+	if tok := lim.Tokens("alice"); tok != 10 {
+		t.Fatalf("fresh node holds %d tokens", tok)
+	}
+	c.runTo(c.clk.Now().Add(2 * time.Second))
+	if tok := lim.Tokens("alice"); tok != 2 {
+		t.Fatalf("after joining, the new node holds %d tokens for alice, want the cluster's 2", tok)
+	}
+	// And it is charged new hits, once.
+	c.lims[1].Allow(ctx, "alice", 1)
+	c.runTo(c.clk.Now().Add(5 * time.Second))
+	if tok := lim.Tokens("alice"); tok != 1 {
+		t.Fatalf("after one more hit elsewhere: %d tokens, want 1", tok)
+	}
+	if got := c.nodes[0].Peers(); len(got) != 2 || got[1] != "n2" {
+		t.Fatalf("Peers() = %v", got)
+	}
+}
+
+// After Leave, a former peer's reports are dropped.
+func TestLeave(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1)
+	c.nodes[1].Leave("n0")
+	c.lims[0].Allow(ctx, "bob", 5)
+	c.runTo(c.clk.Now().Add(3 * time.Second))
+	if tok := c.lims[1].Tokens("bob"); tok != 10 {
+		t.Fatalf("a node charged a departed peer's hits: %d tokens", tok)
+	}
+	if st := c.nodes[1].Stats(); st.UnknownSender == 0 {
+		t.Fatalf("stats %+v: want datagrams from the departed peer counted", st)
+	}
+	if tok := c.lims[0].Tokens("bob"); tok != 5 {
+		t.Fatalf("the departed node itself: %d tokens", tok)
+	}
+}
+
+// A restarted peer (new incarnation) is counted from zero again; the
+// counters of its previous life are not charged twice.
+func TestPeerRestart(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerHour(1), 100, time.Second, false, 1)
+	c.lims[0].Allow(ctx, "k", 10)
+	c.runTo(c.clk.Now().Add(2 * time.Second))
+	if tok := c.lims[1].Tokens("k"); tok != 90 {
+		t.Fatalf("before the restart: %d", tok)
+	}
+	c.nodes[0].Close()
+	c.runTo(c.clk.Now().Add(3 * time.Second))
+	node, err := NewNode(Config{Transport: c.net.Endpoint("n0"), Secret: secret, Peers: c.addrs}, throttle.WithClock(c.clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, _ := node.NewLimiter("api", throttle.PerHour(1), 100)
+	c.nodes[0], c.lims[0] = node, lim
+	lim.Allow(ctx, "k", 3)
+	c.runTo(c.clk.Now().Add(3 * time.Second))
+	if tok := c.lims[1].Tokens("k"); tok != 87 {
+		t.Fatalf("after the restart and 3 more hits: %d tokens, want 87", tok)
+	}
+	// The restarted node caught up from its peer: 100 - 10 - 3.
+	if tok := lim.Tokens("k"); tok != 87 {
+		t.Fatalf("restarted node: %d tokens, want 87", tok)
+	}
+	// An old datagram from the previous life is stale.
+	old := report(t, "n0", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 50, demand: 50})[0]
+	c.nodes[1].handle(old)
+	if st := c.nodes[1].Stats(); st.Stale != 1 {
+		t.Fatalf("stats %+v: want the old incarnation's datagram counted stale", st)
+	}
+}
+
+func TestUDPTransport(t *testing.T) {
+	clk := throttletest.NewClock()
+	ta, err := ListenUDP("127.0.0.1:0")
+	if err != nil {
+		t.Skipf("no UDP on loopback: %v", err)
+	}
+	tb, err := ListenUDP("127.0.0.1:0")
+	if err != nil {
+		ta.Close()
+		t.Skipf("no UDP on loopback: %v", err)
+	}
+	a, err := NewNode(Config{Transport: ta, Secret: secret, Peers: []string{tb.Addr()}}, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := NewNode(Config{Transport: tb, Secret: secret, Peers: []string{ta.Addr()}}, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	la, _ := a.NewLimiter("api", throttle.PerHour(1), 1000)
+	lb, _ := b.NewLimiter("api", throttle.PerHour(1), 1000)
+	// Many keys: the report spans several datagrams.
+	for i := range 300 {
+		la.Allow(ctx, "key-"+string(rune('a'+i%26))+string(rune('a'+i/26)), 2)
+	}
+	clk.Advance(time.Second)
+	a.Tick()
+	waitFor(t, func() bool { return b.Stats().HitsApplied == 600 })
+	if st := a.Stats(); st.PacketsSent < 2 {
+		t.Fatalf("300 keys went in %d datagram(s)", st.PacketsSent)
+	}
+	if tok := lb.Tokens("key-aa"); tok != 998 {
+		t.Fatalf("b holds %d tokens for key-aa, want 998", tok)
+	}
+	// Garbage and oversized datagrams are dropped and counted.
+	ta.Send(tb.Addr(), []byte("hello?"))
+	ta.Send(tb.Addr(), bytes.Repeat([]byte{'T'}, 3000))
+	waitFor(t, func() bool { return b.Stats().Malformed == 2 })
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
