@@ -27,12 +27,13 @@
 // takes the same path when the units are free, and allocates only its
 // idempotent release function (two small objects); when it must queue it
 // takes a mutex and allocates a waiter.
-// The keyed Limiter holds state (one small struct) only for keys with
-// units in flight or waiters: a key back to zero is dropped lazily as new
-// keys arrive, or by Sweep or the sweeper of throttle.WithSweepInterval.
-// The MaxKeys cap never drops a key that holds units (that would lose
-// them): past it, idle keys are dropped first, and the cap is exceeded
-// rather than forget held units.
+//
+// The keyed Limiter holds state (32 bytes on 64-bit platforms, plus the
+// map's entry) only for keys with units in flight or waiters: a key back
+// to zero is dropped lazily as new keys arrive, or by Sweep or the sweeper
+// of throttle.WithSweepInterval. The MaxKeys cap never drops a key that
+// holds units (that would lose them): past it, idle keys are dropped
+// first, and the cap is exceeded rather than forget held units.
 package counting
 
 import (

@@ -12,6 +12,11 @@
 // denied 1 ns before it and admitted at it, if nothing else is admitted
 // meanwhile. ResetAfter is when the newest admission leaves the window.
 //
+// The guarantee holds for as long as the keyed Limiter tracks the key: past
+// throttle.WithMaxKeys, a key still in use may be evicted (least recently
+// used first), and its log is forgotten. Idle keys are always dropped
+// before that, and dropping an idle key loses nothing.
+//
 // Compared with a fixed or sliding window counter, the log never lets
 // 2·limit through around a window edge (fixedwindow) and never estimates
 // (slidingwindow); the price is memory per admission instead of per key.
