@@ -41,7 +41,7 @@ func main() {
 func run() error {
 	thorough := flag.Bool("thorough", false, "thorough mode: all workloads (1M keys too), more and longer samples, longer wall-clock runs")
 	count := flag.Int("count", 0, "speed samples per case on one key (default 5 quick, 10 thorough)")
-	keyedCount := flag.Int("keyed-count", 5, "speed samples per case on many keys (each sample visits every key once)")
+	keyedCount := flag.Int("keyed-count", 0, "speed samples per case on many keys, each visiting every key once (default 3 quick, 5 thorough)")
 	benchtime := flag.Duration("benchtime", 0, "duration of one speed sample on one key (default 10ms quick, 100ms thorough)")
 	docs := flag.String("docs", "docs", "directory for comparison.md, bench.txt and the SVG charts; empty to write none")
 	guard := flag.Bool("guard", false, "exit with status 2 when one of our single-key Allow (serial, allowed or denied) is slower than x/time/rate's in this run")
@@ -64,15 +64,17 @@ func run() error {
 	}
 	mode := "quick"
 	workloads := benchmarks.QuickWorkloads
-	realWindow, contention := 50*time.Millisecond, 500*time.Millisecond
+	realWindow, contention := 50*time.Millisecond, 300*time.Millisecond
 	if *thorough {
 		mode = "thorough"
 		workloads = benchmarks.ThoroughWorkloads
 		realWindow, contention = 200*time.Millisecond, 3*time.Second
 		*count = cmp(*count, 10)
+		*keyedCount = cmp(*keyedCount, 5)
 		*benchtime = cmp(*benchtime, 100*time.Millisecond)
 	} else {
 		*count = cmp(*count, 5)
+		*keyedCount = cmp(*keyedCount, 3)
 		*benchtime = cmp(*benchtime, 10*time.Millisecond)
 	}
 	if *guard && *speed {
