@@ -45,6 +45,7 @@ func FuzzBound(f *testing.F) {
 	f.Add(uint8(1), uint16(1), false, []byte{0, 1, 1, 1, 0, 1, 2, 1})
 	f.Fuzz(func(t *testing.T, limit8 uint8, window16 uint16, anchored bool, trace []byte) {
 		limit, win := int64(limit8%64)+1, int64(window16%5000)+1
+		trace = trace[:min(len(trace), 1024)] // bounded run time per input
 		clk := throttletest.NewClock()
 		clk.Advance(time.Duration(window16)) // any phase
 		ctor := fixedwindow.NewWindow
