@@ -164,6 +164,7 @@ func (s *Server) start() error {
 	cmd := exec.Command(s.bin, s.args()...)
 	out := new(bytes.Buffer)
 	cmd.Stdout, cmd.Stderr = &lockedWriter{w: out}, &lockedWriter{w: out}
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
