@@ -56,6 +56,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		rate        = fs.String("rate", "", "default rate for every tag, e.g. 100/s (overrides the config)")
 		burst       = fs.Int("burst", 0, "default burst (overrides the config)")
 		gossipAddr  = fs.String("gossip", "", "UDP address to gossip on, e.g. 0.0.0.0:7946 (overrides the config)")
+		advertise   = fs.String("advertise", "", "gossip address the peers know this daemon by, when -gossip binds a wildcard (overrides the config)")
 		interval    = fs.Duration("interval", 0, "gossip interval (overrides the config)")
 		secretFile  = fs.String("secret-file", "", "file holding the gossip secret (or set THROTTLED_SECRET)")
 		spendCap    = fs.Bool("spend-cap", false, "enable the per-node spend cap")
@@ -103,6 +104,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if *gossipAddr != "" {
 		cfg.Gossip.Listen = *gossipAddr
+	}
+	if *advertise != "" {
+		cfg.Gossip.Advertise = *advertise
 	}
 	if len(peers) > 0 {
 		cfg.Gossip.Peers = peers

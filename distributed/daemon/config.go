@@ -57,6 +57,10 @@ type Gossip struct {
 	// Listen is the UDP address to gossip on, e.g. "0.0.0.0:7946". Empty
 	// disables gossip (then Peers must be empty).
 	Listen string `json:"listen,omitempty"`
+	// Advertise is the address the peers know this daemon by (the entry
+	// in their peers lists). Default: Listen, which is right unless
+	// Listen is a wildcard such as "0.0.0.0:7946".
+	Advertise string `json:"advertise,omitempty"`
 	// Peers are the other daemons' gossip addresses.
 	Peers []string `json:"peers,omitempty"`
 	// Interval is the gossip period (default 1s).

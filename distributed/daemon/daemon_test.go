@@ -208,6 +208,17 @@ func TestConfig(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
 	}
+	// Advertise names the node.
+	adv := config("tcp:127.0.0.1:0")
+	adv.Gossip = daemon.Gossip{Listen: "127.0.0.1:0", Advertise: "gw-3.example:7946", Secret: secret}
+	if s, err := daemon.New(adv, nil); err != nil {
+		t.Fatal(err)
+	} else {
+		if id := s.Node().ID(); id != "gw-3.example:7946" {
+			t.Errorf("node ID %q, want the advertised address", id)
+		}
+		s.Shutdown(context.Background())
+	}
 	// Gossip without a secret is refused.
 	cfg := config("tcp:127.0.0.1:0")
 	cfg.Gossip.Listen = "127.0.0.1:0"

@@ -33,8 +33,13 @@ type Config struct {
 	// Secret is the shared key that authenticates every datagram with
 	// HMAC-SHA256: at least MinSecretLen bytes, the same on every node.
 	Secret []byte
-	// Peers are the addresses of the other nodes (their Transport.Addr).
-	// Join and Leave change the set at run time.
+	// ID is the address the peers send to and know this node by: it must
+	// be the string in their Peers lists. Default Transport.Addr(), which
+	// is right for a specific address ("10.0.0.5:7946") but not for a
+	// wildcard bind ("0.0.0.0:7946"): set ID then.
+	ID string
+	// Peers are the addresses of the other nodes (their IDs). Join and
+	// Leave change the set at run time.
 	Peers []string
 	// Interval is the gossip period: every Interval, aligned on multiples
 	// of Interval since the Unix epoch, each node reports its hits to
@@ -159,12 +164,15 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 		// Virtual time: keep simulations reproducible.
 		n.incarnation = uint64(n.created)
 	}
-	n.id = "standalone"
-	if cfg.Transport != nil {
+	n.id = cfg.ID
+	if n.id == "" && cfg.Transport != nil {
 		n.id = cfg.Transport.Addr()
-		if len(n.id) > maxName {
-			return nil, fmt.Errorf("%w: transport address longer than %d bytes", throttle.ErrInvalid, maxName)
-		}
+	}
+	if n.id == "" {
+		n.id = "standalone"
+	}
+	if len(n.id) > maxName {
+		return nil, fmt.Errorf("%w: node ID longer than %d bytes", throttle.ErrInvalid, maxName)
 	}
 	for _, p := range cfg.Peers {
 		if err := n.addPeer(p); err != nil {
@@ -180,7 +188,7 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	return n, nil
 }
 
-// ID returns the node's ID: its transport address.
+// ID returns the node's ID: Config.ID, or its transport address.
 func (n *Node) ID() string { return n.id }
 
 // Interval returns the gossip period.
