@@ -246,6 +246,19 @@ func (c *Client) roundTrip(cn *conn, deadline time.Time, tags []string, out []bo
 	if err := cn.c.SetDeadline(deadline); err != nil {
 		return err
 	}
+	// Pipeline in chunks, so that neither side's socket buffers can fill
+	// up with unread replies while the other is still writing.
+	const chunk = 1024
+	for len(tags) > chunk {
+		if err := c.exchange(cn, tags[:chunk], out[:chunk]); err != nil {
+			return err
+		}
+		tags, out = tags[chunk:], out[chunk:]
+	}
+	return c.exchange(cn, tags, out)
+}
+
+func (c *Client) exchange(cn *conn, tags []string, out []bool) error {
 	for _, t := range tags {
 		cn.w.WriteString(t)
 		cn.w.WriteByte('\n')

@@ -58,6 +58,18 @@ func TestCheck(t *testing.T) {
 	if want := []bool{true, true, true, false, false}; !equal(out, want) {
 		t.Fatalf("CheckMany = %v, want %v", out, want)
 	}
+	// A large batch is pipelined in chunks.
+	many := make([]string, 5000)
+	for i := range many {
+		many[i] = "batch"
+	}
+	big := make([]bool, len(many))
+	if err := c.CheckMany(ctx, many, big); err != nil {
+		t.Fatal(err)
+	}
+	if !big[0] || !big[2] || big[3] || big[4999] {
+		t.Fatalf("large batch: first answers %v, last %v", big[:4], big[4999])
+	}
 	d, err := c.Allow(ctx, "carol", 1)
 	if err != nil || !d.Allowed {
 		t.Fatalf("Allow = %+v, %v", d, err)
@@ -70,7 +82,7 @@ func TestCheck(t *testing.T) {
 			t.Errorf("Check(%q) = %v, %v; want ErrInvalid", bad, ok, err)
 		}
 	}
-	if st := c.Stats(); st.Dials != 1 || st.Failures != 0 || st.Queries != 10 {
+	if st := c.Stats(); st.Dials != 1 || st.Failures != 0 || st.Queries != 5010 {
 		t.Fatalf("stats %+v: want one connection, reused", st)
 	}
 }
