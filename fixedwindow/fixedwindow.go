@@ -85,6 +85,7 @@ var errZero = fmt.Errorf("%w: zero fixedwindow limiter: use the constructor", th
 type config struct {
 	limit    int64
 	window   int64
+	div      window.Divisor // by window
 	lay      window.Layout
 	anchored bool
 	shift    uint  // anchored: the opening instant is kept in ticks of 1<<shift ns
@@ -102,7 +103,7 @@ func newConfig(limit int, w time.Duration, anchored bool) (*config, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: fixedwindow: limit %d too large", throttle.ErrInvalid, limit)
 	}
-	c := &config{limit: int64(limit), window: int64(w), lay: lay, anchored: anchored}
+	c := &config{limit: int64(limit), window: int64(w), div: window.NewDivisor(int64(w)), lay: lay, anchored: anchored}
 	if anchored {
 		// Keep the window within 2^(TagBits-11) ticks, so that an open
 		// window is told from a stale one with a wide margin.
@@ -122,7 +123,7 @@ func (c *config) decide(w *atomic.Int64, now, n int64) (throttle.Decision, bool)
 	if c.anchored {
 		return c.decideAnchored(w, now, n)
 	}
-	idx := window.FloorDiv(now, c.window)
+	idx, _ := c.div.FloorDiv(now)
 	for {
 		old := w.Load()
 		if old == window.Dead {
@@ -186,7 +187,8 @@ func (c *config) full(w, now int64) bool {
 		return true
 	}
 	if !c.anchored {
-		d := c.lay.Since(w, window.FloorDiv(now, c.window))
+		idx, _ := c.div.FloorDiv(now)
+		d := c.lay.Since(w, idx)
 		return d > 0 || d < -c.skew
 	}
 	tick := now >> c.shift

@@ -104,11 +104,12 @@ var errZero = fmt.Errorf("%w: zero slidingwindow limiter: use the constructor", 
 type config struct {
 	limit  int64
 	window int64
-	slots  int64         // 0: weighted form
-	slot   int64         // slotted: slot length, window/slots
-	lay    window.Layout // weighted: index, prev, cur; slotted: slot, total, cur
-	rlay   window.Layout // slotted ring entries: slot, count
-	skew   int64         // see window.Layout.Skew, in windows or slots
+	slots  int64          // 0: weighted form
+	slot   int64          // slotted: slot length, window/slots
+	div    window.Divisor // by window (weighted) or slot (slotted)
+	lay    window.Layout  // weighted: index, prev, cur; slotted: slot, total, cur
+	rlay   window.Layout  // slotted ring entries: slot, count
+	skew   int64          // see window.Layout.Skew, in windows or slots
 }
 
 func newConfig(limit int, w time.Duration, slots int) (*config, error) {
@@ -126,8 +127,10 @@ func newConfig(limit int, w time.Duration, slots int) (*config, error) {
 	c.lay, _ = window.NewLayout(c.limit, 2) // MaxLimit leaves MinTagBits
 	if slots == 0 {
 		c.skew = c.lay.Skew(c.window)
+		c.div = window.NewDivisor(c.window)
 	} else {
 		c.slot = c.window / c.slots
+		c.div = window.NewDivisor(c.slot)
 		c.rlay, _ = window.NewLayout(c.limit, 1)
 		c.skew = c.lay.Skew(c.slot)
 	}
@@ -144,7 +147,7 @@ func (c *config) checkN(n int) error {
 // decideWeighted admits or denies n units at now on the weighted state
 // word w. It reports false if the state is dead.
 func (c *config) decideWeighted(w *atomic.Int64, now, n int64) (throttle.Decision, bool) {
-	idx := window.FloorDiv(now, c.window)
+	idx, _ := c.div.FloorDiv(now)
 	for {
 		old := w.Load()
 		if old == window.Dead {
@@ -164,7 +167,7 @@ func (c *config) decideWeighted(w *atomic.Int64, now, n int64) (throttle.Decisio
 		e := max(now-start, 0) // in a later window: as of its start
 		used := cur
 		if prev > 0 {
-			used += window.CeilMulDiv(prev, c.window-e, c.window)
+			used += c.div.CeilMulDiv(prev, c.window-e)
 		}
 		if used+n > c.limit {
 			return c.denyWeighted(now, start, e, prev, cur, n, used), true
@@ -217,7 +220,8 @@ func (c *config) denyWeighted(now, start, e, prev, cur, n, used int64) throttle.
 // fullWeighted reports whether the live weighted word w holds no units at
 // now.
 func (c *config) fullWeighted(w, now int64) bool {
-	d := c.lay.Since(w, window.FloorDiv(now, c.window))
+	idx, _ := c.div.FloorDiv(now)
+	d := c.lay.Since(w, idx)
 	return c.lay.Lo(w) == 0 && (d > 0 || c.lay.Hi(w) == 0) || d >= 2 || d < -c.skew
 }
 
@@ -267,7 +271,8 @@ func (c *config) ringOf(p *atomic.Pointer[[]atomic.Int64]) []atomic.Int64 {
 // slot's count; ring holds the counts of earlier slots. It reports false
 // if the state is dead.
 func (c *config) decideSlotted(w *atomic.Int64, ring *atomic.Pointer[[]atomic.Int64], now, n int64) (throttle.Decision, bool) {
-	j, k := window.FloorDiv(now, c.slot), c.slots
+	j, _ := c.div.FloorDiv(now)
+	k := c.slots
 	for {
 		old := w.Load()
 		if old == window.Dead {
@@ -361,7 +366,8 @@ func (c *config) denySlotted(ring *atomic.Pointer[[]atomic.Int64], now, at, tota
 // fullSlotted reports whether the live slotted word w holds no units at
 // now: its slot has left the window (each move to a slot admits units).
 func (c *config) fullSlotted(w, now int64) bool {
-	d := c.lay.Since(w, window.FloorDiv(now, c.slot))
+	j, _ := c.div.FloorDiv(now)
+	d := c.lay.Since(w, j)
 	return c.lay.Hi(w) == 0 || d >= c.slots || d < -c.skew
 }
 

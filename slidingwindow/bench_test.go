@@ -1,0 +1,129 @@
+package slidingwindow_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Benchmarks on the system clock. "allowed" admits every call (a limit far
+// above the call rate, windows or slots rolling over every millisecond or
+// 100µs); "denied" denies every call. golang.org/x/time/rate runs beside
+// for the ratio.
+
+var benchForms = []struct {
+	name  string
+	slots int
+}{{"weighted", 0}, {"slotted10", 10}, {"slotted100", 100}}
+
+var benchCases = []struct {
+	name   string
+	limit  int
+	window time.Duration
+}{
+	{"allowed", 1<<24 - 1, time.Millisecond},
+	{"denied", 1, time.Hour},
+}
+
+func BenchmarkAllow(b *testing.B) {
+	for _, c := range benchCases {
+		for _, bf := range benchForms {
+			f := form{c.limit, c.window, bf.slots}
+			b.Run("Window/"+bf.name+"/"+c.name, func(b *testing.B) {
+				w := f.window1(b)
+				w.AllowN(1)
+				b.ReportAllocs()
+				for b.Loop() {
+					w.AllowN(1)
+				}
+			})
+			b.Run("Limiter/"+bf.name+"/"+c.name, func(b *testing.B) {
+				l := f.keyed(b)
+				l.Allow(bg, "key", 1)
+				b.ReportAllocs()
+				for b.Loop() {
+					l.Allow(bg, "key", 1)
+				}
+			})
+		}
+		b.Run("x-time-rate/"+c.name, func(b *testing.B) {
+			l := rate.NewLimiter(rate.Limit(float64(c.limit)/c.window.Seconds()), c.limit)
+			l.Allow()
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Allow()
+			}
+		})
+	}
+}
+
+func makeKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i*7919)
+	}
+	return keys
+}
+
+// BenchmarkKeys cycles through 100k distinct keys, all tracked.
+func BenchmarkKeys(b *testing.B) {
+	keys := makeKeys(100_000)
+	for _, bf := range benchForms {
+		b.Run("Limiter/"+bf.name+"/100k-keys", func(b *testing.B) {
+			l := form{1 << 20, time.Hour, bf.slots}.keyed(b)
+			for _, k := range keys {
+				l.Allow(bg, k, 1)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				l.Allow(bg, keys[i], 1)
+				if i++; i == len(keys) {
+					i = 0
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkAllowParallel(b *testing.B) {
+	for _, bf := range benchForms {
+		f := form{1<<24 - 1, time.Millisecond, bf.slots}
+		b.Run("Window/"+bf.name+"/hot", func(b *testing.B) {
+			w := f.window1(b)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					w.AllowN(1)
+				}
+			})
+		})
+		b.Run("Limiter/"+bf.name+"/100k-keys", func(b *testing.B) {
+			l := form{1 << 20, time.Hour, bf.slots}.keyed(b)
+			keys := makeKeys(100_000)
+			for _, k := range keys {
+				l.Allow(bg, k, 1)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					l.Allow(bg, keys[i%len(keys)], 1)
+					i += 7
+				}
+			})
+		})
+	}
+	b.Run("x-time-rate", func(b *testing.B) {
+		l := rate.NewLimiter(1e12, 1<<30)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.Allow()
+			}
+		})
+	})
+}
