@@ -135,11 +135,11 @@ func (b *Bucket) Capacity() int {
 
 // Limiter is a set of leaky buckets (meters), one per key, all with the
 // same rate and capacity. A key seen for the first time starts empty; a
-// key whose bucket has drained is forgotten (no accuracy is lost), and
-// past throttle.WithMaxKeys the least recently used key is evicted. All
-// methods are safe for concurrent use. The zero value is not usable: its
-// methods fail with an error wrapping throttle.ErrInvalid; create it with
-// New.
+// key whose bucket has been empty for a second is forgotten (no accuracy
+// is lost), and past throttle.WithMaxKeys the least recently used key is
+// evicted (its state is lost). All methods are safe for concurrent use.
+// The zero value is not usable: its methods fail with an error wrapping
+// throttle.ErrInvalid; create it with New.
 type Limiter struct{ g gcra.Keyed }
 
 // New returns a keyed limiter of buckets of the given capacity draining

@@ -129,11 +129,12 @@ func (b *Bucket) Burst() int {
 }
 
 // Limiter is a set of token buckets, one per key, all with the same rate
-// and burst. A key seen for the first time starts full; a key whose bucket
-// is full again is forgotten (no accuracy is lost), and past
-// throttle.WithMaxKeys the least recently used key is evicted. All methods
-// are safe for concurrent use. The zero value is not usable: its methods
-// fail with an error wrapping throttle.ErrInvalid; create it with New.
+// and burst. A key seen for the first time starts full; a key whose
+// bucket has been full again for a second is forgotten (no accuracy is
+// lost), and past throttle.WithMaxKeys the least recently used key is
+// evicted (its state is lost). All methods are safe for concurrent use.
+// The zero value is not usable: its methods fail with an error wrapping
+// throttle.ErrInvalid; create it with New.
 type Limiter struct{ g gcra.Keyed }
 
 // New returns a keyed limiter of buckets of burst tokens refilled at

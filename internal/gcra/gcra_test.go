@@ -1,6 +1,9 @@
 package gcra
 
 import (
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -39,8 +42,11 @@ func TestStateDeadAndRetire(t *testing.T) {
 	if s.Retire(now, false) {
 		t.Fatal("retired a state that is not full")
 	}
-	if !s.Retire(now+c.Interval, false) {
-		t.Fatal("did not retire a state that is full again")
+	if s.Retire(now+c.Interval+RetireMargin-1, false) {
+		t.Fatal("retired a state full for less than RetireMargin")
+	}
+	if !s.Retire(now+c.Interval+RetireMargin, false) {
+		t.Fatal("did not retire a state full for RetireMargin")
 	}
 	if _, ok, live := s.Take(now, c.Cost(1), c.Tau); ok || live {
 		t.Fatal("Take on a dead state")
@@ -85,7 +91,11 @@ func TestKeyedRetiredKeyIsFresh(t *testing.T) {
 	}
 	defer l.Close()
 	l.Allow("k", 2)
-	clk.Advance(200 * time.Millisecond)
+	clk.Advance(200*time.Millisecond + time.Duration(RetireMargin) - 1)
+	if n := l.Map().Sweep(l.Map().Now()); n != 0 || l.Map().Len() != 1 {
+		t.Fatalf("Sweep dropped %d, Len %d; want the key kept within the margin", n, l.Map().Len())
+	}
+	clk.Advance(1)
 	if n := l.Map().Sweep(l.Map().Now()); n != 1 || l.Map().Len() != 0 {
 		t.Fatalf("Sweep dropped %d, Len %d", n, l.Map().Len())
 	}
@@ -135,4 +145,93 @@ func FuzzUnits(f *testing.F) {
 		}
 		checkUnits(t, d, x%(1<<divBits))
 	})
+}
+
+// TestStressRetire races decisions and reservations against a goroutine
+// sweeping the map (retiring full keys) in a loop. Time moves in steps of
+// 4 s at a rate of 1/s and a burst of 3, so that at the start of each step
+// every key has been full for the retire margin: while the step lasts
+// (time frozen), each key must admit exactly 3, whether its state was
+// retired and recreated or not.
+func TestStressRetire(t *testing.T) {
+	clk := throttletest.NewClock()
+	var l Keyed
+	if err := l.Init(throttle.PerSecond(1), 3, throttle.WithClock(clk)); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	keys := []string{"a", "b", "c", "d"}
+	var retired int
+	for step := range 200 {
+		clk.Advance(4 * time.Second)
+		var admitted [4]atomic.Int64
+		stop := make(chan struct{})
+		swept := make(chan int)
+		go func() {
+			n := 0
+			for {
+				select {
+				case <-stop:
+					swept <- n
+					return
+				default:
+					n += l.Map().Sweep(l.Map().Now())
+				}
+			}
+		}()
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				runtime.Gosched()
+				for i := range 32 {
+					k := (w + i) % len(keys)
+					if i%8 == 7 {
+						res, err := l.Reserve(keys[k], 1, 0)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						res.Cancel()
+						continue
+					}
+					d, err := l.Allow(keys[k], 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted[k].Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(stop)
+		retired += <-swept
+		for k := range keys {
+			if got := admitted[k].Load(); got != 3 {
+				t.Fatalf("step %d: key %s admitted %d with time frozen, want exactly 3", step, keys[k], got)
+			}
+		}
+	}
+	t.Logf("%d keys retired in 200 steps", retired)
+}
+
+// TestRetireMarginStaleDecision: a decision whose clock reading predates a
+// sweep must not find a fresh state where the old one was not yet full at
+// its reading. Simulated by moving the virtual clock back.
+func TestRetireMarginStaleDecision(t *testing.T) {
+	clk := throttletest.NewClock()
+	var l Keyed
+	if err := l.Init(throttle.PerSecond(1), 3, throttle.WithClock(clk)); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.Allow("k", 3) // full again at +3 s
+	clk.Advance(3 * time.Second)
+	l.Map().Sweep(l.Map().Now()) // full only just now: must be kept
+	clk.Advance(-500 * time.Millisecond)
+	if d, _ := l.Allow("k", 3); d.Allowed || d.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("decision read 0.5 s before the sweep: %+v, want denied, RetryAfter 500ms", d)
+	}
 }
