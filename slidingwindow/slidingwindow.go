@@ -196,15 +196,15 @@ func (c *config) denyWeighted(now, start, e, prev, cur, n, used int64) throttle.
 			at = W - x
 		}
 	}
-	if at == 0 { // not in this window: in the next, prev becomes cur
-		r := c.limit - n
-		switch x, _ := window.MulDiv(min(r, cur), W, max(cur, 1)); {
-		case cur == 0 || r >= cur:
+	if at == 0 { // not in this window: in the next one, where prev is cur
+		switch r := c.limit - n; {
+		case r >= cur: // fits as the next window opens
 			at = W
-		case x > 0:
-			at = 2*W - x
-		default:
+		case r == 0: // only once cur has left too
 			at = 2 * W
+		default: // 0 < r < cur: when cur·(W-e') ≤ r·W in the next window
+			x, _ := window.MulDiv(r, W, cur)
+			at = 2*W - x
 		}
 	}
 	reset := start + W // prev only

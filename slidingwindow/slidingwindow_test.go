@@ -450,7 +450,7 @@ func TestKeyedRetiresEmptyWindows(t *testing.T) {
 // window's start, or k slots after the slot's start, and now lies between
 // the clock readings taken around the call, less than a quarter slot apart.
 func TestStress(t *testing.T) {
-	for _, f := range []form{{50, time.Millisecond, 0}, {50, time.Millisecond, 10}, {50, time.Millisecond, 1}} {
+	for _, f := range []form{{50, time.Millisecond, 0}, {50, time.Millisecond, 10}, {50, time.Millisecond, 1}, {20, time.Millisecond, 5}} {
 		for _, keyed := range []bool{false, true} {
 			clk := throttletest.NewClock()
 			var l throttle.Limiter
@@ -470,11 +470,15 @@ func TestStress(t *testing.T) {
 				wg.Go(func() {
 					mine := map[int64]int64{}
 					for i := range 3000 {
-						if i%10 == 0 {
+						switch {
+						case i%500 == 499:
+							clk.Advance(time.Duration(3 * unit)) // skip slots
+						case i%10 == 0:
 							clk.Advance(time.Duration(unit / 20))
 						}
+						n := 1 + i%3
 						before := clk.Now().UnixNano()
-						d, err := l.Allow(bg, "hot", 1)
+						d, err := l.Allow(bg, "hot", n)
 						after := clk.Now().UnixNano()
 						if err != nil {
 							t.Error(err)
@@ -482,7 +486,7 @@ func TestStress(t *testing.T) {
 						}
 						if d.Allowed && after-before < unit/4 {
 							end := before + int64(d.ResetAfter)
-							mine[(end+unit-1)/unit-span]++
+							mine[(end+unit-1)/unit-span] += int64(n)
 						}
 					}
 					mu.Lock()

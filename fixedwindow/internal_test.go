@@ -1,0 +1,69 @@
+package fixedwindow
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestLateReading: a caller whose clock reading is older than the window
+// another caller already opened counts in that newer window; one far
+// behind (beyond the skew) finds the state stale and starts afresh.
+func TestLateReading(t *testing.T) {
+	const W = int64(time.Second)
+	base := int64(1767225600) * W
+	for _, anchored := range []bool{false, true} {
+		c, err := newConfig(3, time.Second, anchored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w atomic.Int64
+		c.decide(&w, base+W, 2) // opens the window [base+W, base+2W)
+		d, _ := c.decide(&w, base+W-5, 1)
+		if !d.Allowed || d.Remaining != 0 || d.ResetAfter != time.Duration(W+5) {
+			t.Fatalf("anchored=%v: late reading: %+v, want counted in the newer window", anchored, d)
+		}
+		d, _ = c.decide(&w, base+W-5, 1)
+		if d.Allowed || d.RetryAfter != time.Duration(W+5) {
+			t.Fatalf("anchored=%v: late reading on a full newer window: %+v", anchored, d)
+		}
+		if c.full(w.Load(), base+W-5) || !c.full(w.Load(), base+2*W) {
+			t.Fatalf("anchored=%v: full() disagrees", anchored)
+		}
+		// A reading far behind: the state is taken as stale.
+		far := base - (c.skew+2)*W
+		if anchored {
+			far = base - (c.skew+2)<<c.shift - 2*W
+		}
+		if d, _ := c.decide(&w, far, 3); !d.Allowed {
+			t.Fatalf("anchored=%v: reading far behind: %+v, want a fresh window", anchored, d)
+		}
+	}
+}
+
+func TestRetire(t *testing.T) {
+	c, _ := newConfig(2, time.Second, false)
+	var s state
+	if !s.Retire(0, false) {
+		t.Fatal("a fresh state is full and must retire")
+	}
+	s = state{}
+	s.cfg.Store(c)
+	now := int64(1767225600e9)
+	c.decide(&s.w, now, 1)
+	if s.Retire(now+int64(time.Second)-1, false) {
+		t.Fatal("retired a state with units in its window")
+	}
+	if !s.Retire(now+int64(time.Second), false) {
+		t.Fatal("did not retire a state whose window closed")
+	}
+	if _, ok := c.decide(&s.w, now, 1); ok {
+		t.Fatal("a dead state decided")
+	}
+	var f state
+	f.cfg.Store(c)
+	c.decide(&f.w, now, 1)
+	if !f.Retire(now, true) {
+		t.Fatal("forced retirement refused")
+	}
+}

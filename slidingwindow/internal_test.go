@@ -1,0 +1,77 @@
+package slidingwindow
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+// TestLateReading: a caller whose clock reading is older than the window
+// (slot) another caller already moved the state to counts there, as of
+// its start; one far behind finds the state stale and starts afresh.
+func TestLateReading(t *testing.T) {
+	const W = int64(time.Second)
+	base := int64(1767225600) * W
+	for _, slots := range []int{0, 10} {
+		c, err := newConfig(3, time.Second, slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w atomic.Int64
+		var ring atomic.Pointer[[]atomic.Int64]
+		decide := func(now, n int64) throttle.Decision {
+			if slots == 0 {
+				d, _ := c.decideWeighted(&w, now, n)
+				return d
+			}
+			d, _ := c.decideSlotted(&w, &ring, now, n)
+			return d
+		}
+		unit := W
+		if slots > 0 {
+			unit = c.slot
+		}
+		decide(base+unit, 2)        // moves the state to the next window or slot
+		d := decide(base+unit-5, 1) // a late reading
+		if !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("slots=%d: late reading: %+v, want counted in the newer window", slots, d)
+		}
+		d = decide(base+unit-5, 1)
+		if d.Allowed || d.RetryAfter <= 5 {
+			t.Fatalf("slots=%d: late reading on a full newer window: %+v", slots, d)
+		}
+		full := c.fullSlotted
+		if slots == 0 {
+			full = c.fullWeighted
+		}
+		if full(w.Load(), base+unit-5) || !full(w.Load(), base+unit+2*W) {
+			t.Fatalf("slots=%d: full() disagrees", slots)
+		}
+		if d := decide(base-(c.skew+2)*unit, 3); !d.Allowed {
+			t.Fatalf("slots=%d: reading far behind: %+v, want a fresh state", slots, d)
+		}
+	}
+}
+
+// TestRingPublishRejectsStale: a writer that read the state before others
+// admitted more in the same slot, or before the ring entry was reused for
+// a later slot, cannot overwrite the entry with its older count.
+func TestRingPublishRejectsStale(t *testing.T) {
+	c, _ := newConfig(100, time.Second, 10)
+	ring := make([]atomic.Int64, 10)
+	c.publish(ring, 25, 7)
+	c.publish(ring, 25, 4) // a stale writer of slot 25
+	if got := c.count(ring, 25); got != 7 {
+		t.Fatalf("count(25) = %d, want 7", got)
+	}
+	c.publish(ring, 35, 2) // the entry reused for slot 35
+	c.publish(ring, 25, 9) // a writer a whole window late
+	if c.count(ring, 35) != 2 || c.count(ring, 25) != 0 {
+		t.Fatalf("entry = %d for 35, %d for 25; want 2 and 0", c.count(ring, 35), c.count(ring, 25))
+	}
+	if c.count(nil, 35) != 0 {
+		t.Fatal("a nil ring is not empty")
+	}
+}
