@@ -209,12 +209,13 @@ func (r *ring) grow(p *params) {
 //
 // The zero value is an empty log.
 type log struct {
-	mu sync.Mutex
 	// seq, full and reset form a seqlock written under mu: seq is odd
-	// while full and reset change.
+	// while full and reset change. They come first: a lock-free denial
+	// reads these three words only.
 	seq   atomic.Uint64
 	full  atomic.Int64 // ns; the ring is full before this time (0: not full)
 	reset atomic.Int64 // ns; the newest entry expires at this time, if any
+	mu    sync.Mutex
 	ring
 }
 
