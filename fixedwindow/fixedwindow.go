@@ -39,15 +39,19 @@
 // # Limits and clock
 //
 // limit may be up to MaxLimit and window up to MaxWindow. The window index
-// is kept modulo 2^(63-bitlen(limit)) (2^31 windows at MaxLimit, 2^56 for
-// a limit of 100): a single-resource Window left untouched for an exact
-// multiple of that many windows sees its old count again for one window,
-// which can only deny, never over-admit. A request whose clock reading is older than the window
-// another goroutine already opened is counted in that newer window (so
-// RetryAfter may exceed the window length); this keeps the bounds under
-// concurrency. Bounds hold for a clock that does not step back by more
-// than max(2 windows, 1s) (the default clock is monotonic); a state
-// found further ahead than that is taken as stale and restarts.
+// (or opening tick) is kept modulo 2^(63-bitlen(limit)): 2^56 windows for
+// a limit of 100, 2^31 at MaxLimit. A Window left untouched for about a
+// multiple of that many windows may take its old count for current for at
+// most max(2 windows, 1 s): it can only deny more, never admit more.
+//
+// A request whose clock reading is older than the window another
+// goroutine already opened is counted in that newer window (RetryAfter is
+// then measured to its end, so it may exceed the window length): this is
+// what keeps the bounds when goroutines read the clock in one order and
+// update the state in another. The bounds hold for a clock that never
+// steps back by more than max(2 windows, 1 s) (the default clock is
+// monotonic); a state found further ahead than that is taken as stale and
+// restarts empty.
 package fixedwindow
 
 import (

@@ -75,3 +75,37 @@ func TestRingPublishRejectsStale(t *testing.T) {
 		t.Fatal("a nil ring is not empty")
 	}
 }
+
+// TestWrappedIndexHeals: at MaxLimit the slot index keeps 15 bits, so a
+// state idle for exactly 2^15+1 slots looks one slot old. Its stale count
+// may deny for at most a window; it must not linger beyond.
+func TestWrappedIndexHeals(t *testing.T) {
+	c, _ := newConfig(MaxLimit, time.Second, 10)
+	if c.lay.TagBits() != 15 {
+		t.Fatalf("TagBits = %d, want 15", c.lay.TagBits())
+	}
+	var w atomic.Int64
+	var ring atomic.Pointer[[]atomic.Int64]
+	c.ringOf(&ring)
+	now := int64(1767225600e9)
+	for i := range 3 { // units in three slots, so the ring holds some
+		if d, _ := c.decideSlotted(&w, &ring, now+int64(i)*c.slot, 1000); !d.Allowed {
+			t.Fatal(d)
+		}
+	}
+	now += (1<<15 + 3) * c.slot // looks like one slot after the last
+	if d, _ := c.decideSlotted(&w, &ring, now, MaxLimit); d.Allowed {
+		t.Fatal("want the stale units of the last slot taken for current")
+	}
+	// A slot later, only that stale slot's 1000 units count: the older
+	// ring entries carry their true slot indexes and do not match.
+	if d, _ := c.decideSlotted(&w, &ring, now+c.slot, MaxLimit-1000); !d.Allowed {
+		t.Fatalf("%+v; only the last stale slot's 1000 units may count", d)
+	}
+	if d, _ := c.decideSlotted(&w, &ring, now+c.slot, 1); d.Allowed {
+		t.Fatal("admitted past the limit")
+	}
+	if d, _ := c.decideSlotted(&w, &ring, now+2*c.slots*c.slot, MaxLimit); !d.Allowed {
+		t.Fatalf("two windows later: %+v, want empty", d)
+	}
+}

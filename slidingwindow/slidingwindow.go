@@ -49,23 +49,31 @@
 //
 // The current slot's index and count and the running total live in one
 // int64 updated by CAS; the counts of the k-1 previous slots live in a ring
-// of per-slot atomic words tagged with their slot index, each written once,
-// before the CAS that moves past its slot. Moving to a new slot subtracts
-// the slots that left the window, so a decision costs O(1) within a slot
-// and O(slots skipped) when the slot changes; a denial reads the ring to
-// compute RetryAfter exactly (O(k) at worst).
+// of per-slot atomic words tagged with their slot index, written before the
+// CAS that moves the state past the slot (racing writers keep the largest
+// count, and never overwrite a newer slot). A decision costs O(1) within a
+// slot; the first one in a new slot sums the ring entries still in the
+// window (at most k-1 atomic loads, once per slot), and a denial reads the
+// ring to compute RetryAfter exactly (O(k) at worst, O(1) when the units
+// that must leave are all in the newest slot).
 //
 // # Limits and clock
 //
-// Indexes are kept modulo 2^b (b = 63 - 2·bitlen(limit): 2^49 windows for
-// a limit of 100, 2^15 at MaxLimit). A request whose clock reading is
-// older than the window (slot) another goroutine already moved the state
-// to is counted in that newer one, which keeps the bounds under
-// concurrency; RetryAfter then counts from the newer window. A state
-// found more than max(2 windows or slots, 1 s) ahead — a clock stepped
-// back that far, or an index that wrapped after a long idle period — is
-// taken as stale and restarts empty. Bounds hold for a clock that does
-// not step back further than that (the default clock is monotonic).
+// limit may be up to MaxLimit, window up to MaxWindow, and slots up to
+// MaxSlots, dividing the window into whole nanoseconds. Window and slot
+// indexes are kept modulo 2^(63-2·bitlen(limit)): 2^49 for a limit of 100,
+// 2^15 at MaxLimit. A Window left untouched for about a multiple of that
+// many windows (slots) may take its old counts for current for at most
+// max(2 windows or slots, 1 s): it can only deny more, never admit more.
+//
+// A request whose clock reading is older than the window (slot) another
+// goroutine already moved the state to is counted in that newer one, as
+// of its start: this keeps the bounds when goroutines read the clock in
+// one order and update the state in another (RetryAfter is then measured
+// from the newer window). The bounds hold for a clock that never steps
+// back by more than max(2 windows or slots, 1 s) (the default clock is
+// monotonic); a state found further ahead than that is taken as stale and
+// restarts empty.
 package slidingwindow
 
 import (
@@ -285,15 +293,18 @@ func (c *config) decideSlotted(w *atomic.Int64, ring *atomic.Pointer[[]atomic.In
 		case d < 0 && d >= -c.skew:
 			at -= d // a later slot, reached by a caller with a later clock reading
 		case d > 0 && d < k:
+			// Sum the window anew from the ring (final for every slot before
+			// from) rather than subtract the slots that left: the same in
+			// exact operation, and a stale total cannot outlive a window.
 			from, left = j-d, cur
 			var r []atomic.Int64
 			if p := ring.Load(); p != nil {
 				r = *p
 			}
-			for m := from - k + 1; m <= j-k; m++ { // the slots leaving the window
-				total -= c.count(r, m)
+			total, cur = left, 0
+			for m := j - k + 1; m < from; m++ {
+				total += c.count(r, m)
 			}
-			total, cur = max(total, left), 0
 		default:
 			total, cur = 0, 0
 		}
