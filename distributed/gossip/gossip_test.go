@@ -74,6 +74,7 @@ func TestConfigErrors(t *testing.T) {
 		{Peers: []string{"x"}},
 		{Transport: net.Endpoint("a"), Secret: []byte("short")},
 		{Resend: -1},
+		{Resend: 5000},
 	}
 	for i, c := range bad {
 		if _, err := NewNode(c); !errors.Is(err, throttle.ErrInvalid) {
@@ -107,11 +108,20 @@ func TestConfigErrors(t *testing.T) {
 
 func report(t testing.TB, sender string, table string, inc uint64, round uint64, es ...reportEntry) [][]byte {
 	t.Helper()
-	e := &encoder{sig: newSigner(secret), hdr: header{typ: msgReport, sender: sender, table: table, incarnation: inc, round: round}}
+	e := &encoder{hdr: header{typ: msgReport, sender: sender, table: table, incarnation: inc, round: round}}
 	for _, x := range es {
 		e.addReport(x)
 	}
-	return e.finish()
+	return sealAll(e.finish())
+}
+
+func sealAll(bodies [][]byte) [][]byte {
+	sig := newSigner(secret)
+	out := make([][]byte, len(bodies))
+	for i, b := range bodies {
+		out[i] = sig.seal(b, 0, uint16(i), uint16(len(bodies)))
+	}
+	return out
 }
 
 func TestWireRoundTrip(t *testing.T) {
@@ -134,7 +144,7 @@ func TestWireRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.sender != "node-a:7946" || m.table != "api" || m.incarnation != 42 || m.round != 7 {
+		if m.sender != "node-a:7946" || m.table != "api" || m.incarnation != 42 || m.round != 7 || m.parts != uint16(len(pkts)) {
 			t.Fatalf("header %+v", m.header)
 		}
 		got = append(got, m.reports...)
@@ -148,14 +158,14 @@ func TestWireRoundTrip(t *testing.T) {
 		}
 	}
 	// States and hellos.
-	e := &encoder{sig: newSigner(secret), hdr: header{typ: msgState, sender: "a", table: "api", incarnation: 1, round: 2}}
+	e := &encoder{hdr: header{typ: msgState, sender: "a", table: "api", incarnation: 1, round: 2}}
 	e.addState(stateEntry{key: "k", tokens: -17})
-	p := e.finish()
+	p := sealAll(e.finish())
 	m, err := decode(sig, p[0], MaxKeyLen)
 	if err != nil || len(m.states) != 1 || m.states[0] != (stateEntry{key: "k", tokens: -17}) {
 		t.Fatalf("state: %+v, %v", m, err)
 	}
-	h := (&encoder{sig: newSigner(secret), hdr: header{typ: msgHello, sender: "a", incarnation: 1, round: 2}}).finish()
+	h := sealAll((&encoder{hdr: header{typ: msgHello, sender: "a", incarnation: 1, round: 2}}).finish())
 	if len(h) != 1 {
 		t.Fatalf("hello: %d datagrams", len(h))
 	}

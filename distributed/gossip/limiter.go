@@ -294,65 +294,72 @@ func tieHash(key string, r int64, id string) uint64 {
 	return h
 }
 
-// collect builds this round's datagrams: counters changed in the last
-// Resend rounds, all live counters (when full), bucket levels (when
-// levels), and drops idle entries.
-func (l *Limiter) collect(r, t int64, full, levels bool) (recent, all, state [][]byte) {
-	n := l.node
-	resend := int64(n.cfg.Resend)
-	recvRetain := l.retain + resend + 3
-	var rec, fl []reportEntry
+// reports returns the bodies of this round's reports for peers that need
+// the counters changed in rounds since and later, and how many of those
+// are resends (changed before the last round).
+func (l *Limiter) reports(r, since int64) ([][]byte, int) {
+	var es []reportEntry
+	resent := 0
+	l.table.each(func(key string, e *entry) {
+		if ch := e.changed.Load(); ch >= since && ch >= r-l.retain {
+			if demand := e.demand.Load(); demand > 0 {
+				es = append(es, reportEntry{key: key, born: e.born.Load(), hits: uint64(e.hits.Load()), demand: uint64(demand)})
+				if ch < r-1 {
+					resent++
+				}
+			}
+		}
+	})
+	if len(es) == 0 {
+		return nil, 0
+	}
+	return l.node.encode(msgReport, l.name, r, func(e *encoder) {
+		for _, x := range es {
+			e.addReport(x)
+		}
+	}), resent
+}
+
+// levels returns the bodies of a state message for peer (at incarnation
+// inc): every bucket below full, and how many of the peer's own hits each
+// level already includes, so that the peer does not lose the hits it made
+// since it started.
+func (l *Limiter) levels(r int64, peer string, inc uint64) [][]byte {
 	var sts []stateEntry
 	l.table.each(func(key string, e *entry) {
-		ch := e.changed.Load()
-		hits, demand := e.hits.Load(), e.demand.Load()
-		if demand > 0 {
-			re := reportEntry{key: key, born: e.born.Load(), hits: uint64(hits), demand: uint64(demand)}
-			if ch >= t-resend {
-				rec = append(rec, re)
+		if t := l.buckets.Tokens(key); t < int64(l.burst) {
+			s := stateEntry{key: key, tokens: t}
+			e.mu.Lock()
+			if rec := e.remote[peer]; rec != nil && rec.inc == inc {
+				s.yours = rec.hits
 			}
-			if full && ch >= t-l.retain {
-				fl = append(fl, re)
-			}
+			e.mu.Unlock()
+			sts = append(sts, s)
 		}
-		if levels {
-			if t := l.buckets.Tokens(key); t < int64(l.burst) {
-				sts = append(sts, stateEntry{key: key, tokens: t})
-			}
+	})
+	if len(sts) == 0 {
+		return nil
+	}
+	return l.node.encode(msgState, l.name, r, func(e *encoder) {
+		for _, x := range sts {
+			e.addState(x)
 		}
-		if ch < t-l.retain && e.pruneRemote(t-recvRetain) {
+	})
+}
+
+// expire drops entries idle for retain rounds that every live peer has
+// acknowledged (minAck) and whose peer records are gone: records are kept
+// until their sender can no longer resend them.
+func (l *Limiter) expire(r, minAck int64) {
+	l.table.each(func(key string, e *entry) {
+		if ch := e.changed.Load(); ch < r-l.retain && ch < minAck && e.pruneRemote(r-l.retain) {
 			l.table.drop(key, e)
 		}
 	})
-	if n.cfg.Transport == nil {
-		return nil, nil, nil
-	}
-	if len(rec) > 0 {
-		recent = n.encode(msgReport, l.name, r, func(e *encoder) {
-			for _, x := range rec {
-				e.addReport(x)
-			}
-		})
-	}
-	if len(fl) > 0 {
-		all = n.encode(msgReport, l.name, r, func(e *encoder) {
-			for _, x := range fl {
-				e.addReport(x)
-			}
-		})
-	}
-	if len(sts) > 0 {
-		state = n.encode(msgState, l.name, r, func(e *encoder) {
-			for _, x := range sts {
-				e.addState(x)
-			}
-		})
-	}
-	return recent, all, state
 }
 
 // applyReport debits the hits a peer reported and returns how many units
-// it debited. t is the receiver's round count.
+// it debited. t is the receiver's current round.
 func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 	var total int64
 	for _, x := range m.reports {
@@ -374,7 +381,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 			// is history (covered by the state sync) and becomes the
 			// baseline.
 			rec = &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
-				d0: x.demand, h0: x.hits, h1: x.hits, changed: t}
+				d0: x.demand, h0: x.hits, h1: x.hits, seen: t}
 			if x.born >= acceptFrom {
 				delta = int64(x.hits)
 				rec.d0, rec.h0, rec.r0 = 0, 0, m.round-1
@@ -383,10 +390,10 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 		case m.incarnation < rec.inc || x.born < rec.born:
 			// An older counter, delayed: ignore.
 		default:
+			rec.seen = t
 			if x.hits > rec.hits {
 				delta = int64(x.hits - rec.hits)
 				rec.hits = x.hits
-				rec.changed = t
 			}
 			if m.round > rec.r1 && x.demand >= rec.d1 && x.hits >= rec.h1 {
 				rec.d0, rec.h0, rec.r0 = rec.d1, rec.h1, rec.r1
@@ -405,11 +412,16 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 }
 
 // applyState lowers each bucket to the level a peer reported, if it is
-// lower: how a node that joined or restarted catches up.
+// lower, less this node's own hits the peer had not counted yet: how a
+// node that joined or restarted catches up.
 func (l *Limiter) applyState(m *message) {
 	for _, s := range m.states {
-		if cur := l.buckets.Tokens(s.key); s.tokens < cur {
-			l.buckets.Debit(s.key, cur-s.tokens)
+		target := s.tokens
+		if e := l.table.load(s.key); e != nil {
+			target -= max(e.hits.Load()-int64(s.yours), 0)
+		}
+		if cur := l.buckets.Tokens(s.key); target < cur {
+			l.buckets.Debit(s.key, cur-target)
 		}
 	}
 }
@@ -420,7 +432,7 @@ type entry struct {
 	pin     atomic.Int32 // decisions in progress; -1 once dropped
 	hits    atomic.Int64 // units admitted here, cumulative
 	demand  atomic.Int64 // units asked for here, cumulative
-	changed atomic.Int64 // round count (Node.tick) when the counters last changed
+	changed atomic.Int64 // round of the last Tick before the counters last changed
 	born    atomic.Int64 // time of the first local request (ns): identifies the counter; 0 before
 
 	mu          sync.Mutex // guards the fields below
@@ -438,18 +450,18 @@ type remoteRec struct {
 	d0, d1  uint64 // cumulative demand at sender rounds r0 < r1
 	h0, h1  uint64 // cumulative hits at the same rounds
 	r0, r1  uint64
-	changed int64 // receiver round count when hits last grew
+	seen    int64 // receiver round when the counter was last received
 }
 
 func (e *entry) unpin() { e.pin.Add(-1) }
 
-// pruneRemote drops peer records that cannot be resent any more and
-// reports whether none are left.
+// pruneRemote drops peer records not received since round before (their
+// sender has dropped them, or left) and reports whether none are left.
 func (e *entry) pruneRemote(before int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for id, rec := range e.remote {
-		if rec.changed < before {
+		if rec.seen < before {
 			delete(e.remote, id)
 		}
 	}

@@ -3,6 +3,7 @@ package gossip
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,9 +17,7 @@ import (
 const (
 	DefaultInterval = time.Second
 	MinInterval     = time.Millisecond
-	DefaultResend   = 3
-	// DefaultAntiEntropy is the default of Config.AntiEntropy.
-	DefaultAntiEntropy = 5
+	DefaultResend   = 1
 	// MinSecretLen is the shortest shared secret NewNode accepts.
 	MinSecretLen = 16
 )
@@ -54,13 +53,10 @@ type Config struct {
 	// keeps them).
 	SpendCap bool
 	// Resend is how many consecutive rounds a changed counter is sent
-	// again, so that a lost datagram is repaired by the next one.
-	// Default DefaultResend.
+	// even before the peer acknowledges it. Counters are resent anyway
+	// until a peer acknowledges a round it received in full, so this only
+	// adds redundancy. Default DefaultResend.
 	Resend int
-	// AntiEntropy is how often, in rounds, a node sends every live
-	// counter to every peer, repairing what all the resends of a change
-	// failed to deliver. Default DefaultAntiEntropy; negative disables.
-	AntiEntropy int
 }
 
 // Stats counts what a Node did. Read it with Node.Stats.
@@ -77,11 +73,11 @@ type Stats struct {
 	UnknownTable    uint64 // reports for a limiter this node does not have
 	HitsApplied     uint64 // units debited because peers reported them
 	Overflow        uint64 // keys not tracked for gossip because MaxKeys was reached
-	FullSyncs       uint64 // full dumps sent to a peer that came back or restarted
+	Resent          uint64 // counters sent again because a peer had not acknowledged them
 }
 
 type stats struct {
-	rounds, sent, bytes, sendErr, recv, malformed, badMAC, unknown, stale, unknownTable, applied, overflow, full atomic.Uint64
+	rounds, sent, bytes, sendErr, recv, malformed, badMAC, unknown, stale, unknownTable, applied, overflow, resent atomic.Uint64
 }
 
 // Node is one member of a gossip cluster. It owns a Transport and any
@@ -97,7 +93,7 @@ type Node struct {
 	created     int64
 
 	members atomic.Pointer[[]string] // sorted IDs of self and peers
-	tick    atomic.Int64             // rounds run, plus one: marks when counters change
+	tick    atomic.Int64             // round of the last Tick: marks when counters change
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -119,9 +115,18 @@ type peer struct {
 	addr        string
 	acceptFrom  int64 // counters born before this (ns) are baselined, not debited
 	incarnation uint64
-	lastHeard   int64
-	needFull    bool // send every live counter next round
-	needState   bool // send bucket levels next round (peer is new or restarted)
+	added       int64  // ns: when it became a peer
+	lastHeard   int64  // ns; 0 before the first datagram
+	needState   bool   // send bucket levels next round (peer is new or restarted)
+	acked       uint64           // latest of our rounds the peer received in full, whose content makes it up to date
+	sent        map[uint64]int64 // round -> first changed round that round's reports carried
+
+	// The peer's datagrams of its latest round, to acknowledge it.
+	rxRound    uint64
+	rxParts    uint16
+	rxCount    uint16
+	rxGot      []uint64 // bitset of parts received
+	rxComplete uint64   // latest round of the peer received in full
 }
 
 // NewNode validates cfg and returns a node that listens on cfg.Transport
@@ -139,9 +144,6 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	if cfg.Resend == 0 {
 		cfg.Resend = DefaultResend
 	}
-	if cfg.AntiEntropy == 0 {
-		cfg.AntiEntropy = DefaultAntiEntropy
-	}
 	switch {
 	case cfg.Interval < MinInterval:
 		return nil, fmt.Errorf("%w: gossip interval %v is below %v", throttle.ErrInvalid, cfg.Interval, MinInterval)
@@ -158,7 +160,7 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 		sendSig: newSigner(cfg.Secret), recvSig: newSigner(cfg.Secret),
 	}
 	n.created = n.clk.Now()
-	n.tick.Store(1)
+	n.tick.Store(n.created / n.interval)
 	n.incarnation = uint64(time.Now().UnixNano())
 	if s.Clock != nil {
 		// Virtual time: keep simulations reproducible.
@@ -206,7 +208,8 @@ func (n *Node) addPeer(addr string) error {
 	}
 	// Counters born up to one interval before we started listening to
 	// the peer are news to us: they allow for clock skew.
-	n.peers[addr] = &peer{addr: addr, acceptFrom: n.clk.Now() - n.interval, needFull: true}
+	now := n.clk.Now()
+	n.peers[addr] = &peer{addr: addr, added: now, acceptFrom: now - n.interval}
 	return nil
 }
 
@@ -266,7 +269,7 @@ func (n *Node) Stats() Stats {
 		SendErrors: n.st.sendErr.Load(), PacketsReceived: n.st.recv.Load(), Malformed: n.st.malformed.Load(),
 		BadMAC: n.st.badMAC.Load(), UnknownSender: n.st.unknown.Load(), Stale: n.st.stale.Load(),
 		UnknownTable: n.st.unknownTable.Load(), HitsApplied: n.st.applied.Load(), Overflow: n.st.overflow.Load(),
-		FullSyncs: n.st.full.Load(),
+		Resent: n.st.resent.Load(),
 	}
 }
 
@@ -334,10 +337,11 @@ func (n *Node) Close() error {
 }
 
 // Tick runs one gossip round if a round boundary has passed since the
-// last one, and reports whether it did. A round sends, to every peer, the
-// counters that changed in the last Resend rounds (all live counters to a
-// peer that restarted or was unreachable, and bucket levels to a new
-// peer), a hello to peers that got nothing else, and drops idle state.
+// last one, and reports whether it did. A round sends every peer that is
+// alive the counters that changed since the latest round it acknowledged
+// (at least those of the last Resend rounds), bucket levels to a peer that
+// is new or restarted, and a hello to the others; then it drops idle
+// state.
 func (n *Node) Tick() bool {
 	now := n.clk.Now()
 	r := now / n.interval
@@ -347,76 +351,111 @@ func (n *Node) Tick() bool {
 		return false
 	}
 	n.round = r
-	// Nodes take their anti-entropy rounds at different offsets.
-	everything := n.cfg.AntiEntropy > 0 && (uint64(r)+tieHash(n.id, 0, ""))%uint64(n.cfg.AntiEntropy) == 0
-	var normal, full, state []string
+	n.tick.Store(r)
+	type dest struct {
+		addr  string
+		ack   uint64
+		state bool
+		inc   uint64
+	}
+	groups := map[int64][]dest{} // peers by the first round to resend
+	var silent []dest
+	minAck := r
+	deadAfter := int64(n.cfg.Resend+3) * n.interval
 	for _, p := range n.peers {
-		switch {
-		case p.needFull || everything:
-			full = append(full, p.addr)
-			p.needFull = false
-		default:
-			normal = append(normal, p.addr)
+		d := dest{addr: p.addr, ack: p.rxComplete, state: p.needState, inc: p.incarnation}
+		if now-max(p.lastHeard, p.added) > deadAfter {
+			// Not heard from (yet, or lately): hello only, until it
+			// speaks; then it gets all it has not acknowledged.
+			silent = append(silent, d)
+			continue
 		}
-		if p.needState {
-			state = append(state, p.addr)
-			p.needState = false
+		p.needState = false
+		since := min(r-int64(n.cfg.Resend), int64(p.acked))
+		if p.sent == nil || len(p.sent) > 1024 {
+			p.sent = map[uint64]int64{}
 		}
+		p.sent[uint64(r)] = since
+		minAck = min(minAck, int64(p.acked))
+		groups[since] = append(groups[since], d)
 	}
 	lims := make([]*Limiter, 0, len(n.limiters))
 	for _, l := range n.limiters {
 		lims = append(lims, l)
 	}
 	n.mu.Unlock()
-	t := n.tick.Add(1)
 	n.st.rounds.Add(1)
-	n.st.full.Add(uint64(len(full)))
 
-	got := map[string]bool{}
-	for _, l := range lims {
-		recent, all, levels := l.collect(r, t, len(full) > 0, len(state) > 0)
-		n.sendAll(recent, normal, got)
-		n.sendAll(all, full, got)
-		n.sendAll(levels, state, got)
-	}
-	if n.cfg.Transport != nil {
-		var hello [][]byte
-		for _, a := range append(normal, full...) {
-			if got[a] {
-				continue
-			}
-			if hello == nil {
-				hello = n.encode(msgHello, "", r, func(*encoder) {})
-			}
-			n.sendAll(hello, []string{a}, got)
+	for since, ds := range groups {
+		var bodies [][]byte
+		for _, l := range lims {
+			b, resent := l.reports(r, since)
+			bodies = append(bodies, b...)
+			n.st.resent.Add(uint64(resent * len(ds)))
 		}
+		for _, d := range ds {
+			b := bodies
+			if d.state {
+				b = b[:len(b):len(b)]
+				for _, l := range lims {
+					b = append(b, l.levels(r, d.addr, d.inc)...)
+				}
+			}
+			n.send(d.addr, d.ack, b, r)
+		}
+	}
+	if len(silent) > 0 {
+		var bodies [][]byte
+		for _, l := range lims {
+			b, _ := l.reports(r, r-int64(n.cfg.Resend))
+			bodies = append(bodies, b...)
+		}
+		for _, d := range silent {
+			n.send(d.addr, d.ack, bodies, r)
+		}
+	}
+	for _, l := range lims {
+		l.expire(r, minAck)
 	}
 	return true
 }
 
+// send seals bodies for one peer (a hello if there are none) and sends
+// them.
+func (n *Node) send(addr string, ack uint64, bodies [][]byte, r int64) {
+	if n.cfg.Transport == nil {
+		return
+	}
+	if len(bodies) == 0 {
+		bodies = n.encode(msgHello, "", r, func(*encoder) {})
+	}
+	if len(bodies) > math.MaxUint16 {
+		bodies = bodies[:math.MaxUint16] // the rest goes next round
+	}
+	n.mu.Lock()
+	sealed := make([][]byte, len(bodies))
+	for i, b := range bodies {
+		sealed[i] = n.sendSig.seal(b, ack, uint16(i), uint16(len(bodies)))
+	}
+	n.mu.Unlock()
+	for _, p := range sealed {
+		if err := n.cfg.Transport.Send(addr, p); err != nil {
+			n.st.sendErr.Add(1)
+			continue
+		}
+		n.st.sent.Add(1)
+		n.st.bytes.Add(uint64(len(p)))
+	}
+}
+
+// encode returns the unsealed bodies of one message type.
 func (n *Node) encode(typ byte, table string, r int64, fill func(*encoder)) [][]byte {
 	if n.cfg.Transport == nil {
 		return nil
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	e := &encoder{sig: n.sendSig, hdr: header{typ: typ, sender: n.id, table: table, incarnation: n.incarnation, round: uint64(r)}}
+	e := &encoder{hdr: header{typ: typ, sender: n.id, table: table, incarnation: n.incarnation, round: uint64(r)}}
 	fill(e)
 	return e.finish()
-}
-
-func (n *Node) sendAll(pkts [][]byte, to []string, got map[string]bool) {
-	for _, a := range to {
-		for _, p := range pkts {
-			if err := n.cfg.Transport.Send(a, p); err != nil {
-				n.st.sendErr.Add(1)
-				continue
-			}
-			n.st.sent.Add(1)
-			n.st.bytes.Add(uint64(len(p)))
-			got[a] = true
-		}
-	}
 }
 
 // handle receives one datagram from the transport.
@@ -450,18 +489,37 @@ func (n *Node) handle(p []byte) {
 		return
 	}
 	if m.incarnation > pr.incarnation {
-		// A new peer, or one that restarted. If it started well after
-		// this node, it missed history that its fresh buckets lack: send
-		// it our bucket levels. (Nodes of a cluster started together do
-		// not exchange levels, which would count hits twice.)
+		// A new peer, or one that restarted: forget what it acknowledged.
+		// If it started well after this node, it missed history that its
+		// fresh buckets lack: send it our bucket levels. (Nodes of a
+		// cluster started together do not exchange levels, which would
+		// count hits twice.)
 		if m.incarnation > n.incarnation+uint64(n.interval) {
 			pr.needState = true
 		}
 		pr.incarnation = m.incarnation
-		pr.needFull = true
-	} else if now-pr.lastHeard > int64(n.cfg.Resend)*n.interval {
-		// Back from a partition or a burst of losses: resend everything.
-		pr.needFull = true
+		pr.acked, pr.rxRound, pr.rxComplete, pr.sent = 0, 0, 0, nil
+	}
+	// An acknowledged round brings the peer up to date only if it carried
+	// everything since what the peer had already acknowledged (a round
+	// with only a hello does not).
+	if since, ok := pr.sent[m.ack]; ok && m.ack > pr.acked && since <= int64(pr.acked) {
+		pr.acked = m.ack
+		for r := range pr.sent {
+			if r <= pr.acked {
+				delete(pr.sent, r)
+			}
+		}
+	}
+	if m.round > pr.rxRound {
+		pr.rxRound, pr.rxParts, pr.rxCount = m.round, m.parts, 0
+		pr.rxGot = make([]uint64, (int(m.parts)+63)/64)
+	}
+	if m.round == pr.rxRound && m.parts == pr.rxParts && pr.rxGot[m.part/64]&(1<<(m.part%64)) == 0 {
+		pr.rxGot[m.part/64] |= 1 << (m.part % 64)
+		if pr.rxCount++; pr.rxCount == pr.rxParts {
+			pr.rxComplete = max(pr.rxComplete, pr.rxRound)
+		}
 	}
 	pr.lastHeard = now
 	acceptFrom := pr.acceptFrom

@@ -14,20 +14,26 @@ import (
 //	magic    2 bytes  "TG"
 //	version  1 byte   1
 //	type     1 byte   msgReport, msgState or msgHello
-//	sender   1 byte length + bytes   the sender's node ID (its address)
+//	ack      8 bytes  big endian     the receiver's latest round of which
+//	                                 the sender got every datagram
+//	part     2 bytes  big endian     index of this datagram in its round
+//	parts    2 bytes  big endian     datagrams the sender sent the
+//	                                 receiver this round
+//	sender   1 byte length + bytes   the sender's node ID
 //	table    1 byte length + bytes   the limiter name ("" for hello)
 //	incarn   8 bytes  big endian     sender's incarnation (start time, ns)
 //	round    8 bytes  big endian     sender's round number
 //	count    2 bytes  big endian     number of entries
 //	entries  count times:
 //	  report: uvarint key length, key, varint born (ns), uvarint hits, uvarint demand
-//	  state:  uvarint key length, key, varint tokens
+//	  state:  uvarint key length, key, varint tokens, uvarint yours
 //	mac      32 bytes HMAC-SHA256(secret, everything before it)
 //
 // Report entries carry cumulative counters per (sender incarnation, key):
 // a receiver applies the difference from the highest value it has seen, so
 // lost, duplicated and reordered datagrams neither lose nor double-count
-// hits.
+// hits. ack, part and parts let the sender learn which rounds a peer
+// received in full, and resend everything that changed since.
 const (
 	wireVersion = 1
 	macSize     = sha256.Size
@@ -39,6 +45,8 @@ const (
 	MaxKeyLen = 1024
 	// maxName bounds node IDs and limiter names on the wire.
 	maxName = 255
+	// offsets of the per-receiver fields, patched by seal.
+	offAck, offPart, offParts, offSender = 4, 12, 14, 16
 )
 
 const (
@@ -54,6 +62,8 @@ var (
 
 type header struct {
 	typ         byte
+	ack         uint64
+	part, parts uint16
 	sender      string
 	table       string
 	incarnation uint64
@@ -69,7 +79,8 @@ type reportEntry struct {
 
 type stateEntry struct {
 	key    string
-	tokens int64
+	tokens int64  // the sender's bucket level
+	yours  uint64 // hits of the receiver's current counter that level includes
 }
 
 // message is a decoded datagram. Keys alias a copy of the datagram.
@@ -91,10 +102,10 @@ func (s *signer) sum(dst, data []byte) []byte {
 	return s.h.Sum(dst)
 }
 
-// encoder builds datagrams of one header, splitting entries over as many
-// datagrams as needed, each at most MaxPacket bytes.
+// encoder builds the bodies of datagrams of one header, splitting entries
+// over as many as needed so that each, sealed, is at most MaxPacket bytes.
+// seal adds the per-receiver fields and the MAC.
 type encoder struct {
-	sig     *signer
 	hdr     header
 	buf     []byte
 	count   int
@@ -105,6 +116,7 @@ type encoder struct {
 func (e *encoder) start() {
 	e.buf = make([]byte, 0, MaxPacket)
 	e.buf = append(e.buf, 'T', 'G', wireVersion, e.hdr.typ)
+	e.buf = append(e.buf, make([]byte, offSender-offAck)...) // ack, part, parts
 	e.buf = append(e.buf, byte(len(e.hdr.sender)))
 	e.buf = append(e.buf, e.hdr.sender...)
 	e.buf = append(e.buf, byte(len(e.hdr.table)))
@@ -116,8 +128,8 @@ func (e *encoder) start() {
 	e.count = 0
 }
 
-// room makes sure an entry of size n fits, flushing the current datagram
-// if it does not.
+// room makes sure an entry of size n fits, starting a new datagram if it
+// does not.
 func (e *encoder) room(n int) {
 	if e.buf == nil {
 		e.start()
@@ -150,26 +162,26 @@ func uvarintLen(v uint64) int {
 }
 
 func (e *encoder) addState(s stateEntry) {
-	var tmp [binary.MaxVarintLen64]byte
+	var tmp [2 * binary.MaxVarintLen64]byte
 	t := binary.AppendVarint(tmp[:0], s.tokens)
+	t = binary.AppendUvarint(t, s.yours)
 	e.room(uvarintLen(uint64(len(s.key))) + len(s.key) + len(t))
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(s.key)))
 	e.buf = append(e.buf, s.key...)
 	e.buf = append(e.buf, t...)
 }
 
-// flush seals the current datagram, if it has entries or is a hello.
+// flush ends the current body, if it has entries or is a hello.
 func (e *encoder) flush() {
 	if e.buf == nil || (e.count == 0 && e.hdr.typ != msgHello) {
 		return
 	}
 	binary.BigEndian.PutUint16(e.buf[e.countAt:], uint16(e.count))
-	e.buf = e.sig.sum(e.buf, e.buf)
 	e.out = append(e.out, e.buf)
 	e.buf = nil
 }
 
-// finish returns the sealed datagrams.
+// finish returns the bodies (unsealed).
 func (e *encoder) finish() [][]byte {
 	if e.buf == nil && e.hdr.typ == msgHello {
 		e.start()
@@ -180,10 +192,21 @@ func (e *encoder) finish() [][]byte {
 	return out
 }
 
+// seal returns a copy of body with the per-receiver fields set and the
+// MAC appended.
+func (s *signer) seal(body []byte, ack uint64, part, parts uint16) []byte {
+	p := make([]byte, len(body), len(body)+macSize)
+	copy(p, body)
+	binary.BigEndian.PutUint64(p[offAck:], ack)
+	binary.BigEndian.PutUint16(p[offPart:], part)
+	binary.BigEndian.PutUint16(p[offParts:], parts)
+	return s.sum(p, p)
+}
+
 // decode authenticates and parses one datagram. It never panics and
 // rejects anything that is not exactly a well-formed message.
 func decode(sig *signer, pkt []byte, maxKey int) (*message, error) {
-	if len(pkt) > MaxPacket || len(pkt) < 4+2+16+2+macSize {
+	if len(pkt) > MaxPacket || len(pkt) < offSender+2+16+2+macSize {
 		return nil, errMalformed
 	}
 	body, mac := pkt[:len(pkt)-macSize], pkt[len(pkt)-macSize:]
@@ -197,7 +220,13 @@ func decode(sig *signer, pkt []byte, maxKey int) (*message, error) {
 	body = append([]byte(nil), body...) // keys alias this private copy
 	m := &message{}
 	m.typ = body[3]
-	p := body[4:]
+	m.ack = binary.BigEndian.Uint64(body[offAck:])
+	m.part = binary.BigEndian.Uint16(body[offPart:])
+	m.parts = binary.BigEndian.Uint16(body[offParts:])
+	if m.parts == 0 || m.part >= m.parts {
+		return nil, errMalformed
+	}
+	p := body[offSender:]
 	str := func() (string, bool) {
 		if len(p) < 1 || len(p) < 1+int(p[0]) {
 			return "", false
@@ -271,6 +300,10 @@ func decode(sig *signer, pkt []byte, maxKey int) (*message, error) {
 				return nil, errMalformed
 			}
 			if s.tokens, n = binary.Varint(p); n <= 0 {
+				return nil, errMalformed
+			}
+			p = p[n:]
+			if s.yours, n = binary.Uvarint(p); n <= 0 || s.yours > math.MaxInt64 {
 				return nil, errMalformed
 			}
 			p = p[n:]
