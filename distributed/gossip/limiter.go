@@ -444,13 +444,13 @@ type entry struct {
 }
 
 type remoteRec struct {
-	inc     uint64
-	born    int64
-	hits    uint64
-	d0, d1  uint64 // cumulative demand at sender rounds r0 < r1
-	h0, h1  uint64 // cumulative hits at the same rounds
-	r0, r1  uint64
-	seen    int64 // receiver round when the counter was last received
+	inc    uint64
+	born   int64
+	hits   uint64
+	d0, d1 uint64 // cumulative demand at sender rounds r0 < r1
+	h0, h1 uint64 // cumulative hits at the same rounds
+	r0, r1 uint64
+	seen   int64 // receiver round when the counter was last received
 }
 
 func (e *entry) unpin() { e.pin.Add(-1) }

@@ -115,9 +115,9 @@ type peer struct {
 	addr        string
 	acceptFrom  int64 // counters born before this (ns) are baselined, not debited
 	incarnation uint64
-	added       int64  // ns: when it became a peer
-	lastHeard   int64  // ns; 0 before the first datagram
-	needState   bool   // send bucket levels next round (peer is new or restarted)
+	added       int64            // ns: when it became a peer
+	lastHeard   int64            // ns; 0 before the first datagram
+	needState   bool             // send bucket levels next round (peer is new or restarted)
 	acked       uint64           // latest of our rounds the peer received in full, whose content makes it up to date
 	sent        map[uint64]int64 // round -> first changed round that round's reports carried
 
