@@ -55,10 +55,10 @@
 // recent hit rate, which removes most of that error once a key has a
 // history. Measured: a flood on 1 to 16 fresh nodes admits exactly burst;
 // under sustained random traffic (8 nodes, client at 3x) the peak burst is
-// 0.69x to 0.91x of the configured burst at 0/5/20% loss with a 1 s
-// interval and at most 1.01x with 100 ms; over six seeds at 20% loss and
-// 1 s, one reached 1.34x, when the first reports of a new key were lost
-// (no hit rate to go on yet). The price of the cap: while demand shifts
+// 0.69x to 0.89x of the configured burst at 0/5/20% loss with a 1 s
+// interval and at most 1.01x with 100 ms; over eight seeds at 20% loss and
+// 1 s, the worst reached 1.23x, when the first reports of a new key were
+// lost (no hit rate to go on yet). The price of the cap: while demand shifts
 // between nodes, a node may refuse although tokens are left on others
 // (they are not lost; the long-run rate holds).
 //
