@@ -45,6 +45,7 @@ const (
 
 // Server answers queries on its listeners. Create it with New, run it with
 // Start, stop it with Shutdown. All methods are safe for concurrent use.
+// The zero value is not usable.
 type Server struct {
 	cfg   Config
 	log   *slog.Logger

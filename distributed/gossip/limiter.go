@@ -18,7 +18,8 @@ var _ throttle.Limiter = (*Limiter)(nil)
 // Limiter is a keyed token bucket limiter whose buckets are charged for
 // the hits of every node of the cluster: it decides locally, counts its
 // admitted units per key, and debits the units its peers report. Create it
-// with Node.NewLimiter. It is safe for concurrent use.
+// with Node.NewLimiter (the zero value is not usable). It is safe for
+// concurrent use.
 type Limiter struct {
 	node    *Node
 	name    string

@@ -82,7 +82,8 @@ type stats struct {
 
 // Node is one member of a gossip cluster. It owns a Transport and any
 // number of Limiters (one per limit, each with its own name), and runs the
-// gossip rounds. All methods are safe for concurrent use.
+// gossip rounds. All methods are safe for concurrent use. The zero value
+// is not usable: create nodes with NewNode.
 type Node struct {
 	cfg         Config
 	settings    throttle.Settings

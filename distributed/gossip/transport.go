@@ -35,7 +35,7 @@ type Transport interface {
 var ErrTransportClosed = fmt.Errorf("gossip: transport closed: %w", throttle.ErrClosed)
 
 // UDPTransport sends each datagram as one UDP packet. Create it with
-// ListenUDP; it is safe for concurrent use.
+// ListenUDP (the zero value is not usable); it is safe for concurrent use.
 type UDPTransport struct {
 	conn      *net.UDPConn
 	mu        sync.Mutex
@@ -130,7 +130,7 @@ func (u *UDPTransport) Close() error {
 // only by Deliver, on the caller's goroutine, so a simulation decides
 // exactly when messages arrive. Loss, duplication, delay, jitter (which
 // reorders) and partitions are configurable at any time. It is safe for
-// concurrent use.
+// concurrent use; create it with NewNetwork (the zero value is not usable).
 type Network struct {
 	clk throttle.Clock
 
