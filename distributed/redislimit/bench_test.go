@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,9 +243,10 @@ func BenchmarkRatio64(b *testing.B) {
 		func(ctx context.Context, i int) error { return floor.Run(ctx, c, []string{"floor"}).Err() },
 	}
 	const round, g = 2000, 64
-	var spent [3]time.Duration
+	var spent, cpu, server [3]time.Duration
 	for i := 0; i < b.N; i++ {
 		for v, op := range ops {
+			cpu0, srv0 := cpuTime(), serverTime(c)
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			start := time.Now()
@@ -260,10 +262,43 @@ func BenchmarkRatio64(b *testing.B) {
 			}
 			wg.Wait()
 			spent[v] += time.Since(start)
+			cpu[v] += cpuTime() - cpu0
+			server[v] += serverTime(c) - srv0
 		}
 	}
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N*round) }
+	b.ReportMetric(per(cpu[0]), "redislimit-client-ns/op")
+	b.ReportMetric(per(cpu[1]), "redis_rate-client-ns/op")
+	b.ReportMetric(per(server[0]), "redislimit-server-ns/op")
+	b.ReportMetric(per(server[1]), "redis_rate-server-ns/op")
 	b.ReportMetric(spent[1].Seconds()/spent[0].Seconds(), "redislimit/redis_rate")
 	b.ReportMetric(spent[2].Seconds()/spent[0].Seconds(), "redislimit/evalsha")
 	b.ReportMetric(float64(b.N*round)/spent[0].Seconds(), "redislimit-ops/s")
 	b.ReportMetric(float64(b.N*round)/spent[1].Seconds(), "redis_rate-ops/s")
+}
+
+// cpuTime is the CPU time (user and system) of this process.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverTime is the CPU time the server has spent, from INFO cpu.
+func serverTime(c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), f); ok {
+				var x float64
+				fmt.Sscan(v, &x)
+				total += x
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }

@@ -135,21 +135,22 @@ func WithOptions(opts ...throttle.Option) Option {
 // core is what every limiter of this package shares: the client, the key
 // layout, the clock, the failure policy and the breaker.
 type core struct {
-	client   redis.UniversalClient
-	prefix   string // prefix + algorithm + ":"
-	limit    int
-	settings throttle.Settings
-	clk      clock.Source
-	virtual  bool
-	ttlFloor string
-	timeout  time.Duration
-	direct   bool // the client honours context deadlines
-	policy   Policy
-	fallback throttle.Limiter
-	onError  func(error)
-	br       breaker
-	closed   atomic.Bool
-	closers  []func()
+	client    redis.UniversalClient
+	prefix    string // prefix + algorithm + ":"
+	limit     int
+	settings  throttle.Settings
+	clk       clock.Source
+	virtual   bool
+	ttlFloor  string
+	timeout   time.Duration
+	direct    bool // the client honours context deadlines
+	policy    Policy
+	fallback  throttle.Limiter
+	onError   func(error)
+	br        breaker
+	deadlines deadlines
+	closed    atomic.Bool
+	closers   []func()
 }
 
 func newCore(client redis.UniversalClient, alg string, limit int, opts []Option) (*core, *config, error) {
@@ -208,6 +209,7 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 		c.ttlFloor = fmt.Sprint(virtualTTLFloor)
 	}
 	c.br.init(cfg.failures, cfg.cooldown)
+	c.deadlines.init(cfg.timeout)
 	return c, &cfg, nil
 }
 
@@ -255,7 +257,7 @@ func (c *core) common(args []any, ref int64, mode string) []any {
 // run evaluates script on keys with args under the per-call deadline and
 // the breaker. It returns the reply, an array, or an error wrapping
 // throttle.ErrUnavailable.
-func (c *core) run(ctx context.Context, s *redis.Script, keys []string, args []any) ([]any, error) {
+func (c *core) run(ctx context.Context, s *luaScript, keys []string, args []any) ([]any, error) {
 	v, err := c.eval(ctx, s, keys, args)
 	if err != nil {
 		return nil, err
@@ -268,21 +270,23 @@ func (c *core) run(ctx context.Context, s *redis.Script, keys []string, args []a
 }
 
 // eval is run for a reply of any type.
-func (c *core) eval(ctx context.Context, s *redis.Script, keys []string, args []any) (any, error) {
+func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if !c.br.allow() {
 		return nil, fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	cctx, cancel := c.deadlines.with(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
 	var (
 		v   any
 		err error
 	)
 	if c.direct {
-		v, err = s.Run(cctx, c.client, keys, args...).Result()
+		v, err = s.run(cctx, c.client, keys, args)
 	} else {
 		type result struct {
 			v   any
@@ -290,7 +294,7 @@ func (c *core) eval(ctx context.Context, s *redis.Script, keys []string, args []
 		}
 		ch := make(chan result, 1)
 		go func() {
-			v, err := s.Run(cctx, c.client, keys, args...).Result()
+			v, err := s.run(cctx, c.client, keys, args)
 			ch <- result{v, err}
 		}()
 		select {

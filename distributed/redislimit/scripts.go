@@ -1,7 +1,11 @@
 package redislimit
 
 import (
+	"context"
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -9,11 +13,15 @@ import (
 //go:embed lua/*.lua
 var luaFS embed.FS
 
-// script returns the script lua/<name>.lua behind the shared prelude. It
-// is sent once per server with EVAL (go-redis's Script.Run falls back to
-// EVAL when EVALSHA reports NOSCRIPT: after SCRIPT FLUSH, a restart or a
-// failover) and called by EVALSHA afterwards.
-func script(name string) *redis.Script {
+// luaScript is a script and its SHA-1, computed once. It is called by
+// EVALSHA; when Redis answers NOSCRIPT (after SCRIPT FLUSH, a restart or
+// a failover) it is sent once with EVAL, which loads it again.
+type luaScript struct {
+	src, sha string
+}
+
+// script returns the script lua/<name>.lua behind the shared prelude.
+func script(name string) *luaScript {
 	prelude, err := luaFS.ReadFile("lua/prelude.lua")
 	if err != nil {
 		panic(err)
@@ -22,7 +30,18 @@ func script(name string) *redis.Script {
 	if err != nil {
 		panic(err)
 	}
-	return redis.NewScript(string(prelude) + "\n" + string(body))
+	src := string(prelude) + "\n" + string(body)
+	sum := sha1.Sum([]byte(src))
+	return &luaScript{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// run evaluates s: EVALSHA, and EVAL on NOSCRIPT.
+func (s *luaScript) run(ctx context.Context, c redis.Scripter, keys []string, args []any) (any, error) {
+	v, err := c.EvalSha(ctx, s.sha, keys, args...).Result()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		v, err = c.Eval(ctx, s.src, keys, args...).Result()
+	}
+	return v, err
 }
 
 var (

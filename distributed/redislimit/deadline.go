@@ -1,0 +1,89 @@
+package redislimit
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// deadlines gives each call a context that ends after the per-call
+// timeout without arming a timer per call: context.WithTimeout costs a
+// timer and a channel per decision, about a tenth of the client's CPU per
+// round trip. Calls whose deadlines fall in the same tick (timeout/8)
+// share one channel, closed by one timer at the end of the tick. The
+// socket deadline (ctx.Deadline, which go-redis applies to reads and
+// writes) is exact; Done, which go-redis waits on only for a pool slot or
+// a retry back-off, fires at most one tick late.
+//
+// It serves only parents that can never be cancelled (Done() == nil, as
+// context.Background); others get context.WithTimeout.
+type deadlines struct {
+	timeout int64
+	tick    int64
+	mu      sync.Mutex
+	cur     atomic.Pointer[tickEnd]
+}
+
+// tickEnd is a channel closed at end (on the monotonic clock of mono).
+type tickEnd struct {
+	end int64
+	ch  chan struct{}
+}
+
+func (d *deadlines) init(timeout time.Duration) {
+	d.timeout = int64(timeout)
+	d.tick = max(d.timeout/8, int64(time.Millisecond))
+}
+
+// callCtx is the context of one call: parent's values, a deadline, and a
+// shared Done channel.
+type callCtx struct {
+	context.Context
+	deadline time.Time
+	at       int64 // deadline on the clock of mono
+	done     <-chan struct{}
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *callCtx) Done() <-chan struct{}       { return c.done }
+
+func (c *callCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+	}
+	if mono() >= c.at {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// with returns ctx bounded by the timeout, and its cancel function (nil
+// when there is nothing to cancel).
+func (d *deadlines) with(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() != nil {
+		return context.WithTimeout(ctx, time.Duration(d.timeout))
+	}
+	now := mono()
+	at := now + d.timeout
+	t := d.cur.Load()
+	if t == nil || t.end < at || t.end-d.tick > at {
+		t = d.next(at)
+	}
+	return &callCtx{Context: ctx, deadline: time.Now().Add(time.Duration(d.timeout)), at: at, done: t.ch}, nil
+}
+
+// next installs the tick ending after at.
+func (d *deadlines) next(at int64) *tickEnd {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t := d.cur.Load(); t != nil && t.end >= at && t.end-d.tick <= at {
+		return t
+	}
+	t := &tickEnd{end: (at/d.tick + 1) * d.tick, ch: make(chan struct{})}
+	time.AfterFunc(time.Duration(t.end-mono()), func() { close(t.ch) })
+	d.cur.Store(t)
+	return t
+}

@@ -1,0 +1,50 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestDeadlines checks the shared-channel deadlines on real time: a
+// deadline exactly timeout ahead, Done closed at most one tick late, and
+// ordinary contexts for cancellable parents.
+func TestDeadlines(t *testing.T) {
+	var d deadlines
+	d.init(20 * time.Millisecond)
+	start := time.Now()
+	ctx, cancel := d.with(context.Background())
+	if cancel != nil {
+		t.Fatal("background parent: want no cancel function")
+	}
+	if dl, ok := ctx.Deadline(); !ok || dl.Sub(start) < 20*time.Millisecond || dl.Sub(start) > 30*time.Millisecond {
+		t.Fatalf("Deadline = %v, %v; want 20ms ahead", dl.Sub(start), ok)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Err before the deadline")
+	}
+	ctx2, _ := d.with(context.Background())
+	if ctx2.Done() != ctx.Done() {
+		t.Fatal("calls in one tick should share a channel")
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+		t.Fatal("Done not closed")
+	}
+	if el := time.Since(start); el < 20*time.Millisecond {
+		t.Fatalf("Done after %v, before the deadline", el)
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err = %v", ctx.Err())
+	}
+	parent, stop := context.WithCancel(context.Background())
+	c3, cancel3 := d.with(parent)
+	if cancel3 == nil {
+		t.Fatal("cancellable parent: want context.WithTimeout")
+	}
+	stop()
+	<-c3.Done()
+	cancel3()
+}
