@@ -2,6 +2,7 @@ package slidinglog
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -63,7 +64,9 @@ type ring struct {
 	total int64 // units in the entries in use
 	base  int64 // ns; an entry's time is base + offset
 	last  int64 // ns; time of the newest entry, if size > 0
-	seen  int64 // ns; the latest time the log was decided at
+	// seen is the latest time the log was decided at, in ns, with its sign
+	// bit flipped so that the zero value reads as the earliest time.
+	seen int64
 }
 
 // idx returns the buffer index of the i-th oldest entry, i < len(buf).
@@ -112,8 +115,8 @@ func (r *ring) expire(p *params, now int64) {
 // are recorded at that time, so the log stays ordered and its bound holds
 // on the times it records. Durations are from now, the caller's time.
 func (r *ring) decide(p *params, now int64, n int64) (ok bool, remaining, retryAfter, resetAfter int64) {
-	r.seen = max(r.seen, now)
-	at := r.seen
+	at := max(r.seen^math.MinInt64, now)
+	r.seen = at ^ math.MinInt64
 	r.expire(p, at)
 	if r.total+n <= p.limit {
 		r.push(p, at, n)
@@ -225,7 +228,7 @@ type log struct {
 func (l *log) denyFast(now int64, n int) (retryAfter, resetAfter int64, ok bool) {
 	s := l.seq.Load()
 	full := l.full.Load()
-	if n != 1 || now >= full || s&1 != 0 {
+	if n != 1 || now >= full || full == 0 || s&1 != 0 {
 		return 0, 0, false
 	}
 	reset := l.reset.Load()

@@ -3,6 +3,7 @@ package slidinglog
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -83,6 +84,9 @@ type model struct {
 
 func (m *model) decide(now, n int64) throttle.Decision {
 	// Entries expired by a later time stay expired if the clock steps back.
+	if m.ts == nil && m.seen == 0 {
+		m.seen = math.MinInt64
+	}
 	m.seen = max(m.seen, now)
 	for len(m.ts) > 0 && m.ts[0] <= m.seen-m.window {
 		m.ts, m.n = m.ts[1:], m.n[1:]
@@ -524,5 +528,32 @@ func TestNoAllocs(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(1000, step); a != 0 {
 		t.Fatalf("%v allocations per step, want 0", a)
+	}
+}
+
+// TestBeforeEpoch runs the log on a clock reading times before 1970
+// (negative nanoseconds), where a zero "full until" must not be taken for
+// a time in the future.
+func TestBeforeEpoch(t *testing.T) {
+	clk := new(throttletest.Clock) // reads the Unix epoch
+	clk.Advance(-time.Hour)
+	lg := mustLog(t, 2, time.Second, throttle.WithClock(clk))
+	m := &model{limit: 2, window: int64(time.Second)}
+	admitted := 0
+	for i := range 50 {
+		want := m.decide(clk.Now().UnixNano(), 1)
+		got, _ := lg.AllowN(1)
+		if got != want {
+			t.Fatalf("step %d: %+v, want %+v", i, got, want)
+		}
+		if got.Allowed {
+			admitted++
+		}
+		clk.Advance(300 * time.Millisecond)
+	}
+	// 15 s at 2 per second, one request every 300 ms: 2 of every 4 calls
+	// (1.2 s), plus the last 2 calls.
+	if want := 50/4*2 + 2; admitted != want {
+		t.Fatalf("admitted %d, want %d", admitted, want)
 	}
 }
