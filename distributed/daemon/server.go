@@ -251,7 +251,9 @@ func (s *Server) accept(ln net.Listener) {
 		s.mu.Lock()
 		if s.closing || len(s.conns) >= s.cfg.MaxConns {
 			s.mu.Unlock()
-			s.st.rejected.Add(1)
+			if s.st.rejected.Add(1)%1000 == 1 {
+				s.log.Warn("connection limit reached, closing new connections", "max_conns", s.cfg.MaxConns)
+			}
 			c.Close()
 			continue
 		}
@@ -287,6 +289,7 @@ func (s *Server) serve(c net.Conn) {
 		line, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) || (err == nil && len(line) > s.cfg.MaxTagLen+2) {
 			s.st.bad.Add(1)
+			s.log.Debug("oversized line, closing", "remote", c.RemoteAddr().String(), "max_tag_len", s.cfg.MaxTagLen)
 			w.WriteString(ReplyError)
 			w.Flush()
 			lingerClose(c)
