@@ -94,3 +94,71 @@ func BenchmarkLoopback(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLoopbackPaced offers a fixed load (open loop): 64 connections
+// together send rate queries per second, one at a time each, and the p99
+// latency of a query is reported. Unlike BenchmarkLoopback, where 64
+// callers wait on each other and latency is mostly queueing, this shows the
+// latency of a daemon that is not saturated.
+//
+//	go test ./distributed/daemon -run XXX -bench LoopbackPaced -benchtime 20000x
+func BenchmarkLoopbackPaced(b *testing.B) {
+	cfg := config("tcp:127.0.0.1:0")
+	cfg.Default = daemon.Limit{Rate: "1000000/s", Burst: 1000000}
+	s, err := daemon.New(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Start()
+	defer s.Shutdown(b.Context())
+	addr := s.Addrs()[0].String()
+	const conns = 64
+	for _, rate := range []int{5000, 10000, 20000} {
+		b.Run(fmt.Sprintf("conns=%d/rate=%d", conns, rate), func(b *testing.B) {
+			per := max(b.N/conns, 1)
+			period := time.Duration(conns) * time.Second / time.Duration(rate)
+			lat := make([][]time.Duration, conns)
+			var wg sync.WaitGroup
+			start := time.Now()
+			for i := range conns {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				wg.Go(func() {
+					tag := []byte("client-" + strconv.Itoa(i) + "\n")
+					reply := make([]byte, 3)
+					offset := period * time.Duration(i) / conns
+					l := make([]time.Duration, 0, per)
+					for k := range per {
+						next := start.Add(offset + time.Duration(k)*period)
+						if d := time.Until(next); d > 0 {
+							time.Sleep(d)
+						}
+						t0 := time.Now()
+						if _, err := c.Write(tag); err != nil {
+							b.Error(err)
+							return
+						}
+						if _, err := io.ReadFull(c, reply); err != nil {
+							b.Error(err)
+							return
+						}
+						l = append(l, time.Since(t0))
+					}
+					lat[i] = l
+				})
+			}
+			wg.Wait()
+			var all []time.Duration
+			for _, l := range lat {
+				all = append(all, l...)
+			}
+			slices.Sort(all)
+			b.ReportMetric(float64(len(all))/time.Since(start).Seconds(), "decisions/s")
+			b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+		})
+	}
+}
