@@ -156,3 +156,36 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Gossip traffic grows with the keys seen per interval, not with the
+// requests.
+func TestTrafficProportionalToKeys(t *testing.T) {
+	bytesFor := func(requests int) uint64 {
+		c := newCluster(t, 2, throttle.PerSecond(1000), 1000000, time.Second, false, 1)
+		before := c.nodes[0].Stats().BytesSent
+		for i := range requests {
+			c.lims[0].Allow(ctx, "key-"+string(rune('a'+i%3)), 1)
+		}
+		c.runTo(c.clk.Now().Add(time.Second))
+		return c.nodes[0].Stats().BytesSent - before
+	}
+	few, many := bytesFor(30), bytesFor(30000)
+	if many > few+16 { // varints of larger counters take a few more bytes
+		t.Fatalf("one round with 3 keys: %d bytes for 30 requests, %d for 30000", few, many)
+	}
+}
+
+// Decisions do not allocate, admitted or denied, with or without the cap.
+func TestAllowDoesNotAllocate(t *testing.T) {
+	if race {
+		t.Skip("the race detector allocates")
+	}
+	for _, capped := range []bool{false, true} {
+		c := newCluster(t, 3, throttle.PerSecond(1), 5, time.Second, capped, 1)
+		l := c.lims[0]
+		l.Allow(ctx, "k", 1) // create the key
+		if n := testing.AllocsPerRun(100, func() { l.Allow(ctx, "k", 1) }); n != 0 {
+			t.Errorf("cap=%v: %v allocations per decision", capped, n)
+		}
+	}
+}
