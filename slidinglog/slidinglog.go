@@ -53,7 +53,7 @@
 // common case under overload, do not lock: while a log is full it
 // publishes, through a sequence lock, when its oldest entry expires, and a
 // request for one unit made before then is denied from that alone, with
-// three atomic loads and no write to shared memory.
+// four atomic loads and no write to shared memory.
 //
 // # Clock
 //
