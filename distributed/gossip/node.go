@@ -3,8 +3,10 @@ package gossip
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -363,7 +365,13 @@ func (n *Node) Tick() bool {
 	var silent []dest
 	minAck := r
 	deadAfter := int64(n.cfg.Resend+3) * n.interval
-	for _, p := range n.peers {
+	// Sorted iteration keeps simulations on the in-memory network
+	// reproducible.
+	for _, addr := range *n.members.Load() {
+		p := n.peers[addr]
+		if p == nil {
+			continue // this node
+		}
 		d := dest{addr: p.addr, ack: p.rxComplete, state: p.needState, inc: p.incarnation}
 		if now-max(p.lastHeard, p.added) > deadAfter {
 			// Not heard from (yet, or lately): hello only, until it
@@ -385,9 +393,12 @@ func (n *Node) Tick() bool {
 		lims = append(lims, l)
 	}
 	n.mu.Unlock()
+	slices.SortFunc(lims, func(a, b *Limiter) int { return strings.Compare(a.name, b.name) })
+	sinces := slices.Sorted(maps.Keys(groups))
 	n.st.rounds.Add(1)
 
-	for since, ds := range groups {
+	for _, since := range sinces {
+		ds := groups[since]
 		var bodies [][]byte
 		for _, l := range lims {
 			b, resent := l.reports(r, since)
