@@ -55,7 +55,7 @@
 // recent hit rate, which removes most of that error once a key has a
 // history. Measured: a flood on 1 to 16 fresh nodes admits exactly burst;
 // under sustained random traffic (8 nodes, client at 3x) the peak burst is
-// 0.69x to 0.89x of the configured burst at 0/5/20% loss with a 1 s
+// 0.69x to 0.99x of the configured burst at 0/5/20% loss with a 1 s
 // interval and at most 1.01x with 100 ms; over eight seeds at 20% loss and
 // 1 s, the worst reached 1.23x, when the first reports of a new key were
 // lost (no hit rate to go on yet). The price of the cap: while demand shifts
@@ -63,8 +63,8 @@
 // (they are not lost; the long-run rate holds).
 //
 // Convergence: hits made on both sides of a partition are charged on
-// every node one interval after it heals with no loss, 1.9 intervals on
-// average (3 at worst) at 5% loss and 3.4 (5 at worst) at 20% loss (8
+// every node one interval after it heals with no loss, 2 intervals on
+// average (3 at worst) at 5% loss and 3.4 (6 at worst) at 20% loss (8
 // nodes, 20 runs each).
 //
 // Residual inaccuracies: a report debited to a bucket that refilled to
