@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
@@ -207,4 +210,44 @@ func TestFaultNoDeadlineClient(t *testing.T) {
 	}
 	waitHealthy(t, l, "k")
 	time.Sleep(800 * time.Millisecond) // let the abandoned call end before goleak looks
+}
+
+// TestFaultScriptFlushBatched flushes the scripts while many goroutines
+// decide at once, so that pipelined calls meet NOSCRIPT too.
+func TestFaultScriptFlushBatched(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.NeedOwn(t)
+	c := newClient(t, srv)
+	clk := throttletest.NewClock()
+	const limit = 500
+	l, err := NewTokenBucket(c, throttle.PerHour(1), limit, vclock(clk), WithPrefix(uniquePrefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := range 25 {
+				if w == 0 && i%5 == 0 {
+					if err := c.ScriptFlush(ctx).Err(); err != nil {
+						t.Error(err)
+					}
+				}
+				d, err := l.Allow(ctx, "k", 1)
+				if err != nil {
+					t.Errorf("worker %d call %d: %v", w, i, err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != limit {
+		t.Fatalf("admitted %d of 800 calls with time frozen, want exactly %d", got, limit)
+	}
 }

@@ -149,6 +149,7 @@ type core struct {
 	onError   func(error)
 	br        breaker
 	deadlines deadlines
+	batch     batcher
 	closed    atomic.Bool
 	closers   []func()
 }
@@ -286,7 +287,7 @@ func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any
 		err error
 	)
 	if c.direct {
-		v, err = s.run(cctx, c.client, keys, args)
+		v, err = c.do(cctx, s, keys, args)
 	} else {
 		type result struct {
 			v   any
