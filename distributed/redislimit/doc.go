@@ -23,7 +23,10 @@
 // Each decision is one Lua script run atomically by Redis in one round
 // trip: it is loaded once and called by EVALSHA, and sent again
 // transparently when Redis answers NOSCRIPT (after SCRIPT FLUSH, a restart
-// or a failover). The clock is Redis's TIME, so clocks of the clients do
+// or a failover). Concurrent decisions of one limiter share round trips: a
+// lone call goes out at once, and calls that arrive while one is in
+// flight are sent together as one pipeline when it returns (each is still
+// its own atomic script). The clock is Redis's TIME, so clocks of the clients do
 // not matter; with throttle.WithClock (through WithOptions) the injected
 // time is passed to the script instead, which is how the tests compare
 // these limiters with the local ones on virtual time.
