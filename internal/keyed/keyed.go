@@ -40,12 +40,49 @@ type State interface {
 	Retire(now int64, force bool) bool
 }
 
+// inlineKey is the longest key stored inside its entry. A lookup of such a
+// key touches two cache lines at most: its table slot and its entry, which
+// holds the state too when the state is small.
+const inlineKey = 24
+
 type entry[S any] struct {
 	state S
 	hash  uint64
-	key   string
 	ref   atomic.Uint32 // CLOCK reference bit, set on access
-	slot  int           // index in the shard's table; guarded by the shard's mu
+	klen  uint32        // length of an inline key
+	kbuf  [inlineKey]byte
+	long  string // a key longer than inlineKey
+}
+
+func newEntry[S any](key string, h uint64) *entry[S] {
+	e := &entry[S]{hash: h}
+	if len(key) > inlineKey {
+		e.long = strings.Clone(key)
+	} else {
+		e.klen = uint32(copy(e.kbuf[:], key))
+	}
+	return e
+}
+
+func (e *entry[S]) is(key string) bool {
+	if len(key) > inlineKey {
+		return e.long == key
+	}
+	return e.long == "" && int(e.klen) == len(key) && string(e.kbuf[:len(key)]) == key
+}
+
+func (e *entry[S]) key() string {
+	if e.long != "" {
+		return e.long
+	}
+	return string(e.kbuf[:e.klen])
+}
+
+// slot is one cell of a table. hash is written before e is published and
+// never changes after, so a reader that loaded e may read it.
+type slot[S any] struct {
+	e    atomic.Pointer[entry[S]]
+	hash uint64
 }
 
 // table is a shard's open-addressing hash table with linear probing.
@@ -54,14 +91,14 @@ type entry[S any] struct {
 // a table is rebuilt (and swapped in whole) when live entries and
 // tombstones fill three quarters of it.
 type table[S any] struct {
-	slots []atomic.Pointer[entry[S]]
+	slots []slot[S]
 	mask  uint64
 	used  int // live entries + tombstones; guarded by the shard's mu
 }
 
 type shard[S any] struct {
 	tab   atomic.Pointer[table[S]]
-	tomb  *entry[S]   // marks a removed slot; its key matches no lookup
+	tomb  *entry[S]   // marks a removed slot
 	mu    sync.Mutex  // serializes writers: tab's contents, n, ring, free, hands
 	n     int         // live keys
 	ring  []*entry[S] // CLOCK ring; nil slots are free
@@ -72,13 +109,14 @@ type shard[S any] struct {
 }
 
 // find returns the entry for key in t, or nil.
-func (t *table[S]) find(key string, h uint64) *entry[S] {
+func (t *table[S]) find(key string, h uint64, tomb *entry[S]) *entry[S] {
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		e := t.slots[i].Load()
+		sl := &t.slots[i]
+		e := sl.e.Load()
 		if e == nil {
 			return nil
 		}
-		if e.hash == h && e.key == key {
+		if sl.hash == h && e != tomb && e.is(key) {
 			return e
 		}
 	}
@@ -122,7 +160,7 @@ func New[S any, P interface {
 	}
 	for i := range m.shards {
 		m.shards[i].tab.Store(newTable[S](8))
-		m.shards[i].tomb = &entry[S]{key: "\x00removed"}
+		m.shards[i].tomb = new(entry[S])
 	}
 	if s.SweepInterval > 0 {
 		m.stop, m.done = make(chan struct{}), make(chan struct{})
@@ -135,7 +173,7 @@ func New[S any, P interface {
 func (m *Map[S, P]) Now() int64 { return m.clk.Now() }
 
 func newTable[S any](size int) *table[S] {
-	return &table[S]{slots: make([]atomic.Pointer[entry[S]], size), mask: uint64(size - 1)}
+	return &table[S]{slots: make([]slot[S], size), mask: uint64(size - 1)}
 }
 
 func (m *Map[S, P]) locate(key string) (*shard[S], uint64) {
@@ -148,7 +186,7 @@ func (m *Map[S, P]) locate(key string) (*shard[S], uint64) {
 // then calls Get again.
 func (m *Map[S, P]) Get(key string, now int64) P {
 	sh, h := m.locate(key)
-	e := sh.tab.Load().find(key, h>>8)
+	e := sh.tab.Load().find(key, h>>8, sh.tomb)
 	if e == nil {
 		return m.insert(sh, key, h>>8, now)
 	}
@@ -161,7 +199,7 @@ func (m *Map[S, P]) Get(key string, now int64) P {
 // Load returns the state of key, or nil if the key is absent.
 func (m *Map[S, P]) Load(key string) P {
 	sh, h := m.locate(key)
-	if e := sh.tab.Load().find(key, h>>8); e != nil {
+	if e := sh.tab.Load().find(key, h>>8, sh.tomb); e != nil {
 		return &e.state
 	}
 	return nil
@@ -170,7 +208,7 @@ func (m *Map[S, P]) Load(key string) P {
 func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64, now int64) P {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.tab.Load().find(key, h); e != nil {
+	if e := sh.tab.Load().find(key, h, sh.tomb); e != nil {
 		return &e.state
 	}
 	m.sweepSome(sh, now, 2)
@@ -180,7 +218,7 @@ func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64, now int64) P {
 	// A new key starts unreferenced: one that is never used again is the
 	// first to go, which keeps a scan of one-off keys from flushing the
 	// keys in steady use.
-	e := &entry[S]{key: strings.Clone(key), hash: h}
+	e := newEntry[S](key, h)
 	if k := len(sh.free); k > 0 {
 		sh.ring[sh.free[k-1]] = e
 		sh.free = sh.free[:k-1]
@@ -225,18 +263,27 @@ const maxShards = 256
 // never misses a key that is present.
 func (t *table[S]) put(e *entry[S]) {
 	i := e.hash & t.mask
-	for t.slots[i].Load() != nil {
+	for t.slots[i].e.Load() != nil {
 		i = (i + 1) & t.mask
 	}
-	e.slot = int(i)
-	t.slots[i].Store(e)
+	t.slots[i].hash = e.hash
+	t.slots[i].e.Store(e)
 	t.used++
+}
+
+// drop replaces e by tomb; the writer's lock must be held.
+func (t *table[S]) drop(e, tomb *entry[S]) {
+	for i := e.hash & t.mask; ; i = (i + 1) & t.mask {
+		if t.slots[i].e.Load() == e {
+			t.slots[i].e.Store(tomb)
+			return
+		}
+	}
 }
 
 // remove drops the entry at ring slot i; sh.mu must be held.
 func (sh *shard[S]) remove(i int) {
-	e := sh.ring[i]
-	sh.tab.Load().slots[e.slot].Store(sh.tomb)
+	sh.tab.Load().drop(sh.ring[i], sh.tomb)
 	sh.n--
 	sh.ring[i] = nil
 	sh.free = append(sh.free, i)
@@ -317,7 +364,7 @@ func (m *Map[S, P]) Range(f func(key string, p P) bool) {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.ring {
-			if e != nil && !f(e.key, &e.state) {
+			if e != nil && !f(e.key(), &e.state) {
 				sh.mu.Unlock()
 				return
 			}

@@ -227,3 +227,30 @@ func BenchmarkGet(b *testing.B) {
 		})
 	}
 }
+
+func TestKeysInlineAndLong(t *testing.T) {
+	m := newMap[busy](t)
+	keys := []string{"", "a", "abcdefghijklmnopqrstuvwx", "abcdefghijklmnopqrstuvwxy",
+		"abcdefghijklmnopqrstuvwxyz0123456789", "abcdefghijklmnopqrstuvwx\x00"}
+	states := map[string]*busy{}
+	for _, k := range keys {
+		states[k] = m.Get(k, 0)
+		states[k].acquire()
+	}
+	for _, k := range keys {
+		if m.Load(k) != states[k] {
+			t.Errorf("key %q (%d bytes) maps to another state", k, len(k))
+		}
+	}
+	seen := map[string]bool{}
+	m.Range(func(k string, p *busy) bool {
+		if states[k] != p {
+			t.Errorf("Range gave key %q with another state", k)
+		}
+		seen[k] = true
+		return true
+	})
+	if len(seen) != len(keys) {
+		t.Errorf("Range saw %d keys, want %d", len(seen), len(keys))
+	}
+}
