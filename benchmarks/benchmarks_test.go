@@ -179,16 +179,20 @@ func TestGuard(t *testing.T) {
 		}
 		return r
 	}
-	res := []SpeedResult{mk(xr, 100, 200, 100), mk(fast, 50, 100, 60), mk(slow, 90, 250, 120)}
+	noisy := Subject{Name: "noisy", Ours: true}
+	res := []SpeedResult{mk(xr, 100, 200, 100), mk(fast, 50, 100, 60), mk(slow, 120, 250, 120), mk(noisy, 90, 250, 120)}
 	g := Guard(res, 1.0)
-	if len(g) != 2 {
+	if len(g) != 3 {
 		t.Fatalf("got %d guard rows", len(g))
 	}
 	if g[0].Fail || g[0].Ratio != 0.5 {
 		t.Errorf("fast: %+v", g[0])
 	}
-	if !g[1].Fail || g[1].Ratio != 1.2 {
+	if !g[1].Fail || g[1].Ratio != 1.2 || g[1].MinRatio != 1.2 {
 		t.Errorf("slow: %+v", g[1])
+	}
+	if g[2].Fail || g[2].Ratio != 1.2 || g[2].MinRatio != 0.9 {
+		t.Errorf("noisy: %+v", g[2])
 	}
 }
 

@@ -41,10 +41,10 @@ func main() {
 func run() error {
 	thorough := flag.Bool("thorough", false, "thorough mode: all workloads (1M keys too), more and longer samples, longer wall-clock runs")
 	count := flag.Int("count", 0, "speed samples per case on one key (default 5 quick, 10 thorough)")
-	keyedCount := flag.Int("keyed-count", 0, "speed samples per case on many keys, each visiting every key once (default 3 quick, 5 thorough)")
+	keyedCount := flag.Int("keyed-count", 0, "speed samples per case on many keys, each visiting every key once (default 3 quick, 6 thorough: benchstat needs 6 for a confidence interval)")
 	benchtime := flag.Duration("benchtime", 0, "duration of one speed sample on one key (default 10ms quick, 100ms thorough)")
 	docs := flag.String("docs", "docs", "directory for comparison.md, bench.txt and the SVG charts; empty to write none")
-	guard := flag.Bool("guard", false, "exit with status 2 when one of our single-key Allow (serial, allowed or denied) is slower than x/time/rate's in this run")
+	guard := flag.Bool("guard", false, "exit with status 2 when one of our single-key Allow (serial, allowed or denied) is slower than x/time/rate's in this run, by the median ratio of rounds and by the ratio of the fastest samples")
 	guardRatio := flag.Float64("guard-ratio", 1.0, "the largest ratio of our ns/op to x/time/rate's that -guard accepts")
 	speed := flag.Bool("speed", true, "run the speed benchmarks")
 	accuracy := flag.Bool("accuracy", true, "run the accuracy traces and the contention check")
@@ -70,7 +70,7 @@ func run() error {
 		workloads = benchmarks.ThoroughWorkloads
 		realWindow, contention = 200*time.Millisecond, 3*time.Second
 		*count = cmp(*count, 10)
-		*keyedCount = cmp(*keyedCount, 5)
+		*keyedCount = cmp(*keyedCount, 6)
 		*benchtime = cmp(*benchtime, 100*time.Millisecond)
 	} else {
 		*count = cmp(*count, 5)
