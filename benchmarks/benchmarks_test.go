@@ -105,6 +105,20 @@ func TestSubjectsSmoke(t *testing.T) {
 	for _, s := range Subjects() {
 		t.Run(Slug(s.Name), func(t *testing.T) {
 			t.Parallel()
+			// The speed workloads' configurations are all accepted.
+			for _, c := range []Config{allowConfig, keysConfig, denyConfig} {
+				if s.SpeedConfig != nil {
+					c = s.SpeedConfig(c)
+				}
+				l, err := s.Open(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := l.Allow(bg, "k", 1); err != nil {
+					t.Fatal(err)
+				}
+				closeLimiter(l)
+			}
 			c := Config{Limit: 5, Window: time.Hour}
 			l, err := s.Open(c)
 			if err != nil {
