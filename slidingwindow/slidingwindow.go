@@ -178,7 +178,7 @@ func (c *config) decideWeighted(w *atomic.Int64, now, n int64) (throttle.Decisio
 			used += c.div.CeilMulDiv(prev, c.window-e)
 		}
 		if used+n > c.limit {
-			return c.denyWeighted(now, start, e, prev, cur, n, used), true
+			return c.denyWeighted(now, start, prev, cur, n, used), true
 		}
 		if w.CompareAndSwap(old, c.lay.Pack2(at, prev, cur+n)) {
 			return throttle.Decision{
@@ -189,39 +189,14 @@ func (c *config) decideWeighted(w *atomic.Int64, now, n int64) (throttle.Decisio
 	}
 }
 
-// denyWeighted returns the denial of n units at offset e into the window
-// that starts at start, with counts prev and cur, and used = cur +
-// ⌈prev·(W-e)/W⌉. RetryAfter is the first instant at which
-// prev·(W-e') ≤ (limit-cur-n)·W in this window or, failing that, the same
-// with the counts shifted in the next window.
-func (c *config) denyWeighted(now, start, e, prev, cur, n, used int64) throttle.Decision {
-	W := c.window
-	var at int64 // offset from start of the first admitting instant
-	if r := c.limit - cur - n; r >= 0 {
-		// Denied with r ≥ 0 means prev·(W-e) > r·W, so prev > r and
-		// prev > 0: the quotient is below W.
-		if x, _ := window.MulDiv(r, W, prev); x > 0 {
-			at = W - x
-		}
-	}
-	if at == 0 { // not in this window: in the next one, where prev is cur
-		switch r := c.limit - n; {
-		case r >= cur: // fits as the next window opens
-			at = W
-		case r == 0: // only once cur has left too
-			at = 2 * W
-		default: // 0 < r < cur: when cur·(W-e') ≤ r·W in the next window
-			x, _ := window.MulDiv(r, W, cur)
-			at = 2*W - x
-		}
-	}
-	reset := start + W // prev only
-	if cur > 0 {
-		reset += W
-	}
+// denyWeighted returns the denial of n units at now, in the window that
+// starts at start, with counts prev and cur, and used = cur +
+// ⌈prev·(W-e)/W⌉.
+func (c *config) denyWeighted(now, start, prev, cur, n, used int64) throttle.Decision {
+	retry, reset := window.WeightedRetry(c.limit, c.window, prev, cur, n)
 	return throttle.Decision{
 		Limit: int(c.limit), Remaining: int(max(c.limit-used, 0)),
-		RetryAfter: time.Duration(start + at - now), ResetAfter: time.Duration(reset - now),
+		RetryAfter: time.Duration(start + retry - now), ResetAfter: time.Duration(start + reset - now),
 	}
 }
 

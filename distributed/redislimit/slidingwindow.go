@@ -68,30 +68,10 @@ func (l *SlidingWindow) Allow(ctx context.Context, key string, n int) (throttle.
 			ResetAfter: time.Duration(start + 2*W),
 		}, nil
 	}
-	// Times below are offsets from now, which is 0.
-	var at int64 // offset from start of the first admitting instant
-	if r := limit - cur - int64(n); r >= 0 && prev > 0 {
-		if x, _ := window.MulDiv(r, W, prev); x > 0 {
-			at = W - x
-		}
-	}
-	if at == 0 { // not in this window: in the next, prev becomes cur
-		r := limit - int64(n)
-		switch x, _ := window.MulDiv(min(r, cur), W, max(cur, 1)); {
-		case cur == 0 || r >= cur:
-			at = W
-		case x > 0:
-			at = 2*W - x
-		default:
-			at = 2 * W
-		}
-	}
-	reset := start + W
-	if cur > 0 {
-		reset += W
-	}
+	// Times are offsets from now, which is 0.
+	retry, reset := window.WeightedRetry(limit, W, prev, cur, int64(n))
 	return throttle.Decision{
 		Limit: l.limit, Remaining: int(max(limit-used, 0)),
-		RetryAfter: time.Duration(start + at), ResetAfter: time.Duration(reset),
+		RetryAfter: time.Duration(start + retry), ResetAfter: time.Duration(start + reset),
 	}, nil
 }

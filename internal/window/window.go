@@ -185,3 +185,37 @@ func (v Divisor) CeilMulDiv(a, b int64) int64 {
 	}
 	return CeilMulDiv(a, b, int64(v.d))
 }
+
+// WeightedRetry is the denial arithmetic of the weighted sliding window of
+// length w, shared by the local and the Redis limiters. The window that
+// starts at offset 0 holds cur units and the previous one prev, and n
+// units were just denied: prev·(w-e)/w + cur + n > limit at the offset e
+// of the request. It returns the offset of the first instant at which
+// the same request fits if nothing else is admitted (in this window, when
+// prev·(w-e') ≤ (limit-cur-n)·w, or else in the next, where cur becomes the
+// previous count), and the offset at which the key is back to full.
+func WeightedRetry(limit, w, prev, cur, n int64) (retry, reset int64) {
+	if r := limit - cur - n; r >= 0 && prev > 0 {
+		// A denial with r ≥ 0 means prev·(w-e) > r·w, so the quotient is
+		// below w-e.
+		if x, _ := MulDiv(r, w, prev); x > 0 {
+			retry = w - x
+		}
+	}
+	if retry == 0 { // not in this window: in the next one
+		switch r := limit - n; {
+		case r >= cur: // fits as the next window opens
+			retry = w
+		case r == 0: // only once cur has left too
+			retry = 2 * w
+		default: // 0 < r < cur: when cur·(w-e') ≤ r·w in the next window
+			x, _ := MulDiv(r, w, cur)
+			retry = 2*w - x
+		}
+	}
+	reset = w // prev only
+	if cur > 0 {
+		reset += w
+	}
+	return retry, reset
+}
