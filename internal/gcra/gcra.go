@@ -119,16 +119,17 @@ func (c *Config) Cost(n int64) int64 {
 // admission left the state at tat (ok) or found it at tat (denied).
 func (c *Config) Decision(now, tat, cost int64, ok bool) throttle.Decision {
 	debt := max(tat-now, 0)
-	d := throttle.Decision{
+	retry := int64(0)
+	if !ok {
+		retry = debt + cost - c.Tau
+	}
+	return throttle.Decision{
 		Allowed:    ok,
 		Limit:      c.Burst,
 		Remaining:  int(c.units(max(c.Tau-debt, 0))),
+		RetryAfter: time.Duration(retry),
 		ResetAfter: time.Duration(debt),
 	}
-	if !ok {
-		d.RetryAfter = time.Duration(debt + cost - c.Tau)
-	}
-	return d
 }
 
 // Tokens returns floor((tau - (tat-now)) / Interval): the units free at
