@@ -52,18 +52,19 @@ func (b *Single) Config() *Config { return b.cfg.Load() }
 func (b *Single) Now() int64 { return b.clk.Now() }
 
 // AllowN admits n units now or denies them, reading the clock once.
-func (b *Single) AllowN(n int) (throttle.Decision, error) {
+func (b *Single) AllowN(n int) (d throttle.Decision, err error) {
 	c := b.cfg.Load()
 	if c == nil {
-		return throttle.Decision{}, errZero
+		return d, errZero
 	}
 	if n <= 0 || n > c.Burst {
-		return throttle.Decision{}, throttle.CheckN(n, c.Burst)
+		return d, throttle.CheckN(n, c.Burst)
 	}
 	now := b.clk.Now()
 	cost := int64(n) * c.Interval
 	tat, ok, _ := b.st.Take(now, cost, c.Tau)
-	return c.Decision(now, tat, cost, ok), nil
+	c.Fill(&d, now, tat, cost, ok)
+	return d, nil
 }
 
 // Reserve books n units at the earliest time they fit, if within maxWait.
@@ -217,19 +218,20 @@ func (l *Keyed) checkKey(key string) error {
 }
 
 // Allow admits n units for key now or denies them, reading the clock once.
-func (l *Keyed) Allow(key string, n int) (throttle.Decision, error) {
+func (l *Keyed) Allow(key string, n int) (d throttle.Decision, err error) {
 	if err := l.checkKey(key); err != nil {
-		return throttle.Decision{}, err
+		return d, err
 	}
 	c := l.cfg.Load()
 	if n <= 0 || n > c.Burst {
-		return throttle.Decision{}, throttle.CheckN(n, c.Burst)
+		return d, throttle.CheckN(n, c.Burst)
 	}
 	now := l.m.Now()
 	cost := int64(n) * c.Interval
 	for {
 		if tat, ok, live := l.m.Get(key, now).Take(now, cost, c.Tau); live {
-			return c.Decision(now, tat, cost, ok), nil
+			c.Fill(&d, now, tat, cost, ok)
+			return d, nil
 		}
 	}
 }

@@ -117,18 +117,24 @@ func (c *Config) Cost(n int64) int64 {
 
 // Decision builds the Decision for a request of the given cost whose
 // admission left the state at tat (ok) or found it at tat (denied).
-func (c *Config) Decision(now, tat, cost int64, ok bool) throttle.Decision {
+func (c *Config) Decision(now, tat, cost int64, ok bool) (d throttle.Decision) {
+	c.Fill(&d, now, tat, cost, ok)
+	return d
+}
+
+// Fill is Decision writing into *d, all of whose fields it sets. Hot
+// paths fill their named result in place: Decision has five fields, so
+// the compiler builds a returned literal in memory and copies it with
+// wide moves that stall on the narrow stores just made.
+func (c *Config) Fill(d *throttle.Decision, now, tat, cost int64, ok bool) {
 	debt := max(tat-now, 0)
-	retry := int64(0)
+	d.Allowed = ok
+	d.Limit = c.Burst
+	d.Remaining = int(c.units(max(c.Tau-debt, 0)))
+	d.ResetAfter = time.Duration(debt)
+	d.RetryAfter = 0
 	if !ok {
-		retry = debt + cost - c.Tau
-	}
-	return throttle.Decision{
-		Allowed:    ok,
-		Limit:      c.Burst,
-		Remaining:  int(c.units(max(c.Tau-debt, 0))),
-		RetryAfter: time.Duration(retry),
-		ResetAfter: time.Duration(debt),
+		d.RetryAfter = time.Duration(debt + cost - c.Tau)
 	}
 }
 
