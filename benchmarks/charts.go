@@ -170,7 +170,13 @@ func boundaryChart(acc []AccuracyResult) (*plot.Plot, error) {
 				sum -= int64(r.Timeline[lo].N)
 				lo++
 			}
-			pts = append(pts, plotter.XY{X: t / w, Y: float64(sum) / float64(r.Limit)})
+			// A step function: keep only the points where it changes.
+			y := float64(sum) / float64(r.Limit)
+			if n := len(pts); n >= 2 && pts[n-1].Y == y && pts[n-2].Y == y {
+				pts[n-1].X = t / w
+				continue
+			}
+			pts = append(pts, plotter.XY{X: t / w, Y: y})
 		}
 		l, err := plotter.NewLine(pts)
 		if err != nil {
@@ -248,7 +254,8 @@ func speedChart(res []SpeedResult, ws []Workload, what string) (*plot.Plot, int,
 		b.Horizontal = true
 		b.LineStyle.Width = 0
 		b.Color = palette[j%len(palette)]
-		b.Offset = barW * vg.Length(float64(j)-float64(len(present)-1)/2)
+		// The first workload on top of each group, as in the legend.
+		b.Offset = barW * vg.Length(float64(len(present)-1)/2-float64(j))
 		p.Add(b)
 		p.Legend.Add(w.Name, b)
 	}
