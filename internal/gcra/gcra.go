@@ -214,24 +214,16 @@ func (s *State) Load() (tat int64, live bool) {
 	return t, t != dead
 }
 
-// RetireMargin is how long a state must have been full before Retire
-// drops it. A decision reads the clock before it finds its state; one
-// that read it at t and finds a fresh state (the old one was retired at a
-// later now) treats the key as full at t. That is true if the old state
-// was full at t too, which the margin ensures for any decision whose clock
-// reading is at most RetireMargin old.
-const RetireMargin = int64(time.Second)
-
-// Retire marks the state dead if it has been full since now-RetireMargin
-// (TAT <= now-RetireMargin), or unconditionally when force is set, and
-// reports whether it is dead. It implements keyed.State.
+// Retire marks the state dead if it is full at now (TAT <= now), or
+// unconditionally when force is set, and reports whether it is dead. It
+// implements keyed.State.
 func (s *State) Retire(now int64, force bool) bool {
 	for {
 		old := s.tat.Load()
 		if old == dead {
 			return true
 		}
-		if old > now-RetireMargin && !force {
+		if old > now && !force {
 			return false
 		}
 		if s.tat.CompareAndSwap(old, dead) {

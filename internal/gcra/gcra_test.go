@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/keyed"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -42,11 +43,11 @@ func TestStateDeadAndRetire(t *testing.T) {
 	if s.Retire(now, false) {
 		t.Fatal("retired a state that is not full")
 	}
-	if s.Retire(now+c.Interval+RetireMargin-1, false) {
-		t.Fatal("retired a state full for less than RetireMargin")
+	if s.Retire(now+c.Interval-1, false) {
+		t.Fatal("retired a state 1ns before it is full")
 	}
-	if !s.Retire(now+c.Interval+RetireMargin, false) {
-		t.Fatal("did not retire a state full for RetireMargin")
+	if !s.Retire(now+c.Interval, false) {
+		t.Fatal("did not retire a full state")
 	}
 	if _, ok, live := s.Take(now, c.Cost(1), c.Tau); ok || live {
 		t.Fatal("Take on a dead state")
@@ -91,7 +92,7 @@ func TestKeyedRetiredKeyIsFresh(t *testing.T) {
 	}
 	defer l.Close()
 	l.Allow("k", 2)
-	clk.Advance(200*time.Millisecond + time.Duration(RetireMargin) - 1)
+	clk.Advance(200*time.Millisecond + time.Duration(keyed.RetireMargin) - 1)
 	if n := l.Map().Sweep(l.Map().Now()); n != 0 || l.Map().Len() != 1 {
 		t.Fatalf("Sweep dropped %d, Len %d; want the key kept within the margin", n, l.Map().Len())
 	}

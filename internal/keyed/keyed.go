@@ -15,7 +15,12 @@
 //
 // Removal never races with a decision: the map retires a state (State.Retire
 // marks it dead with the algorithm's own CAS) before it drops the key, and a
-// decision that finds its state dead looks the key up again.
+// decision that finds its state dead looks the key up again. A decision
+// reads the clock before it finds its state, so one that read it at t may
+// find a fresh state made after the old one was retired; that is right only
+// if the old state was full at t too. The map therefore drops a state only
+// once it has been full for RetireMargin: it asks Retire about now -
+// RetireMargin.
 package keyed
 
 import (
@@ -28,6 +33,11 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 )
+
+// RetireMargin is how long a state must have been full before the map drops
+// it: longer than any decision takes between its clock reading and its
+// look-up.
+const RetireMargin = int64(time.Second)
 
 // State is implemented by a pointer to an algorithm's per-key state. The
 // zero value of the state must mean "fresh, full capacity".
@@ -293,7 +303,7 @@ func (sh *shard[S]) remove(i int) {
 func (m *Map[S, P]) sweepSome(sh *shard[S], now int64, k int) {
 	for ; k > 0 && len(sh.ring) > 0; k-- {
 		sh.sweep = (sh.sweep + 1) % len(sh.ring)
-		if e := sh.ring[sh.sweep]; e != nil && P(&e.state).Retire(now, false) {
+		if e := sh.ring[sh.sweep]; e != nil && P(&e.state).Retire(now-RetireMargin, false) {
 			sh.remove(sh.sweep)
 		}
 	}
@@ -312,7 +322,7 @@ func (m *Map[S, P]) evictOne(sh *shard[S], now int64) {
 		case e.ref.Load() != 0:
 			e.ref.Store(0)
 			continue
-		case P(&e.state).Retire(now, false):
+		case P(&e.state).Retire(now-RetireMargin, false):
 		case P(&e.state).Retire(now, true):
 			m.evictions.Add(1)
 		default:
@@ -323,15 +333,15 @@ func (m *Map[S, P]) evictOne(sh *shard[S], now int64) {
 	}
 }
 
-// Sweep drops every key whose state is full at now and returns how many
-// it dropped.
+// Sweep drops every key whose state has been full since now -
+// RetireMargin and returns how many it dropped.
 func (m *Map[S, P]) Sweep(now int64) int {
 	dropped := 0
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		for j, e := range sh.ring {
-			if e != nil && P(&e.state).Retire(now, false) {
+			if e != nil && P(&e.state).Retire(now-RetireMargin, false) {
 				sh.remove(j)
 				dropped++
 			}
