@@ -192,7 +192,8 @@ func run() error {
 		fmt.Fprintf(out, "\n### Contention: 8 goroutines on one key for %v, wall clock\n\n", contention)
 		fmt.Fprintln(out, "Limit 100 per 100 ms. Ideal = what an exact token bucket (burst 100, 1000/s) admits to callers that never pause, over the 50 µs slices")
 		fmt.Fprintln(out, "of time in which calls were actually made (a busy machine may starve the goroutines for a while); for the pacers, 1000/s × the time of the last call.")
-		fmt.Fprintln(out, "Window limiters score below 1 by design; what matters is that none goes above its bound under contention.")
+		fmt.Fprintln(out, "Window limiters score below 1 by design; what matters is that none goes above its bound under contention. Admission times are")
+		fmt.Fprintln(out, "read when Allow returns, so \"max in a window\" can exceed a limiter's own bound by the few calls preempted between the decision and that reading.")
 		fmt.Fprintln(out)
 		if err := benchmarks.ContentionTable(cres).Write(out); err != nil {
 			return err
