@@ -1,11 +1,12 @@
 package slidinglog
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/throttlekit/throttle/internal/benchutil"
 )
 
 // Benchmarks on the system clock. "allowed" admits nearly every call (a
@@ -67,7 +68,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 	})
 	b.Run("Limiter/100k-keys", func(b *testing.B) {
 		l := mustNew(b, 10, time.Second)
-		keys := makeKeys(100_000)
+		keys := benchutil.Keys(100_000)
 		for _, k := range keys {
 			l.Allow(bg, k, 1)
 		}
@@ -96,7 +97,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 // "allowed" every call is admitted (each adds an entry to its key's log,
 // which grows by doubling); in "denied" every key is full for the hour.
 func BenchmarkKeys(b *testing.B) {
-	keys := makeKeys(100_000)
+	keys := benchutil.Keys(100_000)
 	run := func(b *testing.B, l *Limiter) {
 		b.ReportAllocs()
 		i := 0
@@ -121,12 +122,4 @@ func BenchmarkKeys(b *testing.B) {
 		}
 		run(b, l)
 	})
-}
-
-func makeKeys(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = "user:" + strconv.Itoa(i)
-	}
-	return keys
 }

@@ -1,12 +1,12 @@
 package slidingwindow_test
 
 import (
-	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/throttlekit/throttle/internal/benchutil"
 )
 
 // Benchmarks on the system clock. "allowed" admits every call (a limit far
@@ -35,49 +35,25 @@ func BenchmarkAllow(b *testing.B) {
 			b.Run("Window/"+bf.name+"/"+c.name, func(b *testing.B) {
 				w := f.window1(b)
 				w.AllowN(1)
-				serial(b, func() { w.AllowN(1) })
+				benchutil.Serial(b, func() { w.AllowN(1) })
 			})
 			b.Run("Limiter/"+bf.name+"/"+c.name, func(b *testing.B) {
 				l := f.keyed(b)
 				l.Allow(bg, "key", 1)
-				serial(b, func() { l.Allow(bg, "key", 1) })
+				benchutil.Serial(b, func() { l.Allow(bg, "key", 1) })
 			})
 		}
 		b.Run("x-time-rate/"+c.name, func(b *testing.B) {
 			l := rate.NewLimiter(rate.Limit(float64(c.limit)/c.window.Seconds()), c.limit)
 			l.Allow()
-			serial(b, func() { l.Allow() })
+			benchutil.Serial(b, func() { l.Allow() })
 		})
 	}
 }
 
-// serial runs f b.N times on one locked thread, reporting allocations and,
-// where the platform tells it, "cpu-ns/op": the thread's CPU time per call,
-// which, unlike ns/op, does not count time the machine spent elsewhere.
-func serial(b *testing.B, f func()) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	b.ReportAllocs()
-	start, ok := threadCPU()
-	for b.Loop() {
-		f()
-	}
-	if end, ok2 := threadCPU(); ok && ok2 {
-		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
-	}
-}
-
-func makeKeys(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = "user:" + strconv.Itoa(i*7919)
-	}
-	return keys
-}
-
 // BenchmarkKeys cycles through 100k distinct keys, all tracked.
 func BenchmarkKeys(b *testing.B) {
-	keys := makeKeys(100_000)
+	keys := benchutil.Keys(100_000)
 	for _, bf := range benchForms {
 		b.Run("Limiter/"+bf.name+"/100k-keys", func(b *testing.B) {
 			l := form{1 << 20, time.Hour, bf.slots}.keyed(b)
@@ -85,7 +61,7 @@ func BenchmarkKeys(b *testing.B) {
 				l.Allow(bg, k, 1)
 			}
 			i := 0
-			serial(b, func() {
+			benchutil.Serial(b, func() {
 				l.Allow(bg, keys[i], 1)
 				if i++; i == len(keys) {
 					i = 0
@@ -109,7 +85,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 		})
 		b.Run("Limiter/"+bf.name+"/100k-keys", func(b *testing.B) {
 			l := form{1 << 20, time.Hour, bf.slots}.keyed(b)
-			keys := makeKeys(100_000)
+			keys := benchutil.Keys(100_000)
 			for _, k := range keys {
 				l.Allow(bg, k, 1)
 			}

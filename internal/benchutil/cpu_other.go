@@ -1,6 +1,6 @@
 //go:build !linux
 
-package fixedwindow_test
+package benchutil
 
 import "time"
 

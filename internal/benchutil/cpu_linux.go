@@ -1,6 +1,6 @@
 //go:build linux
 
-package slidingwindow_test
+package benchutil
 
 import (
 	"syscall"
