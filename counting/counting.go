@@ -168,9 +168,8 @@ func releaser(s *sem, n uint64, limit *atomic.Int64) func() {
 // for each key. It is safe for concurrent use by multiple goroutines. The
 // zero value is not usable; create one with New.
 type Limiter struct {
-	limit    atomic.Int64
-	settings throttle.Settings
-	m        *keyed.Map[state, *state]
+	limit atomic.Int64
+	m     *keyed.Map[state, *state]
 }
 
 // state is the semaphore of one key. The zero value has nothing in flight.
@@ -205,16 +204,13 @@ func New(limit int, opts ...throttle.Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{settings: s, m: keyed.New[state](s)}
+	l := &Limiter{m: keyed.New[state](s)}
 	l.limit.Store(int64(limit))
 	return l, nil
 }
 
 func (l *Limiter) check(key string, n int) (lim int64, err error) {
-	if l.m.Closed() {
-		return 0, errClosed
-	}
-	if err := l.settings.CheckKey(key); err != nil {
+	if err := l.m.Check(key); err != nil {
 		return 0, err
 	}
 	lim = l.limit.Load()

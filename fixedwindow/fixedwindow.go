@@ -307,9 +307,8 @@ func (s *state) Retire(now int64, force bool) bool {
 // fail with an error wrapping throttle.ErrInvalid; create it with New or
 // NewAnchored.
 type Limiter struct {
-	c   *config
-	m   *keyed.Map[state, *state]
-	set throttle.Settings
+	c *config
+	m *keyed.Map[state, *state]
 }
 
 // New returns a keyed limiter admitting up to limit units per window for
@@ -335,7 +334,7 @@ func newLimiter(limit int, w time.Duration, anchored bool, opts []throttle.Optio
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{c: c, m: keyed.New[state](s), set: s}, nil
+	return &Limiter{c: c, m: keyed.New[state](s)}, nil
 }
 
 // Allow admits n units for key if its current window has room for them;
@@ -345,10 +344,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	if l.m == nil {
 		return throttle.Decision{}, errZero
 	}
-	if l.m.Closed() {
-		return throttle.Decision{}, fmt.Errorf("fixedwindow: %w", throttle.ErrClosed)
-	}
-	if err := l.set.CheckKey(key); err != nil {
+	if err := l.m.Check(key); err != nil {
 		return throttle.Decision{}, err
 	}
 	c := l.c

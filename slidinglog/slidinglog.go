@@ -66,7 +66,6 @@ package slidinglog
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -77,8 +76,6 @@ import (
 var (
 	_ throttle.Limiter = (*Log)(nil)
 	_ throttle.Limiter = (*Limiter)(nil)
-
-	errClosed = fmt.Errorf("%w: slidinglog", throttle.ErrClosed)
 )
 
 // Log is a sliding log guarding a single resource: at most limit units
@@ -137,9 +134,8 @@ func (l *Log) Window() time.Duration { return time.Duration(l.p.window) }
 // window. It is safe for concurrent use by multiple goroutines. The zero
 // value is not usable; create one with New.
 type Limiter struct {
-	p        params
-	settings throttle.Settings
-	m        *keyed.Map[state, *state]
+	p params
+	m *keyed.Map[state, *state]
 }
 
 // state is the log of one key. The zero value is an empty log.
@@ -178,7 +174,7 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{p: p, settings: s, m: keyed.New[state](s)}, nil
+	return &Limiter{p: p, m: keyed.New[state](s)}, nil
 }
 
 // Allow admits n units for key now if the key's last window holds room
@@ -186,10 +182,7 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 // throttle.ErrInvalid (n <= 0, empty or oversized key),
 // throttle.ErrExceedsLimit (n > limit) or throttle.ErrClosed.
 func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
-	if l.m.Closed() {
-		return throttle.Decision{}, errClosed
-	}
-	if err := l.settings.CheckKey(key); err != nil {
+	if err := l.m.Check(key); err != nil {
 		return throttle.Decision{}, err
 	}
 	if err := throttle.CheckN(n, int(l.p.limit)); err != nil {

@@ -493,10 +493,9 @@ func retire(s *atomic.Int64, force bool, full func(int64) bool) bool {
 // usable: its methods fail with an error wrapping throttle.ErrInvalid;
 // create it with New or NewSlotted.
 type Limiter struct {
-	c   *config
-	wm  *keyed.Map[weighted, *weighted] // weighted form
-	sm  *keyed.Map[slotted, *slotted]   // slotted form
-	set throttle.Settings
+	c  *config
+	wm *keyed.Map[weighted, *weighted] // weighted form
+	sm *keyed.Map[slotted, *slotted]   // slotted form
 }
 
 // New returns a keyed weighted sliding-window limiter: each key may use up
@@ -526,7 +525,7 @@ func newLimiter(limit int, w time.Duration, slots int, opts []throttle.Option) (
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{c: c, set: s}
+	l := &Limiter{c: c}
 	if slots == 0 {
 		l.wm = keyed.New[weighted](s)
 	} else {
@@ -543,10 +542,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	if c == nil {
 		return throttle.Decision{}, errZero
 	}
-	if l.closed() {
-		return throttle.Decision{}, fmt.Errorf("slidingwindow: %w", throttle.ErrClosed)
-	}
-	if err := l.set.CheckKey(key); err != nil {
+	if err := l.check(key); err != nil {
 		return throttle.Decision{}, err
 	}
 	if err := c.checkN(n); err != nil {
@@ -577,11 +573,11 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	}
 }
 
-func (l *Limiter) closed() bool {
+func (l *Limiter) check(key string) error {
 	if l.wm != nil {
-		return l.wm.Closed()
+		return l.wm.Check(key)
 	}
-	return l.sm.Closed()
+	return l.sm.Check(key)
 }
 
 // Limit returns the limit (0 on a zero Limiter).

@@ -182,7 +182,6 @@ func reserve(st *State, c *Config, now int64, n int, maxWait time.Duration) (thr
 type Keyed struct {
 	cfg atomic.Pointer[Config]
 	m   *keyed.Map[State, *State]
-	set throttle.Settings
 }
 
 // Init makes l an empty keyed limiter (every key starts full). It must be
@@ -196,7 +195,7 @@ func (l *Keyed) Init(rate throttle.Rate, burst int, opts ...throttle.Option) err
 	if err != nil {
 		return err
 	}
-	l.m, l.set = keyed.New[State](s), s
+	l.m = keyed.New[State](s)
 	l.cfg.Store(c)
 	return nil
 }
@@ -211,10 +210,7 @@ func (l *Keyed) checkKey(key string) error {
 	if l.m == nil {
 		return errZero
 	}
-	if l.m.Closed() {
-		return throttle.ErrClosed
-	}
-	return l.set.CheckKey(key)
+	return l.m.Check(key)
 }
 
 // Allow admits n units for key now or denies them, reading the clock once.

@@ -24,6 +24,7 @@
 package keyed
 
 import (
+	"fmt"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -139,6 +140,7 @@ type Map[S any, P interface {
 	State
 }] struct {
 	clk       clock.Source
+	set       throttle.Settings
 	seed      maphash.Seed
 	shards    []shard[S]
 	mask      uint64
@@ -163,6 +165,7 @@ func New[S any, P interface {
 	}
 	m := &Map[S, P]{
 		clk:      clock.New(s.Clock),
+		set:      s,
 		seed:     maphash.MakeSeed(),
 		shards:   make([]shard[S], n),
 		mask:     uint64(n - 1),
@@ -381,6 +384,16 @@ func (m *Map[S, P]) Range(f func(key string, p P) bool) {
 		}
 		sh.mu.Unlock()
 	}
+}
+
+// Check returns an error wrapping throttle.ErrClosed after Close, or the
+// error of Settings.CheckKey for a bad key: the checks every keyed limiter
+// makes before a decision.
+func (m *Map[S, P]) Check(key string) error {
+	if m.closed.Load() {
+		return fmt.Errorf("throttle: %w", throttle.ErrClosed)
+	}
+	return m.set.CheckKey(key)
 }
 
 // Closed reports whether Close was called.
