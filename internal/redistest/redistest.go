@@ -48,6 +48,7 @@ type Server struct {
 	port  int
 	dir   string
 	extra []string
+	conf  string // a sentinel's configuration file; empty for a server
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -95,6 +96,36 @@ func Start(t testing.TB, extra ...string) *Server {
 		}
 	}
 	t.Fatalf("redistest: %v", last)
+	return nil
+}
+
+// StartSentinel starts a Redis Sentinel on a free loopback port that
+// monitors master under the given name (quorum 1), killed at the end of
+// the test. master must be a server this package started.
+func StartSentinel(t testing.TB, master *Server, name string) *Server {
+	t.Helper()
+	master.NeedOwn(t)
+	s := &Server{t: t, bin: master.bin, dir: t.TempDir()}
+	s.conf = filepath.Join(s.dir, "sentinel.conf")
+	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
+		name, master.port, name)
+	var last error
+	for range 5 { // a free port may be taken between probe and bind
+		port, err := freePort(false)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		// Sentinel rewrites its file: write it afresh for every try.
+		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		s.port, s.Addr = port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if last = s.start(); last == nil {
+			t.Cleanup(s.Kill)
+			return s
+		}
+	}
+	t.Fatalf("redistest: sentinel: %v", last)
 	return nil
 }
 
@@ -146,6 +177,10 @@ func (s *Server) External() bool { return s.bin == "" }
 func (s *Server) Port() int { return s.port }
 
 func (s *Server) args() []string {
+	if s.conf != "" {
+		return []string{s.conf, "--sentinel", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+			"--dir", s.dir, "--protected-mode", "no", "--loglevel", "warning"}
+	}
 	a := []string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
