@@ -4,7 +4,7 @@
 //
 // Run it from the module root:
 //
-//	go run ./benchmarks/cmd/compare             # quick mode (about a minute)
+//	go run ./benchmarks/cmd/compare             # quick mode (about 30 s), into docs/quick
 //	go run ./benchmarks/cmd/compare -thorough   # the numbers for the README
 //	go run ./benchmarks/cmd/compare -guard      # fail if one of ours is slower than x/time/rate
 //
@@ -12,9 +12,10 @@
 // testing.Benchmark, rounds interleaved, and the median is reported.
 // Accuracy: deterministic traces replayed on virtual time, or on the wall
 // clock for limiters that take no clock. Contention: 8 goroutines on one
-// key, wall clock. With -docs set, the tables go to comparison.md, the
-// raw samples (benchstat format) to bench.txt and the charts (SVG) next
-// to them.
+// key, wall clock. The tables also go to comparison.md, the raw samples
+// (benchstat format) to bench.txt and the charts (SVG) next to them, in
+// docs/ with -thorough (the results the README cites) and in docs/quick/
+// otherwise, or in the directory given with -docs.
 package main
 
 import (
@@ -43,7 +44,7 @@ func run() error {
 	count := flag.Int("count", 0, "speed samples per case on one key (default 5 quick, 10 thorough)")
 	keyedCount := flag.Int("keyed-count", 0, "speed samples per case on many keys, each visiting every key once (default 3 quick, 6 thorough: benchstat needs 6 for a confidence interval)")
 	benchtime := flag.Duration("benchtime", 0, "duration of one speed sample on one key (default 10ms quick, 100ms thorough)")
-	docs := flag.String("docs", "docs", "directory for comparison.md, bench.txt and the SVG charts; empty to write none")
+	docs := flag.String("docs", "", "directory for comparison.md, bench.txt and the SVG charts (default docs with -thorough, docs/quick otherwise; \"-\" to write none)")
 	guard := flag.Bool("guard", false, "exit with status 2 when one of our single-key Allow (serial, allowed or denied) is slower than x/time/rate's in this run, by the median ratio of rounds and by the ratio of the fastest samples")
 	guardRatio := flag.Float64("guard-ratio", 1.0, "the largest ratio of our ns/op to x/time/rate's that -guard accepts")
 	speed := flag.Bool("speed", true, "run the speed benchmarks")
@@ -82,6 +83,15 @@ func run() error {
 			s, _ := benchmarks.Lookup("x/time/rate")
 			subjects = append(subjects, s)
 		}
+	}
+	switch {
+	case *docs == "-":
+		*docs = ""
+	case *docs != "":
+	case *thorough:
+		*docs = "docs" // the committed results the README cites
+	default:
+		*docs = filepath.Join("docs", "quick") // never overwrites them
 	}
 	if *docs != "" {
 		if err := os.MkdirAll(*docs, 0o755); err != nil {
