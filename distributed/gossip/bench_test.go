@@ -127,22 +127,27 @@ func BenchmarkRound(b *testing.B) {
 
 // BenchmarkSim runs the simulation (N nodes, random load balancer, a
 // client at 3x its rate for 120 s of virtual time, 1 s interval) and
-// reports its accuracy: admitted/ideal and peak burst/configured burst.
+// reports its accuracy: admitted/ideal and peak burst/configured burst,
+// and its cost: gossip bytes sent per node and interval. copies is
+// Config.Copies.
 //
 //	go test ./distributed/gossip -run XXX -bench Sim -benchtime 1x
 func BenchmarkSim(b *testing.B) {
 	for _, nodes := range []int{1, 4, 8, 16} {
 		for _, capped := range []bool{false, true} {
 			for _, loss := range []float64{0, 0.05, 0.20} {
-				b.Run(fmt.Sprintf("nodes=%d/cap=%v/loss=%v", nodes, capped, loss), func(b *testing.B) {
-					var r simResult
-					for b.Loop() {
-						r = simulate(b, simConfig{nodes: nodes, rate: throttle.PerSecond(50), burst: 100, interval: time.Second,
-							capped: capped, loss: loss, dup: 0.02, over: 3, duration: 120 * time.Second, seed: 3})
-					}
-					b.ReportMetric(r.ratio, "admitted/ideal")
-					b.ReportMetric(r.peak, "peak/burst")
-				})
+				for _, copies := range []int{1, DefaultCopies, 3} {
+					b.Run(fmt.Sprintf("nodes=%d/cap=%v/loss=%v/copies=%d", nodes, capped, loss, copies), func(b *testing.B) {
+						var r simResult
+						for b.Loop() {
+							r = simulate(b, simConfig{nodes: nodes, rate: throttle.PerSecond(50), burst: 100, interval: time.Second,
+								capped: capped, loss: loss, dup: 0.02, over: 3, duration: 120 * time.Second, seed: 3, copies: copies})
+						}
+						b.ReportMetric(r.ratio, "admitted/ideal")
+						b.ReportMetric(r.peak, "peak/burst")
+						b.ReportMetric(r.bytes, "bytes/node/interval")
+					})
+				}
 			}
 		}
 	}

@@ -75,6 +75,8 @@ func TestConfigErrors(t *testing.T) {
 		{Transport: net.Endpoint("a"), Secret: []byte("short")},
 		{Resend: -1},
 		{Resend: 5000},
+		{Copies: -1},
+		{Copies: MaxCopies + 1},
 	}
 	for i, c := range bad {
 		if _, err := NewNode(c); !errors.Is(err, throttle.ErrInvalid) {
