@@ -71,6 +71,10 @@ type Gossip struct {
 	SecretFile string `json:"secret_file,omitempty"`
 	// SpendCap enables gossip's per-node spend cap.
 	SpendCap bool `json:"spend_cap,omitempty"`
+	// Copies is how many times each gossip datagram is sent (default
+	// gossip.DefaultCopies): more survives more packet loss, at a traffic
+	// cost in proportion.
+	Copies int `json:"copies,omitempty"`
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string

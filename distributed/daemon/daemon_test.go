@@ -183,12 +183,12 @@ func TestConfig(t *testing.T) {
 	}
 	good := `{"listen":["unix:/tmp/x.sock","127.0.0.1:1"],"default":{"rate":"100/s","burst":10},
 		"rules":[{"pattern":"a*","rate":"5/1m","burst":1}],
-		"gossip":{"listen":"127.0.0.1:0","peers":["127.0.0.1:2"],"interval":"100ms","secret":"s","spend_cap":true}}`
+		"gossip":{"listen":"127.0.0.1:0","peers":["127.0.0.1:2"],"interval":"100ms","secret":"s","spend_cap":true,"copies":3}}`
 	c, err := daemon.ParseConfig([]byte(good))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if time.Duration(c.Gossip.Interval) != 100*time.Millisecond || !c.Gossip.SpendCap || c.Rules[0].Burst != 1 {
+	if time.Duration(c.Gossip.Interval) != 100*time.Millisecond || !c.Gossip.SpendCap || c.Gossip.Copies != 3 || c.Rules[0].Burst != 1 {
 		t.Fatalf("parsed %+v", c)
 	}
 	for name, bad := range map[string]string{
@@ -218,6 +218,12 @@ func TestConfig(t *testing.T) {
 			t.Errorf("node ID %q, want the advertised address", id)
 		}
 		s.Shutdown(context.Background())
+	}
+	// Copies out of range is refused.
+	many := config("tcp:127.0.0.1:0")
+	many.Gossip = daemon.Gossip{Listen: "127.0.0.1:0", Secret: secret, Copies: 9}
+	if _, err := daemon.New(many, nil); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("gossip copies 9: %v, want ErrInvalid", err)
 	}
 	// Gossip without a secret is refused.
 	cfg := config("tcp:127.0.0.1:0")

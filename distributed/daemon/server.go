@@ -96,7 +96,7 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: log, exact: map[string]*gossip.Limiter{}, conns: map[net.Conn]struct{}{}}
-	gc := gossip.Config{ID: cfg.Gossip.Advertise, Peers: cfg.Gossip.Peers, Interval: time.Duration(cfg.Gossip.Interval), SpendCap: cfg.Gossip.SpendCap}
+	gc := gossip.Config{ID: cfg.Gossip.Advertise, Peers: cfg.Gossip.Peers, Interval: time.Duration(cfg.Gossip.Interval), SpendCap: cfg.Gossip.SpendCap, Copies: cfg.Gossip.Copies}
 	if cfg.Gossip.Listen != "" {
 		secret, err := cfg.Gossip.secret()
 		if err != nil {
