@@ -37,6 +37,7 @@ type LimitedError struct {
 	Decision Decision
 }
 
+// Error says which key was limited and when to retry.
 func (e *LimitedError) Error() string {
 	return fmt.Sprintf("throttle: %q rate limited, retry after %v", e.Key, e.Decision.RetryAfter)
 }

@@ -49,6 +49,7 @@ const (
 	FailFallback
 )
 
+// String returns the policy's name, as in the constant's.
 func (p Policy) String() string {
 	switch p {
 	case FailClosed:
