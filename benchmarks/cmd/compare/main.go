@@ -139,8 +139,9 @@ func run() error {
 			if err := benchmarks.GuardTable(g, *guardRatio).Write(out); err != nil {
 				return err
 			}
-			for _, r := range g {
-				failed = failed || r.Fail
+			failed, err = confirm(out, g, subjects, *count, *benchtime, *guardRatio)
+			if err != nil {
+				return err
 			}
 		}
 		fmt.Fprintln(out)
@@ -235,6 +236,49 @@ func run() error {
 		os.Exit(2)
 	}
 	return nil
+}
+
+// confirm re-measures, on the serial single-key workloads only, each of
+// ours that failed the guard, beside x/time/rate, with three times the
+// samples, twice at most: a subject fails only if every run says so, so
+// that one disturbed run on a busy machine does not fail CI, while a real
+// regression, which shows in every run, still does.
+func confirm(out io.Writer, g []benchmarks.GuardResult, subjects []benchmarks.Subject, count int, benchtime time.Duration, maxRatio float64) (bool, error) {
+	failing := map[string]bool{}
+	for _, r := range g {
+		if r.Fail {
+			failing[r.Subject] = true
+		}
+	}
+	peer, _ := benchmarks.Lookup("x/time/rate")
+	for try := 1; len(failing) > 0 && try <= 2; try++ {
+		again := []benchmarks.Subject{peer}
+		for _, s := range subjects {
+			if failing[s.Name] {
+				again = append(again, s)
+			}
+		}
+		res, err := benchmarks.RunSpeed(benchmarks.SpeedOptions{
+			Subjects: again, Workloads: []benchmarks.Workload{benchmarks.Allow, benchmarks.Deny},
+			Count: 3 * count, BenchTime: benchtime,
+		})
+		if err != nil {
+			return false, err
+		}
+		rg := benchmarks.Guard(res, maxRatio)
+		fmt.Fprintf(out, "\n### Guard, confirmation %d of the failures above\n\n", try)
+		if err := benchmarks.GuardTable(rg, maxRatio).Write(out); err != nil {
+			return false, err
+		}
+		still := map[string]bool{}
+		for _, r := range rg {
+			if r.Fail {
+				still[r.Subject] = true
+			}
+		}
+		failing = still
+	}
+	return len(failing) > 0, nil
 }
 
 func cmp[T comparable](v, def T) T {
