@@ -147,32 +147,13 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-// step is one request of a trace: advance the clock by dt, then ask for n.
-type step struct {
-	dt time.Duration
-	n  int
-}
-
-// run plays a trace and returns the decisions.
-func run(t *testing.T, l throttle.Limiter, clk *throttletest.Clock, trace []step) []throttle.Decision {
-	t.Helper()
-	out := make([]throttle.Decision, len(trace))
-	for i, s := range trace {
-		clk.Advance(s.dt)
-		d, err := l.Allow(bg, "k", s.n)
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		out[i] = d
-	}
-	return out
-}
+type step = throttletest.Step
 
 func admitted(ds []throttle.Decision, trace []step) int {
 	sum := 0
 	for i, d := range ds {
 		if d.Allowed {
-			sum += trace[i].n
+			sum += trace[i].N
 		}
 	}
 	return sum
@@ -188,13 +169,13 @@ func TestBoundaryAttack(t *testing.T) {
 	clk.Advance(win - 1)
 	var trace []step
 	for range limit + 1 {
-		trace = append(trace, step{0, 1})
+		trace = append(trace, step{Advance: 0, N: 1})
 	}
-	trace = append(trace, step{1, 1}) // the boundary
+	trace = append(trace, step{Advance: 1, N: 1}) // the boundary
 	for range limit {
-		trace = append(trace, step{0, 1})
+		trace = append(trace, step{Advance: 0, N: 1})
 	}
-	ds := run(t, w, clk, trace)
+	ds := throttletest.Replay(t, w, clk, "k", trace)
 	if got := admitted(ds, trace); got != 2*limit {
 		t.Fatalf("boundary attack admitted %d, want exactly 2·limit = %d", got, 2*limit)
 	}
@@ -209,7 +190,7 @@ func TestBoundaryAttack(t *testing.T) {
 	clk = throttletest.NewClock()
 	a := mustWindow(t, true, limit, win, throttle.WithClock(clk))
 	clk.Advance(win - 1)
-	ds = run(t, a, clk, trace)
+	ds = throttletest.Replay(t, a, clk, "k", trace)
 	if got := admitted(ds, trace); got != limit {
 		t.Fatalf("anchored: admitted %d, want %d", got, limit)
 	}
@@ -220,8 +201,8 @@ func TestBoundaryAttack(t *testing.T) {
 	// with 1 unit, fill it in its last nanosecond, refill in the first of
 	// the next.
 	clk.Advance(time.Hour)
-	trace = []step{{0, 1}, {win - 1, limit - 1}, {0, 1}, {1, limit}, {0, 1}}
-	ds = run(t, a, clk, trace)
+	trace = []step{{Advance: 0, N: 1}, {Advance: win - 1, N: limit - 1}, {Advance: 0, N: 1}, {Advance: 1, N: limit}, {Advance: 0, N: 1}}
+	ds = throttletest.Replay(t, a, clk, "k", trace)
 	if !ds[0].Allowed || !ds[1].Allowed || ds[2].Allowed || !ds[3].Allowed || ds[4].Allowed {
 		t.Fatalf("anchored boundary: %+v", ds)
 	}
@@ -236,9 +217,9 @@ func TestSteadyOverRate(t *testing.T) {
 		w := mustWindow(t, anchored, limit, win, throttle.WithClock(clk))
 		trace := make([]step, 20*2*limit) // 20 windows at 2·limit per window
 		for i := range trace {
-			trace[i] = step{win / (2 * limit), 1}
+			trace[i] = step{Advance: win / (2 * limit), N: 1}
 		}
-		ds := run(t, w, clk, trace)
+		ds := throttletest.Replay(t, w, clk, "k", trace)
 		for i, d := range ds {
 			// Request i is at (i+1)·50ms: position (i+1)%20 in its second.
 			// Aligned: the first window has positions 1..19 and admits 1..10,
@@ -269,9 +250,9 @@ func TestBurstyOnOff(t *testing.T) {
 	const limit, win = 20, time.Second
 	var trace []step
 	for range 10 {
-		trace = append(trace, step{1700 * time.Millisecond, 1})
+		trace = append(trace, step{Advance: 1700 * time.Millisecond, N: 1})
 		for range 49 {
-			trace = append(trace, step{6 * time.Millisecond, 1})
+			trace = append(trace, step{Advance: 6 * time.Millisecond, N: 1})
 		}
 	}
 	// Cycle c starts at 1.7s + 2s·c (a whole cycle is 1.7s + 49·6ms = 1.994s,
@@ -282,7 +263,7 @@ func TestBurstyOnOff(t *testing.T) {
 	for _, anchored := range []bool{false, true} {
 		clk := throttletest.NewClock()
 		w := mustWindow(t, anchored, limit, win, throttle.WithClock(clk))
-		ds := run(t, w, clk, trace)
+		ds := throttletest.Replay(t, w, clk, "k", trace)
 		for c := range 10 {
 			got := admitted(ds[c*50:(c+1)*50], trace[c*50:(c+1)*50])
 			if got != limit {

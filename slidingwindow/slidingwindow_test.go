@@ -210,32 +210,15 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-type step struct {
-	dt time.Duration
-	n  int
-}
-
-func run(t *testing.T, l throttle.Limiter, clk *throttletest.Clock, trace []step) []throttle.Decision {
-	t.Helper()
-	out := make([]throttle.Decision, len(trace))
-	for i, s := range trace {
-		clk.Advance(s.dt)
-		d, err := l.Allow(bg, "k", s.n)
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		out[i] = d
-	}
-	return out
-}
+type step = throttletest.Step
 
 func admittedAt(ds []throttle.Decision, trace []step) (times []time.Duration, total int) {
 	var at time.Duration
 	for i, d := range ds {
-		at += trace[i].dt
+		at += trace[i].Advance
 		if d.Allowed {
 			times = append(times, at)
-			total += trace[i].n
+			total += trace[i].N
 		}
 	}
 	return times, total
@@ -249,12 +232,12 @@ func TestWeightedWorstCase(t *testing.T) {
 	const limit, win = 100, time.Second
 	clk := throttletest.NewClock() // on a second boundary
 	w := form{limit, win, 0}.window1(t, throttle.WithClock(clk))
-	ds := run(t, w, clk, []step{
-		{win - 1, limit}, // last ns of window 0
-		{1, 1},           // first ns of window 1: the estimate is still limit
-		{win - 2, limit}, // 2ns before the end of window 1: estimate 100·2/1e9 → 1
-		{0, limit - 1},
-		{0, 1},
+	ds := throttletest.Replay(t, w, clk, "k", []step{
+		{Advance: win - 1, N: limit}, // last ns of window 0
+		{Advance: 1, N: 1},           // first ns of window 1: the estimate is still limit
+		{Advance: win - 2, N: limit}, // 2ns before the end of window 1: estimate 100·2/1e9 → 1
+		{Advance: 0, N: limit - 1},
+		{Advance: 0, N: 1},
 	})
 	want := []bool{true, false, false, true, false}
 	for i, d := range ds {
@@ -275,14 +258,14 @@ func TestWeightedWorstCase(t *testing.T) {
 func TestClassicAttack(t *testing.T) {
 	const limit, win = 100, time.Minute
 	var trace []step
-	trace = append(trace, step{win - 1, 0}) // placeholder for the position
-	trace[0] = step{win - 1, 1}
+	trace = append(trace, step{Advance: win - 1, N: 0}) // placeholder for the position
+	trace[0] = step{Advance: win - 1, N: 1}
 	for range limit - 1 {
-		trace = append(trace, step{0, 1})
+		trace = append(trace, step{Advance: 0, N: 1})
 	}
-	trace = append(trace, step{1, 1})
+	trace = append(trace, step{Advance: 1, N: 1})
 	for range limit {
-		trace = append(trace, step{0, 1})
+		trace = append(trace, step{Advance: 0, N: 1})
 	}
 	for _, c := range []struct {
 		f    form
@@ -294,7 +277,7 @@ func TestClassicAttack(t *testing.T) {
 	} {
 		clk := throttletest.NewClock()
 		w := c.f.window1(t, throttle.WithClock(clk))
-		_, got := admittedAt(run(t, w, clk, trace), trace)
+		_, got := admittedAt(throttletest.Replay(t, w, clk, "k", trace), trace)
 		if got != c.want {
 			t.Errorf("%v: admitted %d, want %d", c.f, got, c.want)
 		}
@@ -341,7 +324,7 @@ func TestSteadyOverRate(t *testing.T) {
 	const limit, win = 10, time.Second
 	trace := make([]step, 20*2*limit)
 	for i := range trace {
-		trace[i] = step{win / (2 * limit), 1}
+		trace[i] = step{Advance: win / (2 * limit), N: 1}
 	}
 	for _, c := range []struct {
 		f         form
@@ -352,7 +335,7 @@ func TestSteadyOverRate(t *testing.T) {
 	} {
 		clk := throttletest.NewClock()
 		w := c.f.window1(t, throttle.WithClock(clk))
-		times, _ := admittedAt(run(t, w, clk, trace), trace)
+		times, _ := admittedAt(throttletest.Replay(t, w, clk, "k", trace), trace)
 		per := make([]int, 21)
 		for _, at := range times {
 			per[at/win]++
@@ -368,7 +351,7 @@ func TestSteadyOverRate(t *testing.T) {
 	// passes when ⌈10·(1-e)⌉ + cur + 1 ≤ 10: at e = 100ms, 200ms, ..., 900ms.
 	clk := throttletest.NewClock()
 	w := form{limit, win, 0}.window1(t, throttle.WithClock(clk))
-	times, _ := admittedAt(run(t, w, clk, trace[:40]), trace[:40])
+	times, _ := admittedAt(throttletest.Replay(t, w, clk, "k", trace[:40]), trace[:40])
 	var got []time.Duration
 	for _, at := range times {
 		if at >= win && at < 2*win {
@@ -390,9 +373,9 @@ func TestSteadyOverRate(t *testing.T) {
 func TestBurstyOnOff(t *testing.T) {
 	const limit, win = 10, time.Second
 	burst := func(gap time.Duration) []step {
-		s := []step{{gap, 1}}
+		s := []step{{Advance: gap, N: 1}}
 		for range 3*limit - 1 {
-			s = append(s, step{0, 1})
+			s = append(s, step{Advance: 0, N: 1})
 		}
 		return s
 	}
@@ -419,7 +402,7 @@ func TestBurstyOnOff(t *testing.T) {
 		w := c.f.window1(t, throttle.WithClock(clk))
 		for b, want := range c.want {
 			trace := burst(c.gap)
-			_, got := admittedAt(run(t, w, clk, trace), trace)
+			_, got := admittedAt(throttletest.Replay(t, w, clk, "k", trace), trace)
 			if got != want {
 				t.Errorf("%v, gap %v: burst %d admitted %d, want %d", c.f, c.gap, b, got, want)
 			}
