@@ -68,19 +68,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 	})
 	b.Run("Limiter/100k-keys", func(b *testing.B) {
 		l := mustNew(b, 10, time.Second)
-		keys := benchutil.Keys(100_000)
-		for _, k := range keys {
-			l.Allow(bg, k, 1)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			i := 0
-			for pb.Next() {
-				l.Allow(bg, keys[i%len(keys)], 1)
-				i += 7
-			}
-		})
+		benchutil.ParallelKeys(b, l, 100_000)
 	})
 	b.Run("x-time-rate", func(b *testing.B) {
 		l := rate.NewLimiter(rate.Limit(1<<20/0.001), 1<<20)

@@ -85,19 +85,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 		})
 		b.Run("Limiter/"+bf.name+"/100k-keys", func(b *testing.B) {
 			l := form{1 << 20, time.Hour, bf.slots}.keyed(b)
-			keys := benchutil.Keys(100_000)
-			for _, k := range keys {
-				l.Allow(bg, k, 1)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					l.Allow(bg, keys[i%len(keys)], 1)
-					i += 7
-				}
-			})
+			benchutil.ParallelKeys(b, l, 100_000)
 		})
 	}
 	b.Run("x-time-rate", func(b *testing.B) {

@@ -3,9 +3,12 @@
 package benchutil
 
 import (
+	"context"
 	"runtime"
 	"strconv"
 	"testing"
+
+	"github.com/throttlekit/throttle"
 )
 
 // Serial runs f b.N times on one locked thread, reporting allocations and,
@@ -31,4 +34,24 @@ func Keys(n int) []string {
 		keys[i] = "user:" + strconv.Itoa(i*7919)
 	}
 	return keys
+}
+
+// ParallelKeys calls l.Allow(ctx, key, 1) from every CPU over n distinct
+// keys, each of them seen once before the timer starts, so that the timed
+// calls find live keys.
+func ParallelKeys(b *testing.B, l throttle.Limiter, n int) {
+	ctx := context.Background()
+	keys := Keys(n)
+	for _, k := range keys {
+		l.Allow(ctx, k, 1)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			l.Allow(ctx, keys[i%len(keys)], 1)
+			i += 7
+		}
+	})
 }
