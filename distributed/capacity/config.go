@@ -1,0 +1,164 @@
+package capacity
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"path"
+	"time"
+)
+
+// Template configures every resource whose id it matches.
+type Template struct {
+	// ID is an exact resource id, or a glob pattern (path.Match syntax:
+	// "db.*", "api/?"). "*" is the catch-all every Config must have.
+	ID string
+	// Capacity is what the resource can take in total: a rate (units per
+	// second) or a gauge (units in use at once). For Static it is the
+	// capacity of each client instead.
+	Capacity float64
+	// Algorithm divides Capacity among the clients.
+	Algorithm Algorithm
+	// LeaseLength is how long a grant stays valid without a refresh.
+	// Default 60s.
+	LeaseLength time.Duration
+	// RefreshInterval is how often clients should refresh: shorter than
+	// LeaseLength. Default LeaseLength/4.
+	RefreshInterval time.Duration
+	// LearningDuration is how long a server that has just become master
+	// only confirms what clients say they hold, rebuilding its view of
+	// the leases a previous master gave out. It must not be shorter than
+	// LeaseLength (the default): only then has every such lease been
+	// reported or expired when learning ends.
+	LearningDuration time.Duration
+	// SafeCapacity is what a client may use while it cannot reach any
+	// server (in the default Safe mode). 0 means Capacity divided by the
+	// number of clients the server knows.
+	SafeCapacity float64
+}
+
+// Config is the resource configuration of a server.
+type Config struct {
+	// Resources are matched against a resource id: an exact ID first,
+	// then the patterns in order.
+	Resources []Template
+}
+
+// Defaults filled in by Validate and ParseConfig.
+const (
+	DefaultLeaseLength = 60 * time.Second
+)
+
+type jsonTemplate struct {
+	ID               string    `json:"id"`
+	Capacity         float64   `json:"capacity"`
+	Algorithm        Algorithm `json:"algorithm"`
+	LeaseLength      string    `json:"lease_length,omitempty"`
+	RefreshInterval  string    `json:"refresh_interval,omitempty"`
+	LearningDuration string    `json:"learning_duration,omitempty"`
+	SafeCapacity     float64   `json:"safe_capacity,omitempty"`
+}
+
+// ParseConfig reads a Config from JSON such as
+//
+//	{"resources": [
+//	  {"id": "db.writes", "capacity": 500, "algorithm": "fair_share",
+//	   "lease_length": "60s", "refresh_interval": "15s"},
+//	  {"id": "*", "capacity": 100, "algorithm": "proportional_share"}
+//	]}
+//
+// refusing unknown fields, and validates it. Durations are Go durations.
+// Errors wrap throttle.ErrInvalid.
+func ParseConfig(data []byte) (Config, error) {
+	var raw struct {
+		Resources []jsonTemplate `json:"resources"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return Config{}, invalidf("config: %v", err)
+	}
+	if dec.More() {
+		return Config{}, invalidf("config: data after the JSON object")
+	}
+	var c Config
+	for _, j := range raw.Resources {
+		t := Template{ID: j.ID, Capacity: j.Capacity, Algorithm: j.Algorithm, SafeCapacity: j.SafeCapacity}
+		for _, d := range []struct {
+			s   string
+			dst *time.Duration
+		}{{j.LeaseLength, &t.LeaseLength}, {j.RefreshInterval, &t.RefreshInterval}, {j.LearningDuration, &t.LearningDuration}} {
+			if d.s == "" {
+				continue
+			}
+			v, err := time.ParseDuration(d.s)
+			if err != nil {
+				return Config{}, invalidf("config: resource %q: %v", j.ID, err)
+			}
+			*d.dst = v
+		}
+		c.Resources = append(c.Resources, t)
+	}
+	return c.withDefaults()
+}
+
+// withDefaults returns c validated, with defaults in place of zero
+// durations. It does not modify c's templates.
+func (c Config) withDefaults() (Config, error) {
+	out := Config{Resources: make([]Template, len(c.Resources))}
+	seen := make(map[string]bool, len(c.Resources))
+	for i, t := range c.Resources {
+		if t.LeaseLength == 0 {
+			t.LeaseLength = DefaultLeaseLength
+		}
+		if t.RefreshInterval == 0 {
+			t.RefreshInterval = t.LeaseLength / 4
+		}
+		if t.LearningDuration == 0 {
+			t.LearningDuration = t.LeaseLength
+		}
+		switch {
+		case t.ID == "" || len(t.ID) > MaxIDLen:
+			return Config{}, invalidf("config: resource id must have 1 to %d bytes, got %q", MaxIDLen, t.ID)
+		case seen[t.ID]:
+			return Config{}, invalidf("config: resource %q configured twice", t.ID)
+		case !(t.Capacity >= 0) || math.IsInf(t.Capacity, 0):
+			return Config{}, invalidf("config: resource %q: capacity must be finite and >= 0, got %v", t.ID, t.Capacity)
+		case t.Algorithm < FairShare || t.Algorithm > None:
+			return Config{}, invalidf("config: resource %q: unknown algorithm %d", t.ID, int(t.Algorithm))
+		case t.LeaseLength < time.Second:
+			return Config{}, invalidf("config: resource %q: lease length must be at least 1s, got %v", t.ID, t.LeaseLength)
+		case t.RefreshInterval <= 0 || t.RefreshInterval >= t.LeaseLength:
+			return Config{}, invalidf("config: resource %q: refresh interval must be in (0, lease length %v), got %v", t.ID, t.LeaseLength, t.RefreshInterval)
+		case t.LearningDuration < t.LeaseLength:
+			return Config{}, invalidf("config: resource %q: learning duration %v is shorter than the lease length %v", t.ID, t.LearningDuration, t.LeaseLength)
+		case !(t.SafeCapacity >= 0) || t.SafeCapacity > t.Capacity:
+			return Config{}, invalidf("config: resource %q: safe capacity must be in [0, capacity], got %v", t.ID, t.SafeCapacity)
+		}
+		if _, err := path.Match(t.ID, ""); err != nil {
+			return Config{}, invalidf("config: resource %q: bad pattern: %v", t.ID, err)
+		}
+		seen[t.ID] = true
+		out.Resources[i] = t
+	}
+	if !seen["*"] {
+		return Config{}, invalidf(`config: a catch-all template with id "*" is required`)
+	}
+	return out, nil
+}
+
+// match returns the template of resource id: an exact id first, then the
+// first matching pattern.
+func (c Config) match(id string) (Template, bool) {
+	for _, t := range c.Resources {
+		if t.ID == id {
+			return t, true
+		}
+	}
+	for _, t := range c.Resources {
+		if ok, _ := path.Match(t.ID, id); ok {
+			return t, true
+		}
+	}
+	return Template{}, false
+}

@@ -1,0 +1,534 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/clock"
+)
+
+// Bounds on requests, and defaults of the server's bounds.
+const (
+	// MaxIDLen is the longest client or resource id, in bytes.
+	MaxIDLen = 256
+	// MaxRequestResources is the most resources one request may carry.
+	MaxRequestResources = 1000
+	// DefaultMaxClients is the default bound on clients per resource.
+	DefaultMaxClients = 100_000
+	// DefaultMaxResources is the default bound on resources per server.
+	DefaultMaxResources = 10_000
+	// DefaultJitter is the default spread of refresh intervals: ±10%.
+	DefaultJitter = 0.1
+	// maxWeightValue bounds ResourceRequest.Weight.
+	maxWeightValue = maxWeight
+)
+
+// Request asks for capacity on any number of resources at once.
+type Request struct {
+	// Client identifies the client process: unique among all clients.
+	Client string
+	// Resources are the client's demands, at most one per resource.
+	Resources []ResourceRequest
+}
+
+// ResourceRequest is a client's demand on one resource.
+type ResourceRequest struct {
+	// Resource is the resource id.
+	Resource string
+	// Wants is the capacity the client would use: finite and >= 0.
+	Wants float64
+	// Has is the capacity of the client's unexpired lease, 0 if none. A
+	// server trusts it only while learning, capped by what is unclaimed.
+	Has float64
+	// Priority puts the client in a band; higher bands are served first.
+	Priority int32
+	// Weight is the client's weight in sharing: 0 means 1, otherwise in
+	// (0, 2²⁰].
+	Weight float64
+}
+
+// Response answers a Request.
+type Response struct {
+	// Redirect reports that this server is not the master: nothing was
+	// granted, and the client should ask Master (when not empty).
+	Redirect bool
+	// Master is the address of the master, "" while unknown.
+	Master string
+	// Grants hold one lease per requested resource, in request order.
+	Grants []Grant
+}
+
+// Grant is a lease on the capacity of one resource.
+type Grant struct {
+	// Resource is the resource id.
+	Resource string
+	// Capacity is the granted capacity.
+	Capacity float64
+	// Lease is how long the grant is valid, counted from when the client
+	// sent its request (on the client's own monotonic clock).
+	Lease time.Duration
+	// Refresh is when the client should ask again.
+	Refresh time.Duration
+	// SafeCapacity is what the client may use once the lease has expired
+	// without a refresh (in Safe mode).
+	SafeCapacity float64
+}
+
+// ReleaseRequest gives back a client's leases.
+type ReleaseRequest struct {
+	Client    string
+	Resources []string
+}
+
+// Status is a snapshot of a server.
+type Status struct {
+	Leadership Leadership
+	Resources  []ResourceStatus // sorted by id
+}
+
+// ResourceStatus describes one resource of a server.
+type ResourceStatus struct {
+	ID        string
+	Template  string // id of the matching template
+	Capacity  float64
+	Algorithm Algorithm
+	Learning  bool    // still learning what clients hold
+	Clients   int     // clients with an unexpired lease or demand
+	Wants     float64 // sum of the clients' wants
+	Held      float64 // sum of the capacity of unexpired leases
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*serverSettings)
+
+type serverSettings struct {
+	clock        throttle.Clock
+	maxClients   int
+	maxResources int
+	jitter       float64
+	seed         uint64
+}
+
+// WithServerClock makes the server read time from c (for tests on virtual
+// time). By default it reads the system's monotonic clock.
+func WithServerClock(c throttle.Clock) ServerOption {
+	return func(s *serverSettings) { s.clock = c }
+}
+
+// WithMaxClients bounds the clients per resource (default
+// DefaultMaxClients); requests beyond fail with ErrExhausted.
+func WithMaxClients(n int) ServerOption { return func(s *serverSettings) { s.maxClients = n } }
+
+// WithMaxResources bounds the resources a server tracks (default
+// DefaultMaxResources); requests beyond fail with ErrExhausted.
+func WithMaxResources(n int) ServerOption { return func(s *serverSettings) { s.maxResources = n } }
+
+// WithJitter spreads refresh intervals uniformly by ±f of their length
+// (default DefaultJitter), so that clients do not refresh in lockstep.
+func WithJitter(f float64) ServerOption { return func(s *serverSettings) { s.jitter = f } }
+
+// WithSeed seeds the jitter, for reproducible simulations.
+func WithSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.seed = seed } }
+
+// Server apportions the capacity of resources among the clients that ask
+// for it, handing out leases. It is transport independent: serve it over
+// the network with a handler, or call it in process. All methods are safe
+// for concurrent use.
+//
+// A new Server is the master (as with Solo) and starts learning: for
+// each resource's LearningDuration it only confirms leases that clients
+// say they hold, within capacity, and new clients get 0. Then it divides
+// capacity with the resource's algorithm, recomputing the division when
+// demands change. A grant is min(share, wants, capacity − what the other
+// clients still hold), so the sum of unexpired leases never exceeds the
+// capacity, also while shares move or a configuration changes.
+type Server struct {
+	mu        sync.Mutex
+	cfg       Config
+	set       serverSettings
+	now       clock.Source
+	rng       *rand.Rand
+	lead      Leadership
+	since     int64 // when this server became master
+	resources map[string]*resource
+	alloc     Allocator
+}
+
+type resource struct {
+	id       string
+	tmpl     Template
+	q        float64 // quantum of held capacity
+	units    uint64  // capacity in quanta
+	holders  map[string]*holder
+	list     []*holder
+	held     uint64 // Σ holder.held, in quanta
+	dirty    bool   // demands changed since the last division
+	next     int64  // earliest expiry among holders
+	demands  []Demand
+	shares   []float64
+}
+
+type holder struct {
+	client string
+	idx    int
+	wants  float64
+	weight float64
+	prio   int32
+	held   uint64 // capacity of the unexpired lease, in quanta
+	heldF  float64
+	expiry int64 // lease expiry (also of the demand), server clock
+	share  float64
+}
+
+// NewServer returns a server of cfg. Errors wrap throttle.ErrInvalid.
+func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	set := serverSettings{maxClients: DefaultMaxClients, maxResources: DefaultMaxResources, jitter: DefaultJitter}
+	for _, o := range opts {
+		o(&set)
+	}
+	switch {
+	case set.maxClients <= 0 || set.maxClients > 1<<20 || set.maxResources <= 0:
+		return nil, invalidf("max clients must be in [1, 2^20] and max resources > 0")
+	case !(set.jitter >= 0 && set.jitter < 1):
+		return nil, invalidf("jitter must be in [0, 1), got %v", set.jitter)
+	}
+	if set.seed == 0 {
+		set.seed = rand.Uint64()
+	}
+	s := &Server{cfg: c, set: set, now: clock.New(set.clock), rng: rand.New(rand.NewPCG(set.seed, 0x6c65617365)), resources: map[string]*resource{}}
+	s.lead = Leadership{IsMaster: true, Term: 1}
+	s.since = s.now.Now()
+	return s, nil
+}
+
+// Run takes part in election e under address until ctx is done, serving
+// only while master: a server that is not answers every request with a
+// redirect to the master. On becoming master it forgets all state and
+// starts learning. Call Run before serving requests.
+func (s *Server) Run(ctx context.Context, e Election, address string) error {
+	s.mu.Lock()
+	s.lead = Leadership{}
+	s.mu.Unlock()
+	return e.Campaign(ctx, address, func(l Leadership) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if l.IsMaster && (!s.lead.IsMaster || l.Term != s.lead.Term) {
+			s.resources = map[string]*resource{}
+			s.since = s.now.Now()
+		}
+		s.lead = l
+	})
+}
+
+// SetConfig replaces the configuration. Each resource takes its new
+// template at once; a client sees a lowered capacity at its next refresh,
+// and no grant makes the leases held add up to more than the new
+// capacity. Errors wrap throttle.ErrInvalid, and leave the old
+// configuration in place.
+func (s *Server) SetConfig(cfg Config) error {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg = c
+	for _, r := range s.resources {
+		t, ok := c.match(r.id)
+		if !ok { // unreachable: a catch-all is required
+			continue
+		}
+		r.setTemplate(t)
+	}
+	return nil
+}
+
+// setTemplate applies t, recounting what is held in the quanta of the new
+// capacity (rounding up, so that held capacity is never undercounted).
+func (r *resource) setTemplate(t Template) {
+	r.tmpl = t
+	q := quantum(t.Capacity)
+	r.units = 0
+	if q > 0 {
+		r.units = uint64(math.Floor(t.Capacity / q))
+	}
+	r.held = 0
+	for _, h := range r.list {
+		h.held = 0
+		if q > 0 {
+			// More than the whole capacity counts as just above it, so
+			// that sums cannot overflow.
+			h.held = uint64(min(math.Ceil(h.heldF/q), float64(r.units+1)))
+		}
+		r.held += h.held
+	}
+	r.q = q
+	r.dirty = true
+}
+
+// validate checks a request before anything is changed.
+func validate(req *Request) error {
+	switch {
+	case req == nil:
+		return invalidf("nil request")
+	case req.Client == "" || len(req.Client) > MaxIDLen:
+		return invalidf("client id must have 1 to %d bytes, got %d", MaxIDLen, len(req.Client))
+	case len(req.Resources) == 0 || len(req.Resources) > MaxRequestResources:
+		return invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(req.Resources))
+	}
+	for i, rr := range req.Resources {
+		switch {
+		case rr.Resource == "" || len(rr.Resource) > MaxIDLen:
+			return invalidf("resource id must have 1 to %d bytes, got %d", MaxIDLen, len(rr.Resource))
+		case !(rr.Wants >= 0) || math.IsInf(rr.Wants, 0):
+			return invalidf("resource %q: wants must be finite and >= 0, got %v", rr.Resource, rr.Wants)
+		case !(rr.Has >= 0) || math.IsInf(rr.Has, 0):
+			return invalidf("resource %q: has must be finite and >= 0, got %v", rr.Resource, rr.Has)
+		case !(rr.Weight >= 0) || rr.Weight > maxWeightValue:
+			return invalidf("resource %q: weight must be in [0, %d], got %v", rr.Resource, maxWeightValue, rr.Weight)
+		}
+		for _, o := range req.Resources[:i] {
+			if o.Resource == rr.Resource {
+				return invalidf("resource %q requested twice", rr.Resource)
+			}
+		}
+	}
+	return nil
+}
+
+// GetCapacity grants leases on the resources of req. A server that is not
+// the master returns a redirect and grants nothing. Errors wrap
+// throttle.ErrInvalid (bad request) or ErrExhausted (bounds reached);
+// then nothing is granted and no state changes.
+func (s *Server) GetCapacity(_ context.Context, req *Request) (*Response, error) {
+	if err := validate(req); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.lead.IsMaster {
+		return &Response{Redirect: true, Master: s.lead.Master}, nil
+	}
+	now := s.now.Now()
+	// Check bounds and templates first, so a refusal changes nothing.
+	newRes := 0
+	for _, rr := range req.Resources {
+		r := s.resources[rr.Resource]
+		if r == nil {
+			if _, ok := s.cfg.match(rr.Resource); !ok {
+				return nil, invalidf("unknown resource %q", rr.Resource)
+			}
+			newRes++
+			continue
+		}
+		r.expire(now)
+		if r.holders[req.Client] == nil && len(r.list) >= s.set.maxClients {
+			return nil, fmt.Errorf("%w: resource %q has %d clients", ErrExhausted, rr.Resource, len(r.list))
+		}
+	}
+	if newRes > 0 && len(s.resources)+newRes > s.set.maxResources {
+		return nil, fmt.Errorf("%w: %d resources", ErrExhausted, len(s.resources))
+	}
+	resp := &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
+	for i, rr := range req.Resources {
+		r := s.resources[rr.Resource]
+		if r == nil {
+			t, _ := s.cfg.match(rr.Resource)
+			r = &resource{id: rr.Resource, holders: map[string]*holder{}}
+			r.setTemplate(t)
+			s.resources[rr.Resource] = r
+		}
+		resp.Grants[i] = s.grant(r, req.Client, &rr, now)
+	}
+	return resp, nil
+}
+
+// grant updates the client's demand on r and returns its new lease.
+func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int64) Grant {
+	t := r.tmpl
+	h := r.holders[client]
+	if h == nil {
+		h = &holder{client: client, idx: len(r.list)}
+		r.holders[client] = h
+		r.list = append(r.list, h)
+		r.dirty = true
+	}
+	weight := rr.Weight
+	if weight == 0 {
+		weight = 1
+	}
+	if h.wants != rr.Wants || h.weight != weight || h.prio != rr.Priority {
+		h.wants, h.weight, h.prio = rr.Wants, weight, rr.Priority
+		r.dirty = true
+	}
+	learning := now < s.since+int64(t.LearningDuration)
+	refresh := t.RefreshInterval
+	var g float64
+	switch {
+	case !t.Algorithm.shares():
+		if r.dirty {
+			s.divide(r)
+		}
+		g = h.share
+		r.setHeld(h, 0, g)
+	default:
+		othersHeld := r.held - h.held
+		free := uint64(0)
+		if r.units > othersHeld {
+			free = r.units - othersHeld
+		}
+		var want float64
+		if learning {
+			// Confirm at most what the client says it holds: the
+			// previous master may have given it out.
+			want = min(rr.Has, rr.Wants)
+		} else {
+			if r.dirty {
+				s.divide(r)
+			}
+			want = min(h.share, rr.Wants)
+		}
+		u := uint64(0)
+		if r.q > 0 {
+			u = min(uint64(math.Floor(want/r.q)), free)
+		}
+		if !learning && float64(u)*r.q < want-r.q {
+			// Others still hold part of this client's share: ask again
+			// soon, so capacity moves within about one refresh interval.
+			refresh /= 4
+		}
+		r.setHeld(h, u, float64(u)*r.q)
+		g = h.heldF
+	}
+	h.expiry = now + int64(t.LeaseLength)
+	r.next = min(r.next, h.expiry)
+	if r.next == 0 {
+		r.next = h.expiry
+	}
+	if j := s.set.jitter; j > 0 {
+		refresh = time.Duration(float64(refresh) * (1 + j*(2*s.rng.Float64()-1)))
+	}
+	safe := t.SafeCapacity
+	if safe == 0 && len(r.list) > 0 && t.Algorithm.shares() {
+		safe = t.Capacity / float64(len(r.list))
+	}
+	return Grant{Resource: r.id, Capacity: g, Lease: t.LeaseLength, Refresh: max(refresh, time.Millisecond), SafeCapacity: safe}
+}
+
+func (r *resource) setHeld(h *holder, u uint64, f float64) {
+	r.held = r.held - h.held + u
+	h.held, h.heldF = u, f
+}
+
+// divide recomputes the shares of r's clients.
+func (s *Server) divide(r *resource) {
+	n := len(r.list)
+	r.demands = slices.Grow(r.demands[:0], n)[:n]
+	r.shares = slices.Grow(r.shares[:0], n)[:n]
+	for i, h := range r.list {
+		r.demands[i] = Demand{Wants: h.wants, Weight: h.weight, Priority: int(h.prio)}
+	}
+	s.alloc.AllocateInto(r.shares, r.tmpl.Algorithm, r.tmpl.Capacity, r.demands)
+	for i, h := range r.list {
+		h.share = r.shares[i]
+	}
+	r.dirty = false
+}
+
+// expire drops the clients whose lease has run out.
+func (r *resource) expire(now int64) {
+	if r.next == 0 || now < r.next {
+		return
+	}
+	r.next = 0
+	for i := 0; i < len(r.list); {
+		h := r.list[i]
+		if h.expiry <= now {
+			r.remove(h)
+			continue
+		}
+		if r.next == 0 || h.expiry < r.next {
+			r.next = h.expiry
+		}
+		i++
+	}
+}
+
+func (r *resource) remove(h *holder) {
+	r.held -= h.held
+	last := r.list[len(r.list)-1]
+	r.list[h.idx] = last
+	last.idx = h.idx
+	r.list[len(r.list)-1] = nil
+	r.list = r.list[:len(r.list)-1]
+	delete(r.holders, h.client)
+	r.dirty = true
+}
+
+// Release gives back the client's leases on the resources of req at
+// once, so that others get them at their next refresh. A server that is
+// not the master returns a redirect. Unknown resources are ignored.
+// Errors wrap throttle.ErrInvalid.
+func (s *Server) Release(_ context.Context, req *ReleaseRequest) (*Response, error) {
+	switch {
+	case req == nil:
+		return nil, invalidf("nil request")
+	case req.Client == "" || len(req.Client) > MaxIDLen:
+		return nil, invalidf("client id must have 1 to %d bytes, got %d", MaxIDLen, len(req.Client))
+	case len(req.Resources) > MaxRequestResources:
+		return nil, invalidf("a request carries at most %d resources, got %d", MaxRequestResources, len(req.Resources))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.lead.IsMaster {
+		return &Response{Redirect: true, Master: s.lead.Master}, nil
+	}
+	for _, id := range req.Resources {
+		if r := s.resources[id]; r != nil {
+			if h := r.holders[req.Client]; h != nil {
+				r.remove(h)
+			}
+		}
+	}
+	return &Response{Master: s.lead.Master}, nil
+}
+
+// Status returns a snapshot of the server's leadership and resources.
+func (s *Server) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now.Now()
+	st := Status{Leadership: s.lead, Resources: make([]ResourceStatus, 0, len(s.resources))}
+	for _, r := range s.resources {
+		r.expire(now)
+		rs := ResourceStatus{
+			ID: r.id, Template: r.tmpl.ID, Capacity: r.tmpl.Capacity, Algorithm: r.tmpl.Algorithm,
+			Learning: now < s.since+int64(r.tmpl.LearningDuration), Clients: len(r.list),
+		}
+		for _, h := range r.list {
+			rs.Wants += h.wants
+			rs.Held += h.heldF
+		}
+		st.Resources = append(st.Resources, rs)
+	}
+	slices.SortFunc(st.Resources, func(a, b ResourceStatus) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return st
+}

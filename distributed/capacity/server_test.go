@@ -1,0 +1,366 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/throttletest"
+)
+
+func testConfig(capacity float64) Config {
+	return Config{Resources: []Template{
+		{ID: "r", Capacity: capacity, LeaseLength: 20 * time.Second, RefreshInterval: 5 * time.Second},
+		{ID: "*", Capacity: 10, Algorithm: ProportionalShare},
+	}}
+}
+
+func newTestServer(t *testing.T, cfg Config, opts ...ServerOption) (*Server, *throttletest.Clock) {
+	t.Helper()
+	clk := throttletest.NewClock()
+	s, err := NewServer(cfg, append([]ServerOption{WithServerClock(clk), WithSeed(1)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clk
+}
+
+func ask(t *testing.T, s *Server, client string, rrs ...ResourceRequest) []Grant {
+	t.Helper()
+	resp, err := s.GetCapacity(context.Background(), &Request{Client: client, Resources: rrs})
+	if err != nil {
+		t.Fatalf("GetCapacity(%s): %v", client, err)
+	}
+	if resp.Redirect {
+		t.Fatalf("GetCapacity(%s): redirect to %q", client, resp.Master)
+	}
+	return resp.Grants
+}
+
+func held(s *Server, id string) float64 {
+	for _, r := range s.Status().Resources {
+		if r.ID == id {
+			return r.Held
+		}
+	}
+	return 0
+}
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"resources": [
+		{"id": "db.*", "capacity": 10, "algorithm": "proportional_share"},
+		{"id": "db.writes", "capacity": 500, "lease_length": "30s", "refresh_interval": "5s", "safe_capacity": 20},
+		{"id": "*", "capacity": 100, "algorithm": "static"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]float64{"db.writes": 500, "db.reads": 10, "other": 100} {
+		if tm, ok := cfg.match(id); !ok || tm.Capacity != want {
+			t.Errorf("match(%q) = %+v, want capacity %v", id, tm, want)
+		}
+	}
+	tm, _ := cfg.match("db.writes")
+	if tm.LeaseLength != 30*time.Second || tm.RefreshInterval != 5*time.Second || tm.LearningDuration != 30*time.Second || tm.Algorithm != FairShare {
+		t.Errorf("template %+v", tm)
+	}
+	for _, bad := range []string{
+		`{"resources": [{"id": "*", "capacity": 1, "lease": "1s"}]}`,
+		`{"resources": [{"id": "x", "capacity": 1}]}`,
+		`{"resources": [{"id": "*", "capacity": -1}]}`,
+		`{"resources": [{"id": "*", "capacity": 1, "algorithm": "magic"}]}`,
+		`{"resources": [{"id": "*", "capacity": 1, "lease_length": "10s", "refresh_interval": "10s"}]}`,
+		`{"resources": [{"id": "*", "capacity": 1, "learning_duration": "1s"}]}`,
+		`{"resources": [{"id": "*", "capacity": 1, "safe_capacity": 2}]}`,
+		`{"resources": [{"id": "*", "capacity": 1}, {"id": "*", "capacity": 2}]}`,
+		`{"resources": [{"id": "[", "capacity": 1}, {"id": "*", "capacity": 2}]}`,
+		`{"resources": [{"id": "*", "capacity": 1, "lease_length": "soon"}]}`,
+		`{"resources": []} {}`,
+		`nope`,
+	} {
+		if _, err := ParseConfig([]byte(bad)); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("ParseConfig(%s) = %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+func TestLearningStaysWithinCapacity(t *testing.T) {
+	s, clk := newTestServer(t, testConfig(100))
+	// Clients report what an earlier master gave them; one overclaims.
+	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 60, Has: 50}); g[0].Capacity != 50 {
+		t.Fatalf("a got %v, want its 50", g[0].Capacity)
+	}
+	if g := ask(t, s, "new", ResourceRequest{Resource: "r", Wants: 60}); g[0].Capacity != 0 {
+		t.Fatalf("newcomer got %v while learning", g[0].Capacity)
+	}
+	if g := ask(t, s, "liar", ResourceRequest{Resource: "r", Wants: 90, Has: 90}); g[0].Capacity != 50 {
+		t.Fatalf("overclaiming client got %v, want the 50 unclaimed", g[0].Capacity)
+	}
+	if g := ask(t, s, "small", ResourceRequest{Resource: "r", Wants: 5, Has: 30}); g[0].Capacity != 0 {
+		t.Fatalf("got %v with nothing unclaimed", g[0].Capacity)
+	}
+	if h := held(s, "r"); h > 100 {
+		t.Fatalf("held %v > capacity", h)
+	}
+	if st := s.Status(); !st.Resources[0].Learning {
+		t.Fatal("not learning")
+	}
+	clk.Advance(20 * time.Second) // learning over; the leases above expire now too
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 60, Has: 50})
+	if st := s.Status(); st.Resources[0].Learning {
+		t.Fatal("still learning")
+	}
+}
+
+// settle runs refresh rounds until the grants stop changing.
+func settle(t *testing.T, s *Server, clk *throttletest.Clock, wants map[string]float64) map[string]float64 {
+	t.Helper()
+	got := map[string]float64{}
+	last := held(s, "r")
+	for range 6 {
+		for _, c := range []string{"a", "b", "c", "d", "e"} {
+			w, ok := wants[c]
+			if !ok {
+				continue
+			}
+			got[c] = ask(t, s, c, ResourceRequest{Resource: "r", Wants: w, Has: got[c]})[0].Capacity
+			// Above capacity only while leases from before a lowering
+			// remain, and then never growing.
+			if h := held(s, "r"); h > s.cfg.Resources[0].Capacity && h > last {
+				t.Fatalf("held %v > capacity and grew from %v", h, last)
+			}
+			last = held(s, "r")
+		}
+		clk.Advance(time.Second)
+	}
+	return got
+}
+
+func pastLearning(t *testing.T, capacity float64) (*Server, *throttletest.Clock) {
+	s, clk := newTestServer(t, testConfig(capacity))
+	clk.Advance(20 * time.Second)
+	return s, clk
+}
+
+func TestDesignExample(t *testing.T) {
+	s, clk := pastLearning(t, 120)
+	got := settle(t, s, clk, map[string]float64{"a": 1000, "b": 50, "c": 10})
+	if got["a"] != 60 || got["b"] != 50 || got["c"] != 10 {
+		t.Fatalf("got %v, want a 60, b 50, c 10", got)
+	}
+}
+
+func TestGrantWaitsForOthersToRelease(t *testing.T) {
+	s, _ := pastLearning(t, 100)
+	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 100 {
+		t.Fatalf("a alone got %v", g[0].Capacity)
+	}
+	g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100})
+	if g[0].Capacity != 0 {
+		t.Fatalf("b got %v while a holds everything", g[0].Capacity)
+	}
+	if g[0].Refresh > 2*time.Second {
+		t.Fatalf("a waiting client should refresh sooner, got %v", g[0].Refresh)
+	}
+	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 50 {
+		t.Fatalf("a got %v at refresh, want its share 50", g[0].Capacity)
+	}
+	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 50 {
+		t.Fatalf("b got %v after a gave back, want 50", g[0].Capacity)
+	}
+}
+
+func TestExpiredClientsShareGoesToOthers(t *testing.T) {
+	s, clk := pastLearning(t, 100)
+	settle(t, s, clk, map[string]float64{"a": 100, "b": 100})
+	clk.Advance(21 * time.Second) // b dies; a keeps refreshing below
+	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 100 {
+		t.Fatalf("a got %v after b's lease expired, want 100", g[0].Capacity)
+	}
+}
+
+func TestReleaseFreesAtOnce(t *testing.T) {
+	s, clk := pastLearning(t, 100)
+	settle(t, s, clk, map[string]float64{"a": 100, "b": 100})
+	if _, err := s.Release(context.Background(), &ReleaseRequest{Client: "b", Resources: []string{"r", "unknown"}}); err != nil {
+		t.Fatal(err)
+	}
+	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 100 {
+		t.Fatalf("a got %v after b released", g[0].Capacity)
+	}
+}
+
+func TestConfigLowered(t *testing.T) {
+	s, clk := pastLearning(t, 100)
+	settle(t, s, clk, map[string]float64{"a": 100, "b": 100})
+	if err := s.SetConfig(testConfig(40)); err != nil {
+		t.Fatal(err)
+	}
+	got := settle(t, s, clk, map[string]float64{"a": 100, "b": 100})
+	if got["a"] != 20 || got["b"] != 20 {
+		t.Fatalf("after lowering: %v", got)
+	}
+	if err := s.SetConfig(Config{}); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("empty config: %v", err)
+	}
+}
+
+func TestBadRequestsChangeNothing(t *testing.T) {
+	s, _ := pastLearning(t, 100)
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 30})
+	before := s.Status()
+	many := make([]ResourceRequest, MaxRequestResources+1)
+	for i := range many {
+		many[i] = ResourceRequest{Resource: "x" + strings.Repeat("y", i%3), Wants: 1}
+	}
+	for name, req := range map[string]*Request{
+		"nil":          nil,
+		"empty client": {Resources: []ResourceRequest{{Resource: "r", Wants: 1}}},
+		"long client":  {Client: strings.Repeat("c", MaxIDLen+1), Resources: []ResourceRequest{{Resource: "r", Wants: 1}}},
+		"no resources": {Client: "b"},
+		"too many":     {Client: "b", Resources: many},
+		"NaN wants":    {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 1}, {Resource: "s", Wants: math.NaN()}}},
+		"Inf wants":    {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: math.Inf(1)}}},
+		"neg wants":    {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: -1}}},
+		"neg has":      {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 1, Has: -1}}},
+		"NaN weight":   {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 1, Weight: math.NaN()}}},
+		"huge weight":  {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 1, Weight: 1e9}}},
+		"empty id":     {Client: "b", Resources: []ResourceRequest{{Wants: 1}}},
+		"twice":        {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 1}, {Resource: "r", Wants: 2}}},
+	} {
+		if _, err := s.GetCapacity(context.Background(), req); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	for name, req := range map[string]*ReleaseRequest{"nil": nil, "empty client": {Resources: []string{"r"}}} {
+		if _, err := s.Release(context.Background(), req); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("release %s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	if after := s.Status(); len(after.Resources) != len(before.Resources) || after.Resources[0] != before.Resources[0] {
+		t.Fatalf("state changed: %+v -> %+v", before, after)
+	}
+}
+
+func TestBounds(t *testing.T) {
+	s, _ := newTestServer(t, testConfig(100), WithMaxClients(2), WithMaxResources(2))
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 1})
+	ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 1})
+	if _, err := s.GetCapacity(context.Background(), &Request{Client: "c", Resources: []ResourceRequest{{Resource: "r", Wants: 1}}}); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("third client: %v", err)
+	}
+	ask(t, s, "a", ResourceRequest{Resource: "s", Wants: 1})
+	if _, err := s.GetCapacity(context.Background(), &Request{Client: "a", Resources: []ResourceRequest{{Resource: "t", Wants: 1}}}); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("third resource: %v", err)
+	}
+	if n := len(s.Status().Resources); n != 2 {
+		t.Fatalf("%d resources", n)
+	}
+	for _, o := range []ServerOption{WithMaxClients(0), WithJitter(1), WithJitter(math.NaN())} {
+		if _, err := NewServer(testConfig(1), o); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("bad option: %v", err)
+		}
+	}
+}
+
+func TestJitter(t *testing.T) {
+	s, _ := pastLearning(t, 100)
+	seen := map[time.Duration]bool{}
+	for range 20 {
+		g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 10})[0]
+		if g.Refresh < 4500*time.Millisecond || g.Refresh > 5500*time.Millisecond || g.Lease != 20*time.Second {
+			t.Fatalf("grant %+v", g)
+		}
+		seen[g.Refresh] = true
+	}
+	if len(seen) < 10 {
+		t.Fatalf("refresh intervals not spread: %v", seen)
+	}
+}
+
+// TestRandomOperationsStayWithinCapacity drives a server with random
+// requests, releases, expiries and configuration changes, checking after
+// every step that the leases held add up to no more than the capacity.
+func TestRandomOperationsStayWithinCapacity(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	s, clk := newTestServer(t, testConfig(100))
+	capacity := 100.0
+	has := map[string]float64{}
+	last := 0.0
+	for step := range 3000 {
+		c := string(rune('a' + r.IntN(12)))
+		switch r.IntN(10) {
+		case 0:
+			clk.Advance(time.Duration(r.IntN(8000)) * time.Millisecond)
+		case 1:
+			s.Release(context.Background(), &ReleaseRequest{Client: c, Resources: []string{"r"}})
+			has[c] = 0
+		case 2:
+			capacity = []float64{100, 37.5, 1e6, 0.001, 250}[r.IntN(5)]
+			if err := s.SetConfig(testConfig(capacity)); err != nil {
+				t.Fatal(err)
+			}
+			continue // leases given under the old capacity may exceed the new
+		default:
+			g := ask(t, s, c, ResourceRequest{Resource: "r", Wants: r.Float64() * capacity, Has: has[c] * 1.5, Priority: int32(r.IntN(2)), Weight: float64(1 + r.IntN(3))})
+			has[c] = g[0].Capacity
+		}
+		// Above capacity only while leases from before a lowering
+		// remain, and then never growing.
+		if h := held(s, "r"); h > capacity && h > last {
+			t.Fatalf("step %d: held %v > capacity %v and grew from %v", step, h, capacity, last)
+		}
+		last = held(s, "r")
+	}
+}
+
+type fakeElection struct{ ls []Leadership }
+
+func (f fakeElection) Campaign(ctx context.Context, _ string, report func(Leadership)) error {
+	for _, l := range f.ls {
+		report(l)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func TestRedirectAndNewMasterLearns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := pastLearning(t, 100)
+		ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 10})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- s.Run(ctx, fakeElection{[]Leadership{{Master: "other:1", Term: 2}}}, "me:1") }()
+		synctest.Wait()
+		resp, err := s.GetCapacity(context.Background(), &Request{Client: "a", Resources: []ResourceRequest{{Resource: "r", Wants: 10}}})
+		if err != nil || !resp.Redirect || resp.Master != "other:1" || len(resp.Grants) != 0 {
+			t.Fatalf("not master: %+v, %v", resp, err)
+		}
+		if resp, _ := s.Release(context.Background(), &ReleaseRequest{Client: "a"}); !resp.Redirect {
+			t.Fatal("release not redirected")
+		}
+		cancel()
+		<-done
+
+		s2, _ := pastLearning(t, 100)
+		ctx, cancel = context.WithCancel(context.Background())
+		go func() { done <- s2.Run(ctx, Solo{}, "me:1") }()
+		synctest.Wait()
+		if st := s2.Status(); st.Leadership.Master != "me:1" {
+			t.Fatalf("leadership %+v", st.Leadership)
+		}
+		if g := ask(t, s2, "a", ResourceRequest{Resource: "r", Wants: 10}); g[0].Capacity != 0 {
+			t.Fatalf("new master granted %v to a newcomer while learning", g[0].Capacity)
+		}
+		cancel()
+		<-done
+		if st := s2.Status(); st.Leadership.IsMaster {
+			t.Fatal("still master after Run returned")
+		}
+	})
+}

@@ -1,0 +1,107 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+// Transport carries a client's calls to the server at an address.
+// Implementations must be safe for concurrent use.
+type Transport interface {
+	GetCapacity(ctx context.Context, addr string, req *Request) (*Response, error)
+	Release(ctx context.Context, addr string, req *ReleaseRequest) (*Response, error)
+}
+
+// Network is an in-memory Transport connecting clients to servers in the
+// same process, with faults to inject: servers that are down, clients cut
+// off, and a latency (slept on the caller's clock, so virtual inside a
+// testing/synctest bubble). The zero value is an empty network. It is safe
+// for concurrent use.
+type Network struct {
+	mu      sync.Mutex
+	servers map[string]*Server
+	down    map[string]bool
+	cut     map[string]bool
+	latency time.Duration
+}
+
+var _ Transport = (*Network)(nil)
+
+// Attach serves s at addr, replacing whatever was there.
+func (n *Network) Attach(addr string, s *Server) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.servers == nil {
+		n.servers = map[string]*Server{}
+	}
+	n.servers[addr] = s
+}
+
+// SetDown makes the server at addr unreachable (down true) or reachable.
+func (n *Network) SetDown(addr string, down bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.down == nil {
+		n.down = map[string]bool{}
+	}
+	n.down[addr] = down
+}
+
+// Cut makes every call of client fail (cut true), as if it had lost the
+// network, or heals it.
+func (n *Network) Cut(client string, cut bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cut == nil {
+		n.cut = map[string]bool{}
+	}
+	n.cut[client] = cut
+}
+
+// SetLatency delays every call by d before it reaches the server.
+func (n *Network) SetLatency(d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.latency = d
+}
+
+func (n *Network) route(ctx context.Context, addr, client string) (*Server, error) {
+	n.mu.Lock()
+	s, down, cut, lat := n.servers[addr], n.down[addr], n.cut[client], n.latency
+	n.mu.Unlock()
+	if lat > 0 {
+		t := time.NewTimer(lat)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w: capacity: %v", throttle.ErrUnavailable, ctx.Err())
+		}
+	}
+	if s == nil || down || cut {
+		return nil, fmt.Errorf("%w: capacity: no server reachable at %q", throttle.ErrUnavailable, addr)
+	}
+	return s, nil
+}
+
+// GetCapacity calls GetCapacity of the server at addr.
+func (n *Network) GetCapacity(ctx context.Context, addr string, req *Request) (*Response, error) {
+	s, err := n.route(ctx, addr, req.Client)
+	if err != nil {
+		return nil, err
+	}
+	return s.GetCapacity(ctx, req)
+}
+
+// Release calls Release of the server at addr.
+func (n *Network) Release(ctx context.Context, addr string, req *ReleaseRequest) (*Response, error) {
+	s, err := n.route(ctx, addr, req.Client)
+	if err != nil {
+		return nil, err
+	}
+	return s.Release(ctx, req)
+}
