@@ -1,0 +1,334 @@
+package capacity
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+// Mode says what a client uses once a lease has expired without a
+// successful refresh (the servers cannot be reached, or refuse).
+type Mode int
+
+const (
+	// Safe uses the resource's safe capacity, as last told by a server
+	// (or set with WithSafeCapacity). The default.
+	Safe Mode = iota
+	// Optimistic keeps using the capacity of the last lease.
+	Optimistic
+	// Pessimistic uses nothing: capacity 0.
+	Pessimistic
+)
+
+// ClientOption configures a Client.
+type ClientOption func(*clientSettings)
+
+type clientSettings struct {
+	id      string
+	mode    Mode
+	timeout time.Duration
+	minGap  time.Duration
+	retry   time.Duration
+}
+
+// WithClientID sets the client's id, which must be unique among all
+// clients of the servers. By default it is host:pid:random.
+func WithClientID(id string) ClientOption { return func(s *clientSettings) { s.id = id } }
+
+// WithMode sets what the client uses after a lease expired (default Safe).
+func WithMode(m Mode) ClientOption { return func(s *clientSettings) { s.mode = m } }
+
+// WithRequestTimeout bounds each call to a server (default 5s).
+func WithRequestTimeout(d time.Duration) ClientOption { return func(s *clientSettings) { s.timeout = d } }
+
+// WithMinRefreshGap is the shortest time between two refreshes that a
+// change of wants or a new resource brings forward (default 1s).
+func WithMinRefreshGap(d time.Duration) ClientOption { return func(s *clientSettings) { s.minGap = d } }
+
+// WithRetry is the wait after a refresh that reached no server (default
+// 1s). Each failure moves on to the next address.
+func WithRetry(d time.Duration) ClientOption { return func(s *clientSettings) { s.retry = d } }
+
+// Client holds leases on any number of resources for one process,
+// refreshing all of them in one round trip to the master server. Give it
+// the addresses of all the replicas: it follows redirects to the master
+// and moves on to the next address when one fails. All methods are safe
+// for concurrent use.
+//
+// Leases expire on the client's own monotonic clock, counted from when it
+// sent the request that got them, so clock skew between hosts does not
+// matter. Inside a testing/synctest bubble the client runs on virtual
+// time.
+type Client struct {
+	t     Transport
+	addrs []string
+	set   clientSettings
+
+	mu       sync.Mutex
+	res      map[string]*Resource
+	target   string
+	next     int
+	due      time.Time // next refresh
+	lastTrip time.Time
+	early    bool // a refresh was asked for before due
+	closed   bool
+
+	kick   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewClient returns a client calling the servers at addrs through t, and
+// starts its refresh goroutine; Close stops it. Errors wrap
+// throttle.ErrInvalid.
+func NewClient(t Transport, addrs []string, opts ...ClientOption) (*Client, error) {
+	set := clientSettings{timeout: 5 * time.Second, minGap: time.Second, retry: time.Second}
+	for _, o := range opts {
+		o(&set)
+	}
+	switch {
+	case t == nil:
+		return nil, invalidf("nil transport")
+	case len(addrs) == 0:
+		return nil, invalidf("no server address")
+	case len(set.id) > MaxIDLen:
+		return nil, invalidf("client id longer than %d bytes", MaxIDLen)
+	case set.mode < Safe || set.mode > Pessimistic:
+		return nil, invalidf("unknown mode %d", set.mode)
+	case set.timeout <= 0 || set.minGap < 0 || set.retry <= 0:
+		return nil, invalidf("timeout and retry must be > 0, min refresh gap >= 0")
+	}
+	if set.id == "" {
+		host, _ := os.Hostname()
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		set.id = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		t: t, addrs: append([]string(nil), addrs...), set: set,
+		res: map[string]*Resource{}, target: addrs[0],
+		kick: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}),
+	}
+	go c.loop(ctx)
+	return c, nil
+}
+
+// ID returns the client's id.
+func (c *Client) ID() string { return c.set.id }
+
+// Close stops refreshing and gives back every lease. It returns an error
+// wrapping throttle.ErrUnavailable when no server took the release (the
+// leases then expire on their own).
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	ids := make([]string, 0, len(c.res))
+	for id, r := range c.res {
+		ids = append(ids, id)
+		r.shut()
+	}
+	c.res = nil
+	c.mu.Unlock()
+	c.cancel()
+	<-c.done
+	if len(ids) == 0 {
+		return nil
+	}
+	return c.release(ids)
+}
+
+// release tells the master that the client gives back ids.
+func (c *Client) release(ids []string) error {
+	req := &ReleaseRequest{Client: c.set.id, Resources: ids}
+	var err error
+	for range 2*len(c.addrs) + 1 {
+		c.mu.Lock()
+		addr := c.target
+		c.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), c.set.timeout)
+		var resp *Response
+		resp, err = c.t.Release(ctx, addr, req)
+		cancel()
+		if err == nil && !resp.Redirect {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%w: capacity: %s is not the master", throttle.ErrUnavailable, addr)
+		}
+		c.follow(addr, resp)
+	}
+	return err
+}
+
+// follow picks the next address after a failed call to addr: the master
+// named in resp, or the next address of the list.
+func (c *Client) follow(addr string, resp *Response) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if resp != nil && resp.Master != "" && resp.Master != addr {
+		c.target = resp.Master
+		return
+	}
+	c.next = (c.next + 1) % len(c.addrs)
+	c.target = c.addrs[c.next]
+}
+
+// add registers r and brings the next refresh forward.
+func (c *Client) add(r *Resource) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return fmt.Errorf("%w: capacity: client closed", throttle.ErrClosed)
+	case c.res[r.id] != nil:
+		return invalidf("resource %q is already open on this client", r.id)
+	case len(c.res) >= MaxRequestResources:
+		return invalidf("a client holds at most %d resources", MaxRequestResources)
+	}
+	c.res[r.id] = r
+	c.poke()
+	return nil
+}
+
+// poke asks the loop for an early refresh. Call with c.mu held.
+func (c *Client) poke() {
+	c.early = true
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Client) remove(r *Resource) error {
+	c.mu.Lock()
+	if c.closed || c.res[r.id] != r {
+		c.mu.Unlock()
+		return nil
+	}
+	delete(c.res, r.id)
+	c.mu.Unlock()
+	return c.release([]string{r.id})
+}
+
+func (c *Client) loop(ctx context.Context) {
+	defer close(c.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Reset(c.step(ctx))
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-c.kick:
+		}
+	}
+}
+
+// dueLocked returns when the next refresh is due: at the regular time, or
+// earlier when asked for, but not within the minimum gap of the last one.
+func (c *Client) dueLocked() time.Time {
+	if c.early {
+		if e := c.lastTrip.Add(c.set.minGap); e.Before(c.due) {
+			return e
+		}
+	}
+	return c.due
+}
+
+// step refreshes when due, applies expiries, and returns how long to
+// sleep.
+func (c *Client) step(ctx context.Context) time.Duration {
+	now := time.Now()
+	c.mu.Lock()
+	rs := make([]*Resource, 0, len(c.res))
+	for _, r := range c.res {
+		rs = append(rs, r)
+	}
+	due := c.dueLocked()
+	c.mu.Unlock()
+	if len(rs) > 0 && !now.Before(due) {
+		c.refresh(ctx, rs, now)
+		now = time.Now()
+	}
+	wait := time.Hour
+	c.mu.Lock()
+	if len(c.res) > 0 {
+		wait = c.dueLocked().Sub(now)
+	}
+	c.mu.Unlock()
+	for _, r := range rs {
+		if e, ok := r.expire(now); ok {
+			wait = min(wait, e.Sub(now))
+		}
+	}
+	return max(wait, time.Millisecond)
+}
+
+// refresh asks for all of rs in one request, following redirects and
+// moving through the addresses on failure.
+func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
+	req := &Request{Client: c.set.id, Resources: make([]ResourceRequest, len(rs))}
+	for i, r := range rs {
+		req.Resources[i] = r.request(now)
+	}
+	c.mu.Lock()
+	c.lastTrip = now
+	c.early = false
+	c.due = now.Add(c.set.retry)
+	c.mu.Unlock()
+	for range 2*len(c.addrs) + 1 {
+		if ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		addr := c.target
+		c.mu.Unlock()
+		cctx, cancel := context.WithTimeout(ctx, c.set.timeout)
+		resp, err := c.t.GetCapacity(cctx, addr, req)
+		cancel()
+		if err != nil || resp.Redirect {
+			if errors.Is(err, throttle.ErrInvalid) {
+				return // the request itself is refused: retry later
+			}
+			c.follow(addr, resp)
+			continue
+		}
+		refresh := time.Duration(math.MaxInt64)
+		for _, g := range resp.Grants {
+			c.mu.Lock()
+			r := c.res[g.Resource]
+			c.mu.Unlock()
+			if r == nil || !validGrant(g) {
+				continue
+			}
+			r.grant(g, now)
+			refresh = min(refresh, g.Refresh)
+		}
+		if refresh != time.Duration(math.MaxInt64) {
+			c.mu.Lock()
+			c.due = now.Add(refresh)
+			c.mu.Unlock()
+		}
+		return
+	}
+}
+
+// validGrant refuses leases no server should send.
+func validGrant(g Grant) bool {
+	return g.Capacity >= 0 && !math.IsInf(g.Capacity, 0) && g.Lease > 0 && g.Refresh > 0 &&
+		g.SafeCapacity >= 0 && !math.IsInf(g.SafeCapacity, 0)
+}

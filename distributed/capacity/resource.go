@@ -1,0 +1,476 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/counting"
+	"github.com/throttlekit/throttle/tokenbucket"
+)
+
+// Lease is what a client holds on a resource.
+type Lease struct {
+	// Capacity is the granted capacity.
+	Capacity float64
+	// Expiry is when the lease ends, on this process's monotonic clock.
+	Expiry time.Time
+	// Refresh is the refresh interval the server asked for.
+	Refresh time.Duration
+}
+
+// ResourceOption configures a resource of a Client.
+type ResourceOption func(*resourceSettings)
+
+type resourceSettings struct {
+	prio     int32
+	weight   float64
+	safe     float64
+	burst    time.Duration
+	estimate bool
+}
+
+// WithPriority sets the client's priority band on the resource (default
+// 0); higher bands are served first.
+func WithPriority(p int32) ResourceOption { return func(s *resourceSettings) { s.prio = p } }
+
+// WithWeight sets the client's weight in sharing, in (0, 2²⁰] (default 1).
+func WithWeight(w float64) ResourceOption { return func(s *resourceSettings) { s.weight = w } }
+
+// WithSafeCapacity sets the capacity a client in Safe mode uses before a
+// server has told it the resource's safe capacity (default 0).
+func WithSafeCapacity(c float64) ResourceOption { return func(s *resourceSettings) { s.safe = c } }
+
+// WithBurstWindow sets, for a rate resource, how much of the lease may be
+// used at once: burst = max(2, capacity·d) (default 100ms).
+func WithBurstWindow(d time.Duration) ResourceOption { return func(s *resourceSettings) { s.burst = d } }
+
+// WithEstimatedWants makes a rate resource ask for the rate at which it is
+// asked for units (admitted or not), smoothed over refreshes, instead of
+// a fixed wants; the wants given when opening it is the first estimate.
+func WithEstimatedWants() ResourceOption { return func(s *resourceSettings) { s.estimate = true } }
+
+// Resource is a client's handle on one resource: its lease, the capacity
+// the client may use now, and notifications when that changes. All
+// methods are safe for concurrent use.
+type Resource struct {
+	c   *Client
+	id  string
+	set resourceSettings
+
+	mu       sync.Mutex
+	wants    float64
+	lease    Lease
+	leased   bool // lease is unexpired
+	hadLease bool
+	safe     float64
+	limit    float64
+	changes  chan float64
+	wake     chan struct{} // closed when limit changes
+	apply    func(float64)
+	estimate func(now time.Time) float64
+	closed   atomic.Bool
+}
+
+func checkWants(w float64) error {
+	if !(w >= 0) || math.IsInf(w, 0) {
+		return invalidf("wants must be finite and >= 0, got %v", w)
+	}
+	return nil
+}
+
+func (c *Client) newResource(id string, wants float64, opts []ResourceOption) (*Resource, error) {
+	set := resourceSettings{weight: 1, burst: 100 * time.Millisecond}
+	for _, o := range opts {
+		o(&set)
+	}
+	switch {
+	case id == "" || len(id) > MaxIDLen:
+		return nil, invalidf("resource id must have 1 to %d bytes, got %d", MaxIDLen, len(id))
+	case !(set.weight > 0) || set.weight > maxWeightValue:
+		return nil, invalidf("weight must be in (0, %d], got %v", maxWeightValue, set.weight)
+	case !(set.safe >= 0) || math.IsInf(set.safe, 0):
+		return nil, invalidf("safe capacity must be finite and >= 0, got %v", set.safe)
+	case set.burst <= 0:
+		return nil, invalidf("burst window must be > 0, got %v", set.burst)
+	}
+	if err := checkWants(wants); err != nil {
+		return nil, err
+	}
+	r := &Resource{c: c, id: id, set: set, wants: wants, safe: set.safe, changes: make(chan float64, 1), wake: make(chan struct{})}
+	r.limit = r.fallback()
+	return r, nil
+}
+
+// Resource opens resource id with a fixed wants (change it with
+// SetWants) and returns its handle; the client asks for it at once. Until
+// the first grant the resource has the capacity its mode gives an expired
+// lease. Errors wrap throttle.ErrInvalid (bad argument, id already open)
+// or throttle.ErrClosed.
+func (c *Client) Resource(id string, wants float64, opts ...ResourceOption) (*Resource, error) {
+	r, err := c.newResource(id, wants, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r, c.add(r)
+}
+
+// ID returns the resource id.
+func (r *Resource) ID() string { return r.id }
+
+// Lease returns the current lease, and false if there is none (never
+// granted, or expired).
+func (r *Resource) Lease() (Lease, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lease, r.leased
+}
+
+// Capacity returns the capacity the client may use now: the lease's, or
+// after it expired what the client's mode says.
+func (r *Resource) Capacity() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.limit
+}
+
+// Changes returns a channel that receives the new capacity whenever it
+// changes. It holds only the latest value: a reader that falls behind
+// sees the current capacity, never a backlog, and the client never
+// blocks on it.
+func (r *Resource) Changes() <-chan float64 { return r.changes }
+
+// Wants returns what the client asks for.
+func (r *Resource) Wants() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.wants
+}
+
+// SetWants changes what the client asks for; the client refreshes soon
+// (at most once per minimum refresh gap). Errors wrap throttle.ErrInvalid
+// (NaN, infinite or negative) or throttle.ErrClosed.
+func (r *Resource) SetWants(w float64) error {
+	if err := checkWants(w); err != nil {
+		return err
+	}
+	if r.closed.Load() {
+		return fmt.Errorf("%w: capacity: resource %q closed", throttle.ErrClosed, r.id)
+	}
+	r.mu.Lock()
+	changed := r.wants != w
+	r.wants = w
+	r.mu.Unlock()
+	if changed {
+		r.c.mu.Lock()
+		r.c.poke()
+		r.c.mu.Unlock()
+	}
+	return nil
+}
+
+// Close gives the lease back and stops refreshing the resource. Errors
+// wrap throttle.ErrUnavailable when no server took the release.
+func (r *Resource) Close() error {
+	if r.closed.Load() {
+		return nil
+	}
+	r.shut()
+	return r.c.remove(r)
+}
+
+func (r *Resource) shut() {
+	r.closed.Store(true)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.leased = false
+	r.setLimit(0)
+}
+
+// request returns the resource's part of a refresh.
+func (r *Resource) request(now time.Time) ResourceRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.estimate != nil {
+		r.wants = r.estimate(now)
+	}
+	rr := ResourceRequest{Resource: r.id, Wants: r.wants, Priority: r.set.prio, Weight: r.set.weight}
+	if r.leased && now.Before(r.lease.Expiry) {
+		rr.Has = r.lease.Capacity
+	}
+	return rr
+}
+
+// grant applies a lease asked for at sent.
+func (r *Resource) grant(g Grant, sent time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() {
+		return
+	}
+	r.lease = Lease{Capacity: g.Capacity, Expiry: sent.Add(g.Lease), Refresh: g.Refresh}
+	r.leased, r.hadLease = true, true
+	r.safe = g.SafeCapacity
+	r.setLimit(g.Capacity)
+}
+
+// expire ends the lease if it ran out by now; otherwise it returns its
+// expiry.
+func (r *Resource) expire(now time.Time) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.leased {
+		return time.Time{}, false
+	}
+	if now.Before(r.lease.Expiry) {
+		return r.lease.Expiry, true
+	}
+	r.leased = false
+	if !r.closed.Load() {
+		r.setLimit(r.fallback())
+	}
+	return time.Time{}, false
+}
+
+// fallback is the capacity without a lease. Call with r.mu held.
+func (r *Resource) fallback() float64 {
+	switch r.c.set.mode {
+	case Optimistic:
+		if r.hadLease {
+			return r.lease.Capacity
+		}
+		return r.safe
+	case Pessimistic:
+		return 0
+	}
+	return r.safe
+}
+
+// setLimit changes the capacity in use. Call with r.mu held.
+func (r *Resource) setLimit(v float64) {
+	if v == r.limit {
+		return
+	}
+	r.limit = v
+	if r.apply != nil {
+		r.apply(v)
+	}
+	select {
+	case <-r.changes:
+	default:
+	}
+	r.changes <- v // cannot block: r.mu is held and the buffer is empty
+	close(r.wake)
+	r.wake = make(chan struct{})
+}
+
+func (r *Resource) wakeCh() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.wake
+}
+
+func (r *Resource) closedErr() error {
+	return fmt.Errorf("%w: capacity: resource %q closed", throttle.ErrClosed, r.id)
+}
+
+// RateResource is a resource whose capacity is a rate (units per
+// second), upheld by a token bucket whose rate and burst follow the
+// lease. It is a throttle.Limiter and throttle.Reserver (the key is
+// ignored). All methods are safe for concurrent use.
+type RateResource struct {
+	*Resource
+	b      *tokenbucket.Bucket
+	zero   atomic.Bool
+	asked  atomic.Int64
+	last   time.Time
+	smooth float64
+}
+
+var (
+	_ throttle.Limiter  = (*RateResource)(nil)
+	_ throttle.Reserver = (*RateResource)(nil)
+	_ throttle.Limiter  = (*GaugeResource)(nil)
+)
+
+// Rate opens rate resource id wanting wants units per second. See
+// Resource for errors.
+func (c *Client) Rate(id string, wants float64, opts ...ResourceOption) (*RateResource, error) {
+	r, err := c.newResource(id, wants, opts)
+	if err != nil {
+		return nil, err
+	}
+	b, err := tokenbucket.NewBucket(throttle.PerSecond(1), 2)
+	if err != nil {
+		return nil, err
+	}
+	rr := &RateResource{Resource: r, b: b, smooth: wants}
+	r.apply = rr.applyRate
+	rr.applyRate(r.limit)
+	if r.set.estimate {
+		r.estimate = rr.estimateWants
+	}
+	return rr, c.add(r)
+}
+
+// maxRate bounds the rate a lease can set.
+const maxRate = float64(throttle.MaxPerSecond)
+
+func (rr *RateResource) applyRate(v float64) {
+	v = min(v, maxRate)
+	count := math.Floor(v * 1000) // per 1000 s: millihertz steps, rounded down
+	if count < 1 {
+		rr.zero.Store(true)
+		return
+	}
+	burst := max(2, int(v*rr.set.burst.Seconds()))
+	// Neither call can fail: the rate and burst are within bounds.
+	_ = rr.b.SetRate(throttle.NewRate(int(count), 1000*time.Second))
+	_ = rr.b.SetBurst(burst)
+	rr.zero.Store(false)
+}
+
+// estimateWants returns the smoothed rate of units asked for since the
+// last refresh. Called with r.mu held.
+func (rr *RateResource) estimateWants(now time.Time) float64 {
+	n := rr.asked.Swap(0)
+	if !rr.last.IsZero() {
+		if dt := now.Sub(rr.last).Seconds(); dt > 0 {
+			rr.smooth = 0.5*rr.smooth + 0.5*float64(n)/dt
+		}
+	}
+	rr.last = now
+	return rr.smooth
+}
+
+// Allow admits n units now if the lease's rate allows. The key is
+// ignored. With a zero capacity it denies everything; RetryAfter is the
+// time until the next refresh. Errors wrap throttle.ErrInvalid,
+// throttle.ErrExceedsLimit (n above the burst) or throttle.ErrClosed.
+func (rr *RateResource) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	if rr.closed.Load() {
+		return throttle.Decision{}, rr.closedErr()
+	}
+	if n > 0 {
+		rr.asked.Add(int64(n))
+	}
+	if rr.zero.Load() {
+		if n <= 0 {
+			return throttle.Decision{}, invalidf("n must be > 0, got %d", n)
+		}
+		return throttle.Decision{RetryAfter: rr.untilRefresh()}, nil
+	}
+	return rr.b.Allow(ctx, key, n)
+}
+
+// Reserve books n units at the earliest time the lease's rate allows,
+// within maxWait. With a zero capacity nothing is booked.
+func (rr *RateResource) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
+	if rr.closed.Load() {
+		return throttle.Reservation{}, rr.closedErr()
+	}
+	if n > 0 {
+		rr.asked.Add(int64(n))
+	}
+	if rr.zero.Load() {
+		if n <= 0 {
+			return throttle.Reservation{}, invalidf("n must be > 0, got %d", n)
+		}
+		return throttle.Reservation{Delay: rr.untilRefresh()}, nil
+	}
+	return rr.b.Reserve(ctx, key, n, maxWait)
+}
+
+func (rr *RateResource) untilRefresh() time.Duration {
+	rr.c.mu.Lock()
+	defer rr.c.mu.Unlock()
+	return max(time.Until(rr.c.dueLocked()), 0)
+}
+
+// GaugeResource is a resource whose capacity is a number of units in use
+// at once (such as transactions in flight), upheld by a counting
+// semaphore whose limit follows the lease (rounded down). Units already
+// held are not taken back when the limit drops. All methods are safe for
+// concurrent use.
+type GaugeResource struct {
+	*Resource
+	s    *counting.Semaphore
+	zero atomic.Bool
+}
+
+// Gauge opens gauge resource id wanting wants units at once. See
+// Resource for errors.
+func (c *Client) Gauge(id string, wants float64, opts ...ResourceOption) (*GaugeResource, error) {
+	r, err := c.newResource(id, wants, opts)
+	if err != nil {
+		return nil, err
+	}
+	s, err := counting.NewSemaphore(1)
+	if err != nil {
+		return nil, err
+	}
+	g := &GaugeResource{Resource: r, s: s}
+	r.apply = g.applyLimit
+	g.applyLimit(r.limit)
+	return g, c.add(r)
+}
+
+func (g *GaugeResource) applyLimit(v float64) {
+	l := math.Floor(min(v, float64(counting.MaxLimit)))
+	if l < 1 {
+		g.zero.Store(true)
+		return
+	}
+	_ = g.s.SetLimit(int(l)) // cannot fail: l is within bounds
+	g.zero.Store(false)
+}
+
+// TryAcquire takes n units if they fit under the limit now.
+func (g *GaugeResource) TryAcquire(n int) bool {
+	return !g.closed.Load() && !g.zero.Load() && g.s.TryAcquire(n)
+}
+
+// Acquire waits until n units fit, or ctx is done. The returned release
+// gives them back (idempotent). Errors wrap throttle.ErrClosed,
+// throttle.ErrInvalid, throttle.ErrExceedsLimit, or ctx's error.
+func (g *GaugeResource) Acquire(ctx context.Context, n int) (release func(), err error) {
+	for {
+		if g.closed.Load() {
+			return nil, g.closedErr()
+		}
+		wake := g.wakeCh()
+		if !g.zero.Load() {
+			return g.s.Acquire(ctx, n)
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Release gives back n units taken with TryAcquire or Allow.
+func (g *GaugeResource) Release(n int) error { return g.s.Release(n) }
+
+// InFlight returns the units held now.
+func (g *GaugeResource) InFlight() int { return g.s.InFlight() }
+
+// Allow takes n units if they fit now (release them with Release); the
+// key is ignored.
+func (g *GaugeResource) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	if g.closed.Load() {
+		return throttle.Decision{}, g.closedErr()
+	}
+	if g.zero.Load() {
+		if n <= 0 {
+			return throttle.Decision{}, invalidf("n must be > 0, got %d", n)
+		}
+		return throttle.Decision{}, nil
+	}
+	return g.s.Allow(ctx, key, n)
+}
