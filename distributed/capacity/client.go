@@ -47,7 +47,9 @@ func WithClientID(id string) ClientOption { return func(s *clientSettings) { s.i
 func WithMode(m Mode) ClientOption { return func(s *clientSettings) { s.mode = m } }
 
 // WithRequestTimeout bounds each call to a server (default 5s).
-func WithRequestTimeout(d time.Duration) ClientOption { return func(s *clientSettings) { s.timeout = d } }
+func WithRequestTimeout(d time.Duration) ClientOption {
+	return func(s *clientSettings) { s.timeout = d }
+}
 
 // WithMinRefreshGap is the shortest time between two refreshes that a
 // change of wants or a new resource brings forward (default 1s).

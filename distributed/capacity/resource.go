@@ -47,7 +47,9 @@ func WithSafeCapacity(c float64) ResourceOption { return func(s *resourceSetting
 
 // WithBurstWindow sets, for a rate resource, how much of the lease may be
 // used at once: burst = max(2, capacity·d) (default 100ms).
-func WithBurstWindow(d time.Duration) ResourceOption { return func(s *resourceSettings) { s.burst = d } }
+func WithBurstWindow(d time.Duration) ResourceOption {
+	return func(s *resourceSettings) { s.burst = d }
+}
 
 // WithEstimatedWants makes a rate resource ask for the rate at which it is
 // asked for units (admitted or not), smoothed over refreshes, instead of

@@ -161,17 +161,17 @@ type Server struct {
 }
 
 type resource struct {
-	id       string
-	tmpl     Template
-	q        float64 // quantum of held capacity
-	units    uint64  // capacity in quanta
-	holders  map[string]*holder
-	list     []*holder
-	held     uint64 // Σ holder.held, in quanta
-	dirty    bool   // demands changed since the last division
-	next     int64  // earliest expiry among holders
-	demands  []Demand
-	shares   []float64
+	id      string
+	tmpl    Template
+	q       float64 // quantum of held capacity
+	units   uint64  // capacity in quanta
+	holders map[string]*holder
+	list    []*holder
+	held    uint64 // Σ holder.held, in quanta
+	dirty   bool   // demands changed since the last division
+	next    int64  // earliest expiry among holders
+	demands []Demand
+	shares  []float64
 }
 
 type holder struct {
