@@ -1,0 +1,54 @@
+package capacity_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttle/distributed/capacity"
+	"github.com/throttlekit/throttle/throttletest"
+)
+
+// Capacity 120 shared by clients wanting 1000, 50 and 10: the small ones
+// get what they want, the big one the rest.
+func ExampleAllocate() {
+	grants := capacity.Allocate(capacity.FairShare, 120, []capacity.Demand{{Wants: 1000}, {Wants: 50}, {Wants: 10}})
+	fmt.Println(grants)
+	// Output: [60 50 10]
+}
+
+func ExampleServer() {
+	cfg, err := capacity.ParseConfig([]byte(`{"resources": [
+		{"id": "db", "capacity": 120, "algorithm": "fair_share", "lease_length": "60s", "refresh_interval": "15s"},
+		{"id": "*", "capacity": 10}]}`))
+	if err != nil {
+		panic(err)
+	}
+	clock := throttletest.NewClock()
+	s, err := capacity.NewServer(cfg, capacity.WithServerClock(clock), capacity.WithJitter(0))
+	if err != nil {
+		panic(err)
+	}
+	// A new server learns what clients hold for one lease length.
+	clock.Advance(time.Minute)
+	ask := func(client string, wants float64) capacity.Grant {
+		resp, err := s.GetCapacity(context.Background(), &capacity.Request{
+			Client:    client,
+			Resources: []capacity.ResourceRequest{{Resource: "db", Wants: wants}},
+		})
+		if err != nil {
+			panic(err)
+		}
+		return resp.Grants[0]
+	}
+	ask("big", 1000) // alone at first: gets all 120
+	ask("mid", 50)   // gets what "big" does not hold: nothing yet
+	ask("small", 10)
+	ask("big", 1000) // gives back down to its fair share at its refresh
+	fmt.Println(ask("mid", 50).Capacity, ask("small", 10).Capacity)
+	g := ask("big", 1000)
+	fmt.Println(g.Capacity, g.Lease, g.Refresh)
+	// Output:
+	// 50 10
+	// 60 1m0s 15s
+}
