@@ -1,0 +1,186 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/throttlekit/throttle"
+	capacityv1 "github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1"
+	"github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1/capacityv1connect"
+)
+
+// MaxRequestBytes caps the size of a request the handler reads.
+const MaxRequestBytes = 1 << 20
+
+// NewHandler returns one http.Handler serving s over the wire API
+// (service throttle.capacity.v1.CapacityService) in the gRPC, gRPC-Web
+// and Connect protocols, the last with JSON or binary bodies, so that
+// curl works:
+//
+//	curl -H 'Content-Type: application/json' \
+//	  -d '{"clientId":"c1","resources":[{"resourceId":"db","wants":10}]}' \
+//	  http://127.0.0.1:8080/throttle.capacity.v1.CapacityService/GetCapacity
+//
+// gRPC needs HTTP/2: serve it with TLS, or over cleartext with an
+// http.Server whose Protocols allow unencrypted HTTP/2. Bad requests get
+// code InvalidArgument, a full server ResourceExhausted; requests above
+// MaxRequestBytes are refused. opts are added to the handler's options.
+func NewHandler(s *Server, opts ...connect.HandlerOption) http.Handler {
+	mux := http.NewServeMux()
+	path, h := capacityv1connect.NewCapacityServiceHandler(wireServer{s},
+		append([]connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}, opts...)...)
+	mux.Handle(path, http.MaxBytesHandler(h, 2*MaxRequestBytes))
+	return mux
+}
+
+type wireServer struct{ s *Server }
+
+var _ capacityv1connect.CapacityServiceHandler = wireServer{}
+
+// wireError turns a server error into a Connect error with its code.
+func wireError(err error) error {
+	switch {
+	case errors.Is(err, throttle.ErrInvalid):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, ErrExhausted):
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}
+
+func (w wireServer) GetCapacity(ctx context.Context, in *connect.Request[capacityv1.GetCapacityRequest]) (*connect.Response[capacityv1.GetCapacityResponse], error) {
+	m := in.Msg
+	if len(m.GetResources()) > MaxRequestResources {
+		return nil, wireError(invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(m.GetResources())))
+	}
+	req := &Request{Client: m.GetClientId(), Resources: make([]ResourceRequest, len(m.GetResources()))}
+	for i, r := range m.GetResources() {
+		req.Resources[i] = ResourceRequest{Resource: r.GetResourceId(), Wants: r.GetWants(), Has: r.GetHas(), Priority: r.GetPriority(), Weight: r.GetWeight()}
+	}
+	resp, err := w.s.GetCapacity(ctx, req)
+	if err != nil {
+		return nil, wireError(err)
+	}
+	out := &capacityv1.GetCapacityResponse{Redirect: resp.Redirect, MasterAddress: resp.Master, Grants: make([]*capacityv1.Grant, len(resp.Grants))}
+	for i, g := range resp.Grants {
+		out.Grants[i] = &capacityv1.Grant{
+			ResourceId: g.Resource, Capacity: g.Capacity, SafeCapacity: g.SafeCapacity,
+			Lease: durationpb.New(g.Lease), RefreshInterval: durationpb.New(g.Refresh),
+		}
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (w wireServer) ReleaseCapacity(ctx context.Context, in *connect.Request[capacityv1.ReleaseCapacityRequest]) (*connect.Response[capacityv1.ReleaseCapacityResponse], error) {
+	resp, err := w.s.Release(ctx, &ReleaseRequest{Client: in.Msg.GetClientId(), Resources: in.Msg.GetResourceIds()})
+	if err != nil {
+		return nil, wireError(err)
+	}
+	return connect.NewResponse(&capacityv1.ReleaseCapacityResponse{Redirect: resp.Redirect, MasterAddress: resp.Master}), nil
+}
+
+func (w wireServer) GetStatus(context.Context, *connect.Request[capacityv1.GetStatusRequest]) (*connect.Response[capacityv1.GetStatusResponse], error) {
+	st := w.s.Status()
+	out := &capacityv1.GetStatusResponse{MasterAddress: st.Leadership.Master, IsMaster: st.Leadership.IsMaster, Term: st.Leadership.Term}
+	for _, r := range st.Resources {
+		out.Resources = append(out.Resources, &capacityv1.ResourceStatus{
+			Id: r.ID, Template: r.Template, Capacity: r.Capacity, Algorithm: r.Algorithm.String(),
+			Learning: r.Learning, Clients: int32(r.Clients), Wants: r.Wants, Held: r.Held,
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// HTTPTransport is the Transport of the wire API: it calls servers served
+// by NewHandler. Addresses are "host:port" (plain HTTP) or URLs
+// ("https://host:port"). The protocol follows the client options: Connect
+// with binary protobuf by default, connect.WithGRPC() for gRPC (HTTP/2
+// needed), connect.WithProtoJSON() for JSON. It is safe for concurrent
+// use.
+type HTTPTransport struct {
+	hc   connect.HTTPClient
+	opts []connect.ClientOption
+
+	mu      sync.Mutex
+	clients map[string]capacityv1connect.CapacityServiceClient
+}
+
+var _ Transport = (*HTTPTransport)(nil)
+
+// NewHTTPTransport returns a transport sending requests with hc (nil
+// means http.DefaultClient).
+func NewHTTPTransport(hc connect.HTTPClient, opts ...connect.ClientOption) *HTTPTransport {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &HTTPTransport{hc: hc, opts: opts, clients: map[string]capacityv1connect.CapacityServiceClient{}}
+}
+
+func (t *HTTPTransport) client(addr string) capacityv1connect.CapacityServiceClient {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.clients[addr]
+	if c == nil {
+		url := addr
+		if !strings.Contains(addr, "://") {
+			url = "http://" + addr
+		}
+		c = capacityv1connect.NewCapacityServiceClient(t.hc, url, t.opts...)
+		t.clients[addr] = c
+	}
+	return c
+}
+
+// clientError maps a wire error back to this package's sentinels.
+func clientError(addr string, err error) error {
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument:
+		return fmt.Errorf("%w: capacity: %s: %v", throttle.ErrInvalid, addr, err)
+	case connect.CodeResourceExhausted:
+		return fmt.Errorf("%w: %s: %v", ErrExhausted, addr, err)
+	}
+	return fmt.Errorf("%w: capacity: %s: %v", throttle.ErrUnavailable, addr, err)
+}
+
+// GetCapacity calls GetCapacity on the server at addr.
+func (t *HTTPTransport) GetCapacity(ctx context.Context, addr string, req *Request) (*Response, error) {
+	m := &capacityv1.GetCapacityRequest{ClientId: req.Client, Resources: make([]*capacityv1.ResourceRequest, len(req.Resources))}
+	for i, r := range req.Resources {
+		m.Resources[i] = &capacityv1.ResourceRequest{ResourceId: r.Resource, Wants: r.Wants, Has: r.Has, Priority: r.Priority, Weight: r.Weight}
+	}
+	out, err := t.client(addr).GetCapacity(ctx, connect.NewRequest(m))
+	if err != nil {
+		return nil, clientError(addr, err)
+	}
+	resp := &Response{Redirect: out.Msg.GetRedirect(), Master: out.Msg.GetMasterAddress(), Grants: make([]Grant, len(out.Msg.GetGrants()))}
+	for i, g := range out.Msg.GetGrants() {
+		resp.Grants[i] = Grant{Resource: g.GetResourceId(), Capacity: g.GetCapacity(), SafeCapacity: g.GetSafeCapacity(), Lease: wireDuration(g.GetLease()), Refresh: wireDuration(g.GetRefreshInterval())}
+	}
+	return resp, nil
+}
+
+// wireDuration converts d, mapping an absent or invalid duration to 0,
+// which the client refuses.
+func wireDuration(d *durationpb.Duration) time.Duration {
+	if d.CheckValid() != nil {
+		return 0
+	}
+	return d.AsDuration()
+}
+
+// Release calls ReleaseCapacity on the server at addr.
+func (t *HTTPTransport) Release(ctx context.Context, addr string, req *ReleaseRequest) (*Response, error) {
+	out, err := t.client(addr).ReleaseCapacity(ctx, connect.NewRequest(&capacityv1.ReleaseCapacityRequest{ClientId: req.Client, ResourceIds: req.Resources}))
+	if err != nil {
+		return nil, clientError(addr, err)
+	}
+	return &Response{Redirect: out.Msg.GetRedirect(), Master: out.Msg.GetMasterAddress()}, nil
+}
