@@ -1,0 +1,237 @@
+package capacity
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/throttletest"
+)
+
+// serveLoopback serves h on 127.0.0.1 with HTTP/1.1 and cleartext HTTP/2
+// and returns the address; the server stops at the end of the test.
+func serveLoopback(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: h, Protocols: &p, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// h2cClient speaks cleartext HTTP/2 only, as gRPC needs.
+func h2cClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}, Timeout: 10 * time.Second}
+}
+
+func warmWireServer(t testing.TB, capacity float64) (*Server, string) {
+	t.Helper()
+	s := laterServer(t, testConfig(capacity))
+	return s, serveLoopback(t, NewHandler(s))
+}
+
+// laterServer returns a server on a clock an hour after its start: past
+// learning, and no lease expires during a test.
+func laterServer(t testing.TB, cfg Config, opts ...ServerOption) *Server {
+	t.Helper()
+	clk := throttletest.NewClock()
+	s, err := NewServer(cfg, append(opts, WithServerClock(clk))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	return s
+}
+
+func TestWireProtocols(t *testing.T) {
+	s, addr := warmWireServer(t, 100)
+	for name, tr := range map[string]*HTTPTransport{
+		"connect": NewHTTPTransport(&http.Client{Timeout: 10 * time.Second}),
+		"json":    NewHTTPTransport(&http.Client{Timeout: 10 * time.Second}, connect.WithProtoJSON()),
+		"grpc":    NewHTTPTransport(h2cClient(), connect.WithGRPC()),
+		"grpcweb": NewHTTPTransport(&http.Client{Timeout: 10 * time.Second}, connect.WithGRPCWeb()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			resp, err := tr.GetCapacity(ctx, addr, &Request{Client: name, Resources: []ResourceRequest{{Resource: "r", Wants: 10, Weight: 2}, {Resource: "other", Wants: 3}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Grants) != 2 || resp.Grants[0].Capacity != 10 || resp.Grants[0].Lease != 20*time.Second || resp.Grants[1].Capacity != 3 || resp.Grants[0].Refresh <= 0 {
+				t.Fatalf("response %+v", resp)
+			}
+			_, err = tr.GetCapacity(ctx, addr, &Request{Client: name, Resources: []ResourceRequest{{Resource: "r", Wants: -1}}})
+			if !errors.Is(err, throttle.ErrInvalid) {
+				t.Fatalf("bad wants: %v", err)
+			}
+			if _, err := tr.Release(ctx, addr, &ReleaseRequest{Client: name, Resources: []string{"r", "other"}}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if st := s.Status(); st.Resources[0].Clients != 0 {
+		t.Fatalf("releases lost: %+v", st)
+	}
+}
+
+func TestWireCurlJSON(t *testing.T) {
+	_, addr := warmWireServer(t, 100)
+	post := func(method, body string) (int, map[string]any) {
+		resp, err := http.Post("http://"+addr+"/throttle.capacity.v1.CapacityService/"+method, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m
+	}
+	code, m := post("GetCapacity", `{"clientId":"c1","resources":[{"resourceId":"r","wants":10}]}`)
+	if code != 200 {
+		t.Fatalf("status %d: %v", code, m)
+	}
+	g := m["grants"].([]any)[0].(map[string]any)
+	if g["capacity"] != 10.0 || g["lease"] != "20s" {
+		t.Fatalf("grant %v", g)
+	}
+	if code, m := post("GetStatus", `{}`); code != 200 || m["isMaster"] != true {
+		t.Fatalf("status %d %v", code, m)
+	}
+	for body, want := range map[string]string{
+		`{"clientId":"","resources":[{"resourceId":"r","wants":1}]}`:      "invalid_argument",
+		`{"clientId":"c","resources":[{"resourceId":"r","wants":"NaN"}]}`: "invalid_argument",
+		`{"clientId":"c","resources":[{"resourceId":"r","wants":-1}]}`:    "invalid_argument",
+		`{"clientId":"c","resources":[{"resourceId":"","wants":1}]}`:      "invalid_argument",
+		`{"clientId":`: "invalid_argument",
+	} {
+		if code, m := post("GetCapacity", body); code != 400 || m["code"] != want {
+			t.Errorf("%s: status %d %v, want %s", body, code, m, want)
+		}
+	}
+	big := `{"clientId":"c","resources":[{"resourceId":"` + strings.Repeat("x", 3*MaxRequestBytes) + `","wants":1}]}`
+	if code, _ := post("GetCapacity", big); code == 200 {
+		t.Error("oversized request accepted")
+	}
+}
+
+func TestWireExhausted(t *testing.T) {
+	s := laterServer(t, testConfig(100), WithMaxClients(1))
+	addr := serveLoopback(t, NewHandler(s))
+	tr := NewHTTPTransport(nil)
+	req := func(c string) *Request {
+		return &Request{Client: c, Resources: []ResourceRequest{{Resource: "r", Wants: 1}}}
+	}
+	if _, err := tr.GetCapacity(context.Background(), addr, req("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.GetCapacity(context.Background(), addr, req("b")); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("full server: %v", err)
+	}
+	if _, err := tr.GetCapacity(context.Background(), "127.0.0.1:1", req("b")); !errors.Is(err, throttle.ErrUnavailable) {
+		t.Fatalf("no server: %v", err)
+	}
+}
+
+// TestWireClient runs a Client over the wire against two replicas, one
+// of which redirects to the other.
+func TestWireClient(t *testing.T) {
+	master, addr := warmWireServer(t, 100)
+	follower, err := NewServer(testConfig(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	reported := make(chan struct{})
+	go func() {
+		defer close(done)
+		follower.Run(ctx, fakeElection{[]Leadership{{Master: addr, Term: 1}}}, "follower")
+	}()
+	go func() { // wait for the report
+		for follower.Status().Leadership.Master != addr {
+			time.Sleep(time.Millisecond)
+		}
+		close(reported)
+	}()
+	<-reported
+	defer func() { cancel(); <-done }()
+	faddr := serveLoopback(t, NewHandler(follower))
+	c, err := NewClient(NewHTTPTransport(h2cClient(), connect.WithGRPC()), []string{faddr}, WithClientID("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Rate("r", 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-r.Changes():
+		if v != 42 {
+			t.Fatalf("capacity %v", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no lease over the wire")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := master.Status(); st.Resources[0].Clients != 0 {
+		t.Fatalf("not released: %+v", st.Resources[0])
+	}
+}
+
+func FuzzHandler(f *testing.F) {
+	f.Add([]byte(`{"clientId":"c1","resources":[{"resourceId":"r","wants":10}]}`), true)
+	f.Add([]byte(`{"clientId":"c1","resources":[{"resourceId":"r","wants":1e308,"has":1e308,"weight":1e300,"priority":-7}]}`), true)
+	f.Add([]byte{0x0a, 0x02, 'c', '1', 0x12, 0x05, 0x0a, 0x01, 'r', 0x11}, false)
+	s := laterServer(f, testConfig(100), WithMaxClients(50), WithMaxResources(20))
+	h := NewHandler(s)
+	f.Fuzz(func(t *testing.T, body []byte, asJSON bool) {
+		ct := "application/proto"
+		if asJSON {
+			ct = "application/json"
+		}
+		req, _ := http.NewRequest("POST", "/throttle.capacity.v1.CapacityService/GetCapacity", bytes.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		w := &recorder{h: http.Header{}}
+		h.ServeHTTP(w, req)
+		if w.code != 0 && w.code != 200 && w.code != 400 && w.code != 429 && w.code != 415 {
+			t.Fatalf("status %d: %s", w.code, w.body.String())
+		}
+		for _, r := range s.Status().Resources {
+			if r.Held > r.Capacity {
+				t.Fatalf("held %v > capacity %v", r.Held, r.Capacity)
+			}
+		}
+	})
+}
+
+type recorder struct {
+	h    http.Header
+	code int
+	body bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.h }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+func (r *recorder) WriteHeader(c int)           { r.code = c }
+
+var _ io.Writer = (*recorder)(nil)
