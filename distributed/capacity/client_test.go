@@ -144,7 +144,7 @@ func TestClientFollowsRedirect(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		go follower.Run(ctx, fakeElection{[]Leadership{{Master: "s1", Term: 1}}}, "s2")
+		go follower.Run(ctx, fakeElection{ls: []Leadership{{Master: "s1", Term: 1}}}, "s2")
 		synctest.Wait()
 		n.Attach("s2", follower)
 		c, err := NewClient(n, []string{"s2"}, WithClientID("a"))

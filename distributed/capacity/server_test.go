@@ -319,11 +319,18 @@ func TestRandomOperationsStayWithinCapacity(t *testing.T) {
 	}
 }
 
-type fakeElection struct{ ls []Leadership }
+// fakeElection reports ls, closes reported (if not nil), and waits.
+type fakeElection struct {
+	ls       []Leadership
+	reported chan struct{}
+}
 
 func (f fakeElection) Campaign(ctx context.Context, _ string, report func(Leadership)) error {
 	for _, l := range f.ls {
 		report(l)
+	}
+	if f.reported != nil {
+		close(f.reported)
 	}
 	<-ctx.Done()
 	return nil
@@ -335,7 +342,7 @@ func TestRedirectAndNewMasterLearns(t *testing.T) {
 		ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 10})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
-		go func() { done <- s.Run(ctx, fakeElection{[]Leadership{{Master: "other:1", Term: 2}}}, "me:1") }()
+		go func() { done <- s.Run(ctx, fakeElection{ls: []Leadership{{Master: "other:1", Term: 2}}}, "me:1") }()
 		synctest.Wait()
 		resp, err := s.GetCapacity(context.Background(), &Request{Client: "a", Resources: []ResourceRequest{{Resource: "r", Wants: 10}}})
 		if err != nil || !resp.Redirect || resp.Master != "other:1" || len(resp.Grants) != 0 {

@@ -36,7 +36,7 @@ const MaxRequestBytes = 1 << 20
 func NewHandler(s *Server, opts ...connect.HandlerOption) http.Handler {
 	mux := http.NewServeMux()
 	path, h := capacityv1connect.NewCapacityServiceHandler(wireServer{s},
-		append([]connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}, opts...)...)
+		append([]connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithCompressMinBytes(4096)}, opts...)...)
 	mux.Handle(path, http.MaxBytesHandler(h, 2*MaxRequestBytes))
 	return mux
 }

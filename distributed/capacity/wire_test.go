@@ -163,13 +163,7 @@ func TestWireClient(t *testing.T) {
 	reported := make(chan struct{})
 	go func() {
 		defer close(done)
-		follower.Run(ctx, fakeElection{[]Leadership{{Master: addr, Term: 1}}}, "follower")
-	}()
-	go func() { // wait for the report
-		for follower.Status().Leadership.Master != addr {
-			time.Sleep(time.Millisecond)
-		}
-		close(reported)
+		follower.Run(ctx, fakeElection{ls: []Leadership{{Master: addr, Term: 1}}, reported: reported}, "follower")
 	}()
 	<-reported
 	defer func() { cancel(); <-done }()
