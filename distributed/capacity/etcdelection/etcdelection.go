@@ -190,9 +190,17 @@ func (e *Election) round(ctx context.Context, address string, rep *reporter) err
 
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{}) // closed when the round's goroutines are done
+	var observed <-chan clientv3.GetResponse
 	defer func() {
+		// Step down before anything else: once the lease is revoked
+		// another replica may be elected at once.
+		if rep.last.IsMaster {
+			rep.set(capacity.Leadership{Term: rep.last.Term})
+		}
 		stop()
 		<-done
+		for range observed { // wait for the observer to end
+		}
 		// Revoking deletes the key: the next replica is elected at once.
 		// If etcd cannot be reached the lease expires by itself.
 		vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 2*time.Second))
@@ -204,7 +212,10 @@ func (e *Election) round(ctx context.Context, address string, rep *reporter) err
 		close(done)
 		return err
 	}
-	observed := concurrency.NewElection(sess, strings.TrimSuffix(e.prefix, "/")).Observe(rctx)
+	election := concurrency.NewElection(sess, strings.TrimSuffix(e.prefix, "/"))
+	observed = election.Observe(rctx)
+	var reobserve <-chan time.Time // restarts a failed observer
+	key := fmt.Sprintf("%s%x", e.prefix, int64(grant.ID))
 
 	renewals := make(chan renewal)
 	won := make(chan elected, 1)
@@ -219,8 +230,6 @@ func (e *Election) round(ctx context.Context, address string, rep *reporter) err
 		e.renewLoop(rctx, grant.ID, renewals)
 		<-wonDone
 		<-sess.Done()
-		for range observed { // wait for the observer to end
-		}
 	}()
 
 	var (
@@ -242,8 +251,6 @@ func (e *Election) round(ctx context.Context, address string, rep *reporter) err
 		select {
 		case <-rctx.Done():
 			return rctx.Err()
-		case <-sess.Done():
-			return errLost
 		case r := <-renewals:
 			if errors.Is(r.err, rpctypes.ErrLeaseNotFound) {
 				return errLost
@@ -260,7 +267,6 @@ func (e *Election) round(ctx context.Context, address string, rep *reporter) err
 				return w.err
 			}
 			isElected, term = true, w.rev
-			key := fmt.Sprintf("%s%x", e.prefix, int64(grant.ID))
 			keyEvents = e.client.Watch(rctx, key, clientv3.WithRev(w.hdrRev+1))
 		case wr, ok := <-keyEvents:
 			if !ok || wr.Err() != nil {
@@ -273,13 +279,15 @@ func (e *Election) round(ctx context.Context, address string, rep *reporter) err
 				}
 			}
 		case o, ok := <-observed:
-			if !ok {
-				observed = nil // etcd failed it; the round ends soon
+			if !ok { // etcd failed it: observe again a little later
+				observed, reobserve = nil, time.After(e.retry)
 				continue
 			}
-			if !isElected && len(o.Kvs) > 0 {
+			if !isElected && len(o.Kvs) > 0 && string(o.Kvs[0].Key) != key {
 				rep.set(capacity.Leadership{Master: string(o.Kvs[0].Value), Term: o.Kvs[0].CreateRevision})
 			}
+		case <-reobserve:
+			observed, reobserve = election.Observe(rctx), nil
 		case <-timer.C:
 		}
 	}
