@@ -380,3 +380,42 @@ func TestEtcdKilledAndRestarted(t *testing.T) {
 	}
 	checkOneMaster(t, rs...)
 }
+
+// The master's key deleted by hand: it steps down at once, the other
+// replica takes over in a higher term, and the old master campaigns again.
+// Both learn of the deletion from their watches, so the old master may
+// still claim the older term for the time its watch takes: the term
+// fences it (no lease margin can, as no lease expired).
+func TestMasterKeyDeleted(t *testing.T) {
+	srv := etcdtest.Start(t)
+	rs := []*replica{
+		startReplica(t, srv.Endpoints[0], "10.0.0.1:7000"),
+		startReplica(t, srv.Endpoints[0], "10.0.0.2:7000"),
+	}
+	m := waitAgreed(t, 5*time.Second, rs...)
+	term := m.last().Term
+
+	admin := newClient(t, srv.Endpoints[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	g, err := admin.Get(ctx, "/test/"+t.Name()+"/", clientv3.WithFirstCreate()...)
+	if err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Value) != m.addr {
+		t.Fatalf("master key: %v %v", g, err)
+	}
+	t0 := time.Now()
+	if _, err := admin.Delete(ctx, string(g.Kvs[0].Key)); err != nil {
+		t.Fatal(err)
+	}
+	down := waitFor(t, time.Second, "step-down", func() bool { return !m.last().IsMaster })
+	m2 := waitAgreed(t, 2*time.Second, rs...)
+	t.Logf("key deleted at 0: master stepped down at %v, %s master in term %d (was %d) at %v",
+		down.Sub(t0).Round(time.Millisecond), m2.addr, m2.last().Term, term, time.Since(t0).Round(time.Millisecond))
+	if m2 == m || m2.last().Term <= term {
+		t.Errorf("after the deletion: master %s term %d; before %s term %d", m2.addr, m2.last().Term, m.addr, term)
+	}
+	up, _ := m2.firstAfter(t0, func(l capacity.Leadership) bool { return l.IsMaster })
+	t.Logf("overlap of the old term %d and the new term %d: %v", term, m2.last().Term, max(down.Sub(up), 0))
+	if down.Sub(up) > 500*time.Millisecond {
+		t.Errorf("old master stepped down %v after the new one took over", down.Sub(up))
+	}
+}
