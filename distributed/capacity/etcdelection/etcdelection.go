@@ -118,9 +118,10 @@ func New(client *clientv3.Client, prefix string, opts ...Option) (*Election, err
 var errLost = errors.New("etcdelection: lease or key lost")
 
 // Campaign takes part in the election under address until ctx is done,
-// calling report on every change of leadership, never concurrently. While
-// etcd cannot be reached it keeps trying. Before it returns it gives up
-// mastership (reporting so) and revokes its lease, so that another
+// calling report on every change of leadership, never concurrently, from
+// its own goroutine: report must return quickly, as renewals wait for it.
+// While etcd cannot be reached it keeps trying. Before it returns it gives
+// up mastership (reporting so) and revokes its lease, so that another
 // replica is elected at once. It returns ctx's error, or an error wrapping
 // throttle.ErrInvalid for an empty address.
 func (e *Election) Campaign(ctx context.Context, address string, report func(capacity.Leadership)) error {
