@@ -1,0 +1,5 @@
+module github.com/throttlekit/throttle/distributed/capacity
+
+go 1.25.0
+
+replace github.com/throttlekit/throttle => ../..
