@@ -21,12 +21,9 @@
 package throttleprom
 
 import (
-	"errors"
-	"sync"
-	"sync/atomic"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/obskit"
 )
 
 var (
@@ -58,15 +55,13 @@ type Observer struct {
 	breaker   *prometheus.GaugeVec
 	warnings  *prometheus.CounterVec
 
-	byName atomic.Pointer[map[string]*series] // copied on write
-	mu     sync.Mutex                         // serializes writers of byName
+	byName *obskit.Cache[*series]
 }
 
 // series are one limiter's metrics, resolved once.
 type series struct {
-	allowed, denied, errored     prometheus.Counter
-	fbAllowed, fbDenied, warning prometheus.Counter
-	breaker                      prometheus.Gauge
+	count   [obskit.NumOutcomes]prometheus.Counter // nil for the breaker outcomes
+	breaker prometheus.Gauge
 }
 
 // New returns an Observer; register it with a prometheus.Registerer.
@@ -88,66 +83,30 @@ func New(opts ...Option) *Observer {
 		warnings: prometheus.NewCounterVec(prometheus.CounterOpts(opt("warnings_total",
 			"Conditions an operator should see (an unsafe backend, a rejected reload).")), []string{"limiter"}),
 	}
-	o.byName.Store(&map[string]*series{})
+	o.byName = obskit.NewCache(func(name string) *series {
+		s := &series{breaker: o.breaker.WithLabelValues(name)}
+		s.count[obskit.Allowed] = o.decisions.WithLabelValues(name, "allowed")
+		s.count[obskit.Denied] = o.decisions.WithLabelValues(name, "denied")
+		s.count[obskit.Errored] = o.decisions.WithLabelValues(name, "error")
+		s.count[obskit.FallbackAllowed] = o.fallbacks.WithLabelValues(name, "allowed")
+		s.count[obskit.FallbackDenied] = o.fallbacks.WithLabelValues(name, "denied")
+		s.count[obskit.Warning] = o.warnings.WithLabelValues(name)
+		return s
+	})
 	return o
-}
-
-func (o *Observer) series(name string) *series {
-	if s := (*o.byName.Load())[name]; s != nil {
-		return s
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	old := *o.byName.Load()
-	if s := old[name]; s != nil {
-		return s
-	}
-	s := &series{
-		allowed:   o.decisions.WithLabelValues(name, "allowed"),
-		denied:    o.decisions.WithLabelValues(name, "denied"),
-		errored:   o.decisions.WithLabelValues(name, "error"),
-		fbAllowed: o.fallbacks.WithLabelValues(name, "allowed"),
-		fbDenied:  o.fallbacks.WithLabelValues(name, "denied"),
-		warning:   o.warnings.WithLabelValues(name),
-		breaker:   o.breaker.WithLabelValues(name),
-	}
-	next := make(map[string]*series, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[name] = s
-	o.byName.Store(&next)
-	return s
 }
 
 // Observe counts e.
 func (o *Observer) Observe(e throttle.Event) {
-	s := o.series(e.Limiter)
-	switch e.Kind {
-	case throttle.EventDecision:
-		if e.Decision.Allowed {
-			s.allowed.Inc()
-		} else {
-			s.denied.Inc()
-		}
-	case throttle.EventError:
-		if errors.Is(e.Err, throttle.ErrDenied) {
-			s.denied.Inc()
-		} else {
-			s.errored.Inc()
-		}
-	case throttle.EventFallback:
-		if e.Decision.Allowed {
-			s.fbAllowed.Inc()
-		} else {
-			s.fbDenied.Inc()
-		}
-	case throttle.EventBreakerOpen:
+	s := o.byName.Get(e.Limiter)
+	switch out := obskit.Of(e); out {
+	case obskit.None:
+	case obskit.BreakerOpen:
 		s.breaker.Set(1)
-	case throttle.EventBreakerClosed:
+	case obskit.BreakerClosed:
 		s.breaker.Set(0)
-	case throttle.EventWarning:
-		s.warning.Inc()
+	default:
+		s.count[out].Inc()
 	}
 }
 
