@@ -478,3 +478,55 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("Watch(0): %v", err)
 	}
 }
+
+// A window limiter with SetLimit is adjusted in place when only the limit
+// changes, and rebuilt when the window changes.
+func TestReloadSetLimit(t *testing.T) {
+	built := 0
+	factory := func(_ string, lim rules.Limit) (throttle.Limiter, error) {
+		built++
+		return &settable{limit: lim.Count}, nil
+	}
+	doc := func(limit int, window string) *rules.Config {
+		c, err := rules.Parse([]byte(fmt.Sprintf(`{"default": {"limit": %d, "window": %q}}`, limit, window)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	l, err := rules.New(doc(5, "1m"), rules.WithFactory(factory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Update(doc(7, "1m")); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Allow(ctx, "k", 1); d.Limit != 7 || built != 1 {
+		t.Fatalf("after SetLimit: %+v, built %d", d, built)
+	}
+	if err := l.Update(doc(7, "1h")); err != nil {
+		t.Fatal(err)
+	}
+	if built != 2 {
+		t.Fatalf("a new window did not rebuild: built %d", built)
+	}
+}
+
+type settable struct {
+	mu    sync.Mutex
+	limit int
+}
+
+func (s *settable) Allow(context.Context, string, int) (throttle.Decision, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return throttle.Decision{Allowed: true, Limit: s.limit}, nil
+}
+
+func (s *settable) SetLimit(n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = n
+	return nil
+}
