@@ -19,4 +19,7 @@ var (
 	// ErrLimited is returned by functions made with Wrap when the call was
 	// throttled instead of run.
 	ErrLimited = errors.New("throttle: rate limited")
+	// ErrDenied reports a key that is refused outright (a deny list), not
+	// limited: no amount of waiting admits it.
+	ErrDenied = errors.New("throttle: key denied")
 )

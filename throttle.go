@@ -17,7 +17,10 @@ package throttle
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
+
+	"github.com/throttlekit/throttle/internal/bridge"
 )
 
 // Limiter decides whether n units of work for key may proceed now.
@@ -70,7 +73,9 @@ type Reserver interface {
 
 // Reservation is capacity booked by a Reserver.
 //
-// The zero value is a reservation that was not granted.
+// The zero value is a reservation that was not granted. A Reservation may
+// be copied; all copies share one booking, so the capacity is given back at
+// most once, whichever copy calls Cancel and from however many goroutines.
 type Reservation struct {
 	// OK reports whether capacity was booked.
 	OK bool
@@ -81,24 +86,31 @@ type Reservation struct {
 	// Limit is the capacity of the limiter that made the reservation.
 	Limit int
 
-	cancel func()
+	b *booking // nil when there is nothing to give back
 }
 
-// NewReservation returns a granted reservation that must be honoured after
-// delay. cancel, which may be nil, returns the booked capacity to the
-// limiter; Cancel calls it at most once. It is meant for implementers of
-// Reserver.
-func NewReservation(delay time.Duration, limit int, cancel func()) Reservation {
-	return Reservation{OK: true, Delay: delay, Limit: limit, cancel: cancel}
+type booking struct {
+	cancel func()
+	done   atomic.Bool
+}
+
+func init() {
+	bridge.NewReservation = func(delay time.Duration, limit int, cancel func()) Reservation {
+		r := Reservation{OK: true, Delay: delay, Limit: limit}
+		if cancel != nil {
+			r.b = &booking{cancel: cancel}
+		}
+		return r
+	}
 }
 
 // Cancel gives the booked capacity back to the limiter, as far as the
 // limiter can still take it back (capacity booked behind this reservation
 // is not moved earlier). Call it when the reserved work will not be done.
-// Cancel on a reservation that was not granted does nothing.
-func (r *Reservation) Cancel() {
-	if c := r.cancel; c != nil {
-		r.cancel = nil
-		c()
+// Cancel on a reservation that was not granted, or a second time, does
+// nothing.
+func (r Reservation) Cancel() {
+	if b := r.b; b != nil && b.done.CompareAndSwap(false, true) {
+		b.cancel()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // spacer admits one unit every interval (burst 1) on the real clock, which
@@ -21,7 +22,7 @@ type spacer struct {
 }
 
 func (s *spacer) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
-	if err := throttle.CheckN(n, 1); err != nil {
+	if err := limiterkit.CheckN(n, 1); err != nil {
 		return throttle.Decision{}, err
 	}
 	s.mu.Lock()
@@ -37,7 +38,7 @@ func (s *spacer) Allow(_ context.Context, _ string, n int) (throttle.Decision, e
 type reservingSpacer struct{ spacer }
 
 func (s *reservingSpacer) Reserve(_ context.Context, _ string, n int, maxWait time.Duration) (throttle.Reservation, error) {
-	if err := throttle.CheckN(n, 1); err != nil {
+	if err := limiterkit.CheckN(n, 1); err != nil {
 		return throttle.Reservation{}, err
 	}
 	s.mu.Lock()
@@ -52,7 +53,7 @@ func (s *reservingSpacer) Reserve(_ context.Context, _ string, n int, maxWait ti
 		return throttle.Reservation{Delay: d - maxWait}, nil
 	}
 	s.next = at.Add(s.interval)
-	return throttle.NewReservation(at.Sub(now), 1, func() {
+	return limiterkit.NewReservation(at.Sub(now), 1, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.next.Equal(at.Add(s.interval)) {

@@ -49,7 +49,9 @@ func (e *LimitedError) Unwrap() error { return ErrLimited }
 // (default 1) under key. When denied, the call returns the zero T and a
 // *LimitedError (errors.Is(err, ErrLimited)); with Blocking it waits for
 // capacity instead. Errors from l are returned as they are and f is not
-// run. The returned function is safe for concurrent use if l and f are.
+// run. When l is a Holder (a concurrency limit), the units are held while f
+// runs and given back when it returns or panics. The returned function is
+// safe for concurrent use if l and f are.
 func Wrap[T any](l Limiter, key string, f func(context.Context) (T, error), opts ...WrapOption) func(context.Context) (T, error) {
 	c := wrapConfig{cost: 1, key: func(context.Context) string { return key }}
 	for _, o := range opts {
@@ -59,15 +61,24 @@ func Wrap[T any](l Limiter, key string, f func(context.Context) (T, error), opts
 		var zero T
 		k := c.key(ctx)
 		if c.wait {
+			if h, ok := l.(Holder); ok {
+				release, err := h.Hold(ctx, k, c.cost)
+				if err != nil {
+					return zero, err
+				}
+				defer release()
+				return f(ctx)
+			}
 			if err := Wait(ctx, l, k, c.cost, c.waitOpts...); err != nil {
 				return zero, err
 			}
 			return f(ctx)
 		}
-		d, err := l.Allow(ctx, k, c.cost)
+		d, release, err := Acquire(ctx, l, k, c.cost)
 		if err != nil {
 			return zero, err
 		}
+		defer release()
 		if !d.Allowed {
 			return zero, &LimitedError{Key: k, Decision: d}
 		}

@@ -20,6 +20,7 @@ import (
 	xrate "golang.org/x/time/rate"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // errUnweighted is returned by adapters of peers that cannot charge n > 1.
@@ -27,7 +28,7 @@ var errUnweighted = errors.New("peer cannot charge more than one unit per call")
 
 // maxKeys is the bound on tracked keys given to peers that take one, the
 // same as this module's default.
-const maxKeys = throttle.DefaultMaxKeys
+const maxKeys = limiterkit.DefaultMaxKeys
 
 // peers are the other libraries, each adapted to throttle.Limiter as
 // thinly as their API allows.

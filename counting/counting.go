@@ -43,6 +43,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/keyed"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 var (
@@ -91,7 +92,7 @@ func (s *Semaphore) TryAcquire(n int) bool {
 // already done), throttle.ErrInvalid (n <= 0) or throttle.ErrExceedsLimit
 // (n above the limit, or above a limit lowered while waiting).
 func (s *Semaphore) Acquire(ctx context.Context, n int) (release func(), err error) {
-	if err := throttle.CheckN(n, int(s.limit.Load())); err != nil {
+	if err := limiterkit.CheckN(n, int(s.limit.Load())); err != nil {
 		return nil, err
 	}
 	if err := s.s.acquire(ctx, uint64(n), &s.limit, nil); err != nil {
@@ -122,7 +123,7 @@ func (s *Semaphore) Allow(_ context.Context, _ string, n int) (throttle.Decision
 // throttle.ErrInvalid (n <= 0) or throttle.ErrExceedsLimit (n > limit).
 func (s *Semaphore) AllowN(n int) (throttle.Decision, error) {
 	lim := s.limit.Load()
-	if err := throttle.CheckN(n, int(lim)); err != nil {
+	if err := limiterkit.CheckN(n, int(lim)); err != nil {
 		return throttle.Decision{}, err
 	}
 	ok, cur, _ := s.s.tryAcquire(uint64(n), uint64(lim))
@@ -200,7 +201,7 @@ func New(limit int, opts ...throttle.Option) (*Limiter, error) {
 	if err := checkLimit(limit); err != nil {
 		return nil, err
 	}
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -214,34 +215,21 @@ func (l *Limiter) check(key string, n int) (lim int64, err error) {
 		return 0, err
 	}
 	lim = l.limit.Load()
-	return lim, throttle.CheckN(n, int(lim))
+	return lim, limiterkit.CheckN(n, int(lim))
 }
 
 // Allow takes n units for key if they are free and nobody is waiting for
-// key in Acquire, without blocking: Allowed says whether it did (give them
-// back with Release), Remaining how many units are free for key.
-// RetryAfter and ResetAfter are 0: capacity comes back by release, not by
-// time. Errors wrap throttle.ErrInvalid (n <= 0, empty or oversized key),
-// throttle.ErrExceedsLimit (n > limit) or throttle.ErrClosed.
+// key in Acquire, without blocking: Allowed says whether it did, Remaining
+// how many units are free for key. The units stay held until Release:
+// code that sees the limiter only as a throttle.Limiter cannot give them
+// back, so generic code should use TryHold (throttle.Acquire, Wrap and the
+// HTTP middleware do). RetryAfter and ResetAfter are 0: capacity comes
+// back by release, not by time. Errors wrap throttle.ErrInvalid (n <= 0,
+// empty or oversized key), throttle.ErrExceedsLimit (n > limit) or
+// throttle.ErrClosed.
 func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
-	lim, err := l.check(key, n)
-	if err != nil {
-		return throttle.Decision{}, err
-	}
-	for {
-		s := l.m.Get(key, 0) // counting states ignore time
-		ok, cur, isDead := s.tryAcquire(uint64(n), uint64(lim))
-		if isDead {
-			continue
-		}
-		d := throttle.Decision{Allowed: ok, Limit: int(lim)}
-		if ok {
-			d.Remaining = int(max(lim-int64(cur), 0))
-		} else {
-			d.Remaining = remaining(s.word.Load(), uint64(lim))
-		}
-		return d, nil
-	}
+	d, _, err := l.try(key, n)
+	return d, err
 }
 
 // Acquire takes n units for key, waiting until they are free and every

@@ -65,6 +65,7 @@ import (
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
 	"github.com/throttlekit/throttle/internal/window"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Bounds of the constructor arguments.
@@ -202,7 +203,7 @@ func (c *config) full(w, now int64) bool {
 
 func (c *config) checkN(n int) error {
 	if n <= 0 || int64(n) > c.limit {
-		return throttle.CheckN(n, int(c.limit))
+		return limiterkit.CheckN(n, int(c.limit))
 	}
 	return nil
 }
@@ -236,7 +237,7 @@ func NewAnchoredWindow(limit int, window time.Duration, opts ...throttle.Option)
 }
 
 func newWindow(limit int, w time.Duration, anchored bool, opts []throttle.Option) (*Window, error) {
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +327,7 @@ func NewAnchored(limit int, window time.Duration, opts ...throttle.Option) (*Lim
 }
 
 func newLimiter(limit int, w time.Duration, anchored bool, opts []throttle.Option) (*Limiter, error) {
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		return nil, err
 	}

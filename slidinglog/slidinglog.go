@@ -71,6 +71,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 var (
@@ -95,7 +96,7 @@ func NewLog(limit int, window time.Duration, opts ...throttle.Option) (*Log, err
 	if err != nil {
 		return nil, err
 	}
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func (l *Log) Allow(_ context.Context, _ string, n int) (throttle.Decision, erro
 // never blocks. Errors wrap throttle.ErrInvalid (n <= 0) or
 // throttle.ErrExceedsLimit (n > limit).
 func (l *Log) AllowN(n int) (throttle.Decision, error) {
-	if err := throttle.CheckN(n, int(l.p.limit)); err != nil {
+	if err := limiterkit.CheckN(n, int(l.p.limit)); err != nil {
 		return throttle.Decision{}, err
 	}
 	now := l.clk.Now()
@@ -170,7 +171,7 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 	if err != nil {
 		return nil, err
 	}
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +186,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	if err := l.m.Check(key); err != nil {
 		return throttle.Decision{}, err
 	}
-	if err := throttle.CheckN(n, int(l.p.limit)); err != nil {
+	if err := limiterkit.CheckN(n, int(l.p.limit)); err != nil {
 		return throttle.Decision{}, err
 	}
 	now := l.m.Now()

@@ -86,6 +86,7 @@ import (
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
 	"github.com/throttlekit/throttle/internal/window"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Bounds of the constructor arguments.
@@ -147,7 +148,7 @@ func newConfig(limit int, w time.Duration, slots int) (*config, error) {
 
 func (c *config) checkN(n int) error {
 	if n <= 0 || int64(n) > c.limit {
-		return throttle.CheckN(n, int(c.limit))
+		return limiterkit.CheckN(n, int(c.limit))
 	}
 	return nil
 }
@@ -395,7 +396,7 @@ func NewSlottedWindow(limit int, window time.Duration, slots int, opts ...thrott
 }
 
 func newWindow(limit int, w time.Duration, slots int, opts []throttle.Option) (*Window, error) {
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +518,7 @@ func NewSlotted(limit int, window time.Duration, slots int, opts ...throttle.Opt
 }
 
 func newLimiter(limit int, w time.Duration, slots int, opts []throttle.Option) (*Limiter, error) {
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		return nil, err
 	}

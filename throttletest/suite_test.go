@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -26,10 +27,10 @@ type model struct {
 
 func (m *model) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
 	if m.flaw != "no-validation" {
-		if err := throttle.CheckN(n, m.burst); err != nil {
+		if err := limiterkit.CheckN(n, m.burst); err != nil {
 			return throttle.Decision{}, err
 		}
-		if key == "" || len(key) > throttle.DefaultMaxKeyLen {
+		if key == "" || len(key) > limiterkit.DefaultMaxKeyLen {
 			return throttle.Decision{}, throttle.ErrInvalid
 		}
 	}

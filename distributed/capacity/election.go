@@ -22,11 +22,10 @@ type Solo struct{}
 
 var _ Election = Solo{}
 
-// Campaign reports mastership of address at once, holds it until ctx is
-// done, then reports that it gave it up and returns nil.
+// Campaign reports address as the master in term 1 and waits for ctx to
+// be done; it returns ctx's error.
 func (Solo) Campaign(ctx context.Context, address string, report func(Leadership)) error {
 	report(Leadership{Master: address, IsMaster: true, Term: 1})
 	<-ctx.Done()
-	report(Leadership{Term: 1})
-	return nil
+	return ctx.Err()
 }

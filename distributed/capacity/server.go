@@ -214,12 +214,13 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 // Run takes part in election e under address until ctx is done, serving
 // only while master: a server that is not answers every request with a
 // redirect to the master. On becoming master it forgets all state and
-// starts learning. Call Run before serving requests.
+// starts learning; when Run returns it is no longer the master. Call Run
+// before serving requests: until then the server acts as master.
 func (s *Server) Run(ctx context.Context, e Election, address string) error {
 	s.mu.Lock()
 	s.lead = Leadership{}
 	s.mu.Unlock()
-	return e.Campaign(ctx, address, func(l Leadership) {
+	err := e.Campaign(ctx, address, func(l Leadership) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if l.IsMaster && (!s.lead.IsMaster || l.Term != s.lead.Term) {
@@ -228,6 +229,11 @@ func (s *Server) Run(ctx context.Context, e Election, address string) error {
 		}
 		s.lead = l
 	})
+	// Campaign gave mastership up before returning.
+	s.mu.Lock()
+	s.lead = Leadership{}
+	s.mu.Unlock()
+	return err
 }
 
 // SetConfig replaces the configuration. Each resource takes its new

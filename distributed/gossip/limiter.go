@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
@@ -115,7 +116,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	if len(key) > MaxKeyLen {
 		return throttle.Decision{}, fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), MaxKeyLen)
 	}
-	if err := throttle.CheckN(n, l.burst); err != nil {
+	if err := limiterkit.CheckN(n, l.burst); err != nil {
 		return throttle.Decision{}, err
 	}
 	e := l.table.pin(key)

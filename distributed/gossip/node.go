@@ -13,6 +13,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Defaults and bounds of Config.
@@ -100,7 +101,7 @@ type stats struct {
 // is not usable: create nodes with NewNode.
 type Node struct {
 	cfg         Config
-	settings    throttle.Settings
+	settings    limiterkit.Settings
 	clk         clock.Source
 	id          string
 	incarnation uint64
@@ -149,7 +150,7 @@ type peer struct {
 // opts set the clock and the bounds on keys for every limiter of the node.
 // Errors wrap throttle.ErrInvalid.
 func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		return nil, err
 	}

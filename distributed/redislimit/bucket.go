@@ -9,6 +9,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/gcra"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Bucket is a token bucket shared through Redis, run as GCRA: the state of
@@ -144,7 +145,7 @@ func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Du
 	r, err := b.take(ctx, key, cost, limit)
 	if err != nil {
 		if b.policy == FailOpen && errorsIsUnavailable(err) {
-			return throttle.NewReservation(0, b.limit, nil), nil
+			return limiterkit.NewReservation(0, b.limit, nil), nil
 		}
 		return throttle.Reservation{Limit: b.limit}, err
 	}
@@ -154,7 +155,7 @@ func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Du
 	}
 	booked, _ := r[2].(string)
 	delay := time.Duration(max(debt-b.cfg.Tau, 0))
-	return throttle.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
+	return limiterkit.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
 }
 
 // refund gives a booking back (best effort, bounded by the timeout).

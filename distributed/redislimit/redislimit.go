@@ -12,6 +12,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Defaults of the options.
@@ -139,7 +140,7 @@ type core struct {
 	client    redis.UniversalClient
 	prefix    string // prefix + algorithm + ":"
 	limit     int
-	settings  throttle.Settings
+	settings  limiterkit.Settings
 	clk       clock.Source
 	virtual   bool
 	ttlFloor  string
@@ -171,7 +172,7 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 		}
 		o(&cfg)
 	}
-	s, err := throttle.NewSettings(cfg.throttle...)
+	s, err := limiterkit.NewSettings(cfg.throttle...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -237,7 +238,7 @@ func (c *core) check(key string, n int) error {
 	if err := c.settings.CheckKey(key); err != nil {
 		return err
 	}
-	return throttle.CheckN(n, c.limit)
+	return limiterkit.CheckN(n, c.limit)
 }
 
 // now returns the reference instant of a call and the mode argument: an

@@ -8,6 +8,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 const cacheLine = 64
@@ -28,7 +29,7 @@ type Single struct {
 // Init makes b a full bucket. It must be called once, before any other
 // method; on an uninitialized Single, the methods fail with ErrInvalid.
 func (b *Single) Init(rate throttle.Rate, burst int, opts ...throttle.Option) error {
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		return err
 	}
@@ -58,7 +59,7 @@ func (b *Single) AllowN(n int) (d throttle.Decision, err error) {
 		return d, errZero
 	}
 	if n <= 0 || n > c.Burst {
-		return d, throttle.CheckN(n, c.Burst)
+		return d, limiterkit.CheckN(n, c.Burst)
 	}
 	now := b.clk.Now()
 	cost := int64(n) * c.Interval
@@ -73,7 +74,7 @@ func (b *Single) Reserve(n int, maxWait time.Duration) (throttle.Reservation, er
 	if c == nil {
 		return throttle.Reservation{}, errZero
 	}
-	if err := throttle.CheckN(n, c.Burst); err != nil {
+	if err := limiterkit.CheckN(n, c.Burst); err != nil {
 		return throttle.Reservation{}, err
 	}
 	if maxWait < 0 {
@@ -174,7 +175,7 @@ func reserve(st *State, c *Config, now int64, n int, maxWait time.Duration) (thr
 	case !ok:
 		return throttle.Reservation{Delay: time.Duration(max(tat, now) + cost - now - limit), Limit: c.Burst}, true
 	}
-	return throttle.NewReservation(time.Duration(max(tat-c.Tau-now, 0)), c.Burst, func() { st.Refund(tat, cost) }), true
+	return limiterkit.NewReservation(time.Duration(max(tat-c.Tau-now, 0)), c.Burst, func() { st.Refund(tat, cost) }), true
 }
 
 // Keyed is a set of buckets, one per key, sharing one configuration.
@@ -187,7 +188,7 @@ type Keyed struct {
 // Init makes l an empty keyed limiter (every key starts full). It must be
 // called once, before any other method.
 func (l *Keyed) Init(rate throttle.Rate, burst int, opts ...throttle.Option) error {
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		return err
 	}
@@ -220,7 +221,7 @@ func (l *Keyed) Allow(key string, n int) (d throttle.Decision, err error) {
 	}
 	c := l.cfg.Load()
 	if n <= 0 || n > c.Burst {
-		return d, throttle.CheckN(n, c.Burst)
+		return d, limiterkit.CheckN(n, c.Burst)
 	}
 	now := l.m.Now()
 	cost := int64(n) * c.Interval
@@ -239,7 +240,7 @@ func (l *Keyed) Reserve(key string, n int, maxWait time.Duration) (throttle.Rese
 		return throttle.Reservation{}, err
 	}
 	c := l.cfg.Load()
-	if err := throttle.CheckN(n, c.Burst); err != nil {
+	if err := limiterkit.CheckN(n, c.Burst); err != nil {
 		return throttle.Reservation{}, err
 	}
 	if maxWait < 0 {

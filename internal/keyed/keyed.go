@@ -33,6 +33,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // RetireMargin is how long a state must have been full before the map drops
@@ -140,7 +141,7 @@ type Map[S any, P interface {
 	State
 }] struct {
 	clk       clock.Source
-	set       throttle.Settings
+	set       limiterkit.Settings
 	seed      maphash.Seed
 	shards    []shard[S]
 	mask      uint64
@@ -158,7 +159,7 @@ type Map[S any, P interface {
 func New[S any, P interface {
 	*S
 	State
-}](s throttle.Settings) *Map[S, P] {
+}](s limiterkit.Settings) *Map[S, P] {
 	n := 1
 	for n < maxShards && n*2*64 <= s.MaxKeys {
 		n *= 2

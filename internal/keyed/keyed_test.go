@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -56,7 +57,7 @@ func newMap[S any, P interface {
 	*S
 	State
 }](t testing.TB, opts ...throttle.Option) *Map[S, P] {
-	s, err := throttle.NewSettings(opts...)
+	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

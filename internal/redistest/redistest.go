@@ -12,7 +12,6 @@ package redistest
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +24,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 // Environment variables read by Start and StartCluster.
@@ -49,21 +50,18 @@ type Server struct {
 	dir   string
 	extra []string
 	conf  string // a sentinel's configuration file; empty for a server
+	// confText is written to conf before every start attempt.
+	confText string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	out    *bytes.Buffer
-	exited chan struct{}
+	mu   sync.Mutex
+	proc *testproc.Proc // nil while stopped
 }
 
 // unavailable skips t, or fails it when THROTTLE_REQUIRE_REDIS=1.
 func unavailable(t testing.TB, why string) {
 	t.Helper()
-	msg := "redis unavailable: " + why + " (install the redis-server package, or set " + EnvAddr + "=host:port)"
-	if os.Getenv(EnvRequire) == "1" {
-		t.Fatal(msg + "; " + EnvRequire + "=1 forbids skipping")
-	}
-	t.Skip(msg)
+	testproc.Unavailable(t, EnvRequire,
+		"redis unavailable: "+why+" (install the redis-server package, or set "+EnvAddr+"=host:port)")
 }
 
 // Start returns a running standalone server for t: the external one named
@@ -84,19 +82,31 @@ func Start(t testing.TB, extra ...string) *Server {
 		unavailable(t, "redis-server not found in PATH")
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), extra: extra}
-	var last error
-	for range 5 { // a free port may be taken between probe and bind
-		if s.port, err = freePort(false); err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-		if last = s.start(); last == nil {
-			t.Cleanup(s.Kill)
-			return s
-		}
+	if err := s.startOnFreePort(0); err != nil {
+		t.Fatalf("redistest: %v", err)
 	}
-	t.Fatalf("redistest: %v", last)
-	return nil
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// startOnFreePort starts the server on a free port (and port+offset free
+// too, with offset > 0), trying again when the port was taken between
+// probe and bind.
+func (s *Server) startOnFreePort(offset int) error {
+	return testproc.Retry(5, func() error {
+		port, err := testproc.FreePort(offset)
+		if err != nil {
+			return err
+		}
+		s.port, s.Addr = port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if s.conf != "" && s.confText != "" {
+			// Sentinel rewrites its file: write it afresh for every try.
+			if err := os.WriteFile(s.conf, []byte(s.confText), 0o600); err != nil {
+				return err
+			}
+		}
+		return s.start()
+	})
 }
 
 // StartSentinel starts a Redis Sentinel on a free loopback port that
@@ -107,26 +117,13 @@ func StartSentinel(t testing.TB, master *Server, name string) *Server {
 	master.NeedOwn(t)
 	s := &Server{t: t, bin: master.bin, dir: t.TempDir()}
 	s.conf = filepath.Join(s.dir, "sentinel.conf")
-	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
+	s.confText = fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
 		name, master.port, name)
-	var last error
-	for range 5 { // a free port may be taken between probe and bind
-		port, err := freePort(false)
-		if err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		// Sentinel rewrites its file: write it afresh for every try.
-		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		s.port, s.Addr = port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if last = s.start(); last == nil {
-			t.Cleanup(s.Kill)
-			return s
-		}
+	if err := s.startOnFreePort(0); err != nil {
+		t.Fatalf("redistest: sentinel: %v", err)
 	}
-	t.Fatalf("redistest: sentinel: %v", last)
-	return nil
+	t.Cleanup(s.Kill)
+	return s
 }
 
 // ErrNoServer is returned by StartServer when redis-server is not
@@ -134,7 +131,7 @@ func StartSentinel(t testing.TB, master *Server, name string) *Server {
 var ErrNoServer = errors.New("redistest: redis unavailable: install the redis-server package, or set " + EnvAddr + "=host:port")
 
 // Required reports whether THROTTLE_REQUIRE_REDIS=1 forbids skipping.
-func Required() bool { return os.Getenv(EnvRequire) == "1" }
+func Required() bool { return testproc.Required(EnvRequire) }
 
 // StartServer is Start outside of a test, for TestMain (and the examples
 // it serves): it returns the external server or a fresh redis-server,
@@ -155,18 +152,11 @@ func StartServer() (*Server, error) {
 		return nil, err
 	}
 	s := &Server{bin: bin, dir: dir}
-	var last error
-	for range 5 {
-		if s.port, err = freePort(false); err != nil {
-			return nil, err
-		}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-		if last = s.start(); last == nil {
-			return s, nil
-		}
+	if err := s.startOnFreePort(0); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	os.RemoveAll(dir)
-	return nil, last
+	return s, nil
 }
 
 // External reports whether the server was not started by this package
@@ -193,25 +183,15 @@ func (s *Server) args() []string {
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
+	if s.proc != nil {
 		return errors.New("server already running")
 	}
-	cmd := exec.Command(s.bin, s.args()...)
-	out := new(bytes.Buffer)
-	cmd.Stdout, cmd.Stderr = &lockedWriter{w: out}, &lockedWriter{w: out}
-	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
+	p, err := testproc.Start(exec.Command(s.bin, s.args()...), startTimeout,
+		func() error { return Ping(s.Addr, 500*time.Millisecond) })
+	if err != nil {
+		return fmt.Errorf("redis-server %s: %w", s.Addr, err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	if err := waitPingOrExit(s.Addr, startTimeout, exited); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("redis-server %s: %v; output:\n%s", s.Addr, err, out.String())
-	}
-	s.cmd, s.out = cmd, out
-	s.exited = exited
+	s.proc = p
 	return nil
 }
 
@@ -221,12 +201,11 @@ func (s *Server) start() error {
 func (s *Server) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-	s.cmd = nil
+	s.proc.Kill()
+	s.proc = nil
 }
 
 // Close kills a server made by StartServer and removes its directory.
@@ -243,15 +222,9 @@ func (s *Server) Restart(t testing.TB) {
 	if s.External() {
 		t.Skip("cannot restart the external server " + s.Addr)
 	}
-	var err error
-	deadline := time.Now().Add(startTimeout)
-	for time.Now().Before(deadline) { // the port may linger briefly
-		if err = s.start(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := testproc.RetryFor(startTimeout, s.start); err != nil { // the port may linger briefly
+		t.Fatalf("redistest: restart: %v", err)
 	}
-	t.Fatalf("redistest: restart: %v", err)
 }
 
 // NeedOwn skips t when the server is external: the test wants to kill,
@@ -261,43 +234,6 @@ func (s *Server) NeedOwn(t testing.TB) {
 	if s.External() {
 		t.Skip("test needs a redis-server of its own, not the external " + s.Addr)
 	}
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-// freePort returns a loopback TCP port that was free a moment ago. With
-// bus, port+10000 (the cluster bus port) was free too.
-func freePort(bus bool) (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !bus {
-			return port, nil
-		}
-		if port+10000 > 65535 {
-			continue
-		}
-		b, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
-		if err != nil {
-			continue
-		}
-		b.Close()
-		return port, nil
-	}
-	return 0, errors.New("no free loopback port")
 }
 
 // Ping sends PING to addr and checks for PONG, within timeout.
@@ -353,23 +289,7 @@ func Do(addr string, timeout time.Duration, args ...string) (string, error) {
 }
 
 func waitPing(addr string, timeout time.Duration) error {
-	return waitPingOrExit(addr, timeout, nil)
-}
-
-func waitPingOrExit(addr string, timeout time.Duration, exited <-chan struct{}) error {
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = Ping(addr, 500*time.Millisecond); err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("exited before answering PING")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("no PONG within %v: %v", timeout, err)
+	return testproc.RetryFor(timeout, func() error { return Ping(addr, 500*time.Millisecond) })
 }
 
 // Cluster is a Redis Cluster of masters on loopback ports, without
@@ -401,23 +321,13 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	c := &Cluster{}
 	for i := range masters {
 		s := &Server{t: t, bin: bin, dir: t.TempDir()}
-		var last error
-		for range 5 {
-			if s.port, err = freePort(true); err != nil {
-				t.Fatalf("redistest: %v", err)
-			}
-			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-			s.extra = []string{
-				"--cluster-enabled", "yes",
-				"--cluster-config-file", filepath.Join(s.dir, fmt.Sprintf("nodes-%d.conf", i)),
-				"--cluster-node-timeout", "2000",
-			}
-			if last = s.start(); last == nil {
-				break
-			}
+		s.extra = []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, fmt.Sprintf("nodes-%d.conf", i)),
+			"--cluster-node-timeout", "2000",
 		}
-		if last != nil {
-			t.Fatalf("redistest: cluster node %d: %v", i, last)
+		if err := s.startOnFreePort(10000); err != nil { // the cluster bus port is port+10000
+			t.Fatalf("redistest: cluster node %d: %v", i, err)
 		}
 		t.Cleanup(s.Kill)
 		c.Servers = append(c.Servers, s)

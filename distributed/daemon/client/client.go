@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 var _ throttle.Limiter = (*Client)(nil)
@@ -176,7 +177,7 @@ func (c *Client) CheckMany(ctx context.Context, tags []string, out []bool) error
 // for the failures); with FailClosed the error wraps
 // throttle.ErrUnavailable.
 func (c *Client) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if err := throttle.CheckN(n, 1); err != nil {
+	if err := limiterkit.CheckN(n, 1); err != nil {
 		return throttle.Decision{}, err
 	}
 	ok, err := c.Check(ctx, key)

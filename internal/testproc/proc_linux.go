@@ -1,4 +1,4 @@
-package redistest
+package testproc
 
 import (
 	"os/exec"

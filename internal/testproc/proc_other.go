@@ -1,6 +1,6 @@
 //go:build !linux
 
-package redistest
+package testproc
 
 import "os/exec"
 

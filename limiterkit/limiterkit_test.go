@@ -1,4 +1,4 @@
-package throttle_test
+package limiterkit_test
 
 import (
 	"errors"
@@ -7,16 +7,17 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
 func TestNewSettings(t *testing.T) {
-	s, err := throttle.NewSettings()
-	if err != nil || s.Clock != nil || s.MaxKeys != throttle.DefaultMaxKeys || s.MaxKeyLen != throttle.DefaultMaxKeyLen {
+	s, err := limiterkit.NewSettings()
+	if err != nil || s.Clock != nil || s.MaxKeys != limiterkit.DefaultMaxKeys || s.MaxKeyLen != limiterkit.DefaultMaxKeyLen {
 		t.Fatalf("defaults = %+v, %v", s, err)
 	}
 	clk := throttletest.NewClock()
-	s, err = throttle.NewSettings(throttle.WithClock(clk), throttle.WithMaxKeys(10), throttle.WithMaxKeyLen(8),
+	s, err = limiterkit.NewSettings(throttle.WithClock(clk), throttle.WithMaxKeys(10), throttle.WithMaxKeyLen(8),
 		throttle.WithSweepInterval(time.Second))
 	if err != nil || s.Clock != clk || s.MaxKeys != 10 || s.MaxKeyLen != 8 || s.SweepInterval != time.Second {
 		t.Fatalf("with options = %+v, %v", s, err)
@@ -28,14 +29,14 @@ func TestNewSettings(t *testing.T) {
 		"negative sweep": throttle.WithSweepInterval(-time.Second),
 		"nil option":     nil,
 	} {
-		if _, err := throttle.NewSettings(o); !errors.Is(err, throttle.ErrInvalid) {
+		if _, err := limiterkit.NewSettings(o); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
 	}
 }
 
 func TestCheckKeyAndN(t *testing.T) {
-	s, _ := throttle.NewSettings(throttle.WithMaxKeyLen(4))
+	s, _ := limiterkit.NewSettings(throttle.WithMaxKeyLen(4))
 	if s.CheckKey("abcd") != nil {
 		t.Error("a key of MaxKeyLen bytes was rejected")
 	}
@@ -44,13 +45,13 @@ func TestCheckKeyAndN(t *testing.T) {
 			t.Errorf("CheckKey(%d bytes) = %v, want ErrInvalid", len(k), err)
 		}
 	}
-	if throttle.CheckN(3, 3) != nil {
+	if limiterkit.CheckN(3, 3) != nil {
 		t.Error("CheckN(3, 3) rejected n == limit")
 	}
-	if err := throttle.CheckN(0, 3); !errors.Is(err, throttle.ErrInvalid) {
+	if err := limiterkit.CheckN(0, 3); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("CheckN(0) = %v", err)
 	}
-	if err := throttle.CheckN(4, 3); !errors.Is(err, throttle.ErrExceedsLimit) {
+	if err := limiterkit.CheckN(4, 3); !errors.Is(err, throttle.ErrExceedsLimit) {
 		t.Errorf("CheckN(4, 3) = %v", err)
 	}
 }

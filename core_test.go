@@ -1,0 +1,191 @@
+package throttle_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/counting"
+	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/tokenbucket"
+)
+
+// A copy of a Reservation shares its booking: cancelling both refunds once.
+func TestReservationCopiesCancelOnce(t *testing.T) {
+	var refunds int
+	r := limiterkit.NewReservation(time.Second, 3, func() { refunds++ })
+	c := r
+	r.Cancel()
+	c.Cancel()
+	r.Cancel()
+	if refunds != 1 {
+		t.Fatalf("refunds = %d, want 1", refunds)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	n := 0
+	r = limiterkit.NewReservation(0, 1, func() { mu.Lock(); n++; mu.Unlock() })
+	for range 8 {
+		wg.Go(func() { c := r; c.Cancel() })
+	}
+	wg.Wait()
+	if n != 1 {
+		t.Fatalf("concurrent cancels refunded %d times", n)
+	}
+	var zero throttle.Reservation
+	zero.Cancel() // no-op
+}
+
+// Wrap over a concurrency limit releases what each call holds: 5 calls in a
+// row on a limit of 3 all run (before Holder, 3 ran and then none ever).
+func TestWrapReleasesHeldUnits(t *testing.T) {
+	l, err := counting.New(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f := throttle.Wrap(l, "k", func(context.Context) (int, error) { return 1, nil })
+	for i := range 5 {
+		if _, err := f(context.Background()); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if got := l.InFlight("k"); got != 0 {
+		t.Fatalf("in flight after the calls: %d", got)
+	}
+	// Blocking wrap holds too, and releases on panic.
+	g := throttle.Wrap(l, "k", func(context.Context) (int, error) { panic("boom") }, throttle.Blocking())
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = g(context.Background())
+	}()
+	if got := l.InFlight("k"); got != 0 {
+		t.Fatalf("in flight after a panic: %d", got)
+	}
+}
+
+func TestAcquire(t *testing.T) {
+	l, _ := counting.New(1)
+	defer l.Close()
+	ctx := context.Background()
+	d, release, err := throttle.Acquire(ctx, l, "k", 1)
+	if err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	if d, rel2, _ := throttle.Acquire(ctx, l, "k", 1); d.Allowed {
+		t.Fatal("second unit admitted over a limit of 1")
+	} else {
+		rel2() // a no-op, never nil
+	}
+	release()
+	release()
+	if l.InFlight("k") != 0 {
+		t.Fatal("release did not give the unit back")
+	}
+	b, _ := tokenbucket.NewBucket(throttle.PerSecond(1), 1)
+	if d, rel, err := throttle.Acquire(ctx, b, "", 1); err != nil || !d.Allowed || rel == nil {
+		t.Fatal(d, err)
+	}
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []throttle.Event
+}
+
+func (r *recorder) Observe(e throttle.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func TestObserveKeepsAbilities(t *testing.T) {
+	b, _ := tokenbucket.New(throttle.PerSecond(1), 2)
+	defer b.Close()
+	c, _ := counting.New(1)
+	defer c.Close()
+	if throttle.Observe(b, "x", nil) != throttle.Limiter(b) {
+		t.Fatal("a nil observer must return the limiter itself")
+	}
+	rec := &recorder{}
+	ob := throttle.Observe(b, "api", rec)
+	if _, ok := ob.(throttle.Reserver); !ok {
+		t.Fatal("observed token bucket lost Reserve")
+	}
+	if _, ok := ob.(throttle.Holder); ok {
+		t.Fatal("observed token bucket claims to hold")
+	}
+	oc := throttle.Observe(c, "jobs", rec)
+	h, ok := oc.(throttle.Holder)
+	if !ok {
+		t.Fatal("observed counting limiter lost TryHold")
+	}
+	if _, ok := oc.(throttle.QuotaReporter); !ok {
+		t.Fatal("observed counting limiter lost Quota")
+	}
+	ctx := context.Background()
+	for range 3 {
+		_, _ = ob.Allow(ctx, "k", 1)
+	}
+	_, _ = ob.Allow(ctx, "", 1)
+	_, release, _ := h.TryHold(ctx, "k", 1)
+	release()
+	if len(rec.events) != 5 {
+		t.Fatalf("%d events, want 5", len(rec.events))
+	}
+	allowed, denied, errs := 0, 0, 0
+	for _, e := range rec.events[:4] {
+		switch {
+		case e.Kind == throttle.EventError:
+			errs++
+			if !errors.Is(e.Err, throttle.ErrInvalid) || e.Limiter != "api" {
+				t.Errorf("error event %+v", e)
+			}
+		case e.Decision.Allowed:
+			allowed++
+		default:
+			denied++
+		}
+	}
+	if allowed != 2 || denied != 1 || errs != 1 {
+		t.Fatalf("allowed %d denied %d errors %d", allowed, denied, errs)
+	}
+	if rec.events[4].Limiter != "jobs" || !rec.events[4].Decision.Allowed {
+		t.Fatalf("hold event %+v", rec.events[4])
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Observe(throttle.Event) {}
+
+// BenchmarkObserve shows that an observer that keeps nothing allocates
+// nothing, and an unset one costs nothing (Observe returns the limiter).
+func BenchmarkObserve(b *testing.B) {
+	l, _ := tokenbucket.NewBucket(throttle.PerSecond(1e9), 1<<30)
+	for _, bc := range []struct {
+		name string
+		o    throttle.Observer
+	}{{"unset", nil}, {"nop", nopObserver{}}} {
+		ol := throttle.Observe(l, "b", bc.o)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			ctx := context.Background()
+			for b.Loop() {
+				_, _ = ol.Allow(ctx, "", 1)
+			}
+		})
+	}
+}
+
+func TestObserveAllocatesNothing(t *testing.T) {
+	l, _ := tokenbucket.NewBucket(throttle.PerSecond(1e9), 1<<30)
+	ol := throttle.Observe(l, "b", nopObserver{})
+	ctx := context.Background()
+	if a := testing.AllocsPerRun(100, func() { _, _ = ol.Allow(ctx, "", 1) }); a != 0 {
+		t.Fatalf("%v allocs per observed Allow", a)
+	}
+}

@@ -1,0 +1,227 @@
+// Package grpclimit rate-limits gRPC calls with any throttle.Limiter:
+// server interceptors that refuse calls over the limit, and client
+// interceptors that wait for their turn or fail fast.
+//
+//	l, _ := tokenbucket.New(throttle.PerSecond(100), 20)
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(l, grpclimit.WithKey(grpclimit.Metadata("x-api-key")))),
+//		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(l)),
+//	)
+//
+// A refused call ends with codes.ResourceExhausted, a google.rpc.RetryInfo
+// detail whose retry_delay is the limiter's RetryAfter, and the metadata
+// x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset (seconds
+// until the key is full again) and retry-after (whole seconds, rounded
+// up), in the trailer; an admitted call gets the first three in its
+// header. When the limiter is a throttle.Holder (a concurrency limit),
+// the units are held while the handler runs (the whole stream for a
+// streaming call) and released when it returns or panics.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/throttlekit/throttle"
+)
+
+// KeyFunc returns the key a call is limited under. fullMethod is the
+// call's method, "/package.Service/Method". An error refuses the call:
+// with its own status if it has one, else codes.InvalidArgument.
+type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
+
+// PeerAddress keys calls by the client's IP address (without the port;
+// the whole address for a non-IP transport).
+func PeerAddress() KeyFunc {
+	return func(ctx context.Context, _ string) (string, error) {
+		p, ok := peer.FromContext(ctx)
+		if !ok || p.Addr == nil {
+			return "", status.Error(codes.InvalidArgument, "grpclimit: no peer address")
+		}
+		a := p.Addr.String()
+		if host, _, err := net.SplitHostPort(a); err == nil {
+			return host, nil
+		}
+		return a, nil
+	}
+}
+
+// Metadata keys calls by the first value of the incoming metadata name
+// (an API key, a tenant). A call without it is refused with
+// codes.InvalidArgument (codes.Unauthenticated is for the auth layer to
+// say, before this one).
+func Metadata(name string) KeyFunc {
+	return func(ctx context.Context, _ string) (string, error) {
+		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 && v[0] != "" {
+			return v[0], nil
+		}
+		return "", status.Errorf(codes.InvalidArgument, "grpclimit: metadata %q is missing", name)
+	}
+}
+
+// Method keys calls by their full method name: one limit per method.
+func Method() KeyFunc {
+	return func(_ context.Context, fullMethod string) (string, error) { return fullMethod, nil }
+}
+
+// Option configures the interceptors.
+type Option func(*config)
+
+type config struct {
+	key       KeyFunc
+	cost      func(ctx context.Context, fullMethod string) int
+	failOpen  bool
+	failFast  bool
+	skip      func(fullMethod string) bool
+	waitOpts  []throttle.WaitOption
+	noHeaders bool
+}
+
+func newConfig(defaultKey KeyFunc, opts []Option) config {
+	c := config{key: defaultKey, cost: func(context.Context, string) int { return 1 }}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// WithKey sets how a call's key is found. Default: PeerAddress on the
+// server, Method on the client.
+func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
+
+// WithCost charges f(ctx, fullMethod) units per call instead of 1.
+func WithCost(f func(ctx context.Context, fullMethod string) int) Option {
+	return func(c *config) { c.cost = f }
+}
+
+// WithFailOpen lets calls through when the limiter's backend is
+// unavailable (an error wrapping throttle.ErrUnavailable) instead of
+// refusing them with codes.Unavailable.
+func WithFailOpen() Option { return func(c *config) { c.failOpen = true } }
+
+// WithSkip exempts the methods for which f returns true (health checks,
+// reflection).
+func WithSkip(f func(fullMethod string) bool) Option { return func(c *config) { c.skip = f } }
+
+// WithoutHeaders leaves the rate-limit metadata out.
+func WithoutHeaders() Option { return func(c *config) { c.noHeaders = true } }
+
+// WithFailFast makes a client interceptor refuse a call over the limit at
+// once, with the same status a server would send, instead of waiting.
+func WithFailFast() Option { return func(c *config) { c.failFast = true } }
+
+// WithWaitOptions passes opts to throttle.Wait in a waiting client
+// interceptor.
+func WithWaitOptions(opts ...throttle.WaitOption) Option {
+	return func(c *config) { c.waitOpts = append(c.waitOpts, opts...) }
+}
+
+// acquire asks l for the call's units. It returns the release func (never
+// nil), the metadata to send, and the status error that refuses the call,
+// if any.
+func (c *config) acquire(ctx context.Context, l throttle.Limiter, method string) (release func(), md metadata.MD, err error) {
+	release = func() {}
+	key, err := c.keyOf(ctx, method)
+	if err != nil {
+		return release, nil, err
+	}
+	d, release, err := throttle.Acquire(ctx, l, key, c.cost(ctx, method))
+	if err != nil {
+		if c.failOpen && errors.Is(err, throttle.ErrUnavailable) {
+			return release, nil, nil
+		}
+		return release, nil, statusOf(err)
+	}
+	if !c.noHeaders {
+		md = headers(d)
+	}
+	if !d.Allowed {
+		return release, md, Denied(d)
+	}
+	return release, md, nil
+}
+
+// keyOf runs the key func, turning its error into a status.
+func (c *config) keyOf(ctx context.Context, method string) (string, error) {
+	key, err := c.key(ctx, method)
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return "", err
+		}
+		return "", status.Errorf(codes.InvalidArgument, "grpclimit: key: %v", err)
+	}
+	return key, nil
+}
+
+// Denied returns the status error of a call refused by d:
+// codes.ResourceExhausted with a RetryInfo detail holding d.RetryAfter.
+func Denied(d throttle.Decision) error {
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limited, retry after %v", d.RetryAfter))
+	if ds, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
+		st = ds
+	}
+	return st.Err()
+}
+
+// statusOf maps a limiter's error to a status.
+func statusOf(err error) error {
+	code := codes.Internal
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	case errors.Is(err, throttle.ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, throttle.ErrDenied):
+		code = codes.PermissionDenied
+	case errors.Is(err, throttle.ErrExceedsLimit):
+		code = codes.ResourceExhausted // no RetryInfo: retrying cannot help
+	case errors.Is(err, throttle.ErrInvalid):
+		code = codes.InvalidArgument
+	}
+	return status.Error(code, err.Error())
+}
+
+func headers(d throttle.Decision) metadata.MD {
+	md := metadata.MD{
+		"x-ratelimit-limit":     {strconv.Itoa(d.Limit)},
+		"x-ratelimit-remaining": {strconv.Itoa(d.Remaining)},
+		"x-ratelimit-reset":     {strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)},
+	}
+	if !d.Allowed && d.RetryAfter > 0 {
+		md["retry-after"] = []string{strconv.FormatInt(ceilSeconds(d.RetryAfter), 10)}
+	}
+	return md
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// RetryDelay returns the retry delay a refused call's status carries, and
+// whether it has one.
+func RetryDelay(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,23 @@
+module github.com/throttlekit/throttle/extra/throttleprom
+
+go 1.26.0
+
+replace github.com/throttlekit/throttle => ../..
+
+require (
+	github.com/prometheus/client_golang v1.24.1
+	github.com/throttlekit/throttle v0.0.0-00010101000000-000000000000
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.2 // indirect
+	github.com/prometheus/common v0.70.1 // indirect
+	github.com/prometheus/procfs v0.21.1 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
+)

@@ -1,0 +1,127 @@
+// Package throttleprom exports the Events of throttle limiters as
+// Prometheus metrics.
+//
+// An Observer is a throttle.Observer and a prometheus.Collector: register
+// it, and hand it to throttle.Observe (or a backend's observer option):
+//
+//	obs := throttleprom.New()
+//	prometheus.MustRegister(obs)
+//	l = throttle.Observe(l, "api", obs)
+//
+// Metrics (the namespace defaults to "throttle"):
+//
+//	throttle_decisions_total{limiter, outcome}  calls, outcome "allowed", "denied" or "error"
+//	throttle_fallbacks_total{limiter, outcome}  calls a failure policy decided, "allowed" or "denied"
+//	throttle_breaker_open{limiter}              1 while the circuit breaker is open, else 0
+//	throttle_warnings_total{limiter}            conditions an operator should see
+//
+// Labels are the limiter's name and the outcome only: never the key, so
+// the number of series stays that of the limiters. A call refused by a
+// deny list (an error wrapping throttle.ErrDenied) counts as "denied".
+package throttleprom
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/obskit"
+)
+
+var (
+	_ throttle.Observer    = (*Observer)(nil)
+	_ prometheus.Collector = (*Observer)(nil)
+)
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	namespace   string
+	constLabels prometheus.Labels
+}
+
+// WithNamespace prefixes the metric names with ns instead of "throttle".
+func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
+
+// WithConstLabels adds labels with fixed values to every metric (a
+// service name, say).
+func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.constLabels = l } }
+
+// Observer counts Events as Prometheus metrics. Observe is safe for
+// concurrent use and, once a limiter's name has been seen, does not
+// allocate. Create it with New; the zero value is not usable.
+type Observer struct {
+	decisions *prometheus.CounterVec
+	fallbacks *prometheus.CounterVec
+	breaker   *prometheus.GaugeVec
+	warnings  *prometheus.CounterVec
+
+	byName *obskit.Cache[*series]
+}
+
+// series are one limiter's metrics, resolved once.
+type series struct {
+	count   [obskit.NumOutcomes]prometheus.Counter // nil for the breaker outcomes
+	breaker prometheus.Gauge
+}
+
+// New returns an Observer; register it with a prometheus.Registerer.
+func New(opts ...Option) *Observer {
+	c := config{namespace: "throttle"}
+	for _, o := range opts {
+		o(&c)
+	}
+	opt := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: c.namespace, Name: name, Help: help, ConstLabels: c.constLabels}
+	}
+	o := &Observer{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts(opt("decisions_total",
+			"Calls to a limiter by outcome: allowed, denied or error.")), []string{"limiter", "outcome"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts(opt("fallbacks_total",
+			"Calls decided by a failure policy because the backend failed, by outcome.")), []string{"limiter", "outcome"}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts(opt("breaker_open",
+			"1 while the limiter's circuit breaker is open, else 0.")), []string{"limiter"}),
+		warnings: prometheus.NewCounterVec(prometheus.CounterOpts(opt("warnings_total",
+			"Conditions an operator should see (an unsafe backend, a rejected reload).")), []string{"limiter"}),
+	}
+	o.byName = obskit.NewCache(func(name string) *series {
+		s := &series{breaker: o.breaker.WithLabelValues(name)}
+		s.count[obskit.Allowed] = o.decisions.WithLabelValues(name, "allowed")
+		s.count[obskit.Denied] = o.decisions.WithLabelValues(name, "denied")
+		s.count[obskit.Errored] = o.decisions.WithLabelValues(name, "error")
+		s.count[obskit.FallbackAllowed] = o.fallbacks.WithLabelValues(name, "allowed")
+		s.count[obskit.FallbackDenied] = o.fallbacks.WithLabelValues(name, "denied")
+		s.count[obskit.Warning] = o.warnings.WithLabelValues(name)
+		return s
+	})
+	return o
+}
+
+// Observe counts e.
+func (o *Observer) Observe(e throttle.Event) {
+	s := o.byName.Get(e.Limiter)
+	switch out := obskit.Of(e); out {
+	case obskit.None:
+	case obskit.BreakerOpen:
+		s.breaker.Set(1)
+	case obskit.BreakerClosed:
+		s.breaker.Set(0)
+	default:
+		s.count[out].Inc()
+	}
+}
+
+// Describe sends the descriptors of the metrics.
+func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
+	o.decisions.Describe(ch)
+	o.fallbacks.Describe(ch)
+	o.breaker.Describe(ch)
+	o.warnings.Describe(ch)
+}
+
+// Collect sends the current values.
+func (o *Observer) Collect(ch chan<- prometheus.Metric) {
+	o.decisions.Collect(ch)
+	o.fallbacks.Collect(ch)
+	o.breaker.Collect(ch)
+	o.warnings.Collect(ch)
+}

@@ -1,0 +1,19 @@
+// Package bridge carries what package throttle hands to package limiterkit
+// without showing it in throttle's user-facing API: the option values and
+// the Reservation constructor.
+package bridge
+
+import "time"
+
+// Settings are the values set by throttle.Options.
+type Settings struct {
+	Clock         interface{ Now() time.Time }
+	ClockSet      bool // WithClock was used, so a nil Clock is a mistake
+	MaxKeys       int
+	MaxKeyLen     int
+	SweepInterval time.Duration
+}
+
+// NewReservation holds a func(delay time.Duration, limit int, cancel func())
+// throttle.Reservation, set by package throttle when it is initialised.
+var NewReservation any

@@ -1,0 +1,85 @@
+package etcdtest
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// call posts a JSON body to etcd's HTTP gateway and returns the reply.
+func call(t *testing.T, endpoint, path, body string) string {
+	t.Helper()
+	c := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Post(endpoint+path, "application/json", bytes.NewBufferString(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %s %s", path, resp.Status, b)
+	}
+	return string(b)
+}
+
+func TestStartPauseResumeKillRestart(t *testing.T) {
+	s := Start(t)
+	e := s.Endpoints[0]
+	if err := Healthy(e, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// key "foo" = "bar", base64-encoded for the JSON gateway.
+	call(t, e, "/v3/kv/put", `{"key":"Zm9v","value":"YmFy"}`)
+	s.NeedOwn(t)
+
+	s.Pause(t)
+	if err := Healthy(e, 300*time.Millisecond); err == nil {
+		t.Fatal("paused etcd answered /health")
+	}
+	s.Resume(t)
+	if err := waitHealthy(e, 5*time.Second); err != nil {
+		t.Fatalf("after Resume: %v", err)
+	}
+
+	s.Kill()
+	if err := Healthy(e, 300*time.Millisecond); err == nil {
+		t.Fatal("killed etcd answered /health")
+	}
+	s.Restart(t)
+	if err := Healthy(e, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := call(t, e, "/v3/kv/range", `{"key":"Zm9v"}`); !strings.Contains(got, `"value":"YmFy"`) {
+		t.Fatalf("data lost across restart: %s", got)
+	}
+
+	s.Pause(t)
+	s.Kill() // kills a paused server too
+	s.Kill() // and is idempotent
+}
+
+func TestProxyBlock(t *testing.T) {
+	s := Start(t)
+	p := NewProxy(t, s.Endpoints[0])
+	if err := Healthy(p.Endpoint, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Block()
+	if err := Healthy(p.Endpoint, 300*time.Millisecond); err == nil {
+		t.Fatal("blocked proxy passed /health")
+	}
+	p.Unblock()
+	if err := Healthy(p.Endpoint, time.Second); err != nil {
+		t.Fatal(fmt.Errorf("after Unblock: %w", err))
+	}
+	p.Block()
+	p.Close() // closes while blocked
+}

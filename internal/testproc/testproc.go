@@ -1,0 +1,183 @@
+// Package testproc runs the server processes that tests need (redis-server,
+// etcd): it finds free loopback ports, starts a process with its output
+// captured, waits until it answers, and signals, kills or restarts it.
+// The packages that start one kind of server (redistest, etcdtest) build
+// on it.
+package testproc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Unavailable skips t because a server is missing, or fails it when the
+// environment variable require is "1" (so that CI cannot silently skip).
+// msg says what is missing and how to provide it.
+func Unavailable(t testing.TB, require, msg string) {
+	t.Helper()
+	if Required(require) {
+		t.Fatal(msg + "; " + require + "=1 forbids skipping")
+	}
+	t.Skip(msg)
+}
+
+// Required reports whether the environment variable require is "1".
+func Required(require string) bool { return os.Getenv(require) == "1" }
+
+// FreePort returns a loopback TCP port that was free a moment ago. With
+// offset > 0, port+offset was free too (Redis Cluster's bus port).
+func FreePort(offset int) (int, error) {
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if offset <= 0 {
+			return port, nil
+		}
+		if port+offset > 65535 {
+			continue
+		}
+		b, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+offset)))
+		if err != nil {
+			continue
+		}
+		b.Close()
+		return port, nil
+	}
+	return 0, errors.New("testproc: no free loopback port")
+}
+
+// FreePorts returns n distinct loopback TCP ports that were free a moment
+// ago (held together while probing, so they differ).
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Retry calls start up to tries times until it succeeds, for servers
+// whose free port may be taken between probe and bind. It returns the
+// last error.
+func Retry(tries int, start func() error) error {
+	var err error
+	for range tries {
+		if err = start(); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// RetryFor calls start until it succeeds or timeout has passed, pausing
+// briefly between tries: a restarted server's old port may linger.
+func RetryFor(timeout time.Duration, start func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := start()
+		if err == nil || !time.Now().Before(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Proc is a running child process. Its methods are safe for concurrent
+// use.
+type Proc struct {
+	name   string
+	cmd    *exec.Cmd
+	out    *lockedBuffer
+	exited chan struct{}
+}
+
+// Start runs cmd with its output captured, set to die with the test
+// process, and waits until ready returns nil (polled every 20ms). It fails
+// when the process exits first or ready keeps failing for timeout; the
+// process is then killed and the error carries its output.
+func Start(cmd *exec.Cmd, timeout time.Duration, ready func() error) (*Proc, error) {
+	name := cmd.Path
+	out := new(lockedBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Proc{name: name, cmd: cmd, out: out, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	if err := p.waitReady(timeout, ready); err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("%s: %v; output:\n%s", name, err, out.String())
+	}
+	return p, nil
+}
+
+func (p *Proc) waitReady(timeout time.Duration, ready func() error) error {
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = ready(); err == nil {
+			return nil
+		}
+		select {
+		case <-p.exited:
+			return errors.New("exited before it was ready")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not ready within %v: %v", timeout, err)
+}
+
+// Kill stops the process with SIGKILL (which also ends a stopped process)
+// and waits for it to exit.
+func (p *Proc) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// Signal sends sig to the process: syscall.SIGSTOP pauses it,
+// syscall.SIGCONT resumes it.
+func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Exited is closed when the process has exited.
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
+// Output returns what the process wrote to stdout and stderr so far.
+func (p *Proc) Output() string { return p.out.String() }
+
+// lockedBuffer is a bytes.Buffer written by the process's output copiers
+// and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

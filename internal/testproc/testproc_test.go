@@ -1,0 +1,101 @@
+package testproc
+
+import (
+	"errors"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestFreePorts(t *testing.T) {
+	ports, err := FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if p <= 0 || seen[p] {
+			t.Fatalf("ports %v: not distinct positive ports", ports)
+		}
+		seen[p] = true
+	}
+	if p, err := FreePort(10000); err != nil || p+10000 > 65535 {
+		t.Fatalf("FreePort(10000) = %d, %v", p, err)
+	}
+}
+
+func TestStartSignalKill(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	p, err := Start(exec.Command(sh, "-c", "echo started; exec sleep 30"), 5*time.Second, func() error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RetryFor(5*time.Second, func() error {
+		if !strings.Contains(p.Output(), "started") {
+			return errors.New("no output yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("output %q: %v", p.Output(), err)
+	}
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	p.Kill() // also waits
+	select {
+	case <-p.Exited():
+	default:
+		t.Fatal("Exited not closed after Kill")
+	}
+}
+
+func TestStartFails(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	// Exits before it is ready: the error says so and carries the output.
+	_, err = Start(exec.Command(sh, "-c", "echo boom; exit 3"), 5*time.Second,
+		func() error { return errors.New("not yet") })
+	if err == nil || !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("err = %v", err)
+	}
+	// Never ready: killed after the timeout.
+	_, err = Start(exec.Command(sh, "-c", "exec sleep 30"), 100*time.Millisecond,
+		func() error { return errors.New("not yet") })
+	if err == nil || !strings.Contains(err.Error(), "not ready") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := Start(exec.Command("/nonexistent/binary"), time.Second, func() error { return nil }); err == nil {
+		t.Fatal("started a missing binary")
+	}
+}
+
+func TestRetry(t *testing.T) {
+	n := 0
+	if err := Retry(3, func() error { n++; return errors.New("no") }); err == nil || n != 3 {
+		t.Fatalf("Retry: %v after %d tries", err, n)
+	}
+	n = 0
+	if err := RetryFor(time.Second, func() error {
+		n++
+		if n < 2 {
+			return errors.New("no")
+		}
+		return nil
+	}); err != nil || n != 2 {
+		t.Fatalf("RetryFor: %v after %d tries", err, n)
+	}
+}

@@ -1,0 +1,93 @@
+// Package limiterkit is for those who implement a throttle.Limiter: it
+// turns the shared throttle.Options into Settings, checks keys and request
+// sizes the way every limiter of this module does, and builds
+// Reservations. Users of the limiters never need it.
+package limiterkit
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/bridge"
+)
+
+// Defaults applied by NewSettings.
+const (
+	DefaultMaxKeys   = 1 << 20
+	DefaultMaxKeyLen = 1 << 10
+)
+
+// Settings is the configuration built from throttle.Options.
+type Settings struct {
+	// Clock is the injected clock, or nil for the system clock.
+	Clock throttle.Clock
+	// MaxKeys bounds the number of keys a keyed limiter tracks.
+	MaxKeys int
+	// MaxKeyLen bounds the length of a key in bytes.
+	MaxKeyLen int
+	// SweepInterval, when positive, asks for a background sweeper that
+	// drops keys whose state is back to full.
+	SweepInterval time.Duration
+}
+
+// NewSettings applies opts over the defaults and validates the result.
+// Errors wrap throttle.ErrInvalid.
+func NewSettings(opts ...throttle.Option) (Settings, error) {
+	v := bridge.Settings{MaxKeys: DefaultMaxKeys, MaxKeyLen: DefaultMaxKeyLen}
+	for _, o := range opts {
+		if o == nil {
+			return Settings{}, fmt.Errorf("%w: nil Option", throttle.ErrInvalid)
+		}
+		o(&v)
+	}
+	s := Settings{MaxKeys: v.MaxKeys, MaxKeyLen: v.MaxKeyLen, SweepInterval: v.SweepInterval}
+	if v.Clock != nil {
+		s.Clock = v.Clock
+	}
+	switch {
+	case v.ClockSet && v.Clock == nil:
+		return s, fmt.Errorf("%w: WithClock(nil)", throttle.ErrInvalid)
+	case s.MaxKeys <= 0:
+		return s, fmt.Errorf("%w: WithMaxKeys(%d): must be positive", throttle.ErrInvalid, s.MaxKeys)
+	case s.MaxKeyLen <= 0:
+		return s, fmt.Errorf("%w: WithMaxKeyLen(%d): must be positive", throttle.ErrInvalid, s.MaxKeyLen)
+	case s.SweepInterval < 0:
+		return s, fmt.Errorf("%w: WithSweepInterval(%v): must not be negative", throttle.ErrInvalid, s.SweepInterval)
+	}
+	return s, nil
+}
+
+// CheckKey returns an error wrapping throttle.ErrInvalid if key is empty or
+// longer than MaxKeyLen.
+func (s Settings) CheckKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", throttle.ErrInvalid)
+	}
+	if len(key) > s.MaxKeyLen {
+		return fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), s.MaxKeyLen)
+	}
+	return nil
+}
+
+// CheckN returns an error wrapping throttle.ErrInvalid if n <= 0, or
+// wrapping throttle.ErrExceedsLimit if n > limit: a request no limiter of
+// that capacity can ever grant.
+func CheckN(n, limit int) error {
+	if n <= 0 {
+		return fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
+	}
+	if n > limit {
+		return fmt.Errorf("%w: n=%d is above the limit %d", throttle.ErrExceedsLimit, n, limit)
+	}
+	return nil
+}
+
+var newReservation = bridge.NewReservation.(func(time.Duration, int, func()) throttle.Reservation)
+
+// NewReservation returns a granted reservation that must be honoured after
+// delay. cancel, which may be nil, gives the booked capacity back to the
+// limiter; the Reservation and all its copies call it at most once.
+func NewReservation(delay time.Duration, limit int, cancel func()) throttle.Reservation {
+	return newReservation(delay, limit, cancel)
+}

@@ -1,0 +1,552 @@
+package rules
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/slidingwindow"
+	"github.com/throttlekit/throttle/tokenbucket"
+)
+
+var (
+	_ throttle.Limiter  = (*Limiter)(nil)
+	_ throttle.Reserver = (*Limiter)(nil)
+)
+
+// QuotaAllower is a limiter that takes the limit with each call, as the
+// Redis token buckets do: one instance serves every rule, and a key whose
+// limit changes keeps what it has used.
+type QuotaAllower interface {
+	AllowQuota(ctx context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error)
+}
+
+// Factory builds the limiter of one limit of a document. id names the
+// limit ("default", "tier free", `prefix "api:"`, ...) and stays the same
+// across reloads; lim is in bucket or window form. The limiter is keyed:
+// it is given the caller's key. If it has SetRate and SetBurst (bucket
+// form) or SetLimit (window form), a reload that changes lim adjusts it in
+// place instead of building a new one; if it has Close, it is closed when
+// a reload drops or replaces it, and by Limiter.Close.
+type Factory func(id string, lim Limit) (throttle.Limiter, error)
+
+// The setters a reload uses to change a limit in place.
+type (
+	rateSetter interface {
+		SetRate(throttle.Rate) error
+		SetBurst(int) error
+	}
+	limitSetter interface {
+		SetLimit(int) error
+	}
+)
+
+// ErrDenied is what Allow and Reserve return for a key on the deny list.
+// It wraps throttle.ErrDenied.
+var ErrDenied = fmt.Errorf("rules: key is on the deny list: %w", throttle.ErrDenied)
+
+var (
+	errZero   = fmt.Errorf("%w: rules: zero Limiter, use New or Open", throttle.ErrInvalid)
+	errClosed = fmt.Errorf("rules: %w", throttle.ErrClosed)
+)
+
+// Option configures New and Open.
+type Option func(*config)
+
+type config struct {
+	factory  Factory
+	custom   bool
+	qa       QuotaAllower
+	limOpts  []throttle.Option
+	tierOf   func(string) string
+	name     string
+	observer throttle.Observer
+	onReload func(error)
+}
+
+// WithFactory builds each limit's limiter with f. The default builds a
+// tokenbucket.Limiter for a bucket limit and a slidingwindow.Limiter for a
+// window limit, with the options of WithLimiterOptions.
+func WithFactory(f Factory) Option { return func(c *config) { c.factory, c.custom = f, f != nil } }
+
+// WithQuotaAllower sends every bucket limit to q, which is told the
+// rule's rate and burst on each call (for instance a Redis token bucket
+// shared by a fleet). Window limits still go to the factory; unless
+// WithFactory is also given, a document with window limits is rejected,
+// so that no limit is silently local.
+func WithQuotaAllower(q QuotaAllower) Option { return func(c *config) { c.qa = q } }
+
+// WithLimiterOptions passes opts (a clock, key bounds) to the default
+// factory's limiters, and its key bounds to the allow list.
+func WithLimiterOptions(opts ...throttle.Option) Option {
+	return func(c *config) { c.limOpts = append(c.limOpts, opts...) }
+}
+
+// WithTierFunc names the tier of each key that no rule matches; "" means
+// none (the default applies). f is called on every such decision and must
+// be safe for concurrent use. A name the document has no tier for makes
+// Allow fail with an error wrapping throttle.ErrInvalid.
+func WithTierFunc(f func(key string) string) Option { return func(c *config) { c.tierOf = f } }
+
+// WithTierMap is WithTierFunc over a copy of m: key → tier name.
+func WithTierMap(m map[string]string) Option {
+	cp := make(map[string]string, len(m))
+	for k, v := range m {
+		cp[k] = v
+	}
+	return WithTierFunc(func(key string) string { return cp[key] })
+}
+
+// WithObserver reports each rejected reload to o as an EventWarning under
+// name, with the error in Err.
+func WithObserver(name string, o throttle.Observer) Option {
+	return func(c *config) { c.name, c.observer = name, o }
+}
+
+// WithReloadHook calls f after each reload from the file (Reload and
+// Watch) with its outcome: nil when the new rules are in force, else why
+// they were rejected (the old rules stay).
+func WithReloadHook(f func(error)) Option { return func(c *config) { c.onReload = f } }
+
+// Limiter routes each key to the limit its rules give it. Allow and
+// Reserve are safe for concurrent use with each other and with Update,
+// Reload, Watch and Close; deciding takes no lock and, for keys matched by
+// an exact key or a prefix, allocates nothing. The zero value is not
+// usable: its methods fail with an error wrapping throttle.ErrInvalid.
+//
+// For a key, in order: the deny list refuses it (an error wrapping
+// throttle.ErrDenied); the allow list admits it without limit (a Decision
+// with Allowed true and a zero Limit); the most specific rule decides (an
+// exact key, else the prefix or pattern with the most literal bytes);
+// else the tier named by WithTierFunc; else the default.
+//
+// Each limit (the default, each tier, each rule that states its own limit)
+// has one keyed limiter, so the keys matching a prefix each get the
+// prefix's limit, separately. A reload that changes a limit adjusts its
+// limiter in place when it can (what keys have used is kept, as SetRate,
+// SetBurst and SetLimit keep it); a key that moves to another rule or tier
+// starts afresh there.
+type Limiter struct {
+	cur atomic.Pointer[table]
+	cfg config
+	set limiterkit.Settings
+
+	mu   sync.Mutex // serializes changes; never taken to decide
+	live map[string]*live
+	file fileState
+}
+
+// live is one limit's limiter across reloads.
+type live struct {
+	l   throttle.Limiter // nil for a bucket limit served by the QuotaAllower
+	lim Limit
+}
+
+// table is one version of the rules, immutable once published.
+type table struct {
+	deny, allow set[struct{}]
+	rules       set[*ruleEntry]
+	tiers       map[string]*slot
+	def         *slot
+	closed      bool
+}
+
+// ruleEntry is a rule of a table.
+type ruleEntry struct {
+	m matcher
+	s *slot
+}
+
+// slot is one limit as a table sees it.
+type slot struct {
+	id   string
+	tier string // the tier's name, for a tier's limit
+	lim  Limit
+	l    throttle.Limiter
+	qa   QuotaAllower
+}
+
+func (s *slot) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	if s.l != nil {
+		return s.l.Allow(ctx, key, n)
+	}
+	return s.qa.AllowQuota(ctx, key, n, s.lim.Rate, s.lim.Burst)
+}
+
+// New returns a Limiter enforcing c. Errors wrap throttle.ErrInvalid (bad
+// options, a limit the factory rejects) or come from the factory.
+func New(c *Config, opts ...Option) (*Limiter, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: rules: nil Config", throttle.ErrInvalid)
+	}
+	l := &Limiter{}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: rules: nil Option", throttle.ErrInvalid)
+		}
+		o(&l.cfg)
+	}
+	var err error
+	if l.set, err = limiterkit.NewSettings(l.cfg.limOpts...); err != nil {
+		return nil, err
+	}
+	if l.cfg.factory == nil {
+		l.cfg.factory = l.defaultFactory
+	}
+	if err := l.Update(c); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Limiter) defaultFactory(_ string, lim Limit) (throttle.Limiter, error) {
+	if lim.IsWindow() {
+		return slidingwindow.New(lim.Count, lim.Window, l.cfg.limOpts...)
+	}
+	return tokenbucket.New(lim.Rate, lim.Burst, l.cfg.limOpts...)
+}
+
+// Update puts the rules of c in force, atomically: a call to Allow sees
+// either the old rules or the new ones. If a limit cannot be built or
+// changed, nothing changes and the error is returned.
+func (l *Limiter) Update(c *Config) error {
+	if c == nil {
+		return fmt.Errorf("%w: rules: nil Config", throttle.ErrInvalid)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := l.cur.Load(); t != nil && t.closed {
+		return errClosed
+	}
+	return l.apply(c)
+}
+
+// change is one limit adjusted in place, kept to undo it.
+type change struct {
+	lv       *live
+	old, new Limit
+}
+
+func (l *Limiter) apply(c *Config) (err error) {
+	next := make(map[string]*live)
+	var fresh []*live
+	var changes []change
+	defer func() {
+		if err != nil {
+			for i := len(changes) - 1; i >= 0; i-- {
+				_ = adjust(changes[i].lv.l, changes[i].new, changes[i].old)
+			}
+			for _, lv := range fresh {
+				closeLimiter(lv.l)
+			}
+		}
+	}()
+	slotOf := func(id string, lim Limit) (*slot, error) {
+		if l.cfg.qa != nil && !lim.IsWindow() {
+			next[id] = &live{lim: lim}
+			return &slot{id: id, lim: lim, qa: l.cfg.qa}, nil
+		}
+		if l.cfg.qa != nil && !l.cfg.custom {
+			return nil, invalid("%s: a window limit (%v) needs WithFactory when limits go to a QuotaAllower", id, lim)
+		}
+		if old := l.live[id]; old != nil && old.l != nil && adjustable(old, lim) {
+			if old.lim != lim {
+				changes = append(changes, change{lv: old, old: old.lim, new: lim})
+			}
+			next[id] = old
+			return &slot{id: id, lim: lim, l: old.l}, nil
+		}
+		nl, err := l.cfg.factory(id, lim)
+		if err != nil {
+			return nil, fmt.Errorf("rules: %s (%v): %w", id, lim, err)
+		}
+		if nl == nil {
+			return nil, invalid("%s: the factory returned a nil limiter", id)
+		}
+		lv := &live{l: nl, lim: lim}
+		fresh = append(fresh, lv)
+		next[id] = lv
+		return &slot{id: id, lim: lim, l: nl}, nil
+	}
+	t := &table{tiers: make(map[string]*slot, len(c.tiers))}
+	for _, name := range c.names {
+		if t.tiers[name], err = slotOf("tier "+quote(name), c.tiers[name]); err != nil {
+			return err
+		}
+		t.tiers[name].tier = name
+	}
+	resolve := func(id string, s spec) (*slot, error) {
+		if s.tier != "" {
+			return t.tiers[s.tier], nil
+		}
+		return slotOf(id, s.lim)
+	}
+	if t.def, err = resolve("default", c.def); err != nil {
+		return err
+	}
+	for _, r := range c.rules {
+		s, err := resolve(r.m.String(), r.spec)
+		if err != nil {
+			return err
+		}
+		t.rules.add(r.m, &ruleEntry{m: r.m, s: s})
+	}
+	for _, m := range c.allow {
+		t.allow.add(m, struct{}{})
+	}
+	for _, m := range c.deny {
+		t.deny.add(m, struct{}{})
+	}
+	for i := range changes {
+		ch := &changes[i]
+		if err := adjust(ch.lv.l, ch.old, ch.new); err != nil {
+			changes = changes[:i] // adjust undid its own partial change
+			return fmt.Errorf("rules: changing %s to %v: %w", idOf(next, ch.lv), ch.new, err)
+		}
+	}
+	for _, ch := range changes {
+		ch.lv.lim = ch.new
+	}
+	old := l.live
+	l.live = next
+	l.cur.Store(t)
+	for id, lv := range old {
+		if next[id] != lv {
+			closeLimiter(lv.l)
+		}
+	}
+	return nil
+}
+
+func idOf(m map[string]*live, lv *live) string {
+	for id, v := range m {
+		if v == lv {
+			return id
+		}
+	}
+	return "a limit"
+}
+
+func adjustable(old *live, lim Limit) bool {
+	if old.lim == lim {
+		return true
+	}
+	switch {
+	case !old.lim.IsWindow() && !lim.IsWindow():
+		_, ok := old.l.(rateSetter)
+		return ok
+	case old.lim.IsWindow() && lim.IsWindow() && old.lim.Window == lim.Window:
+		_, ok := old.l.(limitSetter)
+		return ok
+	}
+	return false
+}
+
+// adjust changes l from limit a to b; on failure it leaves l at a.
+func adjust(l throttle.Limiter, a, b Limit) error {
+	if a == b {
+		return nil
+	}
+	if b.IsWindow() {
+		return l.(limitSetter).SetLimit(b.Count)
+	}
+	s := l.(rateSetter)
+	// Either order may pass through an invalid mix of old and new (a
+	// burst too long at the old rate): try both.
+	err := s.SetRate(b.Rate)
+	if err == nil {
+		if err = s.SetBurst(b.Burst); err == nil {
+			return nil
+		}
+		_ = s.SetRate(a.Rate)
+	}
+	if err2 := s.SetBurst(b.Burst); err2 != nil {
+		return err
+	}
+	if err2 := s.SetRate(b.Rate); err2 != nil {
+		_ = s.SetBurst(a.Burst)
+		return err2
+	}
+	return nil
+}
+
+func closeLimiter(l throttle.Limiter) {
+	if c, ok := l.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+// route finds what decides key in t: the limit's slot and the rule that
+// chose it (nil for a tier or the default), or a nil slot for an
+// allow-listed key.
+func (l *Limiter) route(t *table, key string) (*slot, *ruleEntry, error) {
+	if err := l.set.CheckKey(key); err != nil {
+		return nil, nil, err
+	}
+	if t.closed {
+		return nil, nil, errClosed
+	}
+	if !t.deny.empty() {
+		if _, ok := t.deny.lookup(key); ok {
+			return nil, nil, ErrDenied
+		}
+	}
+	if !t.allow.empty() {
+		if _, ok := t.allow.lookup(key); ok {
+			return nil, nil, nil
+		}
+	}
+	if r, ok := t.rules.lookup(key); ok {
+		return r.s, r, nil
+	}
+	if l.cfg.tierOf != nil {
+		if name := l.cfg.tierOf(key); name != "" {
+			if s := t.tiers[name]; s != nil {
+				return s, nil, nil
+			}
+			return nil, nil, fmt.Errorf("%w: rules: key's tier %q is not in the rules", throttle.ErrInvalid, name)
+		}
+	}
+	return t.def, nil, nil
+}
+
+// Allow asks key's limit for n units; see Limiter for how the limit is
+// chosen. An allow-listed key gets Decision{Allowed: true} (Limit 0: no
+// limit); a deny-listed one gets ErrDenied.
+func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	for {
+		t := l.cur.Load()
+		if t == nil {
+			return throttle.Decision{}, errZero
+		}
+		s, _, err := l.route(t, key)
+		if err != nil {
+			return throttle.Decision{}, err
+		}
+		if s == nil {
+			if n <= 0 {
+				return throttle.Decision{}, fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
+			}
+			return throttle.Decision{Allowed: true}, nil
+		}
+		d, err := s.allow(ctx, key, n)
+		if err != nil && l.replaced(t, err) {
+			continue // a reload closed this limiter under us
+		}
+		return d, err
+	}
+}
+
+// replaced reports whether err comes from a limiter a reload closed after
+// t was loaded.
+func (l *Limiter) replaced(t *table, err error) bool {
+	return errors.Is(err, throttle.ErrClosed) && l.cur.Load() != t
+}
+
+// Reserve books n units of key's limit within maxWait. A limit whose
+// limiter cannot reserve answers as Allow does: granted now, or not
+// granted with the RetryAfter as Delay. An allow-listed key is granted at
+// once; a deny-listed one gets ErrDenied.
+func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
+	for {
+		t := l.cur.Load()
+		if t == nil {
+			return throttle.Reservation{}, errZero
+		}
+		s, _, err := l.route(t, key)
+		if err != nil {
+			return throttle.Reservation{}, err
+		}
+		var res throttle.Reservation
+		switch r, ok := s.limiter().(throttle.Reserver); {
+		case s == nil:
+			if n <= 0 {
+				return res, fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
+			}
+			return limiterkit.NewReservation(0, 0, nil), nil
+		case ok:
+			res, err = r.Reserve(ctx, key, n, maxWait)
+		default:
+			var d throttle.Decision
+			if d, err = s.allow(ctx, key, n); err == nil {
+				if d.Allowed {
+					res = limiterkit.NewReservation(0, d.Limit, nil)
+				} else {
+					res = throttle.Reservation{Delay: d.RetryAfter, Limit: d.Limit}
+				}
+			}
+		}
+		if err != nil && l.replaced(t, err) {
+			continue
+		}
+		return res, err
+	}
+}
+
+func (s *slot) limiter() throttle.Limiter {
+	if s == nil {
+		return nil
+	}
+	return s.l
+}
+
+// Match says which entry of the rules decides a key.
+type Match struct {
+	// Kind is "deny", "allow", "key", "prefix", "pattern", "tier" (named
+	// by WithTierFunc) or "default".
+	Kind string
+	// Pattern is the key, prefix or pattern of a rule.
+	Pattern string
+	// Tier is the tier whose limit applies, if any.
+	Tier string
+	// Limit is the limit applied (zero for "deny" and "allow").
+	Limit Limit
+}
+
+// Lookup reports which entry of the rules in force decides key, for
+// logging and for the RateLimit-Policy header (Limit.Quota). It fails as
+// Allow does for a bad key, an unknown tier or a closed Limiter.
+func (l *Limiter) Lookup(key string) (Match, error) {
+	t := l.cur.Load()
+	if t == nil {
+		return Match{}, errZero
+	}
+	s, r, err := l.route(t, key)
+	switch {
+	case errors.Is(err, ErrDenied):
+		return Match{Kind: "deny"}, nil
+	case err != nil:
+		return Match{}, err
+	case s == nil:
+		return Match{Kind: "allow"}, nil
+	case r != nil:
+		return Match{Kind: kindNames[r.m.kind], Pattern: r.m.s, Tier: s.tier, Limit: s.lim}, nil
+	case s == t.def:
+		return Match{Kind: "default", Tier: s.tier, Limit: s.lim}, nil
+	}
+	return Match{Kind: "tier", Tier: s.tier, Limit: s.lim}, nil
+}
+
+// Close closes the limiters the rules built (those with a Close method)
+// and stops Watch. Later calls to Allow and Reserve fail with an error
+// wrapping throttle.ErrClosed. Close is idempotent.
+func (l *Limiter) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.cur.Load()
+	if t == nil || t.closed {
+		return nil
+	}
+	l.cur.Store(&table{closed: true})
+	for _, lv := range l.live {
+		closeLimiter(lv.l)
+	}
+	l.live = nil
+	return nil
+}
