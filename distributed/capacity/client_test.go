@@ -60,7 +60,7 @@ func TestClientSharesAndFollowsLease(t *testing.T) {
 			t.Fatalf("shares %v, %v, want 50, 50", ca, cb)
 		}
 		l, ok := ra.Lease()
-		if !ok || l.Capacity != 50 || l.Expiry.Sub(time.Now()) > 20*time.Second || l.Expiry.Before(time.Now()) {
+		if !ok || l.Capacity != 50 || time.Until(l.Expiry) > 20*time.Second || l.Expiry.Before(time.Now()) {
 			t.Fatalf("lease %+v %v", l, ok)
 		}
 		if err := rb.SetWants(10); err != nil {
