@@ -329,8 +329,11 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 	}
 }
 
+// MaxLease is the longest lease a client accepts.
+const MaxLease = 24 * time.Hour
+
 // validGrant refuses leases no server should send.
 func validGrant(g Grant) bool {
-	return g.Capacity >= 0 && !math.IsInf(g.Capacity, 0) && g.Lease > 0 && g.Refresh > 0 &&
-		g.SafeCapacity >= 0 && !math.IsInf(g.SafeCapacity, 0)
+	return g.Capacity >= 0 && !math.IsInf(g.Capacity, 0) && g.Lease > 0 && g.Lease <= MaxLease &&
+		g.Refresh > 0 && g.SafeCapacity >= 0 && !math.IsInf(g.SafeCapacity, 0)
 }

@@ -213,6 +213,7 @@ func TestClientRefusesBadGrants(t *testing.T) {
 		{Capacity: 5, Lease: -time.Minute, Refresh: time.Second},
 		{Capacity: 5, Lease: time.Minute, Refresh: 0},
 		{Capacity: 5, Lease: time.Minute, Refresh: time.Second, SafeCapacity: math.NaN()},
+		{Capacity: 5, Lease: 100 * 24 * time.Hour, Refresh: time.Second},
 	} {
 		synctest.Test(t, func(t *testing.T) {
 			c := newClient(t, lyingTransport{g}, "a", WithMode(Pessimistic))

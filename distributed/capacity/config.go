@@ -126,8 +126,8 @@ func (c Config) withDefaults() (Config, error) {
 			return Config{}, invalidf("config: resource %q: capacity must be finite and >= 0, got %v", t.ID, t.Capacity)
 		case t.Algorithm < FairShare || t.Algorithm > None:
 			return Config{}, invalidf("config: resource %q: unknown algorithm %d", t.ID, int(t.Algorithm))
-		case t.LeaseLength < time.Second:
-			return Config{}, invalidf("config: resource %q: lease length must be at least 1s, got %v", t.ID, t.LeaseLength)
+		case t.LeaseLength < time.Second || t.LeaseLength > MaxLease:
+			return Config{}, invalidf("config: resource %q: lease length must be in [1s, %v], got %v", t.ID, MaxLease, t.LeaseLength)
 		case t.RefreshInterval <= 0 || t.RefreshInterval >= t.LeaseLength:
 			return Config{}, invalidf("config: resource %q: refresh interval must be in (0, lease length %v), got %v", t.ID, t.LeaseLength, t.RefreshInterval)
 		case t.LearningDuration < t.LeaseLength:

@@ -45,6 +45,9 @@ func ExampleServer() {
 	ask("mid", 50)   // gets what "big" does not hold: nothing yet
 	ask("small", 10)
 	ask("big", 1000) // gives back down to its fair share at its refresh
+	// What "big" gave back goes to others once the lower lease has surely
+	// reached it (a grace of 1s), or "big" confirms it by refreshing.
+	clock.Advance(time.Second)
 	fmt.Println(ask("mid", 50).Capacity, ask("small", 10).Capacity)
 	g := ask("big", 1000)
 	fmt.Println(g.Capacity, g.Lease, g.Refresh)

@@ -113,6 +113,7 @@ type serverSettings struct {
 	maxResources int
 	jitter       float64
 	seed         uint64
+	grace        time.Duration
 }
 
 // WithServerClock makes the server read time from c (for tests on virtual
@@ -132,6 +133,16 @@ func WithMaxResources(n int) ServerOption { return func(s *serverSettings) { s.m
 // WithJitter spreads refresh intervals uniformly by ±f of their length
 // (default DefaultJitter), so that clients do not refresh in lockstep.
 func WithJitter(f float64) ServerOption { return func(s *serverSettings) { s.jitter = f } }
+
+// WithDecreaseGrace sets how long a lease the server lowered still counts
+// at its old size toward what is held, unless the client confirms the
+// lower lease sooner by refreshing (default 1s). It covers the response's
+// trip to the client, during which the client still upholds the old
+// lease; make it longer than a request's round trip. 0 trusts the
+// network to be instant.
+func WithDecreaseGrace(d time.Duration) ServerOption {
+	return func(s *serverSettings) { s.grace = d }
+}
 
 // WithSeed seeds the jitter, for reproducible simulations.
 func WithSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.seed = seed } }
@@ -167,7 +178,7 @@ type resource struct {
 	units   uint64  // capacity in quanta
 	holders map[string]*holder
 	list    []*holder
-	held    uint64 // Σ holder.held, in quanta
+	held    uint64 // Σ holder.counted(), in quanta
 	dirty   bool   // demands changed since the last division
 	next    int64  // earliest expiry among holders
 	demands []Demand
@@ -184,7 +195,15 @@ type holder struct {
 	heldF  float64
 	expiry int64 // lease expiry (also of the demand), server clock
 	share  float64
+	// A lowered lease still counts at its old size, prev, until the
+	// client confirms the lower one or prevUntil passes.
+	prev      uint64
+	prevF     float64
+	prevUntil int64
 }
+
+// counted is what the holder counts toward what is held, in quanta.
+func (h *holder) counted() uint64 { return max(h.held, h.prev) }
 
 // NewServer returns a server of cfg. Errors wrap throttle.ErrInvalid.
 func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
@@ -192,13 +211,15 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	set := serverSettings{maxClients: DefaultMaxClients, maxResources: DefaultMaxResources, jitter: DefaultJitter}
+	set := serverSettings{maxClients: DefaultMaxClients, maxResources: DefaultMaxResources, jitter: DefaultJitter, grace: time.Second}
 	for _, o := range opts {
 		o(&set)
 	}
 	switch {
 	case set.maxClients <= 0 || set.maxClients > 1<<20 || set.maxResources <= 0:
 		return nil, invalidf("max clients must be in [1, 2^20] and max resources > 0")
+	case set.grace < 0:
+		return nil, invalidf("decrease grace must be >= 0, got %v", set.grace)
 	case !(set.jitter >= 0 && set.jitter < 1):
 		return nil, invalidf("jitter must be in [0, 1), got %v", set.jitter)
 	}
@@ -268,15 +289,18 @@ func (r *resource) setTemplate(t Template) {
 	if q > 0 {
 		r.units = uint64(math.Floor(t.Capacity / q))
 	}
+	// More than the whole capacity counts as just above it, so that
+	// sums cannot overflow.
+	count := func(f float64) uint64 {
+		if q == 0 {
+			return 0
+		}
+		return uint64(min(math.Ceil(f/q), float64(r.units+1)))
+	}
 	r.held = 0
 	for _, h := range r.list {
-		h.held = 0
-		if q > 0 {
-			// More than the whole capacity counts as just above it, so
-			// that sums cannot overflow.
-			h.held = uint64(min(math.Ceil(h.heldF/q), float64(r.units+1)))
-		}
-		r.held += h.held
+		h.held, h.prev = count(h.heldF), count(h.prevF)
+		r.held += h.counted()
 	}
 	r.q = q
 	r.dirty = true
@@ -377,8 +401,12 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 		h.wants, h.weight, h.prio = rr.Wants, weight, rr.Priority
 		r.dirty = true
 	}
-	learning := now < s.since+int64(t.LearningDuration)
+	learnEnd := s.since + int64(t.LearningDuration)
+	learning := now < learnEnd
 	refresh := t.RefreshInterval
+	if h.prev > 0 && rr.Has <= h.heldF {
+		r.dropPrev(h) // the client holds the lowered lease
+	}
 	var g float64
 	switch {
 	case !t.Algorithm.shares():
@@ -386,9 +414,9 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 			s.divide(r)
 		}
 		g = h.share
-		r.setHeld(h, 0, g)
+		r.setHeld(h, 0, g, now, 0)
 	default:
-		othersHeld := r.held - h.held
+		othersHeld := r.held - h.counted()
 		free := uint64(0)
 		if r.units > othersHeld {
 			free = r.units - othersHeld
@@ -408,19 +436,20 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 		if r.q > 0 {
 			u = min(uint64(math.Floor(want/r.q)), free)
 		}
-		if !learning && float64(u)*r.q < want-r.q {
+		switch {
+		case learning && float64(u)*r.q < rr.Wants-r.q:
+			// Ask again when learning ends.
+			refresh = min(refresh, time.Duration(learnEnd-now)+refresh/8)
+		case !learning && float64(u)*r.q < want-r.q:
 			// Others still hold part of this client's share: ask again
 			// soon, so capacity moves within about one refresh interval.
 			refresh /= 4
 		}
-		r.setHeld(h, u, float64(u)*r.q)
+		r.setHeld(h, u, float64(u)*r.q, now, int64(s.set.grace))
 		g = h.heldF
 	}
 	h.expiry = now + int64(t.LeaseLength)
-	r.next = min(r.next, h.expiry)
-	if r.next == 0 {
-		r.next = h.expiry
-	}
+	r.wakeAt(h.expiry)
 	if j := s.set.jitter; j > 0 {
 		refresh = time.Duration(float64(refresh) * (1 + j*(2*s.rng.Float64()-1)))
 	}
@@ -431,9 +460,33 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	return Grant{Resource: r.id, Capacity: g, Lease: t.LeaseLength, Refresh: max(refresh, time.Millisecond), SafeCapacity: safe}
 }
 
-func (r *resource) setHeld(h *holder, u uint64, f float64) {
-	r.held = r.held - h.held + u
+// setHeld records that h now holds u quanta (f in capacity). A lowered
+// lease keeps counting at its old size for grace.
+func (r *resource) setHeld(h *holder, u uint64, f float64, now, grace int64) {
+	c0 := h.counted()
+	if u < h.held && grace > 0 {
+		if h.held > h.prev {
+			h.prev, h.prevF = h.held, h.heldF
+		}
+		h.prevUntil = now + grace
+		r.wakeAt(h.prevUntil)
+	}
 	h.held, h.heldF = u, f
+	r.held = r.held - c0 + h.counted()
+}
+
+// dropPrev stops counting h's lowered lease at its old size.
+func (r *resource) dropPrev(h *holder) {
+	c0 := h.counted()
+	h.prev, h.prevF, h.prevUntil = 0, 0, 0
+	r.held = r.held - c0 + h.counted()
+}
+
+// wakeAt makes expire look at the holders again at t.
+func (r *resource) wakeAt(t int64) {
+	if r.next == 0 || t < r.next {
+		r.next = t
+	}
 }
 
 // divide recomputes the shares of r's clients.
@@ -463,15 +516,20 @@ func (r *resource) expire(now int64) {
 			r.remove(h)
 			continue
 		}
-		if r.next == 0 || h.expiry < r.next {
-			r.next = h.expiry
+		if h.prevUntil != 0 {
+			if h.prevUntil <= now {
+				r.dropPrev(h)
+			} else {
+				r.wakeAt(h.prevUntil)
+			}
 		}
+		r.wakeAt(h.expiry)
 		i++
 	}
 }
 
 func (r *resource) remove(h *holder) {
-	r.held -= h.held
+	r.held -= h.counted()
 	last := r.list[len(r.list)-1]
 	r.list[h.idx] = last
 	last.idx = h.idx
@@ -523,7 +581,7 @@ func (s *Server) Status() Status {
 		}
 		for _, h := range r.list {
 			rs.Wants += h.wants
-			rs.Held += h.heldF
+			rs.Held += max(h.heldF, h.prevF)
 		}
 		st.Resources = append(st.Resources, rs)
 	}

@@ -156,7 +156,7 @@ func TestDesignExample(t *testing.T) {
 }
 
 func TestGrantWaitsForOthersToRelease(t *testing.T) {
-	s, _ := pastLearning(t, 100)
+	s, clk := pastLearning(t, 100)
 	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 100 {
 		t.Fatalf("a alone got %v", g[0].Capacity)
 	}
@@ -167,11 +167,31 @@ func TestGrantWaitsForOthersToRelease(t *testing.T) {
 	if g[0].Refresh > 2*time.Second {
 		t.Fatalf("a waiting client should refresh sooner, got %v", g[0].Refresh)
 	}
-	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 50 {
+	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 100}); g[0].Capacity != 50 {
 		t.Fatalf("a got %v at refresh, want its share 50", g[0].Capacity)
 	}
+	// Until a's lowered lease has reached it, a may still use 100.
+	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 0 {
+		t.Fatalf("b got %v while a's lower lease is on its way", g[0].Capacity)
+	}
+	if held(s, "r") != 100 {
+		t.Fatalf("held %v, want a's old 100", held(s, "r"))
+	}
+	clk.Advance(time.Second) // the grace passes
 	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 50 {
 		t.Fatalf("b got %v after a gave back, want 50", g[0].Capacity)
+	}
+}
+
+func TestLoweredLeaseConfirmedByRefresh(t *testing.T) {
+	s, _ := pastLearning(t, 100)
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100})
+	ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100})
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 100}) // lowered to 50
+	// a confirms it holds 50: its old lease stops counting at once.
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 50})
+	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 50 {
+		t.Fatalf("b got %v after a confirmed its lower lease, want 50", g[0].Capacity)
 	}
 }
 

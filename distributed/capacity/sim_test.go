@@ -48,6 +48,7 @@ func TestSimulation(t *testing.T) {
 			return s
 		}
 		net := new(Network)
+		net.SetLatency(50 * time.Millisecond) // each way
 		server := newServer()
 		net.Attach("s1", server)
 
@@ -224,7 +225,7 @@ func TestSimulation(t *testing.T) {
 				t.Errorf("epoch %d converged after %v, more than two refresh intervals", e, conv)
 			}
 		}
-		t.Logf("clients %d, capacity %v, refresh %v, lease %v, %v of virtual time", len(clients), capacity, refresh, lease, run)
+		t.Logf("clients %d, capacity %v, refresh %v, lease %v, latency 50ms each way, %v of virtual time", len(clients), capacity, refresh, lease, run)
 		t.Logf("max leases held %.3f (%.2f%% of capacity)", maxHeld, 100*maxHeld/capacity)
 		t.Logf("max traffic per refresh interval %.2f%% of capacity", maxTrafficPct)
 		t.Logf("mean utilisation once converged %.2f%% of min(capacity, wants) over %d samples", 100*utilSum/math.Max(float64(utilN), 1), utilN)

@@ -62,7 +62,8 @@ func (n *Network) Cut(client string, cut bool) {
 	n.cut[client] = cut
 }
 
-// SetLatency delays every call by d before it reaches the server.
+// SetLatency delays every call by d on the way to the server and by d
+// on the way back.
 func (n *Network) SetLatency(d time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -71,16 +72,10 @@ func (n *Network) SetLatency(d time.Duration) {
 
 func (n *Network) route(ctx context.Context, addr, client string) (*Server, error) {
 	n.mu.Lock()
-	s, down, cut, lat := n.servers[addr], n.down[addr], n.cut[client], n.latency
+	s, down, cut := n.servers[addr], n.down[addr], n.cut[client]
 	n.mu.Unlock()
-	if lat > 0 {
-		t := time.NewTimer(lat)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("%w: capacity: %v", throttle.ErrUnavailable, ctx.Err())
-		}
+	if err := n.delay(ctx); err != nil {
+		return nil, err
 	}
 	if s == nil || down || cut {
 		return nil, fmt.Errorf("%w: capacity: no server reachable at %q", throttle.ErrUnavailable, addr)
@@ -88,20 +83,54 @@ func (n *Network) route(ctx context.Context, addr, client string) (*Server, erro
 	return s, nil
 }
 
-// GetCapacity calls GetCapacity of the server at addr.
-func (n *Network) GetCapacity(ctx context.Context, addr string, req *Request) (*Response, error) {
-	s, err := n.route(ctx, addr, req.Client)
-	if err != nil {
-		return nil, err
+// delay sleeps for the latency, one way.
+func (n *Network) delay(ctx context.Context) error {
+	n.mu.Lock()
+	lat := n.latency
+	n.mu.Unlock()
+	if lat <= 0 {
+		return nil
 	}
-	return s.GetCapacity(ctx, req)
+	t := time.NewTimer(lat)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: capacity: %v", throttle.ErrUnavailable, ctx.Err())
+	}
 }
 
-// Release calls Release of the server at addr.
-func (n *Network) Release(ctx context.Context, addr string, req *ReleaseRequest) (*Response, error) {
+// GetCapacity calls GetCapacity of the server at addr, with the latency
+// on the way there and back.
+func (n *Network) GetCapacity(ctx context.Context, addr string, req *Request) (*Response, error) {
+	if req == nil {
+		return nil, invalidf("nil request")
+	}
 	s, err := n.route(ctx, addr, req.Client)
 	if err != nil {
 		return nil, err
 	}
-	return s.Release(ctx, req)
+	resp, err := s.GetCapacity(ctx, req)
+	if derr := n.delay(ctx); derr != nil && err == nil {
+		return nil, derr
+	}
+	return resp, err
+}
+
+// Release calls Release of the server at addr, with the latency on the
+// way there and back.
+func (n *Network) Release(ctx context.Context, addr string, req *ReleaseRequest) (*Response, error) {
+	if req == nil {
+		return nil, invalidf("nil request")
+	}
+	s, err := n.route(ctx, addr, req.Client)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.Release(ctx, req)
+	if derr := n.delay(ctx); derr != nil && err == nil {
+		return nil, derr
+	}
+	return resp, err
 }

@@ -115,6 +115,9 @@ type HTTPTransport struct {
 
 var _ Transport = (*HTTPTransport)(nil)
 
+// maxTransportAddrs bounds the per-address clients an HTTPTransport keeps.
+const maxTransportAddrs = 64
+
 // NewHTTPTransport returns a transport sending requests with hc (nil
 // means http.DefaultClient).
 func NewHTTPTransport(hc connect.HTTPClient, opts ...connect.ClientOption) *HTTPTransport {
@@ -129,6 +132,11 @@ func (t *HTTPTransport) client(addr string) capacityv1connect.CapacityServiceCli
 	defer t.mu.Unlock()
 	c := t.clients[addr]
 	if c == nil {
+		if len(t.clients) >= maxTransportAddrs {
+			// Addresses come from redirects too: do not let them grow
+			// without bound.
+			clear(t.clients)
+		}
 		url := addr
 		if !strings.Contains(addr, "://") {
 			url = "http://" + addr
