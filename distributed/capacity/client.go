@@ -56,7 +56,8 @@ func WithRequestTimeout(d time.Duration) ClientOption {
 func WithMinRefreshGap(d time.Duration) ClientOption { return func(s *clientSettings) { s.minGap = d } }
 
 // WithRetry is the wait after a refresh that reached no server (default
-// 1s). Each failure moves on to the next address.
+// 1s), doubling with each further failure in a row up to 16 times. Each
+// failure moves on to the next address.
 func WithRetry(d time.Duration) ClientOption { return func(s *clientSettings) { s.retry = d } }
 
 // Client holds leases on any number of resources for one process,
@@ -81,6 +82,7 @@ type Client struct {
 	due      time.Time // next refresh
 	lastTrip time.Time
 	early    bool // a refresh was asked for before due
+	failures int  // refreshes in a row that got no lease
 	closed   bool
 
 	kick   chan struct{}
@@ -290,7 +292,11 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 	c.mu.Lock()
 	c.lastTrip = now
 	c.early = false
-	c.due = now.Add(c.set.retry)
+	// Until a server answers: the retry wait, doubling with each failed
+	// refresh in a row up to 16 times, so that clients do not flood a
+	// recovering server.
+	c.failures++
+	c.due = now.Add(c.set.retry << min(c.failures-1, 4))
 	c.mu.Unlock()
 	for range 2*len(c.addrs) + 1 {
 		if ctx.Err() != nil {
@@ -323,6 +329,7 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 		if refresh != time.Duration(math.MaxInt64) {
 			c.mu.Lock()
 			c.due = now.Add(refresh)
+			c.failures = 0
 			c.mu.Unlock()
 		}
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -105,6 +106,7 @@ func TestClientModes(t *testing.T) {
 			}
 			a, b := newClient(t, n, "a", WithMode(tc.mode)), newClient(t, n, "b")
 			defer b.Close()
+			defer a.Close()
 			ra, _ := a.Rate("r", 50)
 			b.Rate("r", 50)
 			time.Sleep(6 * time.Second)
@@ -124,7 +126,7 @@ func TestClientModes(t *testing.T) {
 				t.Fatalf("%v: capacity %v after expiry, want %v", tc.mode, got, tc.want)
 			}
 			n.SetDown("s1", false)
-			time.Sleep(6 * time.Second)
+			time.Sleep(17 * time.Second) // retries back off up to 16s
 			if got := ra.Capacity(); got != 50 {
 				t.Fatalf("%v: capacity %v after recovery", tc.mode, got)
 			}
@@ -298,5 +300,37 @@ func TestEstimatedWants(t *testing.T) {
 		if got := r.Capacity(); got < 150 {
 			t.Fatalf("capacity %v did not follow the estimate", got)
 		}
+	})
+}
+
+// countingTransport fails every call and counts them.
+type countingTransport struct{ calls atomic.Int64 }
+
+func (c *countingTransport) GetCapacity(context.Context, string, *Request) (*Response, error) {
+	c.calls.Add(1)
+	return nil, throttle.ErrUnavailable
+}
+
+func (c *countingTransport) Release(context.Context, string, *ReleaseRequest) (*Response, error) {
+	return nil, throttle.ErrUnavailable
+}
+
+func TestClientBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := new(countingTransport)
+		c, err := NewClient(tr, []string{"s1"}, WithClientID("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Rate("r", 1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Minute)
+		// 1+2+4+8+16 s, then every 16 s: about 22 refreshes of 3 calls
+		// (three tries through the one address).
+		if n := tr.calls.Load(); n > 3*25 {
+			t.Fatalf("%d calls in 5 minutes with no server", n)
+		}
+		c.Close()
 	})
 }
