@@ -212,9 +212,9 @@ func (a *Allocator) AllocateInto(dst []float64, alg Algorithm, capacity float64,
 			proportional(band, left)
 		}
 		for k := range es[lo:] {
-			es[lo+k].g = 0
+			es[lo+k].g = 0 // lower bands get nothing
 		}
-		left = 0
+		break
 	}
 	for _, e := range es {
 		dst[e.i] = float64(e.g) * q // exact: g < 2^53
