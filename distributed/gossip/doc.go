@@ -29,6 +29,22 @@
 //     they add up to the tokens left.
 //   - Datagrams are authenticated with HMAC-SHA256 under a shared secret;
 //     forged, malformed and foreign ones are dropped and counted (Stats).
+//     The MAC covers the receiver's ID, and each datagram carries the
+//     receiver's incarnation as the sender knows it and a sequence number,
+//     so a datagram captured on the wire and replayed later, to its
+//     receiver or to another node, is refused (Stats.Duplicate,
+//     Stats.Stale, Stats.BadMAC). A datagram must come from the address
+//     its sender is listed under (Stats.WrongSource).
+//   - What a peer reports is capped at what it could have admitted: per
+//     key and peer counter, a token bucket of burst plus two rounds of
+//     refill, refilled at the limit's rate in the sender's rounds (which
+//     may not run ahead of the receiver's). A node holding the secret can
+//     therefore charge its peers no more than an honest node at full
+//     speed; the excess is counted in Stats.Capped and never debited.
+//   - A node's incarnation is a random 64-bit number drawn at start, not
+//     its clock: a node restarted after its clock was set back is a new
+//     incarnation to its peers, who remember the last 16 incarnations of
+//     each peer and refuse them.
 //
 // # Guarantees
 //
@@ -133,7 +149,10 @@
 //
 // # Wire format
 //
-// See wire.go: a versioned binary header (magic "TG", version 1, type,
-// sender, limiter name, incarnation, round, entry count), varint-encoded
-// entries, and a 32-byte HMAC-SHA256 trailer over everything before it.
+// See wire.go: a versioned binary header (magic "TG", version 2, type,
+// acknowledgement, part, sequence number, receiver incarnation, sender,
+// limiter name, incarnation, round, start time, entry count),
+// varint-encoded entries, and a 32-byte HMAC-SHA256 trailer over the
+// receiver's ID and everything before it. Version 2 nodes do not
+// understand version 1 (upgrade every node of a cluster together).
 package gossip

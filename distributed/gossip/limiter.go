@@ -359,10 +359,24 @@ func (l *Limiter) expire(r, minAck int64) {
 	})
 }
 
+// allowance returns the most units a node could have admitted for one
+// key over rounds rounds: a full burst plus the refill, plus two rounds of
+// refill for clock skew and rounding.
+func (l *Limiter) allowance(rounds int64) int64 {
+	rounds = min(max(rounds, 0), l.retain+2) + 2
+	return int64(l.burst) + l.rate.Events(time.Duration(rounds*l.node.interval)) + 1
+}
+
 // applyReport debits the hits a peer reported and returns how many units
-// it debited. t is the receiver's current round.
-func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
-	var total int64
+// it debited, and how many it did not because they exceed what the peer
+// could have admitted. t is the receiver's current round.
+//
+// The cap is a token bucket per (key, peer counter) in the peer's rounds,
+// which may not run ahead of the receiver's: a counter grows by at most
+// burst + rate x elapsed (plus some slack), so a peer that holds the
+// secret cannot charge more than it could have admitted itself.
+func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped int64) {
+	sr := min(int64(m.round), t+1) // the sender's round, not ahead of ours
 	for _, x := range m.reports {
 		e := l.table.pin(x.key)
 		if e == nil {
@@ -376,22 +390,31 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 		}
 		rec := e.remote[m.sender]
 		switch {
-		case rec == nil || m.incarnation > rec.inc || (m.incarnation == rec.inc && x.born > rec.born):
-			// A counter we have not seen: all of it is news if it was
-			// born after we started listening to the peer; otherwise it
-			// is history (covered by the state sync) and becomes the
-			// baseline.
+		case rec == nil || m.incarnation != rec.inc || x.born > rec.born:
+			// A counter we have not seen (the node checked that the
+			// incarnation is the peer's current one): all of it is news
+			// if it was born after we started listening to the peer;
+			// otherwise it is history (covered by the state sync) and
+			// becomes the baseline.
 			rec = &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
-				d0: x.demand, h0: x.hits, h1: x.hits, seen: t}
+				d0: x.demand, h0: x.hits, h1: x.hits, seen: t, allowRound: sr}
 			if x.born >= acceptFrom {
 				delta = int64(x.hits)
 				rec.d0, rec.h0, rec.r0 = 0, 0, m.round-1
+				from := max(x.born, acceptFrom) / l.node.interval
+				rec.allow = l.allowance(sr - from)
+			} else {
+				rec.allow = l.allowance(0)
 			}
 			e.remote[m.sender] = rec
-		case m.incarnation < rec.inc || x.born < rec.born:
+		case x.born < rec.born:
 			// An older counter, delayed: ignore.
 		default:
 			rec.seen = t
+			if sr > rec.allowRound {
+				rec.allow = min(rec.allow+l.allowance(sr-rec.allowRound)-l.allowance(0), l.allowance(0))
+				rec.allowRound = sr
+			}
 			if x.hits > rec.hits {
 				delta = int64(x.hits - rec.hits)
 				rec.hits = x.hits
@@ -401,6 +424,13 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 				rec.d1, rec.h1, rec.r1 = x.demand, x.hits, m.round
 			}
 		}
+		if delta > 0 {
+			if delta > rec.allow {
+				capped += delta - rec.allow
+				delta = rec.allow
+			}
+			rec.allow -= delta
+		}
 		e.mu.Unlock()
 		e.unpin()
 		if delta > 0 {
@@ -409,7 +439,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 			}
 		}
 	}
-	return total
+	return total, capped
 }
 
 // applyState lowers each bucket to the level a peer reported, if it is
@@ -452,6 +482,9 @@ type remoteRec struct {
 	h0, h1 uint64 // cumulative hits at the same rounds
 	r0, r1 uint64
 	seen   int64 // receiver round when the counter was last received
+
+	allow      int64 // units the sender may still report (the cap)
+	allowRound int64 // sender round allow was last refilled to
 }
 
 func (e *entry) unpin() { e.pin.Add(-1) }

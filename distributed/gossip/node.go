@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -83,15 +84,19 @@ type Stats struct {
 	Malformed       uint64 // datagrams dropped: not a well-formed message
 	BadMAC          uint64 // datagrams dropped: authentication failed
 	UnknownSender   uint64 // authentic datagrams from a non-member
-	Stale           uint64 // datagrams from an earlier incarnation of a peer
+	Stale           uint64 // datagrams from an earlier incarnation of a peer, addressed to an earlier incarnation of this node, or older than the replay window
 	UnknownTable    uint64 // reports for a limiter this node does not have
 	HitsApplied     uint64 // units debited because peers reported them
+	Duplicate       uint64 // datagrams dropped: sequence number already seen (copies, network duplicates, replays)
+	WrongSource     uint64 // authentic datagrams dropped: not from the member's configured address
+	Capped          uint64 // reported units not debited: more than the sender could have admitted
 	Overflow        uint64 // keys not tracked for gossip because MaxKeys was reached
 	Resent          uint64 // counters sent again because a peer had not acknowledged them
 }
 
 type stats struct {
 	rounds, sent, bytes, sendErr, recv, malformed, badMAC, unknown, stale, unknownTable, applied, overflow, resent atomic.Uint64
+	dup, wrongSource, capped                                                                                       atomic.Uint64
 }
 
 // Node is one member of a gossip cluster. It owns a Transport and any
@@ -126,10 +131,23 @@ type Node struct {
 	st stats
 }
 
+// retiredIncarnations is how many earlier incarnations of each peer a
+// node remembers and refuses.
+const retiredIncarnations = 16
+
+// replayWindow is how many sequence numbers below the highest one seen a
+// node still accepts from a peer (datagrams reordered within a round).
+const replayWindow = 64 * 64
+
 type peer struct {
 	addr        string
-	acceptFrom  int64 // counters born before this (ns) are baselined, not debited
-	incarnation uint64
+	acceptFrom  int64  // counters born before this (ns) are baselined, not debited
+	incarnation uint64 // the peer's, 0 until heard
+	retired     []uint64
+	seq         uint64 // last sequence number sent to the peer
+	rxSeq       uint64 // highest sequence number received from the peer's incarnation
+	rxWin       [replayWindow / 64]uint64
+	wrongSrc    uint64           // datagrams from a wrong address, for the log
 	added       int64            // ns: when it became a peer
 	lastHeard   int64            // ns; 0 before the first datagram
 	needState   bool             // send bucket levels next round (peer is new or restarted)
@@ -181,11 +199,6 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	}
 	n.created = n.clk.Now()
 	n.tick.Store(n.created / n.interval)
-	n.incarnation = uint64(time.Now().UnixNano())
-	if s.Clock != nil {
-		// Virtual time: keep simulations reproducible.
-		n.incarnation = uint64(n.created)
-	}
 	n.id = cfg.ID
 	if n.id == "" && cfg.Transport != nil {
 		n.id = cfg.Transport.Addr()
@@ -195,6 +208,17 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	}
 	if len(n.id) > maxName {
 		return nil, fmt.Errorf("%w: node ID longer than %d bytes", throttle.ErrInvalid, maxName)
+	}
+	// The incarnation is random, not the start time: a node restarted
+	// after its clock was set back is still a new incarnation to its
+	// peers, which remember the ones it left.
+	n.incarnation = rand.Uint64()
+	if s.Clock != nil {
+		// Virtual time: keep simulations reproducible.
+		n.incarnation = tieHash(n.id, n.created, "incarnation")
+	}
+	if n.incarnation == 0 {
+		n.incarnation = 1
 	}
 	for _, p := range cfg.Peers {
 		if err := n.addPeer(p); err != nil {
@@ -289,7 +313,7 @@ func (n *Node) Stats() Stats {
 		SendErrors: n.st.sendErr.Load(), PacketsReceived: n.st.recv.Load(), Malformed: n.st.malformed.Load(),
 		BadMAC: n.st.badMAC.Load(), UnknownSender: n.st.unknown.Load(), Stale: n.st.stale.Load(),
 		UnknownTable: n.st.unknownTable.Load(), HitsApplied: n.st.applied.Load(), Overflow: n.st.overflow.Load(),
-		Resent: n.st.resent.Load(),
+		Resent: n.st.resent.Load(), Duplicate: n.st.dup.Load(), WrongSource: n.st.wrongSource.Load(), Capped: n.st.capped.Load(),
 	}
 }
 
@@ -462,9 +486,15 @@ func (n *Node) send(addr string, ack uint64, bodies [][]byte, r int64) {
 		bodies = bodies[:math.MaxUint16] // the rest goes next round
 	}
 	n.mu.Lock()
+	pr := n.peers[addr]
+	if pr == nil {
+		n.mu.Unlock()
+		return // left meanwhile
+	}
 	sealed := make([][]byte, len(bodies))
 	for i, b := range bodies {
-		sealed[i] = n.sendSig.seal(b, ack, uint16(i), uint16(len(bodies)))
+		pr.seq++
+		sealed[i] = n.sendSig.seal(b, addr, header{ack: ack, part: uint16(i), parts: uint16(len(bodies)), seq: pr.seq, dstInc: pr.incarnation})
 	}
 	n.mu.Unlock()
 	// Copies go out after the whole round rather than back to back, so
@@ -486,15 +516,16 @@ func (n *Node) encode(typ byte, table string, r int64, fill func(*encoder)) [][]
 	if n.cfg.Transport == nil {
 		return nil
 	}
-	e := &encoder{hdr: header{typ: typ, sender: n.id, table: table, incarnation: n.incarnation, round: uint64(r)}}
+	e := &encoder{hdr: header{typ: typ, sender: n.id, table: table, incarnation: n.incarnation, round: uint64(r), start: n.created}}
 	fill(e)
 	return e.finish()
 }
 
-// handle receives one datagram from the transport.
-func (n *Node) handle(p []byte) {
+// handle receives one datagram from the transport, sent from address
+// from ("" if the transport does not know).
+func (n *Node) handle(p []byte, from string) {
 	n.rmu.Lock()
-	m, err := decode(n.recvSig, p, MaxKeyLen)
+	m, err := decode(n.recvSig, p, MaxKeyLen, n.id)
 	n.rmu.Unlock()
 	switch {
 	case errors.Is(err, errMAC):
@@ -516,22 +547,55 @@ func (n *Node) handle(p []byte) {
 		n.st.unknown.Add(1)
 		return
 	}
-	if m.incarnation < pr.incarnation {
+	if from != "" && !n.matchAddr(pr.addr, from) {
+		pr.wrongSrc++
+		n.mu.Unlock()
+		n.st.wrongSource.Add(1)
+		return
+	}
+	if slices.Contains(pr.retired, m.incarnation) {
 		n.mu.Unlock()
 		n.st.stale.Add(1)
 		return
 	}
-	if m.incarnation > pr.incarnation {
+	if m.dstInc != n.incarnation && (m.typ == msgState || (m.typ == msgReport && m.dstInc != 0)) {
+		// Addressed to an earlier life of this node: replayed, or late.
+		// Hellos are accepted whatever they name, so that two restarted
+		// nodes learn each other's incarnation. Reports sent before the
+		// sender knew this incarnation (0) are accepted: their counters
+		// born before this node listened to the sender are baselines,
+		// not debits, so replaying old ones charges nothing.
+		n.mu.Unlock()
+		n.st.stale.Add(1)
+		return
+	}
+	if m.incarnation != pr.incarnation {
 		// A new peer, or one that restarted: forget what it acknowledged.
-		// If it started well after this node, it missed history that its
-		// fresh buckets lack: send it our bucket levels. (Nodes of a
-		// cluster started together do not exchange levels, which would
-		// count hits twice.)
-		if m.incarnation > n.incarnation+uint64(n.interval) {
+		// If it restarted, or started well after this node, it missed
+		// history that its fresh buckets lack: send it our bucket levels.
+		// (Nodes of a cluster started together do not exchange levels,
+		// which would count hits twice.)
+		if pr.incarnation != 0 || m.start > n.created+n.interval {
 			pr.needState = true
+		}
+		if pr.incarnation != 0 {
+			if len(pr.retired) == retiredIncarnations {
+				pr.retired = pr.retired[1:]
+			}
+			pr.retired = append(pr.retired, pr.incarnation)
 		}
 		pr.incarnation = m.incarnation
 		pr.acked, pr.rxRound, pr.rxComplete, pr.sent = 0, 0, 0, nil
+		pr.rxSeq, pr.rxWin = 0, [replayWindow / 64]uint64{}
+	}
+	if fresh, old := pr.accept(m.seq); !fresh {
+		n.mu.Unlock()
+		if old {
+			n.st.stale.Add(1)
+		} else {
+			n.st.dup.Add(1)
+		}
+		return
 	}
 	// An acknowledged round brings the peer up to date only if it carried
 	// everything since what the peer had already acknowledged (a round
@@ -571,8 +635,46 @@ func (n *Node) handle(p []byte) {
 	}
 	switch m.typ {
 	case msgReport:
-		n.st.applied.Add(uint64(l.applyReport(m, acceptFrom, n.tick.Load())))
+		applied, capped := l.applyReport(m, acceptFrom, n.tick.Load())
+		n.st.applied.Add(uint64(applied))
+		n.st.capped.Add(uint64(capped))
 	case msgState:
 		l.applyState(m)
 	}
+}
+
+// accept records sequence number seq of the peer's current incarnation
+// and reports whether it is new; if not, old says it fell out of the
+// window rather than being a repeat. Called with n.mu held.
+func (p *peer) accept(seq uint64) (fresh, old bool) {
+	const w = uint64(replayWindow)
+	switch {
+	case seq > p.rxSeq:
+		if shift := seq - p.rxSeq; shift >= w {
+			p.rxWin = [replayWindow / 64]uint64{}
+		} else {
+			for i := p.rxSeq + 1; i <= seq; i++ {
+				p.rxWin[(i%w)/64] &^= 1 << (i % 64)
+			}
+		}
+		p.rxSeq = seq
+	case p.rxSeq-seq >= w:
+		return false, true
+	case p.rxWin[(seq%w)/64]&(1<<(seq%64)) != 0:
+		return false, false
+	}
+	p.rxWin[(seq%w)/64] |= 1 << (seq % 64)
+	return true, false
+}
+
+// matchAddr reports whether a datagram from address from may come from
+// the member known as peer.
+func (n *Node) matchAddr(peer, from string) bool {
+	if peer == from {
+		return true
+	}
+	if m, ok := n.cfg.Transport.(interface{ matchAddr(peer, from string) bool }); ok {
+		return m.matchAddr(peer, from)
+	}
+	return false
 }

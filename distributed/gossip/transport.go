@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -24,9 +25,11 @@ type Transport interface {
 	// Send sends one datagram of at most MaxPacket bytes to addr. It must
 	// not block for long and must not keep p after returning.
 	Send(addr string, p []byte) error
-	// Listen starts delivering received datagrams to h. h must not keep p
-	// after returning. Listen is called once.
-	Listen(h func(p []byte)) error
+	// Listen starts delivering received datagrams to h, with the
+	// address they came from ("" if unknown; the node then skips its
+	// source check). h must not keep p after returning. Listen is called
+	// once.
+	Listen(h func(p []byte, from string)) error
 	// Close stops delivery; after it returns h is not called again.
 	Close() error
 }
@@ -61,24 +64,47 @@ func ListenUDP(addr string) (*UDPTransport, error) {
 // Addr returns the bound address, e.g. "127.0.0.1:40123".
 func (u *UDPTransport) Addr() string { return u.conn.LocalAddr().String() }
 
-// Send writes p to addr in one UDP packet.
-func (u *UDPTransport) Send(addr string, p []byte) error {
+func (u *UDPTransport) resolve(addr string) (*net.UDPAddr, error) {
 	u.mu.Lock()
 	ua, ok := u.addr[addr]
 	u.mu.Unlock()
-	if !ok {
-		var err error
-		if ua, err = net.ResolveUDPAddr("udp", addr); err != nil {
-			return fmt.Errorf("%w: peer address %q: %v", throttle.ErrInvalid, addr, err)
-		}
-		u.mu.Lock()
-		if len(u.addr) > 4096 {
-			clear(u.addr)
-		}
-		u.addr[addr] = ua
-		u.mu.Unlock()
+	if ok {
+		return ua, nil
 	}
-	_, err := u.conn.WriteToUDP(p, ua)
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: peer address %q: %v", throttle.ErrInvalid, addr, err)
+	}
+	u.mu.Lock()
+	if len(u.addr) > 4096 {
+		clear(u.addr)
+	}
+	u.addr[addr] = ua
+	u.mu.Unlock()
+	return ua, nil
+}
+
+// matchAddr reports whether a datagram from from may come from the peer
+// known as peer: the same IP address and port once peer is resolved.
+func (u *UDPTransport) matchAddr(peer, from string) bool {
+	if peer == from {
+		return true
+	}
+	ua, err := u.resolve(peer)
+	if err != nil {
+		return false
+	}
+	fa, err := net.ResolveUDPAddr("udp", from)
+	return err == nil && ua.Port == fa.Port && ua.IP.Equal(fa.IP)
+}
+
+// Send writes p to addr in one UDP packet.
+func (u *UDPTransport) Send(addr string, p []byte) error {
+	ua, err := u.resolve(addr)
+	if err != nil {
+		return err
+	}
+	_, err = u.conn.WriteToUDP(p, ua)
 	if errors.Is(err, net.ErrClosed) {
 		return ErrTransportClosed
 	}
@@ -86,7 +112,7 @@ func (u *UDPTransport) Send(addr string, p []byte) error {
 }
 
 // Listen starts a goroutine that reads packets and hands them to h.
-func (u *UDPTransport) Listen(h func(p []byte)) error {
+func (u *UDPTransport) Listen(h func(p []byte, from string)) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.listening {
@@ -97,14 +123,14 @@ func (u *UDPTransport) Listen(h func(p []byte)) error {
 		defer close(u.done)
 		buf := make([]byte, 64<<10)
 		for {
-			n, _, err := u.conn.ReadFromUDP(buf)
+			n, from, err := u.conn.ReadFromUDPAddrPort(buf)
 			if err != nil {
 				if errors.Is(err, net.ErrClosed) {
 					return
 				}
 				continue
 			}
-			h(buf[:n])
+			h(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()).String())
 		}
 	}()
 	return nil
@@ -230,7 +256,7 @@ func (n *Network) Deliver() int {
 		f := heap.Pop(&n.queue).(*flight)
 		e := n.eps[f.to]
 		cut := n.group[f.from] != n.group[f.to]
-		var h func([]byte)
+		var h func([]byte, string)
 		switch {
 		case cut:
 			n.stats.Partitioned++
@@ -242,7 +268,7 @@ func (n *Network) Deliver() int {
 		}
 		n.mu.Unlock()
 		if h != nil {
-			h(f.p)
+			h(f.p, f.from)
 			count++
 		}
 	}
@@ -284,8 +310,8 @@ func (n *Network) send(from, to string, p []byte) error {
 type memEndpoint struct {
 	net    *Network
 	addr   string
-	h      func([]byte) // guarded by net.mu
-	closed bool         // guarded by net.mu
+	h      func([]byte, string) // guarded by net.mu
+	closed bool                 // guarded by net.mu
 }
 
 func (e *memEndpoint) Addr() string { return e.addr }
@@ -300,7 +326,7 @@ func (e *memEndpoint) Send(addr string, p []byte) error {
 	return e.net.send(e.addr, addr, p)
 }
 
-func (e *memEndpoint) Listen(h func([]byte)) error {
+func (e *memEndpoint) Listen(h func([]byte, string)) error {
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
 	e.h = h
