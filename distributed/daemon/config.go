@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/distributed/gossip"
 )
 
 // Config is the daemon's configuration, read from JSON (see
@@ -366,6 +367,24 @@ func checkDuplicateKeys(b []byte) error {
 	}
 	if err := walk("$"); err != nil && !errors.Is(err, io.EOF) {
 		return err
+	}
+	return nil
+}
+
+// CheckSecret checks that gossip, if enabled, has a secret long enough
+// (from gossip.secret, gossip.secret_file or THROTTLED_SECRET), without
+// binding anything. Errors wrap throttle.ErrInvalid.
+func (c Config) CheckSecret() error {
+	if c.Gossip.Listen == "" {
+		return nil
+	}
+	secret, err := c.Gossip.secret()
+	if err != nil {
+		return fmt.Errorf("%w: gossip secret: %v", throttle.ErrInvalid, err)
+	}
+	if len(secret) < gossip.MinSecretLen {
+		return fmt.Errorf("%w: gossip needs a secret of %d bytes or more (gossip.secret, gossip.secret_file or THROTTLED_SECRET)",
+			throttle.ErrInvalid, gossip.MinSecretLen)
 	}
 	return nil
 }

@@ -138,14 +138,10 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 	s.conf.Store(connLimitsOf(cfg))
 	gc := gossip.Config{ID: cfg.Gossip.Advertise, Peers: cfg.Gossip.Peers, Interval: time.Duration(cfg.Gossip.Interval), SpendCap: cfg.Gossip.SpendCap, Copies: cfg.Gossip.Copies}
 	if cfg.Gossip.Listen != "" {
-		secret, err := cfg.Gossip.secret()
-		if err != nil {
+		if err := cfg.CheckSecret(); err != nil {
 			return nil, err
 		}
-		if len(secret) < gossip.MinSecretLen {
-			return nil, fmt.Errorf("%w: gossip needs a secret of %d bytes or more (gossip.secret, gossip.secret_file or THROTTLED_SECRET)",
-				throttle.ErrInvalid, gossip.MinSecretLen)
-		}
+		secret, _ := cfg.Gossip.secret()
 		tr, err := gossip.ListenUDP(cfg.Gossip.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("gossip listen: %w", err)
