@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -264,5 +266,47 @@ func TestAdminEndpoint(t *testing.T) {
 	}
 	if st := s.Stats(); st.Queries != 1 {
 		t.Fatalf("health checks spent tokens: %+v", st)
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// Two daemons with different secrets: each logs the dropped datagrams
+// and what they probably mean, instead of limiting alone in silence.
+func TestMismatchedSecretsAreLogged(t *testing.T) {
+	pcs := make([]net.PacketConn, 2)
+	for i := range pcs {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pcs[i] = pc
+	}
+	addrs := []string{pcs[0].LocalAddr().String(), pcs[1].LocalAddr().String()}
+	for _, pc := range pcs {
+		pc.Close()
+	}
+	var logs syncBuf
+	for i, sec := range []string{secret, "another secret, also long enough"} {
+		cfg := config("tcp:127.0.0.1:0")
+		cfg.Gossip = daemon.Gossip{Listen: addrs[i], Peers: addrs, Secret: sec, Interval: daemon.Duration(10 * time.Millisecond)}
+		s, err := daemon.New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Skipf("cannot rebind %s: %v", addrs[i], err)
+		}
+		s.Start()
+		t.Cleanup(func() { s.Shutdown(context.Background()) })
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "bad_mac"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line about the bad MACs:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

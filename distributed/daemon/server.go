@@ -70,9 +70,10 @@ type Server struct {
 	conf  atomic.Pointer[connLimits]
 	relMu sync.Mutex // serializes Reload
 
-	lns     []net.Listener
-	admin   *http.Server
-	adminLn net.Listener
+	lns       []net.Listener
+	watchStop chan struct{}
+	admin     *http.Server
+	adminLn   net.Listener
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -369,6 +370,11 @@ func (s *Server) Start() error {
 		go s.accept(ln)
 		s.log.Info("listening", "network", ln.Addr().Network(), "addr", ln.Addr().String())
 	}
+	if s.cfg.Gossip.Listen != "" {
+		s.watchStop = make(chan struct{})
+		s.wg.Add(1)
+		go s.watchGossip(s.watchStop, max(5*s.node.Interval(), 50*time.Millisecond))
+	}
 	if s.admin != nil {
 		s.wg.Add(1)
 		go func() {
@@ -623,6 +629,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.closing = true
 	s.stopped.Store(true)
+	if s.watchStop != nil {
+		close(s.watchStop)
+	}
 	for _, l := range s.lns {
 		l.Close()
 	}
@@ -655,4 +664,41 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.node.Close()
 	s.log.Info("stopped", "queries", s.st.ok.Load()+s.st.no.Load())
 	return err
+}
+
+// watchGossip logs, loudly, gossip datagrams dropped since the last look,
+// with the misconfiguration each cause usually means: a silent gossip is
+// a cluster that limits N times too much.
+func (s *Server) watchGossip(stop <-chan struct{}, every time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last gossip.Stats
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		g := s.node.Stats()
+		for _, c := range []struct {
+			n    uint64
+			what string
+		}{
+			{g.BadMAC - last.BadMAC, "bad_mac: authentication failed (peers with another gossip secret, or forged)"},
+			{g.UnknownSender - last.UnknownSender, "unknown_sender: authentic, from a node not in gossip.peers (its advertise address differs from our peers list?)"},
+			{g.WrongSource - last.WrongSource, "wrong_source: authentic, from another address than the peer is listed under (NAT, or a wildcard bind sending from another interface?)"},
+			{g.Malformed - last.Malformed, "malformed: not a gossip datagram of this version"},
+			{g.UnknownTable - last.UnknownTable, "unknown_table: a limit this daemon does not have (rules or limits differ between daemons)"},
+			{g.Capped - last.Capped, "capped: peers reported more hits than they could have admitted (limits differ, or a misbehaving peer)"},
+		} {
+			if c.n > 0 {
+				s.log.Warn("gossip datagrams dropped", "count", c.n, "cause", c.what)
+			}
+		}
+		if g.PacketsReceived == last.PacketsReceived && len(s.node.Peers()) > 0 && g.Rounds > 10 {
+			s.log.Warn("no gossip received from any peer lately", "peers", s.node.Peers(), "advertise", s.node.ID())
+		}
+		last = g
+	}
 }
