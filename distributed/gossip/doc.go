@@ -100,6 +100,20 @@
 // the bucket, at least 10 rounds) and acknowledged by every live peer is
 // forgotten, so a peer that comes back later misses those hits.
 //
+// # Memory and the key cap
+//
+// Each limiter tracks at most the node's throttle.WithMaxKeys keys (each
+// costs about 300 bytes: the bucket, the counters and one record per peer
+// that reported the key). Idle keys are forgotten after the retention
+// above. When the table is full, a new key is decided and gossiped under
+// OverflowKey: all such keys share one bucket of the limit, charged on
+// every node, so they stay limited (together, hence more strictly) and
+// shared, never unlimited; Stats.Overflow counts those decisions. A peer
+// whose own table is full does not track reports of keys new to it (also
+// counted in Stats.Overflow); the sender's own limit still applies to
+// them. Size WithMaxKeys (the daemon's max_keys) above the keys active
+// within the retention.
+//
 // # Redundancy and its cost
 //
 // Config.Copies multiplies the gossip traffic: every datagram of a round

@@ -15,6 +15,13 @@ import (
 
 var _ throttle.Limiter = (*Limiter)(nil)
 
+// OverflowKey is the key under which a limiter whose table is full (the
+// node's throttle.WithMaxKeys) decides and gossips the keys it has no room
+// for: they share one bucket, limited and charged on every node like any
+// key, rather than going unlimited or unshared. Stats.Overflow counts the
+// decisions made under it.
+const OverflowKey = "\x00overflow"
+
 // Limiter is a keyed token bucket limiter whose buckets are charged for
 // the hits of every node of the cluster: it decides locally, counts its
 // admitted units per key, and debits the units its peers report. Create it
@@ -42,7 +49,8 @@ func (n *Node) NewLimiter(name string, rate throttle.Rate, burst int) (*Limiter,
 	if s.MaxKeyLen > MaxKeyLen {
 		s.MaxKeyLen = MaxKeyLen
 	}
-	opts := []throttle.Option{throttle.WithMaxKeys(s.MaxKeys), throttle.WithMaxKeyLen(s.MaxKeyLen)}
+	// One bucket more than keys: the overflow key's.
+	opts := []throttle.Option{throttle.WithMaxKeys(s.MaxKeys + 1), throttle.WithMaxKeyLen(s.MaxKeyLen)}
 	if s.Clock != nil {
 		opts = append(opts, throttle.WithClock(s.Clock))
 	}
@@ -121,7 +129,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	e := l.table.pin(key)
 	if e == nil {
 		l.node.st.overflow.Add(1)
-		return l.buckets.Allow(ctx, key, n)
+		key = OverflowKey
+		e = l.table.pin(key)
 	}
 	defer e.unpin()
 	capped := l.node.cfg.SpendCap && len(*l.node.members.Load()) > 1
@@ -542,15 +551,17 @@ func (t *table) pin(key string) *entry {
 		e := s.m[key]
 		s.mu.RUnlock()
 		if e == nil {
-			if t.n.Load() >= int64(t.max) {
-				return nil
+			if t.n.Load() >= int64(t.max) && key != OverflowKey {
+				return nil // the overflow key always has room
 			}
 			s.mu.Lock()
 			if e = s.m[key]; e == nil {
 				e = &entry{}
 				e.changed.Store(math.MinInt64 / 2)
 				s.m[key] = e
-				t.n.Add(1)
+				if key != OverflowKey {
+					t.n.Add(1) // the overflow key is beyond the count
+				}
 			}
 			s.mu.Unlock()
 		}
@@ -575,7 +586,9 @@ func (t *table) drop(key string, e *entry) {
 	s.mu.Lock()
 	if s.m[key] == e {
 		delete(s.m, key)
-		t.n.Add(-1)
+		if key != OverflowKey {
+			t.n.Add(-1)
+		}
 	}
 	s.mu.Unlock()
 }
