@@ -304,32 +304,6 @@ func tieHash(key string, r int64, id string) uint64 {
 	return h
 }
 
-// reports returns the bodies of this round's reports for peers that need
-// the counters changed in rounds since and later, and how many of those
-// are resends (changed before the last round).
-func (l *Limiter) reports(r, since int64) ([][]byte, int) {
-	var es []reportEntry
-	resent := 0
-	l.table.each(func(key string, e *entry) {
-		if ch := e.changed.Load(); ch >= since && ch >= r-l.retain {
-			if demand := e.demand.Load(); demand > 0 {
-				es = append(es, reportEntry{key: key, born: e.born.Load(), hits: uint64(e.hits.Load()), demand: uint64(demand)})
-				if ch < r-1 {
-					resent++
-				}
-			}
-		}
-	})
-	if len(es) == 0 {
-		return nil, 0
-	}
-	return l.node.encode(msgReport, l.name, r, func(e *encoder) {
-		for _, x := range es {
-			e.addReport(x)
-		}
-	}), resent
-}
-
 // levels returns the bodies of a state message for peer (at incarnation
 // inc): every bucket below full, and how many of the peer's own hits each
 // level already includes, so that the peer does not lose the hits it made

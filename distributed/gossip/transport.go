@@ -37,6 +37,10 @@ type Transport interface {
 // ErrTransportClosed is returned by Send on a closed transport.
 var ErrTransportClosed = fmt.Errorf("gossip: transport closed: %w", throttle.ErrClosed)
 
+// RecvBuffer is the socket receive buffer ListenUDP asks for (SO_RCVBUF;
+// Linux caps it at net.core.rmem_max, which operators may raise).
+const RecvBuffer = 8 << 20
+
 // UDPTransport sends each datagram as one UDP packet. Create it with
 // ListenUDP (the zero value is not usable); it is safe for concurrent use.
 type UDPTransport struct {
@@ -58,6 +62,9 @@ func ListenUDP(addr string) (*UDPTransport, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A round may bring many datagrams at once: a large receive buffer
+	// keeps them (the kernel caps it at net.core.rmem_max).
+	c.SetReadBuffer(RecvBuffer)
 	return &UDPTransport{conn: c, addr: make(map[string]*net.UDPAddr), done: make(chan struct{})}, nil
 }
 
@@ -163,6 +170,8 @@ type Network struct {
 	mu        sync.Mutex
 	rng       *rand.Rand
 	loss, dup float64
+	qlimit    int            // datagrams in flight to one address beyond which more are dropped; 0: no limit
+	inFlight  map[string]int // per destination
 	delay     time.Duration
 	jitter    time.Duration
 	group     map[string]int // partition group per address; absent = 0
@@ -175,17 +184,23 @@ type Network struct {
 // NetworkStats counts what a Network did with datagrams.
 type NetworkStats struct {
 	Sent, Delivered, Lost, Duplicated, Partitioned, Unroutable uint64
+	Overrun                                                    uint64 // dropped: the receiver's queue was full
 	Bytes                                                      uint64
 }
 
 // NewNetwork returns an empty network on clk with a seeded random source.
 func NewNetwork(clk throttle.Clock, seed uint64) *Network {
 	return &Network{clk: clk, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		group: map[string]int{}, eps: map[string]*memEndpoint{}}
+		group: map[string]int{}, eps: map[string]*memEndpoint{}, inFlight: map[string]int{}}
 }
 
 // SetLoss sets the probability that a datagram is dropped.
 func (n *Network) SetLoss(p float64) { n.mu.Lock(); n.loss = p; n.mu.Unlock() }
+
+// SetQueueLimit models a receive buffer: a datagram sent to an address
+// that already has n in flight is dropped (NetworkStats.Overrun). 0
+// removes the limit.
+func (n *Network) SetQueueLimit(k int) { n.mu.Lock(); n.qlimit = k; n.mu.Unlock() }
 
 // SetDuplicate sets the probability that a datagram is delivered twice.
 func (n *Network) SetDuplicate(p float64) { n.mu.Lock(); n.dup = p; n.mu.Unlock() }
@@ -254,6 +269,7 @@ func (n *Network) Deliver() int {
 			return count
 		}
 		f := heap.Pop(&n.queue).(*flight)
+		n.inFlight[f.to]--
 		e := n.eps[f.to]
 		cut := n.group[f.from] != n.group[f.to]
 		var h func([]byte, string)
@@ -295,7 +311,12 @@ func (n *Network) send(from, to string, p []byte) error {
 		copies = 2
 		n.stats.Duplicated++
 	}
+	if n.qlimit > 0 && n.inFlight[to]+copies > n.qlimit {
+		n.stats.Overrun++
+		return nil
+	}
 	now := n.clk.Now()
+	n.inFlight[to] += copies
 	for range copies {
 		d := n.delay
 		if n.jitter > 0 {

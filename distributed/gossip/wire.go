@@ -25,6 +25,10 @@ import (
 //	                                 of a datagram share it)
 //	dstinc   8 bytes  big endian     the receiver's incarnation as the
 //	                                 sender knows it, 0 if unknown
+//	pround   8 bytes  big endian     the receiver's latest round of which
+//	                                 the sender got datagrams, and
+//	prefix   2 bytes  big endian     how many of them, from part 0, it got
+//	                                 without a gap
 //	sender   1 byte length + bytes   the sender's node ID
 //	table    1 byte length + bytes   the limiter name ("" for hello)
 //	incarn   8 bytes  big endian     sender's incarnation (random, not 0)
@@ -41,7 +45,10 @@ import (
 // a receiver applies the difference from the highest value it has seen, so
 // lost, duplicated and reordered datagrams neither lose nor double-count
 // hits. ack, part and parts let the sender learn which rounds a peer
-// received in full, and resend everything that changed since.
+// received in full, and resend everything that changed since; pround and
+// prefix acknowledge the leading datagrams of a round received only in
+// part (a sender puts its reports in a fixed order, so those carried the
+// counters before a position in that order).
 //
 // Replay protection: the MAC covers the receiver's ID, so a datagram
 // replayed to another node fails authentication; reports and states must
@@ -63,7 +70,7 @@ const (
 	// maxName bounds node IDs and limiter names on the wire.
 	maxName = 255
 	// offsets of the per-receiver fields, patched by seal.
-	offAck, offPart, offParts, offSeq, offDst, offSender = 4, 12, 14, 16, 24, 32
+	offAck, offPart, offParts, offSeq, offDst, offPRound, offPrefix, offSender = 4, 12, 14, 16, 24, 32, 40, 42
 )
 
 const (
@@ -83,6 +90,8 @@ type header struct {
 	part, parts uint16
 	seq         uint64
 	dstInc      uint64
+	pround      uint64
+	prefix      uint16
 	sender      string
 	table       string
 	incarnation uint64
@@ -134,12 +143,13 @@ type encoder struct {
 	count   int
 	countAt int
 	out     [][]byte
+	counts  []int // entries of each body in out
 }
 
 func (e *encoder) start() {
 	e.buf = make([]byte, 0, MaxPacket)
 	e.buf = append(e.buf, 'T', 'G', wireVersion, e.hdr.typ)
-	e.buf = append(e.buf, make([]byte, offSender-offAck)...) // ack, part, parts
+	e.buf = append(e.buf, make([]byte, offSender-offAck)...) // the per-receiver fields
 	e.buf = append(e.buf, byte(len(e.hdr.sender)))
 	e.buf = append(e.buf, e.hdr.sender...)
 	e.buf = append(e.buf, byte(len(e.hdr.table)))
@@ -202,6 +212,7 @@ func (e *encoder) flush() {
 	}
 	binary.BigEndian.PutUint16(e.buf[e.countAt:], uint16(e.count))
 	e.out = append(e.out, e.buf)
+	e.counts = append(e.counts, e.count)
 	e.buf = nil
 }
 
@@ -226,6 +237,8 @@ func (s *signer) seal(body []byte, to string, h header) []byte {
 	binary.BigEndian.PutUint16(p[offParts:], h.parts)
 	binary.BigEndian.PutUint64(p[offSeq:], h.seq)
 	binary.BigEndian.PutUint64(p[offDst:], h.dstInc)
+	binary.BigEndian.PutUint64(p[offPRound:], h.pround)
+	binary.BigEndian.PutUint16(p[offPrefix:], h.prefix)
 	return s.sum(p, to, p)
 }
 
@@ -252,6 +265,8 @@ func decode(sig *signer, pkt []byte, maxKey int, self string) (*message, error) 
 	m.parts = binary.BigEndian.Uint16(body[offParts:])
 	m.seq = binary.BigEndian.Uint64(body[offSeq:])
 	m.dstInc = binary.BigEndian.Uint64(body[offDst:])
+	m.pround = binary.BigEndian.Uint64(body[offPRound:])
+	m.prefix = binary.BigEndian.Uint16(body[offPrefix:])
 	if m.parts == 0 || m.part >= m.parts || m.seq == 0 {
 		return nil, errMalformed
 	}
