@@ -182,10 +182,10 @@ type peer struct {
 	seq         uint64 // last sequence number sent to the peer
 	rxSeq       uint64 // highest sequence number received from the peer's incarnation
 	rxWin       [replayWindow / 64]uint64
-	wrongSrc    uint64           // datagrams from a wrong address, for the log
-	added       int64            // ns: when it became a peer
-	lastHeard   int64            // ns; 0 before the first datagram
-	needState   bool             // send bucket levels next round (peer is new or restarted)
+	wrongSrc    uint64 // datagrams from a wrong address, for the log
+	added       int64  // ns: when it became a peer
+	lastHeard   int64  // ns; 0 before the first datagram
+	needState   bool   // send bucket levels next round (peer is new or restarted)
 	acked       uint64 // the peer has every counter changed before this round...
 	ackedPos    pos    // ...and those up to this position (ch == acked) of the round acked
 	sent        map[uint64]sentRound
