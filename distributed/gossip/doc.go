@@ -108,14 +108,20 @@
 // follow in later rounds, those pending longest first. A peer
 // acknowledges the latest round it got in full and, for a round it got in
 // part, how many leading datagrams it got without a gap: the counters
-// they carried are not sent again. The bound per peer adapts like TCP's
+// they carried are not sent again. When a round has a backlog or is cut,
+// up to a quarter of it first carries the counters changed in the last
+// round, busiest first, so that a flood of new keys delays only itself:
+// in the simulation a node flooded with 3,000 new keys a round, beyond
+// what its peer's receive queue takes, still has a steady key charged on
+// the peer every round, and the backlog drains once the flood stops. The
+// bound per peer adapts like TCP's
 // congestion window (halved while rounds go unacknowledged, raised by 8
 // datagrams a round while they are), so a round larger than a peer's
 // receive buffer shrinks until it fits instead of being lost again every
 // round; ListenUDP asks for an 8 MB receive buffer (RecvBuffer; Linux
 // caps it at net.core.rmem_max). Measured (large_test.go): 100,000 keys
 // each hit once on one node are all charged by its peer over loopback UDP
-// within 3 rounds (84% after the first, the round being cut at 2 MB); in
+// within 3 rounds (63% after the first, the round being cut at 2 MB); in
 // the simulation, through receive queues of 150 datagrams (Linux's
 // default 212,992-byte buffer) with 2% loss, every hit is charged on both
 // peers after 50 rounds, none lost or counted twice. Per-round traffic is

@@ -129,3 +129,36 @@ func TestLargeRoundSim(t *testing.T) {
 		t.Fatalf("after %d rounds only %.2f%% of the hits were charged", rounds, 100*charged)
 	}
 }
+
+// A flood of new keys on one node (more than its peers' receive buffers
+// take in a round) does not starve the keys in use: their hits are still
+// charged on the peers within two rounds, and once the flood stops the
+// backlog drains.
+func TestJunkFloodDoesNotStarveGossip(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerHour(1), 1000, time.Second, false, 1)
+	flood, queue := 3000, 20
+	if race {
+		flood, queue = 600, 4
+	}
+	c.net.SetQueueLimit(queue)
+	c.runTo(c.clk.Now().Add(2 * time.Second))
+	junk := 0
+	for round := range 10 {
+		for range flood {
+			c.lims[0].Allow(ctx, "junk-"+strconv.Itoa(junk), 1)
+			junk++
+		}
+		c.lims[0].Allow(ctx, "victim", 5)
+		c.runTo(c.clk.Now().Add(time.Second))
+		if round >= 1 {
+			// Charged for all but the last round's 5.
+			if tok := c.lims[1].Tokens("victim"); tok > 1000-5*int64(round) {
+				t.Fatalf("round %d of the flood: the peer holds %d tokens for victim; its hits are starved", round, tok)
+			}
+		}
+	}
+	c.runTo(c.clk.Now().Add(80 * time.Second))
+	if got := c.nodes[1].Stats().HitsApplied; got != uint64(junk+50) {
+		t.Fatalf("after the flood: %d hits charged, want %d", got, junk+50)
+	}
+}

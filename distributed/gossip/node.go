@@ -148,14 +148,18 @@ type Node struct {
 }
 
 // pos is a position in the order in which reports are sent: by the
-// round the counter changed in, then limiter name, then key.
+// round the counter changed in, then limiter name, then hits (most
+// first), then key. A counter whose hits change changes round too, so its
+// position only moves forward.
 type pos struct {
-	ch       int64
-	lim, key string
+	ch   int64
+	lim  string
+	hits uint64 // descending: the busiest keys of a round first
+	key  string
 }
 
 func (a pos) cmp(b pos) int {
-	return cmp.Or(cmp.Compare(a.ch, b.ch), strings.Compare(a.lim, b.lim), strings.Compare(a.key, b.key))
+	return cmp.Or(cmp.Compare(a.ch, b.ch), strings.Compare(a.lim, b.lim), cmp.Compare(b.hits, a.hits), strings.Compare(a.key, b.key))
 }
 
 // sentRound is what one round's reports carried to a peer: every counter
@@ -554,22 +558,54 @@ func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bo
 	for i, l := range lims {
 		l.table.each(func(key string, e *entry) {
 			ch := e.changed.Load()
-			if (pos{ch, l.name, key}).cmp(from) < 0 || (silent && ch < r-l.retain) {
+			hits := uint64(e.hits.Load())
+			if (pos{ch, l.name, hits, key}).cmp(from) < 0 || (silent && ch < r-l.retain) {
 				return
 			}
 			if demand := e.demand.Load(); demand > 0 {
-				ps = append(ps, pend{i, ch, reportEntry{key: key, born: e.born.Load(), hits: uint64(e.hits.Load()), demand: uint64(demand)}})
+				ps = append(ps, pend{i, ch, reportEntry{key: key, born: e.born.Load(), hits: hits, demand: uint64(demand)}})
 			}
 		})
 	}
-	slices.SortFunc(ps, func(a, b pend) int {
-		return cmp.Or(cmp.Compare(a.ch, b.ch), cmp.Compare(a.l, b.l), strings.Compare(a.e.key, b.e.key))
+	slices.SortFunc(ps, func(a, b pend) int { // lims are sorted by name
+		return cmp.Or(cmp.Compare(a.ch, b.ch), cmp.Compare(a.l, b.l), cmp.Compare(b.e.hits, a.e.hits), strings.Compare(a.e.key, b.e.key))
 	})
 	to = pos{ch: r}
+	total, backlog := 0, false
+	for _, p := range ps {
+		total += len(p.e.key) + 16
+		backlog = backlog || p.ch < r-1
+	}
+	var fresh []pend
+	if total > budget || backlog {
+		// Older counters go first, and the round may be cut. So that a
+		// backlog (a flood of new keys) cannot starve the keys in use
+		// now, up to a quarter of the budget first carries the counters
+		// changed in the last round, busiest first. They do not move the
+		// acknowledged position (and are sent again in order later:
+		// counters are cumulative).
+		for _, p := range ps {
+			if p.ch >= r-1 {
+				fresh = append(fresh, p)
+			}
+		}
+		slices.SortFunc(fresh, func(a, b pend) int {
+			return cmp.Or(cmp.Compare(b.e.hits, a.e.hits), cmp.Compare(a.l, b.l), strings.Compare(a.e.key, b.e.key))
+		})
+		size := 0
+		for k, p := range fresh {
+			if size += len(p.e.key) + 16; size > budget/4 {
+				fresh = fresh[:k]
+				break
+			}
+		}
+		budget -= size
+		slices.SortStableFunc(fresh, func(a, b pend) int { return cmp.Compare(a.l, b.l) })
+	}
 	size := 0
 	for k, p := range ps {
 		if size += len(p.e.key) + 16; size > budget && k > 0 {
-			to = pos{p.ch, lims[p.l].name, p.e.key}
+			to = pos{p.ch, lims[p.l].name, p.e.hits, p.e.key}
 			ps = ps[:k]
 			break
 		}
@@ -578,10 +614,13 @@ func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bo
 		}
 	}
 	// Datagrams in the order of positions (a new one where the limiter
-	// changes), so that a prefix of them is a prefix of the order.
+	// changes), so that a prefix of them is a prefix of the order; the
+	// fresh ones first, at position from.
+	nFresh := len(fresh)
+	ps = append(fresh, ps...)
 	for i := 0; i < len(ps); {
 		j := i
-		for j < len(ps) && ps[j].l == ps[i].l {
+		for j < len(ps) && ps[j].l == ps[i].l && (i >= nFresh) == (j >= nFresh) {
 			j++
 		}
 		run := ps[i:j]
@@ -593,7 +632,11 @@ func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bo
 		k := 0
 		for _, c := range e.counts {
 			p := run[k]
-			parts = append(parts, pos{p.ch, lims[p.l].name, p.e.key})
+			if i < nFresh {
+				parts = append(parts, from)
+			} else {
+				parts = append(parts, pos{p.ch, lims[p.l].name, p.e.hits, p.e.key})
+			}
 			k += c
 		}
 		bodies = append(bodies, b...)
@@ -735,7 +778,8 @@ func (n *Node) handle(p []byte, from string) {
 	// everything since what the peer had already acknowledged (a round
 	// with only a hello does not).
 	pr.ackSeen = max(pr.ackSeen, m.ack)
-	cur := pos{int64(pr.acked), pr.ackedPos.lim, pr.ackedPos.key}
+	cur := pr.ackedPos
+	cur.ch = int64(pr.acked)
 	if sr, ok := pr.sent[m.pround]; ok && m.prefix > 0 && int(m.prefix) < len(sr.parts) && sr.from.cmp(cur) <= 0 && sr.parts[m.prefix].cmp(cur) > 0 {
 		// The leading datagrams of a round arrived: the counters before
 		// the first missing one are delivered.
