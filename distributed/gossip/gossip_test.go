@@ -78,6 +78,7 @@ func TestConfigErrors(t *testing.T) {
 		{Resend: 5000},
 		{Copies: -1},
 		{Copies: MaxCopies + 1},
+		{MaxRoundBytes: 100},
 	}
 	for i, c := range bad {
 		if _, err := NewNode(c); !errors.Is(err, throttle.ErrInvalid) {
