@@ -12,7 +12,14 @@
 //	printf 'alice\nalice\n' | nc -q1 127.0.0.1 7390
 //
 // Flags override the configuration file (-config, JSON; -print-config
-// shows the default). It stops cleanly on SIGINT or SIGTERM.
+// shows the effective configuration, which -config reads back). -check
+// validates the configuration and runs a self-test on a private loopback
+// socket, gossip off: it binds none of the configured addresses and sends
+// nothing to the peers. It stops cleanly (exit 0) on SIGINT or SIGTERM,
+// and reloads the configuration file on SIGHUP: limits and connection
+// settings change at once; an invalid file, or one that changes what
+// needs a restart (listeners, gossip, admin), is refused with a log line
+// and the running configuration stays.
 package main
 
 import (
@@ -46,96 +53,123 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(s string) error { *l = append(*l, strings.Split(s, ",")...); return nil }
 
-func run(args []string, stdout, stderr io.Writer) error {
+// options are the command line.
+type options struct {
+	configPath, rate, gossipAddr, advertise, secretFile, logLevel, query, admin string
+	burst                                                                       int
+	interval                                                                    time.Duration
+	printConfig, check, spendCap, logJSON                                       bool
+	listen, peers                                                               listFlag
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
 	fs := flag.NewFlagSet("throttled", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var (
-		configPath  = fs.String("config", "", "JSON configuration file (default: the embedded one, see -print-config)")
-		printConfig = fs.Bool("print-config", false, "print the effective configuration as JSON and exit")
-		check       = fs.Bool("check", false, "self-test: start on a free loopback port, query it, stop, and exit")
-		rate        = fs.String("rate", "", "default rate for every tag, e.g. 100/s (overrides the config)")
-		burst       = fs.Int("burst", 0, "default burst (overrides the config)")
-		gossipAddr  = fs.String("gossip", "", "UDP address to gossip on, e.g. 0.0.0.0:7946 (overrides the config)")
-		advertise   = fs.String("advertise", "", "gossip address the peers know this daemon by, when -gossip binds a wildcard (overrides the config)")
-		interval    = fs.Duration("interval", 0, "gossip interval (overrides the config)")
-		secretFile  = fs.String("secret-file", "", "file holding the gossip secret (or set THROTTLED_SECRET)")
-		spendCap    = fs.Bool("spend-cap", false, "enable the per-node spend cap")
-		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
-		logJSON     = fs.Bool("log-json", false, "log JSON instead of text")
-		query       = fs.String("query", "", "client mode: ask the daemon at the first listen address about these comma-separated tags, print the replies, and exit")
-		listen      listFlag
-		peers       listFlag
-	)
-	fs.Var(&listen, "listen", "socket to serve on, tcp:HOST:PORT or unix:PATH (repeatable; overrides the config)")
-	fs.Var(&peers, "peers", "gossip peers, comma separated HOST:PORT (overrides the config)")
+	fs.StringVar(&o.configPath, "config", "", "JSON configuration file (default: the embedded one, see -print-config)")
+	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective configuration as JSON and exit")
+	fs.BoolVar(&o.check, "check", false, "validate the configuration, self-test on a private loopback port with gossip off, and exit")
+	fs.StringVar(&o.rate, "rate", "", "default rate for every tag, e.g. 100/s (overrides the config)")
+	fs.IntVar(&o.burst, "burst", 0, "default burst (overrides the config)")
+	fs.StringVar(&o.gossipAddr, "gossip", "", "UDP address to gossip on, e.g. 0.0.0.0:7946 (overrides the config)")
+	fs.StringVar(&o.advertise, "advertise", "", "gossip address the peers know this daemon by, required when -gossip binds a wildcard (overrides the config)")
+	fs.DurationVar(&o.interval, "interval", 0, "gossip interval (overrides the config)")
+	fs.StringVar(&o.secretFile, "secret-file", "", "file holding the gossip secret (or set THROTTLED_SECRET)")
+	fs.BoolVar(&o.spendCap, "spend-cap", false, "enable the per-node spend cap")
+	fs.StringVar(&o.admin, "admin", "", "HTTP address for /healthz and /metrics, e.g. 127.0.0.1:9390 (overrides the config)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON instead of text")
+	fs.StringVar(&o.query, "query", "", "client mode: ask the daemon at the first listen address about these comma-separated tags, print the replies, and exit")
+	fs.Var(&o.listen, "listen", "socket to serve on, tcp:HOST:PORT or unix:PATH (repeatable; overrides the config)")
+	fs.Var(&o.peers, "peers", "gossip peers, comma separated HOST:PORT (overrides the config)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	return o, nil
+}
+
+func (o *options) logger(stderr io.Writer) (*slog.Logger, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return err
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, err
 	}
 	hopts := &slog.HandlerOptions{Level: level}
-	var log *slog.Logger
-	if *logJSON {
-		log = slog.New(slog.NewJSONHandler(stderr, hopts))
-	} else {
-		log = slog.New(slog.NewTextHandler(stderr, hopts))
+	if o.logJSON {
+		return slog.New(slog.NewJSONHandler(stderr, hopts)), nil
 	}
+	return slog.New(slog.NewTextHandler(stderr, hopts)), nil
+}
 
+// config reads the configuration file (or the embedded default), applies
+// the flags over it and validates the result.
+func (o *options) config() (daemon.Config, error) {
 	cfg := daemon.DefaultConfig()
-	if *configPath != "" {
+	if o.configPath != "" {
 		var err error
-		if cfg, err = daemon.LoadConfig(*configPath); err != nil {
-			return err
+		if cfg, err = daemon.LoadConfig(o.configPath); err != nil {
+			return cfg, err
 		}
 	}
-	if len(listen) > 0 {
-		cfg.Listen = listen
+	if len(o.listen) > 0 {
+		cfg.Listen = o.listen
 	}
-	if *rate != "" {
-		cfg.Default.Rate = *rate
+	if o.rate != "" {
+		cfg.Default.Rate = o.rate
 	}
-	if *burst != 0 {
-		cfg.Default.Burst = *burst
+	if o.burst != 0 {
+		cfg.Default.Burst = o.burst
 	}
-	if *gossipAddr != "" {
-		cfg.Gossip.Listen = *gossipAddr
+	if o.gossipAddr != "" {
+		cfg.Gossip.Listen = o.gossipAddr
 	}
-	if *advertise != "" {
-		cfg.Gossip.Advertise = *advertise
+	if o.advertise != "" {
+		cfg.Gossip.Advertise = o.advertise
 	}
-	if len(peers) > 0 {
-		cfg.Gossip.Peers = peers
+	if len(o.peers) > 0 {
+		cfg.Gossip.Peers = o.peers
 	}
-	if *interval != 0 {
-		cfg.Gossip.Interval = daemon.Duration(*interval)
+	if o.interval != 0 {
+		cfg.Gossip.Interval = daemon.Duration(o.interval)
 	}
-	if *secretFile != "" {
-		cfg.Gossip.SecretFile = *secretFile
+	if o.secretFile != "" {
+		cfg.Gossip.SecretFile = o.secretFile
 	}
-	if *spendCap {
+	if o.spendCap {
 		cfg.Gossip.SpendCap = true
 	}
-	if *check {
-		cfg.Listen = []string{"tcp:127.0.0.1:0"}
+	if o.admin != "" {
+		cfg.Admin = o.admin
 	}
-	if err := cfg.Validate(); err != nil {
+	return cfg, cfg.Validate()
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
 		return err
 	}
-	if *printConfig {
+	log, err := o.logger(stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.printConfig:
 		if cfg.Gossip.Secret != "" {
 			cfg.Gossip.Secret = "(redacted)"
 		}
 		return printJSON(stdout, cfg)
+	case o.query != "":
+		return queryMode(cfg.Listen[0], strings.Split(o.query, ","), stdout)
+	case o.check:
+		return check(cfg, log, stdout)
 	}
-	if *query != "" {
-		return queryMode(cfg.Listen[0], strings.Split(*query, ","), stdout)
-	}
-
 	srv, err := daemon.New(cfg, log)
 	if err != nil {
 		return err
@@ -144,20 +178,79 @@ func run(args []string, stdout, stderr io.Writer) error {
 		srv.Shutdown(context.Background())
 		return err
 	}
-	if *check {
-		return selfTest(srv, stdout)
-	}
 	log.Info("throttled running", "default_rate", cfg.Default.Rate, "default_burst", cfg.Default.Burst,
-		"rules", len(cfg.Rules), "gossip", cfg.Gossip.Listen, "peers", len(cfg.Gossip.Peers))
+		"rules", len(cfg.Rules), "gossip", cfg.Gossip.Listen, "peers", len(cfg.Gossip.Peers), "max_conns", cfg.MaxConns)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	return serve(srv, o, log, sigs)
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	<-ctx.Done()
-	stop()
+// serve runs until SIGINT or SIGTERM, reloading on SIGHUP, then shuts
+// the server down.
+func serve(srv *daemon.Server, o *options, log *slog.Logger, sigs <-chan os.Signal) error {
+	for sig := range sigs {
+		if sig == syscall.SIGHUP {
+			reload(srv, o, log)
+			continue
+		}
+		break
+	}
 	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return srv.Shutdown(sctx)
+	if err := srv.Shutdown(ctx); err != nil {
+		// Connections still open were closed: a clean stop all the same.
+		log.Warn("shutdown: connections closed before their queries were answered", "err", err)
+	}
+	return nil
+}
+
+// reload rereads the configuration (file and flags) and applies it; on
+// any error the running configuration stays.
+func reload(srv *daemon.Server, o *options, log *slog.Logger) {
+	cfg, err := o.config()
+	if err == nil {
+		err = srv.Reload(cfg)
+	}
+	if err != nil {
+		log.Error("SIGHUP: configuration refused, keeping the running one", "err", err)
+	}
+}
+
+// check validates the configuration (already done by the caller: it
+// binds nothing) and self-tests the daemon on a private loopback port
+// with gossip off, so that it neither takes a live node's sockets nor
+// sends anything to its peers.
+func check(cfg daemon.Config, log *slog.Logger, out io.Writer) error {
+	if err := cfg.CheckSecret(); err != nil {
+		return err
+	}
+	test := cfg
+	test.Listen = []string{"tcp:127.0.0.1:0"}
+	test.Gossip = daemon.Gossip{}
+	test.Admin = ""
+	srv, err := daemon.New(test, log)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	if err := selfTest(srv, out); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "configuration valid: %d listener(s), %d rule(s), gossip %s with %d peer(s)\n",
+		len(cfg.Listen), len(cfg.Rules), orNone(cfg.Gossip.Listen), len(cfg.Gossip.Peers))
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "off"
+	}
+	return "on " + s
 }
 
 // queryMode asks the daemon at listen about tags, pipelined, and prints

@@ -6,11 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/distributed/gossip"
 )
 
 // Config is the daemon's configuration, read from JSON (see
@@ -28,12 +32,34 @@ type Config struct {
 	// MaxTagLen bounds a tag in bytes (default 256, at most 1024). A
 	// longer line gets "ER\n" and the connection is closed.
 	MaxTagLen int `json:"max_tag_len,omitempty"`
-	// MaxConns bounds concurrent client connections (default 65536);
-	// connections beyond it are closed at once.
+	// MaxConns bounds concurrent client connections; connections beyond
+	// it are closed at once. Default: the open-file limit (RLIMIT_NOFILE,
+	// whose soft limit is raised to the hard one where allowed) less 64
+	// descriptors kept for listeners, gossip and logs, at most 65536.
 	MaxConns int `json:"max_conns,omitempty"`
+	// MaxConnsPerAddr bounds the connections of one client IP address
+	// (TCP only), so that one host cannot take them all. Default:
+	// MaxConns less a sixteenth of it, kept for other addresses (local
+	// workers all connect from the same loopback address: set it lower
+	// where clients come from many hosts).
+	MaxConnsPerAddr int `json:"max_conns_per_addr,omitempty"`
 	// IdleTimeout closes a connection that sends nothing for this long
 	// (default 5m).
 	IdleTimeout Duration `json:"idle_timeout,omitempty"`
+	// WriteTimeout closes a connection whose replies cannot be written
+	// for this long: a client that pipelines queries and never reads its
+	// replies. Default 10s, or IdleTimeout if shorter.
+	WriteTimeout Duration `json:"write_timeout,omitempty"`
+	// MaxKeys bounds the tags tracked at once per limit (buckets and
+	// gossip counters): about 300 bytes each. At the cap new tags are
+	// still limited, by a bucket shared by all overflowing tags of that
+	// limit (and gossiped as one key), never admitted unlimited. Default
+	// 1,000,000.
+	MaxKeys int `json:"max_keys,omitempty"`
+	// Admin is an optional TCP address ("127.0.0.1:9390") of an HTTP
+	// listener serving /healthz (no token spent) and /metrics (Prometheus
+	// text format). Empty: none.
+	Admin string `json:"admin,omitempty"`
 	// Gossip configures the peer-to-peer exchange. With no peers the
 	// daemon limits on its own.
 	Gossip Gossip `json:"gossip"`
@@ -115,10 +141,14 @@ func DefaultConfig() Config {
 // DefaultJSON returns the embedded default configuration file.
 func DefaultJSON() []byte { return bytes.Clone(defaultJSON) }
 
-// ParseConfig reads a JSON configuration strictly (unknown fields are
-// errors) and validates it. Errors wrap throttle.ErrInvalid.
+// ParseConfig reads a JSON configuration strictly (unknown fields and
+// duplicate keys are errors) and validates it. Errors wrap
+// throttle.ErrInvalid.
 func ParseConfig(b []byte) (Config, error) {
 	var c Config
+	if err := checkDuplicateKeys(b); err != nil {
+		return c, fmt.Errorf("%w: config: %v", throttle.ErrInvalid, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
@@ -148,9 +178,23 @@ func (c *Config) Validate() error {
 	if len(c.Listen) == 0 {
 		return bad("listen: no socket to listen on")
 	}
+	seen := map[string]bool{}
 	for _, l := range c.Listen {
-		if _, _, err := splitListen(l); err != nil {
+		network, addr, err := splitListen(l)
+		if err == nil && network == "tcp" {
+			err = checkHostPort(addr, true)
+		}
+		if err != nil {
 			return bad("listen %q: %v", l, err)
+		}
+		if seen[network+":"+addr] {
+			return bad("listen %q: listed twice", l)
+		}
+		seen[network+":"+addr] = true
+	}
+	if c.Admin != "" {
+		if err := checkHostPort(c.Admin, true); err != nil {
+			return bad("admin %q: %v", c.Admin, err)
 		}
 	}
 	if c.MaxTagLen == 0 {
@@ -160,10 +204,16 @@ func (c *Config) Validate() error {
 		return bad("max_tag_len %d: must be in [1, 1024]", c.MaxTagLen)
 	}
 	if c.MaxConns == 0 {
-		c.MaxConns = 65536
+		c.MaxConns = defaultMaxConns(fileLimit())
 	}
 	if c.MaxConns < 1 {
 		return bad("max_conns %d: must be positive", c.MaxConns)
+	}
+	if c.MaxConnsPerAddr == 0 {
+		c.MaxConnsPerAddr = c.MaxConns - c.MaxConns/16
+	}
+	if c.MaxConnsPerAddr < 1 {
+		return bad("max_conns_per_addr %d: must be positive", c.MaxConnsPerAddr)
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = Duration(5 * time.Minute)
@@ -171,13 +221,30 @@ func (c *Config) Validate() error {
 	if c.IdleTimeout < 0 {
 		return bad("idle_timeout must be positive")
 	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = min(Duration(10*time.Second), c.IdleTimeout)
+	}
+	if c.WriteTimeout < 0 {
+		return bad("write_timeout must be positive")
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = 1_000_000
+	}
+	if c.MaxKeys < 1 {
+		return bad("max_keys %d: must be positive", c.MaxKeys)
+	}
 	if err := c.Default.check(); err != nil {
 		return bad("default: %v", err)
 	}
+	patterns := map[string]bool{}
 	for i, r := range c.Rules {
 		if r.Pattern == "" || len(r.Pattern) > 200 {
 			return bad("rules[%d]: pattern must have 1 to 200 bytes", i)
 		}
+		if patterns[r.Pattern] {
+			return bad("rules[%d]: pattern %q listed twice (the first would always win)", i, r.Pattern)
+		}
+		patterns[r.Pattern] = true
 		if err := r.Limit.check(); err != nil {
 			return bad("rules[%d] (%q): %v", i, r.Pattern, err)
 		}
@@ -185,6 +252,30 @@ func (c *Config) Validate() error {
 	g := &c.Gossip
 	if g.Listen == "" && len(g.Peers) > 0 {
 		return bad("gossip: peers need gossip.listen")
+	}
+	if g.Listen != "" {
+		if err := checkHostPort(g.Listen, true); err != nil {
+			return bad("gossip.listen %q: %v", g.Listen, err)
+		}
+		host, _, _ := net.SplitHostPort(g.Listen)
+		if ip := net.ParseIP(host); g.Advertise == "" && (host == "" || (ip != nil && ip.IsUnspecified())) {
+			return bad("gossip.listen %q is a wildcard: set gossip.advertise to the address the peers list for this daemon", g.Listen)
+		}
+	}
+	if g.Advertise != "" {
+		if err := checkHostPort(g.Advertise, false); err != nil {
+			return bad("gossip.advertise %q: %v", g.Advertise, err)
+		}
+	}
+	peers := map[string]bool{}
+	for _, p := range g.Peers {
+		if err := checkHostPort(p, false); err != nil {
+			return bad("gossip.peers %q: %v", p, err)
+		}
+		if peers[p] {
+			return bad("gossip.peers %q: listed twice", p)
+		}
+		peers[p] = true
 	}
 	if g.Interval < 0 || (g.Interval > 0 && time.Duration(g.Interval) < time.Millisecond) {
 		return bad("gossip.interval %v: must be at least 1ms", time.Duration(g.Interval))
@@ -202,6 +293,98 @@ func (l Limit) check() error {
 	}
 	if l.Burst < 1 {
 		return errors.New("burst must be positive")
+	}
+	return nil
+}
+
+// defaultMaxConns derives max_conns from the open-file limit.
+func defaultMaxConns(nofile uint64) int {
+	const reserve = 64
+	switch {
+	case nofile == 0:
+		return 4096 // unknown
+	case nofile <= 2*reserve:
+		return max(int(nofile/2), 1)
+	default:
+		return int(min(nofile-reserve, 65536))
+	}
+}
+
+// checkHostPort checks "host:port" with a numeric port (in [1, 65535],
+// or 0 too if zeroOK, for listeners on a free port).
+func checkHostPort(s string, zeroOK bool) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 || (p == 0 && !zeroOK) {
+		return fmt.Errorf("port %q: want a number in [1, 65535]", port)
+	}
+	return nil
+}
+
+// checkDuplicateKeys reports a JSON object that has a key twice, which
+// encoding/json would silently resolve to the last one.
+func checkDuplicateKeys(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var walk func(path string) error
+	walk = func(path string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		d, ok := tok.(json.Delim)
+		if !ok {
+			return nil
+		}
+		switch d {
+		case '{':
+			keys := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				k, _ := kt.(string)
+				if keys[k] {
+					return fmt.Errorf("key %q appears twice in %s", k, path)
+				}
+				keys[k] = true
+				if err := walk(path + "." + k); err != nil {
+					return err
+				}
+			}
+		case '[':
+			for i := 0; dec.More(); i++ {
+				if err := walk(fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					return err
+				}
+			}
+		}
+		_, err = dec.Token() // the closing delimiter
+		return err
+	}
+	if err := walk("$"); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// CheckSecret checks that gossip, if enabled, has a secret long enough
+// (from gossip.secret, gossip.secret_file or THROTTLED_SECRET), without
+// binding anything. Errors wrap throttle.ErrInvalid.
+func (c Config) CheckSecret() error {
+	if c.Gossip.Listen == "" {
+		return nil
+	}
+	secret, err := c.Gossip.secret()
+	if err != nil {
+		return fmt.Errorf("%w: gossip secret: %v", throttle.ErrInvalid, err)
+	}
+	if len(secret) < gossip.MinSecretLen {
+		return fmt.Errorf("%w: gossip needs a secret of %d bytes or more (gossip.secret, gossip.secret_file or THROTTLED_SECRET)",
+			throttle.ErrInvalid, gossip.MinSecretLen)
 	}
 	return nil
 }
@@ -235,6 +418,9 @@ func splitListen(s string) (network, addr string, err error) {
 	}
 	if addr == "" {
 		return "", "", errors.New("empty address")
+	}
+	if network == "unix" && strings.ContainsRune(addr, 0) {
+		return "", "", errors.New("NUL in socket path")
 	}
 	return network, addr, nil
 }

@@ -13,10 +13,23 @@
 // be pipelined: replies come back in order, flushed when the server has
 // read every query it had. A bad line affects only its own connection.
 //
+// Two more line forms, which a plain client never needs: "PING\n" is
+// answered "PONG\n" without spending a token (a health check), and
+// "?tag\n" is the query of tag with a detailed reply,
+// "OK remaining retry_ms reset_ms\n" or "NO remaining retry_ms reset_ms\n":
+// the tokens left, the wait before a retry may succeed (0 when admitted)
+// and the time until the bucket is full, in milliseconds. So the tag
+// "PING" and tags that begin with "?" cannot be queried in the plain form.
+//
 // Each tag is charged one token of the limit of the first rule whose
 // pattern it matches (or the default limit). With gossip peers, every
 // daemon is charged for the hits of all daemons, one gossip interval
 // late; see package gossip for the guarantees.
+//
+// A connection whose replies cannot be written for Config.WriteTimeout (a
+// client that pipelines and never reads) is closed, as is one idle for
+// Config.IdleTimeout. Connections beyond Config.MaxConns, or beyond
+// Config.MaxConnsPerAddr from one client address, are closed at once.
 package daemon
 
 import (
@@ -27,7 +40,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,31 +56,50 @@ const (
 	ReplyOK    = "OK\n"
 	ReplyNO    = "NO\n"
 	ReplyError = "ER\n"
+	ReplyPong  = "PONG\n"
 )
 
 // Server answers queries on its listeners. Create it with New, run it with
 // Start, stop it with Shutdown. All methods are safe for concurrent use.
 // The zero value is not usable.
 type Server struct {
-	cfg   Config
+	cfg   Config // the listeners and gossip settings; limits are in lim
 	log   *slog.Logger
 	node  *gossip.Node
-	exact map[string]*gossip.Limiter // rules without wildcards
-	globs []globRule
-	def   *gossip.Limiter
+	lim   atomic.Pointer[limits]
+	conf  atomic.Pointer[connLimits]
+	relMu sync.Mutex // serializes Reload
 
-	lns []net.Listener
+	lns       []net.Listener
+	watchStop chan struct{}
+	admin     *http.Server
+	adminLn   net.Listener
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
+	perAddr map[string]int // TCP connections per client IP
 	closing bool
 	started bool
 	stopped atomic.Bool // closing, readable without mu
 	wg      sync.WaitGroup
 
 	st struct {
-		conns, rejected, queries, ok, no, bad atomic.Uint64
+		conns, rejected, queries, ok, no, bad, pings, writeTimeouts, reloads, reloadErrors atomic.Uint64
 	}
+}
+
+// limits are the limiters of one configuration, swapped whole by Reload.
+type limits struct {
+	exact map[string]*gossip.Limiter // rules without wildcards
+	globs []globRule
+	def   *gossip.Limiter
+	all   map[string]*gossip.Limiter // by gossip name
+}
+
+// connLimits are the connection settings Reload may change.
+type connLimits struct {
+	maxConns, perAddr int
+	idle, write       time.Duration
 }
 
 type globRule struct {
@@ -77,12 +111,18 @@ type globRule struct {
 type Stats struct {
 	Conns      int    // connections open now
 	Accepted   uint64 // connections accepted in all
-	Rejected   uint64 // connections closed at once: MaxConns reached
+	Rejected   uint64 // connections closed at once: MaxConns or MaxConnsPerAddr reached
 	Queries    uint64 // well-formed queries answered
 	Allowed    uint64 // of which "OK"
 	Throttled  uint64 // of which "NO"
 	BadQueries uint64 // lines answered "ER"
-	Gossip     gossip.Stats
+	Pings      uint64 // "PING" lines answered
+	// WriteTimeouts counts connections closed because their replies
+	// could not be written for WriteTimeout.
+	WriteTimeouts uint64
+	Reloads       uint64 // configurations applied by Reload
+	ReloadErrors  uint64 // configurations Reload refused
+	Gossip        gossip.Stats
 }
 
 // New validates cfg, creates the gossip node and its limiters, and binds
@@ -95,24 +135,21 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, exact: map[string]*gossip.Limiter{}, conns: map[net.Conn]struct{}{}}
+	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}, perAddr: map[string]int{}}
+	s.conf.Store(connLimitsOf(cfg))
 	gc := gossip.Config{ID: cfg.Gossip.Advertise, Peers: cfg.Gossip.Peers, Interval: time.Duration(cfg.Gossip.Interval), SpendCap: cfg.Gossip.SpendCap, Copies: cfg.Gossip.Copies}
 	if cfg.Gossip.Listen != "" {
-		secret, err := cfg.Gossip.secret()
-		if err != nil {
+		if err := cfg.CheckSecret(); err != nil {
 			return nil, err
 		}
-		if len(secret) < gossip.MinSecretLen {
-			return nil, fmt.Errorf("%w: gossip needs a secret of %d bytes or more (gossip.secret, gossip.secret_file or THROTTLED_SECRET)",
-				throttle.ErrInvalid, gossip.MinSecretLen)
-		}
+		secret, _ := cfg.Gossip.secret()
 		tr, err := gossip.ListenUDP(cfg.Gossip.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("gossip listen: %w", err)
 		}
 		gc.Transport, gc.Secret = tr, secret
 	}
-	opts = append([]throttle.Option{throttle.WithMaxKeyLen(cfg.MaxTagLen)}, opts...)
+	opts = append([]throttle.Option{throttle.WithMaxKeyLen(cfg.MaxTagLen), throttle.WithMaxKeys(cfg.MaxKeys)}, opts...)
 	node, err := gossip.NewNode(gc, opts...)
 	if err != nil {
 		if gc.Transport != nil {
@@ -128,29 +165,11 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 		node.Close()
 		return nil, err
 	}
-	newLim := func(name string, l Limit) (*gossip.Limiter, error) {
-		r, err := throttle.ParseRate(l.Rate)
-		if err != nil {
-			return nil, err
-		}
-		return node.NewLimiter(name, r, l.Burst)
-	}
-	if s.def, err = newLim("default", cfg.Default); err != nil {
+	lim, err := s.buildLimits(cfg, nil)
+	if err != nil {
 		return fail(err)
 	}
-	for _, r := range cfg.Rules {
-		lim, err := newLim("rule:"+r.Pattern, r.Limit)
-		if err != nil {
-			return fail(fmt.Errorf("rule %q: %w", r.Pattern, err))
-		}
-		if isLiteral(r.Pattern) {
-			if _, dup := s.exact[r.Pattern]; !dup {
-				s.exact[r.Pattern] = lim
-			}
-		} else {
-			s.globs = append(s.globs, globRule{r.Pattern, lim})
-		}
-	}
+	s.lim.Store(lim)
 	for _, l := range cfg.Listen {
 		network, addr, _ := splitListen(l)
 		if network == "unix" {
@@ -162,7 +181,127 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 		}
 		s.lns = append(s.lns, ln)
 	}
+	if cfg.Admin != "" {
+		ln, err := net.Listen("tcp", cfg.Admin)
+		if err != nil {
+			return fail(fmt.Errorf("admin listen: %w", err))
+		}
+		s.adminLn = ln
+		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	}
 	return s, nil
+}
+
+func connLimitsOf(cfg Config) *connLimits {
+	return &connLimits{maxConns: cfg.MaxConns, perAddr: cfg.MaxConnsPerAddr,
+		idle: time.Duration(cfg.IdleTimeout), write: time.Duration(cfg.WriteTimeout)}
+}
+
+// limitName is the gossip name of a limit: its rate and burst are part
+// of it, so that daemons whose configurations differ do not charge each
+// other, and a reload that changes a limit starts a new one.
+func limitName(kind string, l Limit) string {
+	return fmt.Sprintf("%s|%s|%d", kind, l.Rate, l.Burst)
+}
+
+// buildLimits makes the limiters of cfg, reusing those of old whose name
+// (kind, rate and burst) is unchanged.
+func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
+	l := &limits{exact: map[string]*gossip.Limiter{}, all: map[string]*gossip.Limiter{}}
+	var created []*gossip.Limiter
+	newLim := func(kind string, lm Limit) (*gossip.Limiter, error) {
+		name := limitName(kind, lm)
+		if x := l.all[name]; x != nil {
+			return x, nil
+		}
+		if old != nil && old.all[name] != nil {
+			l.all[name] = old.all[name]
+			return old.all[name], nil
+		}
+		r, err := throttle.ParseRate(lm.Rate)
+		if err != nil {
+			return nil, err
+		}
+		x, err := s.node.NewLimiter(name, r, lm.Burst)
+		if err != nil {
+			return nil, err
+		}
+		created = append(created, x)
+		l.all[name] = x
+		return x, nil
+	}
+	fail := func(err error) (*limits, error) {
+		for _, x := range created {
+			x.Close()
+		}
+		return nil, err
+	}
+	var err error
+	if l.def, err = newLim("default", cfg.Default); err != nil {
+		return fail(err)
+	}
+	for _, r := range cfg.Rules {
+		lim, err := newLim("rule:"+r.Pattern, r.Limit)
+		if err != nil {
+			return fail(fmt.Errorf("rule %q: %w", r.Pattern, err))
+		}
+		if isLiteral(r.Pattern) {
+			if _, dup := l.exact[r.Pattern]; !dup {
+				l.exact[r.Pattern] = lim
+			}
+		} else {
+			l.globs = append(l.globs, globRule{r.Pattern, lim})
+		}
+	}
+	return l, nil
+}
+
+// Reload applies the limits (default and rules) and the connection
+// settings (max_conns, max_conns_per_addr, idle_timeout, write_timeout)
+// of cfg. Buckets of limits whose rate and burst are unchanged keep their
+// state. Settings that need a restart (listeners, gossip, max_tag_len,
+// max_keys, admin) must be unchanged. If cfg is invalid, the running
+// configuration stays and the error wraps throttle.ErrInvalid.
+func (s *Server) Reload(cfg Config) error {
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	err := s.reload(cfg)
+	if err != nil {
+		s.st.reloadErrors.Add(1)
+		s.log.Error("reload refused, keeping the running configuration", "err", err)
+		return err
+	}
+	s.st.reloads.Add(1)
+	s.log.Info("configuration reloaded", "default_rate", cfg.Default.Rate, "default_burst", cfg.Default.Burst, "rules", len(cfg.Rules))
+	return nil
+}
+
+func (s *Server) reload(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	fixed := func(c Config) string {
+		g := c.Gossip
+		g.Interval = 0
+		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Peers, g.Secret, g.SecretFile, g.SpendCap, g.Copies, c.MaxTagLen, c.MaxKeys, c.Admin)
+	}
+	if fixed(cfg) != fixed(s.cfg) || cfg.Gossip.Interval != s.cfg.Gossip.Interval {
+		return fmt.Errorf("%w: reload: listen, gossip, max_tag_len, max_keys and admin need a restart", throttle.ErrInvalid)
+	}
+	old := s.lim.Load()
+	l, err := s.buildLimits(cfg, old)
+	if err != nil {
+		return err
+	}
+	s.lim.Store(l)
+	s.conf.Store(connLimitsOf(cfg))
+	for name, x := range old.all {
+		if l.all[name] != x {
+			x.Close()
+		}
+	}
+	return nil
 }
 
 func isLiteral(p string) bool {
@@ -206,7 +345,9 @@ func (s *Server) Stats() Stats {
 	n := len(s.conns)
 	s.mu.Unlock()
 	return Stats{Conns: n, Accepted: s.st.conns.Load(), Rejected: s.st.rejected.Load(), Queries: s.st.ok.Load() + s.st.no.Load(),
-		Allowed: s.st.ok.Load(), Throttled: s.st.no.Load(), BadQueries: s.st.bad.Load(), Gossip: s.node.Stats()}
+		Allowed: s.st.ok.Load(), Throttled: s.st.no.Load(), BadQueries: s.st.bad.Load(), Pings: s.st.pings.Load(),
+		WriteTimeouts: s.st.writeTimeouts.Load(), Reloads: s.st.reloads.Load(), ReloadErrors: s.st.reloadErrors.Load(),
+		Gossip: s.node.Stats()}
 }
 
 // Start accepts connections on every listener and starts the gossip
@@ -229,7 +370,36 @@ func (s *Server) Start() error {
 		go s.accept(ln)
 		s.log.Info("listening", "network", ln.Addr().Network(), "addr", ln.Addr().String())
 	}
+	if s.cfg.Gossip.Listen != "" {
+		s.watchStop = make(chan struct{})
+		s.wg.Add(1)
+		go s.watchGossip(s.watchStop, max(5*s.node.Interval(), 50*time.Millisecond))
+	}
+	if s.admin != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.admin.Serve(s.adminLn)
+		}()
+		s.log.Info("admin listening", "addr", s.adminLn.Addr().String(), "paths", "/healthz /metrics")
+	}
 	return nil
+}
+
+// AdminAddr returns the address of the admin HTTP listener, or nil.
+func (s *Server) AdminAddr() net.Addr {
+	if s.adminLn == nil {
+		return nil
+	}
+	return s.adminLn.Addr()
+}
+
+// clientIP returns the IP of a TCP peer, "" for other connections.
+func clientIP(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return ""
 }
 
 func (s *Server) accept(ln net.Listener) {
@@ -248,14 +418,20 @@ func (s *Server) accept(ln net.Listener) {
 			continue
 		}
 		delay = 0
+		cl := s.conf.Load()
+		ip := clientIP(c)
 		s.mu.Lock()
-		if s.closing || len(s.conns) >= s.cfg.MaxConns {
+		if s.closing || len(s.conns) >= cl.maxConns || (ip != "" && s.perAddr[ip] >= cl.perAddr) {
 			s.mu.Unlock()
 			if s.st.rejected.Add(1)%1000 == 1 {
-				s.log.Warn("connection limit reached, closing new connections", "max_conns", s.cfg.MaxConns)
+				s.log.Warn("connection limit reached, closing new connections", "max_conns", cl.maxConns,
+					"max_conns_per_addr", cl.perAddr, "client", ip)
 			}
 			c.Close()
 			continue
+		}
+		if ip != "" {
+			s.perAddr[ip]++
 		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
@@ -266,22 +442,50 @@ func (s *Server) accept(ln net.Listener) {
 }
 
 func (s *Server) serve(c net.Conn) {
+	ip := clientIP(c)
 	defer func() {
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
+		if ip != "" {
+			if s.perAddr[ip]--; s.perAddr[ip] <= 0 {
+				delete(s.perAddr, ip)
+			}
+		}
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
+	if tc, ok := c.(*net.TCPConn); ok {
+		// Replies are 3 bytes: a small send buffer bounds what a client
+		// that does not read can make the kernel hold for it.
+		tc.SetWriteBuffer(64 << 10)
+	}
 	r := bufio.NewReaderSize(c, max(s.cfg.MaxTagLen+2, 16))
 	w := bufio.NewWriterSize(c, 1024)
-	idle := time.Duration(s.cfg.IdleTimeout)
+	flush := func() bool {
+		if w.Buffered() == 0 {
+			return true
+		}
+		d := s.conf.Load().write
+		if s.stopped.Load() {
+			d = min(d, shutdownWrite)
+		}
+		c.SetWriteDeadline(time.Now().Add(d))
+		if err := w.Flush(); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				s.st.writeTimeouts.Add(1)
+				s.log.Debug("replies not read, closing", "remote", c.RemoteAddr().String())
+			}
+			return false
+		}
+		return true
+	}
 	for {
 		if r.Buffered() == 0 {
-			if err := w.Flush(); err != nil {
+			if !flush() {
 				return
 			}
-			c.SetReadDeadline(time.Now().Add(idle))
+			c.SetReadDeadline(time.Now().Add(s.conf.Load().idle))
 			if s.stopped.Load() {
 				return // Shutdown: everything read has been answered
 			}
@@ -296,16 +500,56 @@ func (s *Server) serve(c net.Conn) {
 			return
 		}
 		if err != nil {
-			w.Flush()
+			flush()
 			return
 		}
-		w.WriteString(s.decide(line))
-		if w.Buffered() > 900 {
-			if err := w.Flush(); err != nil {
-				return
-			}
+		w.Write(s.answer(line, w.AvailableBuffer()))
+		if w.Buffered() > 900 && !flush() {
+			return
 		}
 	}
+}
+
+// shutdownWrite bounds the flush of the last replies during Shutdown.
+const shutdownWrite = 500 * time.Millisecond
+
+// answer appends the reply to line ("\n" included) to dst.
+func (s *Server) answer(line, dst []byte) []byte {
+	tag := line[:len(line)-1]
+	if n := len(tag); n > 0 && tag[n-1] == '\r' {
+		tag = tag[:n-1]
+	}
+	switch {
+	case string(tag) == "PING":
+		s.st.pings.Add(1)
+		return append(dst, ReplyPong...)
+	case len(tag) > 0 && tag[0] == '?':
+		return s.detailed(tag[1:], dst)
+	}
+	return append(dst, s.decideTag(tag)...)
+}
+
+// detailed answers a "?tag" query: "OK|NO remaining retry_ms reset_ms\n".
+func (s *Server) detailed(tag, dst []byte) []byte {
+	d, ok := s.allow(tag)
+	if !ok {
+		return append(dst, ReplyError...)
+	}
+	if d.Allowed {
+		dst = append(dst, "OK "...)
+	} else {
+		dst = append(dst, "NO "...)
+	}
+	dst = strconv.AppendInt(dst, int64(d.Remaining), 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendInt(dst, ceilMillis(d.RetryAfter), 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendInt(dst, ceilMillis(d.ResetAfter), 10)
+	return append(dst, '\n')
+}
+
+func ceilMillis(d time.Duration) int64 {
+	return int64((max(d, 0) + time.Millisecond - 1) / time.Millisecond)
 }
 
 // lingerClose half-closes c and discards what the client still sends,
@@ -318,29 +562,37 @@ func lingerClose(c net.Conn) {
 	}
 }
 
-// decide answers one line, "\n" included.
-func (s *Server) decide(line []byte) string {
-	tag := line[:len(line)-1]
-	if n := len(tag); n > 0 && tag[n-1] == '\r' {
-		tag = tag[:n-1]
+// decideTag answers a plain query.
+func (s *Server) decideTag(tag []byte) string {
+	d, ok := s.allow(tag)
+	switch {
+	case !ok:
+		return ReplyError
+	case d.Allowed:
+		return ReplyOK
+	default:
+		return ReplyNO
 	}
+}
+
+// allow charges tag one token and counts the outcome; ok is false for a
+// bad tag.
+func (s *Server) allow(tag []byte) (throttle.Decision, bool) {
 	if len(tag) == 0 || len(tag) > s.cfg.MaxTagLen {
 		s.st.bad.Add(1)
-		return ReplyError
+		return throttle.Decision{}, false
 	}
-	lim := s.limiter(tag)
-	d, err := lim.Allow(context.Background(), string(tag), 1)
+	d, err := s.limiter(tag).Allow(context.Background(), string(tag), 1)
 	switch {
 	case err != nil:
 		s.st.bad.Add(1)
-		return ReplyError
+		return d, false
 	case d.Allowed:
 		s.st.ok.Add(1)
-		return ReplyOK
 	default:
 		s.st.no.Add(1)
-		return ReplyNO
 	}
+	return d, true
 }
 
 // Tokens returns the tokens left for tag in the bucket of the limit it
@@ -349,18 +601,19 @@ func (s *Server) Tokens(tag string) int64 { return s.limiter([]byte(tag)).Tokens
 
 // Decide answers a query for tag as a connection would ("OK\n", "NO\n" or
 // "ER\n"), without a socket.
-func (s *Server) Decide(tag string) string { return s.decide([]byte(tag + "\n")) }
+func (s *Server) Decide(tag string) string { return string(s.answer([]byte(tag+"\n"), nil)) }
 
 func (s *Server) limiter(tag []byte) *gossip.Limiter {
-	if l, ok := s.exact[string(tag)]; ok {
-		return l
+	l := s.lim.Load()
+	if x, ok := l.exact[string(tag)]; ok {
+		return x
 	}
-	for _, g := range s.globs {
+	for _, g := range l.globs {
 		if match(g.pattern, tag) {
 			return g.lim
 		}
 	}
-	return s.def
+	return l.def
 }
 
 // Shutdown stops accepting, lets every connection finish the queries it
@@ -376,14 +629,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.closing = true
 	s.stopped.Store(true)
+	if s.watchStop != nil {
+		close(s.watchStop)
+	}
 	for _, l := range s.lns {
 		l.Close()
 	}
-	// Wake every reader: it answers what it has buffered and stops.
+	// Wake every reader: it answers what it has buffered and stops. A
+	// writer blocked on a client that does not read gives up soon.
 	for c := range s.conns {
 		c.SetReadDeadline(time.Now())
+		c.SetWriteDeadline(time.Now().Add(shutdownWrite))
 	}
 	s.mu.Unlock()
+	if s.admin != nil {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		s.admin.Shutdown(actx)
+		cancel()
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	var err error
@@ -401,4 +664,41 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.node.Close()
 	s.log.Info("stopped", "queries", s.st.ok.Load()+s.st.no.Load())
 	return err
+}
+
+// watchGossip logs, loudly, gossip datagrams dropped since the last look,
+// with the misconfiguration each cause usually means: a silent gossip is
+// a cluster that limits N times too much.
+func (s *Server) watchGossip(stop <-chan struct{}, every time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last gossip.Stats
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		g := s.node.Stats()
+		for _, c := range []struct {
+			n    uint64
+			what string
+		}{
+			{g.BadMAC - last.BadMAC, "bad_mac: authentication failed (peers with another gossip secret, or forged)"},
+			{g.UnknownSender - last.UnknownSender, "unknown_sender: authentic, from a node not in gossip.peers (its advertise address differs from our peers list?)"},
+			{g.WrongSource - last.WrongSource, "wrong_source: authentic, from another address than the peer is listed under (NAT, or a wildcard bind sending from another interface?)"},
+			{g.Malformed - last.Malformed, "malformed: not a gossip datagram of this version"},
+			{g.UnknownTable - last.UnknownTable, "unknown_table: a limit this daemon does not have (rules or limits differ between daemons)"},
+			{g.Capped - last.Capped, "capped: peers reported more hits than they could have admitted (limits differ, or a misbehaving peer)"},
+		} {
+			if c.n > 0 {
+				s.log.Warn("gossip datagrams dropped", "count", c.n, "cause", c.what)
+			}
+		}
+		if g.PacketsReceived == last.PacketsReceived && len(s.node.Peers()) > 0 && g.Rounds > 10 {
+			s.log.Warn("no gossip received from any peer lately", "peers", s.node.Peers(), "advertise", s.node.ID())
+		}
+		last = g
+	}
 }

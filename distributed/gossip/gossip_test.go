@@ -3,6 +3,7 @@ package gossip
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -77,6 +78,7 @@ func TestConfigErrors(t *testing.T) {
 		{Resend: 5000},
 		{Copies: -1},
 		{Copies: MaxCopies + 1},
+		{MaxRoundBytes: 100},
 	}
 	for i, c := range bad {
 		if _, err := NewNode(c); !errors.Is(err, throttle.ErrInvalid) {
@@ -121,7 +123,7 @@ func sealAll(bodies [][]byte) [][]byte {
 	sig := newSigner(secret)
 	out := make([][]byte, len(bodies))
 	for i, b := range bodies {
-		out[i] = sig.seal(b, 0, uint16(i), uint16(len(bodies)))
+		out[i] = sig.seal(b, "n0", header{part: uint16(i), parts: uint16(len(bodies)), seq: uint64(i) + 1})
 	}
 	return out
 }
@@ -142,7 +144,7 @@ func TestWireRoundTrip(t *testing.T) {
 		if len(p) > MaxPacket {
 			t.Fatalf("datagram of %d bytes", len(p))
 		}
-		m, err := decode(sig, p, MaxKeyLen)
+		m, err := decode(sig, p, MaxKeyLen, "n0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +165,7 @@ func TestWireRoundTrip(t *testing.T) {
 	e := &encoder{hdr: header{typ: msgState, sender: "a", table: "api", incarnation: 1, round: 2}}
 	e.addState(stateEntry{key: "k", tokens: -17})
 	p := sealAll(e.finish())
-	m, err := decode(sig, p[0], MaxKeyLen)
+	m, err := decode(sig, p[0], MaxKeyLen, "n0")
 	if err != nil || len(m.states) != 1 || m.states[0] != (stateEntry{key: "k", tokens: -17}) {
 		t.Fatalf("state: %+v, %v", m, err)
 	}
@@ -171,7 +173,7 @@ func TestWireRoundTrip(t *testing.T) {
 	if len(h) != 1 {
 		t.Fatalf("hello: %d datagrams", len(h))
 	}
-	if m, err := decode(sig, h[0], MaxKeyLen); err != nil || m.typ != msgHello {
+	if m, err := decode(sig, h[0], MaxKeyLen, "n0"); err != nil || m.typ != msgHello {
 		t.Fatalf("hello: %+v, %v", m, err)
 	}
 }
@@ -179,40 +181,47 @@ func TestWireRoundTrip(t *testing.T) {
 func TestWireRejects(t *testing.T) {
 	sig := newSigner(secret)
 	good := report(t, "a", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 2, demand: 3})[0]
-	if _, err := decode(sig, good, MaxKeyLen); err != nil {
+	if _, err := decode(sig, good, MaxKeyLen, "n0"); err != nil {
 		t.Fatal(err)
 	}
 	forged := report(t, "a", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 2000, demand: 3})[0]
 	copy(forged[len(forged)-macSize:], good[len(good)-macSize:])
-	if _, err := decode(sig, forged, MaxKeyLen); !errors.Is(err, errMAC) {
+	if _, err := decode(sig, forged, MaxKeyLen, "n0"); !errors.Is(err, errMAC) {
 		t.Errorf("forged: %v", err)
 	}
 	other := newSigner([]byte("another secret of enough length"))
-	if _, err := decode(other, good, MaxKeyLen); !errors.Is(err, errMAC) {
+	if _, err := decode(other, good, MaxKeyLen, "n0"); !errors.Is(err, errMAC) {
 		t.Errorf("wrong secret: %v", err)
 	}
 	for i := range len(good) {
 		b := bytes.Clone(good)
 		b[i] ^= 0x40
-		if _, err := decode(sig, b, MaxKeyLen); err == nil {
+		if _, err := decode(sig, b, MaxKeyLen, "n0"); err == nil {
 			t.Errorf("flipping byte %d went unnoticed", i)
 		}
 	}
 	for i := range len(good) {
-		if _, err := decode(sig, good[:i], MaxKeyLen); err == nil {
+		if _, err := decode(sig, good[:i], MaxKeyLen, "n0"); err == nil {
 			t.Errorf("truncated to %d bytes: accepted", i)
 		}
 	}
 	// Well authenticated but malformed: a body resigned after damage.
-	reseal := func(body []byte) []byte { return sig.sum(bytes.Clone(body), body) }
+	reseal := func(body []byte) []byte { return sig.sum(bytes.Clone(body), "n0", body) }
+	e := &encoder{hdr: header{typ: msgReport, sender: "a", table: "api", incarnation: 1}}
+	e.start()
+	empty := e.buf
+	binary.BigEndian.PutUint64(empty[offSeq:], 1)
 	body := good[:len(good)-macSize]
+	noSeq := bytes.Clone(body)
+	binary.BigEndian.PutUint64(noSeq[offSeq:], 0)
 	for name, b := range map[string][]byte{
 		"version":  append([]byte{'T', 'G', 9}, body[3:]...),
-		"type":     append([]byte{'T', 'G', 1, 77}, body[4:]...),
+		"type":     append([]byte{'T', 'G', wireVersion, 77}, body[4:]...),
 		"trailing": append(bytes.Clone(body), 0),
-		"empty":    {'T', 'G', 1, msgReport, 1, 'a', 3, 'a', 'p', 'i', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0},
+		"empty":    empty,
+		"no seq":   noSeq,
 	} {
-		if _, err := decode(sig, reseal(b), MaxKeyLen); !errors.Is(err, errMalformed) {
+		if _, err := decode(sig, reseal(b), MaxKeyLen, "n0"); !errors.Is(err, errMalformed) {
 			t.Errorf("%s: %v, want malformed", name, err)
 		}
 	}
@@ -227,8 +236,8 @@ func FuzzDecode(f *testing.F) {
 		if len(b) > MaxPacket-macSize {
 			b = b[:MaxPacket-macSize]
 		}
-		p := sig.sum(bytes.Clone(b), b)
-		m, err := decode(sig, p, MaxKeyLen)
+		p := sig.sum(bytes.Clone(b), "n0", b)
+		m, err := decode(sig, p, MaxKeyLen, "n0")
 		if err != nil {
 			return
 		}
@@ -251,7 +260,7 @@ func FuzzHandle(f *testing.F) {
 			b = b[:MaxPacket-macSize]
 		}
 		sig := newSigner(secret)
-		c.nodes[0].handle(sig.sum(bytes.Clone(b), b))
+		c.nodes[0].handle(sig.sum(bytes.Clone(b), "n0", b), "n1")
 		if tok := c.lims[0].Tokens("k"); tok > 10 {
 			t.Fatalf("tokens %d above burst", tok)
 		}
@@ -264,14 +273,21 @@ func FuzzHandle(f *testing.F) {
 // change no bucket.
 func TestDropsBadDatagrams(t *testing.T) {
 	c := newCluster(t, 2, throttle.PerSecond(1), 10, time.Second, false, 1)
+	c.runTo(c.clk.Now().Add(time.Second))
 	a := c.nodes[0]
-	good := report(t, "n1", "api", uint64(c.nodes[1].incarnation), 1, reportEntry{key: "k", born: c.clk.Now().UnixNano(), hits: 5, demand: 5})[0]
+	b := c.nodes[1]
+	good := b.sealFor("n0", b.encode(msgReport, "api", 1, func(e *encoder) {
+		e.addReport(reportEntry{key: "k", born: c.clk.Now().UnixNano(), hits: 5, demand: 5})
+	}))[0]
+	otherTable := b.sealFor("n0", b.encode(msgReport, "other", 1, func(e *encoder) {
+		e.addReport(reportEntry{key: "k", born: 1, hits: 5, demand: 5})
+	}))[0]
 	bad := bytes.Clone(good)
 	bad[len(bad)-1] ^= 1
-	a.handle(bad)
-	a.handle([]byte("garbage"))
-	a.handle(report(t, "stranger", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 5, demand: 5})[0])
-	a.handle(report(t, "n1", "other", uint64(c.nodes[1].incarnation), 1, reportEntry{key: "k", born: 1, hits: 5, demand: 5})[0])
+	a.handle(bad, "n1")
+	a.handle([]byte("garbage"), "n1")
+	a.handle(report(t, "stranger", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 5, demand: 5})[0], "stranger")
+	a.handle(otherTable, "n1")
 	st := a.Stats()
 	if st.BadMAC != 1 || st.Malformed != 1 || st.UnknownSender != 1 || st.UnknownTable != 1 {
 		t.Fatalf("stats %+v", st)
@@ -279,13 +295,14 @@ func TestDropsBadDatagrams(t *testing.T) {
 	if tok := c.lims[0].Tokens("k"); tok != 10 {
 		t.Fatalf("bad datagrams changed the bucket: %d tokens", tok)
 	}
-	a.handle(good)
-	a.handle(good) // duplicate: counted once
+	dups := a.Stats().Duplicate
+	a.handle(good, "n1")
+	a.handle(good, "n1") // duplicate: dropped
 	if tok := c.lims[0].Tokens("k"); tok != 5 {
 		t.Fatalf("after a report of 5 hits (twice): %d tokens, want 5", tok)
 	}
-	if st := a.Stats(); st.HitsApplied != 5 {
-		t.Fatalf("HitsApplied %d, want 5", st.HitsApplied)
+	if st := a.Stats(); st.HitsApplied != 5 || st.Duplicate != dups+1 {
+		t.Fatalf("stats %+v, want HitsApplied 5 and Duplicate 1", st)
 	}
 }
 

@@ -16,6 +16,13 @@ import (
 
 var _ throttle.Limiter = (*Limiter)(nil)
 
+// OverflowKey is the key under which a limiter whose table is full (the
+// node's throttle.WithMaxKeys) decides and gossips the keys it has no room
+// for: they share one bucket, limited and charged on every node like any
+// key, rather than going unlimited or unshared. Stats.Overflow counts the
+// decisions made under it.
+const OverflowKey = "\x00overflow"
+
 // Limiter is a keyed token bucket limiter whose buckets are charged for
 // the hits of every node of the cluster: it decides locally, counts its
 // admitted units per key, and debits the units its peers report. Create it
@@ -43,7 +50,8 @@ func (n *Node) NewLimiter(name string, rate throttle.Rate, burst int) (*Limiter,
 	if s.MaxKeyLen > MaxKeyLen {
 		s.MaxKeyLen = MaxKeyLen
 	}
-	opts := []throttle.Option{throttle.WithMaxKeys(s.MaxKeys), throttle.WithMaxKeyLen(s.MaxKeyLen)}
+	// One bucket more than keys: the overflow key's.
+	opts := []throttle.Option{throttle.WithMaxKeys(s.MaxKeys + 1), throttle.WithMaxKeyLen(s.MaxKeyLen)}
 	if s.Clock != nil {
 		opts = append(opts, throttle.WithClock(s.Clock))
 	}
@@ -122,7 +130,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	e := l.table.pin(key)
 	if e == nil {
 		l.node.st.overflow.Add(1)
-		return l.buckets.Allow(ctx, key, n)
+		key = OverflowKey
+		e = l.table.pin(key)
 	}
 	defer e.unpin()
 	capped := l.node.cfg.SpendCap && len(*l.node.members.Load()) > 1
@@ -296,32 +305,6 @@ func tieHash(key string, r int64, id string) uint64 {
 	return h
 }
 
-// reports returns the bodies of this round's reports for peers that need
-// the counters changed in rounds since and later, and how many of those
-// are resends (changed before the last round).
-func (l *Limiter) reports(r, since int64) ([][]byte, int) {
-	var es []reportEntry
-	resent := 0
-	l.table.each(func(key string, e *entry) {
-		if ch := e.changed.Load(); ch >= since && ch >= r-l.retain {
-			if demand := e.demand.Load(); demand > 0 {
-				es = append(es, reportEntry{key: key, born: e.born.Load(), hits: uint64(e.hits.Load()), demand: uint64(demand)})
-				if ch < r-1 {
-					resent++
-				}
-			}
-		}
-	})
-	if len(es) == 0 {
-		return nil, 0
-	}
-	return l.node.encode(msgReport, l.name, r, func(e *encoder) {
-		for _, x := range es {
-			e.addReport(x)
-		}
-	}), resent
-}
-
 // levels returns the bodies of a state message for peer (at incarnation
 // inc): every bucket below full, and how many of the peer's own hits each
 // level already includes, so that the peer does not lose the hits it made
@@ -360,10 +343,24 @@ func (l *Limiter) expire(r, minAck int64) {
 	})
 }
 
+// allowance returns the most units a node could have admitted for one
+// key over rounds rounds: a full burst plus the refill, plus two rounds of
+// refill for clock skew and rounding.
+func (l *Limiter) allowance(rounds int64) int64 {
+	rounds = min(max(rounds, 0), l.retain+2) + 2
+	return int64(l.burst) + l.rate.Events(time.Duration(rounds*l.node.interval)) + 1
+}
+
 // applyReport debits the hits a peer reported and returns how many units
-// it debited. t is the receiver's current round.
-func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
-	var total int64
+// it debited, and how many it did not because they exceed what the peer
+// could have admitted. t is the receiver's current round.
+//
+// The cap is a token bucket per (key, peer counter) in the peer's rounds,
+// which may not run ahead of the receiver's: a counter grows by at most
+// burst + rate x elapsed (plus some slack), so a peer that holds the
+// secret cannot charge more than it could have admitted itself.
+func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped int64) {
+	sr := min(int64(m.round), t+1) // the sender's round, not ahead of ours
 	for _, x := range m.reports {
 		e := l.table.pin(x.key)
 		if e == nil {
@@ -377,22 +374,31 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 		}
 		rec := e.remote[m.sender]
 		switch {
-		case rec == nil || m.incarnation > rec.inc || (m.incarnation == rec.inc && x.born > rec.born):
-			// A counter we have not seen: all of it is news if it was
-			// born after we started listening to the peer; otherwise it
-			// is history (covered by the state sync) and becomes the
-			// baseline.
+		case rec == nil || m.incarnation != rec.inc || x.born > rec.born:
+			// A counter we have not seen (the node checked that the
+			// incarnation is the peer's current one): all of it is news
+			// if it was born after we started listening to the peer;
+			// otherwise it is history (covered by the state sync) and
+			// becomes the baseline.
 			rec = &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
-				d0: x.demand, h0: x.hits, h1: x.hits, seen: t}
+				d0: x.demand, h0: x.hits, h1: x.hits, seen: t, allowRound: sr}
 			if x.born >= acceptFrom {
 				delta = int64(x.hits)
 				rec.d0, rec.h0, rec.r0 = 0, 0, m.round-1
+				from := max(x.born, acceptFrom) / l.node.interval
+				rec.allow = l.allowance(sr - from)
+			} else {
+				rec.allow = l.allowance(0)
 			}
 			e.remote[m.sender] = rec
-		case m.incarnation < rec.inc || x.born < rec.born:
+		case x.born < rec.born:
 			// An older counter, delayed: ignore.
 		default:
 			rec.seen = t
+			if sr > rec.allowRound {
+				rec.allow = min(rec.allow+l.allowance(sr-rec.allowRound)-l.allowance(0), l.allowance(0))
+				rec.allowRound = sr
+			}
 			if x.hits > rec.hits {
 				delta = int64(x.hits - rec.hits)
 				rec.hits = x.hits
@@ -402,6 +408,13 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 				rec.d1, rec.h1, rec.r1 = x.demand, x.hits, m.round
 			}
 		}
+		if delta > 0 {
+			if delta > rec.allow {
+				capped += delta - rec.allow
+				delta = rec.allow
+			}
+			rec.allow -= delta
+		}
 		e.mu.Unlock()
 		e.unpin()
 		if delta > 0 {
@@ -410,7 +423,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) int64 {
 			}
 		}
 	}
-	return total
+	return total, capped
 }
 
 // applyState lowers each bucket to the level a peer reported, if it is
@@ -453,6 +466,9 @@ type remoteRec struct {
 	h0, h1 uint64 // cumulative hits at the same rounds
 	r0, r1 uint64
 	seen   int64 // receiver round when the counter was last received
+
+	allow      int64 // units the sender may still report (the cap)
+	allowRound int64 // sender round allow was last refilled to
 }
 
 func (e *entry) unpin() { e.pin.Add(-1) }
@@ -510,15 +526,17 @@ func (t *table) pin(key string) *entry {
 		e := s.m[key]
 		s.mu.RUnlock()
 		if e == nil {
-			if t.n.Load() >= int64(t.max) {
-				return nil
+			if t.n.Load() >= int64(t.max) && key != OverflowKey {
+				return nil // the overflow key always has room
 			}
 			s.mu.Lock()
 			if e = s.m[key]; e == nil {
 				e = &entry{}
 				e.changed.Store(math.MinInt64 / 2)
 				s.m[key] = e
-				t.n.Add(1)
+				if key != OverflowKey {
+					t.n.Add(1) // the overflow key is beyond the count
+				}
 			}
 			s.mu.Unlock()
 		}
@@ -543,7 +561,9 @@ func (t *table) drop(key string, e *entry) {
 	s.mu.Lock()
 	if s.m[key] == e {
 		delete(s.m, key)
-		t.n.Add(-1)
+		if key != OverflowKey {
+			t.n.Add(-1)
+		}
 	}
 	s.mu.Unlock()
 }

@@ -79,6 +79,7 @@ func TestPeerRestart(t *testing.T) {
 	if tok := c.lims[1].Tokens("k"); tok != 90 {
 		t.Fatalf("before the restart: %d", tok)
 	}
+	oldInc := c.nodes[0].incarnation
 	c.nodes[0].Close()
 	c.runTo(c.clk.Now().Add(3 * time.Second))
 	node, err := NewNode(Config{Transport: c.net.Endpoint("n0"), Secret: secret, Peers: c.addrs}, throttle.WithClock(c.clk))
@@ -97,8 +98,10 @@ func TestPeerRestart(t *testing.T) {
 		t.Fatalf("restarted node: %d tokens, want 87", tok)
 	}
 	// An old datagram from the previous life is stale.
-	old := report(t, "n0", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 50, demand: 50})[0]
-	c.nodes[1].handle(old)
+	e := &encoder{hdr: header{typ: msgReport, sender: "n0", table: "api", incarnation: oldInc, round: 1}}
+	e.addReport(reportEntry{key: "k", born: 1, hits: 50, demand: 50})
+	old := newSigner(secret).seal(e.finish()[0], "n1", header{parts: 1, seq: 99999})
+	c.nodes[1].handle(old, "n0")
 	if st := c.nodes[1].Stats(); st.Stale != 1 {
 		t.Fatalf("stats %+v: want the old incarnation's datagram counted stale", st)
 	}

@@ -1,10 +1,12 @@
 package gossip
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +28,9 @@ const (
 	MaxCopies = 8
 	// MinSecretLen is the shortest shared secret NewNode accepts.
 	MinSecretLen = 16
+	// DefaultMaxRoundBytes is the default of Config.MaxRoundBytes: about
+	// 100,000 short keys.
+	DefaultMaxRoundBytes = 2 << 20
 )
 
 // Config configures a Node. The zero value of each field except
@@ -72,6 +77,18 @@ type Config struct {
 	// in proportion. 1 sends each datagram once. Default DefaultCopies,
 	// at most MaxCopies.
 	Copies int
+	// MaxRoundBytes bounds the report entries (keys and counters) one
+	// round sends each peer, before copies. Counters that do not fit go
+	// in later rounds, those pending longest first, and a peer's
+	// acknowledgement of a cut round covers only what it carried: nothing
+	// is lost, it arrives later. The bound adapts to each peer, like TCP's
+	// congestion window: halved (down to one datagram) while a peer
+	// acknowledges no round, raised by 8 datagrams a round, up to
+	// MaxRoundBytes, while it does; so a round too large for a peer's receive buffer, which would
+	// otherwise be lost again every round, shrinks until it gets through.
+	// It also keeps a flood of new keys from overrunning the peers.
+	// Default DefaultMaxRoundBytes, at least MaxPacket.
+	MaxRoundBytes int
 }
 
 // Stats counts what a Node did. Read it with Node.Stats.
@@ -84,15 +101,19 @@ type Stats struct {
 	Malformed       uint64 // datagrams dropped: not a well-formed message
 	BadMAC          uint64 // datagrams dropped: authentication failed
 	UnknownSender   uint64 // authentic datagrams from a non-member
-	Stale           uint64 // datagrams from an earlier incarnation of a peer
+	Stale           uint64 // datagrams from an earlier incarnation of a peer, addressed to an earlier incarnation of this node, or older than the replay window
 	UnknownTable    uint64 // reports for a limiter this node does not have
 	HitsApplied     uint64 // units debited because peers reported them
+	Duplicate       uint64 // datagrams dropped: sequence number already seen (copies, network duplicates, replays)
+	WrongSource     uint64 // authentic datagrams dropped: not from the member's configured address
+	Capped          uint64 // reported units not debited: more than the sender could have admitted
 	Overflow        uint64 // keys not tracked for gossip because MaxKeys was reached
 	Resent          uint64 // counters sent again because a peer had not acknowledged them
 }
 
 type stats struct {
 	rounds, sent, bytes, sendErr, recv, malformed, badMAC, unknown, stale, unknownTable, applied, overflow, resent atomic.Uint64
+	dup, wrongSource, capped                                                                                       atomic.Uint64
 }
 
 // Node is one member of a gossip cluster. It owns a Transport and any
@@ -127,21 +148,62 @@ type Node struct {
 	st stats
 }
 
+// pos is a position in the order in which reports are sent: by the
+// round the counter changed in, then limiter name, then hits (most
+// first), then key. A counter whose hits change changes round too, so its
+// position only moves forward.
+type pos struct {
+	ch   int64
+	lim  string
+	hits uint64 // descending: the busiest keys of a round first
+	key  string
+}
+
+func (a pos) cmp(b pos) int {
+	return cmp.Or(cmp.Compare(a.ch, b.ch), strings.Compare(a.lim, b.lim), cmp.Compare(b.hits, a.hits), strings.Compare(a.key, b.key))
+}
+
+// sentRound is what one round's reports carried to a peer: every counter
+// from position from (inclusive) to position to (exclusive; the round
+// itself, {r, "", ""}, unless MaxRoundBytes cut it).
+type sentRound struct {
+	from, to pos
+	parts    []pos // where each report datagram of the round starts
+}
+
+// retiredIncarnations is how many earlier incarnations of each peer a
+// node remembers and refuses.
+const retiredIncarnations = 16
+
+// replayWindow is how many sequence numbers below the highest one seen a
+// node still accepts from a peer (datagrams reordered within a round).
+const replayWindow = 64 * 64
+
 type peer struct {
 	addr        string
-	acceptFrom  int64 // counters born before this (ns) are baselined, not debited
-	incarnation uint64
-	added       int64            // ns: when it became a peer
-	lastHeard   int64            // ns; 0 before the first datagram
-	needState   bool             // send bucket levels next round (peer is new or restarted)
-	acked       uint64           // latest of our rounds the peer received in full, whose content makes it up to date
-	sent        map[uint64]int64 // round -> first changed round that round's reports carried
+	acceptFrom  int64  // counters born before this (ns) are baselined, not debited
+	incarnation uint64 // the peer's, 0 until heard
+	retired     []uint64
+	seq         uint64 // last sequence number sent to the peer
+	rxSeq       uint64 // highest sequence number received from the peer's incarnation
+	rxWin       [replayWindow / 64]uint64
+	wrongSrc    uint64 // datagrams from a wrong address, for the log
+	added       int64  // ns: when it became a peer
+	lastHeard   int64  // ns; 0 before the first datagram
+	needState   bool   // send bucket levels next round (peer is new or restarted)
+	acked       uint64 // the peer has every counter changed before this round...
+	ackedPos    pos    // ...and those up to this position (ch == acked) of the round acked
+	sent        map[uint64]sentRound
+	budget      int    // report bytes per round for this peer: halved when rounds go unacknowledged
+	ackSeen     uint64 // the highest of our rounds the peer said it got in full
+	cutAt       int64  // round of the last halving of budget
 
 	// The peer's datagrams of its latest round, to acknowledge it.
 	rxRound    uint64
 	rxParts    uint16
 	rxCount    uint16
 	rxGot      []uint64 // bitset of parts received
+	rxPrefix   uint16   // parts received from part 0 without a gap
 	rxComplete uint64   // latest round of the peer received in full
 }
 
@@ -163,11 +225,16 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	if cfg.Copies == 0 {
 		cfg.Copies = DefaultCopies
 	}
+	if cfg.MaxRoundBytes == 0 {
+		cfg.MaxRoundBytes = DefaultMaxRoundBytes
+	}
 	switch {
 	case cfg.Interval < MinInterval:
 		return nil, fmt.Errorf("%w: gossip interval %v is below %v", throttle.ErrInvalid, cfg.Interval, MinInterval)
 	case cfg.Resend < 1 || cfg.Resend > 1000:
 		return nil, fmt.Errorf("%w: Resend %d out of [1, 1000]", throttle.ErrInvalid, cfg.Resend)
+	case cfg.MaxRoundBytes < MaxPacket:
+		return nil, fmt.Errorf("%w: MaxRoundBytes %d below %d", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket)
 	case cfg.Copies < 1 || cfg.Copies > MaxCopies:
 		return nil, fmt.Errorf("%w: Copies %d out of [1, %d]", throttle.ErrInvalid, cfg.Copies, MaxCopies)
 	case cfg.Transport == nil && len(cfg.Peers) > 0:
@@ -182,11 +249,6 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	}
 	n.created = n.clk.Now()
 	n.tick.Store(n.created / n.interval)
-	n.incarnation = uint64(time.Now().UnixNano())
-	if s.Clock != nil {
-		// Virtual time: keep simulations reproducible.
-		n.incarnation = uint64(n.created)
-	}
 	n.id = cfg.ID
 	if n.id == "" && cfg.Transport != nil {
 		n.id = cfg.Transport.Addr()
@@ -196,6 +258,17 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	}
 	if len(n.id) > maxName {
 		return nil, fmt.Errorf("%w: node ID longer than %d bytes", throttle.ErrInvalid, maxName)
+	}
+	// The incarnation is random, not the start time: a node restarted
+	// after its clock was set back is still a new incarnation to its
+	// peers, which remember the ones it left.
+	n.incarnation = rand.Uint64()
+	if s.Clock != nil {
+		// Virtual time: keep simulations reproducible.
+		n.incarnation = tieHash(n.id, n.created, "incarnation")
+	}
+	if n.incarnation == 0 {
+		n.incarnation = 1
 	}
 	for _, p := range cfg.Peers {
 		if err := n.addPeer(p); err != nil {
@@ -290,7 +363,7 @@ func (n *Node) Stats() Stats {
 		SendErrors: n.st.sendErr.Load(), PacketsReceived: n.st.recv.Load(), Malformed: n.st.malformed.Load(),
 		BadMAC: n.st.badMAC.Load(), UnknownSender: n.st.unknown.Load(), Stale: n.st.stale.Load(),
 		UnknownTable: n.st.unknownTable.Load(), HitsApplied: n.st.applied.Load(), Overflow: n.st.overflow.Load(),
-		Resent: n.st.resent.Load(),
+		Resent: n.st.resent.Load(), Duplicate: n.st.dup.Load(), WrongSource: n.st.wrongSource.Load(), Capped: n.st.capped.Load(),
 	}
 }
 
@@ -379,7 +452,11 @@ func (n *Node) Tick() bool {
 		state bool
 		inc   uint64
 	}
-	groups := map[int64][]dest{} // peers by the first round to resend
+	type group struct {
+		from   pos
+		budget int
+	}
+	groups := map[group][]dest{} // peers by the first round to resend, and size
 	var silent []dest
 	minAck := r
 	deadAfter := int64(n.cfg.Resend+3) * n.interval
@@ -399,12 +476,24 @@ func (n *Node) Tick() bool {
 		}
 		p.needState = false
 		since := min(r-int64(n.cfg.Resend), int64(p.acked))
-		if p.sent == nil || len(p.sent) > 1024 {
-			p.sent = map[uint64]int64{}
-		}
-		p.sent[uint64(r)] = since
 		minAck = min(minAck, int64(p.acked))
-		groups[since] = append(groups[since], d)
+		switch {
+		case p.budget == 0:
+			p.budget = n.cfg.MaxRoundBytes
+		case int64(p.ackSeen) >= r-2:
+			p.budget = min(p.budget+8*MaxPacket, n.cfg.MaxRoundBytes)
+		case len(p.sent) > 0 && r-p.cutAt >= 2:
+			// Halve once per round trip: the rounds sent since the last
+			// cut are not answered yet.
+			p.budget = max(p.budget/2, MaxPacket)
+			p.cutAt = r
+		}
+		from := pos{ch: since}
+		if since == int64(p.acked) {
+			from = p.ackedPos
+		}
+		g := group{from, p.budget}
+		groups[g] = append(groups[g], d)
 	}
 	lims := make([]*Limiter, 0, len(n.limiters))
 	for _, l := range n.limiters {
@@ -412,17 +501,25 @@ func (n *Node) Tick() bool {
 	}
 	n.mu.Unlock()
 	slices.SortFunc(lims, func(a, b *Limiter) int { return strings.Compare(a.name, b.name) })
-	sinces := slices.Sorted(maps.Keys(groups))
+	order := slices.SortedFunc(maps.Keys(groups), func(a, b group) int {
+		return cmp.Or(a.from.cmp(b.from), cmp.Compare(a.budget, b.budget))
+	})
 	n.st.rounds.Add(1)
 
-	for _, since := range sinces {
-		ds := groups[since]
-		var bodies [][]byte
-		for _, l := range lims {
-			b, resent := l.reports(r, since)
-			bodies = append(bodies, b...)
-			n.st.resent.Add(uint64(resent * len(ds)))
+	for _, g := range order {
+		ds := groups[g]
+		bodies, to, parts, resent := n.reports(lims, r, g.from, g.budget, false)
+		n.st.resent.Add(uint64(resent * len(ds)))
+		n.mu.Lock()
+		for _, d := range ds {
+			if p := n.peers[d.addr]; p != nil {
+				if p.sent == nil || len(p.sent) > 1024 {
+					p.sent = map[uint64]sentRound{}
+				}
+				p.sent[uint64(r)] = sentRound{from: g.from, to: to, parts: parts}
+			}
 		}
+		n.mu.Unlock()
 		for _, d := range ds {
 			b := bodies
 			if d.state {
@@ -435,11 +532,7 @@ func (n *Node) Tick() bool {
 		}
 	}
 	if len(silent) > 0 {
-		var bodies [][]byte
-		for _, l := range lims {
-			b, _ := l.reports(r, r-int64(n.cfg.Resend))
-			bodies = append(bodies, b...)
-		}
+		bodies, _, _, _ := n.reports(lims, r, pos{ch: r - int64(n.cfg.Resend)}, n.cfg.MaxRoundBytes, true)
 		for _, d := range silent {
 			n.send(d.addr, d.ack, bodies, r)
 		}
@@ -448,6 +541,112 @@ func (n *Node) Tick() bool {
 		l.expire(r, minAck)
 	}
 	return true
+}
+
+// reports returns the bodies of this round's reports for peers that need
+// the counters changed in rounds since and later (only those changed
+// within the retention if silent: a peer not heard from lately), at most
+// budget bytes of entries, those pending longest first; upTo,
+// the round before which every changed counter is included (r if none
+// was left out); and how many are resends.
+func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bool) (bodies [][]byte, to pos, parts []pos, resent int) {
+	type pend struct {
+		l  int
+		ch int64
+		e  reportEntry
+	}
+	var ps []pend
+	for i, l := range lims {
+		l.table.each(func(key string, e *entry) {
+			ch := e.changed.Load()
+			hits := uint64(e.hits.Load())
+			if (pos{ch, l.name, hits, key}).cmp(from) < 0 || (silent && ch < r-l.retain) {
+				return
+			}
+			if demand := e.demand.Load(); demand > 0 {
+				ps = append(ps, pend{i, ch, reportEntry{key: key, born: e.born.Load(), hits: hits, demand: uint64(demand)}})
+			}
+		})
+	}
+	slices.SortFunc(ps, func(a, b pend) int { // lims are sorted by name
+		return cmp.Or(cmp.Compare(a.ch, b.ch), cmp.Compare(a.l, b.l), cmp.Compare(b.e.hits, a.e.hits), strings.Compare(a.e.key, b.e.key))
+	})
+	to = pos{ch: r}
+	total, backlog := 0, false
+	for _, p := range ps {
+		total += len(p.e.key) + 16
+		backlog = backlog || p.ch < r-1
+	}
+	var fresh []pend
+	if total > budget || backlog {
+		// Older counters go first, and the round may be cut. So that a
+		// backlog (a flood of new keys) cannot starve the keys in use
+		// now, up to a quarter of the budget first carries the counters
+		// changed in the last round, busiest first. They do not move the
+		// acknowledged position (and are sent again in order later:
+		// counters are cumulative).
+		for _, p := range ps {
+			if p.ch >= r-1 {
+				fresh = append(fresh, p)
+			}
+		}
+		slices.SortFunc(fresh, func(a, b pend) int {
+			return cmp.Or(cmp.Compare(b.e.hits, a.e.hits), cmp.Compare(a.l, b.l), strings.Compare(a.e.key, b.e.key))
+		})
+		size := 0
+		for k, p := range fresh {
+			if size += len(p.e.key) + 16; size > budget/4 {
+				fresh = fresh[:k]
+				break
+			}
+		}
+		budget -= size
+		slices.SortStableFunc(fresh, func(a, b pend) int { return cmp.Compare(a.l, b.l) })
+	}
+	size := 0
+	for k, p := range ps {
+		if size += len(p.e.key) + 16; size > budget && k > 0 {
+			to = pos{p.ch, lims[p.l].name, p.e.hits, p.e.key}
+			ps = ps[:k]
+			break
+		}
+		if p.ch < r-1 {
+			resent++
+		}
+	}
+	// Datagrams in the order of positions (a new one where the limiter
+	// changes), so that a prefix of them is a prefix of the order; the
+	// fresh ones first, at position from.
+	nFresh := len(fresh)
+	ps = append(fresh, ps...)
+	for i := 0; i < len(ps); {
+		j := i
+		for j < len(ps) && ps[j].l == ps[i].l && (i >= nFresh) == (j >= nFresh) {
+			j++
+		}
+		run := ps[i:j]
+		e := &encoder{hdr: header{typ: msgReport, sender: n.id, table: lims[ps[i].l].name, incarnation: n.incarnation, round: uint64(r), start: n.created}}
+		for _, p := range run {
+			e.addReport(p.e)
+		}
+		b := e.finish()
+		k := 0
+		for _, c := range e.counts {
+			p := run[k]
+			if i < nFresh {
+				parts = append(parts, from)
+			} else {
+				parts = append(parts, pos{p.ch, lims[p.l].name, p.e.hits, p.e.key})
+			}
+			k += c
+		}
+		bodies = append(bodies, b...)
+		i = j
+	}
+	if n.cfg.Transport == nil {
+		bodies = nil
+	}
+	return bodies, to, parts, resent
 }
 
 // send seals bodies for one peer (a hello if there are none) and sends
@@ -463,9 +662,16 @@ func (n *Node) send(addr string, ack uint64, bodies [][]byte, r int64) {
 		bodies = bodies[:math.MaxUint16] // the rest goes next round
 	}
 	n.mu.Lock()
+	pr := n.peers[addr]
+	if pr == nil {
+		n.mu.Unlock()
+		return // left meanwhile
+	}
 	sealed := make([][]byte, len(bodies))
 	for i, b := range bodies {
-		sealed[i] = n.sendSig.seal(b, ack, uint16(i), uint16(len(bodies)))
+		pr.seq++
+		sealed[i] = n.sendSig.seal(b, addr, header{ack: ack, part: uint16(i), parts: uint16(len(bodies)), seq: pr.seq,
+			dstInc: pr.incarnation, pround: pr.rxRound, prefix: pr.rxPrefix})
 	}
 	n.mu.Unlock()
 	// Copies go out after the whole round rather than back to back, so
@@ -487,15 +693,16 @@ func (n *Node) encode(typ byte, table string, r int64, fill func(*encoder)) [][]
 	if n.cfg.Transport == nil {
 		return nil
 	}
-	e := &encoder{hdr: header{typ: typ, sender: n.id, table: table, incarnation: n.incarnation, round: uint64(r)}}
+	e := &encoder{hdr: header{typ: typ, sender: n.id, table: table, incarnation: n.incarnation, round: uint64(r), start: n.created}}
 	fill(e)
 	return e.finish()
 }
 
-// handle receives one datagram from the transport.
-func (n *Node) handle(p []byte) {
+// handle receives one datagram from the transport, sent from address
+// from ("" if the transport does not know).
+func (n *Node) handle(p []byte, from string) {
 	n.rmu.Lock()
-	m, err := decode(n.recvSig, p, MaxKeyLen)
+	m, err := decode(n.recvSig, p, MaxKeyLen, n.id)
 	n.rmu.Unlock()
 	switch {
 	case errors.Is(err, errMAC):
@@ -517,42 +724,88 @@ func (n *Node) handle(p []byte) {
 		n.st.unknown.Add(1)
 		return
 	}
-	if m.incarnation < pr.incarnation {
+	if from != "" && !n.matchAddr(pr.addr, from) {
+		pr.wrongSrc++
+		n.mu.Unlock()
+		n.st.wrongSource.Add(1)
+		return
+	}
+	if slices.Contains(pr.retired, m.incarnation) {
 		n.mu.Unlock()
 		n.st.stale.Add(1)
 		return
 	}
-	if m.incarnation > pr.incarnation {
+	if m.dstInc != n.incarnation && (m.typ == msgState || (m.typ == msgReport && m.dstInc != 0)) {
+		// Addressed to an earlier life of this node: replayed, or late.
+		// Hellos are accepted whatever they name, so that two restarted
+		// nodes learn each other's incarnation. Reports sent before the
+		// sender knew this incarnation (0) are accepted: their counters
+		// born before this node listened to the sender are baselines,
+		// not debits, so replaying old ones charges nothing.
+		n.mu.Unlock()
+		n.st.stale.Add(1)
+		return
+	}
+	if m.incarnation != pr.incarnation {
 		// A new peer, or one that restarted: forget what it acknowledged.
-		// If it started well after this node, it missed history that its
-		// fresh buckets lack: send it our bucket levels. (Nodes of a
-		// cluster started together do not exchange levels, which would
-		// count hits twice.)
-		if m.incarnation > n.incarnation+uint64(n.interval) {
+		// If it restarted, or started well after this node, it missed
+		// history that its fresh buckets lack: send it our bucket levels.
+		// (Nodes of a cluster started together do not exchange levels,
+		// which would count hits twice.)
+		if pr.incarnation != 0 || m.start > n.created+n.interval {
 			pr.needState = true
 		}
+		if pr.incarnation != 0 {
+			if len(pr.retired) == retiredIncarnations {
+				pr.retired = pr.retired[1:]
+			}
+			pr.retired = append(pr.retired, pr.incarnation)
+		}
 		pr.incarnation = m.incarnation
-		pr.acked, pr.rxRound, pr.rxComplete, pr.sent = 0, 0, 0, nil
+		pr.acked, pr.ackedPos, pr.rxRound, pr.rxComplete, pr.sent = 0, pos{}, 0, 0, nil
+		pr.rxSeq, pr.rxWin = 0, [replayWindow / 64]uint64{}
+		pr.ackSeen, pr.budget = 0, 0
+	}
+	if fresh, old := pr.accept(m.seq); !fresh {
+		n.mu.Unlock()
+		if old {
+			n.st.stale.Add(1)
+		} else {
+			n.st.dup.Add(1)
+		}
+		return
 	}
 	// An acknowledged round brings the peer up to date only if it carried
 	// everything since what the peer had already acknowledged (a round
 	// with only a hello does not).
-	if since, ok := pr.sent[m.ack]; ok && m.ack > pr.acked && since <= int64(pr.acked) {
-		pr.acked = m.ack
+	pr.ackSeen = max(pr.ackSeen, m.ack)
+	cur := pr.ackedPos
+	cur.ch = int64(pr.acked)
+	if sr, ok := pr.sent[m.pround]; ok && m.prefix > 0 && int(m.prefix) < len(sr.parts) && sr.from.cmp(cur) <= 0 && sr.parts[m.prefix].cmp(cur) > 0 {
+		// The leading datagrams of a round arrived: the counters before
+		// the first missing one are delivered.
+		pr.acked, pr.ackedPos = uint64(sr.parts[m.prefix].ch), sr.parts[m.prefix]
+		cur = sr.parts[m.prefix]
+	}
+	if sr, ok := pr.sent[m.ack]; ok && sr.from.cmp(cur) <= 0 && sr.to.cmp(cur) > 0 {
+		pr.acked, pr.ackedPos = uint64(sr.to.ch), sr.to
 		for r := range pr.sent {
-			if r <= pr.acked {
+			if r <= m.ack {
 				delete(pr.sent, r)
 			}
 		}
 	}
 	if m.round > pr.rxRound {
-		pr.rxRound, pr.rxParts, pr.rxCount = m.round, m.parts, 0
+		pr.rxRound, pr.rxParts, pr.rxCount, pr.rxPrefix = m.round, m.parts, 0, 0
 		pr.rxGot = make([]uint64, (int(m.parts)+63)/64)
 	}
 	if m.round == pr.rxRound && m.parts == pr.rxParts && pr.rxGot[m.part/64]&(1<<(m.part%64)) == 0 {
 		pr.rxGot[m.part/64] |= 1 << (m.part % 64)
 		if pr.rxCount++; pr.rxCount == pr.rxParts {
 			pr.rxComplete = max(pr.rxComplete, pr.rxRound)
+		}
+		for pr.rxPrefix < pr.rxParts && pr.rxGot[pr.rxPrefix/64]&(1<<(pr.rxPrefix%64)) != 0 {
+			pr.rxPrefix++
 		}
 	}
 	pr.lastHeard = now
@@ -572,8 +825,46 @@ func (n *Node) handle(p []byte) {
 	}
 	switch m.typ {
 	case msgReport:
-		n.st.applied.Add(uint64(l.applyReport(m, acceptFrom, n.tick.Load())))
+		applied, capped := l.applyReport(m, acceptFrom, n.tick.Load())
+		n.st.applied.Add(uint64(applied))
+		n.st.capped.Add(uint64(capped))
 	case msgState:
 		l.applyState(m)
 	}
+}
+
+// accept records sequence number seq of the peer's current incarnation
+// and reports whether it is new; if not, old says it fell out of the
+// window rather than being a repeat. Called with n.mu held.
+func (p *peer) accept(seq uint64) (fresh, old bool) {
+	const w = uint64(replayWindow)
+	switch {
+	case seq > p.rxSeq:
+		if shift := seq - p.rxSeq; shift >= w {
+			p.rxWin = [replayWindow / 64]uint64{}
+		} else {
+			for i := p.rxSeq + 1; i <= seq; i++ {
+				p.rxWin[(i%w)/64] &^= 1 << (i % 64)
+			}
+		}
+		p.rxSeq = seq
+	case p.rxSeq-seq >= w:
+		return false, true
+	case p.rxWin[(seq%w)/64]&(1<<(seq%64)) != 0:
+		return false, false
+	}
+	p.rxWin[(seq%w)/64] |= 1 << (seq % 64)
+	return true, false
+}
+
+// matchAddr reports whether a datagram from address from may come from
+// the member known as peer.
+func (n *Node) matchAddr(peer, from string) bool {
+	if peer == from {
+		return true
+	}
+	if m, ok := n.cfg.Transport.(interface{ matchAddr(peer, from string) bool }); ok {
+		return m.matchAddr(peer, from)
+	}
+	return false
 }

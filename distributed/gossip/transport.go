@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -24,15 +25,21 @@ type Transport interface {
 	// Send sends one datagram of at most MaxPacket bytes to addr. It must
 	// not block for long and must not keep p after returning.
 	Send(addr string, p []byte) error
-	// Listen starts delivering received datagrams to h. h must not keep p
-	// after returning. Listen is called once.
-	Listen(h func(p []byte)) error
+	// Listen starts delivering received datagrams to h, with the
+	// address they came from ("" if unknown; the node then skips its
+	// source check). h must not keep p after returning. Listen is called
+	// once.
+	Listen(h func(p []byte, from string)) error
 	// Close stops delivery; after it returns h is not called again.
 	Close() error
 }
 
 // ErrTransportClosed is returned by Send on a closed transport.
 var ErrTransportClosed = fmt.Errorf("gossip: transport closed: %w", throttle.ErrClosed)
+
+// RecvBuffer is the socket receive buffer ListenUDP asks for (SO_RCVBUF;
+// Linux caps it at net.core.rmem_max, which operators may raise).
+const RecvBuffer = 8 << 20
 
 // UDPTransport sends each datagram as one UDP packet. Create it with
 // ListenUDP (the zero value is not usable); it is safe for concurrent use.
@@ -55,30 +62,56 @@ func ListenUDP(addr string) (*UDPTransport, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A round may bring many datagrams at once: a large receive buffer
+	// keeps them (the kernel caps it at net.core.rmem_max).
+	c.SetReadBuffer(RecvBuffer)
 	return &UDPTransport{conn: c, addr: make(map[string]*net.UDPAddr), done: make(chan struct{})}, nil
 }
 
 // Addr returns the bound address, e.g. "127.0.0.1:40123".
 func (u *UDPTransport) Addr() string { return u.conn.LocalAddr().String() }
 
-// Send writes p to addr in one UDP packet.
-func (u *UDPTransport) Send(addr string, p []byte) error {
+func (u *UDPTransport) resolve(addr string) (*net.UDPAddr, error) {
 	u.mu.Lock()
 	ua, ok := u.addr[addr]
 	u.mu.Unlock()
-	if !ok {
-		var err error
-		if ua, err = net.ResolveUDPAddr("udp", addr); err != nil {
-			return fmt.Errorf("%w: peer address %q: %v", throttle.ErrInvalid, addr, err)
-		}
-		u.mu.Lock()
-		if len(u.addr) > 4096 {
-			clear(u.addr)
-		}
-		u.addr[addr] = ua
-		u.mu.Unlock()
+	if ok {
+		return ua, nil
 	}
-	_, err := u.conn.WriteToUDP(p, ua)
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: peer address %q: %v", throttle.ErrInvalid, addr, err)
+	}
+	u.mu.Lock()
+	if len(u.addr) > 4096 {
+		clear(u.addr)
+	}
+	u.addr[addr] = ua
+	u.mu.Unlock()
+	return ua, nil
+}
+
+// matchAddr reports whether a datagram from from may come from the peer
+// known as peer: the same IP address and port once peer is resolved.
+func (u *UDPTransport) matchAddr(peer, from string) bool {
+	if peer == from {
+		return true
+	}
+	ua, err := u.resolve(peer)
+	if err != nil {
+		return false
+	}
+	fa, err := net.ResolveUDPAddr("udp", from)
+	return err == nil && ua.Port == fa.Port && ua.IP.Equal(fa.IP)
+}
+
+// Send writes p to addr in one UDP packet.
+func (u *UDPTransport) Send(addr string, p []byte) error {
+	ua, err := u.resolve(addr)
+	if err != nil {
+		return err
+	}
+	_, err = u.conn.WriteToUDP(p, ua)
 	if errors.Is(err, net.ErrClosed) {
 		return ErrTransportClosed
 	}
@@ -86,7 +119,7 @@ func (u *UDPTransport) Send(addr string, p []byte) error {
 }
 
 // Listen starts a goroutine that reads packets and hands them to h.
-func (u *UDPTransport) Listen(h func(p []byte)) error {
+func (u *UDPTransport) Listen(h func(p []byte, from string)) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.listening {
@@ -97,14 +130,14 @@ func (u *UDPTransport) Listen(h func(p []byte)) error {
 		defer close(u.done)
 		buf := make([]byte, 64<<10)
 		for {
-			n, _, err := u.conn.ReadFromUDP(buf)
+			n, from, err := u.conn.ReadFromUDPAddrPort(buf)
 			if err != nil {
 				if errors.Is(err, net.ErrClosed) {
 					return
 				}
 				continue
 			}
-			h(buf[:n])
+			h(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()).String())
 		}
 	}()
 	return nil
@@ -137,6 +170,8 @@ type Network struct {
 	mu        sync.Mutex
 	rng       *rand.Rand
 	loss, dup float64
+	qlimit    int            // datagrams in flight to one address beyond which more are dropped; 0: no limit
+	inFlight  map[string]int // per destination
 	delay     time.Duration
 	jitter    time.Duration
 	group     map[string]int // partition group per address; absent = 0
@@ -149,17 +184,23 @@ type Network struct {
 // NetworkStats counts what a Network did with datagrams.
 type NetworkStats struct {
 	Sent, Delivered, Lost, Duplicated, Partitioned, Unroutable uint64
+	Overrun                                                    uint64 // dropped: the receiver's queue was full
 	Bytes                                                      uint64
 }
 
 // NewNetwork returns an empty network on clk with a seeded random source.
 func NewNetwork(clk throttle.Clock, seed uint64) *Network {
 	return &Network{clk: clk, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		group: map[string]int{}, eps: map[string]*memEndpoint{}}
+		group: map[string]int{}, eps: map[string]*memEndpoint{}, inFlight: map[string]int{}}
 }
 
 // SetLoss sets the probability that a datagram is dropped.
 func (n *Network) SetLoss(p float64) { n.mu.Lock(); n.loss = p; n.mu.Unlock() }
+
+// SetQueueLimit models a receive buffer: a datagram sent to an address
+// that already has n in flight is dropped (NetworkStats.Overrun). 0
+// removes the limit.
+func (n *Network) SetQueueLimit(k int) { n.mu.Lock(); n.qlimit = k; n.mu.Unlock() }
 
 // SetDuplicate sets the probability that a datagram is delivered twice.
 func (n *Network) SetDuplicate(p float64) { n.mu.Lock(); n.dup = p; n.mu.Unlock() }
@@ -228,9 +269,10 @@ func (n *Network) Deliver() int {
 			return count
 		}
 		f := heap.Pop(&n.queue).(*flight)
+		n.inFlight[f.to]--
 		e := n.eps[f.to]
 		cut := n.group[f.from] != n.group[f.to]
-		var h func([]byte)
+		var h func([]byte, string)
 		switch {
 		case cut:
 			n.stats.Partitioned++
@@ -242,7 +284,7 @@ func (n *Network) Deliver() int {
 		}
 		n.mu.Unlock()
 		if h != nil {
-			h(f.p)
+			h(f.p, f.from)
 			count++
 		}
 	}
@@ -269,7 +311,12 @@ func (n *Network) send(from, to string, p []byte) error {
 		copies = 2
 		n.stats.Duplicated++
 	}
+	if n.qlimit > 0 && n.inFlight[to]+copies > n.qlimit {
+		n.stats.Overrun++
+		return nil
+	}
 	now := n.clk.Now()
+	n.inFlight[to] += copies
 	for range copies {
 		d := n.delay
 		if n.jitter > 0 {
@@ -284,8 +331,8 @@ func (n *Network) send(from, to string, p []byte) error {
 type memEndpoint struct {
 	net    *Network
 	addr   string
-	h      func([]byte) // guarded by net.mu
-	closed bool         // guarded by net.mu
+	h      func([]byte, string) // guarded by net.mu
+	closed bool                 // guarded by net.mu
 }
 
 func (e *memEndpoint) Addr() string { return e.addr }
@@ -300,7 +347,7 @@ func (e *memEndpoint) Send(addr string, p []byte) error {
 	return e.net.send(e.addr, addr, p)
 }
 
-func (e *memEndpoint) Listen(h func([]byte)) error {
+func (e *memEndpoint) Listen(h func([]byte, string)) error {
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
 	e.h = h

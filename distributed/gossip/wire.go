@@ -9,33 +9,57 @@ import (
 	"math"
 )
 
-// Wire format, version 1. Every datagram is one message:
+// Wire format, version 2. Every datagram is one message:
 //
 //	magic    2 bytes  "TG"
-//	version  1 byte   1
+//	version  1 byte   2
 //	type     1 byte   msgReport, msgState or msgHello
 //	ack      8 bytes  big endian     the receiver's latest round of which
 //	                                 the sender got every datagram
 //	part     2 bytes  big endian     index of this datagram in its round
 //	parts    2 bytes  big endian     datagrams the sender sent the
 //	                                 receiver this round
+//	seq      8 bytes  big endian     sequence number of the datagram from
+//	                                 this sender incarnation to this
+//	                                 receiver, from 1, increasing (copies
+//	                                 of a datagram share it)
+//	dstinc   8 bytes  big endian     the receiver's incarnation as the
+//	                                 sender knows it, 0 if unknown
+//	pround   8 bytes  big endian     the receiver's latest round of which
+//	                                 the sender got datagrams, and
+//	prefix   2 bytes  big endian     how many of them, from part 0, it got
+//	                                 without a gap
 //	sender   1 byte length + bytes   the sender's node ID
 //	table    1 byte length + bytes   the limiter name ("" for hello)
-//	incarn   8 bytes  big endian     sender's incarnation (start time, ns)
+//	incarn   8 bytes  big endian     sender's incarnation (random, not 0)
 //	round    8 bytes  big endian     sender's round number
+//	start    8 bytes  big endian     sender's start time (ns, its clock)
 //	count    2 bytes  big endian     number of entries
 //	entries  count times:
 //	  report: uvarint key length, key, varint born (ns), uvarint hits, uvarint demand
 //	  state:  uvarint key length, key, varint tokens, uvarint yours
-//	mac      32 bytes HMAC-SHA256(secret, everything before it)
+//	mac      32 bytes HMAC-SHA256(secret, receiver ID (1 byte length +
+//	                  bytes) followed by everything before the mac)
 //
 // Report entries carry cumulative counters per (sender incarnation, key):
 // a receiver applies the difference from the highest value it has seen, so
 // lost, duplicated and reordered datagrams neither lose nor double-count
 // hits. ack, part and parts let the sender learn which rounds a peer
-// received in full, and resend everything that changed since.
+// received in full, and resend everything that changed since; pround and
+// prefix acknowledge the leading datagrams of a round received only in
+// part (a sender puts its reports in a fixed order, so those carried the
+// counters before a position in that order).
+//
+// Replay protection: the MAC covers the receiver's ID, so a datagram
+// replayed to another node fails authentication; reports and states must
+// name the receiver's current incarnation (dstinc), so those captured
+// before it restarted are refused; and a receiver keeps, per peer
+// incarnation, a window of the sequence numbers it accepted, so a datagram
+// replayed to the same receiver later is refused as a duplicate or as too
+// old. Incarnations a peer has left are remembered (the last
+// retiredIncarnations), so its older lives cannot come back.
 const (
-	wireVersion = 1
+	wireVersion = 2
 	macSize     = sha256.Size
 	// MaxPacket is the largest datagram the gossip protocol sends, chosen
 	// to fit an Ethernet MTU with IP and UDP headers.
@@ -46,7 +70,7 @@ const (
 	// maxName bounds node IDs and limiter names on the wire.
 	maxName = 255
 	// offsets of the per-receiver fields, patched by seal.
-	offAck, offPart, offParts, offSender = 4, 12, 14, 16
+	offAck, offPart, offParts, offSeq, offDst, offPRound, offPrefix, offSender = 4, 12, 14, 16, 24, 32, 40, 42
 )
 
 const (
@@ -64,10 +88,15 @@ type header struct {
 	typ         byte
 	ack         uint64
 	part, parts uint16
+	seq         uint64
+	dstInc      uint64
+	pround      uint64
+	prefix      uint16
 	sender      string
 	table       string
 	incarnation uint64
 	round       uint64
+	start       int64
 }
 
 type reportEntry struct {
@@ -96,8 +125,11 @@ type signer struct{ h hash.Hash }
 
 func newSigner(secret []byte) *signer { return &signer{h: hmac.New(sha256.New, secret)} }
 
-func (s *signer) sum(dst, data []byte) []byte {
+// sum appends to dst the MAC of data sent to the node with ID to.
+func (s *signer) sum(dst []byte, to string, data []byte) []byte {
 	s.h.Reset()
+	s.h.Write([]byte{byte(len(to))})
+	s.h.Write([]byte(to))
 	s.h.Write(data)
 	return s.h.Sum(dst)
 }
@@ -111,18 +143,20 @@ type encoder struct {
 	count   int
 	countAt int
 	out     [][]byte
+	counts  []int // entries of each body in out
 }
 
 func (e *encoder) start() {
 	e.buf = make([]byte, 0, MaxPacket)
 	e.buf = append(e.buf, 'T', 'G', wireVersion, e.hdr.typ)
-	e.buf = append(e.buf, make([]byte, offSender-offAck)...) // ack, part, parts
+	e.buf = append(e.buf, make([]byte, offSender-offAck)...) // the per-receiver fields
 	e.buf = append(e.buf, byte(len(e.hdr.sender)))
 	e.buf = append(e.buf, e.hdr.sender...)
 	e.buf = append(e.buf, byte(len(e.hdr.table)))
 	e.buf = append(e.buf, e.hdr.table...)
 	e.buf = binary.BigEndian.AppendUint64(e.buf, e.hdr.incarnation)
 	e.buf = binary.BigEndian.AppendUint64(e.buf, e.hdr.round)
+	e.buf = binary.BigEndian.AppendUint64(e.buf, uint64(e.hdr.start))
 	e.countAt = len(e.buf)
 	e.buf = append(e.buf, 0, 0)
 	e.count = 0
@@ -178,6 +212,7 @@ func (e *encoder) flush() {
 	}
 	binary.BigEndian.PutUint16(e.buf[e.countAt:], uint16(e.count))
 	e.out = append(e.out, e.buf)
+	e.counts = append(e.counts, e.count)
 	e.buf = nil
 }
 
@@ -193,25 +228,30 @@ func (e *encoder) finish() [][]byte {
 }
 
 // seal returns a copy of body with the per-receiver fields set and the
-// MAC appended.
-func (s *signer) seal(body []byte, ack uint64, part, parts uint16) []byte {
+// MAC for receiver to appended.
+func (s *signer) seal(body []byte, to string, h header) []byte {
 	p := make([]byte, len(body), len(body)+macSize)
 	copy(p, body)
-	binary.BigEndian.PutUint64(p[offAck:], ack)
-	binary.BigEndian.PutUint16(p[offPart:], part)
-	binary.BigEndian.PutUint16(p[offParts:], parts)
-	return s.sum(p, p)
+	binary.BigEndian.PutUint64(p[offAck:], h.ack)
+	binary.BigEndian.PutUint16(p[offPart:], h.part)
+	binary.BigEndian.PutUint16(p[offParts:], h.parts)
+	binary.BigEndian.PutUint64(p[offSeq:], h.seq)
+	binary.BigEndian.PutUint64(p[offDst:], h.dstInc)
+	binary.BigEndian.PutUint64(p[offPRound:], h.pround)
+	binary.BigEndian.PutUint16(p[offPrefix:], h.prefix)
+	return s.sum(p, to, p)
 }
 
-// decode authenticates and parses one datagram. It never panics and
-// rejects anything that is not exactly a well-formed message.
-func decode(sig *signer, pkt []byte, maxKey int) (*message, error) {
-	if len(pkt) > MaxPacket || len(pkt) < offSender+2+16+2+macSize {
+// decode authenticates a datagram sent to the node with ID self and
+// parses it. It never panics and rejects anything that is not exactly a
+// well-formed message.
+func decode(sig *signer, pkt []byte, maxKey int, self string) (*message, error) {
+	if len(pkt) > MaxPacket || len(pkt) < offSender+2+24+2+macSize {
 		return nil, errMalformed
 	}
 	body, mac := pkt[:len(pkt)-macSize], pkt[len(pkt)-macSize:]
 	var sum [macSize]byte
-	if !hmac.Equal(sig.sum(sum[:0], body), mac) {
+	if !hmac.Equal(sig.sum(sum[:0], self, body), mac) {
 		return nil, errMAC
 	}
 	if body[0] != 'T' || body[1] != 'G' || body[2] != wireVersion {
@@ -223,7 +263,11 @@ func decode(sig *signer, pkt []byte, maxKey int) (*message, error) {
 	m.ack = binary.BigEndian.Uint64(body[offAck:])
 	m.part = binary.BigEndian.Uint16(body[offPart:])
 	m.parts = binary.BigEndian.Uint16(body[offParts:])
-	if m.parts == 0 || m.part >= m.parts {
+	m.seq = binary.BigEndian.Uint64(body[offSeq:])
+	m.dstInc = binary.BigEndian.Uint64(body[offDst:])
+	m.pround = binary.BigEndian.Uint64(body[offPRound:])
+	m.prefix = binary.BigEndian.Uint16(body[offPrefix:])
+	if m.parts == 0 || m.part >= m.parts || m.seq == 0 {
 		return nil, errMalformed
 	}
 	p := body[offSender:]
@@ -242,13 +286,17 @@ func decode(sig *signer, pkt []byte, maxKey int) (*message, error) {
 	if m.table, ok = str(); !ok {
 		return nil, errMalformed
 	}
-	if len(p) < 18 {
+	if len(p) < 26 {
 		return nil, errMalformed
 	}
 	m.incarnation = binary.BigEndian.Uint64(p)
 	m.round = binary.BigEndian.Uint64(p[8:])
-	count := int(binary.BigEndian.Uint16(p[16:]))
-	p = p[18:]
+	m.start = int64(binary.BigEndian.Uint64(p[16:]))
+	count := int(binary.BigEndian.Uint16(p[24:]))
+	p = p[26:]
+	if m.incarnation == 0 {
+		return nil, errMalformed
+	}
 	key := func() (string, bool) {
 		l, n := binary.Uvarint(p)
 		if n <= 0 || l == 0 || l > uint64(maxKey) || uint64(len(p)-n) < l {

@@ -1,8 +1,18 @@
 // Package client queries a throttled daemon (package daemon) over its
 // line protocol, built to fail safe: every query has a short timeout, a
 // failure admits the request by default (fail open), and after a failure
-// further queries are skipped for a backoff that doubles up to a maximum,
-// so a dead daemon costs callers nothing but one timeout now and then.
+// further queries are skipped for a backoff that doubles up to a maximum
+// (default one second), so a dead daemon costs callers nothing but one
+// timeout now and then. When a backoff ends, one caller probes the daemon
+// while the others keep skipping; the first success ends the backoff, so
+// the client answers for real again at most one maximum backoff after the
+// daemon comes back.
+//
+// Only the daemon's failures count towards the backoff. A tag the daemon
+// cannot take (checked before sending against WithMaxTagLen, or refused
+// with "ER") is an error of that query alone, wrapping throttle.ErrInvalid;
+// a caller's context that ends before the answer fails that caller's query
+// alone.
 //
 // A Client keeps a pool of connections and is safe for concurrent use;
 // each query uses one pooled connection. CheckMany pipelines many tags on
@@ -32,10 +42,14 @@ const (
 	DefaultTimeout    = 25 * time.Millisecond
 	DefaultPoolSize   = 16
 	DefaultMinBackoff = 100 * time.Millisecond
-	DefaultMaxBackoff = 5 * time.Second
-	// MaxTagLen is the longest tag the client sends (the daemon's
-	// default limit is 256, its hard limit 1024).
-	MaxTagLen = 1024
+	DefaultMaxBackoff = time.Second
+	// MaxTagLen is the longest tag the client sends by default: the
+	// daemon's default max_tag_len. Longer tags are refused before
+	// sending (see WithMaxTagLen).
+	MaxTagLen = 256
+	// HardMaxTagLen is the daemon's largest max_tag_len, and the most
+	// WithMaxTagLen accepts.
+	HardMaxTagLen = 1024
 )
 
 // Option configures a Client.
@@ -56,6 +70,12 @@ func WithBackoff(minPause, maxPause time.Duration) Option {
 	return func(c *Client) { c.minBackoff, c.maxBackoff = minPause, maxPause }
 }
 
+// WithMaxTagLen sets the longest tag the client sends: set it to the
+// daemon's max_tag_len when that is not the default (MaxTagLen). Longer
+// tags are refused without a query, with an error wrapping
+// throttle.ErrInvalid. At most HardMaxTagLen.
+func WithMaxTagLen(n int) Option { return func(c *Client) { c.maxTagLen = n } }
+
 // FailClosed makes failures deny requests instead of admitting them.
 func FailClosed() Option { return func(c *Client) { c.failOpen = false } }
 
@@ -72,6 +92,7 @@ type Client struct {
 	poolSize               int
 	minBackoff, maxBackoff time.Duration
 	failOpen               bool
+	maxTagLen              int
 	dial                   func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	pool   chan *conn
@@ -80,6 +101,7 @@ type Client struct {
 	mu       sync.Mutex // guards the backoff state
 	failures int
 	until    time.Time
+	probing  bool // a query is testing the daemon after a backoff
 
 	st struct{ queries, allowed, failures, skipped, dials atomic.Uint64 }
 }
@@ -103,7 +125,7 @@ type Stats struct {
 // "unix"). It connects lazily. Errors wrap throttle.ErrInvalid.
 func New(network, addr string, opts ...Option) (*Client, error) {
 	c := &Client{network: network, addr: addr, timeout: DefaultTimeout, poolSize: DefaultPoolSize,
-		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, failOpen: true}
+		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, failOpen: true, maxTagLen: MaxTagLen}
 	var d net.Dialer
 	c.dial = d.DialContext
 	for _, o := range opts {
@@ -123,6 +145,8 @@ func New(network, addr string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: pool size must not be negative", throttle.ErrInvalid)
 	case c.minBackoff < 0 || c.maxBackoff < c.minBackoff:
 		return nil, fmt.Errorf("%w: backoff must satisfy 0 <= min <= max", throttle.ErrInvalid)
+	case c.maxTagLen < 1 || c.maxTagLen > HardMaxTagLen:
+		return nil, fmt.Errorf("%w: max tag length %d out of [1, %d]", throttle.ErrInvalid, c.maxTagLen, HardMaxTagLen)
 	case c.dial == nil:
 		return nil, fmt.Errorf("%w: nil dialer", throttle.ErrInvalid)
 	}
@@ -130,21 +154,38 @@ func New(network, addr string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// errBadTag is returned for tags the protocol cannot carry.
-func checkTag(tag string) error {
-	if tag == "" || len(tag) > MaxTagLen || strings.ContainsAny(tag, "\r\n") {
-		return fmt.Errorf("%w: tag must have 1 to %d bytes and no CR or LF", throttle.ErrInvalid, MaxTagLen)
+// checkTag refuses tags the protocol cannot carry or the daemon would
+// answer "ER".
+func (c *Client) checkTag(tag string) error {
+	if tag == "" || len(tag) > c.maxTagLen || strings.ContainsAny(tag, "\r\n") {
+		return fmt.Errorf("%w: tag of %d bytes: must have 1 to %d bytes and no CR or LF", throttle.ErrInvalid, len(tag), c.maxTagLen)
 	}
 	return nil
 }
+
+// rejectedError is the daemon's "ER" reply to the query of tag.
+type rejectedError struct{ tag string }
+
+func (e *rejectedError) Error() string {
+	t := e.tag
+	if len(t) > 40 {
+		t = t[:40] + "..."
+	}
+	return fmt.Sprintf("daemon rejected tag %q (ER): longer than its max_tag_len?", t)
+}
+
+func (e *rejectedError) Unwrap() error { return throttle.ErrInvalid }
 
 // Check asks whether a request tagged tag should be served. On failure
 // (daemon down, slow, or backing off) it returns the fail-safe answer
 // (true unless FailClosed) with an error wrapping throttle.ErrUnavailable,
 // which callers that fail open may ignore. A tag the protocol cannot
-// carry returns false and an error wrapping throttle.ErrInvalid.
+// carry, or that the daemon rejects, returns false and an error wrapping
+// throttle.ErrInvalid. If ctx ends before the answer, the error wraps
+// both throttle.ErrUnavailable and ctx.Err(), and other callers are not
+// affected.
 func (c *Client) Check(ctx context.Context, tag string) (bool, error) {
-	if err := checkTag(tag); err != nil {
+	if err := c.checkTag(tag); err != nil {
 		return false, err
 	}
 	var out [1]bool
@@ -158,13 +199,15 @@ func (c *Client) Check(ctx context.Context, tag string) (bool, error) {
 // CheckMany asks about every tag in tags, pipelined on one connection,
 // and stores the answers in out (len(out) must be len(tags)). On failure
 // every answer is the fail-safe one and the error wraps
-// throttle.ErrUnavailable.
+// throttle.ErrUnavailable. If the daemon rejects a tag, its answer is
+// false and the error wraps throttle.ErrInvalid; the other answers stand
+// if the daemon gave them.
 func (c *Client) CheckMany(ctx context.Context, tags []string, out []bool) error {
 	if len(out) != len(tags) {
 		return fmt.Errorf("%w: len(out) %d != len(tags) %d", throttle.ErrInvalid, len(out), len(tags))
 	}
 	for _, t := range tags {
-		if err := checkTag(t); err != nil {
+		if err := c.checkTag(t); err != nil {
 			return err
 		}
 	}
@@ -204,11 +247,12 @@ func (c *Client) query(ctx context.Context, tags []string, out []bool) error {
 	if c.closed.Load() {
 		return fail(fmt.Errorf("client closed: %w", throttle.ErrUnavailable))
 	}
+	if err := ctx.Err(); err != nil {
+		return fail(fmt.Errorf("%w: %w", throttle.ErrUnavailable, err))
+	}
 	now := time.Now()
-	c.mu.Lock()
-	until := c.until
-	c.mu.Unlock()
-	if now.Before(until) {
+	probe, ok := c.admit(now)
+	if !ok {
 		c.st.skipped.Add(1)
 		return fail(fmt.Errorf("daemon %s failed recently, backing off: %w", c.addr, throttle.ErrUnavailable))
 	}
@@ -219,7 +263,8 @@ func (c *Client) query(ctx context.Context, tags []string, out []bool) error {
 	cn, pooled, err := c.get(ctx, deadline)
 	if err == nil {
 		err = c.roundTrip(cn, deadline, tags, out)
-		if err != nil && pooled && time.Now().Before(deadline) {
+		var rej *rejectedError
+		if err != nil && !errors.As(err, &rej) && pooled && time.Now().Before(deadline) && ctx.Err() == nil {
 			// The daemon may have closed an idle pooled connection (it
 			// restarted, or timed it out): try once on a fresh one.
 			cn.c.Close()
@@ -228,19 +273,75 @@ func (c *Client) query(ctx context.Context, tags []string, out []bool) error {
 			}
 		}
 	}
+	var rej *rejectedError
+	if errors.As(err, &rej) {
+		// The daemon answered: not a failure. It closes the connection
+		// after an oversized line, so do not reuse it.
+		cn.c.Close()
+		c.succeeded(probe)
+		return err
+	}
 	if err != nil {
 		if cn != nil {
 			cn.c.Close()
 		}
-		c.failed()
+		if cerr := ctx.Err(); cerr != nil || callerDeadline(ctx, deadline) {
+			// The caller's context ended first: that says nothing about
+			// the daemon.
+			if cerr == nil {
+				cerr = context.DeadlineExceeded
+			}
+			c.released(probe)
+			return fail(fmt.Errorf("daemon %s: %v: %w: %w", c.addr, err, throttle.ErrUnavailable, cerr))
+		}
+		c.failed(probe)
 		return fail(fmt.Errorf("daemon %s: %v: %w", c.addr, err, throttle.ErrUnavailable))
 	}
 	c.put(cn)
-	c.mu.Lock()
-	c.failures = 0
-	c.mu.Unlock()
+	c.succeeded(probe)
 	c.st.queries.Add(uint64(len(tags)))
 	return nil
+}
+
+// callerDeadline reports whether deadline is ctx's and has passed.
+func callerDeadline(ctx context.Context, deadline time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ok && d.Equal(deadline) && !time.Now().Before(d)
+}
+
+// admit reports whether a query may go to the daemon now, and whether it
+// is the one probe allowed once a backoff has run out.
+func (c *Client) admit(now time.Time) (probe, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.failures == 0:
+		return false, true
+	case now.Before(c.until) || c.probing:
+		return false, false
+	default:
+		c.probing = true
+		return true, true
+	}
+}
+
+// succeeded ends any backoff.
+func (c *Client) succeeded(probe bool) {
+	c.mu.Lock()
+	c.failures = 0
+	if probe {
+		c.probing = false
+	}
+	c.mu.Unlock()
+}
+
+// released ends a probe that learned nothing (the caller gave up).
+func (c *Client) released(probe bool) {
+	if probe {
+		c.mu.Lock()
+		c.probing = false
+		c.mu.Unlock()
+	}
 }
 
 func (c *Client) roundTrip(cn *conn, deadline time.Time, tags []string, out []bool) error {
@@ -250,16 +351,35 @@ func (c *Client) roundTrip(cn *conn, deadline time.Time, tags []string, out []bo
 	// Pipeline in chunks, so that neither side's socket buffers can fill
 	// up with unread replies while the other is still writing.
 	const chunk = 1024
-	for len(tags) > chunk {
-		if err := c.exchange(cn, tags[:chunk], out[:chunk]); err != nil {
+	var rejected error
+	for len(tags) > 0 {
+		k := min(chunk, len(tags))
+		err := c.exchange(cn, tags[:k], out[:k])
+		var rej *rejectedError
+		switch {
+		case errors.As(err, &rej):
+			rejected = err
+		case err != nil && rejected != nil:
+			// The daemon closes the connection after an oversized line:
+			// the rejection is the news, not the failure; the rest are
+			// unanswered.
+			for i := range out {
+				out[i] = c.failOpen
+			}
+			return rejected
+		case err != nil:
 			return err
 		}
-		tags, out = tags[chunk:], out[chunk:]
+		tags, out = tags[k:], out[k:]
 	}
-	return c.exchange(cn, tags, out)
+	return rejected
 }
 
+// exchange sends tags and reads their answers. A rejected tag ("ER")
+// gets false, the others their answers, and the error is the first
+// rejection.
 func (c *Client) exchange(cn *conn, tags []string, out []bool) error {
+	var rejected error
 	for _, t := range tags {
 		cn.w.WriteString(t)
 		cn.w.WriteByte('\n')
@@ -270,6 +390,14 @@ func (c *Client) exchange(cn *conn, tags []string, out []bool) error {
 	var reply [3]byte
 	for i := range tags {
 		if _, err := io.ReadFull(cn.r, reply[:]); err != nil {
+			if rejected != nil {
+				// The daemon closed the connection after an oversized
+				// line: the rest are unanswered.
+				for j := i; j < len(out); j++ {
+					out[j] = c.failOpen
+				}
+				return rejected
+			}
 			return err
 		}
 		switch string(reply[:]) {
@@ -278,17 +406,25 @@ func (c *Client) exchange(cn *conn, tags []string, out []bool) error {
 			c.st.allowed.Add(1)
 		case "NO\n":
 			out[i] = false
+		case "ER\n":
+			out[i] = false
+			if rejected == nil {
+				rejected = &rejectedError{tag: tags[i]}
+			}
 		default:
 			return fmt.Errorf("unexpected reply %q", reply[:])
 		}
 	}
-	return nil
+	return rejected
 }
 
-func (c *Client) failed() {
+func (c *Client) failed(probe bool) {
 	c.st.failures.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if probe {
+		c.probing = false
+	}
 	c.failures++
 	pause := c.minBackoff
 	for i := 1; i < c.failures && pause < c.maxBackoff; i++ {

@@ -1,0 +1,79 @@
+package daemon
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// adminHandler serves /healthz and /metrics.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if s.stopped.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "stopping\n")
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		s.WriteMetrics(w)
+	})
+	return mux
+}
+
+// WriteMetrics writes the server's counters to w in the Prometheus text
+// exposition format (version 0.0.4), as the admin listener's /metrics
+// serves them.
+func (s *Server) WriteMetrics(w io.Writer) error {
+	st := s.Stats()
+	g := st.Gossip
+	b := bufio.NewWriter(w)
+	metric := func(name, typ, help string, samples ...sample) {
+		b.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " " + typ + "\n")
+		for _, x := range samples {
+			b.WriteString(name)
+			if x.label != "" {
+				b.WriteString("{" + x.label + "}")
+			}
+			b.WriteByte(' ')
+			b.WriteString(strconv.FormatUint(x.v, 10))
+			b.WriteByte('\n')
+		}
+	}
+	one := func(v uint64) sample { return sample{v: v} }
+	metric("throttled_connections", "gauge", "Client connections open now.", one(uint64(st.Conns)))
+	metric("throttled_connections_accepted_total", "counter", "Client connections accepted.", one(st.Accepted))
+	metric("throttled_connections_rejected_total", "counter", "Connections closed at once: max_conns or max_conns_per_addr reached.", one(st.Rejected))
+	metric("throttled_write_timeouts_total", "counter", "Connections closed because their replies were not read.", one(st.WriteTimeouts))
+	metric("throttled_decisions_total", "counter", "Queries answered, by decision.",
+		sample{`decision="allowed"`, st.Allowed}, sample{`decision="denied"`, st.Throttled})
+	metric("throttled_bad_queries_total", "counter", "Lines answered ER.", one(st.BadQueries))
+	metric("throttled_pings_total", "counter", "PING lines answered.", one(st.Pings))
+	metric("throttled_reloads_total", "counter", "Configuration reloads, by result.",
+		sample{`result="applied"`, st.Reloads}, sample{`result="refused"`, st.ReloadErrors})
+	metric("throttled_gossip_rounds_total", "counter", "Gossip rounds run.", one(g.Rounds))
+	metric("throttled_gossip_packets_sent_total", "counter", "Gossip datagrams sent.", one(g.PacketsSent))
+	metric("throttled_gossip_bytes_sent_total", "counter", "Bytes in gossip datagrams sent.", one(g.BytesSent))
+	metric("throttled_gossip_send_errors_total", "counter", "Gossip datagrams the transport refused.", one(g.SendErrors))
+	metric("throttled_gossip_packets_received_total", "counter", "Gossip datagrams received and accepted.", one(g.PacketsReceived))
+	metric("throttled_gossip_dropped_total", "counter", "Gossip datagrams dropped, by cause.",
+		sample{`cause="malformed"`, g.Malformed}, sample{`cause="bad_mac"`, g.BadMAC},
+		sample{`cause="unknown_sender"`, g.UnknownSender}, sample{`cause="stale"`, g.Stale},
+		sample{`cause="duplicate"`, g.Duplicate}, sample{`cause="wrong_source"`, g.WrongSource},
+		sample{`cause="unknown_table"`, g.UnknownTable})
+	metric("throttled_gossip_hits_applied_total", "counter", "Units debited because peers reported them.", one(g.HitsApplied))
+	metric("throttled_gossip_hits_capped_total", "counter", "Reported units not debited: more than the peer could have admitted.", one(g.Capped))
+	metric("throttled_gossip_overflow_total", "counter", "Keys not tracked on their own because max_keys was reached.", one(g.Overflow))
+	metric("throttled_gossip_resent_total", "counter", "Counters resent because a peer had not acknowledged them.", one(g.Resent))
+	return b.Flush()
+}
+
+type sample struct {
+	label string
+	v     uint64
+}

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package daemon
+
+func fileLimit() uint64 { return 0 }
