@@ -1,6 +1,6 @@
 module github.com/throttlekit/throttle/distributed/capacity/etcdelection
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/throttlekit/throttle v0.0.0

@@ -1,4 +1,4 @@
-package slidinglog
+package slidinglog_test
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/throttlekit/throttle/internal/benchutil"
+	"github.com/throttlekit/throttle/slidinglog"
 )
 
 // Benchmarks on the system clock. "allowed" admits nearly every call (a
@@ -86,7 +87,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 // which grows by doubling); in "denied" every key is full for the hour.
 func BenchmarkKeys(b *testing.B) {
 	keys := benchutil.Keys(100_000)
-	run := func(b *testing.B, l *Limiter) {
+	run := func(b *testing.B, l *slidinglog.Limiter) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {

@@ -1,4 +1,4 @@
-package redislimit
+package redislimit_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/distributed/redislimit"
 	"github.com/throttlekit/throttle/internal/redistest"
 )
 
@@ -86,7 +87,7 @@ var benchKeys = func() []string {
 func BenchmarkPerDecision(b *testing.B) {
 	c := benchClient(b)
 	ctx := context.Background()
-	tb, err := NewTokenBucket(c, throttle.PerSecond(1_000_000), 1_000_000, WithPrefix(uniquePrefix()), WithTimeout(time.Second))
+	tb, err := redislimit.NewTokenBucket(c, throttle.PerSecond(1_000_000), 1_000_000, redislimit.WithPrefix(uniquePrefix()), redislimit.WithTimeout(time.Second))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,19 +128,19 @@ func BenchmarkAlgorithms(b *testing.B) {
 	c := benchClient(b)
 	mk := map[string]func() (throttle.Limiter, error){
 		"tokenbucket": func() (throttle.Limiter, error) {
-			return NewTokenBucket(c, throttle.PerSecond(1_000_000), 1_000_000, WithPrefix(uniquePrefix()))
+			return redislimit.NewTokenBucket(c, throttle.PerSecond(1_000_000), 1_000_000, redislimit.WithPrefix(uniquePrefix()))
 		},
 		"fixedwindow": func() (throttle.Limiter, error) {
-			return NewFixedWindow(c, 1_000_000, time.Second, WithPrefix(uniquePrefix()))
+			return redislimit.NewFixedWindow(c, 1_000_000, time.Second, redislimit.WithPrefix(uniquePrefix()))
 		},
 		"slidingwindow": func() (throttle.Limiter, error) {
-			return NewSlidingWindow(c, 1_000_000, time.Second, WithPrefix(uniquePrefix()))
+			return redislimit.NewSlidingWindow(c, 1_000_000, time.Second, redislimit.WithPrefix(uniquePrefix()))
 		},
 		"slidinglog": func() (throttle.Limiter, error) {
-			return NewSlidingLog(c, 1_000, time.Second, WithPrefix(uniquePrefix()))
+			return redislimit.NewSlidingLog(c, 1_000, time.Second, redislimit.WithPrefix(uniquePrefix()))
 		},
 		"concurrency": func() (throttle.Limiter, error) {
-			return NewConcurrency(c, 1_000_000, time.Second, WithPrefix(uniquePrefix()))
+			return redislimit.NewConcurrency(c, 1_000_000, time.Second, redislimit.WithPrefix(uniquePrefix()))
 		},
 	}
 	for _, name := range []string{"tokenbucket", "fixedwindow", "slidingwindow", "slidinglog", "concurrency"} {
@@ -190,8 +191,8 @@ func BenchmarkLeasing(b *testing.B) {
 	rate, burst := throttle.PerSecond(100_000), 1000
 	for _, maxBatch := range []int{64, 512} {
 		b.Run(fmt.Sprintf("redislimit-lease%d/g=64", maxBatch), func(b *testing.B) {
-			l, err := NewTokenBucket(c, rate, burst, WithPrefix(uniquePrefix()), WithTimeout(time.Second),
-				WithLeasing(maxBatch, 100*time.Millisecond))
+			l, err := redislimit.NewTokenBucket(c, rate, burst, redislimit.WithPrefix(uniquePrefix()), redislimit.WithTimeout(time.Second),
+				redislimit.WithLeasing(maxBatch, 100*time.Millisecond))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -228,7 +229,7 @@ func BenchmarkLeasing(b *testing.B) {
 // and the client and server CPU time per decision.
 func BenchmarkRatio64(b *testing.B) {
 	c := benchClient(b)
-	tb, err := NewTokenBucket(c, throttle.PerSecond(1_000_000), 1_000_000, WithPrefix(uniquePrefix()), WithTimeout(time.Second))
+	tb, err := redislimit.NewTokenBucket(c, throttle.PerSecond(1_000_000), 1_000_000, redislimit.WithPrefix(uniquePrefix()), redislimit.WithTimeout(time.Second))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -302,4 +303,10 @@ func serverTime(c *redis.Client) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+var prefixSeq atomic.Int64
+
+func uniquePrefix() string {
+	return fmt.Sprintf("bench:%d:%d:", time.Now().UnixNano(), prefixSeq.Add(1))
 }

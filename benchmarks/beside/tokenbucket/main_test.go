@@ -1,0 +1,5 @@
+package tokenbucket_test
+
+import "context"
+
+var bg = context.Background()
