@@ -3,8 +3,10 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -187,5 +189,52 @@ func TestObserveAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	if a := testing.AllocsPerRun(100, func() { _, _ = ol.Allow(ctx, "", 1) }); a != 0 {
 		t.Fatalf("%v allocs per observed Allow", a)
+	}
+}
+
+// A unit released at 600 ms is taken by a Wait whose deadline is 900 ms:
+// the back-off never grows past the time left.
+func TestWaitBackoffMeetsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, _ := counting.New(1)
+		defer l.Close()
+		ctx := context.Background()
+		release, err := l.Acquire(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(600*time.Millisecond, release)
+		ctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := throttle.Wait(ctx, l, "k", 1); err != nil {
+			t.Fatalf("Wait after %v: %v", time.Since(start), err)
+		}
+		if got := time.Since(start); got < 600*time.Millisecond || got > 900*time.Millisecond {
+			t.Fatalf("admitted after %v", got)
+		}
+		_ = l.Release("k", 1)
+	})
+}
+
+func TestSmallErrors(t *testing.T) {
+	l, _ := counting.New(1)
+	tb, _ := tokenbucket.New(throttle.PerSecond(1), 1)
+	l.Close()
+	tb.Close()
+	for _, lim := range []throttle.Limiter{l, tb} {
+		_, err := lim.Allow(context.Background(), "k", 1)
+		if !errors.Is(err, throttle.ErrClosed) || strings.Count(err.Error(), "throttle:") != 1 {
+			t.Errorf("closed limiter: %q", err)
+		}
+	}
+	if _, err := throttle.ParseRate("99999999999999999999/s"); err == nil || !strings.Contains(err.Error(), "too large") {
+		t.Errorf("ParseRate of a huge count: %v", err)
+	}
+	if err := throttle.NewRate(2, 2*throttle.MaxPeriod+1).Validate(); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("NewRate(2, 2·MaxPeriod+1ns).Validate() = %v", err)
+	}
+	if err := throttle.NewRate(2, 2*throttle.MaxPeriod).Validate(); err != nil {
+		t.Errorf("NewRate(2, 2·MaxPeriod).Validate() = %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -64,7 +65,11 @@ func ParseRate(s string) (Rate, error) {
 		return Rate{}, fmt.Errorf("%w: rate %q: want count/period, e.g. 100/s", ErrInvalid, s)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || n <= 0 || n > MaxPerSecond*int64(MaxPeriod/time.Second) {
+	switch {
+	case err == nil && n > MaxPerSecond*int64(MaxPeriod/time.Second),
+		errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(strings.TrimSpace(num), "-"):
+		return Rate{}, fmt.Errorf("%w: rate %q: count is too large (at most %d per second)", ErrInvalid, s, MaxPerSecond)
+	case err != nil || n <= 0:
 		return Rate{}, fmt.Errorf("%w: rate %q: count must be a positive integer", ErrInvalid, s)
 	}
 	per, err := parsePeriod(strings.TrimSpace(unit))
@@ -115,7 +120,7 @@ func (r Rate) Validate() error {
 		return fmt.Errorf("%w: rate must be positive (got %d per %v)", ErrInvalid, r.count, r.per)
 	case r.count > int64(r.per):
 		return fmt.Errorf("%w: rate %v is above %d per second", ErrInvalid, r, MaxPerSecond)
-	case r.per/time.Duration(r.count) > MaxPeriod:
+	case ceilDiv(r.per, time.Duration(r.count)) > MaxPeriod: // the interval as limiters round it
 		return fmt.Errorf("%w: rate %v is slower than one event per %v", ErrInvalid, r, MaxPeriod)
 	}
 	return nil
@@ -181,4 +186,13 @@ func gcd(a, b int64) int64 {
 		a, b = b, a%b
 	}
 	return a
+}
+
+// ceilDiv returns a/b rounded up, for positive a and b, without overflow.
+func ceilDiv(a, b time.Duration) time.Duration {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
 }

@@ -100,12 +100,21 @@ func Wait(ctx context.Context, l Limiter, key string, n int, opts ...WaitOption)
 			}
 			retry = d.RetryAfter
 		}
-		if retry <= 0 { // freed by release, not by time: back off exponentially
+		byRelease := retry <= 0
+		if byRelease { // freed by release, not by time: back off exponentially
 			retry = backoff
 			backoff = min(2*backoff, c.maxBackoff)
 		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < retry {
-			return fmt.Errorf("throttle: wait for %q needs %v, beyond the deadline: %w", key, retry, context.DeadlineExceeded)
+		if dl, ok := ctx.Deadline(); ok {
+			left := time.Until(dl)
+			switch {
+			case byRelease:
+				// Capacity may come back at any moment: never let one
+				// back-off step use up the time left.
+				retry = min(retry, max(left/2, time.Millisecond))
+			case left < retry:
+				return fmt.Errorf("throttle: wait for %q needs %v, beyond the deadline: %w", key, retry, context.DeadlineExceeded)
+			}
 		}
 		if err := sleep(ctx, retry+jitter(retry, c.jitter)); err != nil {
 			return err

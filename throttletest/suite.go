@@ -58,6 +58,7 @@ func Run(t *testing.T, s Suite) {
 		t.Run("NeverAboveBound", s.testBound)
 	}
 	t.Run("Reserve", s.testReserve)
+	t.Run("CancelCopies", s.testCancelCopies)
 	t.Run("Close", s.testClose)
 }
 
@@ -294,6 +295,35 @@ func (s Suite) testReserve(t *testing.T) {
 	}
 }
 
+// testCancelCopies checks that a Reservation and its copies give the
+// booking back once: A reserves, a copy is taken, A cancels, B books A's
+// old slot, the copy cancels (which must not give back B's booking), and C
+// must then land after B.
+func (s Suite) testCancelCopies(t *testing.T) {
+	clk := NewClock()
+	l := s.New(t, clk)
+	r, ok := l.(throttle.Reserver)
+	if !ok {
+		t.Skip("limiter does not implement throttle.Reserver")
+	}
+	s.exhaust(t, l, "k")
+	a, err := r.Reserve(ctx, "k", 1, time.Hour)
+	if err != nil || !a.OK {
+		t.Fatalf("Reserve A = %+v, %v", a, err)
+	}
+	aCopy := a
+	a.Cancel()
+	b, err := r.Reserve(ctx, "k", 1, time.Hour)
+	if err != nil || !b.OK || b.Delay != a.Delay {
+		t.Fatalf("Reserve B = %+v, %v; want A's cancelled slot at %v", b, err, a.Delay)
+	}
+	aCopy.Cancel()
+	c, err := r.Reserve(ctx, "k", 1, time.Hour)
+	if err != nil || !c.OK || c.Delay <= b.Delay {
+		t.Fatalf("Reserve C = %+v, %v; want a slot after B's %v (a copy's Cancel refunded twice)", c, err, b.Delay)
+	}
+}
+
 func (s Suite) testClose(t *testing.T) {
 	l := s.New(t, NewClock())
 	c, ok := l.(interface{ Close() error })
@@ -305,8 +335,22 @@ func (s Suite) testClose(t *testing.T) {
 	}
 	if _, err := l.Allow(ctx, "k", 1); !errors.Is(err, throttle.ErrClosed) {
 		t.Fatalf("Allow after Close: err = %v, want ErrClosed", err)
+	} else if repeatsPrefix(err.Error()) {
+		t.Fatalf("Allow after Close: %q repeats a prefix", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v, want nil", err)
 	}
+}
+
+// repeatsPrefix reports whether an error text says the same "word:" prefix
+// twice in a row, as in "throttle: throttle: limiter closed".
+func repeatsPrefix(msg string) bool {
+	parts := strings.Split(msg, ": ")
+	for i := 1; i < len(parts); i++ {
+		if parts[i] == parts[i-1] || strings.HasPrefix(parts[i], parts[i-1]+":") {
+			return true
+		}
+	}
+	return false
 }

@@ -24,7 +24,6 @@
 package keyed
 
 import (
-	"fmt"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -392,7 +391,7 @@ func (m *Map[S, P]) Range(f func(key string, p P) bool) {
 // makes before a decision.
 func (m *Map[S, P]) Check(key string) error {
 	if m.closed.Load() {
-		return fmt.Errorf("throttle: %w", throttle.ErrClosed)
+		return throttle.ErrClosed
 	}
 	return m.set.CheckKey(key)
 }
