@@ -11,7 +11,11 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/counting"
+	"github.com/throttlekit/throttle/fixedwindow"
+	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/slidinglog"
+	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
@@ -236,5 +240,48 @@ func TestSmallErrors(t *testing.T) {
 	}
 	if err := throttle.NewRate(2, 2*throttle.MaxPeriod).Validate(); err != nil {
 		t.Errorf("NewRate(2, 2·MaxPeriod).Validate() = %v", err)
+	}
+}
+
+func TestQuota(t *testing.T) {
+	must := func(l any, err error) throttle.QuotaReporter {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, ok := l.(interface{ Close() error }); ok {
+			t.Cleanup(func() { c.Close() })
+		}
+		return l.(throttle.QuotaReporter)
+	}
+	tb, err := tokenbucket.New(throttle.PerSecond(10), 20)
+	for _, c := range []struct {
+		name string
+		q    throttle.QuotaReporter
+		want throttle.Quota
+	}{
+		{"tokenbucket keyed", must(tb, err), throttle.Quota{Limit: 20, Window: 2 * time.Second}},
+		{"tokenbucket", must(tokenbucket.NewBucket(throttle.PerMinute(1), 5)), throttle.Quota{Limit: 5, Window: 5 * time.Minute}},
+		{"leakybucket", must(leakybucket.New(throttle.PerSecond(4), 2)), throttle.Quota{Limit: 2, Window: 500 * time.Millisecond}},
+		{"pacer", must(leakybucket.NewPacer(throttle.PerSecond(10), 4, time.Second)), throttle.Quota{Limit: 5, Window: 500 * time.Millisecond}},
+		{"fixedwindow", must(fixedwindow.New(100, time.Minute)), throttle.Quota{Limit: 100, Window: time.Minute}},
+		{"fixedwindow anchored", must(fixedwindow.NewAnchoredWindow(3, time.Hour)), throttle.Quota{Limit: 3, Window: time.Hour}},
+		{"slidingwindow", must(slidingwindow.New(7, time.Second)), throttle.Quota{Limit: 7, Window: time.Second}},
+		{"slidingwindow slotted", must(slidingwindow.NewSlotted(7, time.Second, 10)), throttle.Quota{Limit: 7, Window: time.Second}},
+		{"slidinglog", must(slidinglog.New(9, time.Minute)), throttle.Quota{Limit: 9, Window: time.Minute}},
+		{"counting", must(counting.New(3)), throttle.Quota{Limit: 3}},
+	} {
+		if got := c.q.Quota(); got != c.want {
+			t.Errorf("%s: Quota() = %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	// Quota follows runtime changes.
+	_ = tb.SetBurst(40)
+	if got := tb.Quota(); got != (throttle.Quota{Limit: 40, Window: 4 * time.Second}) {
+		t.Errorf("after SetBurst(40): %+v", got)
+	}
+	var zero fixedwindow.Window
+	if zero.Quota() != (throttle.Quota{}) {
+		t.Error("zero Window reports a quota")
 	}
 }
