@@ -165,7 +165,7 @@ func TestStressRetire(t *testing.T) {
 	var retired int
 	for step := range 200 {
 		clk.Advance(4 * time.Second)
-		var admitted [4]atomic.Int64
+		var admitted, cancelled [4]atomic.Int64
 		stop := make(chan struct{})
 		swept := make(chan int)
 		go func() {
@@ -192,6 +192,9 @@ func TestStressRetire(t *testing.T) {
 							t.Error(err)
 							return
 						}
+						if res.OK {
+							cancelled[k].Add(1)
+						}
 						res.Cancel()
 						continue
 					}
@@ -210,8 +213,10 @@ func TestStressRetire(t *testing.T) {
 		close(stop)
 		retired += <-swept
 		for k := range keys {
-			if got := admitted[k].Load(); got != 3 {
-				t.Fatalf("step %d: key %s admitted %d with time frozen, want exactly 3", step, keys[k], got)
+			// A cancelled booking comes back only if nothing was booked
+			// after it, so each one may cost a unit; nothing may add one.
+			if got, c := admitted[k].Load(), cancelled[k].Load(); got > 3 || got < 3-c {
+				t.Fatalf("step %d: key %s admitted %d with time frozen and %d bookings cancelled, want 3-%d to 3", step, keys[k], got, c, c)
 			}
 		}
 	}

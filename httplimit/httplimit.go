@@ -1,0 +1,247 @@
+// Package httplimit limits HTTP servers and clients with any
+// throttle.Limiter: a middleware that keys each request (by client IP,
+// behind trusted proxies, or by an API key), answers 429 with Retry-After
+// and the IETF RateLimit fields when the limiter denies, and holds
+// concurrency limits for the handler's duration; and a RoundTripper that
+// waits its turn, or fails fast, before calling a rate-limited upstream.
+//
+// The middleware and the Transport are safe for concurrent use when their
+// limiter is.
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+// KeyFunc returns the key a request is limited under. An error wrapping
+// throttle.ErrInvalid answers 400; a KeyFunc may also return errors
+// wrapping throttle.ErrDenied (403).
+type KeyFunc func(*http.Request) (string, error)
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	key       KeyFunc
+	cost      func(*http.Request) int
+	name      string
+	legacy    bool
+	passOnErr bool
+	denied    http.Handler
+	onError   func(http.ResponseWriter, *http.Request, error)
+	observer  throttle.Observer
+}
+
+// WithKey sets how requests are keyed (default: RemoteIP()).
+func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
+
+// WithCost sets how many units a request costs (default 1).
+func WithCost(f func(*http.Request) int) Option { return func(c *config) { c.cost = f } }
+
+// WithName names the policy in the RateLimit-Policy and RateLimit fields
+// (default "default"): middlewares stacked on one route need distinct
+// names. It must be printable ASCII.
+func WithName(name string) Option { return func(c *config) { c.name = name } }
+
+// WithLegacyHeaders also sets X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset (seconds), as older clients expect.
+func WithLegacyHeaders() Option { return func(c *config) { c.legacy = true } }
+
+// WithPassOnUnavailable lets requests through when the limiter's backend
+// fails (errors wrapping throttle.ErrUnavailable) instead of answering 503.
+func WithPassOnUnavailable() Option { return func(c *config) { c.passOnErr = true } }
+
+// WithDeniedHandler serves denied requests instead of the plain 429. The
+// rate-limit fields and Retry-After are set before it runs;
+// DecisionFrom(r) returns the Decision.
+func WithDeniedHandler(h http.Handler) Option { return func(c *config) { c.denied = h } }
+
+// WithErrorHandler answers requests whose key or decision failed, instead
+// of the default status for the error (see New).
+func WithErrorHandler(f func(http.ResponseWriter, *http.Request, error)) Option {
+	return func(c *config) { c.onError = f }
+}
+
+// WithObserver reports every decision to o under the policy name.
+func WithObserver(o throttle.Observer) Option { return func(c *config) { c.observer = o } }
+
+// New returns middleware that asks l for each request's cost under its
+// key before calling the next handler.
+//
+// Allowed requests carry RateLimit-Policy (quota q and window w, from the
+// limiter's Quota when it reports one) and RateLimit (remaining r, seconds
+// t until more is available) fields. Denied requests get 429 with
+// Retry-After in whole seconds, rounded up. Errors answer 400 (bad key,
+// ErrInvalid), 403 (ErrDenied), 413 (a cost above the limit,
+// ErrExceedsLimit) or 503 (ErrUnavailable, unless WithPassOnUnavailable).
+// A throttle.Holder (a concurrency limit) is held while the handler runs
+// and released when it returns or panics.
+//
+// Errors wrap throttle.ErrInvalid: a nil limiter or key func, or a bad
+// name.
+func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, error) {
+	c := config{key: RemoteIP(), cost: func(*http.Request) int { return 1 }, name: "default"}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: httplimit: nil Option", throttle.ErrInvalid)
+		}
+		o(&c)
+	}
+	switch {
+	case l == nil:
+		return nil, fmt.Errorf("%w: httplimit: nil limiter", throttle.ErrInvalid)
+	case c.key == nil || c.cost == nil:
+		return nil, fmt.Errorf("%w: httplimit: nil key or cost func", throttle.ErrInvalid)
+	case !validName(c.name):
+		return nil, fmt.Errorf("%w: httplimit: policy name %q must be 1 to 64 printable ASCII characters", throttle.ErrInvalid, c.name)
+	}
+	l = throttle.Observe(l, c.name, c.observer)
+	var quota throttle.QuotaReporter
+	if q, ok := l.(throttle.QuotaReporter); ok {
+		quota = q
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			key, err := c.key(r)
+			if err != nil {
+				c.fail(w, r, err)
+				return
+			}
+			d, release, err := throttle.Acquire(r.Context(), l, key, c.cost(r))
+			defer release()
+			if err != nil {
+				if c.passOnErr && errors.Is(err, throttle.ErrUnavailable) {
+					next.ServeHTTP(w, r)
+					return
+				}
+				c.fail(w, r, err)
+				return
+			}
+			c.setFields(w.Header(), d, quota)
+			if !d.Allowed {
+				w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
+				if c.denied != nil {
+					c.denied.ServeHTTP(w, r.WithContext(withDecision(r.Context(), d)))
+					return
+				}
+				http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}, nil
+}
+
+// StatusFor returns the status New answers for a failed key or decision.
+func StatusFor(err error) int {
+	switch {
+	case errors.Is(err, throttle.ErrDenied):
+		return http.StatusForbidden
+	case errors.Is(err, throttle.ErrExceedsLimit):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, throttle.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, throttle.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func (c *config) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if c.onError != nil {
+		c.onError(w, r, err)
+		return
+	}
+	code := StatusFor(err)
+	http.Error(w, http.StatusText(code), code)
+}
+
+// setFields adds this policy's items to the RateLimit-Policy and RateLimit
+// fields (Add, not Set: stacked middlewares each add their own item).
+func (c *config) setFields(h http.Header, d throttle.Decision, quota throttle.QuotaReporter) {
+	q := throttle.Quota{Limit: d.Limit}
+	if quota != nil {
+		q = quota.Quota()
+	}
+	t := d.ResetAfter
+	if !d.Allowed || d.Remaining == 0 {
+		t = d.RetryAfter
+	}
+	h.Add("RateLimit-Policy", PolicyField(c.name, q))
+	h.Add("RateLimit", LimitField(c.name, d.Remaining, t))
+	if c.legacy {
+		h.Set("X-RateLimit-Limit", strconv.Itoa(q.Limit))
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(d.Remaining, 0)))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(seconds(t), 10))
+	}
+}
+
+// PolicyField formats one RateLimit-Policy item: "name";q=limit;w=seconds
+// (w is left out for a limit with no window, such as a concurrency cap).
+func PolicyField(name string, q throttle.Quota) string {
+	var b strings.Builder
+	b.Grow(len(name) + 24)
+	b.WriteString(quoteSF(name))
+	b.WriteString(";q=")
+	b.WriteString(strconv.Itoa(max(q.Limit, 0)))
+	if q.Window > 0 {
+		b.WriteString(";w=")
+		b.WriteString(strconv.FormatInt(max(seconds(q.Window), 1), 10))
+	}
+	return b.String()
+}
+
+// LimitField formats one RateLimit item: "name";r=remaining;t=seconds.
+func LimitField(name string, remaining int, t time.Duration) string {
+	return quoteSF(name) + ";r=" + strconv.Itoa(max(remaining, 0)) + ";t=" + strconv.FormatInt(seconds(t), 10)
+}
+
+// seconds rounds d up to whole seconds, saturating.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 && s < math.MaxInt64 {
+		s++
+	}
+	return s
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// quoteSF writes s as a structured-field string (RFC 8941): quoted, with
+// backslash and double quote escaped. s is printable ASCII.
+func quoteSF(s string) string {
+	if !strings.ContainsAny(s, `"\`) {
+		return `"` + s + `"`
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}
