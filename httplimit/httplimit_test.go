@@ -155,12 +155,12 @@ func TestClientIP(t *testing.T) {
 		want   string
 		bad    bool
 	}{
-		{"192.0.2.9:5", []string{"X-Forwarded-For", "6.6.6.6"}, "192.0.2.9", false},                // untrusted peer: header ignored
+		{"192.0.2.9:5", []string{"X-Forwarded-For", "6.6.6.6"}, "192.0.2.9", false},                 // untrusted peer: header ignored
 		{"10.0.0.1:5", []string{"X-Forwarded-For", "6.6.6.6, 198.51.100.7"}, "198.51.100.7", false}, // spoofed left part ignored
 		{"10.0.0.1:5", []string{"X-Forwarded-For", "198.51.100.7, 10.1.1.1"}, "198.51.100.7", false},
 		{"10.0.0.1:5", []string{"X-Forwarded-For", "6.6.6.6", "X-Forwarded-For", "198.51.100.7"}, "198.51.100.7", false},
 		{"10.0.0.1:5", []string{"X-Forwarded-For", "10.2.2.2, 10.3.3.3"}, "10.2.2.2", false}, // all trusted: the leftmost
-		{"10.0.0.1:5", nil, "10.0.0.1", false},                                                // the proxy's own request
+		{"10.0.0.1:5", nil, "10.0.0.1", false},                                               // the proxy's own request
 		{"10.0.0.1:5", []string{"Forwarded", `for=6.6.6.6, for="[2001:db8:1:2::3]:443";proto=https`}, "2001:db8:1:2::/64", false},
 		{"10.0.0.1:5", []string{"Forwarded", `for=198.51.100.7`, "X-Forwarded-For", "6.6.6.6"}, "198.51.100.7", false},
 		{"10.0.0.1:5", []string{"X-Forwarded-For", "garbage"}, "", true},
