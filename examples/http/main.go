@@ -1,0 +1,129 @@
+// Command http is a small API limited the way a production service would
+// be: a per-client limit on every route, a concurrency cap on an expensive
+// endpoint, a per-API-key limit shared through Redis when REDIS_ADDR is
+// set, and an outbound call to a partner API at most once every 6 s.
+//
+//	go run ./examples/http            # listens on 127.0.0.1:8080
+//	curl -i localhost:8080/hello
+//	curl -i localhost:8080/report     # at most 2 at a time
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/counting"
+	"github.com/throttlekit/throttle/distributed/redislimit"
+	"github.com/throttlekit/throttle/httplimit"
+	"github.com/throttlekit/throttle/tokenbucket"
+)
+
+func main() {
+	addr := "127.0.0.1:8080"
+	if a := os.Getenv("ADDR"); a != "" {
+		addr = a
+	}
+	h, closeAll, err := newHandler(os.Getenv("REDIS_ADDR"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer closeAll()
+	log.Printf("listening on %s", addr)
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	log.Fatal(srv.ListenAndServe())
+}
+
+// newHandler builds the service; redisAddr "" keeps every limit local.
+func newHandler(redisAddr string) (http.Handler, func(), error) {
+	var closers []func() error
+	closeAll := func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}
+	fail := func(err error) (http.Handler, func(), error) { closeAll(); return nil, nil, err }
+
+	// 10 requests a second per client, bursts of 20; behind a proxy in
+	// 10.0.0.0/8 the client is read from X-Forwarded-For / Forwarded.
+	perClient, err := tokenbucket.New(throttle.PerSecond(10), 20)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, perClient.Close)
+	clientLimit, err := httplimit.New(perClient, httplimit.WithName("per-client"),
+		httplimit.WithKey(httplimit.ClientIP(netip.MustParsePrefix("10.0.0.0/8"))))
+	if err != nil {
+		return fail(err)
+	}
+
+	// At most 2 reports at a time per client: held while the handler runs.
+	reports, err := counting.New(2)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, reports.Close)
+	reportLimit, err := httplimit.New(reports, httplimit.WithName("reports"))
+	if err != nil {
+		return fail(err)
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	mux.Handle("GET /report", reportLimit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(200 * time.Millisecond) // an expensive query
+		fmt.Fprintln(w, "report")
+	})))
+
+	// 1000 requests an hour per API key, fleet-wide through Redis.
+	if redisAddr != "" {
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+		closers = append(closers, rdb.Close)
+		perKey, err := redislimit.NewTokenBucket(rdb, throttle.PerHour(1000), 100)
+		if err != nil {
+			return fail(err)
+		}
+		keyLimit, err := httplimit.New(perKey, httplimit.WithName("per-key"),
+			httplimit.WithKey(httplimit.Header("X-API-Key")))
+		if err != nil {
+			return fail(err)
+		}
+		mux.Handle("GET /api/", keyLimit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintln(w, "api")
+		})))
+	}
+
+	// The partner API takes one call every 6 s per token: wait for the turn.
+	partner, err := tokenbucket.New(throttle.Every(6*time.Second), 1)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, partner.Close)
+	client := &http.Client{Transport: &httplimit.Transport{Limiter: partner, Wait: true,
+		Key: func(*http.Request) string { return "partner-token-1" }}}
+	mux.HandleFunc("GET /partner", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+r.Host+"/hello", nil)
+		resp, err := client.Do(req)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			http.Error(w, "partner busy, try later", http.StatusServiceUnavailable)
+			return
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		resp.Body.Close()
+		fmt.Fprintln(w, "partner said", resp.Status)
+	})
+	return clientLimit(mux), closeAll, nil
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/throttlekit/throttle/internal/redistest"
+)
+
+func serve(t *testing.T, redisAddr string) *httptest.Server {
+	h, closeAll, err := newHandler(redisAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Client().CloseIdleConnections(); srv.Close(); closeAll() })
+	return srv
+}
+
+func status(t *testing.T, srv *httptest.Server, path string, header ...string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", srv.URL+path, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestService(t *testing.T) {
+	srv := serve(t, "")
+	codes := map[int]int{}
+	for range 25 {
+		codes[status(t, srv, "/hello")]++
+	}
+	if codes[200] != 20 || codes[http.StatusTooManyRequests] != 5 {
+		t.Fatalf("statuses %v, want 20 × 200 then 5 × 429", codes)
+	}
+}
+
+func TestServiceWithRedis(t *testing.T) {
+	srv := serve(t, redistest.Start(t).Addr)
+	if c := status(t, srv, "/api/x"); c != http.StatusBadRequest {
+		t.Fatalf("api without a key: %d, want 400", c)
+	}
+	if c := status(t, srv, "/api/x", "X-API-Key", "k1"); c != 200 {
+		t.Fatalf("api with a key: %d", c)
+	}
+}
