@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,7 +12,8 @@ import (
 )
 
 // FuzzConnection sends arbitrary bytes on one connection and checks that
-// the replies are only whole OK, NO or ER lines, at most one per line sent,
+// the replies are only whole lines of the protocol (OK, NO, ER, PONG, or
+// "OK|NO remaining retry_ms reset_ms" to a ?tag query), at most one per line sent,
 // and that the server still answers a well-formed query on a new
 // connection: bad input affects only its own connection.
 func FuzzConnection(f *testing.F) {
@@ -31,22 +33,45 @@ func FuzzConnection(f *testing.F) {
 		if err != nil && !isReset(err) {
 			t.Fatalf("reading replies: %v", err)
 		}
-		if len(out)%3 != 0 {
+		if len(out) > 0 && out[len(out)-1] != '\n' {
 			t.Fatalf("replies %q are not whole lines", out)
 		}
-		for i := 0; i < len(out); i += 3 {
-			if r := string(out[i : i+3]); r != "OK\n" && r != "NO\n" && r != "ER\n" {
-				t.Fatalf("reply %q at %d", r, i)
+		replies := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		if len(out) == 0 {
+			replies = nil
+		}
+		for i, r := range replies {
+			if !validReply(r) {
+				t.Fatalf("reply %d: %q", i, r)
 			}
 		}
-		if lines := strings.Count(string(in), "\n") + 1; len(out)/3 > lines {
-			t.Fatalf("%d replies to %d lines", len(out)/3, lines)
+		if lines := strings.Count(string(in), "\n") + 1; len(replies) > lines {
+			t.Fatalf("%d replies to %d lines", len(replies), lines)
 		}
 		probe := dial(t, addr)
 		if got := ask(t, probe, 1, "probe"); got != "OK\n" && got != "NO\n" {
 			t.Fatalf("a new connection after bad input got %q", got)
 		}
 	})
+}
+
+// validReply reports whether r (without its newline) is a reply the
+// protocol allows.
+func validReply(r string) bool {
+	switch r {
+	case "OK", "NO", "ER", "PONG":
+		return true
+	}
+	f := strings.Fields(r)
+	if len(f) != 4 || (f[0] != "OK" && f[0] != "NO") || strings.Join(f, " ") != r {
+		return false
+	}
+	for _, n := range f[1:] {
+		if _, err := strconv.ParseUint(n, 10, 64); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
