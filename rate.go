@@ -176,8 +176,25 @@ func (r Rate) Events(d time.Duration) int64 {
 	return int64(q)
 }
 
-// String returns the rate as ParseRate reads it, e.g. "100/1s".
+// String returns the rate as ParseRate reads it back: a whole count per
+// second, minute, hour or day when there is one ("100/s", "5/m",
+// "1000/h", "86401/d"), otherwise count/period in lowest terms ("1/7s",
+// "3/7ms").
 func (r Rate) String() string {
+	if r.count <= 0 || r.per <= 0 {
+		return strconv.FormatInt(r.count, 10) + "/" + r.per.String()
+	}
+	for _, u := range [...]struct {
+		d    time.Duration
+		name string
+	}{{time.Second, "s"}, {time.Minute, "m"}, {time.Hour, "h"}, {24 * time.Hour, "d"}} {
+		if u.d%r.per != 0 {
+			continue
+		}
+		if hi, n := bits.Mul64(uint64(r.count), uint64(u.d/r.per)); hi == 0 && n <= math.MaxInt64 {
+			return strconv.FormatUint(n, 10) + "/" + u.name
+		}
+	}
 	return strconv.FormatInt(r.count, 10) + "/" + r.per.String()
 }
 

@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -123,6 +124,60 @@ func FuzzParseRate(f *testing.F) {
 		}
 		if r.Validate() != nil || r.Interval() <= 0 {
 			t.Fatalf("ParseRate(%q) = %v: accepted an invalid rate", s, r)
+		}
+	})
+}
+
+func TestRateString(t *testing.T) {
+	for _, c := range []struct {
+		r    throttle.Rate
+		want string
+	}{
+		{throttle.PerSecond(100), "100/s"},
+		{throttle.PerMinute(5), "5/m"},
+		{throttle.PerHour(1000), "1000/h"},
+		{throttle.NewRate(86401, 24*time.Hour), "86401/d"},
+		{throttle.Every(6 * time.Second), "10/m"},
+		{throttle.Every(7 * time.Second), "1/7s"},
+		{throttle.NewRate(3, 7*time.Millisecond), "3/7ms"},
+		{throttle.PerSecond(1), "1/s"},
+		{throttle.Every(48 * time.Hour), "1/48h0m0s"},
+	} {
+		if got := c.r.String(); got != c.want {
+			t.Errorf("%v/%v: String() = %q, want %q", c.r.Count(), c.r.Period(), got, c.want)
+		}
+	}
+}
+
+// Every valid rate prints a text that ParseRate reads back as the same rate.
+func TestRateStringRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200_000 {
+		r := throttle.NewRate(int(rng.Int64N(1_000_000))+1, time.Duration(rng.Int64N(int64(throttle.MaxPeriod)))+1)
+		if r.Validate() != nil {
+			continue
+		}
+		back, err := throttle.ParseRate(r.String())
+		if err != nil || back != r {
+			t.Fatalf("%d/%v prints %q, read back as %v (%v)", r.Count(), r.Period(), r, back, err)
+		}
+	}
+}
+
+func FuzzRateString(f *testing.F) {
+	f.Add(int64(100), int64(time.Second))
+	f.Add(int64(3), int64(7*time.Millisecond))
+	f.Fuzz(func(t *testing.T, count, per int64) {
+		if count <= 0 || count > 1<<31 || per <= 0 {
+			return
+		}
+		r := throttle.NewRate(int(count), time.Duration(per))
+		if r.Validate() != nil {
+			return
+		}
+		back, err := throttle.ParseRate(r.String())
+		if err != nil || back != r {
+			t.Fatalf("%d/%v prints %q, read back as %v (%v)", r.Count(), r.Period(), r, back, err)
 		}
 	})
 }

@@ -357,7 +357,7 @@ func TestQuotaAllower(t *testing.T) {
 	defer l.Close()
 	l.Allow(ctx, "p:x", 2)
 	l.Allow(ctx, "other", 1)
-	want := []string{"p:x 2 1/1m0s 3", "other 1 1/100ms 20"}
+	want := []string{"p:x 2 1/m 3", "other 1 10/s 20"}
 	if fmt.Sprint(q.calls) != fmt.Sprint(want) {
 		t.Fatalf("calls = %q, want %q", q.calls, want)
 	}
