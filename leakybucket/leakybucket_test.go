@@ -63,6 +63,20 @@ func TestConformance(t *testing.T) {
 				Limit: s.capacity, Bound: bound,
 			})
 		})
+		// A Pacer with slack capacity-1 grants at most capacity slots at
+		// once: through Allow it is the same bucket.
+		t.Run("Pacer/"+s.name, func(t *testing.T) {
+			throttletest.Run(t, throttletest.Suite{
+				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+					p, err := leakybucket.NewPacer(s.rate, s.capacity-1, leakybucket.Unbounded, throttle.WithClock(clk))
+					if err != nil {
+						t.Fatal(err)
+					}
+					return p
+				},
+				Limit: s.capacity, Bound: bound, Single: true,
+			})
+		})
 	}
 }
 

@@ -107,6 +107,17 @@ func (p *Pacer) Take(ctx context.Context) error {
 	}
 }
 
+var _ throttle.Limiter = (*Pacer)(nil)
+
+// Allow takes n slots if they are all due now, without waiting or queueing,
+// and otherwise takes nothing and reports in RetryAfter when they will be.
+// Limit is slack+1, the most slots granted at once. The key is ignored.
+// Errors wrap throttle.ErrInvalid (n <= 0, a zero Pacer) or
+// throttle.ErrExceedsLimit (n > slack+1).
+func (p *Pacer) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
+	return p.g.AllowN(n)
+}
+
 // Rate returns the pacing rate (the zero Rate on a zero Pacer).
 func (p *Pacer) Rate() throttle.Rate {
 	if c := p.g.Config(); c != nil {
