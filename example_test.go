@@ -34,7 +34,7 @@ func ExampleLimiter() {
 	// bob is limited separately: true
 }
 
-// The seed problem: an API token allows one call every 6 seconds. Wrap
+// An API token allows one call every 6 seconds. Wrap
 // turns the call into a throttled one that fails fast with ErrLimited.
 func ExampleWrap() {
 	clk := throttletest.NewClock()
