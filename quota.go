@@ -22,6 +22,14 @@ type QuotaReporter interface {
 	Quota() Quota
 }
 
+// QuotaAllower is implemented by limiters that take the limit with each
+// call, as go-redis/redis_rate does: one limiter serves keys of different
+// limits (tiers, per-key rules). A key keeps what it has used when its
+// limit changes, read under the new limit.
+type QuotaAllower interface {
+	AllowQuota(ctx context.Context, key string, n int, rate Rate, burst int) (Decision, error)
+}
+
 // Holder is implemented by limiters whose units are held until released
 // (concurrency limits) rather than spent. Generic code (Acquire, Wrap, the
 // HTTP middleware) uses it so that what is held is always given back.

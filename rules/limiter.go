@@ -21,11 +21,8 @@ var (
 )
 
 // QuotaAllower is a limiter that takes the limit with each call, as the
-// Redis token buckets do: one instance serves every rule, and a key whose
-// limit changes keeps what it has used.
-type QuotaAllower interface {
-	AllowQuota(ctx context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error)
-}
+// Redis token bucket and tokenbucket.Limiter do.
+type QuotaAllower = throttle.QuotaAllower
 
 // Factory builds the limiter of one limit of a document. id names the
 // limit ("default", "tier free", `prefix "api:"`, ...) and stays the same

@@ -1,8 +1,13 @@
 package tokenbucket
 
-import "github.com/throttlekit/throttle"
+import (
+	"context"
+
+	"github.com/throttlekit/throttle"
+)
 
 var (
+	_ throttle.QuotaAllower  = (*Limiter)(nil)
 	_ throttle.QuotaReporter = (*Bucket)(nil)
 	_ throttle.QuotaReporter = (*Limiter)(nil)
 )
@@ -23,3 +28,13 @@ func (b *Bucket) Quota() throttle.Quota { return bucketQuota(b.Rate(), b.Burst()
 // Quota reports the burst and the time to refill it from empty; it follows
 // SetRate and SetBurst.
 func (l *Limiter) Quota() throttle.Quota { return bucketQuota(l.Rate(), l.Burst()) }
+
+// AllowQuota is Allow under a limit given with the call, rate and burst,
+// instead of the limiter's own: one Limiter can serve keys of different
+// tiers. A key keeps what it has used when its limit changes, read under
+// the new limit (as after SetRate and SetBurst). Errors wrap
+// throttle.ErrInvalid (a bad key, n, rate or burst) or
+// throttle.ErrExceedsLimit (n > burst).
+func (l *Limiter) AllowQuota(_ context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error) {
+	return l.g.AllowWith(key, n, rate, burst)
+}

@@ -396,3 +396,56 @@ func TestSweeperStopsOnClose(t *testing.T) {
 		t.Fatalf("Debit after Close: %v", err)
 	}
 }
+
+// AllowQuota serves keys of different tiers from one limiter; a key keeps
+// what it used when its limit changes, and a decision allocates nothing.
+func TestAllowQuota(t *testing.T) {
+	clk := throttletest.NewClock()
+	l, err := tokenbucket.New(throttle.PerSecond(1), 1, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	free, pro := throttle.PerSecond(1), throttle.PerSecond(100)
+	admitted := func(key string, r throttle.Rate, burst int) (n int) {
+		for range 1000 {
+			d, err := l.AllowQuota(bg, key, 1, r, burst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				return n
+			}
+			n++
+		}
+		return n
+	}
+	if n := admitted("f", free, 5); n != 5 {
+		t.Fatalf("free tier admitted %d at once, want 5", n)
+	}
+	if n := admitted("p", pro, 50); n != 50 {
+		t.Fatalf("pro tier admitted %d at once, want 50", n)
+	}
+	// Upgraded to pro after using up its 5: the used 5 s of debt read at
+	// 100/s are 500 tokens' worth, more than a 50 burst: still denied now.
+	if n := admitted("f", pro, 50); n != 0 {
+		t.Fatalf("after the upgrade %d admitted at once, want 0", n)
+	}
+	clk.Advance(5 * time.Second)
+	if n := admitted("f", pro, 50); n != 50 {
+		t.Fatalf("5 s after the upgrade %d admitted, want 50", n)
+	}
+	for _, c := range []struct {
+		n     int
+		r     throttle.Rate
+		burst int
+		want  error
+	}{{1, throttle.Rate{}, 5, throttle.ErrInvalid}, {1, free, 0, throttle.ErrInvalid}, {6, free, 5, throttle.ErrExceedsLimit}, {0, free, 5, throttle.ErrInvalid}} {
+		if _, err := l.AllowQuota(bg, "k", c.n, c.r, c.burst); !errors.Is(err, c.want) {
+			t.Errorf("AllowQuota(n=%d, %v, %d) = %v, want %v", c.n, c.r, c.burst, err, c.want)
+		}
+	}
+	if a := testing.AllocsPerRun(100, func() { _, _ = l.AllowQuota(bg, "p", 1, pro, 50) }); a != 0 {
+		t.Fatalf("%v allocs per AllowQuota", a)
+	}
+}

@@ -223,12 +223,33 @@ func (l *Keyed) Allow(key string, n int) (d throttle.Decision, err error) {
 	if n <= 0 || n > c.Burst {
 		return d, limiterkit.CheckN(n, c.Burst)
 	}
+	return l.allow(key, n, c), nil
+}
+
+// AllowWith is Allow under a limit given with the call instead of the
+// shared configuration: the key keeps what it has used, read at rate and
+// burst (as after SetRate and SetBurst).
+func (l *Keyed) AllowWith(key string, n int, rate throttle.Rate, burst int) (d throttle.Decision, err error) {
+	if err := l.checkKey(key); err != nil {
+		return d, err
+	}
+	var c Config
+	if err := c.Set(rate, burst); err != nil {
+		return d, err
+	}
+	if n <= 0 || n > c.Burst {
+		return d, limiterkit.CheckN(n, c.Burst)
+	}
+	return l.allow(key, n, &c), nil
+}
+
+func (l *Keyed) allow(key string, n int, c *Config) (d throttle.Decision) {
 	now := l.m.Now()
 	cost := int64(n) * c.Interval
 	for {
 		if tat, ok, live := l.m.Get(key, now).Take(now, cost, c.Tau); live {
 			c.Fill(&d, now, tat, cost, ok)
-			return d, nil
+			return d
 		}
 	}
 }

@@ -91,19 +91,30 @@ func (c *Config) units(x int64) int64 {
 
 // NewConfig validates rate and burst. Errors wrap throttle.ErrInvalid.
 func NewConfig(rate throttle.Rate, burst int) (*Config, error) {
-	if err := rate.Validate(); err != nil {
+	c := new(Config)
+	if err := c.Set(rate, burst); err != nil {
 		return nil, err
 	}
+	return c, nil
+}
+
+// Set makes c the configuration of rate and burst, for a Config that lives
+// on the stack (a limit given with one call). Errors wrap
+// throttle.ErrInvalid and leave c unchanged.
+func (c *Config) Set(rate throttle.Rate, burst int) error {
+	if err := rate.Validate(); err != nil {
+		return err
+	}
 	if burst <= 0 {
-		return nil, fmt.Errorf("%w: burst must be positive, got %d", throttle.ErrInvalid, burst)
+		return fmt.Errorf("%w: burst must be positive, got %d", throttle.ErrInvalid, burst)
 	}
 	iv := int64(rate.Interval())
 	if int64(burst) > MaxSpan/iv {
-		return nil, fmt.Errorf("%w: burst %d at rate %v spans more than %v", throttle.ErrInvalid, burst, rate, time.Duration(MaxSpan))
+		return fmt.Errorf("%w: burst %d at rate %v spans more than %v", throttle.ErrInvalid, burst, rate, time.Duration(MaxSpan))
 	}
-	c := &Config{Rate: rate, Burst: burst, Interval: iv, Tau: int64(burst) * iv}
+	*c = Config{Rate: rate, Burst: burst, Interval: iv, Tau: int64(burst) * iv}
 	c.magic, c.shift = newDivisor(uint64(iv))
-	return c, nil
+	return nil
 }
 
 // Cost returns the time n units take to earn, n·Interval, saturated at
