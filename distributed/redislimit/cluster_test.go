@@ -51,8 +51,13 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for k := range 30 {
+		// Keys with braces too: "}abc" once gave the log's two keys an empty
+		// hash tag, so they hashed to different slots (CROSSSLOT).
+		for k := range 36 {
 			key := fmt.Sprintf("%s-user-%d", name, k)
+			if k >= 30 {
+				key = []string{"}abc", "{x}y", "}{", "a{}b", "{", "}"}[k-30] + name
+			}
 			admitted := 0
 			for range limit + 2 {
 				d, err := l.Allow(ctx, key, 1)

@@ -42,7 +42,8 @@
 // The state of a limiter key lives under prefix + algorithm + ":" + key
 // (WithPrefix; default DefaultPrefix), with a TTL so idle keys vanish
 // from Redis. Every script touches one key, or two keys sharing a hash
-// tag (the sliding log), so it works on Redis Cluster; any go-redis v9
+// tag (the sliding log: the key itself, or a hash of it when it has
+// braces), so it works on Redis Cluster for any key; any go-redis v9
 // UniversalClient will do (standalone, Sentinel, Cluster, Ring).
 //
 // # "Once every d" and reservations

@@ -251,3 +251,51 @@ func TestFaultScriptFlushBatched(t *testing.T) {
 		t.Fatalf("admitted %d of 800 calls with time frozen, want exactly %d", got, limit)
 	}
 }
+
+// A caller's deadline shorter than WithTimeout: when Redis does not answer
+// before it, the failure policy applies, the breaker counts the failure,
+// and the error wraps both ErrUnavailable and the deadline.
+func TestFaultCallerDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.NeedOwn(t)
+	c := newClient(t, srv)
+	closed, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000, WithPrefix(uniquePrefix()),
+		WithTimeout(5*time.Second), WithBreaker(3, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000, WithPrefix(uniquePrefix()),
+		WithTimeout(5*time.Second), WithPolicy(FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(srv.Addr, time.Second, "CLIENT", "PAUSE", "1500", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	short := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 25*time.Millisecond)
+	}
+	ctx, cancel := short()
+	_, err = closed.Allow(ctx, "k", 1)
+	cancel()
+	if !errors.Is(err, throttle.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("FailClosed past the caller's deadline: %v; want ErrUnavailable and DeadlineExceeded", err)
+	}
+	ctx, cancel = short()
+	d, err := open.Allow(ctx, "k", 1)
+	cancel()
+	if err != nil || !d.Allowed {
+		t.Fatalf("FailOpen past the caller's deadline: %+v, %v; want admitted", d, err)
+	}
+	// Two more short calls open the breaker: the next call fails at once.
+	for range 2 {
+		ctx, cancel := short()
+		_, _ = closed.Allow(ctx, "k", 1)
+		cancel()
+	}
+	start := time.Now()
+	_, err = closed.Allow(context.Background(), "k", 1)
+	if !errors.Is(err, throttle.ErrUnavailable) || time.Since(start) > 20*time.Millisecond {
+		t.Fatalf("after 3 failures: %v after %v; want the open breaker's fast ErrUnavailable", err, time.Since(start))
+	}
+}

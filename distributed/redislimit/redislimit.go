@@ -88,8 +88,12 @@ type config struct {
 // not share state need different prefixes.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
-// WithTimeout bounds each decision (default DefaultTimeout). Past it the
-// failure policy applies. The client must honour context deadlines
+// WithTimeout bounds each decision (default DefaultTimeout). When Redis
+// does not answer before this timeout or the caller's own deadline,
+// whichever is earlier, the failure policy applies, the breaker counts the
+// failure, and an error wraps throttle.ErrUnavailable and the deadline's
+// error. A caller that cancels its context gets ctx.Err(), counted as
+// nothing. The client must honour context deadlines
 // (go-redis Options.ContextTimeoutEnabled); when it does not, each call is
 // raced against the timeout in a goroutine instead.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
@@ -316,11 +320,17 @@ func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any
 
 // failed records a failed call and returns its error.
 func (c *core) failed(ctx context.Context, err error) error {
-	if ctx.Err() != nil { // the caller gave up: not Redis's fault
+	if errors.Is(ctx.Err(), context.Canceled) { // the caller gave up: not Redis's fault
 		c.br.release()
 		return ctx.Err()
 	}
+	// Redis did not answer before the earlier of the caller's deadline and
+	// WithTimeout: an outage either way, counted by the breaker and
+	// answered by the failure policy.
 	c.br.failure()
+	if cerr := ctx.Err(); cerr != nil {
+		err = cerr
+	}
 	err = fmt.Errorf("%w: redis: %w", throttle.ErrUnavailable, err)
 	if c.onError != nil {
 		c.onError(err)

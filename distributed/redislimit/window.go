@@ -3,6 +3,9 @@ package redislimit
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -93,7 +96,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 		}
 		return d, nil
 	}
-	tag := l.prefix + "{" + key + "}"
+	tag := logTag(l.prefix, key)
 	r, err := l.run(ctx, slidingLogScript, []string{tag + ":log", tag + ":meta"}, args)
 	if err != nil {
 		return l.fail(ctx, key, n, err)
@@ -113,4 +116,18 @@ func floorMod(a, b int64) int64 {
 		m += b
 	}
 	return m
+}
+
+// logTag returns the common part of the sliding log's two key names, with
+// a hash tag that puts both in one Cluster slot whatever the key: the key
+// itself when it has no braces, else a hash of it followed by "}=" and the
+// key (a brace-free key's names go on with "}:", so the two forms never
+// meet).
+func logTag(prefix, key string) string {
+	if !strings.ContainsAny(key, "{}") {
+		return prefix + "{" + key + "}"
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return prefix + "{" + strconv.FormatUint(h.Sum64(), 16) + "}=" + key
 }
