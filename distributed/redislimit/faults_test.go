@@ -299,3 +299,35 @@ func TestFaultCallerDeadline(t *testing.T) {
 		t.Fatalf("after 3 failures: %v after %v; want the open breaker's fast ErrUnavailable", err, time.Since(start))
 	}
 }
+
+// The sliding log's summary key lost (evicted, deleted) while its entries
+// remain: the count is rebuilt from the entries, so the limit holds and
+// the state stays readable.
+func TestSlidingLogSummaryLost(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	prefix := uniquePrefix()
+	l, err := NewSlidingLog(c, 5, time.Minute, WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	admitted := 0
+	for round := range 3 {
+		for range 5 {
+			d, err := l.Allow(ctx, "k", 1)
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if n, err := c.Del(ctx, prefix+"sl:{k}:meta").Result(); err != nil || n != 1 {
+			t.Fatalf("DEL of the summary: %d, %v", n, err)
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("admitted %d in a minute with the summary deleted twice, want 5", admitted)
+	}
+}

@@ -5,6 +5,10 @@
 -- Returns {1, units after, window} when admitted, and
 -- {0, units, retry after, reset after} when not.
 local W, L, n = (ARGV[5] + 0), (ARGV[6] + 0), (ARGV[7] + 0)
+local function parse(e)
+  local ts, c = string.match(e, '^(%d+) (%d+)$')
+  return rel(ts), (c + 0), ts
+end
 local total = 0
 local m = redis.call('GET', KEYS[2])
 if m then
@@ -12,10 +16,14 @@ if m then
   total = (t + 0)
   local seen = rel(s)
   if now < seen then now = seen end
-end
-local function parse(e)
-  local ts, c = string.match(e, '^(%d+) (%d+)$')
-  return rel(ts), (c + 0), ts
+else
+  -- The summary was lost (evicted, deleted) while entries remain: count
+  -- them again rather than start from zero. At most limit entries.
+  for _, e in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+    local ts, c = parse(e)
+    total = total + c
+    if now < ts then now = ts end
+  end
 end
 while total > 0 do
   local e = redis.call('LINDEX', KEYS[1], 0)
@@ -23,7 +31,7 @@ while total > 0 do
   local ts, c = parse(e)
   if ts > now - W then break end
   redis.call('LPOP', KEYS[1])
-  total = total - c
+  total = math.max(total - c, 0)
 end
 local a = abs(now)
 if total + n <= L then
