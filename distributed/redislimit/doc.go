@@ -68,6 +68,12 @@
 // microseconds per call instead of a timeout, and lets one probe through
 // per cooldown.
 //
+// A key that holds data the scripts cannot read (another type, a value
+// written by something else) is that key's failure, not an outage: its
+// calls fail with an error wrapping throttle.ErrInvalid that names the
+// Redis key to delete, no policy admits it, and the breaker and the other
+// keys are unaffected.
+//
 // # Token leasing
 //
 // With WithLeasing, a token bucket takes a batch of tokens per round trip

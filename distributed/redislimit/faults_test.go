@@ -331,3 +331,39 @@ func TestSlidingLogSummaryLost(t *testing.T) {
 		t.Fatalf("admitted %d in a minute with the summary deleted twice, want 5", admitted)
 	}
 }
+
+// One key holding data of another type or format fails alone: the breaker
+// does not open for the other keys, and FailOpen does not admit it.
+func TestBadDataIsThatKeysError(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	ctx := context.Background()
+	for _, policy := range []Policy{FailClosed, FailOpen} {
+		prefix := uniquePrefix()
+		l, err := NewTokenBucket(c, throttle.PerMinute(3), 3, WithPrefix(prefix), WithPolicy(policy), WithBreaker(3, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sl, err := NewSlidingLog(c, 3, time.Minute, WithPrefix(prefix), WithPolicy(policy), WithBreaker(3, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.HSet(ctx, prefix+"tb:victim", "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Set(ctx, prefix+"sl:{victim}:meta", "-3 x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, lim := range []throttle.Limiter{l, sl} {
+			for i := range 10 {
+				d, err := lim.Allow(ctx, "victim", 1)
+				if !errors.Is(err, throttle.ErrInvalid) || errors.Is(err, throttle.ErrUnavailable) || d.Allowed {
+					t.Fatalf("%v, call %d on the bad key: %+v, %v; want that key's error, not admitted", policy, i, d, err)
+				}
+			}
+			if d, err := lim.Allow(ctx, "other", 1); err != nil || !d.Allowed {
+				t.Fatalf("%v: another key after the bad one: %+v, %v", policy, d, err)
+			}
+		}
+	}
+}

@@ -315,7 +315,25 @@ func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any
 		c.br.success()
 		return v, nil
 	}
+	if isDataError(err) {
+		// Redis answered: one key holds data the script cannot read. That
+		// key alone fails; no outage is counted and no policy admits it.
+		c.br.success()
+		return nil, fmt.Errorf("%w: redislimit: key %q holds data of another kind or format (delete it to reset the key): %w", throttle.ErrInvalid, keys[0], err)
+	}
 	return nil, c.failed(ctx, err)
+}
+
+// isDataError reports whether err is Redis's answer that a key holds data
+// the script cannot use (another type, or a value it cannot parse), as
+// opposed to a failure to answer.
+func isDataError(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "user_script") || strings.Contains(msg, "Error running script")
 }
 
 // failed records a failed call and returns its error.
