@@ -26,12 +26,14 @@
 // The classic sliding log keeps a full timestamp (often a 24-byte
 // time.Time) per admitted unit. This one keeps, per key, a ring of 8-byte
 // entries, one per distinct nanosecond at which units were admitted during
-// the last window (a weighted request is one entry; requests at the same
-// nanosecond share it). Each entry packs a nanosecond offset from a
-// per-key base, on bits.Len(window)+1 bits, with a count in the remaining
-// bits. So a key holds at most limit entries, 8·limit bytes, and in
-// practice 8 bytes per admission of the last window, plus 120 bytes of
-// state on 64-bit platforms. The ring never shrinks while the key is live,
+// the last window (requests at the same nanosecond share one). Each entry
+// packs a nanosecond offset from a per-key base, on bits.Len(window)+1
+// bits, with a count in the remaining 63−bits.Len(window) bits: one entry
+// holds up to 8.6e9 units for a 1 s window, 134e6 for a minute, 65,535 for
+// a day, 255 for a year and 1 at MaxWindow, and a weighted request larger
+// than that takes one entry per full count. So a key holds at most limit
+// entries, 8·limit bytes, and in practice 8 bytes per admission of the
+// last window, plus 120 bytes of state on 64-bit platforms. The ring never shrinks while the key is live,
 // but a key that admitted nothing for a whole window is back to empty and
 // the keyed Limiter drops it entirely (lazily as new keys arrive, by
 // Sweep, or by the sweeper of throttle.WithSweepInterval).

@@ -376,6 +376,26 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestEntryCapacity pins the units one entry holds, as the package doc
+// states them.
+func TestEntryCapacity(t *testing.T) {
+	for _, c := range []struct {
+		window time.Duration
+		want   uint64
+	}{
+		{time.Second, 1<<33 - 1}, // 8.6e9
+		{time.Minute, 1<<27 - 1}, // 134e6
+		{24 * time.Hour, 65535},
+		{365 * 24 * time.Hour, 255},
+		{MaxWindow, 1},
+	} {
+		p, err := newParams(1, c.window)
+		if err != nil || p.maxCount != c.want {
+			t.Errorf("window %v: one entry holds %d (%v), want %d", c.window, p.maxCount, err, c.want)
+		}
+	}
+}
+
 // TestPacking drives the entry layout to its edges: the longest window
 // leaves one count bit, so a weighted request spans entries.
 func TestPacking(t *testing.T) {
