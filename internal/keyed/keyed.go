@@ -109,10 +109,11 @@ type table[S any] struct {
 
 type shard[S any] struct {
 	tab   atomic.Pointer[table[S]]
-	tomb  *entry[S]   // marks a removed slot
-	mu    sync.Mutex  // serializes writers: tab's contents, n, ring, free, hands
-	n     int         // live keys
-	ring  []*entry[S] // CLOCK ring; nil slots are free
+	tomb  *entry[S]     // marks a removed slot
+	mu    sync.Mutex    // serializes writers: tab's contents, n, ring, free, hands
+	n     int           // live keys
+	keys  *atomic.Int64 // the map's count of live keys, over all shards
+	ring  []*entry[S]   // CLOCK ring; nil slots are free
 	free  []int
 	hand  int // eviction hand
 	sweep int // idle-sweep hand
@@ -144,7 +145,8 @@ type Map[S any, P interface {
 	seed      maphash.Seed
 	shards    []shard[S]
 	mask      uint64
-	perShard  int
+	keys      atomic.Int64  // live keys over all shards: MaxKeys bounds it
+	victim    atomic.Uint64 // rotates the shards asked to evict for another
 	evictions atomic.Uint64
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -164,14 +166,14 @@ func New[S any, P interface {
 		n *= 2
 	}
 	m := &Map[S, P]{
-		clk:      clock.New(s.Clock),
-		set:      s,
-		seed:     maphash.MakeSeed(),
-		shards:   make([]shard[S], n),
-		mask:     uint64(n - 1),
-		perShard: max(1, s.MaxKeys/n),
+		clk:    clock.New(s.Clock),
+		set:    s,
+		seed:   maphash.MakeSeed(),
+		shards: make([]shard[S], n),
+		mask:   uint64(n - 1),
 	}
 	for i := range m.shards {
+		m.shards[i].keys = &m.keys
 		m.shards[i].tab.Store(newTable[S](8))
 		m.shards[i].tomb = new(entry[S])
 	}
@@ -225,8 +227,8 @@ func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64, now int64) P {
 		return &e.state
 	}
 	m.sweepSome(sh, now, 2)
-	if sh.n >= m.perShard {
-		m.evictOne(sh, now)
+	if m.keys.Load() >= int64(m.set.MaxKeys) && !m.evictOne(sh, now) {
+		m.evictElsewhere(sh, now)
 	}
 	// A new key starts unreferenced: one that is never used again is the
 	// first to go, which keeps a scan of one-off keys from flushing the
@@ -265,6 +267,7 @@ func (sh *shard[S]) publish(e *entry[S]) {
 	}
 	t.put(e)
 	sh.n++
+	sh.keys.Add(1)
 }
 
 // maxShards bounds the number of shards: enough that writers on distinct
@@ -298,6 +301,7 @@ func (t *table[S]) drop(e, tomb *entry[S]) {
 func (sh *shard[S]) remove(i int) {
 	sh.tab.Load().drop(sh.ring[i], sh.tomb)
 	sh.n--
+	sh.keys.Add(-1)
 	sh.ring[i] = nil
 	sh.free = append(sh.free, i)
 }
@@ -312,10 +316,31 @@ func (m *Map[S, P]) sweepSome(sh *shard[S], now int64, k int) {
 	}
 }
 
-// evictOne frees one slot by the CLOCK policy; sh.mu must be held. If every
-// state refuses, the shard grows past its cap (a soft cap, so that slots
-// held by a concurrency limiter are never forgotten).
-func (m *Map[S, P]) evictOne(sh *shard[S], now int64) {
+// evictElsewhere frees a slot in up to evictTries other shards that it can
+// lock without waiting, for a new key of sh (whose mu is held) when sh
+// has nothing to give: MaxKeys bounds the whole map, not each shard.
+func (m *Map[S, P]) evictElsewhere(sh *shard[S], now int64) {
+	for range min(evictTries, len(m.shards)-1) {
+		o := &m.shards[m.victim.Add(1)&m.mask]
+		if o == sh || !o.mu.TryLock() {
+			continue
+		}
+		done := m.evictOne(o, now)
+		o.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
+// evictTries bounds how many other shards one insert asks to evict.
+const evictTries = 4
+
+// evictOne frees one slot by the CLOCK policy and reports whether it did;
+// sh.mu must be held. If every state refuses, the map grows past its cap
+// (a soft cap, so that slots held by a concurrency limiter are never
+// forgotten).
+func (m *Map[S, P]) evictOne(sh *shard[S], now int64) bool {
 	for range 2 * len(sh.ring) {
 		sh.hand = (sh.hand + 1) % len(sh.ring)
 		e := sh.ring[sh.hand]
@@ -332,8 +357,9 @@ func (m *Map[S, P]) evictOne(sh *shard[S], now int64) {
 			continue
 		}
 		sh.remove(sh.hand)
-		return
+		return true
 	}
+	return false
 }
 
 // Sweep drops every key whose state has been full since now -
@@ -355,16 +381,7 @@ func (m *Map[S, P]) Sweep(now int64) int {
 }
 
 // Len returns the number of keys held.
-func (m *Map[S, P]) Len() int {
-	n := 0
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.Lock()
-		n += sh.n
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (m *Map[S, P]) Len() int { return int(m.keys.Load()) }
 
 // Evictions returns how many keys were evicted by the MaxKeys cap while
 // their state was not full.

@@ -124,6 +124,26 @@ func TestMaxKeysEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
+// MaxKeys bounds the whole map: no key is evicted before MaxKeys keys are
+// held, however they spread over the shards, and the map never holds more.
+func TestMaxKeysIsGlobal(t *testing.T) {
+	for _, maxKeys := range []int{10, 1024, 4096} {
+		m := newMap[busy](t, throttle.WithMaxKeys(maxKeys))
+		for i := range 3 * maxKeys {
+			m.Get(fmt.Sprint(i), 0).acquire()
+			if i < maxKeys && m.Evictions() != 0 {
+				t.Fatalf("MaxKeys %d: a key evicted after %d keys", maxKeys, i+1)
+			}
+			if n := m.Len(); n > maxKeys {
+				t.Fatalf("MaxKeys %d: Len %d after %d keys", maxKeys, n, i+1)
+			}
+		}
+		if n := m.Len(); n != maxKeys {
+			t.Fatalf("MaxKeys %d: Len %d at the end", maxKeys, n)
+		}
+	}
+}
+
 func TestRefusedEvictionIsSoftCap(t *testing.T) {
 	m := newMap[pinned](t, throttle.WithMaxKeys(4))
 	for i := range 10 {
