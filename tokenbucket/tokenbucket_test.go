@@ -449,3 +449,41 @@ func TestAllowQuota(t *testing.T) {
 		t.Fatalf("%v allocs per AllowQuota", a)
 	}
 }
+
+// A fresh bucket is full at any instant a clock can return, before 1970
+// too (an empty state once meant "full at 1970": a clock in 1960 denied a
+// new key for 10 years).
+func TestBucketsBefore1970(t *testing.T) {
+	for _, at := range []time.Time{
+		time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1960, 6, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Unix(0, 0),
+		time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		clk := throttletest.NewClock()
+		clk.Set(at)
+		l, err := tokenbucket.New(throttle.PerSecond(1), 3, throttle.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := tokenbucket.NewBucket(throttle.PerSecond(1), 3, throttle.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, lim := range []throttle.Limiter{l, b} {
+			if got := l.Tokens("fresh"); got != 3 {
+				t.Errorf("%v: a fresh key has %d tokens, want 3", at, got)
+			}
+			for i := range 3 {
+				if d, err := lim.Allow(bg, "k", 1); err != nil || !d.Allowed {
+					t.Fatalf("%v: call %d on a fresh bucket: %+v, %v", at, i, d, err)
+				}
+			}
+			if d, _ := lim.Allow(bg, "k", 1); d.Allowed || d.RetryAfter != time.Second {
+				t.Fatalf("%v: fourth call %+v, want denied for 1s", at, d)
+			}
+		}
+		l.Close()
+	}
+}

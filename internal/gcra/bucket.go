@@ -290,14 +290,16 @@ func (l *Keyed) Debit(key string, n int64) error {
 	return nil
 }
 
-// tat returns the TAT of key (0, a full bucket, if absent).
+// tat returns the TAT of key, that of a full bucket if absent.
 func (l *Keyed) tat(key string) int64 {
 	if st := l.m.Load(key); st != nil {
 		if tat, live := st.Load(); live {
 			return tat
 		}
 	}
-	return 0
+	var full State
+	tat, _ := full.Load()
+	return tat
 }
 
 // Tokens returns the whole units free for key now.

@@ -41,8 +41,9 @@ const MaxSpan = int64(1) << 60
 const maxDebt = 2 * MaxSpan
 
 // dead marks a state retired from a keyed map; decisions that see it
-// look the key up again.
-const dead = math.MinInt64
+// look the key up again. No TAT reaches it: a TAT is at least a clock
+// reading plus a cost.
+const dead = math.MinInt64 + 1
 
 // Config is the immutable parameter set of a bucket. Buckets hold it
 // behind an atomic pointer so that SetRate and SetBurst swap it whole.
@@ -152,10 +153,10 @@ func (c *Config) Fill(d *throttle.Decision, now, tat, cost int64, ok bool) {
 // Tokens returns floor((tau - (tat-now)) / Interval): the units free at
 // now, Burst when full, negative when debits pushed the bucket past empty.
 func (c *Config) Tokens(now, tat int64) int64 {
-	debt := tat - now
-	if debt <= 0 {
+	if tat <= now {
 		return int64(c.Burst)
 	}
+	debt := tat - now
 	free := c.Tau - debt
 	if free >= 0 {
 		return c.units(free)
@@ -169,9 +170,18 @@ func (c *Config) Level(now, tat int64) int64 {
 	return int64(c.Burst) - c.Tokens(now, tat)
 }
 
-// State is the per-bucket state: the TAT. Its zero value is a full
-// bucket. All methods are safe for concurrent use.
-type State struct{ tat atomic.Int64 }
+// State is the per-bucket state: the TAT. Its zero value is a bucket full
+// at any instant, before 1970 too: the word holds the TAT with its sign
+// bit flipped, so that zero means a TAT of math.MinInt64. All methods are
+// safe for concurrent use.
+type State struct{ w atomic.Int64 }
+
+// flip maps a TAT to the word that holds it and back.
+func flip(x int64) int64 { return x ^ math.MinInt64 }
+
+func (s *State) load() int64 { return flip(s.w.Load()) }
+
+func (s *State) cas(old, next int64) bool { return s.w.CompareAndSwap(flip(old), flip(next)) }
 
 // Take books cost nanoseconds at now if the resulting TAT is at most
 // limit past now (limit = Tau for an immediate admission, Tau + maxWait
@@ -180,7 +190,7 @@ type State struct{ tat atomic.Int64 }
 // map; nothing happened then and the caller must look the key up again.
 func (s *State) Take(now, cost, limit int64) (tat int64, ok, live bool) {
 	for {
-		old := s.tat.Load()
+		old := s.load()
 		if old == dead {
 			return 0, false, false
 		}
@@ -188,7 +198,7 @@ func (s *State) Take(now, cost, limit int64) (tat int64, ok, live bool) {
 		if next-now > limit {
 			return old, false, true
 		}
-		if s.tat.CompareAndSwap(old, next) {
+		if s.cas(old, next) {
 			return next, true, true
 		}
 	}
@@ -198,13 +208,13 @@ func (s *State) Take(now, cost, limit int64) (tat int64, ok, live bool) {
 // window (the bucket goes negative), up to maxDebt ahead of now.
 func (s *State) Debit(now, cost int64) (live bool) {
 	for {
-		old := s.tat.Load()
+		old := s.load()
 		if old == dead {
 			return false
 		}
 		next := max(old, now)
 		next += max(min(cost, now+maxDebt-next), 0)
-		if next == old || s.tat.CompareAndSwap(old, next) {
+		if next == old || s.cas(old, next) {
 			return true
 		}
 	}
@@ -216,12 +226,12 @@ func (s *State) Debit(now, cost int64) (live bool) {
 // than the state before the Take: the refunded TAT is max(previous TAT,
 // time of the Take).
 func (s *State) Refund(booked, cost int64) bool {
-	return s.tat.CompareAndSwap(booked, booked-cost)
+	return s.cas(booked, booked-cost)
 }
 
 // Load returns the TAT and whether the state is live.
 func (s *State) Load() (tat int64, live bool) {
-	t := s.tat.Load()
+	t := s.load()
 	return t, t != dead
 }
 
@@ -230,14 +240,14 @@ func (s *State) Load() (tat int64, live bool) {
 // implements keyed.State.
 func (s *State) Retire(now int64, force bool) bool {
 	for {
-		old := s.tat.Load()
+		old := s.load()
 		if old == dead {
 			return true
 		}
 		if old > now && !force {
 			return false
 		}
-		if s.tat.CompareAndSwap(old, dead) {
+		if s.cas(old, dead) {
 			return true
 		}
 	}
