@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -584,4 +585,23 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// BenchmarkPastMaxKeys: each new key past MaxKeys, with every held key
+// refusing eviction, costs O(1), not a scan of the keys held.
+func BenchmarkPastMaxKeys(b *testing.B) {
+	for _, held := range []int{1000, 20000} {
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			l := mustNew(b, 1, throttle.WithMaxKeys(128))
+			for i := range held {
+				l.Allow(bg, "h"+strconv.Itoa(i), 1)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				l.Allow(bg, "n"+strconv.Itoa(i), 1)
+				i++
+			}
+		})
+	}
 }

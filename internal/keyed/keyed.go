@@ -333,15 +333,22 @@ func (m *Map[S, P]) evictElsewhere(sh *shard[S], now int64) {
 	}
 }
 
-// evictTries bounds how many other shards one insert asks to evict.
-const evictTries = 4
+// evictTries bounds how many other shards one insert asks to evict, and
+// evictLook how many ring slots it examines in each.
+const (
+	evictTries = 4
+	evictLook  = 64
+)
 
 // evictOne frees one slot by the CLOCK policy and reports whether it did;
 // sh.mu must be held. If every state refuses, the map grows past its cap
 // (a soft cap, so that slots held by a concurrency limiter are never
 // forgotten).
 func (m *Map[S, P]) evictOne(sh *shard[S], now int64) bool {
-	for range 2 * len(sh.ring) {
+	// The hand resumes where it stopped, so a bounded look costs O(1) per
+	// insert even when most states refuse (units held by counting): such
+	// a map grows past its cap a little instead of scanning every key.
+	for range min(2*len(sh.ring), evictLook) {
 		sh.hand = (sh.hand + 1) % len(sh.ring)
 		e := sh.ring[sh.hand]
 		switch {
