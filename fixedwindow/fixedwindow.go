@@ -283,21 +283,10 @@ type state struct {
 	cfg atomic.Pointer[config] // set before the word first leaves zero
 }
 
-// Retire marks the state dead if it holds no units at now, or
+// Retire marks the state dead if it holds no units at j.Now(), or
 // unconditionally when force is set. It implements keyed.State.
-func (s *state) Retire(now int64, force bool) bool {
-	for {
-		w := s.w.Load()
-		if w == window.Dead {
-			return true
-		}
-		if !force && w != 0 && !s.cfg.Load().full(w, now) {
-			return false
-		}
-		if s.w.CompareAndSwap(w, window.Dead) {
-			return true
-		}
-	}
+func (s *state) Retire(j keyed.Judge, force bool) bool {
+	return window.Retire(&s.w, j, force, s.cfg.Load().full)
 }
 
 // Limiter is a set of fixed-window counters, one per key, all with the
@@ -345,22 +334,19 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	if l.m == nil {
 		return throttle.Decision{}, errZero
 	}
-	if err := l.m.Check(key); err != nil {
-		return throttle.Decision{}, err
-	}
 	c := l.c
-	if err := c.checkN(n); err != nil {
+	s, now, err := l.m.Begin(key, n, int(c.limit))
+	if err != nil {
 		return throttle.Decision{}, err
 	}
-	now := l.m.Now()
 	for {
-		s := l.m.Get(key, now)
 		if s.cfg.Load() == nil {
 			s.cfg.Store(c)
 		}
 		if d, ok := c.decide(&s.w, now, int64(n)); ok {
 			return d, nil
 		}
+		s, now = l.m.Get(key, now)
 	}
 }
 

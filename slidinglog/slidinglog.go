@@ -149,14 +149,14 @@ type state struct {
 // Retire marks the state dead if its log is empty at now, or if force.
 // A state in use at that moment is not idle, so Retire does not wait for
 // it unless force.
-func (s *state) Retire(now int64, force bool) bool {
+func (s *state) Retire(j keyed.Judge, force bool) bool {
 	if force {
 		s.mu.Lock()
 	} else if !s.mu.TryLock() {
 		return false
 	}
 	defer s.mu.Unlock()
-	if !s.dead && (force || s.size == 0 || s.until <= now) {
+	if !s.dead && (force || s.size == 0 || s.until <= j.Now()) {
 		s.dead = true
 		s.clear() // give the buffer back now, not when the map drops s
 	}
@@ -183,24 +183,19 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 // throttle.ErrInvalid (n <= 0, empty or oversized key),
 // throttle.ErrExceedsLimit (n > limit) or throttle.ErrClosed.
 func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
-	if err := l.m.Check(key); err != nil {
+	s, now, err := l.m.Begin(key, n, int(l.p.limit))
+	if err != nil {
 		return throttle.Decision{}, err
 	}
-	if err := limiterkit.CheckN(n, int(l.p.limit)); err != nil {
-		return throttle.Decision{}, err
-	}
-	now := l.m.Now()
-	for {
-		s := l.m.Get(key, now)
+	for ; ; s, now = l.m.Get(key, now) {
 		if retry, reset, ok := s.denyFast(now, n); ok {
 			return l.p.decision(false, 0, retry, reset), nil
 		}
 		s.mu.Lock()
 		if s.dead {
-			// Retired by a reader of a clock later than now: read it again,
-			// or the fresh log could admit "before" what was dropped.
+			// Retired: look the key up again (Get lifts now to the
+			// instant the log was judged empty at).
 			s.mu.Unlock()
-			now = l.m.Now()
 			continue
 		}
 		ok, rem, retry, reset := s.decide(&l.p, now, int64(n))
@@ -222,7 +217,7 @@ func (l *Limiter) Len() int { return l.m.Len() }
 // Sweep drops the logs of the keys that admitted nothing during the last
 // window, and returns how many it dropped. Calling it is optional: idle
 // keys are also dropped as new keys arrive.
-func (l *Limiter) Sweep() int { return l.m.Sweep(l.m.Now()) }
+func (l *Limiter) Sweep() int { return l.m.Sweep() }
 
 // Close stops the sweeper, if any. Allow then fails with an error
 // wrapping throttle.ErrClosed. Close is idempotent and returns nil.

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/internal/keyed"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -422,14 +421,14 @@ func TestIdleKeysDropped(t *testing.T) {
 	if l.Len() != 1000 {
 		t.Fatalf("Len = %d, want 1000", l.Len())
 	}
-	// A key is dropped once its log has been empty for the map's margin.
-	clk.Advance(time.Second + time.Duration(keyed.RetireMargin) - 1)
+	// A key is dropped once its log is empty.
+	clk.Advance(time.Second - 1)
 	if n := l.Sweep(); n != 0 || l.Len() != 1000 {
 		t.Fatalf("Sweep 1 ns early dropped %d, Len %d; want 0, 1000", n, l.Len())
 	}
 	clk.Advance(1)
 	if n := l.Sweep(); n != 1000 || l.Len() != 0 {
-		t.Fatalf("Sweep after a window and the margin dropped %d, Len %d; want 1000, 0", n, l.Len())
+		t.Fatalf("Sweep after a window dropped %d, Len %d; want 1000, 0", n, l.Len())
 	}
 	// A dropped key starts fresh, which is exact: its log was empty.
 	if d, _ := l.Allow(bg, "aa", 5); !d.Allowed {

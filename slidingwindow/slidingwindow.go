@@ -454,8 +454,8 @@ type weighted struct {
 
 // Retire implements keyed.State: it marks the state dead if it holds no
 // units at now, or unconditionally when force is set.
-func (s *weighted) Retire(now int64, force bool) bool {
-	return retire(&s.w, force, func(w int64) bool { return s.cfg.Load().fullWeighted(w, now) })
+func (s *weighted) Retire(j keyed.Judge, force bool) bool {
+	return window.Retire(&s.w, j, force, s.cfg.Load().fullWeighted)
 }
 
 // slotted is the per-key state of a slotted Limiter. The zero value is a
@@ -467,23 +467,8 @@ type slotted struct {
 }
 
 // Retire implements keyed.State, as weighted.Retire.
-func (s *slotted) Retire(now int64, force bool) bool {
-	return retire(&s.w, force, func(w int64) bool { return s.cfg.Load().fullSlotted(w, now) })
-}
-
-func retire(s *atomic.Int64, force bool, full func(int64) bool) bool {
-	for {
-		w := s.Load()
-		if w == window.Dead {
-			return true
-		}
-		if !force && w != 0 && !full(w) {
-			return false
-		}
-		if s.CompareAndSwap(w, window.Dead) {
-			return true
-		}
-	}
+func (s *slotted) Retire(j keyed.Judge, force bool) bool {
+	return window.Retire(&s.w, j, force, s.cfg.Load().fullSlotted)
 }
 
 // Limiter is a set of sliding windows, one per key, all in the same form
@@ -543,42 +528,35 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	if c == nil {
 		return throttle.Decision{}, errZero
 	}
-	if err := l.check(key); err != nil {
-		return throttle.Decision{}, err
-	}
-	if err := c.checkN(n); err != nil {
-		return throttle.Decision{}, err
-	}
 	if m := l.wm; m != nil {
-		now := m.Now()
+		s, now, err := m.Begin(key, n, int(c.limit))
+		if err != nil {
+			return throttle.Decision{}, err
+		}
 		for {
-			s := m.Get(key, now)
 			if s.cfg.Load() == nil {
 				s.cfg.Store(c)
 			}
 			if d, ok := c.decideWeighted(&s.w, now, int64(n)); ok {
 				return d, nil
 			}
+			s, now = m.Get(key, now)
 		}
 	}
 	m := l.sm
-	now := m.Now()
+	s, now, err := m.Begin(key, n, int(c.limit))
+	if err != nil {
+		return throttle.Decision{}, err
+	}
 	for {
-		s := m.Get(key, now)
 		if s.cfg.Load() == nil {
 			s.cfg.Store(c)
 		}
 		if d, ok := c.decideSlotted(&s.w, &s.ring, now, int64(n)); ok {
 			return d, nil
 		}
+		s, now = m.Get(key, now)
 	}
-}
-
-func (l *Limiter) check(key string) error {
-	if l.wm != nil {
-		return l.wm.Check(key)
-	}
-	return l.sm.Check(key)
 }
 
 // Limit returns the limit (0 on a zero Limiter).

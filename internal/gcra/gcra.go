@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/keyed"
 )
 
 // MaxSpan bounds the tolerance burst·interval of a bucket (about 36
@@ -214,16 +215,16 @@ func (s *State) Load() (tat int64, live bool) {
 	return t, t != dead
 }
 
-// Retire marks the state dead if it is full at now (TAT <= now), or
-// unconditionally when force is set, and reports whether it is dead. It
-// implements keyed.State.
-func (s *State) Retire(now int64, force bool) bool {
+// Retire marks the state dead if it is full at j.Now() (TAT <= now), read
+// after loading TAT, or unconditionally when force is set, and reports
+// whether it is dead. It implements keyed.State.
+func (s *State) Retire(j keyed.Judge, force bool) bool {
 	for {
 		old := s.tat.Load()
 		if old == dead {
 			return true
 		}
-		if old > now && !force {
+		if !force && old > j.Now() {
 			return false
 		}
 		if s.tat.CompareAndSwap(old, dead) {

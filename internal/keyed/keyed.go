@@ -13,18 +13,20 @@
 //     by the CLOCK approximation of least-recently-used. Evicting a key
 //     that was not full forgets its state; Evictions counts those.
 //
-// Removal never races with a decision: the map retires a state (State.Retire
-// marks it dead with the algorithm's own CAS) before it drops the key, and a
-// decision that finds its state dead looks the key up again. A decision
-// reads the clock before it finds its state, so one that read it at t may
-// find a fresh state made after the old one was retired; that is right only
-// if the old state was full at t too. The map therefore drops a state only
-// once it has been full for RetireMargin: it asks Retire about now -
-// RetireMargin.
+// Removal never races with a decision. The map retires a state (State.Retire
+// marks it dead with the algorithm's own compare-and-swap of the exact word
+// it judged) before it drops the key, and a decision that finds its state
+// dead looks the key up again. A state is judged idle against a clock
+// reading taken after its word was loaded (Judge.Now), so a word written by
+// a decision that read the clock later than the clean-up is never judged
+// from the past. And each shard records the latest instant its clean-up
+// judged from: a decision whose own clock reading is older is lifted to that
+// instant when it looks its key up (Get), so one held up between its clock
+// reading and its look-up cannot count in a fresh state "before" the
+// instant at which the dropped one was judged idle.
 package keyed
 
 import (
-	"fmt"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -36,21 +38,31 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
-// RetireMargin is how long a state must have been full before the map drops
-// it: longer than any decision takes between its clock reading and its
-// look-up.
-const RetireMargin = int64(time.Second)
-
 // State is implemented by a pointer to an algorithm's per-key state. The
 // zero value of the state must mean "fresh, full capacity".
 type State interface {
-	// Retire atomically marks the state dead if it is back to full at now,
-	// or, when force is set, unconditionally (the map is evicting it). It
-	// reports whether the state is now dead. A state may refuse a forced
-	// retirement (return false) when dropping it would be wrong, such as
-	// slots still held; the map then looks for another victim.
-	Retire(now int64, force bool) bool
+	// Retire atomically marks the state dead if it is back to full, or,
+	// when force is set, unconditionally (the map is evicting it). It
+	// reports whether the state is now dead. Fullness is judged at
+	// j.Now(), read after loading the state's word, and the word judged is
+	// the one replaced (by compare-and-swap: if it changed, judge again).
+	// A state may refuse a forced retirement (return false) when dropping
+	// it would be wrong, such as slots still held; the map then looks for
+	// another victim.
+	Retire(j Judge, force bool) bool
 }
+
+// Judge is the clock a State's Retire judges idleness by.
+type Judge interface {
+	// Now returns the current time in nanoseconds since the Unix epoch.
+	Now() int64
+}
+
+// At is a Judge that always reads the same instant: for tests.
+type At int64
+
+// Now returns a.
+func (a At) Now() int64 { return int64(a) }
 
 // inlineKey is the longest key stored inside its entry. A lookup of such a
 // key touches two cache lines at most: its table slot and its entry, which
@@ -109,15 +121,17 @@ type table[S any] struct {
 }
 
 type shard[S any] struct {
-	tab   atomic.Pointer[table[S]]
-	tomb  *entry[S]   // marks a removed slot
-	mu    sync.Mutex  // serializes writers: tab's contents, n, ring, free, hands
-	n     int         // live keys
-	ring  []*entry[S] // CLOCK ring; nil slots are free
-	free  []int
-	hand  int // eviction hand
-	sweep int // idle-sweep hand
-	_     [64]byte
+	tab    atomic.Pointer[table[S]]
+	judged atomic.Int64 // latest instant a clean-up of this shard judged from
+	tomb   *entry[S]    // marks a removed slot
+	clk    *clock.Source
+	mu     sync.Mutex  // serializes writers: tab's contents, n, ring, free, hands
+	n      int         // live keys
+	ring   []*entry[S] // CLOCK ring; nil slots are free
+	free   []int
+	hand   int // eviction hand
+	sweep  int // idle-sweep hand
+	_      [64]byte
 }
 
 // find returns the entry for key in t, or nil.
@@ -175,6 +189,7 @@ func New[S any, P interface {
 	for i := range m.shards {
 		m.shards[i].tab.Store(newTable[S](8))
 		m.shards[i].tomb = new(entry[S])
+		m.shards[i].clk = &m.clk
 	}
 	if s.SweepInterval > 0 {
 		m.stop, m.done = make(chan struct{}), make(chan struct{})
@@ -195,19 +210,52 @@ func (m *Map[S, P]) locate(key string) (*shard[S], uint64) {
 	return &m.shards[h&m.mask], h
 }
 
+// Now reads the clock for a clean-up of sh and records the reading as the
+// shard's latest judged instant; sh.mu must be held. It implements Judge.
+func (sh *shard[S]) Now() int64 {
+	t := sh.clk.Now()
+	if t > sh.judged.Load() {
+		sh.judged.Store(t)
+	}
+	return t
+}
+
 // Get returns the state of key, inserting a fresh zero state if the key is
-// absent. The state may be retired concurrently at any time; the caller
-// then calls Get again.
-func (m *Map[S, P]) Get(key string, now int64) P {
+// absent, and the instant the caller must decide at: now, the caller's
+// clock reading, or the later instant a clean-up of the key's shard judged
+// a state idle at. The state may be retired concurrently at any time; the
+// caller then calls Get again with the instant it got.
+func (m *Map[S, P]) Get(key string, now int64) (P, int64) {
 	sh, h := m.locate(key)
 	e := sh.tab.Load().find(key, h>>8, sh.tomb)
+	var p P
 	if e == nil {
-		return m.insert(sh, key, h>>8, now)
+		p = m.insert(sh, key, h>>8)
+	} else {
+		if e.ref.Load() == 0 {
+			e.ref.Store(1)
+		}
+		p = &e.state
 	}
-	if e.ref.Load() == 0 {
-		e.ref.Store(1)
+	if j := sh.judged.Load(); j > now {
+		now = j
 	}
-	return &e.state
+	return p, now
+}
+
+// Begin does what every keyed decision does first: it checks that the map
+// is open, the key, and n against limit (see limiterkit.CheckN), reads the
+// clock once, and returns key's state and the instant to decide at (see
+// Get). If the state turns out dead, the caller calls Get(key, now).
+func (m *Map[S, P]) Begin(key string, n, limit int) (P, int64, error) {
+	if err := m.Check(key); err != nil {
+		return nil, 0, err
+	}
+	if n <= 0 || n > limit {
+		return nil, 0, limiterkit.CheckN(n, limit)
+	}
+	p, now := m.Get(key, m.clk.Now())
+	return p, now, nil
 }
 
 // Load returns the state of key, or nil if the key is absent.
@@ -219,15 +267,15 @@ func (m *Map[S, P]) Load(key string) P {
 	return nil
 }
 
-func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64, now int64) P {
+func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64) P {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.tab.Load().find(key, h, sh.tomb); e != nil {
 		return &e.state
 	}
-	m.sweepSome(sh, now, 2)
+	m.sweepSome(sh, 2)
 	if sh.n >= m.perShard {
-		m.evictOne(sh, now)
+		m.evictOne(sh)
 	}
 	// A new key starts unreferenced: one that is never used again is the
 	// first to go, which keeps a scan of one-off keys from flushing the
@@ -304,10 +352,10 @@ func (sh *shard[S]) remove(i int) {
 }
 
 // sweepSome examines up to k ring slots for idle states; sh.mu must be held.
-func (m *Map[S, P]) sweepSome(sh *shard[S], now int64, k int) {
+func (m *Map[S, P]) sweepSome(sh *shard[S], k int) {
 	for ; k > 0 && len(sh.ring) > 0; k-- {
 		sh.sweep = (sh.sweep + 1) % len(sh.ring)
-		if e := sh.ring[sh.sweep]; e != nil && P(&e.state).Retire(now-RetireMargin, false) {
+		if e := sh.ring[sh.sweep]; e != nil && P(&e.state).Retire(sh, false) {
 			sh.remove(sh.sweep)
 		}
 	}
@@ -316,7 +364,7 @@ func (m *Map[S, P]) sweepSome(sh *shard[S], now int64, k int) {
 // evictOne frees one slot by the CLOCK policy; sh.mu must be held. If every
 // state refuses, the shard grows past its cap (a soft cap, so that slots
 // held by a concurrency limiter are never forgotten).
-func (m *Map[S, P]) evictOne(sh *shard[S], now int64) {
+func (m *Map[S, P]) evictOne(sh *shard[S]) {
 	for range 2 * len(sh.ring) {
 		sh.hand = (sh.hand + 1) % len(sh.ring)
 		e := sh.ring[sh.hand]
@@ -326,8 +374,8 @@ func (m *Map[S, P]) evictOne(sh *shard[S], now int64) {
 		case e.ref.Load() != 0:
 			e.ref.Store(0)
 			continue
-		case P(&e.state).Retire(now-RetireMargin, false):
-		case P(&e.state).Retire(now, true):
+		case P(&e.state).Retire(sh, false):
+		case P(&e.state).Retire(sh, true):
 			m.evictions.Add(1)
 		default:
 			continue
@@ -337,15 +385,15 @@ func (m *Map[S, P]) evictOne(sh *shard[S], now int64) {
 	}
 }
 
-// Sweep drops every key whose state has been full since now -
-// RetireMargin and returns how many it dropped.
-func (m *Map[S, P]) Sweep(now int64) int {
+// Sweep drops every key whose state is full and returns how many it
+// dropped.
+func (m *Map[S, P]) Sweep() int {
 	dropped := 0
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		for j, e := range sh.ring {
-			if e != nil && P(&e.state).Retire(now-RetireMargin, false) {
+			if e != nil && P(&e.state).Retire(sh, false) {
 				sh.remove(j)
 				dropped++
 			}
@@ -392,7 +440,7 @@ func (m *Map[S, P]) Range(f func(key string, p P) bool) {
 // makes before a decision.
 func (m *Map[S, P]) Check(key string) error {
 	if m.closed.Load() {
-		return fmt.Errorf("throttle: %w", throttle.ErrClosed)
+		return throttle.ErrClosed
 	}
 	return m.set.CheckKey(key)
 }
@@ -422,7 +470,7 @@ func (m *Map[S, P]) sweeper(every time.Duration) {
 		case <-m.stop:
 			return
 		case <-t.C:
-			m.Sweep(m.Now())
+			m.Sweep()
 		}
 	}
 }
