@@ -9,8 +9,11 @@
 //   - a key whose state is back to full is dropped (no accuracy is lost:
 //     a fresh state is the same as a full one). Idle keys are found lazily,
 //     two ring slots per insert, and by Sweep or the optional sweeper;
-//   - a hard cap (Settings.MaxKeys): inserting past it evicts a key chosen
-//     by the CLOCK approximation of least-recently-used. Evicting a key
+//   - a hard cap (Settings.MaxKeys) on the keys of the whole map, counted
+//     in one atomic: inserting past it evicts a key chosen by the CLOCK
+//     approximation of least-recently-used, from the inserting key's
+//     shard or, when that has none to give, from another shard whose lock
+//     is free. Evicting a key
 //     that was not full forgets its state; Evictions counts those.
 //
 // Removal never races with a decision. The map retires a state (State.Retire
@@ -125,9 +128,10 @@ type shard[S any] struct {
 	judged atomic.Int64 // latest instant a clean-up of this shard judged from
 	tomb   *entry[S]    // marks a removed slot
 	clk    *clock.Source
-	mu     sync.Mutex  // serializes writers: tab's contents, n, ring, free, hands
-	n      int         // live keys
-	ring   []*entry[S] // CLOCK ring; nil slots are free
+	keys   *atomic.Int64 // the map's key count
+	mu     sync.Mutex    // serializes writers: tab's contents, n, ring, free, hands
+	n      int           // live keys
+	ring   []*entry[S]   // CLOCK ring; nil slots are free
 	free   []int
 	hand   int // eviction hand
 	sweep  int // idle-sweep hand
@@ -159,7 +163,8 @@ type Map[S any, P interface {
 	seed      maphash.Seed
 	shards    []shard[S]
 	mask      uint64
-	perShard  int
+	keys      atomic.Int64  // live keys in all shards
+	next      atomic.Uint32 // where eviction from other shards starts
 	evictions atomic.Uint64
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -179,17 +184,17 @@ func New[S any, P interface {
 		n *= 2
 	}
 	m := &Map[S, P]{
-		clk:      clock.New(s.Clock),
-		set:      s,
-		seed:     maphash.MakeSeed(),
-		shards:   make([]shard[S], n),
-		mask:     uint64(n - 1),
-		perShard: max(1, s.MaxKeys/n),
+		clk:    clock.New(s.Clock),
+		set:    s,
+		seed:   maphash.MakeSeed(),
+		shards: make([]shard[S], n),
+		mask:   uint64(n - 1),
 	}
 	for i := range m.shards {
 		m.shards[i].tab.Store(newTable[S](8))
 		m.shards[i].tomb = new(entry[S])
 		m.shards[i].clk = &m.clk
+		m.shards[i].keys = &m.keys
 	}
 	if s.SweepInterval > 0 {
 		m.stop, m.done = make(chan struct{}), make(chan struct{})
@@ -274,8 +279,8 @@ func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64) P {
 		return &e.state
 	}
 	m.sweepSome(sh, 2)
-	if sh.n >= m.perShard {
-		m.evictOne(sh)
+	if m.keys.Load() >= int64(m.set.MaxKeys) && !m.evictOne(sh) {
+		m.evictElsewhere(sh)
 	}
 	// A new key starts unreferenced: one that is never used again is the
 	// first to go, which keeps a scan of one-off keys from flushing the
@@ -314,6 +319,7 @@ func (sh *shard[S]) publish(e *entry[S]) {
 	}
 	t.put(e)
 	sh.n++
+	sh.keys.Add(1)
 }
 
 // maxShards bounds the number of shards: enough that writers on distinct
@@ -347,6 +353,7 @@ func (t *table[S]) drop(e, tomb *entry[S]) {
 func (sh *shard[S]) remove(i int) {
 	sh.tab.Load().drop(sh.ring[i], sh.tomb)
 	sh.n--
+	sh.keys.Add(-1)
 	sh.ring[i] = nil
 	sh.free = append(sh.free, i)
 }
@@ -361,10 +368,28 @@ func (m *Map[S, P]) sweepSome(sh *shard[S], k int) {
 	}
 }
 
-// evictOne frees one slot by the CLOCK policy; sh.mu must be held. If every
-// state refuses, the shard grows past its cap (a soft cap, so that slots
-// held by a concurrency limiter are never forgotten).
-func (m *Map[S, P]) evictOne(sh *shard[S]) {
+// evictElsewhere evicts one key from a shard other than own whose lock it
+// can take without waiting; own.mu is held. If none gives one, the map
+// grows past its cap (a soft cap, so that slots held by a concurrency
+// limiter are never forgotten, and an insert never waits on a second lock).
+func (m *Map[S, P]) evictElsewhere(own *shard[S]) {
+	start := int(m.next.Add(1))
+	for i := range len(m.shards) {
+		o := &m.shards[(start+i)&int(m.mask)]
+		if o == own || !o.mu.TryLock() {
+			continue
+		}
+		ok := m.evictOne(o)
+		o.mu.Unlock()
+		if ok {
+			return
+		}
+	}
+}
+
+// evictOne frees one slot of sh by the CLOCK policy and reports whether it
+// did; sh.mu must be held. It fails when every state refuses.
+func (m *Map[S, P]) evictOne(sh *shard[S]) bool {
 	for range 2 * len(sh.ring) {
 		sh.hand = (sh.hand + 1) % len(sh.ring)
 		e := sh.ring[sh.hand]
@@ -381,8 +406,9 @@ func (m *Map[S, P]) evictOne(sh *shard[S]) {
 			continue
 		}
 		sh.remove(sh.hand)
-		return
+		return true
 	}
+	return false
 }
 
 // Sweep drops every key whose state is full and returns how many it

@@ -263,3 +263,26 @@ func get[S any, P interface {
 	p, _ := m.Get(key, 0)
 	return p
 }
+
+// TestMaxKeysGlobal: the cap holds for the whole map, not per shard: a
+// map holds exactly MaxKeys busy keys without evicting any, and never more.
+func TestMaxKeysGlobal(t *testing.T) {
+	for _, max := range []int{10, 1024, 4096} {
+		m := newMap[busy](t, throttle.WithMaxKeys(max))
+		for i := range max {
+			get(m, fmt.Sprint("k", i)).acquire()
+		}
+		if m.Len() != max || m.Evictions() != 0 {
+			t.Errorf("MaxKeys %d: Len %d, Evictions %d after %d busy keys; want %d, 0", max, m.Len(), m.Evictions(), max, max)
+		}
+		for i := range max {
+			get(m, fmt.Sprint("j", i)).acquire()
+			if m.Len() > max {
+				t.Fatalf("MaxKeys %d: Len %d", max, m.Len())
+			}
+		}
+		if m.Len() != max {
+			t.Errorf("MaxKeys %d: Len %d after churn, want %d", max, m.Len(), max)
+		}
+	}
+}
