@@ -286,8 +286,12 @@ type state struct {
 // Retire marks the state dead if it holds no units at j.Now(), or
 // unconditionally when force is set. It implements keyed.State.
 func (s *state) Retire(j keyed.Judge, force bool) bool {
-	return window.Retire(&s.w, j, force, s.cfg.Load().full)
+	return window.Retire(&s.w, j, force, s.full)
 }
+
+// full loads the configuration after the word (set before the word first
+// left zero) and asks it.
+func (s *state) full(w, now int64) bool { return s.cfg.Load().full(w, now) }
 
 // Limiter is a set of fixed-window counters, one per key, all with the
 // same limit and window. A key seen for the first time starts empty; a key

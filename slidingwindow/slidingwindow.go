@@ -455,8 +455,12 @@ type weighted struct {
 // Retire implements keyed.State: it marks the state dead if it holds no
 // units at now, or unconditionally when force is set.
 func (s *weighted) Retire(j keyed.Judge, force bool) bool {
-	return window.Retire(&s.w, j, force, s.cfg.Load().fullWeighted)
+	return window.Retire(&s.w, j, force, s.full)
 }
+
+// full loads the configuration after the word (set before the word first
+// left zero) and asks it.
+func (s *weighted) full(w, now int64) bool { return s.cfg.Load().fullWeighted(w, now) }
 
 // slotted is the per-key state of a slotted Limiter. The zero value is a
 // fresh key; its ring is allocated when the key first moves to a new slot.
@@ -468,8 +472,11 @@ type slotted struct {
 
 // Retire implements keyed.State, as weighted.Retire.
 func (s *slotted) Retire(j keyed.Judge, force bool) bool {
-	return window.Retire(&s.w, j, force, s.cfg.Load().fullSlotted)
+	return window.Retire(&s.w, j, force, s.full)
 }
+
+// full is weighted.full for the slotted form.
+func (s *slotted) full(w, now int64) bool { return s.cfg.Load().fullSlotted(w, now) }
 
 // Limiter is a set of sliding windows, one per key, all in the same form
 // with the same limit and window. A key seen for the first time starts
