@@ -100,11 +100,20 @@ func Wait(ctx context.Context, l Limiter, key string, n int, opts ...WaitOption)
 			}
 			retry = d.RetryAfter
 		}
+		dl, hasDeadline := ctx.Deadline()
 		if retry <= 0 { // freed by release, not by time: back off exponentially
 			retry = backoff
 			backoff = min(2*backoff, c.maxBackoff)
-		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < retry {
+			// The unit may come back at any moment: never let one step
+			// pass the deadline, so the last try falls before it.
+			if hasDeadline {
+				left := time.Until(dl)
+				if left <= 0 {
+					return fmt.Errorf("throttle: wait for %q: %w", key, context.DeadlineExceeded)
+				}
+				retry = min(retry, max(left/2, time.Microsecond))
+			}
+		} else if hasDeadline && time.Until(dl) < retry {
 			return fmt.Errorf("throttle: wait for %q needs %v, beyond the deadline: %w", key, retry, context.DeadlineExceeded)
 		}
 		if err := sleep(ctx, retry+jitter(retry, c.jitter)); err != nil {
