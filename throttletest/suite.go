@@ -58,7 +58,23 @@ func Run(t *testing.T, s Suite) {
 		t.Run("NeverAboveBound", s.testBound)
 	}
 	t.Run("Reserve", s.testReserve)
+	t.Run("CancelCopies", s.testCancelCopies)
 	t.Run("Close", s.testClose)
+}
+
+// checkErrText fails if err's text repeats a prefix ("throttle: throttle:
+// ..."), the mark of an error wrapped with the prefix it already has.
+func checkErrText(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	parts := strings.Split(err.Error(), ": ")
+	for i := 1; i < len(parts); i++ {
+		if parts[i] == parts[i-1] {
+			t.Errorf("error text repeats %q: %q", parts[i]+": ", err.Error())
+		}
+	}
 }
 
 var ctx = context.Background()
@@ -142,6 +158,7 @@ func (s Suite) testBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		d, err := l.Allow(ctx, c.key, c.n)
+		checkErrText(t, err)
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: Allow err = %v, want %v", c.name, err, c.want)
 		}
@@ -294,6 +311,34 @@ func (s Suite) testReserve(t *testing.T) {
 	}
 }
 
+// testCancelCopies: a Reservation's copies share one booking. A reserves,
+// a copy of A is taken, A cancels, B books A's old slot, the copy cancels
+// (which must give back nothing: A's booking is already gone); C must then
+// land after B, not on B's slot.
+func (s Suite) testCancelCopies(t *testing.T) {
+	l := s.New(t, NewClock())
+	r, ok := l.(throttle.Reserver)
+	if !ok {
+		t.Skip("limiter does not implement throttle.Reserver")
+	}
+	s.exhaust(t, l, "k")
+	a, err := r.Reserve(ctx, "k", 1, time.Hour)
+	if err != nil || !a.OK {
+		t.Fatalf("Reserve A = %+v, %v", a, err)
+	}
+	cp := a
+	a.Cancel()
+	b, err := r.Reserve(ctx, "k", 1, time.Hour)
+	if err != nil || !b.OK || b.Delay != a.Delay {
+		t.Fatalf("Reserve B = %+v, %v; want A's cancelled slot at %v", b, err, a.Delay)
+	}
+	cp.Cancel()
+	c, err := r.Reserve(ctx, "k", 1, time.Hour)
+	if err != nil || !c.OK || c.Delay <= b.Delay {
+		t.Fatalf("Reserve C = %+v, %v; want OK after B's slot %v (a copy of A cancelled B's booking)", c, err, b.Delay)
+	}
+}
+
 func (s Suite) testClose(t *testing.T) {
 	l := s.New(t, NewClock())
 	c, ok := l.(interface{ Close() error })
@@ -303,7 +348,9 @@ func (s Suite) testClose(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if _, err := l.Allow(ctx, "k", 1); !errors.Is(err, throttle.ErrClosed) {
+	_, err := l.Allow(ctx, "k", 1)
+	checkErrText(t, err)
+	if !errors.Is(err, throttle.ErrClosed) {
 		t.Fatalf("Allow after Close: err = %v, want ErrClosed", err)
 	}
 	if err := c.Close(); err != nil {
