@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -64,8 +65,11 @@ func ParseRate(s string) (Rate, error) {
 		return Rate{}, fmt.Errorf("%w: rate %q: want count/period, e.g. 100/s", ErrInvalid, s)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || n <= 0 || n > MaxPerSecond*int64(MaxPeriod/time.Second) {
+	if err != nil && !errors.Is(err, strconv.ErrRange) || n <= 0 {
 		return Rate{}, fmt.Errorf("%w: rate %q: count must be a positive integer", ErrInvalid, s)
+	}
+	if maxCount := MaxPerSecond * int64(MaxPeriod/time.Second); err != nil || n > maxCount {
+		return Rate{}, fmt.Errorf("%w: rate %q: count is above the maximum %d", ErrInvalid, s, maxCount)
 	}
 	per, err := parsePeriod(strings.TrimSpace(unit))
 	if err != nil {
@@ -115,7 +119,7 @@ func (r Rate) Validate() error {
 		return fmt.Errorf("%w: rate must be positive (got %d per %v)", ErrInvalid, r.count, r.per)
 	case r.count > int64(r.per):
 		return fmt.Errorf("%w: rate %v is above %d per second", ErrInvalid, r, MaxPerSecond)
-	case r.per/time.Duration(r.count) > MaxPeriod:
+	case r.per/time.Duration(r.count) >= MaxPeriod && r.Interval() > MaxPeriod: // judged as rounded up
 		return fmt.Errorf("%w: rate %v is slower than one event per %v", ErrInvalid, r, MaxPeriod)
 	}
 	return nil

@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,4 +126,24 @@ func FuzzParseRate(f *testing.F) {
 			t.Fatalf("ParseRate(%q) = %v: accepted an invalid rate", s, r)
 		}
 	})
+}
+
+// TestValidateRoundedInterval: the interval a limiter uses is rounded up,
+// so a rate whose rounded interval passes MaxPeriod is rejected.
+func TestValidateRoundedInterval(t *testing.T) {
+	r := throttle.NewRate(2, 2*throttle.MaxPeriod+1)
+	if err := r.Validate(); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("NewRate(2, 2·MaxPeriod+1ns).Validate() = %v (interval %v), want ErrInvalid", err, r.Interval())
+	}
+	if err := throttle.NewRate(2, 2*throttle.MaxPeriod).Validate(); err != nil {
+		t.Fatalf("NewRate(2, 2·MaxPeriod): %v", err)
+	}
+}
+
+// TestParseRateTooManySays: a count above the maximum is reported as such.
+func TestParseRateTooManySays(t *testing.T) {
+	_, err := throttle.ParseRate("99999999999999999/s")
+	if !errors.Is(err, throttle.ErrInvalid) || !strings.Contains(err.Error(), "maximum") {
+		t.Fatalf("ParseRate above the maximum: %v, want an error naming the maximum", err)
+	}
 }
