@@ -26,10 +26,14 @@
 // The classic sliding log keeps a full timestamp (often a 24-byte
 // time.Time) per admitted unit. This one keeps, per key, a ring of 8-byte
 // entries, one per distinct nanosecond at which units were admitted during
-// the last window (a weighted request is one entry; requests at the same
-// nanosecond share it). Each entry packs a nanosecond offset from a
-// per-key base, on bits.Len(window)+1 bits, with a count in the remaining
-// bits. So a key holds at most limit entries, 8·limit bytes, and in
+// the last window (requests at the same nanosecond share it). Each entry
+// packs a nanosecond offset from a per-key base, on bits.Len(window)+1
+// bits, with a count in the remaining 63-bits.Len(window) bits: one entry
+// holds at most 2^(63-bits.Len(window))-1 units, and a weighted request
+// above that takes as many entries as it needs. That is 8,589,934,591
+// units per entry for a 1 s window, 2,097,151 for 1 h, 2,047 for 30 days,
+// 255 for 366 days (where AllowN(1<<22) writes 16,449 entries) and 1 at
+// MaxWindow. So a key holds at most limit entries, 8·limit bytes, and in
 // practice 8 bytes per admission of the last window, plus 120 bytes of
 // state on 64-bit platforms. The ring never shrinks while the key is live,
 // but a key that admitted nothing for a whole window is back to empty and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -556,5 +557,31 @@ func TestBeforeEpoch(t *testing.T) {
 	// (1.2 s), plus the last 2 calls.
 	if want := 50/4*2 + 2; admitted != want {
 		t.Fatalf("admitted %d, want %d", admitted, want)
+	}
+}
+
+// TestEntryCapacity pins the units one log entry holds per window length,
+// as the package documentation states them.
+func TestEntryCapacity(t *testing.T) {
+	for _, c := range []struct {
+		window time.Duration
+		units  uint64
+	}{
+		{time.Second, 8589934591},
+		{time.Hour, 2097151},
+		{30 * 24 * time.Hour, 2047},
+		{366 * 24 * time.Hour, 255},
+		{MaxWindow, 1},
+	} {
+		p, err := newParams(10, c.window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.maxCount != c.units || p.maxCount != 1<<(63-bits.Len64(uint64(c.window)))-1 {
+			t.Errorf("window %v: an entry holds %d units, documented %d", c.window, p.maxCount, c.units)
+		}
+	}
+	if got := (uint64(1<<22) + 254) / 255; got != 16449 {
+		t.Errorf("AllowN(1<<22) at 366 days takes %d entries, documented 16449", got)
 	}
 }
