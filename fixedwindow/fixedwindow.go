@@ -289,6 +289,33 @@ func (s *state) Retire(j keyed.Judge, force bool) bool {
 	return window.Retire(&s.w, j, force, s.full)
 }
 
+// Evict marks the state dead and returns the word it held (0 if dead): its
+// debt. It implements keyed.Debtor.
+func (s *state) Evict() int64 {
+	if w := s.w.Swap(window.Dead); w != window.Dead {
+		return w
+	}
+	return 0
+}
+
+// Merge returns the later window (or opening) with the larger count: at
+// least as strict as either debt. It implements keyed.Debts.
+func (c *config) Merge(a, b int64) int64 {
+	if c.lay.Since(a, c.lay.Tag(b)) > 0 {
+		a, b = b, a
+	}
+	return c.lay.Pack1(c.lay.Tag(a), max(c.lay.Lo(a), c.lay.Lo(b)))
+}
+
+// Paid reports whether debt d holds no units at now.
+func (c *config) Paid(d, now int64) bool { return c.full(d, now) }
+
+// Owe makes the fresh state s start from debt d.
+func (c *config) Owe(s *state, d int64) {
+	s.cfg.Store(c)
+	s.w.Store(d)
+}
+
 // full loads the configuration after the word (set before the word first
 // left zero) and asks it.
 func (s *state) full(w, now int64) bool { return s.cfg.Load().full(w, now) }
@@ -328,7 +355,9 @@ func newLimiter(limit int, w time.Duration, anchored bool, opts []throttle.Optio
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{c: c, m: keyed.New[state](s)}, nil
+	m := keyed.New[state](s)
+	m.SetDebts(c)
+	return &Limiter{c: c, m: m}, nil
 }
 
 // Allow admits n units for key if its current window has room for them;

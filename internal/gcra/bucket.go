@@ -197,6 +197,7 @@ func (l *Keyed) Init(rate throttle.Rate, burst int, opts ...throttle.Option) err
 		return err
 	}
 	l.m = keyed.New[State](s)
+	l.m.SetDebts(Debts{})
 	l.cfg.Store(c)
 	return nil
 }

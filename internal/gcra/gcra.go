@@ -233,6 +233,32 @@ func (s *State) Retire(j keyed.Judge, force bool) bool {
 	}
 }
 
+// Evict marks the state dead and returns the TAT it held (0 if dead): its
+// debt. It implements keyed.Debtor.
+func (s *State) Evict() int64 {
+	for {
+		old := s.tat.Load()
+		if old == dead {
+			return 0
+		}
+		if s.tat.CompareAndSwap(old, dead) {
+			return old
+		}
+	}
+}
+
+// Debts is the keyed.Debts of buckets: a debt is a TAT.
+type Debts struct{}
+
+// Merge returns the later TAT.
+func (Debts) Merge(a, b int64) int64 { return max(a, b) }
+
+// Paid reports whether the bucket of TAT d is full at now.
+func (Debts) Paid(d, now int64) bool { return d <= now }
+
+// Owe makes the fresh state s start at TAT d.
+func (Debts) Owe(s *State, d int64) { s.tat.Store(d) }
+
 // Limit returns the admission limit of a reservation with maxWait: Tau +
 // maxWait, saturated so that a booked TAT stays within range.
 func (c *Config) Limit(maxWait time.Duration) int64 {

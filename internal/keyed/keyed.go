@@ -55,6 +55,35 @@ type State interface {
 	Retire(j Judge, force bool) bool
 }
 
+// Debtor is implemented by a state that leaves its debt behind when the
+// MaxKeys cap evicts it, so that the key (or one that collides with it)
+// does not come back fresh: the gubernator #98 bypass.
+type Debtor interface {
+	State
+	// Evict marks the state dead unconditionally and returns the word it
+	// replaced: its debt, 0 for none. A dead state returns 0.
+	Evict() int64
+}
+
+// Debts is the algorithm side of the debt table; see Map.SetDebts.
+type Debts[P any] interface {
+	// Merge returns a debt at least as strict as each of a and b.
+	Merge(a, b int64) int64
+	// Paid reports whether debt d is paid at now (the state would be full).
+	Paid(d, now int64) bool
+	// Owe makes the fresh state p owe d.
+	Owe(p P, d int64)
+}
+
+// debtCell is one cell of the debt table: a debt and the fingerprint of
+// the key that left it, or merged when several keys did.
+type debtCell struct {
+	fp   uint32
+	debt int64
+}
+
+const merged = 1 // the fingerprint of a cell merged from several keys
+
 // Judge is the clock a State's Retire judges idleness by.
 type Judge interface {
 	// Now returns the current time in nanoseconds since the Unix epoch.
@@ -166,6 +195,10 @@ type Map[S any, P interface {
 	keys      atomic.Int64  // live keys in all shards
 	next      atomic.Uint32 // where eviction from other shards starts
 	evictions atomic.Uint64
+	debts     Debts[P]
+	debtMu    sync.Mutex
+	table     []debtCell  // allocated at the first eviction with a debt
+	hasDebts  atomic.Bool // table is allocated
 	closed    atomic.Bool
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -201,6 +234,89 @@ func New[S any, P interface {
 		go m.sweeper(s.SweepInterval)
 	}
 	return m
+}
+
+// SetDebts turns on the debt table: states evicted by the MaxKeys cap
+// while owing (their Evict word is not 0) leave their debt in a table of
+// 2·MaxKeys cells indexed by key hash, allocated at the first such
+// eviction; a new key starts from its own cell's debt, or from a cell that
+// several keys' debts were merged into. A cell is cleared once its debt is
+// paid. It must be called before the map is used, and only if *S
+// implements Debtor.
+func (m *Map[S, P]) SetDebts(d Debts[P]) { m.debts = d }
+
+func fingerprint(h uint64) uint32 { return uint32(h>>32) | 2 }
+
+// cells returns the two cells of hash h; m.debtMu must be held.
+func (m *Map[S, P]) cells(h uint64) (*debtCell, *debtCell) {
+	mask := uint64(len(m.table) - 1)
+	return &m.table[h&mask], &m.table[(h>>20)&mask]
+}
+
+// leave records debt d of the key of hash h.
+func (m *Map[S, P]) leave(h uint64, d int64, now int64) {
+	m.debtMu.Lock()
+	defer m.debtMu.Unlock()
+	if m.table == nil {
+		size := 2
+		for size < 2*m.set.MaxKeys {
+			size *= 2
+		}
+		m.table = make([]debtCell, size)
+		m.hasDebts.Store(true)
+	}
+	fp := fingerprint(h)
+	a, b := m.cells(h)
+	for _, c := range [2]*debtCell{a, b} {
+		if c.debt != 0 && m.debts.Paid(c.debt, now) {
+			*c = debtCell{}
+		}
+	}
+	switch {
+	case a.fp == fp:
+		a.debt = m.debts.Merge(a.debt, d)
+	case b.fp == fp:
+		b.debt = m.debts.Merge(b.debt, d)
+	case a.debt == 0:
+		*a = debtCell{fp, d}
+	case b.debt == 0:
+		*b = debtCell{fp, d}
+	default: // both taken by others: merge into the first
+		*a = debtCell{merged, m.debts.Merge(a.debt, d)}
+	}
+}
+
+// owed returns the debt a new key of hash h starts from (0 for none),
+// taking its own cell's debt out of the table.
+func (m *Map[S, P]) owed(h uint64, now int64) int64 {
+	m.debtMu.Lock()
+	defer m.debtMu.Unlock()
+	if m.table == nil {
+		return 0
+	}
+	fp := fingerprint(h)
+	a, b := m.cells(h)
+	var d int64
+	for _, c := range [2]*debtCell{a, b} {
+		switch {
+		case c.debt == 0:
+		case m.debts.Paid(c.debt, now):
+			*c = debtCell{}
+		case c.fp == fp:
+			d = merge(m.debts, d, c.debt)
+			*c = debtCell{}
+		case c.fp == merged:
+			d = merge(m.debts, d, c.debt)
+		}
+	}
+	return d
+}
+
+func merge[P any](ds Debts[P], a, b int64) int64 {
+	if a == 0 {
+		return b
+	}
+	return ds.Merge(a, b)
 }
 
 // Now reads the map's clock, in nanoseconds since the Unix epoch.
@@ -286,6 +402,11 @@ func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64) P {
 	// first to go, which keeps a scan of one-off keys from flushing the
 	// keys in steady use.
 	e := newEntry[S](key, h)
+	if m.debts != nil && m.hasDebts.Load() {
+		if d := m.owed(h, sh.Now()); d != 0 {
+			m.debts.Owe(&e.state, d)
+		}
+	}
 	if k := len(sh.free); k > 0 {
 		sh.ring[sh.free[k-1]] = e
 		sh.free = sh.free[:k-1]
@@ -400,6 +521,11 @@ func (m *Map[S, P]) evictOne(sh *shard[S]) bool {
 			e.ref.Store(0)
 			continue
 		case P(&e.state).Retire(sh, false):
+		case m.debts != nil:
+			if d := any(P(&e.state)).(Debtor).Evict(); d != 0 {
+				m.evictions.Add(1)
+				m.leave(e.hash, d, sh.Now())
+			}
 		case P(&e.state).Retire(sh, true):
 			m.evictions.Add(1)
 		default:

@@ -59,6 +59,9 @@ func (l Layout) Pack1(tag, c int64) int64 { return (tag<<l.shift)&^Dead | c }
 // and lo.
 func (l Layout) Pack2(tag, hi, lo int64) int64 { return (tag<<l.shift)&^Dead | hi<<l.cb | lo }
 
+// Tag returns the tag of a live word, for Since.
+func (l Layout) Tag(w int64) int64 { return w >> l.shift }
+
 // Lo returns the low (or only) count of a live word.
 func (l Layout) Lo(w int64) int64 { return w & l.cmask }
 
