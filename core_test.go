@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -194,31 +193,6 @@ func TestObserveAllocatesNothing(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { _, _ = ol.Allow(ctx, "", 1) }); a != 0 {
 		t.Fatalf("%v allocs per observed Allow", a)
 	}
-}
-
-// A unit released at 600 ms is taken by a Wait whose deadline is 900 ms:
-// the back-off never grows past the time left.
-func TestWaitBackoffMeetsDeadline(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l, _ := counting.New(1)
-		defer l.Close()
-		ctx := context.Background()
-		release, err := l.Acquire(ctx, "k", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.AfterFunc(600*time.Millisecond, release)
-		ctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
-		defer cancel()
-		start := time.Now()
-		if err := throttle.Wait(ctx, l, "k", 1); err != nil {
-			t.Fatalf("Wait after %v: %v", time.Since(start), err)
-		}
-		if got := time.Since(start); got < 600*time.Millisecond || got > 900*time.Millisecond {
-			t.Fatalf("admitted after %v", got)
-		}
-		_ = l.Release("k", 1)
-	})
 }
 
 func TestSmallErrors(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -175,6 +176,36 @@ func TestWrap(t *testing.T) {
 		}
 		if calls != 2 {
 			t.Fatalf("f ran %d times, want 2", calls)
+		}
+	})
+}
+
+// held admits nothing until released, with no RetryAfter: capacity comes
+// back by release, as on a concurrency limiter.
+type held struct{ free atomic.Bool }
+
+func (h *held) Allow(context.Context, string, int) (throttle.Decision, error) {
+	if h.free.Load() {
+		return throttle.Decision{Allowed: true, Limit: 1}, nil
+	}
+	return throttle.Decision{Limit: 1}, nil
+}
+
+// TestWaitBackoffMeetsDeadline: a unit released at 600 ms is taken by a
+// Wait whose deadline is 900 ms; the doubling back-off must not give up
+// early because its next step would pass the deadline.
+func TestWaitBackoffMeetsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := new(held)
+		time.AfterFunc(600*time.Millisecond, func() { h.free.Store(true) })
+		ctx, cancel := context.WithTimeout(context.Background(), 900*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := throttle.Wait(ctx, h, "k", 1, throttle.Jitter(0)); err != nil {
+			t.Fatalf("Wait after %v: %v", time.Since(start), err)
+		}
+		if took := time.Since(start); took < 600*time.Millisecond || took > 900*time.Millisecond {
+			t.Fatalf("Wait took %v", took)
 		}
 	})
 }

@@ -179,7 +179,7 @@ type state struct{ sem }
 // Retire marks the state dead if nothing is held or queued. It refuses
 // even when forced: dropping a key with units in flight would forget
 // them and let the key exceed its limit.
-func (s *state) Retire(_ int64, _ bool) bool {
+func (s *state) Retire(_ keyed.Judge, _ bool) bool {
 	for {
 		w := s.word.Load()
 		switch {
@@ -245,7 +245,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, n int) (release func(
 		return nil, err
 	}
 	for {
-		s := l.m.Get(key, 0) // counting states ignore time
+		s, _ := l.m.Get(key, 0) // counting states ignore time
 		switch err := s.acquire(ctx, uint64(n), &l.limit, l.closedErr); err {
 		case nil:
 			return releaser(&s.sem, uint64(n), &l.limit), nil
@@ -312,7 +312,7 @@ func (l *Limiter) Len() int { return l.m.Len() }
 // Sweep drops the state of every key with nothing in flight and nobody
 // waiting, and returns how many keys it dropped. Calling it is optional:
 // idle keys are also dropped as new keys arrive.
-func (l *Limiter) Sweep() int { return l.m.Sweep(0) }
+func (l *Limiter) Sweep() int { return l.m.Sweep() }
 
 // Close stops the sweeper, if any, and fails every waiting Acquire with an
 // error wrapping throttle.ErrClosed. Allow and Acquire then fail the same

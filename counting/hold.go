@@ -53,7 +53,7 @@ func (l *Limiter) try(key string, n int) (throttle.Decision, *state, error) {
 		return throttle.Decision{}, nil, err
 	}
 	for {
-		s := l.m.Get(key, 0) // counting states ignore time
+		s, _ := l.m.Get(key, 0) // counting states ignore time
 		ok, cur, isDead := s.tryAcquire(uint64(n), uint64(lim))
 		if isDead {
 			continue

@@ -283,22 +283,42 @@ type state struct {
 	cfg atomic.Pointer[config] // set before the word first leaves zero
 }
 
-// Retire marks the state dead if it holds no units at now, or
+// Retire marks the state dead if it holds no units at j.Now(), or
 // unconditionally when force is set. It implements keyed.State.
-func (s *state) Retire(now int64, force bool) bool {
-	for {
-		w := s.w.Load()
-		if w == window.Dead {
-			return true
-		}
-		if !force && w != 0 && !s.cfg.Load().full(w, now) {
-			return false
-		}
-		if s.w.CompareAndSwap(w, window.Dead) {
-			return true
-		}
-	}
+func (s *state) Retire(j keyed.Judge, force bool) bool {
+	return window.Retire(&s.w, j, force, s.full)
 }
+
+// Evict marks the state dead and returns the word it held (0 if dead): its
+// debt. It implements keyed.Debtor.
+func (s *state) Evict() int64 {
+	if w := s.w.Swap(window.Dead); w != window.Dead {
+		return w
+	}
+	return 0
+}
+
+// Merge returns the later window (or opening) with the larger count: at
+// least as strict as either debt. It implements keyed.Debts.
+func (c *config) Merge(a, b int64) int64 {
+	if c.lay.Since(a, c.lay.Tag(b)) > 0 {
+		a, b = b, a
+	}
+	return c.lay.Pack1(c.lay.Tag(a), max(c.lay.Lo(a), c.lay.Lo(b)))
+}
+
+// Paid reports whether debt d holds no units at now.
+func (c *config) Paid(d, now int64) bool { return c.full(d, now) }
+
+// Owe makes the fresh state s start from debt d.
+func (c *config) Owe(s *state, d int64) {
+	s.cfg.Store(c)
+	s.w.Store(d)
+}
+
+// full loads the configuration after the word (set before the word first
+// left zero) and asks it.
+func (s *state) full(w, now int64) bool { return s.cfg.Load().full(w, now) }
 
 // Limiter is a set of fixed-window counters, one per key, all with the
 // same limit and window. A key seen for the first time starts empty; a key
@@ -335,7 +355,9 @@ func newLimiter(limit int, w time.Duration, anchored bool, opts []throttle.Optio
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{c: c, m: keyed.New[state](s)}, nil
+	m := keyed.New[state](s)
+	m.SetDebts(c)
+	return &Limiter{c: c, m: m}, nil
 }
 
 // Allow admits n units for key if its current window has room for them;
@@ -345,22 +367,19 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	if l.m == nil {
 		return throttle.Decision{}, errZero
 	}
-	if err := l.m.Check(key); err != nil {
-		return throttle.Decision{}, err
-	}
 	c := l.c
-	if err := c.checkN(n); err != nil {
+	s, now, err := l.m.Begin(key, n, int(c.limit))
+	if err != nil {
 		return throttle.Decision{}, err
 	}
-	now := l.m.Now()
 	for {
-		s := l.m.Get(key, now)
 		if s.cfg.Load() == nil {
 			s.cfg.Store(c)
 		}
 		if d, ok := c.decide(&s.w, now, int64(n)); ok {
 			return d, nil
 		}
+		s, now = l.m.Get(key, now)
 	}
 }
 

@@ -1,6 +1,7 @@
 package fixedwindow
 
 import (
+	"github.com/throttlekit/throttle/internal/keyed"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,17 +45,17 @@ func TestLateReading(t *testing.T) {
 func TestRetire(t *testing.T) {
 	c, _ := newConfig(2, time.Second, false)
 	var s state
-	if !s.Retire(0, false) {
+	if !s.Retire(keyed.At(0), false) {
 		t.Fatal("a fresh state is full and must retire")
 	}
 	s = state{}
 	s.cfg.Store(c)
 	now := int64(1767225600e9)
 	c.decide(&s.w, now, 1)
-	if s.Retire(now+int64(time.Second)-1, false) {
+	if s.Retire(keyed.At(now+int64(time.Second)-1), false) {
 		t.Fatal("retired a state with units in its window")
 	}
-	if !s.Retire(now+int64(time.Second), false) {
+	if !s.Retire(keyed.At(now+int64(time.Second)), false) {
 		t.Fatal("did not retire a state whose window closed")
 	}
 	if _, ok := c.decide(&s.w, now, 1); ok {
@@ -63,7 +64,7 @@ func TestRetire(t *testing.T) {
 	var f state
 	f.cfg.Store(c)
 	c.decide(&f.w, now, 1)
-	if !f.Retire(now, true) {
+	if !f.Retire(keyed.At(now), true) {
 		t.Fatal("forced retirement refused")
 	}
 }

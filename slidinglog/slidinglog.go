@@ -26,14 +26,16 @@
 // The classic sliding log keeps a full timestamp (often a 24-byte
 // time.Time) per admitted unit. This one keeps, per key, a ring of 8-byte
 // entries, one per distinct nanosecond at which units were admitted during
-// the last window (requests at the same nanosecond share one). Each entry
+// the last window (requests at the same nanosecond share it). Each entry
 // packs a nanosecond offset from a per-key base, on bits.Len(window)+1
-// bits, with a count in the remaining 63−bits.Len(window) bits: one entry
-// holds up to 8.6e9 units for a 1 s window, 134e6 for a minute, 65,535 for
-// a day, 255 for a year and 1 at MaxWindow, and a weighted request larger
-// than that takes one entry per full count. So a key holds at most limit
-// entries, 8·limit bytes, and in practice 8 bytes per admission of the
-// last window, plus 120 bytes of state on 64-bit platforms. The ring never shrinks while the key is live,
+// bits, with a count in the remaining 63-bits.Len(window) bits: one entry
+// holds at most 2^(63-bits.Len(window))-1 units, and a weighted request
+// above that takes as many entries as it needs. That is 8,589,934,591
+// units per entry for a 1 s window, 2,097,151 for 1 h, 2,047 for 30 days,
+// 255 for 366 days (where AllowN(1<<22) writes 16,449 entries) and 1 at
+// MaxWindow. So a key holds at most limit entries, 8·limit bytes, and in
+// practice 8 bytes per admission of the last window, plus 120 bytes of
+// state on 64-bit platforms. The ring never shrinks while the key is live,
 // but a key that admitted nothing for a whole window is back to empty and
 // the keyed Limiter drops it entirely (lazily as new keys arrive, by
 // Sweep, or by the sweeper of throttle.WithSweepInterval).
@@ -151,14 +153,14 @@ type state struct {
 // Retire marks the state dead if its log is empty at now, or if force.
 // A state in use at that moment is not idle, so Retire does not wait for
 // it unless force.
-func (s *state) Retire(now int64, force bool) bool {
+func (s *state) Retire(j keyed.Judge, force bool) bool {
 	if force {
 		s.mu.Lock()
 	} else if !s.mu.TryLock() {
 		return false
 	}
 	defer s.mu.Unlock()
-	if !s.dead && (force || s.size == 0 || s.until <= now) {
+	if !s.dead && (force || s.size == 0 || s.until <= j.Now()) {
 		s.dead = true
 		s.clear() // give the buffer back now, not when the map drops s
 	}
@@ -185,24 +187,19 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 // throttle.ErrInvalid (n <= 0, empty or oversized key),
 // throttle.ErrExceedsLimit (n > limit) or throttle.ErrClosed.
 func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
-	if err := l.m.Check(key); err != nil {
+	s, now, err := l.m.Begin(key, n, int(l.p.limit))
+	if err != nil {
 		return throttle.Decision{}, err
 	}
-	if err := limiterkit.CheckN(n, int(l.p.limit)); err != nil {
-		return throttle.Decision{}, err
-	}
-	now := l.m.Now()
-	for {
-		s := l.m.Get(key, now)
+	for ; ; s, now = l.m.Get(key, now) {
 		if retry, reset, ok := s.denyFast(now, n); ok {
 			return l.p.decision(false, 0, retry, reset), nil
 		}
 		s.mu.Lock()
 		if s.dead {
-			// Retired by a reader of a clock later than now: read it again,
-			// or the fresh log could admit "before" what was dropped.
+			// Retired: look the key up again (Get lifts now to the
+			// instant the log was judged empty at).
 			s.mu.Unlock()
-			now = l.m.Now()
 			continue
 		}
 		ok, rem, retry, reset := s.decide(&l.p, now, int64(n))
@@ -224,7 +221,7 @@ func (l *Limiter) Len() int { return l.m.Len() }
 // Sweep drops the logs of the keys that admitted nothing during the last
 // window, and returns how many it dropped. Calling it is optional: idle
 // keys are also dropped as new keys arrive.
-func (l *Limiter) Sweep() int { return l.m.Sweep(l.m.Now()) }
+func (l *Limiter) Sweep() int { return l.m.Sweep() }
 
 // Close stops the sweeper, if any. Allow then fails with an error
 // wrapping throttle.ErrClosed. Close is idempotent and returns nil.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -14,7 +15,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/internal/keyed"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -376,26 +376,6 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestEntryCapacity pins the units one entry holds, as the package doc
-// states them.
-func TestEntryCapacity(t *testing.T) {
-	for _, c := range []struct {
-		window time.Duration
-		want   uint64
-	}{
-		{time.Second, 1<<33 - 1}, // 8.6e9
-		{time.Minute, 1<<27 - 1}, // 134e6
-		{24 * time.Hour, 65535},
-		{365 * 24 * time.Hour, 255},
-		{MaxWindow, 1},
-	} {
-		p, err := newParams(1, c.window)
-		if err != nil || p.maxCount != c.want {
-			t.Errorf("window %v: one entry holds %d (%v), want %d", c.window, p.maxCount, err, c.want)
-		}
-	}
-}
-
 // TestPacking drives the entry layout to its edges: the longest window
 // leaves one count bit, so a weighted request spans entries.
 func TestPacking(t *testing.T) {
@@ -442,14 +422,14 @@ func TestIdleKeysDropped(t *testing.T) {
 	if l.Len() != 1000 {
 		t.Fatalf("Len = %d, want 1000", l.Len())
 	}
-	// A key is dropped once its log has been empty for the map's margin.
-	clk.Advance(time.Second + time.Duration(keyed.RetireMargin) - 1)
+	// A key is dropped once its log is empty.
+	clk.Advance(time.Second - 1)
 	if n := l.Sweep(); n != 0 || l.Len() != 1000 {
 		t.Fatalf("Sweep 1 ns early dropped %d, Len %d; want 0, 1000", n, l.Len())
 	}
 	clk.Advance(1)
 	if n := l.Sweep(); n != 1000 || l.Len() != 0 {
-		t.Fatalf("Sweep after a window and the margin dropped %d, Len %d; want 1000, 0", n, l.Len())
+		t.Fatalf("Sweep after a window dropped %d, Len %d; want 1000, 0", n, l.Len())
 	}
 	// A dropped key starts fresh, which is exact: its log was empty.
 	if d, _ := l.Allow(bg, "aa", 5); !d.Allowed {
@@ -577,5 +557,31 @@ func TestBeforeEpoch(t *testing.T) {
 	// (1.2 s), plus the last 2 calls.
 	if want := 50/4*2 + 2; admitted != want {
 		t.Fatalf("admitted %d, want %d", admitted, want)
+	}
+}
+
+// TestEntryCapacity pins the units one log entry holds per window length,
+// as the package documentation states them.
+func TestEntryCapacity(t *testing.T) {
+	for _, c := range []struct {
+		window time.Duration
+		units  uint64
+	}{
+		{time.Second, 8589934591},
+		{time.Hour, 2097151},
+		{30 * 24 * time.Hour, 2047},
+		{366 * 24 * time.Hour, 255},
+		{MaxWindow, 1},
+	} {
+		p, err := newParams(10, c.window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.maxCount != c.units || p.maxCount != 1<<(63-bits.Len64(uint64(c.window)))-1 {
+			t.Errorf("window %v: an entry holds %d units, documented %d", c.window, p.maxCount, c.units)
+		}
+	}
+	if got := (uint64(1<<22) + 254) / 255; got != 16449 {
+		t.Errorf("AllowN(1<<22) at 366 days takes %d entries, documented 16449", got)
 	}
 }

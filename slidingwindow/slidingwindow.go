@@ -454,9 +454,13 @@ type weighted struct {
 
 // Retire implements keyed.State: it marks the state dead if it holds no
 // units at now, or unconditionally when force is set.
-func (s *weighted) Retire(now int64, force bool) bool {
-	return retire(&s.w, force, func(w int64) bool { return s.cfg.Load().fullWeighted(w, now) })
+func (s *weighted) Retire(j keyed.Judge, force bool) bool {
+	return window.Retire(&s.w, j, force, s.full)
 }
+
+// full loads the configuration after the word (set before the word first
+// left zero) and asks it.
+func (s *weighted) full(w, now int64) bool { return s.cfg.Load().fullWeighted(w, now) }
 
 // slotted is the per-key state of a slotted Limiter. The zero value is a
 // fresh key; its ring is allocated when the key first moves to a new slot.
@@ -467,24 +471,12 @@ type slotted struct {
 }
 
 // Retire implements keyed.State, as weighted.Retire.
-func (s *slotted) Retire(now int64, force bool) bool {
-	return retire(&s.w, force, func(w int64) bool { return s.cfg.Load().fullSlotted(w, now) })
+func (s *slotted) Retire(j keyed.Judge, force bool) bool {
+	return window.Retire(&s.w, j, force, s.full)
 }
 
-func retire(s *atomic.Int64, force bool, full func(int64) bool) bool {
-	for {
-		w := s.Load()
-		if w == window.Dead {
-			return true
-		}
-		if !force && w != 0 && !full(w) {
-			return false
-		}
-		if s.CompareAndSwap(w, window.Dead) {
-			return true
-		}
-	}
-}
+// full is weighted.full for the slotted form.
+func (s *slotted) full(w, now int64) bool { return s.cfg.Load().fullSlotted(w, now) }
 
 // Limiter is a set of sliding windows, one per key, all in the same form
 // with the same limit and window. A key seen for the first time starts
@@ -543,42 +535,35 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	if c == nil {
 		return throttle.Decision{}, errZero
 	}
-	if err := l.check(key); err != nil {
-		return throttle.Decision{}, err
-	}
-	if err := c.checkN(n); err != nil {
-		return throttle.Decision{}, err
-	}
 	if m := l.wm; m != nil {
-		now := m.Now()
+		s, now, err := m.Begin(key, n, int(c.limit))
+		if err != nil {
+			return throttle.Decision{}, err
+		}
 		for {
-			s := m.Get(key, now)
 			if s.cfg.Load() == nil {
 				s.cfg.Store(c)
 			}
 			if d, ok := c.decideWeighted(&s.w, now, int64(n)); ok {
 				return d, nil
 			}
+			s, now = m.Get(key, now)
 		}
 	}
 	m := l.sm
-	now := m.Now()
+	s, now, err := m.Begin(key, n, int(c.limit))
+	if err != nil {
+		return throttle.Decision{}, err
+	}
 	for {
-		s := m.Get(key, now)
 		if s.cfg.Load() == nil {
 			s.cfg.Store(c)
 		}
 		if d, ok := c.decideSlotted(&s.w, &s.ring, now, int64(n)); ok {
 			return d, nil
 		}
+		s, now = m.Get(key, now)
 	}
-}
-
-func (l *Limiter) check(key string) error {
-	if l.wm != nil {
-		return l.wm.Check(key)
-	}
-	return l.sm.Check(key)
 }
 
 // Limit returns the limit (0 on a zero Limiter).

@@ -197,6 +197,7 @@ func (l *Keyed) Init(rate throttle.Rate, burst int, opts ...throttle.Option) err
 		return err
 	}
 	l.m = keyed.New[State](s)
+	l.m.SetDebts(Debts{})
 	l.cfg.Store(c)
 	return nil
 }
@@ -216,41 +217,38 @@ func (l *Keyed) checkKey(key string) error {
 
 // Allow admits n units for key now or denies them, reading the clock once.
 func (l *Keyed) Allow(key string, n int) (d throttle.Decision, err error) {
-	if err := l.checkKey(key); err != nil {
-		return d, err
+	if l.m == nil {
+		return d, errZero
 	}
-	c := l.cfg.Load()
-	if n <= 0 || n > c.Burst {
-		return d, limiterkit.CheckN(n, c.Burst)
-	}
-	return l.allow(key, n, c), nil
+	return l.allow(key, n, l.cfg.Load())
 }
 
 // AllowWith is Allow under a limit given with the call instead of the
 // shared configuration: the key keeps what it has used, read at rate and
 // burst (as after SetRate and SetBurst).
 func (l *Keyed) AllowWith(key string, n int, rate throttle.Rate, burst int) (d throttle.Decision, err error) {
-	if err := l.checkKey(key); err != nil {
-		return d, err
+	if l.m == nil {
+		return d, errZero
 	}
 	var c Config
 	if err := c.Set(rate, burst); err != nil {
 		return d, err
 	}
-	if n <= 0 || n > c.Burst {
-		return d, limiterkit.CheckN(n, c.Burst)
-	}
-	return l.allow(key, n, &c), nil
+	return l.allow(key, n, &c)
 }
 
-func (l *Keyed) allow(key string, n int, c *Config) (d throttle.Decision) {
-	now := l.m.Now()
+func (l *Keyed) allow(key string, n int, c *Config) (d throttle.Decision, err error) {
+	s, now, err := l.m.Begin(key, n, c.Burst)
+	if err != nil {
+		return d, err
+	}
 	cost := int64(n) * c.Interval
 	for {
-		if tat, ok, live := l.m.Get(key, now).Take(now, cost, c.Tau); live {
+		if tat, ok, live := s.Take(now, cost, c.Tau); live {
 			c.Fill(&d, now, tat, cost, ok)
-			return d
+			return d, nil
 		}
+		s, now = l.m.Get(key, now)
 	}
 }
 
@@ -267,11 +265,12 @@ func (l *Keyed) Reserve(key string, n int, maxWait time.Duration) (throttle.Rese
 	if maxWait < 0 {
 		return throttle.Reservation{}, fmt.Errorf("%w: negative maxWait %v", throttle.ErrInvalid, maxWait)
 	}
-	now := l.m.Now()
+	s, now := l.m.Get(key, l.m.Now())
 	for {
-		if res, live := reserve(l.m.Get(key, now), c, now, n, maxWait); live {
+		if res, live := reserve(s, c, now, n, maxWait); live {
 			return res, nil
 		}
+		s, now = l.m.Get(key, now)
 	}
 }
 
@@ -284,8 +283,9 @@ func (l *Keyed) Debit(key string, n int64) error {
 		return fmt.Errorf("%w: debit must be positive, got %d", throttle.ErrInvalid, n)
 	}
 	cost := l.cfg.Load().Cost(n)
-	now := l.m.Now()
-	for !l.m.Get(key, now).Debit(now, cost) {
+	s, now := l.m.Get(key, l.m.Now())
+	for !s.Debit(now, cost) {
+		s, now = l.m.Get(key, now)
 	}
 	return nil
 }

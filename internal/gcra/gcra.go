@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/keyed"
 )
 
 // MaxSpan bounds the tolerance burst·interval of a bucket (about 36
@@ -235,16 +236,16 @@ func (s *State) Load() (tat int64, live bool) {
 	return t, t != dead
 }
 
-// Retire marks the state dead if it is full at now (TAT <= now), or
-// unconditionally when force is set, and reports whether it is dead. It
-// implements keyed.State.
-func (s *State) Retire(now int64, force bool) bool {
+// Retire marks the state dead if it is full at j.Now() (TAT <= now), read
+// after loading TAT, or unconditionally when force is set, and reports
+// whether it is dead. It implements keyed.State.
+func (s *State) Retire(j keyed.Judge, force bool) bool {
 	for {
 		old := s.load()
 		if old == dead {
 			return true
 		}
-		if old > now && !force {
+		if !force && old > j.Now() {
 			return false
 		}
 		if s.cas(old, dead) {
@@ -252,6 +253,34 @@ func (s *State) Retire(now int64, force bool) bool {
 		}
 	}
 }
+
+// Evict marks the state dead and returns the word it held: its debt, the
+// TAT with its sign bit flipped, so that 0 is a full bucket (no debt). It
+// implements keyed.Debtor.
+func (s *State) Evict() int64 {
+	for {
+		old := s.load()
+		if old == dead {
+			return 0
+		}
+		if s.cas(old, dead) {
+			return flip(old)
+		}
+	}
+}
+
+// Debts is the keyed.Debts of buckets: a debt is a state word (a TAT with
+// its sign bit flipped).
+type Debts struct{}
+
+// Merge returns the later TAT.
+func (Debts) Merge(a, b int64) int64 { return flip(max(flip(a), flip(b))) }
+
+// Paid reports whether the bucket of debt d is full at now.
+func (Debts) Paid(d, now int64) bool { return flip(d) <= now }
+
+// Owe makes the fresh state s start with debt d.
+func (Debts) Owe(s *State, d int64) { s.w.Store(d) }
 
 // Limit returns the admission limit of a reservation with maxWait: Tau +
 // maxWait, saturated so that a booked TAT stays within range.

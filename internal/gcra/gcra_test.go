@@ -40,13 +40,13 @@ func TestStateDeadAndRetire(t *testing.T) {
 	if tat, ok, live := s.Take(now, c.Cost(1), c.Tau); !ok || !live || tat != now+c.Interval {
 		t.Fatalf("Take on a fresh state: %d %v %v", tat, ok, live)
 	}
-	if s.Retire(now, false) {
+	if s.Retire(keyed.At(now), false) {
 		t.Fatal("retired a state that is not full")
 	}
-	if s.Retire(now+c.Interval-1, false) {
+	if s.Retire(keyed.At(now+c.Interval-1), false) {
 		t.Fatal("retired a state 1ns before it is full")
 	}
-	if !s.Retire(now+c.Interval, false) {
+	if !s.Retire(keyed.At(now+c.Interval), false) {
 		t.Fatal("did not retire a full state")
 	}
 	if _, ok, live := s.Take(now, c.Cost(1), c.Tau); ok || live {
@@ -55,12 +55,12 @@ func TestStateDeadAndRetire(t *testing.T) {
 	if s.Debit(now, 1) || s.Refund(now+c.Interval, c.Interval) {
 		t.Fatal("Debit or Refund revived a dead state")
 	}
-	if _, live := s.Load(); live || !s.Retire(now, false) {
+	if _, live := s.Load(); live || !s.Retire(keyed.At(now), false) {
 		t.Fatal("dead state reads live")
 	}
 	var f State
 	f.Take(now, c.Cost(2), c.Tau)
-	if !f.Retire(now, true) {
+	if !f.Retire(keyed.At(now), true) {
 		t.Fatal("forced retirement refused")
 	}
 }
@@ -92,12 +92,12 @@ func TestKeyedRetiredKeyIsFresh(t *testing.T) {
 	}
 	defer l.Close()
 	l.Allow("k", 2)
-	clk.Advance(200*time.Millisecond + time.Duration(keyed.RetireMargin) - 1)
-	if n := l.Map().Sweep(l.Map().Now()); n != 0 || l.Map().Len() != 1 {
-		t.Fatalf("Sweep dropped %d, Len %d; want the key kept within the margin", n, l.Map().Len())
+	clk.Advance(200*time.Millisecond - 1)
+	if n := l.Map().Sweep(); n != 0 || l.Map().Len() != 1 {
+		t.Fatalf("Sweep dropped %d, Len %d; want the key kept until full", n, l.Map().Len())
 	}
 	clk.Advance(1)
-	if n := l.Map().Sweep(l.Map().Now()); n != 1 || l.Map().Len() != 0 {
+	if n := l.Map().Sweep(); n != 1 || l.Map().Len() != 0 {
 		t.Fatalf("Sweep dropped %d, Len %d", n, l.Map().Len())
 	}
 	if d, _ := l.Allow("k", 2); !d.Allowed || d.Remaining != 0 {
@@ -176,7 +176,7 @@ func TestStressRetire(t *testing.T) {
 					swept <- n
 					return
 				default:
-					n += l.Map().Sweep(l.Map().Now())
+					n += l.Map().Sweep()
 				}
 			}
 		}()
@@ -223,10 +223,11 @@ func TestStressRetire(t *testing.T) {
 	t.Logf("%d keys retired in 200 steps", retired)
 }
 
-// TestRetireMarginStaleDecision: a decision whose clock reading predates a
-// sweep must not find a fresh state where the old one was not yet full at
-// its reading. Simulated by moving the virtual clock back.
-func TestRetireMarginStaleDecision(t *testing.T) {
+// TestStaleDecisionLifted: a decision whose clock reading predates a sweep
+// must not find a fresh state where the old one was not yet full at its
+// reading: it is lifted to the instant the sweep judged from. Simulated by
+// moving the virtual clock back.
+func TestStaleDecisionLifted(t *testing.T) {
 	clk := throttletest.NewClock()
 	var l Keyed
 	if err := l.Init(throttle.PerSecond(1), 3, throttle.WithClock(clk)); err != nil {
@@ -235,9 +236,15 @@ func TestRetireMarginStaleDecision(t *testing.T) {
 	defer l.Close()
 	l.Allow("k", 3) // full again at +3 s
 	clk.Advance(3 * time.Second)
-	l.Map().Sweep(l.Map().Now()) // full only just now: must be kept
+	if n := l.Map().Sweep(); n != 1 {
+		t.Fatalf("Sweep dropped %d, want the full key", n)
+	}
 	clk.Advance(-500 * time.Millisecond)
-	if d, _ := l.Allow("k", 3); d.Allowed || d.RetryAfter != 500*time.Millisecond {
-		t.Fatalf("decision read 0.5 s before the sweep: %+v, want denied, RetryAfter 500ms", d)
+	if d, _ := l.Allow("k", 3); !d.Allowed || d.ResetAfter != 3*time.Second {
+		t.Fatalf("decision read 0.5 s before the sweep: %+v, want admitted as of the sweep", d)
+	}
+	clk.Advance(500 * time.Millisecond)
+	if d, _ := l.Allow("k", 1); d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("at the sweep's instant: %+v, want denied for 1s", d)
 	}
 }

@@ -9,18 +9,24 @@
 //   - a key whose state is back to full is dropped (no accuracy is lost:
 //     a fresh state is the same as a full one). Idle keys are found lazily,
 //     two ring slots per insert, and by Sweep or the optional sweeper;
-//   - a hard cap (Settings.MaxKeys): inserting past it evicts a key chosen
-//     by the CLOCK approximation of least-recently-used. Evicting a key
+//   - a hard cap (Settings.MaxKeys) on the keys of the whole map, counted
+//     in one atomic: inserting past it evicts a key chosen by the CLOCK
+//     approximation of least-recently-used, from the inserting key's
+//     shard or, when that has none to give, from another shard whose lock
+//     is free. Evicting a key
 //     that was not full forgets its state; Evictions counts those.
 //
-// Removal never races with a decision: the map retires a state (State.Retire
-// marks it dead with the algorithm's own CAS) before it drops the key, and a
-// decision that finds its state dead looks the key up again. A decision
-// reads the clock before it finds its state, so one that read it at t may
-// find a fresh state made after the old one was retired; that is right only
-// if the old state was full at t too. The map therefore drops a state only
-// once it has been full for RetireMargin: it asks Retire about now -
-// RetireMargin.
+// Removal never races with a decision. The map retires a state (State.Retire
+// marks it dead with the algorithm's own compare-and-swap of the exact word
+// it judged) before it drops the key, and a decision that finds its state
+// dead looks the key up again. A state is judged idle against a clock
+// reading taken after its word was loaded (Judge.Now), so a word written by
+// a decision that read the clock later than the clean-up is never judged
+// from the past. And each shard records the latest instant its clean-up
+// judged from: a decision whose own clock reading is older is lifted to that
+// instant when it looks its key up (Get), so one held up between its clock
+// reading and its look-up cannot count in a fresh state "before" the
+// instant at which the dropped one was judged idle.
 package keyed
 
 import (
@@ -35,21 +41,60 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
-// RetireMargin is how long a state must have been full before the map drops
-// it: longer than any decision takes between its clock reading and its
-// look-up.
-const RetireMargin = int64(time.Second)
-
 // State is implemented by a pointer to an algorithm's per-key state. The
 // zero value of the state must mean "fresh, full capacity".
 type State interface {
-	// Retire atomically marks the state dead if it is back to full at now,
-	// or, when force is set, unconditionally (the map is evicting it). It
-	// reports whether the state is now dead. A state may refuse a forced
-	// retirement (return false) when dropping it would be wrong, such as
-	// slots still held; the map then looks for another victim.
-	Retire(now int64, force bool) bool
+	// Retire atomically marks the state dead if it is back to full, or,
+	// when force is set, unconditionally (the map is evicting it). It
+	// reports whether the state is now dead. Fullness is judged at
+	// j.Now(), read after loading the state's word, and the word judged is
+	// the one replaced (by compare-and-swap: if it changed, judge again).
+	// A state may refuse a forced retirement (return false) when dropping
+	// it would be wrong, such as slots still held; the map then looks for
+	// another victim.
+	Retire(j Judge, force bool) bool
 }
+
+// Debtor is implemented by a state that leaves its debt behind when the
+// MaxKeys cap evicts it, so that the key (or one that collides with it)
+// does not come back fresh: the gubernator #98 bypass.
+type Debtor interface {
+	State
+	// Evict marks the state dead unconditionally and returns the word it
+	// replaced: its debt, 0 for none. A dead state returns 0.
+	Evict() int64
+}
+
+// Debts is the algorithm side of the debt table; see Map.SetDebts.
+type Debts[P any] interface {
+	// Merge returns a debt at least as strict as each of a and b.
+	Merge(a, b int64) int64
+	// Paid reports whether debt d is paid at now (the state would be full).
+	Paid(d, now int64) bool
+	// Owe makes the fresh state p owe d.
+	Owe(p P, d int64)
+}
+
+// debtCell is one cell of the debt table: a debt and the fingerprint of
+// the key that left it, or merged when several keys did.
+type debtCell struct {
+	fp   uint32
+	debt int64
+}
+
+const merged = 1 // the fingerprint of a cell merged from several keys
+
+// Judge is the clock a State's Retire judges idleness by.
+type Judge interface {
+	// Now returns the current time in nanoseconds since the Unix epoch.
+	Now() int64
+}
+
+// At is a Judge that always reads the same instant: for tests.
+type At int64
+
+// Now returns a.
+func (a At) Now() int64 { return int64(a) }
 
 // inlineKey is the longest key stored inside its entry. A lookup of such a
 // key touches two cache lines at most: its table slot and its entry, which
@@ -108,16 +153,18 @@ type table[S any] struct {
 }
 
 type shard[S any] struct {
-	tab   atomic.Pointer[table[S]]
-	tomb  *entry[S]     // marks a removed slot
-	mu    sync.Mutex    // serializes writers: tab's contents, n, ring, free, hands
-	n     int           // live keys
-	keys  *atomic.Int64 // the map's count of live keys, over all shards
-	ring  []*entry[S]   // CLOCK ring; nil slots are free
-	free  []int
-	hand  int // eviction hand
-	sweep int // idle-sweep hand
-	_     [64]byte
+	tab    atomic.Pointer[table[S]]
+	judged atomic.Int64 // latest instant a clean-up of this shard judged from
+	tomb   *entry[S]    // marks a removed slot
+	clk    *clock.Source
+	keys   *atomic.Int64 // the map's key count
+	mu     sync.Mutex    // serializes writers: tab's contents, n, ring, free, hands
+	n      int           // live keys
+	ring   []*entry[S]   // CLOCK ring; nil slots are free
+	free   []int
+	hand   int // eviction hand
+	sweep  int // idle-sweep hand
+	_      [64]byte
 }
 
 // find returns the entry for key in t, or nil.
@@ -145,9 +192,13 @@ type Map[S any, P interface {
 	seed      maphash.Seed
 	shards    []shard[S]
 	mask      uint64
-	keys      atomic.Int64  // live keys over all shards: MaxKeys bounds it
-	victim    atomic.Uint64 // rotates the shards asked to evict for another
+	keys      atomic.Int64  // live keys in all shards
+	next      atomic.Uint32 // where eviction from other shards starts
 	evictions atomic.Uint64
+	debts     Debts[P]
+	debtMu    sync.Mutex
+	table     []debtCell  // allocated at the first eviction with a debt
+	hasDebts  atomic.Bool // table is allocated
 	closed    atomic.Bool
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -173,15 +224,99 @@ func New[S any, P interface {
 		mask:   uint64(n - 1),
 	}
 	for i := range m.shards {
-		m.shards[i].keys = &m.keys
 		m.shards[i].tab.Store(newTable[S](8))
 		m.shards[i].tomb = new(entry[S])
+		m.shards[i].clk = &m.clk
+		m.shards[i].keys = &m.keys
 	}
 	if s.SweepInterval > 0 {
 		m.stop, m.done = make(chan struct{}), make(chan struct{})
 		go m.sweeper(s.SweepInterval)
 	}
 	return m
+}
+
+// SetDebts turns on the debt table: states evicted by the MaxKeys cap
+// while owing (their Evict word is not 0) leave their debt in a table of
+// 2·MaxKeys cells indexed by key hash, allocated at the first such
+// eviction; a new key starts from its own cell's debt, or from a cell that
+// several keys' debts were merged into. A cell is cleared once its debt is
+// paid. It must be called before the map is used, and only if *S
+// implements Debtor.
+func (m *Map[S, P]) SetDebts(d Debts[P]) { m.debts = d }
+
+func fingerprint(h uint64) uint32 { return uint32(h>>32) | 2 }
+
+// cells returns the two cells of hash h; m.debtMu must be held.
+func (m *Map[S, P]) cells(h uint64) (*debtCell, *debtCell) {
+	mask := uint64(len(m.table) - 1)
+	return &m.table[h&mask], &m.table[(h>>20)&mask]
+}
+
+// leave records debt d of the key of hash h.
+func (m *Map[S, P]) leave(h uint64, d int64, now int64) {
+	m.debtMu.Lock()
+	defer m.debtMu.Unlock()
+	if m.table == nil {
+		size := 2
+		for size < 2*m.set.MaxKeys {
+			size *= 2
+		}
+		m.table = make([]debtCell, size)
+		m.hasDebts.Store(true)
+	}
+	fp := fingerprint(h)
+	a, b := m.cells(h)
+	for _, c := range [2]*debtCell{a, b} {
+		if c.debt != 0 && m.debts.Paid(c.debt, now) {
+			*c = debtCell{}
+		}
+	}
+	switch {
+	case a.fp == fp:
+		a.debt = m.debts.Merge(a.debt, d)
+	case b.fp == fp:
+		b.debt = m.debts.Merge(b.debt, d)
+	case a.debt == 0:
+		*a = debtCell{fp, d}
+	case b.debt == 0:
+		*b = debtCell{fp, d}
+	default: // both taken by others: merge into the first
+		*a = debtCell{merged, m.debts.Merge(a.debt, d)}
+	}
+}
+
+// owed returns the debt a new key of hash h starts from (0 for none),
+// taking its own cell's debt out of the table.
+func (m *Map[S, P]) owed(h uint64, now int64) int64 {
+	m.debtMu.Lock()
+	defer m.debtMu.Unlock()
+	if m.table == nil {
+		return 0
+	}
+	fp := fingerprint(h)
+	a, b := m.cells(h)
+	var d int64
+	for _, c := range [2]*debtCell{a, b} {
+		switch {
+		case c.debt == 0:
+		case m.debts.Paid(c.debt, now):
+			*c = debtCell{}
+		case c.fp == fp:
+			d = merge(m.debts, d, c.debt)
+			*c = debtCell{}
+		case c.fp == merged:
+			d = merge(m.debts, d, c.debt)
+		}
+	}
+	return d
+}
+
+func merge[P any](ds Debts[P], a, b int64) int64 {
+	if a == 0 {
+		return b
+	}
+	return ds.Merge(a, b)
 }
 
 // Now reads the map's clock, in nanoseconds since the Unix epoch.
@@ -196,19 +331,52 @@ func (m *Map[S, P]) locate(key string) (*shard[S], uint64) {
 	return &m.shards[h&m.mask], h
 }
 
+// Now reads the clock for a clean-up of sh and records the reading as the
+// shard's latest judged instant; sh.mu must be held. It implements Judge.
+func (sh *shard[S]) Now() int64 {
+	t := sh.clk.Now()
+	if t > sh.judged.Load() {
+		sh.judged.Store(t)
+	}
+	return t
+}
+
 // Get returns the state of key, inserting a fresh zero state if the key is
-// absent. The state may be retired concurrently at any time; the caller
-// then calls Get again.
-func (m *Map[S, P]) Get(key string, now int64) P {
+// absent, and the instant the caller must decide at: now, the caller's
+// clock reading, or the later instant a clean-up of the key's shard judged
+// a state idle at. The state may be retired concurrently at any time; the
+// caller then calls Get again with the instant it got.
+func (m *Map[S, P]) Get(key string, now int64) (P, int64) {
 	sh, h := m.locate(key)
 	e := sh.tab.Load().find(key, h>>8, sh.tomb)
+	var p P
 	if e == nil {
-		return m.insert(sh, key, h>>8, now)
+		p = m.insert(sh, key, h>>8)
+	} else {
+		if e.ref.Load() == 0 {
+			e.ref.Store(1)
+		}
+		p = &e.state
 	}
-	if e.ref.Load() == 0 {
-		e.ref.Store(1)
+	if j := sh.judged.Load(); j > now {
+		now = j
 	}
-	return &e.state
+	return p, now
+}
+
+// Begin does what every keyed decision does first: it checks that the map
+// is open, the key, and n against limit (see limiterkit.CheckN), reads the
+// clock once, and returns key's state and the instant to decide at (see
+// Get). If the state turns out dead, the caller calls Get(key, now).
+func (m *Map[S, P]) Begin(key string, n, limit int) (P, int64, error) {
+	if err := m.Check(key); err != nil {
+		return nil, 0, err
+	}
+	if n <= 0 || n > limit {
+		return nil, 0, limiterkit.CheckN(n, limit)
+	}
+	p, now := m.Get(key, m.clk.Now())
+	return p, now, nil
 }
 
 // Load returns the state of key, or nil if the key is absent.
@@ -220,20 +388,25 @@ func (m *Map[S, P]) Load(key string) P {
 	return nil
 }
 
-func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64, now int64) P {
+func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64) P {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.tab.Load().find(key, h, sh.tomb); e != nil {
 		return &e.state
 	}
-	m.sweepSome(sh, now, 2)
-	if m.keys.Load() >= int64(m.set.MaxKeys) && !m.evictOne(sh, now) {
-		m.evictElsewhere(sh, now)
+	m.sweepSome(sh, 2)
+	if m.keys.Load() >= int64(m.set.MaxKeys) && !m.evictOne(sh) {
+		m.evictElsewhere(sh)
 	}
 	// A new key starts unreferenced: one that is never used again is the
 	// first to go, which keeps a scan of one-off keys from flushing the
 	// keys in steady use.
 	e := newEntry[S](key, h)
+	if m.debts != nil && m.hasDebts.Load() {
+		if d := m.owed(h, sh.Now()); d != 0 {
+			m.debts.Owe(&e.state, d)
+		}
+	}
 	if k := len(sh.free); k > 0 {
 		sh.ring[sh.free[k-1]] = e
 		sh.free = sh.free[:k-1]
@@ -307,27 +480,29 @@ func (sh *shard[S]) remove(i int) {
 }
 
 // sweepSome examines up to k ring slots for idle states; sh.mu must be held.
-func (m *Map[S, P]) sweepSome(sh *shard[S], now int64, k int) {
+func (m *Map[S, P]) sweepSome(sh *shard[S], k int) {
 	for ; k > 0 && len(sh.ring) > 0; k-- {
 		sh.sweep = (sh.sweep + 1) % len(sh.ring)
-		if e := sh.ring[sh.sweep]; e != nil && P(&e.state).Retire(now-RetireMargin, false) {
+		if e := sh.ring[sh.sweep]; e != nil && P(&e.state).Retire(sh, false) {
 			sh.remove(sh.sweep)
 		}
 	}
 }
 
-// evictElsewhere frees a slot in up to evictTries other shards that it can
-// lock without waiting, for a new key of sh (whose mu is held) when sh
-// has nothing to give: MaxKeys bounds the whole map, not each shard.
-func (m *Map[S, P]) evictElsewhere(sh *shard[S], now int64) {
-	for range min(evictTries, len(m.shards)-1) {
-		o := &m.shards[m.victim.Add(1)&m.mask]
-		if o == sh || !o.mu.TryLock() {
+// evictElsewhere evicts one key from a shard other than own whose lock it
+// can take without waiting; own.mu is held. If none gives one, the map
+// grows past its cap (a soft cap, so that slots held by a concurrency
+// limiter are never forgotten, and an insert never waits on a second lock).
+func (m *Map[S, P]) evictElsewhere(own *shard[S]) {
+	start := int(m.next.Add(1))
+	for i := range min(len(m.shards), evictTries) {
+		o := &m.shards[(start+i)&int(m.mask)]
+		if o == own || !o.mu.TryLock() {
 			continue
 		}
-		done := m.evictOne(o, now)
+		ok := m.evictOne(o)
 		o.mu.Unlock()
-		if done {
+		if ok {
 			return
 		}
 	}
@@ -340,11 +515,9 @@ const (
 	evictLook  = 64
 )
 
-// evictOne frees one slot by the CLOCK policy and reports whether it did;
-// sh.mu must be held. If every state refuses, the map grows past its cap
-// (a soft cap, so that slots held by a concurrency limiter are never
-// forgotten).
-func (m *Map[S, P]) evictOne(sh *shard[S], now int64) bool {
+// evictOne frees one slot of sh by the CLOCK policy and reports whether it
+// did; sh.mu must be held. It fails when every state refuses.
+func (m *Map[S, P]) evictOne(sh *shard[S]) bool {
 	// The hand resumes where it stopped, so a bounded look costs O(1) per
 	// insert even when most states refuse (units held by counting): such
 	// a map grows past its cap a little instead of scanning every key.
@@ -357,8 +530,13 @@ func (m *Map[S, P]) evictOne(sh *shard[S], now int64) bool {
 		case e.ref.Load() != 0:
 			e.ref.Store(0)
 			continue
-		case P(&e.state).Retire(now-RetireMargin, false):
-		case P(&e.state).Retire(now, true):
+		case P(&e.state).Retire(sh, false):
+		case m.debts != nil:
+			if d := any(P(&e.state)).(Debtor).Evict(); d != 0 {
+				m.evictions.Add(1)
+				m.leave(e.hash, d, sh.Now())
+			}
+		case P(&e.state).Retire(sh, true):
 			m.evictions.Add(1)
 		default:
 			continue
@@ -369,15 +547,15 @@ func (m *Map[S, P]) evictOne(sh *shard[S], now int64) bool {
 	return false
 }
 
-// Sweep drops every key whose state has been full since now -
-// RetireMargin and returns how many it dropped.
-func (m *Map[S, P]) Sweep(now int64) int {
+// Sweep drops every key whose state is full and returns how many it
+// dropped.
+func (m *Map[S, P]) Sweep() int {
 	dropped := 0
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		for j, e := range sh.ring {
-			if e != nil && P(&e.state).Retire(now-RetireMargin, false) {
+			if e != nil && P(&e.state).Retire(sh, false) {
 				sh.remove(j)
 				dropped++
 			}
@@ -445,7 +623,7 @@ func (m *Map[S, P]) sweeper(every time.Duration) {
 		case <-m.stop:
 			return
 		case <-t.C:
-			m.Sweep(m.Now())
+			m.Sweep()
 		}
 	}
 }

@@ -21,7 +21,7 @@ const dead = -1
 // busy is a test state: a count of units in use; idle when zero.
 type busy struct{ n atomic.Int64 }
 
-func (s *busy) Retire(now int64, force bool) bool {
+func (s *busy) Retire(j Judge, force bool) bool {
 	for {
 		v := s.n.Load()
 		if v == dead {
@@ -51,7 +51,7 @@ func (s *busy) acquire() bool {
 // pinned refuses forced retirement while in use.
 type pinned struct{ busy }
 
-func (s *pinned) Retire(now int64, force bool) bool { return s.busy.Retire(now, false) }
+func (s *pinned) Retire(j Judge, force bool) bool { return s.busy.Retire(j, false) }
 
 func newMap[S any, P interface {
 	*S
@@ -71,8 +71,8 @@ func TestGetLoad(t *testing.T) {
 	if m.Load("a") != nil {
 		t.Fatal("Load of an absent key is not nil")
 	}
-	p := m.Get("a", 0)
-	if q := m.Get("a", 0); q != p {
+	p, _ := m.Get("a", 0)
+	if q, _ := m.Get("a", 0); q != p {
 		t.Fatal("Get returned a different state for the same key")
 	}
 	if m.Load("a") != p || m.Len() != 1 {
@@ -83,12 +83,12 @@ func TestGetLoad(t *testing.T) {
 func TestSweepDropsOnlyIdle(t *testing.T) {
 	m := newMap[busy](t)
 	for i := range 100 {
-		p := m.Get(fmt.Sprint(i), 0)
+		p, _ := m.Get(fmt.Sprint(i), 0)
 		if i%2 == 0 {
 			p.acquire()
 		}
 	}
-	m.Sweep(0)
+	m.Sweep()
 	if m.Len() != 50 || m.Evictions() != 0 {
 		t.Fatalf("Len %d Evictions %d, want 50 and 0", m.Len(), m.Evictions())
 	}
@@ -107,11 +107,11 @@ func TestLazySweepOnInsert(t *testing.T) {
 func TestMaxKeysEvictsLeastRecentlyUsed(t *testing.T) {
 	const maxKeys = 64
 	m := newMap[busy](t, throttle.WithMaxKeys(maxKeys))
-	hot := m.Get("hot", 0)
+	hot, _ := m.Get("hot", 0)
 	hot.acquire()
 	for i := range 1000 {
 		m.Get("hot", 0) // keep it referenced
-		m.Get(fmt.Sprint(i), 0).acquire()
+		get(m, fmt.Sprint(i)).acquire()
 		if n := m.Len(); n > maxKeys {
 			t.Fatalf("after %d inserts Len = %d, above MaxKeys %d", i, n, maxKeys)
 		}
@@ -124,30 +124,10 @@ func TestMaxKeysEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
-// MaxKeys bounds the whole map: no key is evicted before MaxKeys keys are
-// held, however they spread over the shards, and the map never holds more.
-func TestMaxKeysIsGlobal(t *testing.T) {
-	for _, maxKeys := range []int{10, 1024, 4096} {
-		m := newMap[busy](t, throttle.WithMaxKeys(maxKeys))
-		for i := range 3 * maxKeys {
-			m.Get(fmt.Sprint(i), 0).acquire()
-			if i < maxKeys && m.Evictions() != 0 {
-				t.Fatalf("MaxKeys %d: a key evicted after %d keys", maxKeys, i+1)
-			}
-			if n := m.Len(); n > maxKeys {
-				t.Fatalf("MaxKeys %d: Len %d after %d keys", maxKeys, n, i+1)
-			}
-		}
-		if n := m.Len(); n != maxKeys {
-			t.Fatalf("MaxKeys %d: Len %d at the end", maxKeys, n)
-		}
-	}
-}
-
 func TestRefusedEvictionIsSoftCap(t *testing.T) {
 	m := newMap[pinned](t, throttle.WithMaxKeys(4))
 	for i := range 10 {
-		m.Get(fmt.Sprint(i), 0).acquire()
+		get(m, fmt.Sprint(i)).acquire()
 	}
 	if m.Len() != 10 || m.Evictions() != 0 {
 		t.Fatalf("Len %d Evictions %d: states that refuse eviction must be kept", m.Len(), m.Evictions())
@@ -166,7 +146,7 @@ func TestRetireRace(t *testing.T) {
 			case <-stop:
 				return
 			default:
-				m.Sweep(0)
+				m.Sweep()
 			}
 		}
 	})
@@ -177,7 +157,7 @@ func TestRetireRace(t *testing.T) {
 			for range 20000 {
 				key := fmt.Sprint(rng.IntN(16))
 				var p *busy
-				for p = m.Get(key, 0); !p.acquire(); p = m.Get(key, 0) {
+				for p, _ = m.Get(key, 0); !p.acquire(); p, _ = m.Get(key, 0) {
 				}
 				if q := m.Load(key); q != p {
 					t.Errorf("key %s held on a state the map does not hold", key)
@@ -190,7 +170,7 @@ func TestRetireRace(t *testing.T) {
 	workers.Wait()
 	close(stop)
 	wg.Wait()
-	m.Sweep(0)
+	m.Sweep()
 	if m.Len() != 0 {
 		t.Fatalf("Len = %d after all released and swept", m.Len())
 	}
@@ -221,7 +201,7 @@ func BenchmarkGet(b *testing.B) {
 		}
 		m := newMap[busy](b)
 		for _, k := range keys {
-			m.Get(k, 0).acquire()
+			get(m, k).acquire()
 		}
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
@@ -255,7 +235,7 @@ func TestKeysInlineAndLong(t *testing.T) {
 		"abcdefghijklmnopqrstuvwxyz0123456789", "abcdefghijklmnopqrstuvwx\x00"}
 	states := map[string]*busy{}
 	for _, k := range keys {
-		states[k] = m.Get(k, 0)
+		states[k], _ = m.Get(k, 0)
 		states[k].acquire()
 	}
 	for _, k := range keys {
@@ -273,5 +253,36 @@ func TestKeysInlineAndLong(t *testing.T) {
 	})
 	if len(seen) != len(keys) {
 		t.Errorf("Range saw %d keys, want %d", len(seen), len(keys))
+	}
+}
+
+func get[S any, P interface {
+	*S
+	State
+}](m *Map[S, P], key string) P {
+	p, _ := m.Get(key, 0)
+	return p
+}
+
+// TestMaxKeysGlobal: the cap holds for the whole map, not per shard: a
+// map holds exactly MaxKeys busy keys without evicting any, and never more.
+func TestMaxKeysGlobal(t *testing.T) {
+	for _, max := range []int{10, 1024, 4096} {
+		m := newMap[busy](t, throttle.WithMaxKeys(max))
+		for i := range max {
+			get(m, fmt.Sprint("k", i)).acquire()
+		}
+		if m.Len() != max || m.Evictions() != 0 {
+			t.Errorf("MaxKeys %d: Len %d, Evictions %d after %d busy keys; want %d, 0", max, m.Len(), m.Evictions(), max, max)
+		}
+		for i := range max {
+			get(m, fmt.Sprint("j", i)).acquire()
+			if m.Len() > max {
+				t.Fatalf("MaxKeys %d: Len %d", max, m.Len())
+			}
+		}
+		if m.Len() != max {
+			t.Errorf("MaxKeys %d: Len %d after churn, want %d", max, m.Len(), max)
+		}
 	}
 }

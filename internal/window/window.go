@@ -16,6 +16,7 @@ package window
 import (
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,6 +59,9 @@ func (l Layout) Pack1(tag, c int64) int64 { return (tag<<l.shift)&^Dead | c }
 // and lo.
 func (l Layout) Pack2(tag, hi, lo int64) int64 { return (tag<<l.shift)&^Dead | hi<<l.cb | lo }
 
+// Tag returns the tag of a live word, for Since.
+func (l Layout) Tag(w int64) int64 { return w >> l.shift }
+
 // Lo returns the low (or only) count of a live word.
 func (l Layout) Lo(w int64) int64 { return w & l.cmask }
 
@@ -88,6 +92,25 @@ func (l Layout) Since(w, idx int64) int64 {
 func (l Layout) Skew(unit int64) int64 {
 	s := max(2, (int64(time.Second)+unit-1)/unit)
 	return min(s, int64(1)<<(l.tb-3))
+}
+
+// Retire marks the state word w dead if it is zero or full(word, now) holds
+// at a clock reading taken after loading it, or unconditionally when force
+// is set, replacing exactly the word judged. It reports whether the word
+// is now dead. It is the keyed.State.Retire of every window limiter.
+func Retire(w *atomic.Int64, clk interface{ Now() int64 }, force bool, full func(w, now int64) bool) bool {
+	for {
+		old := w.Load()
+		if old == Dead {
+			return true
+		}
+		if !force && old != 0 && !full(old, clk.Now()) {
+			return false
+		}
+		if w.CompareAndSwap(old, Dead) {
+			return true
+		}
+	}
 }
 
 // FloorDiv returns a/b rounded toward minus infinity; b must be positive.
