@@ -291,12 +291,7 @@ func (s *state) Retire(j keyed.Judge, force bool) bool {
 
 // Evict marks the state dead and returns the word it held (0 if dead): its
 // debt. It implements keyed.Debtor.
-func (s *state) Evict() int64 {
-	if w := s.w.Swap(window.Dead); w != window.Dead {
-		return w
-	}
-	return 0
-}
+func (s *state) Evict() int64 { return window.Evict(&s.w) }
 
 // Merge returns the later window (or opening) with the larger count: at
 // least as strict as either debt. It implements keyed.Debts.
@@ -323,7 +318,9 @@ func (s *state) full(w, now int64) bool { return s.cfg.Load().full(w, now) }
 // Limiter is a set of fixed-window counters, one per key, all with the
 // same limit and window. A key seen for the first time starts empty; a key
 // whose window has closed is forgotten (no accuracy is lost), and past
-// throttle.WithMaxKeys the least recently used key is evicted. All methods
+// throttle.WithMaxKeys the least recently used key is evicted, leaving its
+// count as a debt that it (or a key sharing its cell of the debt table)
+// starts from, so eviction never readmits. All methods
 // are safe for concurrent use. The zero value is not usable: its methods
 // fail with an error wrapping throttle.ErrInvalid; create it with New or
 // NewAnchored.

@@ -135,9 +135,10 @@ func (b *Bucket) Capacity() int {
 
 // Limiter is a set of leaky buckets (meters), one per key, all with the
 // same rate and capacity. A key seen for the first time starts empty; a
-// key whose bucket has been empty for a second is forgotten (no accuracy
-// is lost), and past throttle.WithMaxKeys the least recently used key is
-// evicted (its state is lost). All methods are safe for concurrent use.
+// key whose bucket is empty again is forgotten (no accuracy is lost), and
+// past throttle.WithMaxKeys the least recently used key is evicted,
+// leaving its level as a debt that it (or a key sharing its cell of the
+// debt table) starts from. All methods are safe for concurrent use.
 // The zero value is not usable: its methods fail with an error wrapping
 // throttle.ErrInvalid; create it with New.
 type Limiter struct{ g gcra.Keyed }

@@ -12,10 +12,13 @@
 // denied 1 ns before it and admitted at it, if nothing else is admitted
 // meanwhile. ResetAfter is when the newest admission leaves the window.
 //
-// The guarantee holds for as long as the keyed Limiter tracks the key: past
-// throttle.WithMaxKeys, a key still in use may be evicted (least recently
-// used first), and its log is forgotten. Idle keys are always dropped
-// before that, and dropping an idle key loses nothing.
+// Past throttle.WithMaxKeys, a key still in use may be evicted (least
+// recently used first); its log then leaves a debt, its units counted as
+// admitted at its newest admission rounded up to 2^bits.Len(limit) ns, that
+// the key (or a new key sharing its cell of the debt table) starts from.
+// The bound still holds; such a key is at worst denied slightly longer
+// than its log would. Idle keys are always dropped before any eviction,
+// and dropping an idle key loses nothing.
 //
 // Compared with a fixed or sliding window counter, the log never lets
 // 2·limit through around a window edge (fixedwindow) and never estimates
@@ -146,8 +149,9 @@ type Limiter struct {
 // state is the log of one key. The zero value is an empty log.
 type state struct {
 	log
-	dead  bool  // retired: dropped from the map, look the key up again
-	until int64 // ns; when the log is empty again, if size > 0
+	p     *params // the limiter's, set on first use: Evict needs it
+	dead  bool    // retired: dropped from the map, look the key up again
+	until int64   // ns; when the log is empty again, if size > 0
 }
 
 // Retire marks the state dead if its log is empty at now, or if force.
@@ -179,7 +183,9 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{p: p, m: keyed.New[state](s)}, nil
+	l := &Limiter{p: p, m: keyed.New[state](s)}
+	l.m.SetDebts(debts{&l.p})
+	return l, nil
 }
 
 // Allow admits n units for key now if the key's last window holds room
@@ -202,6 +208,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 			s.mu.Unlock()
 			continue
 		}
+		s.p = &l.p
 		ok, rem, retry, reset := s.decide(&l.p, now, int64(n))
 		s.until = s.last + l.p.window
 		s.mu.Unlock()

@@ -482,7 +482,8 @@ func (s *slotted) full(w, now int64) bool { return s.cfg.Load().fullSlotted(w, n
 // with the same limit and window. A key seen for the first time starts
 // empty; a key whose window is empty again is forgotten (no accuracy is
 // lost), and past throttle.WithMaxKeys the least recently used key is
-// evicted. All methods are safe for concurrent use. The zero value is not
+// evicted, leaving its counts as a debt that it (or a key sharing its cell
+// of the debt table) starts from, so eviction never readmits. All methods are safe for concurrent use. The zero value is not
 // usable: its methods fail with an error wrapping throttle.ErrInvalid;
 // create it with New or NewSlotted.
 type Limiter struct {
@@ -521,8 +522,10 @@ func newLimiter(limit int, w time.Duration, slots int, opts []throttle.Option) (
 	l := &Limiter{c: c}
 	if slots == 0 {
 		l.wm = keyed.New[weighted](s)
+		l.wm.SetDebts(weightedDebts{c})
 	} else {
 		l.sm = keyed.New[slotted](s)
+		l.sm.SetDebts(slottedDebts{c})
 	}
 	return l, nil
 }

@@ -3,6 +3,8 @@ package throttletest
 import (
 	"context"
 	"strconv"
+	"testing"
+	"time"
 
 	"github.com/throttlekit/throttle"
 )
@@ -41,4 +43,74 @@ func FalseDenials(l throttle.Limiter, prefix string, n, keys int) int {
 		}
 	}
 	return denied
+}
+
+// NoBypass drives l, a keyed limiter bounded by a small throttle.WithMaxKeys,
+// and ref, the same limiter with no practical bound on keys, on the
+// virtual clock clk (which both read) with the trace in steps, and fails t
+// if l admits a request that ref, holding exactly what l admitted, would
+// deny: eviction, the debt table and clean-up may only ever err toward
+// denial. Each step takes 3 bytes: the key (one of 16), the units
+// (1 to limit) and how far the clock moves first (0 to 255 units of
+// tick). It is meant for fuzz targets of exact algorithms, whose decisions
+// depend on admitted history only.
+func NoBypass(t testing.TB, l, ref throttle.Limiter, clk *Clock, limit int, tick time.Duration, steps []byte) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i+2 < len(steps); i += 3 {
+		clk.Advance(time.Duration(steps[i+2]) * tick)
+		key, n := "k"+strconv.Itoa(int(steps[i]%16)), 1+int(steps[i+1])%limit
+		d, err := l.Allow(ctx, key, n)
+		if err != nil {
+			t.Fatalf("step %d: Allow(%q, %d): %v", i/3, key, n, err)
+		}
+		if !d.Allowed {
+			continue
+		}
+		if r, err := ref.Allow(ctx, key, n); err != nil || !r.Allowed {
+			t.Fatalf("step %d at %v: %q admitted %d units the unbounded limiter denies (%+v, %v)", i/3, clk.Now(), key, n, r, err)
+		}
+	}
+}
+
+// Eviction checks a keyed limiter bounded by throttle.WithMaxKeys against
+// the eviction bypass. newLimiter returns a fresh limiter of limit units
+// per key reading clk, capped at maxKeys keys; horizon is how long after
+// its last admission a key is surely full again. It requires that:
+//   - a key evicted while full is not admitted again (Readmissions, with
+//     caps of 10 and 1024 keys), and nobody is denied once horizon has
+//     passed;
+//   - floods of 2× and 10× MaxKeys new keys, each taking 1 of 10 units,
+//     deny none of them (debts merged in the table only ever hold a key
+//     to what it could have used).
+func Eviction(t *testing.T, horizon time.Duration, newLimiter func(clk *Clock, limit, maxKeys int) (throttle.Limiter, error)) {
+	t.Helper()
+	mk := func(clk *Clock, limit, maxKeys int) throttle.Limiter {
+		t.Helper()
+		l, err := newLimiter(clk, limit, maxKeys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, ok := l.(interface{ Close() error }); ok {
+			t.Cleanup(func() { c.Close() })
+		}
+		return l
+	}
+	for _, c := range []struct{ max, others int }{{10, 50}, {1024, 1500}} {
+		clk := NewClock()
+		l := mk(clk, 1, c.max)
+		if n := Readmissions(l, 1, c.others, 10); n != 0 {
+			t.Errorf("MaxKeys %d: evicted key readmitted in %d of 10 rounds", c.max, n)
+		}
+		clk.Advance(horizon)
+		if denied := FalseDenials(l, "after", 1, c.max); denied != 0 {
+			t.Errorf("MaxKeys %d: %d new keys denied after the horizon", c.max, denied)
+		}
+	}
+	for _, k := range []int{2, 10} {
+		l := mk(NewClock(), 10, 1024)
+		if denied := FalseDenials(l, "flood", 1, k*1024); denied != 0 {
+			t.Errorf("a flood of %d new keys taking 1 of 10 units denied %d of them", k*1024, denied)
+		}
+	}
 }

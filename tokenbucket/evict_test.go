@@ -14,21 +14,9 @@ import (
 // they share a table cell with are unpaid, and none once the limit's
 // horizon has passed.
 func TestEvictedKeyNotFresh(t *testing.T) {
-	for _, c := range []struct{ max, others int }{{10, 50}, {1024, 1500}} {
-		clk := throttletest.NewClock()
-		l, err := New(throttle.PerHour(1), 1, throttle.WithClock(clk), throttle.WithMaxKeys(c.max))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := throttletest.Readmissions(l, 1, c.others, 10); n != 0 {
-			t.Errorf("MaxKeys %d: evicted key readmitted in %d of 10 rounds", c.max, n)
-		}
-		clk.Advance(time.Hour)
-		if denied := throttletest.FalseDenials(l, "after", 1, c.max); denied != 0 {
-			t.Errorf("MaxKeys %d: %d new keys denied after the horizon", c.max, denied)
-		}
-		l.Close()
-	}
+	throttletest.Eviction(t, time.Hour, func(clk *throttletest.Clock, limit, maxKeys int) (throttle.Limiter, error) {
+		return New(throttle.PerHour(limit), limit, throttle.WithClock(clk), throttle.WithMaxKeys(maxKeys))
+	})
 }
 
 // TestFloodFalseDenials measures (go test -v) the share of new keys denied
@@ -58,4 +46,27 @@ func TestFloodFalseDenials(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzNoBypass: with a cap of 4 keys on 16, the limiter never admits what
+// an unbounded one holding the same admissions would deny.
+func FuzzNoBypass(f *testing.F) {
+	f.Add(uint8(0), []byte{0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0, 5, 0, 0, 6, 0, 0, 7, 0, 0, 8, 0, 0, 9, 0, 0, 10, 0, 0, 11, 0, 0, 0, 0, 0}) // evicts k0, then asks again
+	f.Add(uint8(1), []byte{0, 0, 10, 1, 0, 10, 2, 0, 10, 3, 0, 10, 4, 0, 10, 0, 0, 10})
+	f.Fuzz(func(t *testing.T, burst uint8, steps []byte) {
+		b := 1 + int(burst%20)
+		clk := throttletest.NewClock()
+		rate := throttle.Every(64 * time.Millisecond)
+		l, err := New(rate, b, throttle.WithClock(clk), throttle.WithMaxKeys(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := New(rate, b, throttle.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		defer ref.Close()
+		throttletest.NoBypass(t, l, ref, clk, b, time.Millisecond, steps)
+	})
 }

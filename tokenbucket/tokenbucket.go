@@ -130,9 +130,10 @@ func (b *Bucket) Burst() int {
 
 // Limiter is a set of token buckets, one per key, all with the same rate
 // and burst. A key seen for the first time starts full; a key whose
-// bucket has been full again for a second is forgotten (no accuracy is
-// lost), and past throttle.WithMaxKeys the least recently used key is
-// evicted (its state is lost). All methods are safe for concurrent use.
+// bucket is full again is forgotten (no accuracy is lost), and past
+// throttle.WithMaxKeys the least recently used key is evicted, leaving
+// what it owes as a debt that it (or a key sharing its cell of the debt
+// table) starts from, so eviction never refills a bucket. All methods are safe for concurrent use.
 // The zero value is not usable: its methods fail with an error wrapping
 // throttle.ErrInvalid; create it with New.
 type Limiter struct{ g gcra.Keyed }

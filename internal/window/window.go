@@ -113,6 +113,16 @@ func Retire(w *atomic.Int64, clk interface{ Now() int64 }, force bool, full func
 	}
 }
 
+// Evict marks the state word w dead unconditionally and returns the word
+// it replaced, 0 if it was already dead: the debt a window limiter's state
+// leaves behind when a keyed map's cap evicts it (keyed.Debtor).
+func Evict(w *atomic.Int64) int64 {
+	if old := w.Swap(Dead); old != Dead {
+		return old
+	}
+	return 0
+}
+
 // FloorDiv returns a/b rounded toward minus infinity; b must be positive.
 func FloorDiv(a, b int64) int64 {
 	q := a / b
