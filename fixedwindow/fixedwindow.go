@@ -161,7 +161,7 @@ func (c *config) decideAnchored(w *atomic.Int64, now, n int64) (throttle.Decisio
 		}
 		count := c.lay.Lo(old)
 		open := tick - c.lay.Since(old, tick) // the stored opening tick
-		if count == 0 || open > tick+c.skew || now-open<<c.shift >= c.window {
+		if count == 0 || open-tick > c.skew || now-open<<c.shift >= c.window {
 			// No open window: open one now, on the first tick at or after
 			// now. (A window opened after now by a caller with a later
 			// clock reading is open: the request counts in it.)
@@ -198,7 +198,7 @@ func (c *config) full(w, now int64) bool {
 	}
 	tick := now >> c.shift
 	open := tick - c.lay.Since(w, tick)
-	return open > tick+c.skew || now-open<<c.shift >= c.window
+	return open-tick > c.skew || now-open<<c.shift >= c.window
 }
 
 func (c *config) checkN(n int) error {

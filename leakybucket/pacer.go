@@ -61,6 +61,9 @@ func (p *Pacer) book() (delay time.Duration, tat, cost int64, err error) {
 		return 0, 0, 0, fmt.Errorf("%w: zero Pacer: use NewPacer", throttle.ErrInvalid)
 	}
 	delay, tat, cost, ok := p.g.Book(1, p.maxWait)
+	if !ok && tat == gcra.End {
+		return 0, 0, 0, gcra.ErrEndOfTime
+	}
 	if !ok {
 		return delay, 0, 0, fmt.Errorf("%w: pacer queue full: the next slot is more than %v away", throttle.ErrLimited, p.maxWait)
 	}

@@ -83,5 +83,5 @@ func (d debts) Owe(s *state, w int64) {
 	total, at := d.p.owed(w)
 	s.push(d.p, at, total)
 	s.seen = at ^ math.MinInt64
-	s.until = at + d.p.window
+	s.until = d.p.after(at)
 }

@@ -23,6 +23,16 @@ type params struct {
 	cbits    uint   // low bits of an entry holding its count
 	maxCount uint64 // 1<<cbits - 1: the largest count one entry holds
 	maxOff   int64  // the largest offset an entry holds
+	floor    int64  // math.MinInt64 + window: the earliest time a log records
+}
+
+// after returns t + window, or math.MaxInt64 if that is past the end of
+// int64 time: the instant an entry at t leaves the window.
+func (p *params) after(t int64) int64 {
+	if t > math.MaxInt64-p.window {
+		return math.MaxInt64
+	}
+	return t + p.window
 }
 
 func newParams(limit int, window time.Duration) (params, error) {
@@ -45,6 +55,7 @@ func newParams(limit int, window time.Duration) (params, error) {
 		cbits:    cbits,
 		maxCount: 1<<cbits - 1,
 		maxOff:   int64(1<<obits - 1),
+		floor:    math.MinInt64 + int64(window),
 	}, nil
 }
 
@@ -113,9 +124,11 @@ func (r *ring) expire(p *params, now int64) {
 // If the clock steps back, the log takes time as standing still at the
 // latest time it has seen: entries expired stay expired and admissions
 // are recorded at that time, so the log stays ordered and its bound holds
-// on the times it records. Durations are from now, the caller's time.
+// on the times it records. Likewise time stands still at p.floor during
+// the first window of int64 time (1677), so that now - window never
+// wraps. Durations are from now, the caller's time.
 func (r *ring) decide(p *params, now int64, n int64) (ok bool, remaining, retryAfter, resetAfter int64) {
-	at := max(r.seen^math.MinInt64, now)
+	at := max(r.seen^math.MinInt64, now, p.floor)
 	r.seen = at ^ math.MinInt64
 	r.expire(p, at)
 	if r.total+n <= p.limit {
@@ -243,14 +256,14 @@ func (l *log) decide(p *params, now int64, n int64) (ok bool, remaining, retryAf
 	ok, remaining, retryAfter, resetAfter = l.ring.decide(p, now, n)
 	full := int64(0)
 	if l.total == p.limit {
-		full = l.oldest(p) + p.window
+		full = p.after(l.oldest(p))
 	}
 	// Publish when fullness changes. An admission always changes it: it
 	// needs room, so the ring was not full before it.
 	if full != l.full.Load() {
 		l.seq.Add(1)
 		l.full.Store(full)
-		l.reset.Store(l.last + p.window)
+		l.reset.Store(p.after(l.last))
 		l.seq.Add(1)
 	}
 	return

@@ -210,7 +210,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 		}
 		s.p = &l.p
 		ok, rem, retry, reset := s.decide(&l.p, now, int64(n))
-		s.until = s.last + l.p.window
+		s.until = l.p.after(s.last)
 		s.mu.Unlock()
 		return l.p.decision(ok, rem, retry, reset), nil
 	}

@@ -3,6 +3,7 @@ package throttletest
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -57,6 +58,7 @@ func Run(t *testing.T, s Suite) {
 	if s.Bound != nil {
 		t.Run("NeverAboveBound", s.testBound)
 	}
+	t.Run("Instants", s.testInstants)
 	t.Run("Reserve", s.testReserve)
 	t.Run("CancelCopies", s.testCancelCopies)
 	t.Run("Close", s.testClose)
@@ -257,6 +259,66 @@ func (s Suite) testBound(t *testing.T) {
 			if b := s.Bound(clk.Now().Sub(start)); admitted > b {
 				t.Fatalf("trace %d: admitted %d within %v, bound %d", trace, admitted, clk.Now().Sub(start), b)
 			}
+		}
+	}
+}
+
+// Instants are clock readings across the whole int64 nanosecond range:
+// its ends (1677 and 2262), before and after 1970.
+var Instants = []time.Time{
+	time.Unix(0, math.MinInt64).UTC(),
+	time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC),
+	time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC),
+	time.Date(1960, 6, 1, 0, 0, 0, 0, time.UTC),
+	time.Unix(0, -1).UTC(),
+	time.Unix(0, 0).UTC(),
+	time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC),
+	time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC),
+	time.Date(2250, 1, 1, 0, 0, 0, 0, time.UTC),
+	time.Unix(0, math.MaxInt64-int64(5*time.Second)).UTC(),
+	time.Unix(0, math.MaxInt64).UTC(),
+}
+
+// testInstants starts a limiter at each of Instants: a fresh key admits at
+// most Limit units while time stands still, and (with Bound) at most
+// Bound(d) while time moves on for as long as the range lasts. A limiter
+// may refuse an instant it cannot represent its state at with an error
+// wrapping ErrInvalid, never wrap around or panic.
+func (s Suite) testInstants(t *testing.T) {
+	for _, t0 := range Instants {
+		clk := NewClock()
+		clk.Set(t0)
+		l := s.New(t, clk)
+		admitted, refused := int64(0), 0
+		count := func() {
+			d, err := l.Allow(ctx, "k", 1)
+			switch {
+			case err != nil && !errors.Is(err, throttle.ErrInvalid):
+				t.Fatalf("at %v: Allow: %v, want nil or an error wrapping ErrInvalid", t0, err)
+			case err != nil:
+				refused++
+			case d.Allowed:
+				admitted++
+			}
+		}
+		for range 3 * s.Limit {
+			count()
+		}
+		if admitted > int64(s.Limit) {
+			t.Errorf("at %v: admitted %d at one instant, limit %d", t0, admitted, s.Limit)
+		}
+		if s.Bound == nil || s.Release != nil {
+			continue
+		}
+		for step := 0; step < 200 && clk.ns.Load() <= math.MaxInt64-int64(time.Second); step++ {
+			clk.Advance(time.Second / 10)
+			count()
+			if b := s.Bound(clk.Now().Sub(t0)); admitted > b {
+				t.Fatalf("at %v: admitted %d within %v, bound %d", t0, admitted, clk.Now().Sub(t0), b)
+			}
+		}
+		if refused > 0 {
+			t.Logf("at %v: %d calls refused", t0, refused)
 		}
 	}
 }

@@ -36,6 +36,14 @@
 // Debit charges units that were used elsewhere (reported by a peer, say)
 // without checking: the bucket may go below empty, and Tokens turns
 // negative until the debt is earned back at rate.
+//
+// # Time range
+//
+// A clock may read any instant int64 nanoseconds hold, 1677 to 2262,
+// before 1970 too. A decision whose bucket would be full again only after
+// 2262-04-11 23:47:16 (the end of that range) fails with an error wrapping
+// throttle.ErrInvalid instead of wrapping around; so, for instance, a
+// bucket of 36 tokens at one per 366 days admits 12 in 2250, then fails.
 package tokenbucket
 
 import (

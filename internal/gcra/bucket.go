@@ -64,8 +64,8 @@ func (b *Single) AllowN(n int) (d throttle.Decision, err error) {
 	now := b.clk.Now()
 	cost := int64(n) * c.Interval
 	tat, ok, _ := b.st.Take(now, cost, c.Tau)
-	c.Fill(&d, now, tat, cost, ok)
-	return d, nil
+	err = c.Fill(&d, now, tat, cost, ok)
+	return d, err
 }
 
 // Reserve books n units at the earliest time they fit, if within maxWait.
@@ -80,18 +80,22 @@ func (b *Single) Reserve(n int, maxWait time.Duration) (throttle.Reservation, er
 	if maxWait < 0 {
 		return throttle.Reservation{}, fmt.Errorf("%w: negative maxWait %v", throttle.ErrInvalid, maxWait)
 	}
-	res, _ := reserve(&b.st, c, b.clk.Now(), n, maxWait)
-	return res, nil
+	res, _, err := reserve(&b.st, c, b.clk.Now(), n, maxWait)
+	return res, err
 }
 
 // Book is Reserve without the allocation of a Reservation: it returns the
-// delay, and what Refund needs to give the booking back.
+// delay, and what Refund needs to give the booking back. Not ok with tat
+// End means the booking would pass the end of time (ErrEndOfTime).
 func (b *Single) Book(n int, maxWait time.Duration) (delay time.Duration, tat, cost int64, ok bool) {
 	c := b.cfg.Load()
 	now := b.clk.Now()
 	cost = int64(n) * c.Interval
 	limit := c.Limit(maxWait)
 	tat, ok, _ = b.st.Take(now, cost, limit)
+	if !ok && tat == End {
+		return 0, End, cost, false
+	}
 	if !ok {
 		return time.Duration(max(tat, now) + cost - now - limit), tat, cost, false
 	}
@@ -165,17 +169,19 @@ func swap(p *atomic.Pointer[Config], f func(*Config) (*Config, error)) error {
 	}
 }
 
-func reserve(st *State, c *Config, now int64, n int, maxWait time.Duration) (throttle.Reservation, bool) {
+func reserve(st *State, c *Config, now int64, n int, maxWait time.Duration) (throttle.Reservation, bool, error) {
 	cost := int64(n) * c.Interval
 	limit := c.Limit(maxWait)
 	tat, ok, live := st.Take(now, cost, limit)
 	switch {
 	case !live:
-		return throttle.Reservation{}, false
+		return throttle.Reservation{}, false, nil
+	case !ok && tat == End:
+		return throttle.Reservation{}, true, ErrEndOfTime
 	case !ok:
-		return throttle.Reservation{Delay: time.Duration(max(tat, now) + cost - now - limit), Limit: c.Burst}, true
+		return throttle.Reservation{Delay: time.Duration(max(tat, now) + cost - now - limit), Limit: c.Burst}, true, nil
 	}
-	return limiterkit.NewReservation(time.Duration(max(tat-c.Tau-now, 0)), c.Burst, func() { st.Refund(tat, cost) }), true
+	return limiterkit.NewReservation(time.Duration(max(tat-c.Tau-now, 0)), c.Burst, func() { st.Refund(tat, cost) }), true, nil
 }
 
 // Keyed is a set of buckets, one per key, sharing one configuration.
@@ -245,8 +251,8 @@ func (l *Keyed) allow(key string, n int, c *Config) (d throttle.Decision, err er
 	cost := int64(n) * c.Interval
 	for {
 		if tat, ok, live := s.Take(now, cost, c.Tau); live {
-			c.Fill(&d, now, tat, cost, ok)
-			return d, nil
+			err = c.Fill(&d, now, tat, cost, ok)
+			return d, err
 		}
 		s, now = l.m.Get(key, now)
 	}
@@ -267,8 +273,8 @@ func (l *Keyed) Reserve(key string, n int, maxWait time.Duration) (throttle.Rese
 	}
 	s, now := l.m.Get(key, l.m.Now())
 	for {
-		if res, live := reserve(s, c, now, n, maxWait); live {
-			return res, nil
+		if res, live, err := reserve(s, c, now, n, maxWait); live {
+			return res, err
 		}
 		s, now = l.m.Get(key, now)
 	}

@@ -34,9 +34,19 @@ import (
 )
 
 // MaxSpan bounds the tolerance burst·interval of a bucket (about 36
-// years). External debits are saturated at twice that ahead of now, so
-// that TAT never overflows.
+// years). External debits are saturated at twice that ahead of now.
 const MaxSpan = int64(1) << 60
+
+// End is the latest TAT a state holds: the end of int64 time, 2262-04-11.
+// A booking whose TAT would pass it is refused (Take reports End, and the
+// buckets fail with ErrEndOfTime), and a debit saturates at it, so that
+// TAT never overflows: a bucket is exact up to its last representable
+// instant and refuses, never wraps, after.
+const End = math.MaxInt64
+
+// ErrEndOfTime is the error of a decision whose bucket would be full again
+// only after End; it wraps throttle.ErrInvalid.
+var ErrEndOfTime = fmt.Errorf("%w: the bucket would be full again after 2262-04-11, the end of int64 nanosecond time: a clock reading that late needs a shorter burst·interval", throttle.ErrInvalid)
 
 // maxDebt is how far ahead of now external debits may push TAT.
 const maxDebt = 2 * MaxSpan
@@ -129,9 +139,10 @@ func (c *Config) Cost(n int64) int64 {
 }
 
 // Decision builds the Decision for a request of the given cost whose
-// admission left the state at tat (ok) or found it at tat (denied).
+// admission left the state at tat (ok) or found it at tat (denied), for a
+// tat below End.
 func (c *Config) Decision(now, tat, cost int64, ok bool) (d throttle.Decision) {
-	c.Fill(&d, now, tat, cost, ok)
+	_ = c.Fill(&d, now, tat, cost, ok)
 	return d
 }
 
@@ -139,16 +150,27 @@ func (c *Config) Decision(now, tat, cost int64, ok bool) (d throttle.Decision) {
 // paths fill their named result in place: Decision has five fields, so
 // the compiler builds a returned literal in memory and copies it with
 // wide moves that stall on the narrow stores just made.
-func (c *Config) Fill(d *throttle.Decision, now, tat, cost int64, ok bool) {
-	debt := max(tat-now, 0)
+//
+// It returns ErrEndOfTime for the refusal of a TAT past End (Take reported
+// End), and nil otherwise.
+func (c *Config) Fill(d *throttle.Decision, now, tat, cost int64, ok bool) error {
+	debt := int64(0)
+	if tat > now {
+		// Unsigned: exact even for a clock stepped back by centuries.
+		debt = int64(min(uint64(tat)-uint64(now), uint64(maxDebt)))
+	}
 	d.Allowed = ok
 	d.Limit = c.Burst
 	d.Remaining = int(c.units(max(c.Tau-debt, 0)))
 	d.ResetAfter = time.Duration(debt)
 	d.RetryAfter = 0
 	if !ok {
+		if tat == End {
+			return ErrEndOfTime
+		}
 		d.RetryAfter = time.Duration(debt + cost - c.Tau)
 	}
+	return nil
 }
 
 // Tokens returns floor((tau - (tat-now)) / Interval): the units free at
@@ -187,16 +209,22 @@ func (s *State) cas(old, next int64) bool { return s.w.CompareAndSwap(flip(old),
 // Take books cost nanoseconds at now if the resulting TAT is at most
 // limit past now (limit = Tau for an immediate admission, Tau + maxWait
 // for a reservation). It returns the new TAT when ok, the TAT that made it
-// fail otherwise. live is false when the state was retired from a keyed
-// map; nothing happened then and the caller must look the key up again.
+// fail otherwise, or End (not ok) when the TAT would pass End: the caller
+// fails with ErrEndOfTime. live is false when the state was retired from
+// a keyed map; nothing happened then and the caller must look the key up
+// again.
 func (s *State) Take(now, cost, limit int64) (tat int64, ok, live bool) {
 	for {
 		old := s.load()
 		if old == dead {
 			return 0, false, false
 		}
-		next := max(old, now) + cost
-		if next-now > limit {
+		base := max(old, now)
+		if base > End-cost {
+			return End, false, true
+		}
+		next := base + cost
+		if uint64(next)-uint64(now) > uint64(limit) { // next > now: exact
 			return old, false, true
 		}
 		if s.cas(old, next) {
@@ -206,15 +234,20 @@ func (s *State) Take(now, cost, limit int64) (tat int64, ok, live bool) {
 }
 
 // Debit charges cost at now without checking: TAT may go beyond the burst
-// window (the bucket goes negative), up to maxDebt ahead of now.
+// window (the bucket goes negative), up to maxDebt ahead of now and at
+// most to End.
 func (s *State) Debit(now, cost int64) (live bool) {
+	ceiling := int64(End)
+	if now <= End-maxDebt {
+		ceiling = now + maxDebt
+	}
 	for {
 		old := s.load()
 		if old == dead {
 			return false
 		}
 		next := max(old, now)
-		next += max(min(cost, now+maxDebt-next), 0)
+		next += max(min(cost, ceiling-next), 0)
 		if next == old || s.cas(old, next) {
 			return true
 		}
