@@ -80,17 +80,29 @@ func BenchmarkBaseline(b *testing.B) {
 		if mode == "denied" {
 			rate, burst = throttle.PerHour(1), 1
 		}
-		b.Run(mode, func(b *testing.B) {
+		keys := make([]string, 1024)
+		for i := range keys {
+			keys[i] = "client-" + strconv.Itoa(i)
+		}
+		b.Run(mode+"/serial", func(b *testing.B) {
 			l, _ := tokenbucket.New(rate, burst)
 			defer l.Close()
-			keys := make([]string, 1024)
-			for i := range keys {
-				keys[i] = "client-" + strconv.Itoa(i)
-			}
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				l.Allow(ctx, keys[i&1023], 1)
 			}
+		})
+		b.Run(mode+"/parallel", func(b *testing.B) {
+			l, _ := tokenbucket.New(rate, burst)
+			defer l.Close()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					l.Allow(ctx, keys[i&1023], 1)
+					i++
+				}
+			})
 		})
 	}
 }

@@ -3,15 +3,14 @@ package gossip
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/gcra"
 	"github.com/throttlekit/throttle/limiterkit"
-	"github.com/throttlekit/throttle/tokenbucket"
 )
 
 var _ throttle.Limiter = (*Limiter)(nil)
@@ -33,7 +32,7 @@ type Limiter struct {
 	name    string
 	rate    throttle.Rate
 	burst   int
-	buckets *tokenbucket.Limiter
+	buckets gcra.Keyed // the token buckets; entries keep their key's state
 	table   table
 	retain  int64 // rounds an idle counter is kept (and sent in full dumps)
 	closed  atomic.Bool
@@ -58,14 +57,14 @@ func (n *Node) NewLimiter(name string, rate throttle.Rate, burst int) (*Limiter,
 	if s.SweepInterval > 0 {
 		opts = append(opts, throttle.WithSweepInterval(s.SweepInterval))
 	}
-	b, err := tokenbucket.New(rate, burst, opts...)
-	if err != nil {
-		return nil, err
-	}
 	fill := int64(rate.Duration(int64(burst)))
 	retain := max(int64(10), 2*(fill/n.interval+1))
 	retain = min(retain, 1<<20)
-	l := &Limiter{node: n, name: name, rate: rate, burst: burst, buckets: b, retain: retain}
+	l := &Limiter{node: n, name: name, rate: rate, burst: burst, retain: retain}
+	if err := l.buckets.Init(rate, burst, opts...); err != nil {
+		return nil, err
+	}
+	b := &l.buckets
 	l.table.init(s.MaxKeys)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -135,9 +134,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	}
 	defer e.unpin()
 	capped := l.node.cfg.SpendCap && len(*l.node.members.Load()) > 1
-	var now int64
-	if capped || e.born.Load() == 0 {
-		now = l.node.clk.Now()
+	now := l.node.clk.Now() // the decision's one clock reading
+	if e.born.Load() == 0 {
 		e.born.CompareAndSwap(0, now)
 	}
 	e.demand.Add(int64(n))
@@ -145,9 +143,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 		e.changed.Store(t)
 	}
 	if !capped {
-		// The token bucket reads the clock itself: this path reads it
-		// once per decision (twice on a key's first request).
-		d, err := l.buckets.Allow(ctx, key, n)
+		// One look-up: the entry keeps its key's bucket state.
+		d, err := e.decide(&l.buckets, key, now, n)
 		if err == nil && d.Allowed {
 			e.hits.Add(int64(n))
 		}
@@ -165,7 +162,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 		e.roundDemand, e.spent, e.capRound = 0, 0, r
 	}
 	e.roundDemand += int64(n)
-	tokens := l.buckets.Tokens(key)
+	tokens := l.buckets.TokensAt(key, e.bucket.Load(), now)
 	quota, share := l.quota(e, key, r, tokens+e.spent)
 	if e.spent+int64(n) > quota {
 		d := throttle.Decision{Limit: l.burst, Remaining: 0}
@@ -183,7 +180,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 		}
 		return d, nil
 	}
-	d, err := l.buckets.Allow(ctx, key, n)
+	d, err := e.decide(&l.buckets, key, now, n)
 	if err == nil && d.Allowed {
 		e.hits.Add(int64(n))
 		e.spent += int64(n)
@@ -444,11 +441,12 @@ func (l *Limiter) applyState(m *message) {
 // entry is the gossip state of one key: this node's cumulative counters
 // and what each peer last reported.
 type entry struct {
-	pin     atomic.Int32 // decisions in progress; -1 once dropped
-	hits    atomic.Int64 // units admitted here, cumulative
-	demand  atomic.Int64 // units asked for here, cumulative
-	changed atomic.Int64 // round of the last Tick before the counters last changed
-	born    atomic.Int64 // time of the first local request (ns): identifies the counter; 0 before
+	pin     atomic.Int32               // decisions in progress; -1 once dropped
+	hits    atomic.Int64               // units admitted here, cumulative
+	demand  atomic.Int64               // units asked for here, cumulative
+	changed atomic.Int64               // round of the last Tick before the counters last changed
+	born    atomic.Int64               // time of the first local request (ns): identifies the counter; 0 before
+	bucket  atomic.Pointer[gcra.State] // the key's bucket state, kept to decide with one look-up
 
 	mu          sync.Mutex // guards the fields below
 	remote      map[string]*remoteRec
@@ -473,6 +471,18 @@ type remoteRec struct {
 
 func (e *entry) unpin() { e.pin.Add(-1) }
 
+// decide decides n units for key at now in b, on the bucket state e keeps
+// (looked up and kept on first use, and again after the buckets retired
+// it).
+func (e *entry) decide(b *gcra.Keyed, key string, now int64, n int) (throttle.Decision, error) {
+	st := e.bucket.Load()
+	d, used, err := b.Decide(key, st, now, n)
+	if used != st {
+		e.bucket.Store(used)
+	}
+	return d, err
+}
+
 // pruneRemote drops peer records not received since round before (their
 // sender has dropped them, or left) and reports whether none are left.
 func (e *entry) pruneRemote(before int64) bool {
@@ -486,59 +496,44 @@ func (e *entry) pruneRemote(before int64) bool {
 	return len(e.remote) == 0
 }
 
-// table maps keys to entries, in shards.
+// table maps keys to entries. Decisions look keys up without a lock (a
+// sync.Map); inserts and drops take mu, so that the count stays exact.
 type table struct {
-	max    int
-	n      atomic.Int64
-	seed   maphash.Seed
-	shards [64]struct {
-		mu sync.RWMutex
-		m  map[string]*entry
-	}
+	max int
+	n   atomic.Int64
+	mu  sync.Mutex
+	m   sync.Map // key → *entry
 }
 
-func (t *table) init(max int) {
-	t.max = max
-	t.seed = maphash.MakeSeed()
-	for i := range t.shards {
-		t.shards[i].m = map[string]*entry{}
-	}
-}
+func (t *table) init(max int) { t.max = max }
 
-func (t *table) shard(key string) int {
-	return int(maphash.String(t.seed, key) % uint64(len(t.shards)))
-}
-
+// load returns the entry of key, or nil.
 func (t *table) load(key string) *entry {
-	s := &t.shards[t.shard(key)]
-	s.mu.RLock()
-	e := s.m[key]
-	s.mu.RUnlock()
-	return e
+	if v, ok := t.m.Load(key); ok {
+		return v.(*entry)
+	}
+	return nil
 }
 
 // pin returns key's entry, created if absent, pinned so that it is not
 // dropped until unpin. It returns nil when the table is full.
 func (t *table) pin(key string) *entry {
-	s := &t.shards[t.shard(key)]
 	for {
-		s.mu.RLock()
-		e := s.m[key]
-		s.mu.RUnlock()
+		e := t.load(key)
 		if e == nil {
 			if t.n.Load() >= int64(t.max) && key != OverflowKey {
 				return nil // the overflow key always has room
 			}
-			s.mu.Lock()
-			if e = s.m[key]; e == nil {
+			t.mu.Lock()
+			if e = t.load(key); e == nil {
 				e = &entry{}
 				e.changed.Store(math.MinInt64 / 2)
-				s.m[key] = e
+				t.m.Store(key, e)
 				if key != OverflowKey {
 					t.n.Add(1) // the overflow key is beyond the count
 				}
 			}
-			s.mu.Unlock()
+			t.mu.Unlock()
 		}
 		for {
 			p := e.pin.Load()
@@ -557,32 +552,20 @@ func (t *table) drop(key string, e *entry) {
 	if !e.pin.CompareAndSwap(0, -1) {
 		return
 	}
-	s := &t.shards[t.shard(key)]
-	s.mu.Lock()
-	if s.m[key] == e {
-		delete(s.m, key)
+	t.mu.Lock()
+	if t.load(key) == e {
+		t.m.Delete(key)
 		if key != OverflowKey {
 			t.n.Add(-1)
 		}
 	}
-	s.mu.Unlock()
+	t.mu.Unlock()
 }
 
-// each calls f for every entry, outside the shard locks.
+// each calls f for every entry.
 func (t *table) each(f func(string, *entry)) {
-	var keys []string
-	var es []*entry
-	for i := range t.shards {
-		s := &t.shards[i]
-		keys, es = keys[:0], es[:0]
-		s.mu.RLock()
-		for k, e := range s.m {
-			keys = append(keys, k)
-			es = append(es, e)
-		}
-		s.mu.RUnlock()
-		for j := range keys {
-			f(keys[j], es[j])
-		}
-	}
+	t.m.Range(func(k, e any) bool {
+		f(k.(string), e.(*entry))
+		return true
+	})
 }

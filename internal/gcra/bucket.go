@@ -258,6 +258,39 @@ func (l *Keyed) allow(key string, n int, c *Config) (d throttle.Decision, err er
 	}
 }
 
+// Decide admits or denies n units for key at now (the caller's one clock
+// reading) on st, key's state as an earlier Decide returned it, or on the
+// state it looks up when st is nil or was retired since. It returns the
+// state decided on, for the caller to keep: a caller that keeps a key's
+// state next to its own per-key data decides with one look-up, its own.
+// The caller has checked key and n (see keyed.Map.Begin).
+func (l *Keyed) Decide(key string, st *State, now int64, n int) (d throttle.Decision, used *State, err error) {
+	c := l.cfg.Load()
+	cost := int64(n) * c.Interval
+	if st == nil {
+		st, now = l.m.Get(key, now)
+	}
+	for {
+		if tat, ok, live := st.Take(now, cost, c.Tau); live {
+			err = c.Fill(&d, now, tat, cost, ok)
+			return d, st, err
+		}
+		// Retired: Get lifts now to the instant the clean-up judged at.
+		st, now = l.m.Get(key, now)
+	}
+}
+
+// TokensAt returns the whole units free at now in st, key's state as
+// Decide returned it, or in key's current state when st is nil or retired.
+func (l *Keyed) TokensAt(key string, st *State, now int64) int64 {
+	if st != nil {
+		if tat, live := st.Load(); live {
+			return l.cfg.Load().Tokens(now, tat)
+		}
+	}
+	return l.cfg.Load().Tokens(now, l.tat(key))
+}
+
 // Reserve books n units for key at the earliest time they fit, if within
 // maxWait.
 func (l *Keyed) Reserve(key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
