@@ -2,9 +2,12 @@ package daemon_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -32,66 +35,118 @@ func BenchmarkLoopback(b *testing.B) {
 	addr := s.Addrs()[0].String()
 	for _, batch := range []int{1, 64} {
 		for _, conns := range []int{1, 4, 16, 64} {
-			name := fmt.Sprintf("pipeline=%d/conns=%d", batch, conns)
-			b.Run(name, func(b *testing.B) {
-				cs := make([]net.Conn, conns)
-				for i := range cs {
-					c, err := net.Dial("tcp", addr)
-					if err != nil {
-						b.Fatal(err)
-					}
-					defer c.Close()
-					cs[i] = c
-				}
-				// Each connection sends its share of b.N queries.
-				per := (b.N + conns*batch - 1) / (conns * batch)
-				lat := make([][]time.Duration, conns)
-				var wg sync.WaitGroup
-				b.ResetTimer()
-				start := time.Now()
-				for i, c := range cs {
-					wg.Go(func() {
-						w := bufio.NewWriterSize(c, 64*16)
-						r := bufio.NewReaderSize(c, 64*3)
-						reply := make([]byte, 3*batch)
-						var tags []string
-						for j := range batch {
-							tags = append(tags, "client-"+strconv.Itoa(i*batch+j)+"\n")
-						}
-						l := make([]time.Duration, 0, per)
-						for range per {
-							t0 := time.Now()
-							for _, t := range tags {
-								w.WriteString(t)
-							}
-							if err := w.Flush(); err != nil {
-								b.Error(err)
-								return
-							}
-							if _, err := io.ReadFull(r, reply); err != nil {
-								b.Error(err)
-								return
-							}
-							l = append(l, time.Since(t0))
-						}
-						lat[i] = l
-					})
-				}
-				wg.Wait()
-				el := time.Since(start)
-				b.StopTimer()
-				var all []time.Duration
-				for _, l := range lat {
-					all = append(all, l...)
-				}
-				slices.Sort(all)
-				total := float64(per * conns * batch)
-				b.ReportMetric(total/el.Seconds(), "decisions/s")
-				if len(all) > 0 {
-					b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-				}
-			})
+			b.Run(fmt.Sprintf("pipeline=%d/conns=%d", batch, conns), func(b *testing.B) { load(b, addr, conns, batch) })
 		}
+	}
+}
+
+// BenchmarkLoopbackSeparate is BenchmarkLoopback's unpipelined closed loop
+// with the daemon in a child process (this test binary again), so that the
+// load generator does not share the Go scheduler with the server: what a
+// client on the same host sees.
+//
+//	go test ./distributed/daemon -run XXX -bench LoopbackSeparate -benchtime 3s
+func BenchmarkLoopbackSeparate(b *testing.B) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), serveEnv+"=1")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	var addr string
+	if _, err := fmt.Fscanln(stdout, &addr); err != nil {
+		b.Fatalf("daemon process: %v", err)
+	}
+	for _, conns := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) { load(b, addr, conns, 1) })
+	}
+}
+
+// serveEnv makes TestMain run a daemon for BenchmarkLoopbackSeparate
+// instead of the tests: it prints its address and serves until its
+// standard input closes.
+const serveEnv = "THROTTLED_BENCH_SERVE"
+
+func serveForBenchmark() {
+	cfg := config("tcp:127.0.0.1:0")
+	cfg.Default = daemon.Limit{Rate: "1000000/s", Burst: 1000000}
+	s, err := daemon.New(cfg, nil)
+	if err == nil {
+		err = s.Start()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(s.Addrs()[0].String())
+	io.Copy(io.Discard, os.Stdin)
+	s.Shutdown(context.Background())
+}
+
+// load sends b.N queries over conns connections to addr, in batches of
+// batch per round trip, each connection waiting for its replies before
+// sending again (closed loop), and reports decisions per second and the
+// p99 latency of a round trip.
+func load(b *testing.B, addr string, conns, batch int) {
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		cs[i] = c
+	}
+	// Each connection sends its share of b.N queries.
+	per := (b.N + conns*batch - 1) / (conns * batch)
+	lat := make([][]time.Duration, conns)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for i, c := range cs {
+		wg.Go(func() {
+			w := bufio.NewWriterSize(c, 64*16)
+			r := bufio.NewReaderSize(c, 64*3)
+			reply := make([]byte, 3*batch)
+			var tags []string
+			for j := range batch {
+				tags = append(tags, "client-"+strconv.Itoa(i*batch+j)+"\n")
+			}
+			l := make([]time.Duration, 0, per)
+			for range per {
+				t0 := time.Now()
+				for _, t := range tags {
+					w.WriteString(t)
+				}
+				if err := w.Flush(); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := io.ReadFull(r, reply); err != nil {
+					b.Error(err)
+					return
+				}
+				l = append(l, time.Since(t0))
+			}
+			lat[i] = l
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	total := float64(per * conns * batch)
+	b.ReportMetric(total/el.Seconds(), "decisions/s")
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 	}
 }
 

@@ -23,7 +23,13 @@ import (
 	"github.com/throttlekit/throttle/throttletest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(serveEnv) != "" {
+		serveForBenchmark()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const secret = "test secret, long enough to use"
 
