@@ -223,10 +223,7 @@ func (l *Keyed) checkKey(key string) error {
 
 // Allow admits n units for key now or denies them, reading the clock once.
 func (l *Keyed) Allow(key string, n int) (d throttle.Decision, err error) {
-	if l.m == nil {
-		return d, errZero
-	}
-	return l.allow(key, n, l.cfg.Load())
+	return l.allow(key, n, l.cfg.Load()) // small enough to inline
 }
 
 // AllowWith is Allow under a limit given with the call instead of the
@@ -244,6 +241,9 @@ func (l *Keyed) AllowWith(key string, n int, rate throttle.Rate, burst int) (d t
 }
 
 func (l *Keyed) allow(key string, n int, c *Config) (d throttle.Decision, err error) {
+	if l.m == nil {
+		return d, errZero
+	}
 	s, now, err := l.m.Begin(key, n, c.Burst)
 	if err != nil {
 		return d, err

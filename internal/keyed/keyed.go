@@ -595,6 +595,9 @@ func (m *Map[S, P]) Check(key string) error {
 	if m.closed.Load() {
 		return throttle.ErrClosed
 	}
+	if key != "" && len(key) <= m.set.MaxKeyLen {
+		return nil // the common case, inlined
+	}
 	return m.set.CheckKey(key)
 }
 
