@@ -137,8 +137,10 @@ func (c *config) decide(w *atomic.Int64, now, n int64) (throttle.Decision, bool)
 		count, at := c.lay.Lo(old), idx
 		switch d := c.lay.Since(old, idx); {
 		case d == 0:
-		case d < 0 && d >= -c.skew:
+		case d < 0 && d >= -c.skew && count > 0:
 			at -= d // a caller with a later clock reading opened a later window: count in it
+			// (A word holding no units is empty whatever its window: the
+			// fresh word's window 0 is ahead of every reading before 1970.)
 		default:
 			count = 0 // a new window
 		}

@@ -1,10 +1,13 @@
 package fixedwindow
 
 import (
-	"github.com/throttlekit/throttle/internal/keyed"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/keyed"
+	"github.com/throttlekit/throttle/throttletest"
 )
 
 // TestLateReading: a caller whose clock reading is older than the window
@@ -66,5 +69,25 @@ func TestRetire(t *testing.T) {
 	c.decide(&f.w, now, 1)
 	if !f.Retire(keyed.At(now), true) {
 		t.Fatal("forced retirement refused")
+	}
+}
+
+// TestWindowsBefore1970: a fresh key before 1970 counts in the window of
+// its reading, not in window 0 (which its fresh word names, and which lies
+// ahead of every reading before 1970).
+func TestWindowsBefore1970(t *testing.T) {
+	clk := throttletest.NewClock()
+	clk.Set(time.Unix(0, -516662194))
+	l, err := newLimiter(6, 100*time.Millisecond, false, []throttle.Option{throttle.WithClock(clk)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if d, err := l.Allow(t.Context(), "k", 6); err != nil || d.ResetAfter != 16662194 {
+		t.Fatalf("Allow = %+v, %v; want ResetAfter 16.662194ms, the end of the window of -0.6 s", d, err)
+	}
+	clk.Advance(16662194)
+	if d, _ := l.Allow(t.Context(), "k", 6); !d.Allowed {
+		t.Fatalf("denied in the next window: %+v", d)
 	}
 }

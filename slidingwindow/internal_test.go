@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/throttletest"
 )
 
 // TestLateReading: a caller whose clock reading is older than the window
@@ -107,5 +108,23 @@ func TestWrappedIndexHeals(t *testing.T) {
 	}
 	if d, _ := c.decideSlotted(&w, &ring, now+2*c.slots*c.slot, MaxLimit); !d.Allowed {
 		t.Fatalf("two windows later: %+v, want empty", d)
+	}
+}
+
+// TestWindowsBefore1970: a fresh key before 1970 counts in the window (or
+// slot) of its reading, not in window 0, which its fresh word names.
+func TestWindowsBefore1970(t *testing.T) {
+	for _, slots := range []int{0, 4} {
+		clk := throttletest.NewClock()
+		clk.Set(time.Unix(0, -516662194))
+		l, err := newLimiter(6, 100*time.Millisecond, slots, []throttle.Option{throttle.WithClock(clk)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[int]time.Duration{0: 116662194, 4: 91662194}[slots] // the window of -0.6 s, the slot of -0.525 s
+		if d, err := l.Allow(t.Context(), "k", 6); err != nil || d.ResetAfter != want {
+			t.Fatalf("slots %d: Allow = %+v, %v; want ResetAfter %v", slots, d, err, want)
+		}
+		l.Close()
 	}
 }

@@ -167,7 +167,7 @@ func (c *config) decideWeighted(w *atomic.Int64, now, n int64) (throttle.Decisio
 		case d == 0:
 		case d == 1:
 			prev, cur = cur, 0
-		case d < 0 && d >= -c.skew:
+		case d < 0 && d >= -c.skew && prev+cur > 0:
 			at -= d // a later window, opened by a caller with a later clock reading
 		default:
 			prev, cur = 0, 0
@@ -266,7 +266,7 @@ func (c *config) decideSlotted(w *atomic.Int64, ring *atomic.Pointer[[]atomic.In
 		var from, left int64 // when moving on: the slot left, and its count
 		switch d := c.lay.Since(old, j); {
 		case d == 0:
-		case d < 0 && d >= -c.skew:
+		case d < 0 && d >= -c.skew && total > 0:
 			at -= d // a later slot, reached by a caller with a later clock reading
 		case d > 0 && d < k:
 			// Sum the window anew from the ring (final for every slot before

@@ -191,9 +191,22 @@ func (s Suite) testKeys(t *testing.T) {
 	}
 }
 
+// exactStarts are the instants the exactness checks start at: the usual
+// one, before 1970, half a second before 1970 (so that a trace crosses
+// it) and late in the int64 range.
+var exactStarts = []time.Time{
+	Epoch,
+	time.Date(1960, 6, 1, 0, 0, 0, 0, time.UTC),
+	time.Unix(0, -int64(time.Second/2)),
+	time.Date(2250, 1, 1, 0, 0, 0, 0, time.UTC),
+}
+
 func (s Suite) testRetryAfter(t *testing.T) {
-	for _, n := range []int{1, max(1, s.Limit/2), s.Limit} {
+	for i, n := range []int{1, max(1, s.Limit/2), s.Limit, 1, 1, 1} {
 		clk := NewClock()
+		if i >= 3 {
+			clk.Set(exactStarts[i-2])
+		}
 		l := s.New(t, clk)
 		s.exhaust(t, l, "k")
 		clk.Advance(time.Millisecond) // off any boundary
@@ -204,7 +217,7 @@ func (s Suite) testRetryAfter(t *testing.T) {
 		if d.RetryAfter > 1 {
 			clk.Advance(d.RetryAfter - 1)
 			if e := allow(t, l, "k", n); e.Allowed {
-				t.Fatalf("n=%d admitted 1ns before RetryAfter=%v", n, d.RetryAfter)
+				t.Fatalf("n=%d from %v: admitted 1ns before RetryAfter=%v", n, clk.Now(), d.RetryAfter)
 			}
 			clk.Advance(1)
 		} else {
@@ -216,20 +229,23 @@ func (s Suite) testRetryAfter(t *testing.T) {
 			e = allow(t, l, "k", n)
 		}
 		if !e.Allowed {
-			t.Fatalf("n=%d denied after waiting RetryAfter=%v (+slack %v): %+v", n, d.RetryAfter, s.RetrySlack, e)
+			t.Fatalf("n=%d at %v: denied after waiting RetryAfter=%v (+slack %v): %+v", n, clk.Now(), d.RetryAfter, s.RetrySlack, e)
 		}
 	}
 }
 
 func (s Suite) testResetAfter(t *testing.T) {
-	clk := NewClock()
-	l := s.New(t, clk)
-	s.exhaust(t, l, "k")
-	clk.Advance(time.Millisecond)
-	d := allow(t, l, "k", 1)
-	clk.Advance(d.ResetAfter)
-	if n, _ := s.exhaust(t, l, "k"); n != s.Limit {
-		t.Fatalf("after ResetAfter=%v the key admitted %d, want full Limit=%d", d.ResetAfter, n, s.Limit)
+	for _, t0 := range exactStarts {
+		clk := NewClock()
+		clk.Set(t0)
+		l := s.New(t, clk)
+		s.exhaust(t, l, "k")
+		clk.Advance(time.Millisecond)
+		d := allow(t, l, "k", 1)
+		clk.Advance(d.ResetAfter)
+		if n, _ := s.exhaust(t, l, "k"); n != s.Limit {
+			t.Fatalf("from %v: after ResetAfter=%v the key admitted %d, want full Limit=%d", t0, d.ResetAfter, n, s.Limit)
+		}
 	}
 }
 

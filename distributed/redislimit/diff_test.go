@@ -17,6 +17,15 @@ import (
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
+// diffStarts are the instants the differential traces start at: the
+// usual one, before 1970, across 1970 and late in the int64 range.
+var diffStarts = []time.Time{
+	throttletest.Epoch,
+	time.Date(1960, 6, 1, 0, 0, 0, 0, time.UTC),
+	time.Unix(-1, 0),
+	time.Date(2250, 1, 1, 0, 0, 0, 0, time.UTC),
+}
+
 // differential drives the local and the Redis limiter with the same
 // virtual-time trace (random gaps, sizes and keys) and requires identical
 // decisions, field by field.
@@ -26,6 +35,7 @@ func differential(t *testing.T, limit int, mk func(clk *throttletest.Clock) (loc
 	for seed := range uint64(4) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		clk := throttletest.NewClock()
+		clk.Set(diffStarts[seed])
 		local, shared := mk(clk)
 		keys := []string{"a", "b", "c"}
 		maxGap := []int64{int64(time.Millisecond), int64(50 * time.Millisecond), int64(time.Second)}[seed%3]
@@ -41,8 +51,8 @@ func differential(t *testing.T, limit int, mk func(clk *throttletest.Clock) (loc
 				t.Fatalf("seed %d step %d: errors %v / %v", seed, i, err1, err2)
 			}
 			if want != got {
-				t.Fatalf("seed %d step %d key %s n %d at +%v:\n local %+v\n redis %+v", seed, i, key, n,
-					clk.Now().Sub(throttletest.Epoch), want, got)
+				t.Fatalf("seed %d step %d key %s n %d at %v:\n local %+v\n redis %+v", seed, i, key, n,
+					clk.Now(), want, got)
 			}
 		}
 	}

@@ -31,6 +31,7 @@ package keyed
 
 import (
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,6 +226,7 @@ func New[S any, P interface {
 	}
 	for i := range m.shards {
 		m.shards[i].tab.Store(newTable[S](8))
+		m.shards[i].judged.Store(math.MinInt64) // nothing judged yet: lifts no reading, before 1970 too
 		m.shards[i].tomb = new(entry[S])
 		m.shards[i].clk = &m.clk
 		m.shards[i].keys = &m.keys

@@ -2,6 +2,7 @@ package keyed
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -283,6 +284,18 @@ func TestMaxKeysGlobal(t *testing.T) {
 		}
 		if m.Len() != max {
 			t.Errorf("MaxKeys %d: Len %d after churn, want %d", max, m.Len(), max)
+		}
+	}
+}
+
+// TestGetBefore1970: with nothing judged yet, Get leaves a reading before
+// 1970 as it is (it used to lift it to 1970, stopping time for every
+// keyed limiter on a clock before 1970).
+func TestGetBefore1970(t *testing.T) {
+	m := newMap[busy](t)
+	for _, now := range []int64{math.MinInt64, -5, -1, 0, 7} {
+		if _, got := m.Get("k", now); got != now {
+			t.Errorf("Get at %d decides at %d", now, got)
 		}
 	}
 }

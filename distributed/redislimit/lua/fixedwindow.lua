@@ -12,7 +12,7 @@ local left = start + W - now
 local count = 0
 local v = redis.call('GET', KEYS[1])
 if v then
-  local s, c = string.match(v, '^(%d+) (%d+)$')
+  local s, c = string.match(v, '^(%-?%d+) (%d+)$')
   if s and rel(s) == start then count = (c + 0) end
 end
 if count + n > L then return {0, count, left} end

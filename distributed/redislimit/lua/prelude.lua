@@ -22,21 +22,29 @@ end
 local ttlfloor = (ARGV[4] + 0)
 
 -- rel turns a stored absolute instant into an offset from R (nil stays nil).
+-- An instant is stored as its decimal nanoseconds, with a minus sign before
+-- 1970; the last nine digits are read apart so that every step is exact.
 local function rel(v)
   if not v then return nil end
-  local l = #v
-  if l <= 9 then return (v + 0) - Rs * B - Rn end
-  return ((string.sub(v, 1, l - 9) + 0) - Rs) * B + ((string.sub(v, l - 8) + 0) - Rn)
+  local neg = string.byte(v, 1) == 45 -- '-'
+  if neg then v = string.sub(v, 2) end
+  local l, hi, lo = #v, 0, 0
+  if l <= 9 then lo = (v + 0) else hi, lo = (string.sub(v, 1, l - 9) + 0), (string.sub(v, l - 8) + 0) end
+  if neg then hi, lo = -hi, -lo end
+  return (hi - Rs) * B + (lo - Rn)
 end
 
--- abs turns an offset from R into an absolute instant to store. (The
--- modulo of Lua is floored, so r is in [0, B) and t - r is a multiple of B.)
+-- abs turns an offset from R into an absolute instant to store, exactly:
+-- seconds s and nanoseconds r in [0, B) (the modulo of Lua is floored, so
+-- t - r is a multiple of B), written as s and r, or before 1970 as minus
+-- (-s-1) and (B-r).
 local function abs(x)
   local t = Rn + x
   local r = t % B
   local s = Rs + (t - r) / B
-  if s <= 0 then return string.format('%d', s * B + r) end
-  return string.format('%d%09d', s, r)
+  if s >= 0 then return string.format('%d%09d', s, r) end
+  if r == 0 then return string.format('-%d000000000', -s) end
+  return string.format('-%d%09d', -s - 1, B - r)
 end
 
 -- ttl returns the PX of a key whose state is stale in d nanoseconds.

@@ -6,13 +6,13 @@
 -- {0, units, retry after, reset after} when not.
 local W, L, n = (ARGV[5] + 0), (ARGV[6] + 0), (ARGV[7] + 0)
 local function parse(e)
-  local ts, c = string.match(e, '^(%d+) (%d+)$')
+  local ts, c = string.match(e, '^(%-?%d+) (%d+)$')
   return rel(ts), (c + 0), ts
 end
 local total = 0
 local m = redis.call('GET', KEYS[2])
 if m then
-  local t, s = string.match(m, '^(%d+) (%d+)$')
+  local t, s = string.match(m, '^(%d+) (%-?%d+)$')
   total = (t + 0)
   local seen = rel(s)
   if now < seen then now = seen end

@@ -35,7 +35,7 @@ local start = now - off
 local prev, cur = 0, 0
 local v = redis.call('GET', KEYS[1])
 if v then
-  local s, p, c = string.match(v, '^(%d+) (%d+) (%d+)$')
+  local s, p, c = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
   if s then
     local s0 = rel(s)
     local d = math.floor((start - s0) / W + 0.5)
