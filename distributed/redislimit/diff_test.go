@@ -215,3 +215,38 @@ func TestDifferentialSlidingWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestFixedWindowClockStepsBack: a clock stepped back into the previous
+// window (failover to a node whose clock is behind) and forward again
+// admits 10, 0, 0 at 10 per minute, as the local fixed window does; the
+// script used to restart the window each time (10, 10, 10).
+func TestFixedWindowClockStepsBack(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	clk := throttletest.NewClock()
+	clk.Advance(20 * time.Second)
+	local, err := fixedwindow.New(10, time.Minute, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := NewFixedWindow(c, 10, time.Minute, vclock(clk), WithPrefix(uniquePrefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []time.Duration{0, -31 * time.Second, 32 * time.Second} {
+		clk.Advance(step)
+		var got, want int
+		for range 12 {
+			if d, err := shared.Allow(t.Context(), "k", 1); err != nil {
+				t.Fatal(err)
+			} else if d.Allowed {
+				got++
+			}
+			if d, _ := local.Allow(t.Context(), "k", 1); d.Allowed {
+				want++
+			}
+		}
+		if got != want || want != []int{10, 0, 0}[i] {
+			t.Errorf("phase %d: Redis admitted %d, local %d; want 10, 0, 0", i, got, want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttle"
+	iwindow "github.com/throttlekit/throttle/internal/window"
 )
 
 // MaxWindow is the longest window of NewFixedWindow, NewSlidingWindow
@@ -29,6 +30,7 @@ const MaxWindow = 52 * 24 * time.Hour
 type Limiter struct {
 	*core
 	window int64
+	skew   int64 // fixed window: see window.Layout.Skew
 	log    bool
 }
 
@@ -56,7 +58,8 @@ func NewFixedWindow(client redis.UniversalClient, limit int, window time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{core: c, window: int64(window)}, nil
+	lay, _ := iwindow.NewLayout(int64(limit), 1)
+	return &Limiter{core: c, window: int64(window), skew: lay.Skew(int64(window))}, nil
 }
 
 // NewSlidingLog returns a sliding log, as slidinglog.New: at most limit
@@ -81,10 +84,10 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 		return throttle.Decision{}, err
 	}
 	ref, mode := l.now()
-	var buf [9]any
+	var buf [10]any
 	args := append(l.common(buf[:0], ref, mode), l.window, l.limit, n)
 	if !l.log {
-		args = append(args, floorMod(ref, l.window))
+		args = append(args, floorMod(ref, l.window), l.skew)
 		r, err := l.run(ctx, fixedWindowScript, []string{l.prefix + key}, args)
 		if err != nil {
 			return l.fail(ctx, key, n, err)
