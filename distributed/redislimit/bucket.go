@@ -67,10 +67,20 @@ func NewEvery(client redis.UniversalClient, d time.Duration, opts ...Option) (*B
 	return newBucket(client, "tb", throttle.Every(d), 1, opts)
 }
 
+// MaxSpan is the longest burst·interval of a Redis bucket, and the
+// furthest ahead of now a reservation books: 2^52 ns, about 52 days, as
+// MaxWindow. Scripts compute in Lua numbers (doubles), exact to the
+// nanosecond up to 2^53, and a debt plus a request's cost stays below
+// that; a longer span is refused rather than rounded.
+const MaxSpan = time.Duration(1 << 52)
+
 func newBucket(client redis.UniversalClient, alg string, rate throttle.Rate, burst int, opts []Option) (*Bucket, error) {
 	cfg, err := gcra.NewConfig(rate, burst)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Tau > int64(MaxSpan) {
+		return nil, fmt.Errorf("%w: burst %d at rate %v spans %v, above the %v a Redis bucket computes exactly", throttle.ErrInvalid, burst, rate, time.Duration(cfg.Tau), MaxSpan)
 	}
 	c, conf, err := newCore(client, alg, burst, opts)
 	if err != nil {
@@ -141,7 +151,7 @@ func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Du
 		return throttle.Reservation{}, fmt.Errorf("%w: negative maxWait %v", throttle.ErrInvalid, maxWait)
 	}
 	cost := int64(n) * b.cfg.Interval
-	limit := b.cfg.Limit(maxWait)
+	limit := min(b.cfg.Limit(maxWait), int64(MaxSpan)) // bookings stay exact
 	r, err := b.take(ctx, key, cost, limit)
 	if err != nil {
 		if b.policy == FailOpen && errorsIsUnavailable(err) {

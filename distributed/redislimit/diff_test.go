@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -249,4 +250,30 @@ func TestFixedWindowClockStepsBack(t *testing.T) {
 			t.Errorf("phase %d: Redis admitted %d, local %d; want 10, 0, 0", i, got, want)
 		}
 	}
+}
+
+// TestBucketSpanEdge: a bucket spanning MaxSpan decides exactly as the
+// local one (debts near 2^53 ns used to come back rounded, or as a
+// non-integer PX beyond 2^59 that failed the call), and a longer span is
+// refused at construction.
+func TestBucketSpanEdge(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	if _, err := NewTokenBucket(c, throttle.Every(MaxSpan+4), 1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("span above MaxSpan: %v, want an error wrapping ErrInvalid", err)
+	}
+	if _, err := NewTokenBucket(c, throttle.Every(366*24*time.Hour), 36); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("36 per 366 days: %v, want an error wrapping ErrInvalid", err)
+	}
+	differential(t, 4, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
+		rate := throttle.Every(MaxSpan / 4)
+		l, err := tokenbucket.New(rate, 4, throttle.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := NewTokenBucket(c, rate, 4, vclock(clk), WithPrefix(uniquePrefix()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, r
+	})
 }

@@ -34,8 +34,9 @@
 // Scripts compute in Lua numbers (doubles) on offsets from a reference
 // instant sent by the client, never on absolute nanoseconds, so decisions
 // are exact to the nanosecond for spans up to 2^52 ns (52 days): windows
-// are bounded by MaxWindow, and bucket spans (burst × interval) beyond it
-// are exact to a few nanoseconds.
+// are bounded by MaxWindow, bucket spans (burst × interval) by MaxSpan
+// (a longer one is refused at construction), and reservations book at
+// most MaxSpan ahead.
 //
 // # Keys
 //
