@@ -40,25 +40,29 @@ func (b *breaker) allow() bool {
 }
 
 // success records a call that Redis answered.
-func (b *breaker) success() {
+// It reports whether the call closed the breaker.
+func (b *breaker) success() (closed bool) {
 	if b.fails.Load() != 0 {
 		b.fails.Store(0)
 	}
-	if b.openUntil.Load() != 0 {
-		b.openUntil.Store(0)
+	if b.openUntil.Load() != 0 && b.openUntil.Swap(0) != 0 {
 		b.probing.Store(false)
+		return true
 	}
+	return false
 }
 
 // failure records a call that Redis did not answer in time.
-func (b *breaker) failure() {
+// It reports whether the call opened a closed breaker.
+func (b *breaker) failure() (opened bool) {
 	if b.threshold == 0 {
-		return
+		return false
 	}
 	if b.fails.Add(1) >= b.threshold || b.probing.Load() {
-		b.openUntil.Store(mono() + b.cooldown)
+		opened = b.openUntil.Swap(mono()+b.cooldown) == 0
 		b.probing.Store(false)
 	}
+	return opened
 }
 
 // release ends a probe that neither succeeded nor failed (the caller

@@ -155,6 +155,8 @@ func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Du
 	r, err := b.take(ctx, key, cost, limit)
 	if err != nil {
 		if b.policy == FailOpen && errorsIsUnavailable(err) {
+			b.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Err: err,
+				Decision: throttle.Decision{Allowed: true, Limit: b.limit, Remaining: b.limit - n}})
 			return limiterkit.NewReservation(0, b.limit, nil), nil
 		}
 		return throttle.Reservation{Limit: b.limit}, err

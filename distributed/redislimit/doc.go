@@ -75,6 +75,20 @@
 // Redis key to delete, no policy admits it, and the breaker and the other
 // keys are unaffected.
 //
+// WithObserver reports the breaker opening and closing, the requests the
+// failure policy decided while Redis was unavailable, and warnings.
+//
+// # Memory and eviction
+//
+// A limiter key that Redis evicts comes back empty, and the next requests
+// are admitted as if nothing had been used: run the server with
+// maxmemory-policy noeviction (the default), or with memory enough never
+// to evict. Every limiter key carries a TTL, so volatile-* policies evict
+// them as readily as allkeys-* do. On its first answered call a limiter
+// reads the server's maxmemory settings (CONFIG GET, skipped where the
+// command is disabled) and, when eviction is possible, warns through
+// WithErrorHandler and WithObserver (EventWarning).
+//
 // # Token leasing
 //
 // With WithLeasing, a token bucket takes a batch of tokens per round trip

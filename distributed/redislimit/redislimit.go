@@ -75,6 +75,8 @@ type config struct {
 	failures   int
 	cooldown   time.Duration
 	onError    func(error)
+	obsName    string
+	observer   throttle.Observer
 	throttle   []throttle.Option
 	lease      *leaseConfig
 	optErr     error
@@ -130,6 +132,17 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 // concurrent use and fast.
 func WithErrorHandler(f func(error)) Option { return func(c *config) { c.onError = f } }
 
+// WithObserver reports, under name, what an operator must see besides the
+// decisions (observe those with throttle.Observe): the circuit breaker
+// opening and closing (EventBreakerOpen, EventBreakerClosed), a request
+// that the failure policy decided while Redis was unavailable
+// (EventFallback, with the decision and the error), and a server whose
+// eviction policy can drop limiter state (EventWarning). o is called from
+// the calling goroutine and must not block. Nil turns it off.
+func WithObserver(name string, o throttle.Observer) Option {
+	return func(c *config) { c.obsName, c.observer = name, o }
+}
+
 // WithOptions passes options of the throttle package: WithClock (tests
 // pass virtual time explicitly to the scripts instead of reading the
 // server's TIME) and WithMaxKeyLen. Other settings do not apply to state
@@ -153,6 +166,9 @@ type core struct {
 	policy    Policy
 	fallback  throttle.Limiter
 	onError   func(error)
+	obsName   string
+	observer  throttle.Observer
+	evictSeen atomic.Bool // the eviction policy was checked
 	br        breaker
 	deadlines deadlines
 	batch     batcher
@@ -211,6 +227,8 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 		policy:   cfg.policy,
 		fallback: cfg.fallback,
 		onError:  cfg.onError,
+		obsName:  cfg.obsName,
+		observer: cfg.observer,
 	}
 	if c.virtual {
 		c.ttlFloor = fmt.Sprint(virtualTTLFloor)
@@ -312,13 +330,13 @@ func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any
 		}
 	}
 	if err == nil {
-		c.br.success()
+		c.succeeded(ctx)
 		return v, nil
 	}
 	if isDataError(err) {
 		// Redis answered: one key holds data the script cannot read. That
 		// key alone fails; no outage is counted and no policy admits it.
-		c.br.success()
+		c.succeeded(ctx)
 		return nil, fmt.Errorf("%w: redislimit: key %q holds data of another kind or format (delete it to reset the key): %w", throttle.ErrInvalid, keys[0], err)
 	}
 	return nil, c.failed(ctx, err)
@@ -345,7 +363,7 @@ func (c *core) failed(ctx context.Context, err error) error {
 	// Redis did not answer before the earlier of the caller's deadline and
 	// WithTimeout: an outage either way, counted by the breaker and
 	// answered by the failure policy.
-	c.br.failure()
+	opened := c.br.failure()
 	if cerr := ctx.Err(); cerr != nil {
 		err = cerr
 	}
@@ -353,7 +371,50 @@ func (c *core) failed(ctx context.Context, err error) error {
 	if c.onError != nil {
 		c.onError(err)
 	}
+	if opened {
+		c.observe(throttle.Event{Kind: throttle.EventBreakerOpen, Err: err})
+	}
 	return err
+}
+
+// succeeded records a call Redis answered; the first one also checks the
+// server's eviction policy.
+func (c *core) succeeded(ctx context.Context) {
+	if c.br.success() {
+		c.observe(throttle.Event{Kind: throttle.EventBreakerClosed})
+	}
+	if !c.evictSeen.Load() && c.evictSeen.CompareAndSwap(false, true) {
+		c.checkEviction(ctx)
+	}
+}
+
+// observe reports e to the observer, if any.
+func (c *core) observe(e throttle.Event) {
+	if c.observer != nil {
+		e.Limiter = c.obsName
+		c.observer.Observe(e)
+	}
+}
+
+// checkEviction warns (EventWarning, and the error handler) when the
+// server may evict limiter state: a memory limit with any policy but
+// noeviction. Every limiter key carries a TTL, so volatile-* policies
+// evict them too. A server that refuses CONFIG (renamed or disabled, a
+// managed service) is not checked.
+func (c *core) checkEviction(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+	defer cancel()
+	conf, err := c.client.ConfigGet(cctx, "maxmemory*").Result()
+	if err != nil {
+		return
+	}
+	if policy := conf["maxmemory-policy"]; conf["maxmemory"] != "0" && policy != "" && policy != "noeviction" {
+		err := fmt.Errorf("redislimit: the server has maxmemory %s with maxmemory-policy %s: under memory pressure it evicts limiter keys, and an evicted key starts fresh (over-admission); use noeviction, or memory enough never to evict", conf["maxmemory"], policy)
+		if c.onError != nil {
+			c.onError(err)
+		}
+		c.observe(throttle.Event{Kind: throttle.EventWarning, Err: err})
+	}
 }
 
 // fail applies the failure policy to a request that Redis could not
@@ -362,13 +423,20 @@ func (c *core) fail(ctx context.Context, key string, n int, err error) (throttle
 	if !errors.Is(err, throttle.ErrUnavailable) {
 		return throttle.Decision{Limit: c.limit}, err
 	}
+	var d throttle.Decision
 	switch c.policy {
 	case FailOpen:
-		return throttle.Decision{Allowed: true, Limit: c.limit, Remaining: c.limit - n}, nil
+		d = throttle.Decision{Allowed: true, Limit: c.limit, Remaining: c.limit - n}
 	case FailFallback:
-		return c.fallback.Allow(ctx, key, n)
+		var ferr error
+		if d, ferr = c.fallback.Allow(ctx, key, n); ferr != nil {
+			return d, ferr
+		}
+	default:
+		return throttle.Decision{Limit: c.limit, RetryAfter: c.br.retryAfter()}, err
 	}
-	return throttle.Decision{Limit: c.limit, RetryAfter: c.br.retryAfter()}, err
+	c.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Decision: d, Err: err})
+	return d, nil
 }
 
 // Close stops the background work of the limiter (token leasing) and
