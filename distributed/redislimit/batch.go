@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,13 +25,21 @@ type batcher struct {
 
 // pending is one queued script call.
 type pending struct {
-	s    *luaScript
-	keys []string
-	args []any
-	done chan struct{}
-	v    any
-	err  error
+	s     *luaScript
+	keys  []string
+	args  []any
+	done  chan struct{}
+	state atomic.Int32 // queued, sent (taken by drain) or abandoned (its caller gave up first)
+	v     any
+	err   error
 }
+
+// States of a pending call: a call abandoned while queued is never sent.
+const (
+	queued int32 = iota
+	sent
+	abandoned
+)
 
 // do runs s on keys and args through the batcher; eval runs one call
 // alone.
@@ -45,6 +54,7 @@ func (c *core) do(ctx context.Context, s *luaScript, keys []string, args []any) 
 		case <-p.done:
 			return p.v, p.err
 		case <-ctx.Done():
+			p.state.CompareAndSwap(queued, abandoned) // not sent, if not sent yet
 			return nil, ctx.Err()
 		}
 	}
@@ -75,8 +85,16 @@ func (c *core) drain() {
 			return
 		}
 		b.mu.Unlock()
+		live := batch[:0:0]
+		for _, p := range batch {
+			if p.state.CompareAndSwap(queued, sent) {
+				live = append(live, p)
+			}
+		}
 		ctx, cancel := c.deadlines.with(context.Background())
-		c.pipeline(ctx, batch)
+		if len(live) > 0 {
+			c.pipeline(ctx, live)
+		}
 		if cancel != nil {
 			cancel()
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,12 @@ import (
 // MaxConcurrency bounds the limit of NewConcurrency: every held unit is a
 // member of a Redis sorted set.
 const MaxConcurrency = 1 << 20
+
+// MaxUnitsPerCall bounds the units one Allow takes, and one script call of
+// Release or Extend touches, so that no call holds Redis (single-threaded,
+// shared by every limiter) for more than about a millisecond; Release and
+// Extend split larger sets.
+const MaxUnitsPerCall = 1024
 
 // Concurrency limits how many units are in flight at once per key across
 // every process sharing Redis, as counting.Limiter does in one process.
@@ -37,6 +45,9 @@ type Concurrency struct {
 	lease int64
 	id    string
 	seq   atomic.Int64
+
+	later   sync.WaitGroup // releases retried after a failure
+	closing chan struct{}  // closed by Close: retry now, once
 
 	mu   sync.Mutex
 	held map[string]*holding
@@ -69,14 +80,24 @@ func NewConcurrency(client redis.UniversalClient, limit int, lease time.Duration
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("redislimit: holder id: %w", err)
 	}
-	return &Concurrency{core: c, lease: int64(lease), id: hex.EncodeToString(id[:]), held: map[string]*holding{}}, nil
+	cc := &Concurrency{core: c, lease: int64(lease), id: hex.EncodeToString(id[:]), held: map[string]*holding{}, closing: make(chan struct{})}
+	c.closers = append(c.closers, func() {
+		close(cc.closing)
+		cc.later.Wait()
+	})
+	return cc, nil
 }
 
 // Allow takes n units for key if they are free, in one round trip. Give
-// them back with Release.
+// them back with Release. n may not exceed MaxUnitsPerCall. A call that
+// fails after it may have reached Redis (a timeout) gives back, in the
+// background, whatever it may have taken.
 func (c *Concurrency) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if err := c.check(key, n); err != nil {
 		return throttle.Decision{}, err
+	}
+	if n > MaxUnitsPerCall {
+		return throttle.Decision{}, fmt.Errorf("%w: %d units in one call; take at most %d per call", throttle.ErrInvalid, n, MaxUnitsPerCall)
 	}
 	seq := c.seq.Add(int64(n)) - int64(n)
 	ref, mode := c.now()
@@ -84,6 +105,15 @@ func (c *Concurrency) Allow(ctx context.Context, key string, n int) (throttle.De
 	args := append(c.common(buf[:0], ref, mode), c.limit, n, c.lease, c.id, seq)
 	r, err := c.run(ctx, concurrencyScript, []string{c.prefix + key}, args)
 	if err != nil {
+		if errorsIsUnavailable(err) && !errors.Is(err, errBreakerOpen) {
+			// The script may still run (sent before the deadline): give
+			// back what it may take, once it can no longer be on its way.
+			members := make([]string, n)
+			for i := range members {
+				members[i] = c.member(seq + int64(i))
+			}
+			c.releaseLater(key, members)
+		}
 		d, err := c.fail(ctx, key, n, err)
 		if err == nil && d.Allowed {
 			c.mu.Lock()
@@ -112,6 +142,37 @@ func (c *Concurrency) Allow(ctx context.Context, key string, n int) (throttle.De
 
 func (c *Concurrency) member(seq int64) string { return c.id + ":" + strconv.FormatInt(seq, 10) }
 
+// releaseLater removes members of key from Redis in the background: units
+// a failed call may have taken, or a failed Release could not give back.
+// It waits twice the call timeout first (by then a call sent late has run
+// or never will), and tries up to three times, backing off; Close makes it
+// try at once, one last time, and waits for it. Removing members never
+// added is harmless; members it cannot remove come back with their lease.
+func (c *Concurrency) releaseLater(key string, members []string) {
+	c.later.Add(1)
+	go func() {
+		defer c.later.Done()
+		delay := 2 * c.timeout
+		for range 3 {
+			closing := false
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-c.closing:
+				closing = true
+			}
+			t.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+			_, err := c.extend(ctx, key, "-", members)
+			cancel()
+			if err == nil || closing {
+				return
+			}
+			delay *= 2
+		}
+	}()
+}
+
 // holding returns the record of key, creating it. c.mu is held.
 func (c *Concurrency) holding(key string) *holding {
 	h := c.held[key]
@@ -125,8 +186,10 @@ func (c *Concurrency) holding(key string) *holding {
 // Release gives back n of the units this process holds for key, newest
 // first. Releasing more than the process holds returns an error wrapping
 // throttle.ErrInvalid and releases nothing. If Redis cannot be reached the
-// units are forgotten locally and come back when their leases run out;
-// the error wraps throttle.ErrUnavailable. Release works after Close.
+// error wraps throttle.ErrUnavailable, the units are forgotten locally,
+// and giving them back is retried in the background (three times, backing
+// off, and once more by Close); units still not given back then come back
+// when their leases run out. Release works after Close.
 func (c *Concurrency) Release(ctx context.Context, key string, n int) error {
 	if n <= 0 {
 		return fmt.Errorf("%w: release of %d units", throttle.ErrInvalid, n)
@@ -147,7 +210,8 @@ func (c *Concurrency) Release(ctx context.Context, key string, n int) error {
 	fb := min(n, h.fallback)
 	h.fallback -= fb
 	n -= fb
-	members := h.members[len(h.members)-n:]
+	// A copy: once the lock is released, Allow appends over the tail.
+	members := slices.Clone(h.members[len(h.members)-n:])
 	h.members = h.members[:len(h.members)-n]
 	if len(h.members) == 0 && h.open == 0 && h.fallback == 0 {
 		delete(c.held, key)
@@ -162,6 +226,7 @@ func (c *Concurrency) Release(ctx context.Context, key string, n int) error {
 	if len(members) > 0 {
 		if _, e := c.extend(ctx, key, "-", members); e != nil {
 			err = e
+			c.releaseLater(key, members) // forgotten here, retried there
 		}
 	}
 	return err
@@ -196,17 +261,23 @@ func (c *Concurrency) Extend(ctx context.Context, key string) (int, error) {
 // extend runs the extend script (lease "-" releases) on members and
 // returns those still held.
 func (c *Concurrency) extend(ctx context.Context, key string, lease any, members []string) ([]any, error) {
-	ref, mode := c.now()
-	args := make([]any, 0, 5+len(members))
-	args = append(c.common(args, ref, mode), lease)
-	for _, m := range members {
-		args = append(args, m)
+	var alive []any
+	for len(members) > 0 { // at most MaxUnitsPerCall members per script
+		part := members[:min(len(members), MaxUnitsPerCall)]
+		members = members[len(part):]
+		ref, mode := c.now()
+		args := make([]any, 0, 5+len(part))
+		args = append(c.common(args, ref, mode), lease)
+		for _, m := range part {
+			args = append(args, m)
+		}
+		r, err := c.run(ctx, extendScript, []string{c.prefix + key}, args)
+		if err != nil {
+			return nil, err
+		}
+		alive = append(alive, r[1:]...)
 	}
-	r, err := c.run(ctx, extendScript, []string{c.prefix + key}, args)
-	if err != nil {
-		return nil, err
-	}
-	return r[1:], nil
+	return alive, nil
 }
 
 // forget drops from the local record of key the members among checked

@@ -300,7 +300,7 @@ func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any
 		return nil, err
 	}
 	if !c.br.allow() {
-		return nil, fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
+		return nil, errBreakerOpen
 	}
 	cctx, cancel := c.deadlines.with(ctx)
 	if cancel != nil {
@@ -353,6 +353,10 @@ func isDataError(err error) bool {
 	msg := rerr.Error()
 	return strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "user_script") || strings.Contains(msg, "Error running script")
 }
+
+// errBreakerOpen fails a call the breaker did not let through: nothing
+// was sent.
+var errBreakerOpen = fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
 
 // failed records a failed call and returns its error.
 func (c *core) failed(ctx context.Context, err error) error {
