@@ -171,17 +171,31 @@ func (c *config) setFields(h http.Header, d throttle.Decision, quota throttle.Qu
 	if quota != nil {
 		q = quota.Quota()
 	}
-	t := d.ResetAfter
-	if !d.Allowed || d.Remaining == 0 {
-		t = d.RetryAfter
-	}
-	h.Add("RateLimit-Policy", PolicyField(c.name, q))
-	h.Add("RateLimit", LimitField(c.name, d.Remaining, t))
+	policy, limit := Fields(c.name, d, q)
+	h.Add("RateLimit-Policy", policy)
+	h.Add("RateLimit", limit)
 	if c.legacy {
 		h.Set("X-RateLimit-Limit", strconv.Itoa(q.Limit))
 		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(d.Remaining, 0)))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(seconds(t), 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(seconds(ResetOf(d)), 10))
 	}
+}
+
+// Fields returns the RateLimit-Policy and RateLimit items of a decision d
+// under the policy name limiting to q: what this middleware sends, for
+// other transports (gRPC metadata) to send alike.
+func Fields(name string, d throttle.Decision, q throttle.Quota) (policy, limit string) {
+	return PolicyField(name, q), LimitField(name, d.Remaining, ResetOf(d))
+}
+
+// ResetOf is the time a RateLimit item states for d: when a denied
+// request could be admitted (RetryAfter), or when an admitted key is full
+// again (ResetAfter).
+func ResetOf(d throttle.Decision) time.Duration {
+	if !d.Allowed {
+		return d.RetryAfter
+	}
+	return d.ResetAfter
 }
 
 // PolicyField formats one RateLimit-Policy item: "name";q=limit;w=seconds

@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -52,6 +53,11 @@ func TestDeniedGets429WithFields(t *testing.T) {
 		}
 		if got := w.Header().Get("RateLimit-Policy"); got != `"api";q=2;w=60` {
 			t.Fatalf("RateLimit-Policy = %q", got)
+		}
+		// Admitted, even the last unit: t is when the window resets (it
+		// used to say 0 once nothing remained).
+		if got, want := w.Header().Get("RateLimit"), fmt.Sprintf(`"api";r=%d;t=`, 1-i); !strings.HasPrefix(got, want) || strings.HasSuffix(got, "t=0") {
+			t.Fatalf("RateLimit = %q, want %s<seconds to the window's end>", got, want)
 		}
 	}
 	w := get(h, "192.0.2.1:1234")

@@ -32,8 +32,10 @@ type Bucket struct {
 }
 
 var (
-	_ throttle.Limiter  = (*Bucket)(nil)
-	_ throttle.Reserver = (*Bucket)(nil)
+	_ throttle.Limiter       = (*Bucket)(nil)
+	_ throttle.Reserver      = (*Bucket)(nil)
+	_ throttle.QuotaReporter = (*Bucket)(nil)
+	_ throttle.QuotaAllower  = (*Bucket)(nil)
 )
 
 // NewTokenBucket returns a token bucket of the given rate and burst whose
@@ -74,13 +76,21 @@ func NewEvery(client redis.UniversalClient, d time.Duration, opts ...Option) (*B
 // that; a longer span is refused rather than rounded.
 const MaxSpan = time.Duration(1 << 52)
 
+// checkSpan refuses a configuration whose span is above MaxSpan.
+func checkSpan(cfg *gcra.Config) error {
+	if cfg.Tau > int64(MaxSpan) {
+		return fmt.Errorf("%w: burst %d at rate %v spans %v, above the %v a Redis bucket computes exactly", throttle.ErrInvalid, cfg.Burst, cfg.Rate, time.Duration(cfg.Tau), MaxSpan)
+	}
+	return nil
+}
+
 func newBucket(client redis.UniversalClient, alg string, rate throttle.Rate, burst int, opts []Option) (*Bucket, error) {
 	cfg, err := gcra.NewConfig(rate, burst)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Tau > int64(MaxSpan) {
-		return nil, fmt.Errorf("%w: burst %d at rate %v spans %v, above the %v a Redis bucket computes exactly", throttle.ErrInvalid, burst, rate, time.Duration(cfg.Tau), MaxSpan)
+	if err := checkSpan(cfg); err != nil {
+		return nil, err
 	}
 	c, conf, err := newCore(client, alg, burst, opts)
 	if err != nil {
@@ -101,10 +111,16 @@ func (b *Bucket) Allow(ctx context.Context, key string, n int) (throttle.Decisio
 	if b.lease != nil {
 		return b.lease.allow(ctx, key, n)
 	}
-	cost := int64(n) * b.cfg.Interval
+	return b.decide(ctx, key, n, b.cfg, b.tau)
+}
+
+// decide runs one decision of n units for key under cfg (tau is cfg.Tau,
+// boxed) in Redis.
+func (b *Bucket) decide(ctx context.Context, key string, n int, cfg *gcra.Config, tau any) (throttle.Decision, error) {
+	cost := int64(n) * cfg.Interval
 	ref, mode := b.now()
 	var buf [8]any
-	args := append(b.common(buf[:0], ref, mode), b.boxCost(cost), b.tau, "0")
+	args := append(b.common(buf[:0], ref, mode), b.boxCost(cost), tau, "0")
 	v, err := b.eval(ctx, gcraScript, []string{b.prefix + key}, args)
 	if err != nil {
 		return b.fail(ctx, key, n, err)
@@ -114,9 +130,42 @@ func (b *Bucket) Allow(ctx context.Context, key string, n int) (throttle.Decisio
 		return b.fail(ctx, key, n, b.failed(ctx, fmt.Errorf("unexpected reply %T", v)))
 	}
 	if debt < 0 {
-		return b.cfg.Decision(0, -1-debt, cost, false), nil
+		return cfg.Decision(0, -1-debt, cost, false), nil
 	}
-	return b.cfg.Decision(0, debt, cost, true), nil
+	return cfg.Decision(0, debt, cost, true), nil
+}
+
+// Quota reports the burst and the time to refill it from empty.
+func (b *Bucket) Quota() throttle.Quota {
+	return throttle.Quota{Limit: b.cfg.Burst, Window: b.cfg.Rate.Duration(int64(b.cfg.Burst))}
+}
+
+// AllowQuota is Allow under a limit given with the call, rate and burst,
+// instead of the bucket's own, as go-redis/redis_rate takes it: one Bucket
+// serves keys of different tiers. A key keeps what it has used when its
+// limit changes, read under the new limit (its state is the instant it is
+// full again). With leasing, these calls go to Redis each time. Errors
+// wrap throttle.ErrInvalid (a bad key, n, rate or burst, or a span above
+// MaxSpan), throttle.ErrExceedsLimit (n > burst) or
+// throttle.ErrUnavailable.
+func (b *Bucket) AllowQuota(ctx context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error) {
+	var cfg gcra.Config
+	if err := cfg.Set(rate, burst); err != nil {
+		return throttle.Decision{}, err
+	}
+	if err := checkSpan(&cfg); err != nil {
+		return throttle.Decision{}, err
+	}
+	if b.closed.Load() {
+		return throttle.Decision{}, throttle.ErrClosed
+	}
+	if err := b.settings.CheckKey(key); err != nil {
+		return throttle.Decision{}, err
+	}
+	if err := limiterkit.CheckN(n, burst); err != nil {
+		return throttle.Decision{}, err
+	}
+	return b.decide(ctx, key, n, &cfg, cfg.Tau)
 }
 
 // boxCost returns cost as an argument, without allocating for n = 1.

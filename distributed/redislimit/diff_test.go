@@ -277,3 +277,45 @@ func TestBucketSpanEdge(t *testing.T) {
 		return l, r
 	})
 }
+
+// quotaAdapter calls AllowQuota with a tier per key: what httplimit and
+// rules do with a QuotaAllower.
+type quotaAdapter struct{ q throttle.QuotaAllower }
+
+func (a quotaAdapter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	rate, burst := throttle.PerSecond(5), 3 // free
+	if key == "b" {
+		rate, burst = throttle.PerSecond(50), 6 // pro
+	}
+	return a.q.AllowQuota(ctx, key, n, rate, burst)
+}
+
+// TestDifferentialAllowQuota: per-call limits (tiers) decide on Redis as
+// tokenbucket.Limiter.AllowQuota does, and Quota states the bucket's.
+func TestDifferentialAllowQuota(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	differential(t, 3, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
+		l, err := tokenbucket.New(throttle.PerSecond(1), 1, throttle.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := NewTokenBucket(c, throttle.PerSecond(1), 1, vclock(clk), WithPrefix(uniquePrefix()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return quotaAdapter{l}, quotaAdapter{r}
+	})
+	r, err := NewTokenBucket(c, throttle.PerSecond(10), 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := r.Quota(); q != (throttle.Quota{Limit: 20, Window: 2 * time.Second}) {
+		t.Errorf("Quota = %+v, want 20 per 2s", q)
+	}
+	if _, err := r.AllowQuota(t.Context(), "k", 4, throttle.PerSecond(1), 3); !errors.Is(err, throttle.ErrExceedsLimit) {
+		t.Errorf("AllowQuota(n > burst) = %v, want ErrExceedsLimit", err)
+	}
+	if _, err := r.AllowQuota(t.Context(), "k", 1, throttle.Every(MaxSpan), 2); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("AllowQuota above MaxSpan = %v, want ErrInvalid", err)
+	}
+}

@@ -29,7 +29,15 @@ type SlidingWindow struct {
 	skew   int64
 }
 
-var _ throttle.Limiter = (*SlidingWindow)(nil)
+var (
+	_ throttle.Limiter       = (*SlidingWindow)(nil)
+	_ throttle.QuotaReporter = (*SlidingWindow)(nil)
+)
+
+// Quota reports the limit per window.
+func (l *SlidingWindow) Quota() throttle.Quota {
+	return throttle.Quota{Limit: l.limit, Window: time.Duration(l.window)}
+}
 
 // NewSlidingWindow returns a weighted sliding-window limiter of limit
 // units per window. Errors wrap throttle.ErrInvalid.

@@ -34,7 +34,15 @@ type Limiter struct {
 	log    bool
 }
 
-var _ throttle.Limiter = (*Limiter)(nil)
+var (
+	_ throttle.Limiter       = (*Limiter)(nil)
+	_ throttle.QuotaReporter = (*Limiter)(nil)
+)
+
+// Quota reports the limit per window.
+func (l *Limiter) Quota() throttle.Quota {
+	return throttle.Quota{Limit: l.limit, Window: time.Duration(l.window)}
+}
 
 func checkWindow(limit int, window time.Duration) error {
 	switch {

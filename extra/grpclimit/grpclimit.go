@@ -9,11 +9,14 @@
 //	)
 //
 // A refused call ends with codes.ResourceExhausted, a google.rpc.RetryInfo
-// detail whose retry_delay is the limiter's RetryAfter, and the metadata
-// x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset (seconds
-// until the key is full again) and retry-after (whole seconds, rounded
-// up), in the trailer; an admitted call gets the first three in its
-// header. When the limiter is a throttle.Holder (a concurrency limit),
+// detail whose retry_delay is the limiter's RetryAfter, and in its
+// trailer the metadata of the IETF RateLimit header fields
+// (draft-ietf-httpapi-ratelimit-headers, as httplimit sends them):
+// ratelimit-policy ("name";q=limit;w=window seconds, from the limiter's
+// throttle.Quota when it states one) and ratelimit ("name";r=remaining;
+// t=seconds), plus retry-after (whole seconds, rounded up); an admitted
+// call gets the two fields in its header. WithLegacyHeaders adds the
+// x-ratelimit-limit, x-ratelimit-remaining and x-ratelimit-reset trio. When the limiter is a throttle.Holder (a concurrency limit),
 // the units are held while the handler runs (the whole stream for a
 // streaming call) and released when it returns or panics.
 package grpclimit
@@ -34,6 +37,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/httplimit"
 )
 
 // KeyFunc returns the key a call is limited under. fullMethod is the
@@ -86,10 +90,12 @@ type config struct {
 	skip      func(fullMethod string) bool
 	waitOpts  []throttle.WaitOption
 	noHeaders bool
+	legacy    bool
+	name      string
 }
 
 func newConfig(defaultKey KeyFunc, opts []Option) config {
-	c := config{key: defaultKey, cost: func(context.Context, string) int { return 1 }}
+	c := config{key: defaultKey, cost: func(context.Context, string) int { return 1 }, name: "default"}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -116,6 +122,14 @@ func WithSkip(f func(fullMethod string) bool) Option { return func(c *config) { 
 
 // WithoutHeaders leaves the rate-limit metadata out.
 func WithoutHeaders() Option { return func(c *config) { c.noHeaders = true } }
+
+// WithName names the policy in the ratelimit-policy and ratelimit metadata
+// (default "default").
+func WithName(name string) Option { return func(c *config) { c.name = name } }
+
+// WithLegacyHeaders adds x-ratelimit-limit, x-ratelimit-remaining and
+// x-ratelimit-reset, for clients that read only those.
+func WithLegacyHeaders() Option { return func(c *config) { c.legacy = true } }
 
 // WithFailFast makes a client interceptor refuse a call over the limit at
 // once, with the same status a server would send, instead of waiting.
@@ -144,7 +158,7 @@ func (c *config) acquire(ctx context.Context, l throttle.Limiter, method string)
 		return release, nil, statusOf(err)
 	}
 	if !c.noHeaders {
-		md = headers(d)
+		md = c.headers(d, l)
 	}
 	if !d.Allowed {
 		return release, md, Denied(d)
@@ -192,11 +206,18 @@ func statusOf(err error) error {
 	return status.Error(code, err.Error())
 }
 
-func headers(d throttle.Decision) metadata.MD {
-	md := metadata.MD{
-		"x-ratelimit-limit":     {strconv.Itoa(d.Limit)},
-		"x-ratelimit-remaining": {strconv.Itoa(d.Remaining)},
-		"x-ratelimit-reset":     {strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)},
+// headers returns the rate-limit metadata of d, decided by l.
+func (c *config) headers(d throttle.Decision, l throttle.Limiter) metadata.MD {
+	q := throttle.Quota{Limit: d.Limit}
+	if r, ok := l.(throttle.QuotaReporter); ok {
+		q = r.Quota()
+	}
+	policy, limit := httplimit.Fields(c.name, d, q)
+	md := metadata.MD{"ratelimit-policy": {policy}, "ratelimit": {limit}}
+	if c.legacy {
+		md["x-ratelimit-limit"] = []string{strconv.Itoa(q.Limit)}
+		md["x-ratelimit-remaining"] = []string{strconv.Itoa(max(d.Remaining, 0))}
+		md["x-ratelimit-reset"] = []string{strconv.FormatInt(ceilSeconds(httplimit.ResetOf(d)), 10)}
 	}
 	if !d.Allowed && d.RetryAfter > 0 {
 		md["retry-after"] = []string{strconv.FormatInt(ceilSeconds(d.RetryAfter), 10)}

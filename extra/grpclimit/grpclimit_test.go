@@ -76,8 +76,15 @@ func TestUnaryDenied(t *testing.T) {
 		if _, err := c.Check(withKey(t, "alice"), &healthpb.HealthCheckRequest{}, grpc.Header(&hdr)); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
-		if got := hdr.Get("x-ratelimit-remaining"); len(got) != 1 || got[0] != []string{"1", "0"}[i] {
-			t.Fatalf("call %d: header %v", i, hdr)
+		want := []string{`"default";r=1;t=1`, `"default";r=0;t=2`}[i]
+		if got := hdr.Get("ratelimit"); len(got) != 1 || got[0] != want {
+			t.Fatalf("call %d: ratelimit %v, want %s", i, hdr, want)
+		}
+		if got := hdr.Get("ratelimit-policy"); len(got) != 1 || got[0] != `"default";q=2;w=2` {
+			t.Fatalf("call %d: ratelimit-policy %v", i, hdr)
+		}
+		if len(hdr.Get("x-ratelimit-remaining")) != 0 {
+			t.Fatalf("call %d: legacy metadata without WithLegacyHeaders: %v", i, hdr)
 		}
 	}
 	var trl metadata.MD
