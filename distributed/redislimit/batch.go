@@ -91,7 +91,7 @@ func (c *core) drain() {
 				live = append(live, p)
 			}
 		}
-		ctx, cancel := c.deadlines.with(context.Background())
+		ctx, cancel := c.deadlines.With(context.Background())
 		if len(live) > 0 {
 			c.pipeline(ctx, live)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/failsafe"
 )
 
 // MaxConcurrency bounds the limit of NewConcurrency: every held unit is a
@@ -105,7 +106,7 @@ func (c *Concurrency) Allow(ctx context.Context, key string, n int) (throttle.De
 	args := append(c.common(buf[:0], ref, mode), c.limit, n, c.lease, c.id, seq)
 	r, err := c.run(ctx, concurrencyScript, []string{c.prefix + key}, args)
 	if err != nil {
-		if errorsIsUnavailable(err) && !errors.Is(err, errBreakerOpen) {
+		if errorsIsUnavailable(err) && !errors.Is(err, failsafe.ErrOpen) {
 			// The script may still run (sent before the deadline): give
 			// back what it may take, once it can no longer be on its way.
 			members := make([]string, n)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/limiterkit"
 )
@@ -34,34 +35,21 @@ const (
 )
 
 // Policy is what a limiter does when Redis cannot decide in time (error,
-// timeout, or open circuit breaker).
-type Policy int
+// timeout, or open circuit breaker): failsafe's policies.
+type Policy = failsafe.Policy
 
 const (
 	// FailClosed denies the request and returns an error wrapping
 	// throttle.ErrUnavailable. It is the default: no limit is exceeded
 	// while Redis is down.
-	FailClosed Policy = iota
+	FailClosed = failsafe.Closed
 	// FailOpen admits the request with a nil error: the service keeps
 	// running unthrottled while Redis is down.
-	FailOpen
+	FailOpen = failsafe.Open
 	// FailFallback asks the local limiter given with WithFallback (for
 	// example the limit divided by the number of instances).
-	FailFallback
+	FailFallback = failsafe.Fallback
 )
-
-// String returns the policy's name, as in the constant's.
-func (p Policy) String() string {
-	switch p {
-	case FailClosed:
-		return "FailClosed"
-	case FailOpen:
-		return "FailOpen"
-	case FailFallback:
-		return "FailFallback"
-	}
-	return fmt.Sprintf("Policy(%d)", int(p))
-}
 
 // Option configures a limiter of this package. Options of the throttle
 // package (the clock, the key length bound) are passed with WithOptions.
@@ -169,8 +157,8 @@ type core struct {
 	obsName   string
 	observer  throttle.Observer
 	evictSeen atomic.Bool // the eviction policy was checked
-	br        breaker
-	deadlines deadlines
+	br        failsafe.Breaker
+	deadlines failsafe.Deadlines
 	batch     batcher
 	closed    atomic.Bool
 	closers   []func()
@@ -233,8 +221,10 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 	if c.virtual {
 		c.ttlFloor = fmt.Sprint(virtualTTLFloor)
 	}
-	c.br.init(cfg.failures, cfg.cooldown)
-	c.deadlines.init(cfg.timeout)
+	if err := c.br.Init(cfg.failures, cfg.cooldown, cfg.cooldown); err != nil {
+		return nil, nil, err
+	}
+	c.deadlines.Init(cfg.timeout)
 	return c, &cfg, nil
 }
 
@@ -299,10 +289,11 @@ func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !c.br.allow() {
-		return nil, errBreakerOpen
+	probe, ok := c.br.Allow(failsafe.Mono())
+	if !ok {
+		return nil, failsafe.ErrOpen
 	}
-	cctx, cancel := c.deadlines.with(ctx)
+	cctx, cancel := c.deadlines.With(ctx)
 	if cancel != nil {
 		defer cancel()
 	}
@@ -330,16 +321,16 @@ func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any
 		}
 	}
 	if err == nil {
-		c.succeeded(ctx)
+		c.succeeded(ctx, probe)
 		return v, nil
 	}
 	if isDataError(err) {
 		// Redis answered: one key holds data the script cannot read. That
 		// key alone fails; no outage is counted and no policy admits it.
-		c.succeeded(ctx)
+		c.succeeded(ctx, probe)
 		return nil, fmt.Errorf("%w: redislimit: key %q holds data of another kind or format (delete it to reset the key): %w", throttle.ErrInvalid, keys[0], err)
 	}
-	return nil, c.failed(ctx, err)
+	return nil, c.failedCall(ctx, err, probe)
 }
 
 // isDataError reports whether err is Redis's answer that a key holds data
@@ -354,20 +345,20 @@ func isDataError(err error) bool {
 	return strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "user_script") || strings.Contains(msg, "Error running script")
 }
 
-// errBreakerOpen fails a call the breaker did not let through: nothing
-// was sent.
-var errBreakerOpen = fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
-
 // failed records a failed call and returns its error.
-func (c *core) failed(ctx context.Context, err error) error {
+func (c *core) failed(ctx context.Context, err error) error { return c.failedCall(ctx, err, false) }
+
+// failedCall records a failed call, the breaker's probe if probe, and
+// returns its error.
+func (c *core) failedCall(ctx context.Context, err error, probe bool) error {
 	if errors.Is(ctx.Err(), context.Canceled) { // the caller gave up: not Redis's fault
-		c.br.release()
+		c.br.Release(probe)
 		return ctx.Err()
 	}
 	// Redis did not answer before the earlier of the caller's deadline and
 	// WithTimeout: an outage either way, counted by the breaker and
 	// answered by the failure policy.
-	opened := c.br.failure()
+	opened := c.br.Failure(failsafe.Mono(), probe)
 	if cerr := ctx.Err(); cerr != nil {
 		err = cerr
 	}
@@ -383,8 +374,8 @@ func (c *core) failed(ctx context.Context, err error) error {
 
 // succeeded records a call Redis answered; the first one also checks the
 // server's eviction policy.
-func (c *core) succeeded(ctx context.Context) {
-	if c.br.success() {
+func (c *core) succeeded(ctx context.Context, probe bool) {
+	if c.br.Success(probe) {
 		c.observe(throttle.Event{Kind: throttle.EventBreakerClosed})
 	}
 	if !c.evictSeen.Load() && c.evictSeen.CompareAndSwap(false, true) {
@@ -437,7 +428,7 @@ func (c *core) fail(ctx context.Context, key string, n int, err error) (throttle
 			return d, ferr
 		}
 	default:
-		return throttle.Decision{Limit: c.limit, RetryAfter: c.br.retryAfter()}, err
+		return throttle.Decision{Limit: c.limit, RetryAfter: c.br.RetryAfter(failsafe.Mono())}, err
 	}
 	c.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Decision: d, Err: err})
 	return d, nil

@@ -27,11 +27,11 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -98,10 +98,7 @@ type Client struct {
 	pool   chan *conn
 	closed atomic.Bool
 
-	mu       sync.Mutex // guards the backoff state
-	failures int
-	until    time.Time
-	probing  bool // a query is testing the daemon after a backoff
+	br failsafe.Breaker // the backoff: opens at the first failure
 
 	st struct{ queries, allowed, failures, skipped, dials atomic.Uint64 }
 }
@@ -149,6 +146,9 @@ func New(network, addr string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: max tag length %d out of [1, %d]", throttle.ErrInvalid, c.maxTagLen, HardMaxTagLen)
 	case c.dial == nil:
 		return nil, fmt.Errorf("%w: nil dialer", throttle.ErrInvalid)
+	}
+	if c.minBackoff > 0 {
+		c.br.Init(1, c.minBackoff, c.maxBackoff) // valid: checked above
 	}
 	c.pool = make(chan *conn, c.poolSize)
 	return c, nil
@@ -311,38 +311,13 @@ func callerDeadline(ctx context.Context, deadline time.Time) bool {
 
 // admit reports whether a query may go to the daemon now, and whether it
 // is the one probe allowed once a backoff has run out.
-func (c *Client) admit(now time.Time) (probe, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.failures == 0:
-		return false, true
-	case now.Before(c.until) || c.probing:
-		return false, false
-	default:
-		c.probing = true
-		return true, true
-	}
-}
+func (c *Client) admit(now time.Time) (probe, ok bool) { return c.br.Allow(now.UnixNano()) }
 
 // succeeded ends any backoff.
-func (c *Client) succeeded(probe bool) {
-	c.mu.Lock()
-	c.failures = 0
-	if probe {
-		c.probing = false
-	}
-	c.mu.Unlock()
-}
+func (c *Client) succeeded(probe bool) { c.br.Success(probe) }
 
 // released ends a probe that learned nothing (the caller gave up).
-func (c *Client) released(probe bool) {
-	if probe {
-		c.mu.Lock()
-		c.probing = false
-		c.mu.Unlock()
-	}
-}
+func (c *Client) released(probe bool) { c.br.Release(probe) }
 
 func (c *Client) roundTrip(cn *conn, deadline time.Time, tags []string, out []bool) error {
 	if err := cn.c.SetDeadline(deadline); err != nil {
@@ -418,19 +393,11 @@ func (c *Client) exchange(cn *conn, tags []string, out []bool) error {
 	return rejected
 }
 
+// failed starts or lengthens the backoff: the minimum, doubled after each
+// failed probe up to the maximum.
 func (c *Client) failed(probe bool) {
 	c.st.failures.Add(1)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if probe {
-		c.probing = false
-	}
-	c.failures++
-	pause := c.minBackoff
-	for i := 1; i < c.failures && pause < c.maxBackoff; i++ {
-		pause *= 2
-	}
-	c.until = time.Now().Add(min(pause, c.maxBackoff))
+	c.br.Failure(time.Now().UnixNano(), probe)
 }
 
 func (c *Client) get(ctx context.Context, deadline time.Time) (*conn, bool, error) {

@@ -1,4 +1,4 @@
-package redislimit
+package failsafe
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 // deadline exactly timeout ahead, Done closed at most one tick late, and
 // ordinary contexts for cancellable parents.
 func TestDeadlines(t *testing.T) {
-	var d deadlines
-	d.init(20 * time.Millisecond)
+	var d Deadlines
+	d.Init(20 * time.Millisecond)
 	start := time.Now()
-	ctx, cancel := d.with(context.Background())
+	ctx, cancel := d.With(context.Background())
 	after := time.Now()
 	if cancel != nil {
 		t.Fatal("background parent: want no cancel function")
@@ -22,7 +22,7 @@ func TestDeadlines(t *testing.T) {
 	if dl, ok := ctx.Deadline(); !ok || dl.Before(start.Add(20*time.Millisecond)) || dl.After(after.Add(20*time.Millisecond)) {
 		t.Fatalf("Deadline = %v after the call, %v; want 20ms", dl.Sub(after), ok)
 	}
-	ctx2, _ := d.with(context.Background())
+	ctx2, _ := d.With(context.Background())
 	if ctx2.Done() != ctx.Done() {
 		t.Fatal("calls in one tick should share a channel")
 	}
@@ -38,7 +38,7 @@ func TestDeadlines(t *testing.T) {
 		t.Fatalf("Err = %v", ctx.Err())
 	}
 	parent, stop := context.WithCancel(context.Background())
-	c3, cancel3 := d.with(parent)
+	c3, cancel3 := d.With(parent)
 	if cancel3 == nil {
 		t.Fatal("cancellable parent: want context.WithTimeout")
 	}

@@ -1,4 +1,4 @@
-package redislimit
+package failsafe
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// deadlines gives each call a context that ends after the per-call
+// Deadlines gives each call a context that ends after the per-call
 // timeout without arming a timer per call: context.WithTimeout costs a
 // timer and a channel per decision, about a tenth of the client's CPU per
 // round trip. Calls whose deadlines fall in the same tick (timeout/8)
@@ -18,20 +18,21 @@ import (
 //
 // It serves only parents that can never be cancelled (Done() == nil, as
 // context.Background); others get context.WithTimeout.
-type deadlines struct {
+type Deadlines struct {
 	timeout int64
 	tick    int64
 	mu      sync.Mutex
 	cur     atomic.Pointer[tickEnd]
 }
 
-// tickEnd is a channel closed at end (on the monotonic clock of mono).
+// tickEnd is a channel closed at end (on the monotonic clock of Mono).
 type tickEnd struct {
 	end int64
 	ch  chan struct{}
 }
 
-func (d *deadlines) init(timeout time.Duration) {
+// Init sets the per-call timeout; it must be called before With.
+func (d *Deadlines) Init(timeout time.Duration) {
 	d.timeout = int64(timeout)
 	d.tick = max(d.timeout/8, int64(time.Millisecond))
 }
@@ -41,7 +42,7 @@ func (d *deadlines) init(timeout time.Duration) {
 type callCtx struct {
 	context.Context
 	deadline time.Time
-	at       int64 // deadline on the clock of mono
+	at       int64 // deadline on the clock of Mono
 	done     <-chan struct{}
 }
 
@@ -54,19 +55,19 @@ func (c *callCtx) Err() error {
 		return context.DeadlineExceeded
 	default:
 	}
-	if mono() >= c.at {
+	if Mono() >= c.at {
 		return context.DeadlineExceeded
 	}
 	return nil
 }
 
-// with returns ctx bounded by the timeout, and its cancel function (nil
+// With returns ctx bounded by the timeout, and its cancel function (nil
 // when there is nothing to cancel).
-func (d *deadlines) with(ctx context.Context) (context.Context, context.CancelFunc) {
+func (d *Deadlines) With(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() != nil {
 		return context.WithTimeout(ctx, time.Duration(d.timeout))
 	}
-	now := mono()
+	now := Mono()
 	at := now + d.timeout
 	t := d.cur.Load()
 	if t == nil || t.end < at || t.end-d.tick > at {
@@ -76,14 +77,25 @@ func (d *deadlines) with(ctx context.Context) (context.Context, context.CancelFu
 }
 
 // next installs the tick ending after at.
-func (d *deadlines) next(at int64) *tickEnd {
+func (d *Deadlines) next(at int64) *tickEnd {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if t := d.cur.Load(); t != nil && t.end >= at && t.end-d.tick <= at {
 		return t
 	}
-	t := &tickEnd{end: (at/d.tick + 1) * d.tick, ch: make(chan struct{})}
-	time.AfterFunc(time.Duration(t.end-mono()), func() { close(t.ch) })
+	r := at % d.tick
+	if r < 0 {
+		r += d.tick // floored: Mono may be negative (a testing/synctest bubble)
+	}
+	t := &tickEnd{end: at - r + d.tick, ch: make(chan struct{})}
+	time.AfterFunc(time.Duration(t.end-Mono()), func() { close(t.ch) })
 	d.cur.Store(t)
 	return t
 }
+
+var epoch = time.Now()
+
+// Mono reads the monotonic clock, in nanoseconds since the package was
+// loaded: the instants of Deadlines, and of a Breaker whose owner has no
+// clock of its own.
+func Mono() int64 { return int64(time.Since(epoch)) }
