@@ -434,9 +434,11 @@ func (c *core) fail(ctx context.Context, key string, n int, err error) (throttle
 	return d, nil
 }
 
-// Close stops the background work of the limiter (token leasing) and
-// makes further calls fail with throttle.ErrClosed. It does not close the
-// Redis client, which belongs to the caller. Close is idempotent.
+// Close makes further calls fail with throttle.ErrClosed and ends the
+// limiter's background work, if it has any (a Bucket's token leasing, a
+// Concurrency's retried releases), waiting for it. It does not close the
+// Redis client, which belongs to the caller. Close is idempotent and
+// returns nil.
 func (c *core) Close() error {
 	if c.closed.Swap(true) {
 		return nil

@@ -20,27 +20,46 @@ import (
 // 2^53 ns; windows up to MaxWindow keep every offset below that.
 const MaxWindow = 52 * 24 * time.Hour
 
-// Limiter is a window limiter (fixed window or sliding log) whose state
-// lives in Redis: every process sharing the Redis server and the prefix
-// shares the limit of each key. It has the same decisions as the local
-// package of the same algorithm for the same trace.
+// FixedWindow is fixedwindow.Limiter with its state in Redis: up to limit
+// units per key in each window aligned to the Unix epoch, shared by every
+// process using the same Redis server and prefix. It has the same
+// decisions as fixedwindow.New for the same trace, a clock stepped back
+// included.
 //
-// A Limiter is safe for concurrent use. The zero value is not usable;
-// call NewFixedWindow or NewSlidingLog.
-type Limiter struct {
+// A FixedWindow is safe for concurrent use. The zero value is not usable;
+// call NewFixedWindow.
+type FixedWindow struct {
 	*core
 	window int64
-	skew   int64 // fixed window: see window.Layout.Skew
-	log    bool
+	skew   int64 // see window.Layout.Skew
+}
+
+// SlidingLog is slidinglog.Limiter with its state in Redis: at most limit
+// units per key in any half-open interval of length window, exactly,
+// shared by every process using the same Redis server and prefix. It has
+// the same decisions as slidinglog.New for the same trace.
+//
+// A SlidingLog is safe for concurrent use. The zero value is not usable;
+// call NewSlidingLog.
+type SlidingLog struct {
+	*core
+	window int64
 }
 
 var (
-	_ throttle.Limiter       = (*Limiter)(nil)
-	_ throttle.QuotaReporter = (*Limiter)(nil)
+	_ throttle.Limiter       = (*FixedWindow)(nil)
+	_ throttle.QuotaReporter = (*FixedWindow)(nil)
+	_ throttle.Limiter       = (*SlidingLog)(nil)
+	_ throttle.QuotaReporter = (*SlidingLog)(nil)
 )
 
 // Quota reports the limit per window.
-func (l *Limiter) Quota() throttle.Quota {
+func (l *FixedWindow) Quota() throttle.Quota {
+	return throttle.Quota{Limit: l.limit, Window: time.Duration(l.window)}
+}
+
+// Quota reports the limit per window.
+func (l *SlidingLog) Quota() throttle.Quota {
 	return throttle.Quota{Limit: l.limit, Window: time.Duration(l.window)}
 }
 
@@ -58,7 +77,7 @@ func checkWindow(limit int, window time.Duration) error {
 // limit units per window, windows aligned to multiples of window since the
 // Unix epoch, on the server's clock (or the injected one). Errors wrap
 // throttle.ErrInvalid.
-func NewFixedWindow(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*Limiter, error) {
+func NewFixedWindow(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*FixedWindow, error) {
 	if err := checkWindow(limit, window); err != nil {
 		return nil, err
 	}
@@ -67,7 +86,7 @@ func NewFixedWindow(client redis.UniversalClient, limit int, window time.Duratio
 		return nil, err
 	}
 	lay, _ := iwindow.NewLayout(int64(limit), 1)
-	return &Limiter{core: c, window: int64(window), skew: lay.Skew(int64(window))}, nil
+	return &FixedWindow{core: c, window: int64(window), skew: lay.Skew(int64(window))}, nil
 }
 
 // NewSlidingLog returns a sliding log, as slidinglog.New: at most limit
@@ -75,7 +94,7 @@ func NewFixedWindow(client redis.UniversalClient, limit int, window time.Duratio
 // one list entry per distinct nanosecond admitted in the last window (at
 // most limit entries) in two Redis keys that share a hash tag, so one
 // Cluster slot. Errors wrap throttle.ErrInvalid.
-func NewSlidingLog(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*Limiter, error) {
+func NewSlidingLog(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*SlidingLog, error) {
 	if err := checkWindow(limit, window); err != nil {
 		return nil, err
 	}
@@ -83,30 +102,37 @@ func NewSlidingLog(client redis.UniversalClient, limit int, window time.Duration
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{core: c, window: int64(window), log: true}, nil
+	return &SlidingLog{core: c, window: int64(window)}, nil
 }
 
 // Allow admits n units for key now or denies them, in one round trip.
-func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+func (l *FixedWindow) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if err := l.check(key, n); err != nil {
 		return throttle.Decision{}, err
 	}
 	ref, mode := l.now()
 	var buf [10]any
-	args := append(l.common(buf[:0], ref, mode), l.window, l.limit, n)
-	if !l.log {
-		args = append(args, floorMod(ref, l.window), l.skew)
-		r, err := l.run(ctx, fixedWindowScript, []string{l.prefix + key}, args)
-		if err != nil {
-			return l.fail(ctx, key, n, err)
-		}
-		d := throttle.Decision{Allowed: integer(r[0]) == 1, Limit: l.limit, Remaining: l.limit - int(integer(r[1]))}
-		d.ResetAfter = time.Duration(integer(r[2]))
-		if !d.Allowed {
-			d.RetryAfter = d.ResetAfter
-		}
-		return d, nil
+	args := append(l.common(buf[:0], ref, mode), l.window, l.limit, n, floorMod(ref, l.window), l.skew)
+	r, err := l.run(ctx, fixedWindowScript, []string{l.prefix + key}, args)
+	if err != nil {
+		return l.fail(ctx, key, n, err)
 	}
+	d := throttle.Decision{Allowed: integer(r[0]) == 1, Limit: l.limit, Remaining: l.limit - int(integer(r[1]))}
+	d.ResetAfter = time.Duration(integer(r[2]))
+	if !d.Allowed {
+		d.RetryAfter = d.ResetAfter
+	}
+	return d, nil
+}
+
+// Allow admits n units for key now or denies them, in one round trip.
+func (l *SlidingLog) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	if err := l.check(key, n); err != nil {
+		return throttle.Decision{}, err
+	}
+	ref, mode := l.now()
+	var buf [8]any
+	args := append(l.common(buf[:0], ref, mode), l.window, l.limit, n)
 	tag := logTag(l.prefix, key)
 	r, err := l.run(ctx, slidingLogScript, []string{tag + ":log", tag + ":meta"}, args)
 	if err != nil {
