@@ -125,58 +125,57 @@ func newConfig(limit int, w time.Duration, anchored bool) (*config, error) {
 // decide admits or denies n units at now on the state word w. It reports
 // false if the state is dead (retired from a keyed map).
 func (c *config) decide(w *atomic.Int64, now, n int64) (throttle.Decision, bool) {
-	if c.anchored {
-		return c.decideAnchored(w, now, n)
-	}
-	idx, _ := c.div.FloorDiv(now)
 	for {
 		old := w.Load()
 		if old == window.Dead {
 			return throttle.Decision{}, false
 		}
-		count, at := c.lay.Lo(old), idx
-		switch d := c.lay.Since(old, idx); {
-		case d == 0:
-		case d < 0 && d >= -c.skew && count > 0:
-			at -= d // a caller with a later clock reading opened a later window: count in it
-			// (A word holding no units is empty whatever its window: the
-			// fresh word's window 0 is ahead of every reading before 1970.)
-		default:
-			count = 0 // a new window
-		}
-		end := (at + 1) * c.window
-		if count+n > c.limit {
-			return c.deny(now, end, count), true
-		}
-		if w.CompareAndSwap(old, c.lay.Pack1(at, count+n)) {
-			return c.allow(now, end, count+n), true
+		next, d := c.step(old, now, n)
+		if !d.Allowed || w.CompareAndSwap(old, next) {
+			return d, true
 		}
 	}
 }
 
-func (c *config) decideAnchored(w *atomic.Int64, now, n int64) (throttle.Decision, bool) {
-	tick := now >> c.shift
-	for {
-		old := w.Load()
-		if old == window.Dead {
-			return throttle.Decision{}, false
-		}
-		count := c.lay.Lo(old)
-		open := tick - c.lay.Since(old, tick) // the stored opening tick
-		if count == 0 || open-tick > c.skew || now-open<<c.shift >= c.window {
-			// No open window: open one now, on the first tick at or after
-			// now. (A window opened after now by a caller with a later
-			// clock reading is open: the request counts in it.)
-			count, open = 0, (now+1<<c.shift-1)>>c.shift
-		}
-		end := open<<c.shift + c.window
-		if count+n > c.limit {
-			return c.deny(now, end, count), true
-		}
-		if w.CompareAndSwap(old, c.lay.Pack1(open, count+n)) {
-			return c.allow(now, end, count+n), true
-		}
+// step is the decision as a pure function of the live state word old: the
+// word to store when admitted, and the Decision.
+func (c *config) step(old, now, n int64) (next int64, d throttle.Decision) {
+	if c.anchored {
+		return c.stepAnchored(old, now, n)
 	}
+	idx, _ := c.div.FloorDiv(now)
+	count, at := c.lay.Lo(old), idx
+	switch d := c.lay.Since(old, idx); {
+	case d == 0:
+	case d < 0 && d >= -c.skew && count > 0:
+		at -= d // a caller with a later clock reading opened a later window: count in it
+		// (A word holding no units is empty whatever its window: the
+		// fresh word's window 0 is ahead of every reading before 1970.)
+	default:
+		count = 0 // a new window
+	}
+	end := (at + 1) * c.window
+	if count+n > c.limit {
+		return old, c.deny(now, end, count)
+	}
+	return c.lay.Pack1(at, count+n), c.allow(now, end, count+n)
+}
+
+func (c *config) stepAnchored(old, now, n int64) (next int64, d throttle.Decision) {
+	tick := now >> c.shift
+	count := c.lay.Lo(old)
+	open := tick - c.lay.Since(old, tick) // the stored opening tick
+	if count == 0 || open-tick > c.skew || now-open<<c.shift >= c.window {
+		// No open window: open one now, on the first tick at or after
+		// now. (A window opened after now by a caller with a later
+		// clock reading is open: the request counts in it.)
+		count, open = 0, (now+1<<c.shift-1)>>c.shift
+	}
+	end := open<<c.shift + c.window
+	if count+n > c.limit {
+		return old, c.deny(now, end, count)
+	}
+	return c.lay.Pack1(open, count+n), c.allow(now, end, count+n)
 }
 
 func (c *config) allow(now, end, count int64) throttle.Decision {

@@ -156,37 +156,44 @@ func (c *config) checkN(n int) error {
 // decideWeighted admits or denies n units at now on the weighted state
 // word w. It reports false if the state is dead.
 func (c *config) decideWeighted(w *atomic.Int64, now, n int64) (throttle.Decision, bool) {
-	idx, _ := c.div.FloorDiv(now)
 	for {
 		old := w.Load()
 		if old == window.Dead {
 			return throttle.Decision{}, false
 		}
-		prev, cur, at := c.lay.Hi(old), c.lay.Lo(old), idx
-		switch d := c.lay.Since(old, idx); {
-		case d == 0:
-		case d == 1:
-			prev, cur = cur, 0
-		case d < 0 && d >= -c.skew && prev+cur > 0:
-			at -= d // a later window, opened by a caller with a later clock reading
-		default:
-			prev, cur = 0, 0
+		next, d := c.stepWeighted(old, now, n)
+		if !d.Allowed || w.CompareAndSwap(old, next) {
+			return d, true
 		}
-		start := at * c.window
-		e := max(now-start, 0) // in a later window: as of its start
-		used := cur
-		if prev > 0 {
-			used += c.div.CeilMulDiv(prev, c.window-e)
-		}
-		if used+n > c.limit {
-			return c.denyWeighted(now, start, prev, cur, n, used), true
-		}
-		if w.CompareAndSwap(old, c.lay.Pack2(at, prev, cur+n)) {
-			return throttle.Decision{
-				Allowed: true, Limit: int(c.limit), Remaining: int(c.limit - used - n),
-				ResetAfter: time.Duration(start + 2*c.window - now),
-			}, true
-		}
+	}
+}
+
+// stepWeighted is the weighted decision as a pure function of the live
+// state word old: the word to store when admitted, and the Decision.
+func (c *config) stepWeighted(old, now, n int64) (next int64, d throttle.Decision) {
+	idx, _ := c.div.FloorDiv(now)
+	prev, cur, at := c.lay.Hi(old), c.lay.Lo(old), idx
+	switch d := c.lay.Since(old, idx); {
+	case d == 0:
+	case d == 1:
+		prev, cur = cur, 0
+	case d < 0 && d >= -c.skew && prev+cur > 0:
+		at -= d // a later window, opened by a caller with a later clock reading
+	default:
+		prev, cur = 0, 0
+	}
+	start := at * c.window
+	e := max(now-start, 0) // in a later window: as of its start
+	used := cur
+	if prev > 0 {
+		used += c.div.CeilMulDiv(prev, c.window-e)
+	}
+	if used+n > c.limit {
+		return old, c.denyWeighted(now, start, prev, cur, n, used)
+	}
+	return c.lay.Pack2(at, prev, cur+n), throttle.Decision{
+		Allowed: true, Limit: int(c.limit), Remaining: int(c.limit - used - n),
+		ResetAfter: time.Duration(start + 2*c.window - now),
 	}
 }
 

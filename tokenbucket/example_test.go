@@ -54,3 +54,28 @@ func ExampleNew() {
 	// -5 5
 	// false 600ms
 }
+
+// A store of one's own keeps each key's state (here a map; a SQL row or a
+// Memcached item in practice, written with a compare-and-swap) and
+// decides with the pure step.
+func ExampleAlgorithm() {
+	a, _ := tokenbucket.NewAlgorithm(throttle.PerSecond(1), 2)
+	states := map[string]int64{}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	for i := range 3 {
+		state, ok := states["k"]
+		if !ok {
+			state = tokenbucket.Full
+		}
+		next, d, err := a.Decide(state, now, 1)
+		if err != nil {
+			panic(err)
+		}
+		states["k"] = next // compare-and-swap against state in a real store
+		fmt.Println(i, d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	// 0 true 1 0s
+	// 1 true 0 0s
+	// 2 false 0 1s
+}

@@ -64,7 +64,9 @@ func TestDifferentialTokenBucket(t *testing.T) {
 	for _, tc := range []struct {
 		rate  throttle.Rate
 		burst int
-	}{{throttle.PerSecond(10), 5}, {throttle.PerSecond(3), 4}, {throttle.Every(100 * time.Millisecond), 1}} {
+	}{{throttle.PerSecond(10), 5}, {throttle.PerSecond(3), 4}, {throttle.Every(100 * time.Millisecond), 1},
+		// The whole range: a huge burst at a high rate, and a span of MaxSpan.
+		{throttle.PerSecond(1_000_000_000), 1 << 30}, {throttle.Every(MaxSpan / 8), 8}} {
 		differential(t, tc.burst, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
 			l, err := tokenbucket.New(tc.rate, tc.burst, throttle.WithClock(clk))
 			if err != nil {
@@ -79,15 +81,26 @@ func TestDifferentialTokenBucket(t *testing.T) {
 	}
 }
 
+// windowCases are the limits and windows of the window differentials:
+// small ones that traces cross often, and the ends of the range.
+var windowCases = []struct {
+	limit int
+	w     time.Duration
+}{{6, 100 * time.Millisecond}, {6, time.Second}, {6, 7 * time.Second / 3}, {6, MaxWindow}, {1<<24 - 1, MaxWindow}, {3, 3}}
+
 func TestDifferentialFixedWindow(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
-	for _, w := range []time.Duration{100 * time.Millisecond, time.Second, 7 * time.Second / 3} {
-		differential(t, 6, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
-			l, err := fixedwindow.New(6, w, throttle.WithClock(clk))
+	for _, tc := range append(windowCases, struct {
+		limit int
+		w     time.Duration
+	}{1<<32 - 1, MaxWindow}) {
+		limit, w := tc.limit, tc.w
+		differential(t, limit, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
+			l, err := fixedwindow.New(limit, w, throttle.WithClock(clk))
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := NewFixedWindow(c, 6, w, vclock(clk), WithPrefix(uniquePrefix()))
+			r, err := NewFixedWindow(c, limit, w, vclock(clk), WithPrefix(uniquePrefix()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,13 +111,14 @@ func TestDifferentialFixedWindow(t *testing.T) {
 
 func TestDifferentialSlidingLog(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
-	for _, w := range []time.Duration{100 * time.Millisecond, time.Second} {
-		differential(t, 6, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
-			l, err := slidinglog.New(6, w, throttle.WithClock(clk))
+	for _, tc := range windowCases {
+		limit, w := tc.limit, tc.w
+		differential(t, limit, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
+			l, err := slidinglog.New(limit, w, throttle.WithClock(clk))
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := NewSlidingLog(c, 6, w, vclock(clk), WithPrefix(uniquePrefix()))
+			r, err := NewSlidingLog(c, limit, w, vclock(clk), WithPrefix(uniquePrefix()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,13 +216,14 @@ func TestDifferentialReserve(t *testing.T) {
 
 func TestDifferentialSlidingWindow(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
-	for _, w := range []time.Duration{100 * time.Millisecond, time.Second, 7 * time.Second / 3} {
-		differential(t, 6, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
-			l, err := slidingwindow.New(6, w, throttle.WithClock(clk))
+	for _, tc := range windowCases {
+		limit, w := tc.limit, tc.w
+		differential(t, limit, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
+			l, err := slidingwindow.New(limit, w, throttle.WithClock(clk))
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := NewSlidingWindow(c, 6, w, vclock(clk), WithPrefix(uniquePrefix()))
+			r, err := NewSlidingWindow(c, limit, w, vclock(clk), WithPrefix(uniquePrefix()))
 			if err != nil {
 				t.Fatal(err)
 			}

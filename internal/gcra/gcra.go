@@ -219,18 +219,29 @@ func (s *State) Take(now, cost, limit int64) (tat int64, ok, live bool) {
 		if old == dead {
 			return 0, false, false
 		}
-		base := max(old, now)
-		if base > End-cost {
-			return End, false, true
-		}
-		next := base + cost
-		if uint64(next)-uint64(now) > uint64(limit) { // next > now: exact
-			return old, false, true
-		}
-		if s.cas(old, next) {
-			return next, true, true
+		tat, ok := Step(old, now, cost, limit)
+		if !ok || s.cas(old, tat) {
+			return tat, ok, true
 		}
 	}
+}
+
+// Step is GCRA's decision as a pure function: booking cost nanoseconds at
+// now on a bucket whose TAT is tat succeeds if the new TAT is at most
+// limit past now. It returns the new TAT and true, or the TAT that made it
+// fail and false, or End and false when the new TAT would pass End. The
+// TAT of a full bucket is any instant not after now (math.MinInt64 for a
+// bucket never used).
+func Step(tat, now, cost, limit int64) (int64, bool) {
+	base := max(tat, now)
+	if base > End-cost {
+		return End, false
+	}
+	next := base + cost
+	if uint64(next)-uint64(now) > uint64(limit) { // next > now: exact
+		return tat, false
+	}
+	return next, true
 }
 
 // Debit charges cost at now without checking: TAT may go beyond the burst

@@ -14,10 +14,13 @@
 package window
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/throttlekit/throttle"
 )
 
 // Dead is the word of a state retired from a keyed map. No live word has
@@ -251,4 +254,22 @@ func WeightedRetry(limit, w, prev, cur, n int64) (retry, reset int64) {
 		reset += w
 	}
 	return retry, reset
+}
+
+// Decide is the Algorithm.Decide of the window limiters: it checks n and
+// the state (what a store hands back must be a live word an Algorithm
+// wrote: not negative), runs the pure step, and keeps state when the
+// request is denied. pkg names the package in errors.
+func Decide(pkg string, state, now int64, n int, checkN func(int) error, step func(old, now, n int64) (int64, throttle.Decision)) (next int64, d throttle.Decision, err error) {
+	if err := checkN(n); err != nil {
+		return state, d, err
+	}
+	if state < 0 {
+		return state, d, fmt.Errorf("%w: %s: state %#x was not written by an Algorithm", throttle.ErrInvalid, pkg, state)
+	}
+	next, d = step(state, now, int64(n))
+	if !d.Allowed {
+		next = state
+	}
+	return next, d, nil
 }

@@ -1,0 +1,44 @@
+package fixedwindow
+
+import (
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/window"
+)
+
+// Algorithm is the fixed window's decision as a pure function, for a store
+// that keeps each key's state itself (a SQL row, a Memcached item): read
+// the state, Decide, and write the next state back only if the stored one
+// is still the state read (a compare-and-swap or a transaction), else
+// decide again. The state is one opaque int64 (the window and its count
+// packed), 0 for a new key. The limiters of this package run the same step
+// in their compare-and-swap loop; Decide's decisions are theirs on the
+// same trace.
+//
+// An Algorithm is immutable and safe for concurrent use. The zero value
+// is not usable: Decide fails with an error wrapping throttle.ErrInvalid.
+type Algorithm struct{ c *config }
+
+// NewAlgorithm returns the decision of limit units per window, windows
+// aligned to the clock, or opened by a key's first hit when anchored.
+// Errors wrap throttle.ErrInvalid.
+func NewAlgorithm(limit int, window time.Duration, anchored bool) (Algorithm, error) {
+	c, err := newConfig(limit, window, anchored)
+	if err != nil {
+		return Algorithm{}, err
+	}
+	return Algorithm{c}, nil
+}
+
+// Decide decides n units at now (nanoseconds since the Unix epoch) on a
+// key whose state is state. It returns the state to store (state itself
+// when denied) and the Decision. Errors wrap throttle.ErrInvalid (n <= 0,
+// a zero Algorithm, a state no Algorithm of this limit wrote) or
+// throttle.ErrExceedsLimit (n > limit).
+func (a Algorithm) Decide(state, now int64, n int) (next int64, d throttle.Decision, err error) {
+	if a.c == nil {
+		return state, d, errZero
+	}
+	return window.Decide("fixedwindow", state, now, n, a.c.checkN, a.c.step)
+}

@@ -1,0 +1,44 @@
+package slidingwindow
+
+import (
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/window"
+)
+
+// Algorithm is the weighted sliding window's decision as a pure function,
+// for a store that keeps each key's state itself (a SQL row, a Memcached
+// item): read the state, Decide, and write the next state back only if
+// the stored one is still the state read (a compare-and-swap or a
+// transaction), else decide again. The state is one opaque int64 (the
+// window and both counts packed), 0 for a new key. The weighted limiters
+// of this package run the same step in their compare-and-swap loop;
+// Decide's decisions are theirs on the same trace. (The slotted form keeps
+// a ring of slots, not one word, and has no Algorithm.)
+//
+// An Algorithm is immutable and safe for concurrent use. The zero value
+// is not usable: Decide fails with an error wrapping throttle.ErrInvalid.
+type Algorithm struct{ c *config }
+
+// NewAlgorithm returns the decision of the weighted window of limit units
+// per window (see New). Errors wrap throttle.ErrInvalid.
+func NewAlgorithm(limit int, window time.Duration) (Algorithm, error) {
+	c, err := newConfig(limit, window, 0)
+	if err != nil {
+		return Algorithm{}, err
+	}
+	return Algorithm{c}, nil
+}
+
+// Decide decides n units at now (nanoseconds since the Unix epoch) on a
+// key whose state is state. It returns the state to store (state itself
+// when denied) and the Decision. Errors wrap throttle.ErrInvalid (n <= 0,
+// a zero Algorithm, a state no Algorithm of this limit wrote) or
+// throttle.ErrExceedsLimit (n > limit).
+func (a Algorithm) Decide(state, now int64, n int) (next int64, d throttle.Decision, err error) {
+	if a.c == nil {
+		return state, d, errZero
+	}
+	return window.Decide("slidingwindow", state, now, n, a.c.checkN, a.c.stepWeighted)
+}

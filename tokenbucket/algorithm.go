@@ -1,0 +1,59 @@
+package tokenbucket
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/gcra"
+	"github.com/throttlekit/throttle/limiterkit"
+)
+
+// Full is the state of a key never seen: a bucket full at any instant.
+const Full = math.MinInt64
+
+// Algorithm is the token bucket's decision as a pure function, for a store
+// that keeps each key's state itself (a SQL row, a Memcached item): read
+// the state, Decide, and write the next state back only if the stored one
+// is still the state read (a compare-and-swap or a transaction), else
+// decide again. The state is one int64, the instant in nanoseconds since
+// the Unix epoch at which the bucket is full again, Full for a new key.
+// The buckets of this package run the same step in their
+// compare-and-swap loop; Decide's decisions are theirs on the same trace.
+//
+// An Algorithm is immutable and safe for concurrent use. The zero value
+// is not usable: Decide fails with an error wrapping throttle.ErrInvalid;
+// create it with NewAlgorithm.
+type Algorithm struct{ c *gcra.Config }
+
+// NewAlgorithm returns the decision of a bucket of burst tokens refilled
+// at rate. Errors wrap throttle.ErrInvalid.
+func NewAlgorithm(rate throttle.Rate, burst int) (Algorithm, error) {
+	c, err := gcra.NewConfig(rate, burst)
+	if err != nil {
+		return Algorithm{}, err
+	}
+	return Algorithm{c}, nil
+}
+
+// Decide decides n units at now on a key whose state is state. It returns
+// the state to store (state itself when denied) and the Decision. Errors
+// wrap throttle.ErrInvalid (n <= 0, a zero Algorithm, a bucket that would
+// be full again only after 2262) or throttle.ErrExceedsLimit (n > burst).
+func (a Algorithm) Decide(state, now int64, n int) (next int64, d throttle.Decision, err error) {
+	if a.c == nil {
+		return state, d, fmt.Errorf("%w: zero tokenbucket.Algorithm: use NewAlgorithm", throttle.ErrInvalid)
+	}
+	if err := limiterkit.CheckN(n, a.c.Burst); err != nil {
+		return state, d, err
+	}
+	cost := int64(n) * a.c.Interval
+	next, ok := gcra.Step(state, now, cost, a.c.Tau)
+	if err := a.c.Fill(&d, now, next, cost, ok); err != nil {
+		return state, throttle.Decision{}, err
+	}
+	if !ok {
+		next = state
+	}
+	return next, d, nil
+}
