@@ -1,6 +1,7 @@
 // Command compare measures this module's rate limiters against peer
-// libraries on identical workloads, prints the results as Markdown
-// tables, and draws charts.
+// libraries on identical workloads, prints a one-screen summary (each
+// limiter's speed beside x/time/rate's and its accuracy), and writes the
+// full Markdown tables, the raw samples and the charts.
 //
 // Run it from the module root:
 //
@@ -20,6 +21,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,13 +35,40 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	o, err := parseOptions()
+	if err == nil {
+		err = run(o)
+	}
+	if errors.Is(err, errGuard) {
+		fmt.Fprintln(os.Stderr, "compare: guard failed: one of ours is slower than x/time/rate (see the Guard table)")
+		os.Exit(2)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+// errGuard is the failure of -guard.
+var errGuard = errors.New("guard failed")
+
+// options are the command's settings, defaults resolved.
+type options struct {
+	mode                   string // quick or thorough
+	thorough               bool
+	count, keyedCount      int
+	benchtime              time.Duration
+	docs                   string // "" writes no files
+	guard                  bool
+	guardRatio             float64
+	speed, accuracy        bool
+	markdown               bool
+	subjects               []benchmarks.Subject
+	workloads              []benchmarks.Workload
+	realWindow, contention time.Duration
+}
+
+func parseOptions() (options, error) {
 	thorough := flag.Bool("thorough", false, "thorough mode: all workloads (1M keys too), more and longer samples, longer wall-clock runs")
 	count := flag.Int("count", 0, "speed samples per case on one key (default 5 quick, 10 thorough)")
 	keyedCount := flag.Int("keyed-count", 0, "speed samples per case on many keys, each visiting every key once (default 3 quick, 6 thorough: benchstat needs 6 for a confidence interval)")
@@ -49,175 +78,102 @@ func run() error {
 	guardRatio := flag.Float64("guard-ratio", 1.0, "the largest ratio of our ns/op to x/time/rate's that -guard accepts")
 	speed := flag.Bool("speed", true, "run the speed benchmarks")
 	accuracy := flag.Bool("accuracy", true, "run the accuracy traces and the contention check")
+	markdown := flag.Bool("markdown", false, "print the full Markdown tables on standard output too, not only the summary")
 	only := flag.String("only", "", "comma-separated subject names to run (default all)")
 	flag.Parse()
 
-	subjects := benchmarks.Subjects()
+	o := options{mode: "quick", thorough: *thorough, count: *count, keyedCount: *keyedCount, benchtime: *benchtime,
+		docs: *docs, guard: *guard, guardRatio: *guardRatio, speed: *speed, accuracy: *accuracy, markdown: *markdown,
+		subjects: benchmarks.Subjects(), workloads: benchmarks.QuickWorkloads,
+		realWindow: 50 * time.Millisecond, contention: 300 * time.Millisecond}
 	if *only != "" {
-		subjects = nil
+		o.subjects = nil
 		for _, n := range strings.Split(*only, ",") {
 			s, ok := benchmarks.Lookup(strings.TrimSpace(n))
 			if !ok {
-				return fmt.Errorf("unknown subject %q", n)
+				return o, fmt.Errorf("unknown subject %q", n)
 			}
-			subjects = append(subjects, s)
+			o.subjects = append(o.subjects, s)
 		}
 	}
-	mode := "quick"
-	workloads := benchmarks.QuickWorkloads
-	realWindow, contention := 50*time.Millisecond, 300*time.Millisecond
-	if *thorough {
-		mode = "thorough"
-		workloads = benchmarks.ThoroughWorkloads
-		realWindow, contention = 200*time.Millisecond, 3*time.Second
-		*count = cmp(*count, 10)
-		*keyedCount = cmp(*keyedCount, 6)
-		*benchtime = cmp(*benchtime, 100*time.Millisecond)
+	if o.thorough {
+		o.mode, o.workloads = "thorough", benchmarks.ThoroughWorkloads
+		o.realWindow, o.contention = 200*time.Millisecond, 3*time.Second
+		o.count, o.keyedCount, o.benchtime = cmp(o.count, 10), cmp(o.keyedCount, 6), cmp(o.benchtime, 100*time.Millisecond)
 	} else {
-		*count = cmp(*count, 5)
-		*keyedCount = cmp(*keyedCount, 3)
-		*benchtime = cmp(*benchtime, 10*time.Millisecond)
+		o.count, o.keyedCount, o.benchtime = cmp(o.count, 5), cmp(o.keyedCount, 3), cmp(o.benchtime, 10*time.Millisecond)
 	}
-	if *guard && *speed {
-		if _, ok := benchmarks.Lookup("x/time/rate"); ok && !contains(subjects, "x/time/rate") {
-			s, _ := benchmarks.Lookup("x/time/rate")
-			subjects = append(subjects, s)
-		}
+	if o.guard && o.speed && !contains(o.subjects, "x/time/rate") {
+		s, _ := benchmarks.Lookup("x/time/rate")
+		o.subjects = append(o.subjects, s)
 	}
 	switch {
-	case *docs == "-":
-		*docs = ""
-	case *docs != "":
-	case *thorough:
-		*docs = "docs" // the committed results the README cites
+	case o.docs == "-":
+		o.docs = ""
+	case o.docs != "":
+	case o.thorough:
+		o.docs = "docs" // the committed results the README cites
 	default:
-		*docs = filepath.Join("docs", "quick") // never overwrites them
+		o.docs = filepath.Join("docs", "quick") // never overwrites them
 	}
-	if *docs != "" {
-		if err := os.MkdirAll(*docs, 0o755); err != nil {
+	return o, nil
+}
+
+// run measures, writes the Markdown report and charts into o.docs, and
+// prints the summary and the paths it wrote. It returns errGuard when the
+// guard fails.
+func run(o options) error {
+	if o.docs != "" {
+		if err := os.MkdirAll(o.docs, 0o755); err != nil {
 			return err
 		}
 	}
-
 	var md bytes.Buffer
-	out := io.MultiWriter(os.Stdout, &md)
+	out := io.Writer(&md)
+	if o.markdown {
+		out = io.MultiWriter(os.Stdout, &md)
+	}
 	started := time.Now()
-	fmt.Fprintf(out, "## Comparison (%s mode)\n\n", mode)
+	fmt.Fprintf(out, "## Comparison (%s mode)\n\n", o.mode)
 	fmt.Fprintf(out, "%s, %s/%s, %d CPUs (GOMAXPROCS %d)%s.\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel())
-	fmt.Fprintf(out, "Regenerate with `go run ./benchmarks/cmd/compare%s`.\n\n", map[bool]string{true: " -thorough"}[*thorough])
+	fmt.Fprintf(out, "Regenerate with `go run ./benchmarks/cmd/compare%s`.\n\n", map[bool]string{true: " -thorough"}[o.thorough])
 
 	var (
 		speedRes []benchmarks.SpeedResult
 		accRes   []benchmarks.AccuracyResult
 		failed   bool
+		written  []string
+		charts   int
+		err      error
+		overhead map[string]float64 // the loop alone, per workload
+		perKey   map[string]float64 // heap per tracked key, per subject
 	)
-	if *speed {
-		var err error
-		speedRes, err = benchmarks.RunSpeed(benchmarks.SpeedOptions{
-			Subjects: subjects, Workloads: workloads, Count: *count, KeyedCount: *keyedCount, BenchTime: *benchtime, Progress: os.Stderr,
-		})
-		if err != nil {
+	if o.speed {
+		if speedRes, failed, err = speedSection(out, o); err != nil {
 			return err
 		}
-		ns, mem := benchmarks.SpeedTables(speedRes)
-		fmt.Fprintf(out, "### Speed: ns/op (median of %d samples of ~%v each on one key; of %d samples visiting every key once on many keys)\n\n", *count, *benchtime, *keyedCount)
-		fmt.Fprintln(out, "Allowed path: limit 1,000,000 per 10 ms (never reached). Denied path: limit 1 per hour, spent before timing.")
-		fmt.Fprintln(out, "A keyed limiter runs the one-key workloads on one fixed key. ∥ = b.RunParallel on every CPU.")
-		fmt.Fprintln(out, "Keys are distinct strings, built once and shared by all limiters; each limiter sees all of them before timing starts.")
-		fmt.Fprintln(out, "† = more than 1% of the calls did not take the intended path.")
-		fmt.Fprintln(out)
-		if err := ns.Write(out); err != nil {
+		if o.docs != "" {
+			path := filepath.Join(o.docs, "bench.txt")
+			if err := writeFile(path, func(w io.Writer) error { return benchmarks.WriteBenchFormat(w, speedRes, runtime.GOMAXPROCS(0)) }); err != nil {
+				return err
+			}
+			written = append(written, path)
+		}
+		if overhead, perKey, err = costSection(out, o); err != nil {
 			return err
-		}
-		fmt.Fprintf(out, "\n### Speed: B/op, allocs/op (median)\n\n")
-		if err := mem.Write(out); err != nil {
-			return err
-		}
-		g := benchmarks.Guard(speedRes, *guardRatio)
-		if len(g) > 0 {
-			fmt.Fprintf(out, "\n### Guard: ours vs x/time/rate, same run, serial single key\n\n")
-			if err := benchmarks.GuardTable(g, *guardRatio).Write(out); err != nil {
-				return err
-			}
-			failed, err = confirm(out, g, subjects, *count, *benchtime, *guardRatio)
-			if err != nil {
-				return err
-			}
-		}
-		fmt.Fprintln(out)
-		if *docs != "" {
-			f, err := os.Create(filepath.Join(*docs, "bench.txt"))
-			if err != nil {
-				return err
-			}
-			err = benchmarks.WriteBenchFormat(f, speedRes, runtime.GOMAXPROCS(0))
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
 		}
 	}
-	if *accuracy {
-		t0 := time.Now()
-		var err error
-		accRes, err = benchmarks.RunAccuracy(benchmarks.AccuracyOptions{
-			Subjects: subjects, Traces: benchmarks.Traces(100, time.Second), RealWindow: realWindow,
-		})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "accuracy: traces in %v\n", time.Since(t0).Round(time.Millisecond))
-		ratio, window := benchmarks.AccuracyTables(accRes)
-		fmt.Fprintf(out, "### Accuracy: admitted / ideal\n\n")
-		fmt.Fprintln(out, "Limit 100 per window of 1 s (virtual time). Ideal = what an exact token bucket of burst 100 refilled at 100/s admits on the same arrivals,")
-		fmt.Fprintf(out, "so a window limiter scores below 1 by design and anything above 1 over-admits. ⏱ = takes no clock: replayed on the wall clock with a %v window, scored on the actual call times.\n", realWindow)
-		fmt.Fprintln(out, "Traces (ten windows each): steady 2× = evenly spaced at twice the rate; on/off = 2×limit in half a window then 1.5 windows idle;")
-		fmt.Fprintln(out, "Poisson 1.5× = Poisson arrivals at 1.5× the rate; boundary = 2×limit within ±1% of every other window edge; 200 keys = limit/10 per key, each at 2× its rate;")
-		fmt.Fprintln(out, "weighted = n uniform in [1, 20] at 2× the rate in units; stale reads = 4× the rate, one call in five deciding with a clock read up to 10 ms old")
-		fmt.Fprintln(out, "(a goroutine preempted between reading the clock and deciding; virtual time only, ⏱ limiters see plain 4×); burst+poll = 2×limit at once, then a request every W/1000.")
-		fmt.Fprintln(out)
-		if err := ratio.Write(out); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "\n### Accuracy: most admitted in any one window / limit, and recovery\n\n")
-		fmt.Fprintln(out, "1.00 = never more than the limit in any window of that length. A token bucket allows up to 2 (a full burst, then a window of refill).")
-		fmt.Fprintln(out, "Recovery = time from the first denial to the next admission when polling every W/1000, in windows.")
-		fmt.Fprintln(out)
-		if err := window.Write(out); err != nil {
-			return err
-		}
-
-		t0 = time.Now()
-		var cres []benchmarks.ContentionResult
-		cfg := benchmarks.Config{Limit: 100, Window: 100 * time.Millisecond}
-		for _, s := range subjects {
-			r, err := benchmarks.Contention(s, cfg, 8, contention)
-			if err != nil {
-				return err
-			}
-			cres = append(cres, r)
-		}
-		fmt.Fprintf(os.Stderr, "accuracy: contention in %v\n", time.Since(t0).Round(time.Millisecond))
-		fmt.Fprintf(out, "\n### Contention: 8 goroutines on one key for %v, wall clock\n\n", contention)
-		fmt.Fprintln(out, "Limit 100 per 100 ms. Ideal = what an exact token bucket (burst 100, 1000/s) admits to callers that never pause, over the 50 µs slices")
-		fmt.Fprintln(out, "of time in which calls were actually made (a busy machine may starve the goroutines for a while); for the pacers, 1000/s × the time of the last call.")
-		fmt.Fprintln(out, "Window limiters score below 1 by design; what matters is that none goes above its bound under contention. Admission times are")
-		fmt.Fprintln(out, "read when Allow returns, so \"max in a window\" can exceed a limiter's own bound by the few calls preempted between the decision and that reading.")
-		fmt.Fprintln(out)
-		if err := benchmarks.ContentionTable(cres).Write(out); err != nil {
+	if o.accuracy {
+		if accRes, err = accuracySection(out, o); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintf(out, "\n### Where the peers differ\n\n")
-	if err := benchmarks.NotesTable(subjects).Write(out); err != nil {
+	if err := benchmarks.NotesTable(o.subjects).Write(out); err != nil {
 		return err
 	}
-	fmt.Fprintln(os.Stderr, "total:", time.Since(started).Round(time.Millisecond))
-
-	if *docs != "" {
-		files, err := benchmarks.WriteCharts(*docs, speedRes, accRes)
+	if o.docs != "" {
+		files, err := benchmarks.WriteCharts(o.docs, speedRes, accRes)
 		if err != nil {
 			return err
 		}
@@ -227,15 +183,158 @@ func run() error {
 				fmt.Fprintf(out, "![%s](%s)\n", strings.TrimSuffix(filepath.Base(f), ".svg"), filepath.Base(f))
 			}
 		}
-		if err := os.WriteFile(filepath.Join(*docs, "comparison.md"), md.Bytes(), 0o644); err != nil {
+		path := filepath.Join(o.docs, "comparison.md")
+		if err := os.WriteFile(path, md.Bytes(), 0o644); err != nil {
 			return err
 		}
+		written = append([]string{path}, append(written, files...)...)
+		charts = len(files)
 	}
-	if *guard && failed {
-		fmt.Fprintln(os.Stderr, "compare: guard failed: one of ours is slower than x/time/rate (see the Guard table)")
-		os.Exit(2)
+	fmt.Printf("Comparison, %s mode, in %v (%d CPUs, %s)\n\n", o.mode, time.Since(started).Round(time.Second), runtime.NumCPU(), runtime.Version())
+	if err := benchmarks.Summary(os.Stdout, speedRes, accRes, overhead, perKey); err != nil {
+		return err
+	}
+	if len(written) > 0 {
+		fmt.Printf("\nFull tables: %s; raw samples (benchstat): %s; %d charts beside them.\n", written[0], filepath.Join(o.docs, "bench.txt"), charts)
+	}
+	if failed {
+		return errGuard
 	}
 	return nil
+}
+
+// speedSection measures speed, writes its tables and the guard's, and
+// reports whether the guard failed (after its confirmations).
+func speedSection(out io.Writer, o options) (res []benchmarks.SpeedResult, failed bool, err error) {
+	res, err = benchmarks.RunSpeed(benchmarks.SpeedOptions{
+		Subjects: o.subjects, Workloads: o.workloads, Count: o.count, KeyedCount: o.keyedCount, BenchTime: o.benchtime, Progress: os.Stderr,
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	ns, mem := benchmarks.SpeedTables(res)
+	fmt.Fprintf(out, "### Speed: ns/op (median of %d samples of ~%v each on one key; of %d samples visiting every key once on many keys)\n\n", o.count, o.benchtime, o.keyedCount)
+	fmt.Fprintln(out, "Allowed path: limit 1,000,000 per 10 ms (never reached). Denied path: limit 1 per hour, spent before timing.")
+	fmt.Fprintln(out, "A keyed limiter runs the one-key workloads on one fixed key. ∥ = b.RunParallel on every CPU.")
+	fmt.Fprintln(out, "Keys are distinct strings, built once and shared by all limiters; each limiter sees all of them before timing starts.")
+	fmt.Fprintln(out, "† = more than 1% of the calls did not take the intended path.")
+	fmt.Fprintln(out)
+	if err := ns.Write(out); err != nil {
+		return nil, false, err
+	}
+	fmt.Fprintf(out, "\n### Speed: B/op, allocs/op (median)\n\n")
+	if err := mem.Write(out); err != nil {
+		return nil, false, err
+	}
+	if g := benchmarks.Guard(res, o.guardRatio); len(g) > 0 {
+		fmt.Fprintf(out, "\n### Guard: ours vs x/time/rate, same run, serial single key\n\n")
+		if err := benchmarks.GuardTable(g, o.guardRatio).Write(out); err != nil {
+			return nil, false, err
+		}
+		if failed, err = confirm(out, g, o.subjects, o.count, o.benchtime, o.guardRatio); err != nil {
+			return nil, false, err
+		}
+	}
+	fmt.Fprintln(out)
+	return res, failed && o.guard, nil
+}
+
+// costSection measures what the speed loop alone costs per call and the
+// heap each keyed subject holds per key, and writes the latter.
+func costSection(out io.Writer, o options) (overhead, perKey map[string]float64, err error) {
+	overhead, perKey = map[string]float64{}, map[string]float64{}
+	for _, w := range []benchmarks.Workload{benchmarks.Allow, benchmarks.Keys100k} {
+		if overhead[w.Slug], err = benchmarks.Overhead(w, o.count, o.benchtime); err != nil {
+			return nil, nil, err
+		}
+	}
+	fmt.Fprintf(out, "### Memory per tracked key\n\nHeap held after 100,000 distinct keys each made one request, less the heap before, per key (the key strings excluded; – where a background cleaner freed more than was added):\n\n")
+	for _, s := range o.subjects {
+		if !s.Keyed || s.Blocks {
+			continue
+		}
+		b, err := benchmarks.BytesPerKey(s, 100_000)
+		if err != nil {
+			return nil, nil, err
+		}
+		if b >= 0 {
+			perKey[s.Name] = b
+			fmt.Fprintf(out, "- %s: %.0f B\n", s.Name, b)
+		} else {
+			fmt.Fprintf(out, "- %s: –\n", s.Name)
+		}
+	}
+	fmt.Fprintln(out)
+	return overhead, perKey, nil
+}
+
+// accuracySection replays the traces and the contention check, and writes
+// their tables.
+func accuracySection(out io.Writer, o options) ([]benchmarks.AccuracyResult, error) {
+	t0 := time.Now()
+	res, err := benchmarks.RunAccuracy(benchmarks.AccuracyOptions{
+		Subjects: o.subjects, Traces: benchmarks.Traces(100, time.Second), RealWindow: o.realWindow,
+	})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "accuracy: traces in %v\n", time.Since(t0).Round(time.Millisecond))
+	ratio, window := benchmarks.AccuracyTables(res)
+	fmt.Fprintf(out, "### Accuracy: admitted / ideal\n\n")
+	fmt.Fprintln(out, "Limit 100 per window of 1 s (virtual time). Ideal = what an exact token bucket of burst 100 refilled at 100/s admits on the same arrivals,")
+	fmt.Fprintf(out, "so a window limiter scores below 1 by design and anything above 1 over-admits. ⏱ = takes no clock: replayed on the wall clock with a %v window, scored on the actual call times.\n", o.realWindow)
+	fmt.Fprintln(out, "Traces (ten windows each): steady 2× = evenly spaced at twice the rate; on/off = 2×limit in half a window then 1.5 windows idle;")
+	fmt.Fprintln(out, "Poisson 1.5× = Poisson arrivals at 1.5× the rate; boundary = 2×limit within ±1% of every other window edge; 200 keys = limit/10 per key, each at 2× its rate;")
+	fmt.Fprintln(out, "weighted = n uniform in [1, 20] at 2× the rate in units; stale reads = 4× the rate, one call in five deciding with a clock read up to 10 ms old")
+	fmt.Fprintln(out, "(a goroutine preempted between reading the clock and deciding; virtual time only, ⏱ limiters see plain 4×); burst+poll = 2×limit at once, then a request every W/1000.")
+	fmt.Fprintln(out)
+	if err := ratio.Write(out); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "\n### Accuracy: most admitted in any one window / limit, and recovery\n\n")
+	fmt.Fprintln(out, "1.00 = never more than the limit in any window of that length. A token bucket allows up to 2 (a full burst, then a window of refill).")
+	fmt.Fprintln(out, "Recovery = time from the first denial to the next admission when polling every W/1000, in windows.")
+	fmt.Fprintln(out)
+	if err := window.Write(out); err != nil {
+		return nil, err
+	}
+	return res, contentionSection(out, o)
+}
+
+// contentionSection runs 8 goroutines on one key per subject and writes
+// the table.
+func contentionSection(out io.Writer, o options) error {
+	t0 := time.Now()
+	var cres []benchmarks.ContentionResult
+	cfg := benchmarks.Config{Limit: 100, Window: 100 * time.Millisecond}
+	for _, s := range o.subjects {
+		r, err := benchmarks.Contention(s, cfg, 8, o.contention)
+		if err != nil {
+			return err
+		}
+		cres = append(cres, r)
+	}
+	fmt.Fprintf(os.Stderr, "accuracy: contention in %v\n", time.Since(t0).Round(time.Millisecond))
+	fmt.Fprintf(out, "\n### Contention: 8 goroutines on one key for %v, wall clock\n\n", o.contention)
+	fmt.Fprintln(out, "Limit 100 per 100 ms. Ideal = what an exact token bucket (burst 100, 1000/s) admits to callers that never pause, over the 50 µs slices")
+	fmt.Fprintln(out, "of time in which calls were actually made (a busy machine may starve the goroutines for a while); for the pacers, 1000/s × the time of the last call.")
+	fmt.Fprintln(out, "Window limiters score below 1 by design; what matters is that none goes above its bound under contention. Admission times are")
+	fmt.Fprintln(out, "read when Allow returns, so \"max in a window\" can exceed a limiter's own bound by the few calls preempted between the decision and that reading.")
+	fmt.Fprintln(out)
+	return benchmarks.ContentionTable(cres).Write(out)
+}
+
+// writeFile creates path and writes it with f.
+func writeFile(path string, f func(io.Writer) error) error {
+	w, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = f(w)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // confirm re-measures, on the serial single-key workloads only, each of
