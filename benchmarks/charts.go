@@ -3,9 +3,11 @@ package benchmarks
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,14 +15,14 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Chart file names written by WriteCharts.
 const (
-	ChartBoundary = "boundary-attack.svg"
-	ChartSpeed    = "speed-single-key.svg"
-	ChartKeys     = "speed-keys.svg"
+	ChartBoundary = "boundary-attack.png"
+	ChartSpeed    = "speed-single-key.png"
+	ChartKeys     = "speed-keys.png"
 )
 
 // WriteCharts draws the charts into dir and returns the files written.
@@ -59,17 +61,25 @@ func WriteCharts(dir string, speed []SpeedResult, acc []AccuracyResult) ([]strin
 	return files, nil
 }
 
-// save writes p as SVG with a margin, so that labels still fit when the
-// viewer substitutes a wider font.
+func init() {
+	// Sans-serif text, from the fonts compiled into the program: the
+	// glyphs charts use are all in it (no symbols it lacks).
+	plot.DefaultFont.Variant = "Sans"
+	plotter.DefaultFont.Variant = "Sans"
+}
+
+// save writes p as a PNG image, its text drawn with the fonts compiled
+// into the program, so that it reads the same in any viewer whatever
+// fonts the viewer has.
 func save(p *plot.Plot, w, h vg.Length, file string) error {
-	c := vgsvg.New(w, h)
+	c := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(110))
 	m := 0.25 * vg.Inch
 	p.Draw(draw.Crop(draw.New(c), m, -m/2, m/4, -m/4))
 	f, err := os.Create(file)
 	if err != nil {
 		return err
 	}
-	if _, err := c.WriteTo(f); err != nil {
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(f); err != nil {
 		f.Close()
 		return err
 	}
@@ -143,8 +153,8 @@ func boundaryChart(acc []AccuracyResult) (*plot.Plot, error) {
 	}
 	p := plot.New()
 	p.Title.Text = "Boundary attack: admitted in the trailing window"
-	p.X.Label.Text = "time (windows); 2×limit offered within ±1% of window edges 1, 3, 5, 7, 9"
-	p.Y.Label.Text = "admitted in the last window / limit"
+	p.X.Label.Text = "time, in windows (2×limit offered within ±1% of the window edges 1, 3, 5, 7 and 9)"
+	p.Y.Label.Text = "admitted in the trailing window ÷ limit (dashed: wall clock)"
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
@@ -192,7 +202,23 @@ func boundaryChart(acc []AccuracyResult) (*plot.Plot, error) {
 	}
 	p.Y.Min = 0
 	p.Y.Max = 3.2
+	p.X.Tick.Marker = wholeTicks{}
 	return p, nil
+}
+
+// wholeTicks are the default ticks labelled without spurious decimals:
+// whole numbers when every labelled tick is one.
+type wholeTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (wholeTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i, t := range ts {
+		if t.Label != "" && t.Value == math.Trunc(t.Value) {
+			ts[i].Label = strconv.FormatFloat(t.Value, 'f', 0, 64)
+		}
+	}
+	return ts
 }
 
 // speedChart draws median ns/op per subject for the workloads ws as
@@ -228,15 +254,16 @@ func speedChart(res []SpeedResult, ws []Workload, what string) (*plot.Plot, int,
 		return 0
 	})
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Allow, %s: median ns/op (lower is better; ∥ = b.RunParallel)", what)
-	p.X.Label.Text = "ns/op"
+	p.Title.Text = fmt.Sprintf("Allow, %s: median ns/op (lower is better)", what)
+	p.X.Label.Text = "ns per call (on every CPU: b.RunParallel on all CPUs at once)"
+	p.X.Tick.Marker = wholeTicks{}
 	p.X.Min = 0
 	p.Add(plotter.NewGrid())
 	names := make([]string, len(subjects))
 	for i, s := range subjects {
 		names[i] = s.Name
 		if s.Ours {
-			names[i] = "▶ " + s.Name
+			names[i] = s.Name + " (ours)"
 		}
 	}
 	barW := vg.Points(18 / float64(len(present)))
@@ -257,7 +284,7 @@ func speedChart(res []SpeedResult, ws []Workload, what string) (*plot.Plot, int,
 		// The first workload on top of each group, as in the legend.
 		b.Offset = barW * vg.Length(float64(len(present)-1)/2-float64(j))
 		p.Add(b)
-		p.Legend.Add(w.Name, b)
+		p.Legend.Add(strings.ReplaceAll(w.Name, "∥", "on every CPU"), b)
 	}
 	p.Legend.Top = true
 	p.Legend.XOffs = 0

@@ -22,5 +22,5 @@
 // Contention runs 8 goroutines on one key on the wall clock.
 //
 // The command benchmarks/cmd/compare runs all of it, prints Markdown
-// tables and draws SVG charts into docs/.
+// tables and draws PNG charts into docs/.
 package benchmarks

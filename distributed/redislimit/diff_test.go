@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -332,5 +334,61 @@ func TestDifferentialAllowQuota(t *testing.T) {
 	}
 	if _, err := r.AllowQuota(t.Context(), "k", 1, throttle.Every(MaxSpan), 2); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("AllowQuota above MaxSpan = %v, want ErrInvalid", err)
+	}
+}
+
+// TestServerClockBounds runs every algorithm in the server-clock mode (the
+// scripts read Redis's TIME; no injected clock) for 600 ms of real time,
+// 4 goroutines asking without pause, and checks what each admitted against
+// its bound and against what the rate makes certain: the mode the other
+// tests, on virtual time, do not reach.
+func TestServerClockBounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real time")
+	}
+	c := newClient(t, redistest.Start(t))
+	const run = 600 * time.Millisecond
+	rate := throttle.PerSecond(100) // 10 per 100 ms
+	mk := func(l throttle.Limiter, err error) throttle.Limiter {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for name, tc := range map[string]struct {
+		l      throttle.Limiter
+		lo, hi func(d time.Duration) int64
+	}{
+		"token bucket": {mk(NewTokenBucket(c, rate, 10, WithPrefix(uniquePrefix()))),
+			func(d time.Duration) int64 { return rate.Events(d) - 2 }, func(d time.Duration) int64 { return 10 + rate.Events(d) }},
+		"fixed window": {mk(NewFixedWindow(c, 10, 100*time.Millisecond, WithPrefix(uniquePrefix()))),
+			func(d time.Duration) int64 { return 10 * int64(d/(100*time.Millisecond)) }, func(d time.Duration) int64 { return 10 * (int64(d/(100*time.Millisecond)) + 1) }},
+		"sliding window": {mk(NewSlidingWindow(c, 10, 100*time.Millisecond, WithPrefix(uniquePrefix()))),
+			func(d time.Duration) int64 { return 10*int64(d/(100*time.Millisecond)) - 10 }, func(d time.Duration) int64 { return 10 * (int64(d/(100*time.Millisecond)) + 2) }},
+		"sliding log": {mk(NewSlidingLog(c, 10, 100*time.Millisecond, WithPrefix(uniquePrefix()))),
+			func(d time.Duration) int64 { return 10 * int64(d/(100*time.Millisecond)) }, func(d time.Duration) int64 { return 10 * (int64(d/(100*time.Millisecond)) + 1) }},
+	} {
+		var admitted atomic.Int64
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for time.Since(start) < run {
+					if d, err := tc.l.Allow(t.Context(), "k", 1); err != nil {
+						t.Error(err)
+						return
+					} else if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		el := time.Since(start)
+		// The server's clock ran at least run and at most el during the
+		// calls (plus a round trip either side).
+		if n := admitted.Load(); n < tc.lo(run-5*time.Millisecond) || n > tc.hi(el+5*time.Millisecond) {
+			t.Errorf("%s: admitted %d in %v of real time, want [%d, %d]", name, n, el, tc.lo(run-5*time.Millisecond), tc.hi(el+5*time.Millisecond))
+		}
 	}
 }

@@ -14,7 +14,7 @@
 // Accuracy: deterministic traces replayed on virtual time, or on the wall
 // clock for limiters that take no clock. Contention: 8 goroutines on one
 // key, wall clock. The tables also go to comparison.md, the raw samples
-// (benchstat format) to bench.txt and the charts (SVG) next to them, in
+// (benchstat format) to bench.txt and the charts (PNG) next to them, in
 // docs/ with -thorough (the results the README cites) and in docs/quick/
 // otherwise, or in the directory given with -docs.
 package main
@@ -73,7 +73,7 @@ func parseOptions() (options, error) {
 	count := flag.Int("count", 0, "speed samples per case on one key (default 5 quick, 10 thorough)")
 	keyedCount := flag.Int("keyed-count", 0, "speed samples per case on many keys, each visiting every key once (default 3 quick, 6 thorough: benchstat needs 6 for a confidence interval)")
 	benchtime := flag.Duration("benchtime", 0, "duration of one speed sample on one key (default 10ms quick, 100ms thorough)")
-	docs := flag.String("docs", "", "directory for comparison.md, bench.txt and the SVG charts (default docs with -thorough, docs/quick otherwise; \"-\" to write none)")
+	docs := flag.String("docs", "", "directory for comparison.md, bench.txt and the PNG charts (default docs with -thorough, docs/quick otherwise; \"-\" to write none)")
 	guard := flag.Bool("guard", false, "exit with status 2 when one of our single-key Allow (serial, allowed or denied) is slower than x/time/rate's in this run, by the median ratio of rounds and by the ratio of the fastest samples")
 	guardRatio := flag.Float64("guard-ratio", 1.0, "the largest ratio of our ns/op to x/time/rate's that -guard accepts")
 	speed := flag.Bool("speed", true, "run the speed benchmarks")
@@ -180,7 +180,7 @@ func run(o options) error {
 		if len(files) > 0 {
 			fmt.Fprintln(out)
 			for _, f := range files {
-				fmt.Fprintf(out, "![%s](%s)\n", strings.TrimSuffix(filepath.Base(f), ".svg"), filepath.Base(f))
+				fmt.Fprintf(out, "![%s](%s)\n", strings.TrimSuffix(filepath.Base(f), ".png"), filepath.Base(f))
 			}
 		}
 		path := filepath.Join(o.docs, "comparison.md")
