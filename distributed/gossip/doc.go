@@ -93,8 +93,11 @@
 //
 // Residual inaccuracies: a report debited to a bucket that refilled to
 // full meanwhile charges up to rate x interval more than one global bucket
-// would (never less); a restarted node may count the hits of up to one
-// interval twice (state sync plus counters); clocks must agree within
+// would (never less); a decision in flight while a peer reads a bucket
+// level for a state sync may be charged twice to a node that joins or
+// restarts (never missed: the state carries the sender's counter as read
+// before the level, and the receiver takes those hits as delivered, so the
+// counter's later reports charge only what came after); clocks must agree within
 // about one interval (rounds are aligned on multiples of the interval); a
 // counter idle for longer than the retention (twice the time to refill
 // the bucket, at least 10 rounds) and acknowledged by every live peer is

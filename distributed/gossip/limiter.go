@@ -309,8 +309,13 @@ func tieHash(key string, r int64, id string) uint64 {
 func (l *Limiter) levels(r int64, peer string, inc uint64) [][]byte {
 	var sts []stateEntry
 	l.table.each(func(key string, e *entry) {
+		// This node's own counter, read before the level: the level
+		// includes at least these hits (a hit is counted after its
+		// bucket admits it), so the receiver, which takes them as
+		// delivered, never charges one the level missed.
+		born, mine := e.born.Load(), e.hits.Load()
 		if t := l.buckets.Tokens(key); t < int64(l.burst) {
-			s := stateEntry{key: key, tokens: t}
+			s := stateEntry{key: key, tokens: t, born: max(born, 0), mine: uint64(max(mine, 0))}
 			e.mu.Lock()
 			if rec := e.remote[peer]; rec != nil && rec.inc == inc {
 				s.yours = rec.hits
@@ -426,7 +431,13 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 // applyState lowers each bucket to the level a peer reported, if it is
 // lower, less this node's own hits the peer had not counted yet: how a
 // node that joined or restarted catches up.
-func (l *Limiter) applyState(m *message) {
+//
+// The level includes the sender's own hits up to the state's counter
+// snapshot: they are recorded as delivered, so that the sender's next
+// report of that counter charges only the hits after them (else hits made
+// just before this node listened, which it takes as news, would be charged
+// twice when the state arrives first). t is the receiver's current round.
+func (l *Limiter) applyState(m *message, t int64) {
 	for _, s := range m.states {
 		target := s.tokens
 		if e := l.table.load(s.key); e != nil {
@@ -435,6 +446,32 @@ func (l *Limiter) applyState(m *message) {
 		if cur := l.buckets.Tokens(s.key); target < cur {
 			l.buckets.Debit(s.key, cur-target)
 		}
+		if s.born != 0 {
+			l.delivered(m, s, t)
+		}
+	}
+}
+
+// delivered records that the sender's counter s.born has delivered at
+// least s.mine hits (they are in a level this node took).
+func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
+	e := l.table.pin(s.key)
+	if e == nil {
+		return // table full: the key is under the overflow key
+	}
+	defer e.unpin()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.remote == nil {
+		e.remote = map[string]*remoteRec{}
+	}
+	switch rec := e.remote[m.sender]; {
+	case rec == nil || m.incarnation != rec.inc || s.born > rec.born:
+		sr := min(int64(m.round), t+1)
+		e.remote[m.sender] = &remoteRec{inc: m.incarnation, born: s.born, hits: s.mine,
+			h0: s.mine, h1: s.mine, r0: m.round, r1: m.round, seen: t, allow: l.allowance(0), allowRound: sr}
+	case s.born == rec.born && s.mine > rec.hits:
+		rec.hits = s.mine
 	}
 }
 

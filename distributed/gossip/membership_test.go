@@ -192,3 +192,66 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// A node that joins charges a peer's hits once, also those made within
+// the interval before it started listening (which its clock-skew
+// allowance takes as news) and that the peer's bucket levels, sent to it
+// on joining, already include. They used to be charged twice.
+func TestJoinChargesRecentHitsOnce(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1)
+	c.runTo(c.clk.Now().Add(3 * time.Second))
+	for range 4 {
+		c.lims[0].Allow(ctx, "carol", 1)
+	}
+	c.clk.Advance(500 * time.Millisecond) // the counter is born half an interval before the join
+	node, err := NewNode(Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs}, throttle.WithClock(c.clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := node.NewLimiter("api", throttle.PerMinute(1), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.nodes {
+		if err := n.Join("n2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.nodes, c.lims, c.addrs = append(c.nodes, node), append(c.lims, lim), append(c.addrs, "n2")
+	c.runTo(c.clk.Now().Add(5 * time.Second))
+	if tok := lim.Tokens("carol"); tok != 6 {
+		t.Fatalf("the new node holds %d tokens for carol after 4 hits elsewhere, want 6", tok)
+	}
+}
+
+// TestStateThenReportChargesOnce: when a peer's bucket levels arrive before
+// its report of a counter born just before this node listened (news, by
+// the clock-skew allowance), the hits the levels include are not charged
+// again by the report; in the other order nothing is charged twice either.
+func TestStateThenReportChargesOnce(t *testing.T) {
+	for _, stateFirst := range []bool{true, false} {
+		c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1)
+		l := c.lims[1]
+		born := c.clk.Now().UnixNano()
+		state := &message{header: header{typ: msgState, sender: "n0", table: "api", incarnation: 7, round: 3},
+			states: []stateEntry{{key: "carol", tokens: 6, born: born, mine: 4}}}
+		report := &message{header: header{typ: msgReport, sender: "n0", table: "api", incarnation: 7, round: 3},
+			reports: []reportEntry{{key: "carol", born: born, hits: 4, demand: 4}}}
+		if stateFirst {
+			l.applyState(state, 3)
+			l.applyReport(report, born-1, 3)
+		} else {
+			l.applyReport(report, born-1, 3)
+			l.applyState(state, 3)
+		}
+		if tok := l.Tokens("carol"); tok != 6 {
+			t.Errorf("state first %v: %d tokens after 4 hits elsewhere, want 6", stateFirst, tok)
+		}
+		// Later hits of the same counter are charged, once.
+		report.reports[0].hits, report.round = 5, 4
+		l.applyReport(report, born-1, 4)
+		if tok := l.Tokens("carol"); tok != 5 {
+			t.Errorf("state first %v: %d tokens after a 5th hit, want 5", stateFirst, tok)
+		}
+	}
+}

@@ -829,7 +829,7 @@ func (n *Node) handle(p []byte, from string) {
 		n.st.applied.Add(uint64(applied))
 		n.st.capped.Add(uint64(capped))
 	case msgState:
-		l.applyState(m)
+		l.applyState(m, n.tick.Load())
 	}
 }
 

@@ -110,6 +110,8 @@ type stateEntry struct {
 	key    string
 	tokens int64  // the sender's bucket level
 	yours  uint64 // hits of the receiver's current counter that level includes
+	born   int64  // the sender's own counter for the key (0: none)...
+	mine   uint64 // ...and at least the hits of it that level includes
 }
 
 // message is a decoded datagram. Keys alias a copy of the datagram.
@@ -196,9 +198,11 @@ func uvarintLen(v uint64) int {
 }
 
 func (e *encoder) addState(s stateEntry) {
-	var tmp [2 * binary.MaxVarintLen64]byte
+	var tmp [4 * binary.MaxVarintLen64]byte
 	t := binary.AppendVarint(tmp[:0], s.tokens)
 	t = binary.AppendUvarint(t, s.yours)
+	t = binary.AppendVarint(t, s.born)
+	t = binary.AppendUvarint(t, s.mine)
 	e.room(uvarintLen(uint64(len(s.key))) + len(s.key) + len(t))
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(s.key)))
 	e.buf = append(e.buf, s.key...)
@@ -352,6 +356,14 @@ func decode(sig *signer, pkt []byte, maxKey int, self string) (*message, error) 
 			}
 			p = p[n:]
 			if s.yours, n = binary.Uvarint(p); n <= 0 || s.yours > math.MaxInt64 {
+				return nil, errMalformed
+			}
+			p = p[n:]
+			if s.born, n = binary.Varint(p); n <= 0 || s.born < 0 {
+				return nil, errMalformed
+			}
+			p = p[n:]
+			if s.mine, n = binary.Uvarint(p); n <= 0 || s.mine > math.MaxInt64 {
 				return nil, errMalformed
 			}
 			p = p[n:]
