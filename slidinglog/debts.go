@@ -11,20 +11,32 @@ import (
 //
 // A debt packs, in 64 bits, the units the log held and the instant of its
 // newest entry, rounded up to a grain of 2^bits.Len(limit) ns (1 µs for a
-// limit of 1,000, 1 ms for 1,000,000): the key starts again with all those
-// units admitted at that instant. Every unit thus leaves the window no
+// limit of 1,000, 1 ms for 1,000,000, 4.3 s for 2^32-1; above that the
+// instant is exact and the log counts as full): the key starts again with
+// all those units admitted at that instant. Every unit thus leaves the window no
 // earlier than it would have, and at most one grain later: the debt errs
 // toward denial only. Instants are stored with their sign bit flipped, so
 // that the order holds across 1970; a debt is never 0 (it holds a unit).
 
-// grainBits returns the bits of an instant that a debt drops.
-func (p *params) grainBits() uint { return uint(bits.Len64(uint64(p.limit))) }
+// grainBits returns the bits of an instant that a debt drops: as many as
+// the count needs, for limits up to 2^32-1. Above that a debt keeps the
+// instant alone, to the nanosecond, and counts the log as full: stricter,
+// for limits no log reaches in practice.
+func (p *params) grainBits() uint {
+	if b := uint(bits.Len64(uint64(p.limit))); b <= 32 {
+		return b
+	}
+	return 0
+}
 
 // debt returns the debt of total units (0 < total <= limit) whose newest
 // admission was at last.
 func (p *params) debt(total, last int64) int64 {
 	g := p.grainBits()
 	u := uint64(last) ^ 1<<63 // sign bit flipped
+	if g == 0 {
+		return int64(max(u, 1)) // never 0; at the earliest instant, 1 ns late
+	}
 	t := u >> g
 	if u&(1<<g-1) != 0 && t < math.MaxUint64>>g {
 		t++ // round up: later, so stricter
@@ -36,6 +48,9 @@ func (p *params) debt(total, last int64) int64 {
 func (p *params) owed(d int64) (total, at int64) {
 	g := p.grainBits()
 	u := uint64(d)
+	if g == 0 {
+		return p.limit, int64(u ^ 1<<63)
+	}
 	return int64(u & (1<<g - 1)), int64(u>>g<<g ^ 1<<63)
 }
 
