@@ -18,6 +18,13 @@
 // more within about one refresh interval; leases are relative durations,
 // so clock skew between hosts does not matter.
 //
+// Servers form a tree (WithParent): a server leases each resource's
+// capacity from its parent as one client with its clients' demand added
+// up, reports what it holds, never grants a lease that outlives its own,
+// hands out the safe capacity once its parent is unreachable and its lease
+// has expired, and weighs its demand so that FairShare divides among all
+// the clients of the tree as one server would.
+//
 // The pieces: Allocate (pure), Server (in process, transport
 // independent; Run takes part in an Election), Client with Resource,
 // RateResource and GaugeResource handles, the Transport interface with

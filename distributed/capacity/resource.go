@@ -75,6 +75,7 @@ type Resource struct {
 	wake     chan struct{} // closed when limit changes
 	apply    func(float64)
 	estimate func(now time.Time) float64
+	has      func() float64 // at least what the client holds (a server in a tree: what its clients hold)
 	closed   atomic.Bool
 }
 
@@ -175,6 +176,20 @@ func (r *Resource) SetWants(w float64) error {
 	return nil
 }
 
+// setDemand changes what the resource asks for: wants, in band prio, with
+// weight; the client refreshes soon if it changed.
+func (r *Resource) setDemand(wants, weight float64, prio int32) {
+	r.mu.Lock()
+	changed := r.wants != wants || r.set.weight != weight || r.set.prio != prio
+	r.wants, r.set.weight, r.set.prio = wants, weight, prio
+	r.mu.Unlock()
+	if changed {
+		r.c.mu.Lock()
+		r.c.poke()
+		r.c.mu.Unlock()
+	}
+}
+
 // Close gives the lease back and stops refreshing the resource. Errors
 // wrap throttle.ErrUnavailable when no server took the release.
 func (r *Resource) Close() error {
@@ -203,6 +218,9 @@ func (r *Resource) request(now time.Time) ResourceRequest {
 	rr := ResourceRequest{Resource: r.id, Wants: r.wants, Priority: r.set.prio, Weight: r.set.weight}
 	if r.leased && now.Before(r.lease.Expiry) {
 		rr.Has = r.lease.Capacity
+	}
+	if r.has != nil {
+		rr.Has = max(rr.Has, r.has())
 	}
 	return rr
 }

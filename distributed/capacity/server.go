@@ -114,6 +114,7 @@ type serverSettings struct {
 	jitter       float64
 	seed         uint64
 	grace        time.Duration
+	parent       *parentSettings
 }
 
 // WithServerClock makes the server read time from c (for tests on virtual
@@ -169,6 +170,7 @@ type Server struct {
 	since     int64 // when this server became master
 	resources map[string]*resource
 	alloc     Allocator
+	parent    *Client // the parent level's replicas, in a server tree
 }
 
 type resource struct {
@@ -183,6 +185,7 @@ type resource struct {
 	next    int64  // earliest expiry among holders
 	demands []Demand
 	shares  []float64
+	up      *upstream // the lease from the parent, in a server tree
 }
 
 type holder struct {
@@ -229,6 +232,13 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 	s := &Server{cfg: c, set: set, now: clock.New(set.clock), rng: rand.New(rand.NewPCG(set.seed, 0x6c65617365)), resources: map[string]*resource{}}
 	s.lead = Leadership{IsMaster: true, Term: 1}
 	s.since = s.now.Now()
+	if p := set.parent; p != nil {
+		c, err := NewClient(p.t, p.addrs, append([]ClientOption{WithMode(Safe)}, p.opts...)...)
+		if err != nil {
+			return nil, err
+		}
+		s.parent = c
+	}
 	return s, nil
 }
 
@@ -276,6 +286,7 @@ func (s *Server) SetConfig(cfg Config) error {
 			continue
 		}
 		r.setTemplate(t)
+		r.syncUpstream() // in a tree the capacity is the parent's grant
 	}
 	return nil
 }
@@ -376,9 +387,16 @@ func (s *Server) GetCapacity(_ context.Context, req *Request) (*Response, error)
 			t, _ := s.cfg.match(rr.Resource)
 			r = &resource{id: rr.Resource, holders: map[string]*holder{}}
 			r.setTemplate(t)
+			if s.parent != nil {
+				if err := s.openUpstream(r); err != nil {
+					return nil, err
+				}
+			}
 			s.resources[rr.Resource] = r
 		}
+		r.syncUpstream()
 		resp.Grants[i] = s.grant(r, req.Client, &rr, now)
+		r.reportUpstream()
 	}
 	return resp, nil
 }
@@ -448,16 +466,17 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 		r.setHeld(h, u, float64(u)*r.q, now, int64(s.set.grace))
 		g = h.heldF
 	}
-	h.expiry = now + int64(t.LeaseLength)
-	r.wakeAt(h.expiry)
 	if j := s.set.jitter; j > 0 {
 		refresh = time.Duration(float64(refresh) * (1 + j*(2*s.rng.Float64()-1)))
 	}
+	lease, refresh := r.capLease(t.LeaseLength, refresh)
+	h.expiry = now + int64(lease)
+	r.wakeAt(h.expiry)
 	safe := t.SafeCapacity
 	if safe == 0 && len(r.list) > 0 && t.Algorithm.shares() {
 		safe = t.Capacity / float64(len(r.list))
 	}
-	return Grant{Resource: r.id, Capacity: g, Lease: t.LeaseLength, Refresh: max(refresh, time.Millisecond), SafeCapacity: safe}
+	return Grant{Resource: r.id, Capacity: g, Lease: lease, Refresh: max(refresh, time.Millisecond), SafeCapacity: safe}
 }
 
 // setHeld records that h now holds u quanta (f in capacity). A lowered

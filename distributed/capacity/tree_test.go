@@ -1,0 +1,197 @@
+package capacity
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestTreeSimulation runs a three-level server tree on virtual time: a
+// root of capacity 1000, two regional servers, four leaf servers and 40
+// clients (10 per leaf). It checks at every 100 ms sample that the leases
+// the clients hold add up to no more than the root's capacity (and, while
+// a regional server is down, to no more than that plus the safe capacity
+// its two leaves hand out), and at the end of each demand epoch that every
+// client holds its share of the fair division among all 40 clients, within
+// 2% — the division a single server would make, reached through the
+// weights the servers report.
+func TestTreeSimulation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			capacity = 1000.0
+			safe     = 50.0 // a region's safe capacity, handed to each leaf
+			lease    = 20 * time.Second
+			epochLen = 60 * time.Second
+			sample   = 100 * time.Millisecond
+			downAt   = 190 * time.Second // region r0 down for 45 s
+			upAt     = 235 * time.Second
+			run      = 300*time.Second + sample // the last epoch is checked too
+		)
+		net := new(Network)
+		net.SetLatency(10 * time.Millisecond)
+		tmpl := func(c, safe float64) Config {
+			return Config{Resources: []Template{{ID: "*", Capacity: c, LeaseLength: lease, RefreshInterval: 4 * time.Second, SafeCapacity: safe}}}
+		}
+		var servers []*Server
+		newServer := func(addr string, cfg Config, parent string) {
+			opts := []ServerOption{WithSeed(uint64(len(servers) + 1)), WithDecreaseGrace(lease)}
+			if parent != "" {
+				opts = append(opts, WithParent(net, []string{parent}, WithClientID(addr), WithMinRefreshGap(0)))
+			}
+			s, err := NewServer(cfg, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			net.Attach(addr, s)
+			servers = append(servers, s)
+		}
+		newServer("root", tmpl(capacity, safe), "")
+		for r := range 2 {
+			newServer(fmt.Sprintf("r%d", r), tmpl(capacity, safe), "root")
+		}
+		for l := range 4 {
+			newServer(fmt.Sprintf("l%d", l), tmpl(capacity, 0), fmt.Sprintf("r%d", l/2))
+		}
+		type simClient struct {
+			c    *Client
+			r    *Resource
+			leaf int
+		}
+		var clients []*simClient
+		for i := range 40 {
+			leaf := i / 10
+			c, err := NewClient(net, []string{fmt.Sprintf("l%d", leaf)}, WithClientID(fmt.Sprintf("c%02d", i)), WithMinRefreshGap(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := c.Resource("db", 50)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clients = append(clients, &simClient{c: c, r: r, leaf: leaf})
+		}
+		defer func() {
+			for _, sc := range clients {
+				sc.c.Close()
+			}
+			for _, s := range servers {
+				s.Close()
+			}
+		}()
+		wants := func(e int, sc *simClient) float64 {
+			switch {
+			case e == 2 && sc.leaf == 0:
+				return 10 // one leaf's clients are satisfied below the fair level
+			case e == 4 && sc.leaf >= 2:
+				return 5
+			}
+			return 50
+		}
+		var maxHeld float64
+		checks := 0
+		for now := time.Duration(0); now < run; now += sample {
+			if now%epochLen == 0 {
+				e := int(now / epochLen)
+				if e > 1 && e-1 != 3 { // epoch 0 learns; epoch 3 has the outage
+					var ds []Demand
+					for _, sc := range clients {
+						ds = append(ds, Demand{Wants: wants(e-1, sc)})
+					}
+					fair := Allocate(FairShare, capacity, ds)
+					for i, sc := range clients {
+						checks++
+						if l, _ := sc.r.Lease(); math.Abs(l.Capacity-fair[i]) > 0.02*fair[i] {
+							t.Errorf("end of epoch %d: %s holds %.2f, fair share %.2f", e-1, sc.c.ID(), l.Capacity, fair[i])
+						}
+					}
+				}
+				for _, sc := range clients {
+					if err := sc.r.SetWants(wants(e, sc)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			switch now {
+			case downAt:
+				net.SetDown("r0", true)
+			case upAt:
+				net.SetDown("r0", false)
+			}
+			time.Sleep(sample)
+			if now == downAt+lease+10*time.Second {
+				// r0's lease to l0 and l1 has run out: they hand out its
+				// safe capacity, not 0.
+				var c float64
+				for _, sc := range clients[:20] {
+					c += sc.r.Capacity()
+				}
+				if c <= 0 || c > 2*safe+1e-9 {
+					t.Errorf("during the outage the clients of l0 and l1 may use %.2f, want (0, %v]", c, 2*safe)
+				}
+			}
+			var held float64
+			nowT := time.Now()
+			for _, sc := range clients {
+				if l, ok := sc.r.Lease(); ok && nowT.Before(l.Expiry) {
+					held += l.Capacity
+				}
+			}
+			bound := capacity
+			if now >= downAt && now < upAt+2*lease {
+				bound += 2 * safe // leaves l0 and l1 hand out r0's safe capacity
+			}
+			if held > bound+1e-9 {
+				t.Fatalf("t=%v: client leases add up to %.3f > %.0f", now+sample, held, bound)
+			}
+			maxHeld = max(maxHeld, held)
+		}
+		if checks == 0 {
+			t.Fatal("no fairness check ran")
+		}
+		t.Logf("max client leases held %.3f of root capacity %v; %d fair-share checks", maxHeld, capacity, checks)
+	})
+}
+
+// TestChildLeaseWithinParentLease: a server in a tree never grants a lease
+// that outlives the lease it holds from its parent, and asks its clients
+// to refresh at most half as long as its parent asks it to.
+func TestChildLeaseWithinParentLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := new(Network)
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 20 * time.Second, RefreshInterval: 8 * time.Second, LearningDuration: 20 * time.Second}}}
+		root, err := NewServer(cfg, WithJitter(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		net.Attach("root", root)
+		child, err := NewServer(cfg, WithJitter(0), WithParent(net, []string{"root"}, WithClientID("child"), WithMinRefreshGap(0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer child.Close()
+		ask := func() Grant {
+			resp, err := child.GetCapacity(t.Context(), &Request{Client: "c", Resources: []ResourceRequest{{Resource: "db", Wants: 10}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Grants[0]
+		}
+		ask()                        // opens the resource at the parent
+		time.Sleep(30 * time.Second) // both have learned, and the parent has granted
+		if g := ask(); g.Capacity <= 0 || g.Refresh > 4*time.Second {
+			t.Fatalf("grant %+v: want capacity from the parent, refresh at most half the parent's 8s", g)
+		}
+		net.SetDown("root", true) // the child cannot refresh its lease any more
+		time.Sleep(15 * time.Second)
+		l, ok := child.parentLease("db")
+		if !ok {
+			t.Fatal("the child's parent lease expired early")
+		}
+		if g := ask(); g.Lease > time.Until(l.Expiry) || g.Lease <= 0 {
+			t.Fatalf("grant lease %v outlives the parent lease, %v left", g.Lease, time.Until(l.Expiry))
+		}
+		net.SetDown("root", false)
+	})
+}
