@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,35 +216,46 @@ func (a *app) closeAll() {
 }
 
 // watch reloads the configuration when the file's contents change,
-// looking every interval, until ctx is done.
+// looking every interval, until ctx is done. New contents must be the
+// same at two looks in a row, so that a file caught while being written
+// is not loaded (nor refused).
 func (a *app) watch(ctx context.Context, interval time.Duration) {
 	defer a.bg.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var pending []byte
+	havePending := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		a.reload("file changed", func(raw []byte) bool { return !bytes.Equal(raw, a.lastFile) })
+		raw, err := os.ReadFile(a.opts.configPath)
+		if err != nil {
+			raw = nil
+		}
+		a.reloadMu.Lock()
+		same := bytes.Equal(raw, a.lastFile)
+		a.reloadMu.Unlock()
+		switch {
+		case same:
+			havePending = false
+		case !havePending || !bytes.Equal(raw, pending):
+			pending, havePending = raw, true
+		default:
+			havePending = false
+			a.reload("file changed")
+		}
 	}
 }
 
 // reload rereads the configuration (file and flags) and applies its
-// resource templates. changed, when not nil, says whether to go on with
-// the file's new contents. On any error the running configuration stays;
-// the error is logged once per file contents.
-func (a *app) reload(why string, changed func(raw []byte) bool) {
+// resource templates. On any error the running configuration stays.
+func (a *app) reload(why string) {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
 	s, raw, err := a.opts.settings()
-	if changed != nil && raw != nil && !changed(raw) {
-		return
-	}
-	if raw == nil && changed != nil && a.lastFile == nil {
-		return // still unreadable: said so already
-	}
 	a.lastFile = raw
 	if err == nil {
 		if what := a.cur.Load().restartNeeded(s); what != "" {

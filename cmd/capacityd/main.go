@@ -168,7 +168,7 @@ func check(s *settings, out io.Writer) error {
 func (a *app) serve(sigs <-chan os.Signal) error {
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
-			a.reload("SIGHUP", nil)
+			a.reload("SIGHUP")
 			continue
 		}
 		a.log.Info("shutting down", "signal", sig.String())
