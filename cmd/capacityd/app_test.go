@@ -104,7 +104,7 @@ func TestReload(t *testing.T) {
 	}
 	reloads := func(result string) string {
 		_, m := a.get(t, a.adminURL()+"/metrics")
-		return regexp.MustCompile(`capacityd_reloads_total\{result="`+result+`"\} (\d+)`).FindStringSubmatch(m)[1]
+		return regexp.MustCompile(`capacityd_reloads_total\{result="` + result + `"\} (\d+)`).FindStringSubmatch(m)[1]
 	}
 	write(strings.Replace(testConfig, `"capacity": 50`, `"capacity": 30`, 1))
 	eventually(t, "valid file applied", func() bool { return templateCapacity(a, "db.writes") == 30 })
