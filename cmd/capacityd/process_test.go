@@ -183,7 +183,34 @@ func TestProcessFailover(t *testing.T) {
 		t.Fatalf("client capacity %v after failover, want 10", c)
 	}
 	t.Logf("takeover %v after the master was killed", took)
+
+	// A master stopped with SIGTERM gives mastership up: a third replica
+	// takes over at once, not a TTL later, and the client follows.
+	c := startProc(t, hc, cfg)
+	eventually(t, "c follows b", func() bool { return strings.HasPrefix(health(hc, c), "200 ok follower of "+b.api) })
+	client.Close()
+	client, err = capacity.NewClient(capacity.NewHTTPTransport(hc, connect.WithProtoJSON()), []string{a.api, b.api, c.api},
+		capacity.WithClientID("c1"), capacity.WithRetry(100*time.Millisecond), capacity.WithRequestTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, err = client.Resource("db", 10); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
 	stopProc(t, b, 5*time.Second)
+	eventually(t, "c takes over", func() bool { return strings.HasPrefix(health(hc, c), "200 ok master") })
+	if took := time.Since(t0); took > 1500*time.Millisecond {
+		t.Fatalf("c took over %v after the master stopped: it did not give mastership up", took)
+	} else {
+		t.Logf("handover %v after SIGTERM to the master", took)
+	}
+	eventually(t, "the client asks c", func() bool {
+		_, m := getBody(hc, "http://"+c.admin+"/metrics")
+		return strings.Contains(m, `capacityd_resource_clients{resource="db"} 1`)
+	})
+	stopProc(t, c, 5*time.Second)
 }
 
 // getBody returns the status and body of a GET, 0 and "" on failure.
