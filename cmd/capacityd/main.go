@@ -32,21 +32,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/throttlekit/throttle/internal/cmdkit"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "capacityd:", err)
-		}
-		os.Exit(2)
-	}
-}
+func main() { cmdkit.Main("capacityd", run) }
 
 // options are the command line.
 type options struct {
@@ -81,18 +75,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-func (o *options) logger(stderr io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, err
-	}
-	hopts := &slog.HandlerOptions{Level: level}
-	if o.logJSON {
-		return slog.New(slog.NewJSONHandler(stderr, hopts)), nil
-	}
-	return slog.New(slog.NewTextHandler(stderr, hopts)), nil
-}
-
 // settings reads the configuration file (or the embedded default),
 // applies the flags over it and validates the result. It also returns the
 // file's contents, for the watcher to compare.
@@ -119,7 +101,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log, err := o.logger(stderr)
+	log, err := cmdkit.Logger(stderr, o.logLevel, o.logJSON)
 	if err != nil {
 		return err
 	}
