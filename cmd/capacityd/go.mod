@@ -18,6 +18,7 @@ require (
 	connectrpc.com/connect v1.19.1
 	github.com/prometheus/client_golang v1.24.1
 	go.etcd.io/etcd/client/v3 v3.6.14
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.0
 )
 

@@ -219,16 +219,11 @@ func (ta *testApp) adminURL() string { return "http://" + ta.adminLn.Addr().Stri
 // get returns the status and body of a GET.
 func (ta *testApp) get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := ta.hc.Get(url)
-	if err != nil {
-		t.Fatal(err)
+	code, body := getBody(ta.hc, url)
+	if code == 0 {
+		t.Fatalf("GET %s failed", url)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	return code, body
 }
 
 // call posts a JSON request to an API method and decodes the answer.
