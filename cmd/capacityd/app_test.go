@@ -146,8 +146,14 @@ func TestStatusPageInChromium(t *testing.T) {
 		a.call(t, "GetCapacity", `{"clientId":"`+c+`","resources":[{"resourceId":"db.writes","wants":20,"has":20},
 			{"resourceId":"queue.jobs","wants":3,"has":3}]}`, nil)
 	}
+	// Ids come from clients: the page shows them as text, never markup.
+	// (A resource id with a slash matches no "*" template.)
+	a.call(t, "GetCapacity", `{"clientId":"<i id=evil>x</i>","resources":[{"resourceId":"<b id=evil2>r<b>","wants":1}]}`, nil)
 	url := a.adminURL() + "/status"
 	dom := b.DumpDOM(t, url)
+	if strings.Contains(dom, `id="evil`) || !strings.Contains(dom, "&lt;i id=evil&gt;x&lt;/i&gt;") || !strings.Contains(dom, "&lt;b id=evil2&gt;r&lt;b&gt;") {
+		t.Errorf("client-supplied ids became markup")
+	}
 	for _, want := range []string{"db.writes", "queue.jobs", "client-alpha", "client-beta", "master", "proportional_share",
 		`<td class="id">client-beta</td><td>20</td><td>20</td>`} {
 		if !strings.Contains(dom, want) {
