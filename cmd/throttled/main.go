@@ -37,16 +37,10 @@ import (
 
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/daemon/client"
+	"github.com/throttlekit/throttle/internal/cmdkit"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "throttled:", err)
-		}
-		os.Exit(2)
-	}
-}
+func main() { cmdkit.Main("throttled", run) }
 
 type listFlag []string
 
@@ -89,18 +83,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return o, nil
-}
-
-func (o *options) logger(stderr io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, err
-	}
-	hopts := &slog.HandlerOptions{Level: level}
-	if o.logJSON {
-		return slog.New(slog.NewJSONHandler(stderr, hopts)), nil
-	}
-	return slog.New(slog.NewTextHandler(stderr, hopts)), nil
 }
 
 // config reads the configuration file (or the embedded default), applies
@@ -151,7 +133,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log, err := o.logger(stderr)
+	log, err := cmdkit.Logger(stderr, o.logLevel, o.logJSON)
 	if err != nil {
 		return err
 	}

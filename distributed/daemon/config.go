@@ -6,15 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/internal/conffile"
 )
 
 // Config is the daemon's configuration, read from JSON (see
@@ -146,16 +145,8 @@ func DefaultJSON() []byte { return bytes.Clone(defaultJSON) }
 // throttle.ErrInvalid.
 func ParseConfig(b []byte) (Config, error) {
 	var c Config
-	if err := checkDuplicateKeys(b); err != nil {
+	if err := conffile.Decode(b, &c); err != nil {
 		return c, fmt.Errorf("%w: config: %v", throttle.ErrInvalid, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return c, fmt.Errorf("%w: config: %v", throttle.ErrInvalid, err)
-	}
-	if dec.More() {
-		return c, fmt.Errorf("%w: config: trailing data", throttle.ErrInvalid)
 	}
 	return c, c.Validate()
 }
@@ -182,7 +173,7 @@ func (c *Config) Validate() error {
 	for _, l := range c.Listen {
 		network, addr, err := splitListen(l)
 		if err == nil && network == "tcp" {
-			err = checkHostPort(addr, true)
+			err = conffile.CheckHostPort(addr, true)
 		}
 		if err != nil {
 			return bad("listen %q: %v", l, err)
@@ -193,7 +184,7 @@ func (c *Config) Validate() error {
 		seen[network+":"+addr] = true
 	}
 	if c.Admin != "" {
-		if err := checkHostPort(c.Admin, true); err != nil {
+		if err := conffile.CheckHostPort(c.Admin, true); err != nil {
 			return bad("admin %q: %v", c.Admin, err)
 		}
 	}
@@ -254,7 +245,7 @@ func (c *Config) Validate() error {
 		return bad("gossip: peers need gossip.listen")
 	}
 	if g.Listen != "" {
-		if err := checkHostPort(g.Listen, true); err != nil {
+		if err := conffile.CheckHostPort(g.Listen, true); err != nil {
 			return bad("gossip.listen %q: %v", g.Listen, err)
 		}
 		host, _, _ := net.SplitHostPort(g.Listen)
@@ -263,13 +254,13 @@ func (c *Config) Validate() error {
 		}
 	}
 	if g.Advertise != "" {
-		if err := checkHostPort(g.Advertise, false); err != nil {
+		if err := conffile.CheckHostPort(g.Advertise, false); err != nil {
 			return bad("gossip.advertise %q: %v", g.Advertise, err)
 		}
 	}
 	peers := map[string]bool{}
 	for _, p := range g.Peers {
-		if err := checkHostPort(p, false); err != nil {
+		if err := conffile.CheckHostPort(p, false); err != nil {
 			return bad("gossip.peers %q: %v", p, err)
 		}
 		if peers[p] {
@@ -308,67 +299,6 @@ func defaultMaxConns(nofile uint64) int {
 	default:
 		return int(min(nofile-reserve, 65536))
 	}
-}
-
-// checkHostPort checks "host:port" with a numeric port (in [1, 65535],
-// or 0 too if zeroOK, for listeners on a free port).
-func checkHostPort(s string, zeroOK bool) error {
-	_, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return err
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 0 || p > 65535 || (p == 0 && !zeroOK) {
-		return fmt.Errorf("port %q: want a number in [1, 65535]", port)
-	}
-	return nil
-}
-
-// checkDuplicateKeys reports a JSON object that has a key twice, which
-// encoding/json would silently resolve to the last one.
-func checkDuplicateKeys(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	var walk func(path string) error
-	walk = func(path string) error {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		d, ok := tok.(json.Delim)
-		if !ok {
-			return nil
-		}
-		switch d {
-		case '{':
-			keys := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return err
-				}
-				k, _ := kt.(string)
-				if keys[k] {
-					return fmt.Errorf("key %q appears twice in %s", k, path)
-				}
-				keys[k] = true
-				if err := walk(path + "." + k); err != nil {
-					return err
-				}
-			}
-		case '[':
-			for i := 0; dec.More(); i++ {
-				if err := walk(fmt.Sprintf("%s[%d]", path, i)); err != nil {
-					return err
-				}
-			}
-		}
-		_, err = dec.Token() // the closing delimiter
-		return err
-	}
-	if err := walk("$"); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
 }
 
 // CheckSecret checks that gossip, if enabled, has a secret long enough

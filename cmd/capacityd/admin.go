@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"path"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/throttlekit/throttle/distributed/capacity"
+)
+
+// adminHandler serves /healthz, /metrics and /status.
+func (a *app) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.met.reg, promhttp.HandlerOpts{ErrorLog: nil}))
+	mux.HandleFunc("GET /status", a.status)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/status", http.StatusFound)
+	})
+	return mux
+}
+
+// healthz answers 200 while this server serves: as the master, or as a
+// follower that knows the master to redirect to; 503 otherwise.
+func (a *app) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	l := a.lead.Load()
+	switch {
+	case a.stopping.Load():
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "stopping")
+	case l == nil || (!l.IsMaster && l.Master == ""):
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "no master known")
+	case l.IsMaster:
+		fmt.Fprintf(w, "ok master %s term %d\n", a.advertise, l.Term)
+	default:
+		fmt.Fprintf(w, "ok follower of %s term %d\n", l.Master, l.Term)
+	}
+}
+
+// metrics are the server's Prometheus metrics, in a registry of their
+// own.
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	errors   *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	reloads  *prometheus.CounterVec
+}
+
+func newMetrics(a *app) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "capacityd_requests_total", Help: "API requests answered, by method.",
+		}, []string{"method"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "capacityd_request_errors_total", Help: "API requests answered with an error, by method and code.",
+		}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "capacityd_request_duration_seconds", Help: "Time to answer an API request, by method.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"method"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "capacityd_reloads_total", Help: "Configuration reloads, by result.",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"applied", "refused"} {
+		m.reloads.WithLabelValues(r)
+	}
+	m.reg.MustRegister(m.requests, m.errors, m.latency, m.reloads, statusCollector{a},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// interceptor counts and times the API's requests.
+func (m *metrics) interceptor() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			t0 := time.Now()
+			resp, err := next(ctx, req)
+			method := path.Base(req.Spec().Procedure)
+			m.latency.WithLabelValues(method).Observe(time.Since(t0).Seconds())
+			m.requests.WithLabelValues(method).Inc()
+			if err != nil {
+				m.errors.WithLabelValues(method, connect.CodeOf(err).String()).Inc()
+			}
+			return resp, err
+		}
+	})
+}
+
+var (
+	descCapacity = prometheus.NewDesc("capacityd_resource_capacity", "Configured capacity of the resource.", []string{"resource"}, nil)
+	descGranted  = prometheus.NewDesc("capacityd_resource_granted", "Sum of the capacity of the resource's unexpired leases.", []string{"resource"}, nil)
+	descWants    = prometheus.NewDesc("capacityd_resource_wants", "Sum of what the resource's clients want.", []string{"resource"}, nil)
+	descClients  = prometheus.NewDesc("capacityd_resource_clients", "Clients with an unexpired lease or demand on the resource.", []string{"resource"}, nil)
+	descLearning = prometheus.NewDesc("capacityd_resource_learning", "1 while the server learns what the resource's clients hold after becoming master.", []string{"resource"}, nil)
+	descMaster   = prometheus.NewDesc("capacityd_master", "1 while this server is the master.", nil, nil)
+	descTerm     = prometheus.NewDesc("capacityd_term", "Election term of the current master (0 while unknown).", nil, nil)
+)
+
+// statusCollector reports the resources of the server's status at each
+// scrape.
+type statusCollector struct{ a *app }
+
+func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCapacity, descGranted, descWants, descClients, descLearning, descMaster, descTerm} {
+		ch <- d
+	}
+}
+
+func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.a.srv.Status()
+	for _, r := range st.Resources {
+		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, r.Capacity, r.ID)
+		ch <- prometheus.MustNewConstMetric(descGranted, prometheus.GaugeValue, r.Held, r.ID)
+		ch <- prometheus.MustNewConstMetric(descWants, prometheus.GaugeValue, r.Wants, r.ID)
+		ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(r.Clients), r.ID)
+		ch <- prometheus.MustNewConstMetric(descLearning, prometheus.GaugeValue, b2f(r.Learning), r.ID)
+	}
+	ch <- prometheus.MustNewConstMetric(descMaster, prometheus.GaugeValue, b2f(st.Leadership.IsMaster))
+	ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(st.Leadership.Term))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Bounds of the status page.
+const (
+	statusMaxResources = 500
+	statusMaxClients   = 100
+)
+
+//go:embed status.html
+var statusHTML string
+
+var statusTmpl = template.Must(template.New("status").Funcs(template.FuncMap{
+	"dur": func(d time.Duration) string { return d.Round(100 * time.Millisecond).String() },
+}).Parse(statusHTML))
+
+type statusPage struct {
+	Advertise  string
+	Leadership capacity.Leadership
+	Templates  []capacity.Template
+	Resources  []statusResource
+	Total      int // resources in all
+}
+
+type statusResource struct {
+	capacity.ResourceStatus
+	Clients []capacity.ClientStatus
+	More    int // clients not listed
+}
+
+// status serves an HTML page of the resources, their clients and leases.
+func (a *app) status(w http.ResponseWriter, _ *http.Request) {
+	st := a.srv.Status()
+	p := statusPage{Advertise: a.advertise, Leadership: st.Leadership, Templates: a.cur.Load().resources.Resources, Total: len(st.Resources)}
+	for i, r := range st.Resources {
+		if i == statusMaxResources {
+			break
+		}
+		cs, n := a.srv.Clients(r.ID, statusMaxClients)
+		p.Resources = append(p.Resources, statusResource{ResourceStatus: r, Clients: cs, More: n - len(cs)})
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := statusTmpl.Execute(w, p); err != nil {
+		a.log.Debug("status page", "err", err)
+	}
+}

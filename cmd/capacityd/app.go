@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/throttlekit/throttle/distributed/capacity"
+	"github.com/throttlekit/throttle/distributed/capacity/etcdelection"
+)
+
+// app is a running capacityd: the capacity server, its API and admin
+// listeners, its part in the election and the configuration watcher.
+type app struct {
+	log       *slog.Logger
+	opts      *options
+	srv       *capacity.Server
+	met       *metrics
+	advertise string // API address known to clients and replicas
+
+	cur      atomic.Pointer[settings]
+	lead     atomic.Pointer[capacity.Leadership] // nil until the election reports
+	stopping atomic.Bool
+
+	api, admin     *http.Server
+	apiLn, adminLn net.Listener
+	etcd           *clientv3.Client
+
+	stop    context.CancelFunc // ends the election and the watcher
+	runDone chan struct{}      // closed when Server.Run has returned
+	bg      sync.WaitGroup     // listeners and watcher
+
+	reloadMu sync.Mutex
+	lastFile []byte // the file's contents last read by a reload
+}
+
+func newCapacityServer(s *settings) (*capacity.Server, error) {
+	return capacity.NewServer(s.resources)
+}
+
+// start binds the listeners, joins the election and serves. When it
+// returns without error the server is serving.
+func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err error) {
+	srv, err := newCapacityServer(s)
+	if err != nil {
+		return nil, err
+	}
+	a = &app{log: log, opts: o, srv: srv, lastFile: raw, runDone: make(chan struct{})}
+	a.cur.Store(s)
+	a.met = newMetrics(a)
+	defer func() {
+		if err != nil {
+			a.closeAll()
+		}
+	}()
+	if a.apiLn, err = net.Listen("tcp", s.file.Listen); err != nil {
+		return nil, err
+	}
+	if s.file.Admin != "" {
+		if a.adminLn, err = net.Listen("tcp", s.file.Admin); err != nil {
+			return nil, err
+		}
+	}
+	a.advertise = s.file.Advertise
+	if a.advertise == "" {
+		a.advertise = a.apiLn.Addr().String()
+	}
+	var election capacity.Election = capacity.Solo{}
+	if e := s.file.Etcd; e != nil {
+		a.etcd, err = clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: s.dial, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, err
+		}
+		if election, err = etcdelection.New(a.etcd, s.prefix(), etcdelection.WithTTL(s.ttl)); err != nil {
+			return nil, err
+		}
+	}
+
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
+	a.api = &http.Server{
+		Handler:           capacity.NewHandler(srv, connect.WithInterceptors(a.met.interceptor())),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stop = cancel
+	started := make(chan struct{})
+	go func() {
+		defer close(a.runDone)
+		err := srv.Run(ctx, observed{e: election, a: a, started: started}, a.advertise)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("election ended", "err", err)
+		}
+	}()
+	// Run has made the server a non-master until the election reports:
+	// only now may requests come in.
+	<-started
+	a.serveOn(a.api, a.apiLn)
+	if a.adminLn != nil {
+		a.admin = &http.Server{Handler: a.adminHandler(), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		a.serveOn(a.admin, a.adminLn)
+	}
+	if o.configPath != "" && o.watch > 0 {
+		a.bg.Add(1)
+		go a.watch(ctx, o.watch)
+	}
+	log.Info("capacityd serving", "listen", a.apiLn.Addr().String(), "advertise", a.advertise,
+		"admin", addrOf(a.adminLn), "templates", len(s.resources.Resources), "election", electionName(s))
+	return a, nil
+}
+
+func (a *app) serveOn(srv *http.Server, ln net.Listener) {
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("serve", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+}
+
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return "off"
+	}
+	return ln.Addr().String()
+}
+
+func electionName(s *settings) string {
+	if s.file.Etcd == nil {
+		return "solo"
+	}
+	return "etcd " + s.prefix()
+}
+
+// observed is an Election that tells the app about changes of leadership.
+type observed struct {
+	e       capacity.Election
+	a       *app
+	started chan struct{}
+}
+
+func (o observed) Campaign(ctx context.Context, address string, report func(capacity.Leadership)) error {
+	close(o.started)
+	return o.e.Campaign(ctx, address, func(l capacity.Leadership) {
+		report(l)
+		o.a.setLeadership(l)
+	})
+}
+
+func (a *app) setLeadership(l capacity.Leadership) {
+	old := a.lead.Swap(&l)
+	switch {
+	case old != nil && *old == l:
+	case l.IsMaster:
+		a.log.Info("master: serving, learning what clients hold", "term", l.Term)
+	case l.Master != "":
+		a.log.Info("follower: redirecting to the master", "master", l.Master, "term", l.Term)
+	default:
+		a.log.Warn("master unknown: granting nothing")
+	}
+}
+
+// shutdown stops accepting connections, finishes the requests in flight
+// (until ctx is done), gives up mastership and closes everything.
+func (a *app) shutdown(ctx context.Context) {
+	a.stopping.Store(true)
+	if err := a.api.Shutdown(ctx); err != nil {
+		a.log.Warn("shutdown: requests still in flight were cut off", "err", err)
+		a.api.Close()
+	}
+	a.stop()
+	<-a.runDone
+	a.lead.Store(nil)
+	if a.admin != nil {
+		if err := a.admin.Shutdown(ctx); err != nil {
+			a.admin.Close()
+		}
+	}
+	a.bg.Wait()
+	a.closeAll()
+	a.log.Info("stopped")
+}
+
+// closeAll closes what start opened; for a failed start, and after
+// shutdown.
+func (a *app) closeAll() {
+	if a.stop != nil {
+		a.stop()
+		<-a.runDone
+	}
+	for _, ln := range []net.Listener{a.apiLn, a.adminLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	if a.etcd != nil {
+		a.etcd.Close()
+	}
+}
+
+// watch reloads the configuration when the file's contents change,
+// looking every interval, until ctx is done. New contents must be the
+// same at two looks in a row, so that a file caught while being written
+// is not loaded (nor refused).
+func (a *app) watch(ctx context.Context, interval time.Duration) {
+	defer a.bg.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var pending []byte
+	havePending := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		raw, err := os.ReadFile(a.opts.configPath)
+		if err != nil {
+			raw = nil
+		}
+		a.reloadMu.Lock()
+		same := bytes.Equal(raw, a.lastFile)
+		a.reloadMu.Unlock()
+		switch {
+		case same:
+			havePending = false
+		case !havePending || !bytes.Equal(raw, pending):
+			pending, havePending = raw, true
+		default:
+			havePending = false
+			a.reload("file changed")
+		}
+	}
+}
+
+// reload rereads the configuration (file and flags) and applies its
+// resource templates. On any error the running configuration stays.
+func (a *app) reload(why string) {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	s, raw, err := a.opts.settings()
+	a.lastFile = raw
+	if err == nil {
+		if what := a.cur.Load().restartNeeded(s); what != "" {
+			err = errors.New("the new configuration changes " + what + ", which needs a restart")
+		}
+	}
+	if err == nil {
+		err = a.srv.SetConfig(s.resources)
+	}
+	if err != nil {
+		a.met.reloads.WithLabelValues("refused").Inc()
+		a.log.Error("configuration refused, keeping the running one", "trigger", why, "err", err)
+		return
+	}
+	a.cur.Store(s)
+	a.met.reloads.WithLabelValues("applied").Inc()
+	a.log.Info("configuration reloaded", "trigger", why, "templates", len(s.resources.Resources))
+}

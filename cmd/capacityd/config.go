@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/distributed/capacity"
+	"github.com/throttlekit/throttle/distributed/capacity/etcdelection"
+	"github.com/throttlekit/throttle/internal/conffile"
+)
+
+// fileConfig is the configuration file: server settings and the resource
+// templates (capacity.ParseConfig's "resources").
+type fileConfig struct {
+	// Listen is the API address (gRPC, gRPC-Web and Connect JSON).
+	Listen string `json:"listen"`
+	// Admin is the address of /healthz, /metrics and /status; "" is off.
+	Admin string `json:"admin,omitempty"`
+	// Advertise is the API address the other replicas and the clients
+	// know this server by; default the listen address, which must then
+	// not be a wildcard when etcd is set.
+	Advertise string `json:"advertise,omitempty"`
+	// Etcd, when set, elects the master among the replicas that share
+	// its prefix; without it this server is always the master.
+	Etcd *etcdConfig `json:"etcd,omitempty"`
+	// Resources are the resource templates.
+	Resources json.RawMessage `json:"resources"`
+}
+
+type etcdConfig struct {
+	Endpoints []string `json:"endpoints"`
+	// Prefix is the election's key prefix (default defaultPrefix).
+	Prefix string `json:"prefix,omitempty"`
+	// TTL is each replica's lease TTL, a whole number of seconds (default
+	// etcdelection.DefaultTTL): how soon a dead master is replaced.
+	TTL string `json:"ttl,omitempty"`
+	// DialTimeout bounds connecting to etcd (default 5s).
+	DialTimeout string `json:"dial_timeout,omitempty"`
+}
+
+const defaultPrefix = "/throttle/capacity/root"
+
+// settings is a validated configuration.
+type settings struct {
+	file      fileConfig
+	resources capacity.Config
+	ttl       time.Duration
+	dial      time.Duration
+}
+
+//go:embed default.json
+var defaultJSON []byte
+
+func invalidf(format string, a ...any) error {
+	return fmt.Errorf("%w: capacityd: config: %s", throttle.ErrInvalid, fmt.Sprintf(format, a...))
+}
+
+// parseFile reads a configuration file's JSON strictly (unknown fields
+// and duplicate keys are errors). Errors wrap throttle.ErrInvalid.
+func parseFile(b []byte) (fileConfig, error) {
+	var f fileConfig
+	if err := conffile.Decode(b, &f); err != nil {
+		return f, invalidf("%v", err)
+	}
+	return f, nil
+}
+
+// loadFile reads the file at path, or the embedded default for "".
+func loadFile(path string) (fileConfig, []byte, error) {
+	b := defaultJSON
+	if path != "" {
+		var err error
+		if b, err = os.ReadFile(path); err != nil {
+			return fileConfig{}, nil, err
+		}
+	}
+	f, err := parseFile(b)
+	return f, b, err
+}
+
+// validate checks f and returns its settings. Errors wrap
+// throttle.ErrInvalid.
+func (f fileConfig) validate() (*settings, error) {
+	s := &settings{file: f, ttl: etcdelection.DefaultTTL, dial: 5 * time.Second}
+	if err := conffile.CheckHostPort(f.Listen, true); err != nil {
+		return nil, invalidf("listen %q: %v", f.Listen, err)
+	}
+	if f.Admin != "" {
+		if err := conffile.CheckHostPort(f.Admin, true); err != nil {
+			return nil, invalidf("admin %q: %v", f.Admin, err)
+		}
+	}
+	if f.Advertise != "" {
+		if err := conffile.CheckHostPort(f.Advertise, false); err != nil {
+			return nil, invalidf("advertise %q: %v", f.Advertise, err)
+		}
+	}
+	if e := f.Etcd; e != nil {
+		if len(e.Endpoints) == 0 {
+			return nil, invalidf("etcd: endpoints are required (leave etcd out for a single server)")
+		}
+		for _, ep := range e.Endpoints {
+			if ep == "" {
+				return nil, invalidf("etcd: empty endpoint")
+			}
+		}
+		for _, d := range []struct {
+			name, s string
+			dst     *time.Duration
+		}{{"ttl", e.TTL, &s.ttl}, {"dial_timeout", e.DialTimeout, &s.dial}} {
+			if d.s == "" {
+				continue
+			}
+			v, err := time.ParseDuration(d.s)
+			if err != nil {
+				return nil, invalidf("etcd: %s: %v", d.name, err)
+			}
+			*d.dst = v
+		}
+		if s.ttl < time.Second || s.ttl%time.Second != 0 {
+			return nil, invalidf("etcd: ttl must be a whole number of seconds >= 1s, got %v", s.ttl)
+		}
+		if s.dial <= 0 {
+			return nil, invalidf("etcd: dial_timeout must be > 0, got %v", s.dial)
+		}
+		if f.Advertise == "" {
+			host, port, _ := net.SplitHostPort(f.Listen)
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) || port == "0" {
+				return nil, invalidf("advertise is required when etcd is set and listen (%q) is a wildcard or port 0", f.Listen)
+			}
+		}
+	}
+	if len(bytes.TrimSpace(f.Resources)) == 0 {
+		return nil, invalidf(`resources are required (at least the catch-all "*")`)
+	}
+	rc, err := capacity.ParseConfig(append(append([]byte(`{"resources":`), f.Resources...), '}'))
+	if err != nil {
+		return nil, fmt.Errorf("capacityd: %w", err)
+	}
+	s.resources = rc
+	return s, nil
+}
+
+// prefix is the election's key prefix.
+func (s *settings) prefix() string {
+	if s.file.Etcd != nil && s.file.Etcd.Prefix != "" {
+		return s.file.Etcd.Prefix
+	}
+	return defaultPrefix
+}
+
+// restartNeeded names the first setting that differs between s and next
+// and that only a restart can change ("" if none).
+func (s *settings) restartNeeded(next *settings) string {
+	a, b := s.file, next.file
+	switch {
+	case a.Listen != b.Listen:
+		return "listen"
+	case a.Admin != b.Admin:
+		return "admin"
+	case a.Advertise != b.Advertise:
+		return "advertise"
+	}
+	ea, _ := json.Marshal(a.Etcd)
+	eb, _ := json.Marshal(b.Etcd)
+	if !bytes.Equal(ea, eb) {
+		return "etcd"
+	}
+	return ""
+}

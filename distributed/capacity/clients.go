@@ -1,0 +1,49 @@
+package capacity
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// ClientStatus describes one client's demand and lease on a resource.
+type ClientStatus struct {
+	Client   string
+	Wants    float64
+	Priority int32
+	Weight   float64
+	// Held is the capacity of the client's lease; a lease the server
+	// lowered counts at its old size until the client confirms it.
+	Held float64
+	// Expires is how long the lease stays valid without a refresh.
+	Expires time.Duration
+}
+
+// Clients returns the clients with an unexpired lease or demand on
+// resource id, sorted by client id: at most limit of them when limit > 0,
+// and how many there are in all. An unknown resource has none. It is
+// safe to call concurrently with the other methods; it copies the
+// resource's clients under the server's lock, so bound limit when a
+// resource may have many.
+func (s *Server) Clients(id string, limit int) ([]ClientStatus, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.resources[id]
+	if r == nil {
+		return nil, 0
+	}
+	now := s.now.Now()
+	r.expire(now)
+	out := make([]ClientStatus, 0, len(r.list))
+	for _, h := range r.list {
+		out = append(out, ClientStatus{
+			Client: h.client, Wants: h.wants, Priority: h.prio, Weight: h.weight,
+			Held: max(h.heldF, h.prevF), Expires: time.Duration(h.expiry - now),
+		})
+	}
+	slices.SortFunc(out, func(a, b ClientStatus) int { return strings.Compare(a.Client, b.Client) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, len(r.list)
+}
