@@ -46,7 +46,15 @@ type app struct {
 }
 
 func newCapacityServer(s *settings) (*capacity.Server, error) {
-	return capacity.NewServer(s.resources)
+	opts := []capacity.ServerOption{capacity.WithDecreaseGrace(s.grace)}
+	if len(s.file.Parent) > 0 {
+		id := s.file.Advertise
+		if id == "" {
+			id = s.file.Listen
+		}
+		opts = append(opts, capacity.WithParent(capacity.NewHTTPTransport(nil), s.file.Parent, capacity.WithClientID("capacityd "+id)))
+	}
+	return capacity.NewServer(s.resources, opts...)
 }
 
 // start binds the listeners, joins the election and serves. When it
@@ -213,6 +221,7 @@ func (a *app) closeAll() {
 	if a.etcd != nil {
 		a.etcd.Close()
 	}
+	a.srv.Close() // a child gives its parent leases back
 }
 
 // watch reloads the configuration when the file's contents change,

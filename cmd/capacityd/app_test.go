@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -169,5 +170,28 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	if n := chromiumtest.Colors(img, 3); n < 3 {
 		t.Fatalf("screenshot has %d colour(s): blank", n)
+	}
+}
+
+// TestTree: a leaf capacityd with a parent leases its capacity from the
+// root capacityd over the wire and divides it: a client of the leaf gets
+// capacity once both have learned, never more than the root's.
+func TestTree(t *testing.T) {
+	root := startTest(t, `{"listen": "127.0.0.1:0", "decrease_grace": "1s", "resources": [
+		{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
+	leaf := startTest(t, `{"listen": "127.0.0.1:0", "parent": ["`+root.apiLn.Addr().String()+`"], "resources": [
+		{"id": "*", "capacity": 1000, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
+	var got float64
+	eventually(t, "the leaf's client gets the root's capacity", func() bool {
+		var r grantsResponse
+		if leaf.call(t, "GetCapacity", `{"clientId":"c1","resources":[{"resourceId":"db","wants":50,"has":`+fmt.Sprint(got)+`}]}`, &r) != 200 || len(r.Grants) != 1 {
+			return false
+		}
+		got = r.Grants[0].Capacity
+		return got == 30
+	})
+	var r grantsResponse
+	if root.call(t, "GetCapacity", `{"clientId":"other","resources":[{"resourceId":"db","wants":50}]}`, &r); r.Grants[0].Capacity != 0 {
+		t.Fatalf("the root granted %v more while its child holds all 30", r.Grants[0].Capacity)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -29,6 +30,14 @@ type fileConfig struct {
 	// Etcd, when set, elects the master among the replicas that share
 	// its prefix; without it this server is always the master.
 	Etcd *etcdConfig `json:"etcd,omitempty"`
+	// Parent, when set, makes this server a child in a server tree: the
+	// API addresses of the parent level's replicas, from which it leases
+	// the capacity it divides (capacity.WithParent).
+	Parent []string `json:"parent,omitempty"`
+	// DecreaseGrace is how long a lowered lease still counts at its old
+	// size (capacity.WithDecreaseGrace, default 1s). A parent's must be at
+	// least its children's lease length.
+	DecreaseGrace string `json:"decrease_grace,omitempty"`
 	// Resources are the resource templates.
 	Resources json.RawMessage `json:"resources"`
 }
@@ -52,6 +61,7 @@ type settings struct {
 	resources capacity.Config
 	ttl       time.Duration
 	dial      time.Duration
+	grace     time.Duration
 }
 
 //go:embed default.json
@@ -136,6 +146,19 @@ func (f fileConfig) validate() (*settings, error) {
 			}
 		}
 	}
+	for _, p := range f.Parent {
+		if err := conffile.CheckHostPort(p, false); err != nil {
+			return nil, invalidf("parent %q: %v", p, err)
+		}
+	}
+	s.grace = time.Second
+	if f.DecreaseGrace != "" {
+		v, err := time.ParseDuration(f.DecreaseGrace)
+		if err != nil || v < 0 {
+			return nil, invalidf("decrease_grace: want a duration >= 0, got %q", f.DecreaseGrace)
+		}
+		s.grace = v
+	}
 	if len(bytes.TrimSpace(f.Resources)) == 0 {
 		return nil, invalidf(`resources are required (at least the catch-all "*")`)
 	}
@@ -171,6 +194,9 @@ func (s *settings) restartNeeded(next *settings) string {
 	eb, _ := json.Marshal(b.Etcd)
 	if !bytes.Equal(ea, eb) {
 		return "etcd"
+	}
+	if !slices.Equal(a.Parent, b.Parent) || a.DecreaseGrace != b.DecreaseGrace {
+		return "parent"
 	}
 	return ""
 }
