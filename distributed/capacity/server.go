@@ -170,7 +170,7 @@ type Server struct {
 	since     int64 // when this server became master
 	resources map[string]*resource
 	alloc     Allocator
-	parent    *Client // the parent level's replicas, in a server tree
+	parent    *treeLink // the parent level's replicas, in a server tree
 }
 
 type resource struct {
@@ -233,11 +233,11 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 	s.lead = Leadership{IsMaster: true, Term: 1}
 	s.since = s.now.Now()
 	if p := set.parent; p != nil {
-		c, err := NewClient(p.t, p.addrs, append([]ClientOption{WithMode(Safe)}, p.opts...)...)
+		t, err := newTreeLink(p)
 		if err != nil {
 			return nil, err
 		}
-		s.parent = c
+		s.parent = t
 	}
 	return s, nil
 }
@@ -387,16 +387,13 @@ func (s *Server) GetCapacity(_ context.Context, req *Request) (*Response, error)
 			t, _ := s.cfg.match(rr.Resource)
 			r = &resource{id: rr.Resource, holders: map[string]*holder{}}
 			r.setTemplate(t)
-			if s.parent != nil {
-				if err := s.openUpstream(r); err != nil {
-					return nil, err
-				}
-			}
 			s.resources[rr.Resource] = r
 		}
 		r.syncUpstream()
 		resp.Grants[i] = s.grant(r, req.Client, &rr, now)
-		r.reportUpstream()
+		if err := s.reportUpstream(r); err != nil {
+			return nil, err
+		}
 	}
 	return resp, nil
 }

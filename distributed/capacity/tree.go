@@ -2,29 +2,33 @@ package capacity
 
 import (
 	"math"
+	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // A server tree: a server with a parent (WithParent) holds no capacity of
-// its own. For each resource it asks its parent for capacity as one client
-// does, with its own clients' demand added up, and apportions what it is
-// granted among them with the resource's algorithm:
+// its own. For each resource it asks its parent for capacity as a client
+// does — one client per priority band its clients are in, carrying their
+// demand added up — and apportions what it is granted among them with the
+// resource's algorithm:
 //
-//   - it reports what it holds: the larger of its lease and what its
-//     clients hold, so that a parent that restarts learns it, and a
-//     lowered lease keeps counting at the parent until the clients have
-//     come down to it;
-//   - its clients' leases never outlive the lease they were cut from, and
-//     their refresh interval is at most half its own;
-//   - once its lease has expired without a refresh (the parent is
+//   - it reports what it holds: per band, the larger of its lease and what
+//     its clients in the band hold, so that a parent that restarts learns
+//     it, and a lowered lease keeps counting at the parent until the
+//     clients have come down to it;
+//   - its clients' leases never outlive the leases they were cut from,
+//     and their refresh interval is at most half its own;
+//   - once its leases have expired without a refresh (the parent is
 //     unreachable), it hands out the resource's safe capacity, as the
 //     parent granted it, rather than 0;
-//   - for FairShare it reports the weight of its demand at its current
-//     water level: the weights of its unsatisfied clients plus, for each
-//     satisfied one, its wants over that level. A parent dividing by those
-//     weights reaches, within a few refreshes, the division it would make
-//     among all the clients of the tree.
+//   - for FairShare it reports the weight of each band's demand at the
+//     band's current water level: the weights of its unsatisfied clients
+//     plus, for each satisfied one, its wants over that level. A parent
+//     dividing by those weights reaches, within a few refreshes, the
+//     division it would make among all the clients of the tree.
 //
 // The leases of the whole tree stay within the root's capacity as long as
 // each parent's WithDecreaseGrace is at least its children's lease length
@@ -34,7 +38,8 @@ import (
 // WithParent makes the server a child in a server tree: the capacity of
 // each resource is what it leases from the servers at addrs (the parent
 // level's replicas) through t, as a client with opts (WithClientID names
-// it to the parent). Close stops it and gives the leases back.
+// it to the parent; each priority band beyond the first is a client of its
+// own, named after it). Close stops it and gives the leases back.
 func WithParent(t Transport, addrs []string, opts ...ClientOption) ServerOption {
 	return func(s *serverSettings) {
 		s.parent = &parentSettings{t: t, addrs: append([]string(nil), addrs...), opts: opts}
@@ -47,70 +52,162 @@ type parentSettings struct {
 	opts  []ClientOption
 }
 
-// upstream is a resource's link to the parent.
-type upstream struct {
-	r    *Resource
-	held atomic.Uint64 // float64 bits: what the server's clients hold
+// treeLink is a server's link to its parent: one Client per priority band.
+type treeLink struct {
+	set  *parentSettings
+	base *Client // band 0, and the name of the others
+	mu   sync.Mutex
+	band map[int32]*Client
 }
 
-// openUpstream opens r on the parent, reporting what r's clients hold.
-func (s *Server) openUpstream(r *resource) error {
-	res, err := s.parent.Resource(r.id, 0)
+func newTreeLink(p *parentSettings) (*treeLink, error) {
+	c, err := NewClient(p.t, p.addrs, append([]ClientOption{WithMode(Safe)}, p.opts...)...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	u := &upstream{r: res}
+	return &treeLink{set: p, base: c, band: map[int32]*Client{0: c}}, nil
+}
+
+// client returns the client of band b, starting it on first use.
+func (l *treeLink) client(b int32) (*Client, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.band[b]; c != nil {
+		return c, nil
+	}
+	opts := append([]ClientOption{WithMode(Safe)}, l.set.opts...)
+	opts = append(opts, WithClientID(l.base.ID()+"/band"+strconv.Itoa(int(b))))
+	c, err := NewClient(l.set.t, l.set.addrs, opts...)
+	if err != nil {
+		return nil, err
+	}
+	l.band[b] = c
+	return c, nil
+}
+
+func (l *treeLink) close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var err error
+	for _, c := range l.band {
+		if e := c.Close(); e != nil {
+			err = e
+		}
+	}
+	return err
+}
+
+// upstream is a resource's leases from the parent, one per band.
+type upstream struct {
+	bands map[int32]*upBand
+}
+
+type upBand struct {
+	r    *Resource
+	held atomic.Uint64 // float64 bits: what the server's clients in the band hold
+}
+
+// openBand opens r's lease of band b at the parent; s.mu is held.
+func (s *Server) openBand(r *resource, b int32) (*upBand, error) {
+	if r.up == nil {
+		r.up = &upstream{bands: map[int32]*upBand{}}
+	}
+	if u := r.up.bands[b]; u != nil {
+		return u, nil
+	}
+	c, err := s.parent.client(b)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.Resource(r.id, 0, WithPriority(b))
+	if err != nil {
+		return nil, err
+	}
+	u := &upBand{r: res}
 	res.mu.Lock()
 	res.has = func() float64 { return math.Float64frombits(u.held.Load()) }
 	res.mu.Unlock()
-	r.up = u
-	return nil
+	r.up.bands[b] = u
+	return u, nil
 }
 
-// syncUpstream makes r's capacity the parent's current grant (or, after
-// it expired, the safe capacity); s.mu is held.
+// syncUpstream makes r's capacity what the parent grants it now: the sum
+// of its unexpired leases, or, with none, the safe capacity; s.mu is held.
 func (r *resource) syncUpstream() {
 	if r.up == nil {
 		return
 	}
-	if c := r.up.r.Capacity(); c != r.tmpl.Capacity {
+	var sum, safe float64
+	leased := false
+	for _, u := range r.up.bands {
+		if l, ok := u.r.Lease(); ok {
+			sum, leased = sum+l.Capacity, true
+		} else {
+			safe = max(safe, u.r.Capacity()) // the fallback of an expired lease
+		}
+	}
+	c := safe
+	if leased {
+		c = sum
+	}
+	if c != r.tmpl.Capacity {
 		t := r.tmpl
 		t.Capacity = c
 		r.setTemplate(t)
 	}
 }
 
-// reportUpstream tells the parent r's demand and what r's clients hold;
-// s.mu is held.
-func (r *resource) reportUpstream() {
-	if r.up == nil {
-		return
+// reportUpstream tells the parent, per band, r's demand and what r's
+// clients hold; s.mu is held.
+func (s *Server) reportUpstream(r *resource) error {
+	if s.parent == nil {
+		return nil
 	}
-	r.up.held.Store(math.Float64bits(float64(r.held) * r.q))
-	var wants, weight float64
-	var prio int32
-	for i, h := range r.list {
-		if h.wants > 0 {
-			wants += h.wants
-			if i == 0 || h.prio > prio {
-				prio = h.prio
+	type band struct{ wants, weight, held float64 }
+	bands := map[int32]*band{}
+	for _, h := range r.list {
+		b := bands[h.prio]
+		if b == nil {
+			b = new(band)
+			bands[h.prio] = b
+		}
+		b.wants += h.wants
+		b.weight += h.weight
+		b.held += float64(h.counted()) * r.q
+	}
+	if r.up != nil {
+		for p := range r.up.bands {
+			if bands[p] == nil {
+				bands[p] = new(band) // no client left in the band: want nothing
 			}
 		}
-		weight += h.weight
 	}
-	if r.tmpl.Algorithm == FairShare {
-		weight = r.demandWeight()
+	for p, b := range bands {
+		u, err := s.openBand(r, p)
+		if err != nil {
+			return err
+		}
+		weight := b.weight
+		if r.tmpl.Algorithm == FairShare {
+			weight = r.demandWeight(p)
+		}
+		u.held.Store(math.Float64bits(b.held))
+		u.r.setDemand(b.wants, min(max(weight, 1), maxWeightValue), p)
 	}
-	r.up.r.setDemand(wants, min(max(weight, 1), maxWeightValue), prio)
+	return nil
 }
 
-// demandWeight is the weight of r's demand at its current FairShare water
-// level L: the weights of the clients granted less than they want, plus
-// wants/L for each of the others (which a parent's division at L then
-// gives exactly their wants).
-func (r *resource) demandWeight() float64 {
-	level, unsat := 0.0, 0.0
+// demandWeight is the weight of r's demand in band p at the band's
+// current FairShare water level L: the weights of the clients granted less
+// than they want, plus wants/L for each of the others (which a parent's
+// division at L then gives exactly their wants).
+func (r *resource) demandWeight(p int32) float64 {
+	level, unsat, all := 0.0, 0.0, 0.0
 	for _, h := range r.list {
+		if h.prio != p {
+			continue
+		}
+		all += h.weight
 		if h.wants > 0 && h.share < h.wants {
 			level = max(level, h.share/h.weight)
 			unsat += h.weight
@@ -118,34 +215,36 @@ func (r *resource) demandWeight() float64 {
 	}
 	if unsat == 0 { // everyone satisfied: the level is the highest want
 		for _, h := range r.list {
-			level = max(level, h.wants/h.weight)
+			if h.prio == p {
+				level = max(level, h.wants/h.weight)
+			}
 		}
 	}
 	w := unsat
 	for _, h := range r.list {
-		if h.wants > 0 && h.share >= h.wants && level > 0 {
+		if h.prio == p && h.wants > 0 && h.share >= h.wants && level > 0 {
 			w += h.wants / level
 		}
 	}
 	if w == 0 {
-		for _, h := range r.list {
-			w += h.weight
-		}
+		return all
 	}
 	return w
 }
 
 // capLease bounds a lease and refresh interval cut from r's capacity by
-// the parent's lease, which they must not outlive; s.mu is held.
+// the parent's leases, which they must not outlive; s.mu is held.
 func (r *resource) capLease(lease, refresh time.Duration) (time.Duration, time.Duration) {
 	if r.up == nil {
 		return lease, refresh
 	}
-	if l, ok := r.up.r.Lease(); ok {
-		if left := time.Until(l.Expiry); left > 0 {
-			lease = min(lease, left)
+	for _, u := range r.up.bands {
+		if l, ok := u.r.Lease(); ok {
+			if left := time.Until(l.Expiry); left > 0 {
+				lease = min(lease, left)
+			}
+			refresh = min(refresh, l.Refresh/2)
 		}
-		refresh = min(refresh, l.Refresh/2)
 	}
 	return lease, min(refresh, lease)
 }
@@ -158,17 +257,29 @@ func (s *Server) Close() error {
 	if s.parent == nil {
 		return nil
 	}
-	return s.parent.Close()
+	return s.parent.close()
 }
 
 // parentLease returns the lease the server holds from its parent on
-// resource id, and whether it holds one.
+// resource id in band 0, and whether it holds one.
 func (s *Server) parentLease(id string) (Lease, bool) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	r := s.resources[id]
-	s.mu.Unlock()
-	if r == nil || r.up == nil {
+	if r == nil || r.up == nil || r.up.bands[0] == nil {
 		return Lease{}, false
 	}
-	return r.up.r.Lease()
+	return r.up.bands[0].r.Lease()
+}
+
+// bands returns the priority bands r asks its parent in, sorted; for tests.
+func (r *resource) bands() []int32 {
+	var out []int32
+	if r.up != nil {
+		for p := range r.up.bands {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

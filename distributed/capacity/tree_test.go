@@ -195,3 +195,60 @@ func TestChildLeaseWithinParentLease(t *testing.T) {
 		net.SetDown("root", false)
 	})
 }
+
+// TestTreeBands: a server asks its parent per priority band, so strict
+// priority holds across the tree: the high band of both leaves is served
+// in full before the low band gets the rest.
+func TestTreeBands(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := new(Network)
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+		var servers []*Server
+		for _, n := range []struct{ addr, parent string }{{"root", ""}, {"l0", "root"}, {"l1", "root"}} {
+			opts := []ServerOption{WithDecreaseGrace(10 * time.Second)}
+			if n.parent != "" {
+				opts = append(opts, WithParent(net, []string{n.parent}, WithClientID(n.addr), WithMinRefreshGap(0)))
+			}
+			s, err := NewServer(cfg, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			net.Attach(n.addr, s)
+			servers = append(servers, s)
+		}
+		var rs []*Resource
+		for i, c := range []struct {
+			leaf  string
+			prio  int32
+			wants float64
+		}{{"l0", 1, 40}, {"l0", 0, 50}, {"l1", 1, 40}, {"l1", 0, 50}} {
+			cl, err := NewClient(net, []string{c.leaf}, WithClientID(fmt.Sprintf("c%d", i)), WithMinRefreshGap(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			r, err := cl.Resource("db", c.wants, WithPriority(c.prio))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, r)
+		}
+		defer func() {
+			for _, s := range servers {
+				s.Close()
+			}
+		}()
+		time.Sleep(60 * time.Second)
+		for i, want := range []float64{40, 10, 40, 10} {
+			if l, _ := rs[i].Lease(); math.Abs(l.Capacity-want) > 0.01 {
+				t.Errorf("client %d holds %v, want %v", i, l.Capacity, want)
+			}
+		}
+		servers[1].mu.Lock()
+		bands := servers[1].resources["db"].bands()
+		servers[1].mu.Unlock()
+		if len(bands) != 2 {
+			t.Errorf("leaf asks its parent in bands %v, want [0 1]", bands)
+		}
+	})
+}

@@ -47,8 +47,12 @@ type Concurrency struct {
 	id    string
 	seq   atomic.Int64
 
-	later   sync.WaitGroup // releases retried after a failure
+	later   sync.WaitGroup // the releaser goroutine, while it runs
 	closing chan struct{}  // closed by Close: retry now, once
+
+	relMu    sync.Mutex // guards the releaser's queue
+	queue    []lateRelease
+	releaser bool // the releaser goroutine runs
 
 	mu   sync.Mutex
 	held map[string]*holding
@@ -143,35 +147,95 @@ func (c *Concurrency) Allow(ctx context.Context, key string, n int) (throttle.De
 
 func (c *Concurrency) member(seq int64) string { return c.id + ":" + strconv.FormatInt(seq, 10) }
 
-// releaseLater removes members of key from Redis in the background: units
-// a failed call may have taken, or a failed Release could not give back.
-// It waits twice the call timeout first (by then a call sent late has run
-// or never will), and tries up to three times, backing off; Close makes it
-// try at once, one last time, and waits for it. Removing members never
-// added is harmless; members it cannot remove come back with their lease.
+// lateRelease is a set of members of key to remove from Redis: units a
+// failed call may have taken, or a failed Release could not give back.
+type lateRelease struct {
+	key     string
+	members []string
+	due     time.Time     // next try
+	wait    time.Duration // back-off
+	until   time.Time     // their lease is over by then: give up
+}
+
+// maxLateMembers bounds what the releaser holds; members beyond come back
+// when their lease runs out.
+const maxLateMembers = 1 << 16
+
+// releaseLater removes members of key from Redis in the background. It
+// first waits twice the call timeout (by then a call sent late has run or
+// never will), then tries until it succeeds, backing off up to 5 s, or
+// until the members' lease is over; Close makes it try at once, one last
+// time, and waits for it. Removing members never added is harmless.
 func (c *Concurrency) releaseLater(key string, members []string) {
-	c.later.Add(1)
-	go func() {
-		defer c.later.Done()
-		delay := 2 * c.timeout
-		for range 3 {
-			closing := false
-			t := time.NewTimer(delay)
-			select {
-			case <-t.C:
-			case <-c.closing:
-				closing = true
-			}
-			t.Stop()
-			ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-			_, err := c.extend(ctx, key, "-", members)
-			cancel()
-			if err == nil || closing {
-				return
-			}
-			delay *= 2
+	now := time.Now()
+	c.relMu.Lock()
+	defer c.relMu.Unlock()
+	if n := len(c.queue); n > 0 && n*len(members) > maxLateMembers {
+		return
+	}
+	c.queue = append(c.queue, lateRelease{key: key, members: members, due: now.Add(2 * c.timeout),
+		wait: 2 * c.timeout, until: now.Add(time.Duration(c.lease))})
+	if !c.releaser {
+		c.releaser = true
+		c.later.Add(1)
+		go c.release()
+	}
+}
+
+// release is the releaser goroutine: it works through the queue until it
+// is empty, or Close.
+func (c *Concurrency) release() {
+	defer c.later.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		c.relMu.Lock()
+		if len(c.queue) == 0 {
+			c.releaser = false
+			c.relMu.Unlock()
+			return
 		}
-	}()
+		next := c.queue[0].due
+		for _, q := range c.queue {
+			if q.due.Before(next) {
+				next = q.due
+			}
+		}
+		c.relMu.Unlock()
+		closing := false
+		t.Reset(time.Until(next))
+		select {
+		case <-t.C:
+		case <-c.closing:
+			closing = true
+		}
+		c.relMu.Lock()
+		batch := c.queue
+		c.queue = nil
+		c.relMu.Unlock()
+		now := time.Now()
+		var keep []lateRelease
+		for _, q := range batch {
+			if !closing && now.Before(q.due) {
+				keep = append(keep, q)
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+			_, err := c.extend(ctx, q.key, "-", q.members)
+			cancel()
+			if err != nil && !closing && now.Before(q.until) {
+				q.wait = min(2*q.wait, 5*time.Second)
+				q.due = now.Add(q.wait)
+				keep = append(keep, q)
+			}
+		}
+		c.relMu.Lock()
+		c.queue = append(keep, c.queue...)
+		if closing {
+			c.queue = nil
+		}
+		c.relMu.Unlock()
+	}
 }
 
 // holding returns the record of key, creating it. c.mu is held.
@@ -188,9 +252,9 @@ func (c *Concurrency) holding(key string) *holding {
 // first. Releasing more than the process holds returns an error wrapping
 // throttle.ErrInvalid and releases nothing. If Redis cannot be reached the
 // error wraps throttle.ErrUnavailable, the units are forgotten locally,
-// and giving them back is retried in the background (three times, backing
-// off, and once more by Close); units still not given back then come back
-// when their leases run out. Release works after Close.
+// and giving them back is retried in the background, backing off, until
+// their lease is over (and once more by Close); units still not given back
+// come back when their leases run out. Release works after Close.
 func (c *Concurrency) Release(ctx context.Context, key string, n int) error {
 	if n <= 0 {
 		return fmt.Errorf("%w: release of %d units", throttle.ErrInvalid, n)
