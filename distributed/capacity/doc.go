@@ -19,8 +19,8 @@
 // so clock skew between hosts does not matter.
 //
 // Servers form a tree (WithParent): a server leases each resource's
-// capacity from its parent as one client with its clients' demand added
-// up, reports what it holds, never grants a lease that outlives its own,
+// capacity from its parent as a client per priority band, with its
+// clients' demand in the band added up, reports what it holds, never grants a lease that outlives its own,
 // hands out the safe capacity once its parent is unreachable and its lease
 // has expired, and weighs its demand so that FairShare divides among all
 // the clients of the tree as one server would.
