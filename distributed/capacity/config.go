@@ -156,7 +156,9 @@ func (c Config) match(id string) (Template, bool) {
 		}
 	}
 	for _, t := range c.Resources {
-		if ok, _ := path.Match(t.ID, id); ok {
+		// "*" is the catch-all: it matches ids with a "/" too, which
+		// path.Match's "*" does not.
+		if ok, _ := path.Match(t.ID, id); ok || t.ID == "*" {
 			return t, true
 		}
 	}

@@ -391,3 +391,18 @@ func TestRedirectAndNewMasterLearns(t *testing.T) {
 		}
 	})
 }
+
+// TestCatchAllMatchesEverything: the required "*" template serves every
+// resource id, also one with a "/" (path.Match's "*" stops at "/"), after
+// exact ids and the other patterns.
+func TestCatchAllMatchesEverything(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"resources": [{"id": "db/*", "capacity": 5}, {"id": "*", "capacity": 9}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]float64{"db/x": 5, "api/v1/users": 9, "plain": 9, "db/x/y": 9} {
+		if tm, ok := cfg.match(id); !ok || tm.Capacity != want {
+			t.Errorf("match(%q) = %v, %v; want capacity %v", id, tm.Capacity, ok, want)
+		}
+	}
+}
