@@ -591,6 +591,7 @@ func (s *Server) Status() Status {
 	st := Status{Leadership: s.lead, Resources: make([]ResourceStatus, 0, len(s.resources))}
 	for _, r := range s.resources {
 		r.expire(now)
+		r.syncUpstream() // in a tree: the parent's current grant
 		rs := ResourceStatus{
 			ID: r.id, Template: r.tmpl.ID, Capacity: r.tmpl.Capacity, Algorithm: r.tmpl.Algorithm,
 			Learning: now < s.since+int64(r.tmpl.LearningDuration), Clients: len(r.list),
