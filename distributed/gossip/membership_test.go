@@ -21,20 +21,7 @@ func TestJoinCatchesUp(t *testing.T) {
 		t.Fatalf("peer holds %d tokens, want 2", tok)
 	}
 	// A third node joins, later.
-	node, err := NewNode(Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs}, throttle.WithClock(c.clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := node.NewLimiter("api", throttle.PerMinute(1), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range c.nodes {
-		if err := n.Join("n2"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.nodes, c.lims, c.addrs = append(c.nodes, node), append(c.lims, lim), append(c.addrs, "n2")
+	lim := c.join(t, "n2")
 	if tok := lim.Tokens("alice"); tok != 10 {
 		t.Fatalf("fresh node holds %d tokens", tok)
 	}
@@ -204,20 +191,7 @@ func TestJoinChargesRecentHitsOnce(t *testing.T) {
 		c.lims[0].Allow(ctx, "carol", 1)
 	}
 	c.clk.Advance(500 * time.Millisecond) // the counter is born half an interval before the join
-	node, err := NewNode(Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs}, throttle.WithClock(c.clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := node.NewLimiter("api", throttle.PerMinute(1), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range c.nodes {
-		if err := n.Join("n2"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.nodes, c.lims, c.addrs = append(c.nodes, node), append(c.lims, lim), append(c.addrs, "n2")
+	lim := c.join(t, "n2")
 	c.runTo(c.clk.Now().Add(5 * time.Second))
 	if tok := lim.Tokens("carol"); tok != 6 {
 		t.Fatalf("the new node holds %d tokens for carol after 4 hits elsewhere, want 6", tok)
@@ -254,4 +228,25 @@ func TestStateThenReportChargesOnce(t *testing.T) {
 			t.Errorf("state first %v: %d tokens after a 5th hit, want 5", stateFirst, tok)
 		}
 	}
+}
+
+// join starts a node at addr with the cluster's limiter ("api", 1 per
+// minute, burst 10), knowing every member, and has every member join it.
+func (c *cluster) join(t *testing.T, addr string) *Limiter {
+	t.Helper()
+	node, err := NewNode(Config{Transport: c.net.Endpoint(addr), Secret: secret, Peers: c.addrs}, throttle.WithClock(c.clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := node.NewLimiter("api", throttle.PerMinute(1), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.nodes {
+		if err := n.Join(addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.nodes, c.lims, c.addrs = append(c.nodes, node), append(c.lims, lim), append(c.addrs, addr)
+	return lim
 }
