@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/benchutil"
 )
 
 // Workload is one speed benchmark, run identically on every subject that
@@ -78,9 +79,24 @@ func (w Workload) Supports(s Subject) bool {
 }
 
 var (
-	keysMu    sync.Mutex
-	keysCache = map[int][]string{}
+	keysMu     sync.Mutex
+	keysCache  = map[int][]string{}
+	visitCache = map[int][]string{}
 )
+
+// visitOrder returns Keys(n) in the order timed calls visit them (see
+// benchutil.Visit), the same slice for every subject.
+func visitOrder(n int) []string {
+	keys := Keys(n)
+	keysMu.Lock()
+	defer keysMu.Unlock()
+	if v, ok := visitCache[n]; ok {
+		return v
+	}
+	v := benchutil.Visit(keys)
+	visitCache[n] = v
+	return v
+}
 
 // Keys returns n distinct keys, the same slice for every subject.
 func Keys(n int) []string {
@@ -105,7 +121,8 @@ func Keys(n int) []string {
 type Instance struct {
 	Subject Subject
 	l       throttle.Limiter
-	keys    []string
+	keys    []string // in the order they are first seen
+	visit   []string // in the order timed calls visit them
 	denied  bool
 }
 
@@ -126,7 +143,7 @@ func Prepare(s Subject, keys int, denied bool) (*Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := &Instance{Subject: s, l: l, keys: Keys(keys), denied: denied}
+	in := &Instance{Subject: s, l: l, keys: Keys(keys), visit: visitOrder(keys), denied: denied}
 	for _, k := range in.keys {
 		if _, err := l.Allow(bg, k, 1); err != nil {
 			closeLimiter(l)
@@ -153,7 +170,7 @@ func (in *Instance) Close() { closeLimiter(in.l) }
 // of calls that did not take the intended path (a denial in an allowed
 // workload, an admission in a denied one, or an error).
 func (in *Instance) Body(w Workload) func(*testing.B) {
-	l, keys, want := in.l, in.keys, !in.denied
+	l, keys, want := in.l, in.visit, !in.denied
 	if !w.Parallel {
 		return func(b *testing.B) {
 			b.ReportAllocs()

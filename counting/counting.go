@@ -170,11 +170,14 @@ func releaser(s *sem, n uint64, limit *atomic.Int64) func() {
 // zero value is not usable; create one with New.
 type Limiter struct {
 	limit atomic.Int64
-	m     *keyed.Map[state, *state]
+	m     *keyed.Map[box, *box]
 }
 
 // state is the semaphore of one key. The zero value has nothing in flight.
 type state struct{ sem }
+
+// box holds a key's state in the map: waiters hold it, so it does not move.
+type box = keyed.Box[state, *state]
 
 // Retire marks the state dead if nothing is held or queued. It refuses
 // even when forced: dropping a key with units in flight would forget
@@ -205,7 +208,7 @@ func New(limit int, opts ...throttle.Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{m: keyed.New[state](s)}
+	l := &Limiter{m: keyed.New[box](s)}
 	l.limit.Store(int64(limit))
 	return l, nil
 }
@@ -245,7 +248,8 @@ func (l *Limiter) Acquire(ctx context.Context, key string, n int) (release func(
 		return nil, err
 	}
 	for {
-		s, _ := l.m.Get(key, 0) // counting states ignore time
+		b, _ := l.m.Get(key, 0) // counting states ignore time
+		s := b.State()
 		switch err := s.acquire(ctx, uint64(n), &l.limit, l.closedErr); err {
 		case nil:
 			return releaser(&s.sem, uint64(n), &l.limit), nil
@@ -271,11 +275,11 @@ func (l *Limiter) Release(key string, n int) error {
 	if n <= 0 {
 		return fmt.Errorf("%w: counting: release of %d units", throttle.ErrInvalid, n)
 	}
-	s := l.m.Load(key)
-	if s == nil {
+	b := l.m.Load(key)
+	if b == nil {
 		return fmt.Errorf("%w: counting: release of %d units, 0 held", throttle.ErrInvalid, n)
 	}
-	return s.release(uint64(n), &l.limit)
+	return b.State().release(uint64(n), &l.limit)
 }
 
 // SetLimit changes the limit of every key. Waiters that fit under a
@@ -287,8 +291,8 @@ func (l *Limiter) SetLimit(limit int) error {
 		return err
 	}
 	l.limit.Store(int64(limit))
-	l.m.Range(func(_ string, s *state) bool {
-		s.wake(uint64(limit), nil)
+	l.m.Range(func(b *box) bool {
+		b.State().wake(uint64(limit), nil)
 		return true
 	})
 	return nil
@@ -299,8 +303,8 @@ func (l *Limiter) Limit() int { return int(l.limit.Load()) }
 
 // InFlight returns the units currently held for key.
 func (l *Limiter) InFlight(key string) int {
-	if s := l.m.Load(key); s != nil {
-		return int(s.word.Load() & curMask)
+	if b := l.m.Load(key); b != nil {
+		return int(b.State().word.Load() & curMask)
 	}
 	return 0
 }
@@ -319,8 +323,8 @@ func (l *Limiter) Sweep() int { return l.m.Sweep() }
 // way; Release still works. Close is idempotent and returns nil.
 func (l *Limiter) Close() error {
 	err := l.m.Close()
-	l.m.Range(func(_ string, s *state) bool {
-		s.wake(uint64(l.limit.Load()), errClosed)
+	l.m.Range(func(b *box) bool {
+		b.State().wake(uint64(l.limit.Load()), errClosed)
 		return true
 	})
 	return err

@@ -53,7 +53,8 @@ func (l *Limiter) try(key string, n int) (throttle.Decision, *state, error) {
 		return throttle.Decision{}, nil, err
 	}
 	for {
-		s, _ := l.m.Get(key, 0) // counting states ignore time
+		b, _ := l.m.Get(key, 0) // counting states ignore time
+		s := b.State()
 		ok, cur, isDead := s.tryAcquire(uint64(n), uint64(lim))
 		if isDead {
 			continue

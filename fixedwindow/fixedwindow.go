@@ -285,7 +285,7 @@ type state struct {
 }
 
 // Retire marks the state dead if it holds no units at j.Now(), or
-// unconditionally when force is set. It implements keyed.State.
+// unconditionally when force is set. It implements keyed.Retirer.
 func (s *state) Retire(j keyed.Judge, force bool) bool {
 	return window.Retire(&s.w, j, force, s.full)
 }
@@ -310,6 +310,14 @@ func (c *config) Paid(d, now int64) bool { return c.full(d, now) }
 func (c *config) Owe(s *state, d int64) {
 	s.cfg.Store(c)
 	s.w.Store(d)
+}
+
+// Move marks the state dead and copies it into dst. It implements
+// keyed.State.
+func (s *state) Move(dst *state) {
+	w := window.Evict(&s.w)
+	dst.cfg.Store(s.cfg.Load()) // set before the word left zero
+	dst.w.Store(w)
 }
 
 // full loads the configuration after the word (set before the word first
@@ -377,7 +385,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 		if d, ok := c.decide(&s.w, now, int64(n)); ok {
 			return d, nil
 		}
-		s, now = l.m.Get(key, now)
+		s, now = l.m.Again(key, now)
 	}
 }
 

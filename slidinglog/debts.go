@@ -93,7 +93,8 @@ func (d debts) Paid(w, now int64) bool {
 // Owe makes the fresh state s start from debt w: one admission of its
 // units at its instant, which the log takes as the latest time it has
 // seen (it may lie a grain ahead of the clock).
-func (d debts) Owe(s *state, w int64) {
+func (d debts) Owe(b *box, w int64) {
+	s := b.State()
 	s.p = d.p
 	total, at := d.p.owed(w)
 	s.push(d.p, at, total)

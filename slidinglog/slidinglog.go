@@ -143,8 +143,11 @@ func (l *Log) Window() time.Duration { return time.Duration(l.p.window) }
 // value is not usable; create one with New.
 type Limiter struct {
 	p params
-	m *keyed.Map[state, *state]
+	m *keyed.Map[box, *box]
 }
+
+// box holds a key's log in the map: a log has a lock, so it does not move.
+type box = keyed.Box[state, *state]
 
 // state is the log of one key. The zero value is an empty log.
 type state struct {
@@ -183,7 +186,7 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{p: p, m: keyed.New[state](s)}
+	l := &Limiter{p: p, m: keyed.New[box](s)}
 	l.m.SetDebts(debts{&l.p})
 	return l, nil
 }
@@ -193,11 +196,12 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 // throttle.ErrInvalid (n <= 0, empty or oversized key),
 // throttle.ErrExceedsLimit (n > limit) or throttle.ErrClosed.
 func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
-	s, now, err := l.m.Begin(key, n, int(l.p.limit))
+	b, now, err := l.m.Begin(key, n, int(l.p.limit))
 	if err != nil {
 		return throttle.Decision{}, err
 	}
-	for ; ; s, now = l.m.Get(key, now) {
+	for ; ; b, now = l.m.Again(key, now) {
+		s := b.State()
 		if retry, reset, ok := s.denyFast(now, n); ok {
 			return l.p.decision(false, 0, retry, reset), nil
 		}

@@ -459,10 +459,18 @@ type weighted struct {
 	cfg atomic.Pointer[config] // set before the word first leaves zero
 }
 
-// Retire implements keyed.State: it marks the state dead if it holds no
+// Retire implements keyed.Retirer: it marks the state dead if it holds no
 // units at now, or unconditionally when force is set.
 func (s *weighted) Retire(j keyed.Judge, force bool) bool {
 	return window.Retire(&s.w, j, force, s.full)
+}
+
+// Move implements keyed.State: it marks the state dead and copies it into
+// dst.
+func (s *weighted) Move(dst *weighted) {
+	w := window.Evict(&s.w)
+	dst.cfg.Store(s.cfg.Load()) // set before the word left zero
+	dst.w.Store(w)
 }
 
 // full loads the configuration after the word (set before the word first
@@ -477,9 +485,20 @@ type slotted struct {
 	ring atomic.Pointer[[]atomic.Int64]
 }
 
-// Retire implements keyed.State, as weighted.Retire.
+// Retire implements keyed.Retirer, as weighted.Retire.
 func (s *slotted) Retire(j keyed.Judge, force bool) bool {
 	return window.Retire(&s.w, j, force, s.full)
+}
+
+// Move implements keyed.State, as weighted.Move; the ring moves with the
+// word. A decision on the old state may still record in the ring the
+// count of the slot its word had ended: the moved word holds the same
+// count, so the entry agrees with it.
+func (s *slotted) Move(dst *slotted) {
+	w := window.Evict(&s.w)
+	dst.cfg.Store(s.cfg.Load())
+	dst.ring.Store(s.ring.Load())
+	dst.w.Store(w)
 }
 
 // full is weighted.full for the slotted form.
@@ -557,7 +576,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 			if d, ok := c.decideWeighted(&s.w, now, int64(n)); ok {
 				return d, nil
 			}
-			s, now = m.Get(key, now)
+			s, now = m.Again(key, now)
 		}
 	}
 	m := l.sm
@@ -572,7 +591,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 		if d, ok := c.decideSlotted(&s.w, &s.ring, now, int64(n)); ok {
 			return d, nil
 		}
-		s, now = m.Get(key, now)
+		s, now = m.Again(key, now)
 	}
 }
 

@@ -4,6 +4,7 @@ package benchutil
 
 import (
 	"context"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"testing"
@@ -36,15 +37,27 @@ func Keys(n int) []string {
 	return keys
 }
 
+// Visit returns keys in the order timed calls visit them: a fixed
+// shuffle, not the order in which they were first seen. Traffic does not
+// come in the order its keys were inserted in, and visiting keys in
+// insertion order would let a limiter that allocates per key find each
+// key's memory next to the previous one's, hiding what a look-up costs.
+func Visit(keys []string) []string {
+	v := append([]string(nil), keys...)
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(v), func(i, j int) { v[i], v[j] = v[j], v[i] })
+	return v
+}
+
 // ParallelKeys calls l.Allow(ctx, key, 1) from every CPU over n distinct
 // keys, each of them seen once before the timer starts, so that the timed
-// calls find live keys.
+// calls find live keys, and visited in the order of Visit.
 func ParallelKeys(b *testing.B, l throttle.Limiter, n int) {
 	ctx := context.Background()
 	keys := Keys(n)
 	for _, k := range keys {
 		l.Allow(ctx, k, 1)
 	}
+	keys = Visit(keys)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

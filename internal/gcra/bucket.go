@@ -254,7 +254,7 @@ func (l *Keyed) allow(key string, n int, c *Config) (d throttle.Decision, err er
 			err = c.Fill(&d, now, tat, cost, ok)
 			return d, err
 		}
-		s, now = l.m.Get(key, now)
+		s, now = l.m.Again(key, now)
 	}
 }
 
@@ -275,8 +275,9 @@ func (l *Keyed) Decide(key string, st *State, now int64, n int) (d throttle.Deci
 			err = c.Fill(&d, now, tat, cost, ok)
 			return d, st, err
 		}
-		// Retired: Get lifts now to the instant the clean-up judged at.
-		st, now = l.m.Get(key, now)
+		// Retired or moved: Again lifts now to the instant the clean-up
+		// judged at.
+		st, now = l.m.Again(key, now)
 	}
 }
 
@@ -309,7 +310,7 @@ func (l *Keyed) Reserve(key string, n int, maxWait time.Duration) (throttle.Rese
 		if res, live, err := reserve(s, c, now, n, maxWait); live {
 			return res, err
 		}
-		s, now = l.m.Get(key, now)
+		s, now = l.m.Again(key, now)
 	}
 }
 
@@ -324,7 +325,7 @@ func (l *Keyed) Debit(key string, n int64) error {
 	cost := l.cfg.Load().Cost(n)
 	s, now := l.m.Get(key, l.m.Now())
 	for !s.Debit(now, cost) {
-		s, now = l.m.Get(key, now)
+		s, now = l.m.Again(key, now)
 	}
 	return nil
 }

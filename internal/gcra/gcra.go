@@ -282,7 +282,7 @@ func (s *State) Load() (tat int64, live bool) {
 
 // Retire marks the state dead if it is full at j.Now() (TAT <= now), read
 // after loading TAT, or unconditionally when force is set, and reports
-// whether it is dead. It implements keyed.State.
+// whether it is dead. It implements keyed.Retirer.
 func (s *State) Retire(j keyed.Judge, force bool) bool {
 	for {
 		old := s.load()
@@ -312,6 +312,10 @@ func (s *State) Evict() int64 {
 		}
 	}
 }
+
+// Move marks the state dead and copies its TAT into dst. It implements
+// keyed.State.
+func (s *State) Move(dst *State) { dst.w.Store(s.Evict()) }
 
 // Debts is the keyed.Debts of buckets: a debt is a state word (a TAT with
 // its sign bit flipped).

@@ -1,27 +1,40 @@
 // Package keyed is the concurrent key → state map that every keyed limiter
 // in this module stores its per-key state in.
 //
-// Reads take no lock: each shard (256 at the default size) is an
-// open-addressing table of atomic pointers that readers probe while writers,
-// serialized by the shard's mutex, publish into it; the per-key state is
-// updated by the algorithm with atomics. Memory is bounded two ways:
+// Each shard (256 at the default size) is an open-addressing table whose
+// slots hold the per-key states themselves: a decision on a key touches
+// the key's slot and nothing else, one cache line at most. Reads take no
+// lock: readers probe the table while writers, serialized by the shard's
+// mutex, publish into it; the algorithm updates the state in its slot with
+// atomics.
+//
+// A slot does not hold its key. It holds the key's 64-bit seeded hash
+// (less two bits of bookkeeping) and a second, independently seeded 64-bit
+// hash (less one bit): a look-up matches both. Two keys share one state
+// only if both collide: with a million keys, a chance near 10^-26 (125
+// bits), and keys chosen by an attacker who does not know the seeds fare
+// no better. Sharing would only ever deny more, never admit more.
+//
+// Memory is bounded two ways:
 //
 //   - a key whose state is back to full is dropped (no accuracy is lost:
 //     a fresh state is the same as a full one). Idle keys are found lazily,
-//     two ring slots per insert, and by Sweep or the optional sweeper;
+//     a few slots per insert, and by Sweep or the optional sweeper;
 //   - a hard cap (Settings.MaxKeys) on the keys of the whole map, counted
 //     in one atomic: inserting past it evicts a key chosen by the CLOCK
 //     approximation of least-recently-used, from the inserting key's
 //     shard or, when that has none to give, from another shard whose lock
-//     is free. Evicting a key
-//     that was not full forgets its state; Evictions counts those.
+//     is free. Evicting a key that was not full forgets its state (or
+//     leaves its debt, see SetDebts); Evictions counts those.
 //
 // Removal never races with a decision. The map retires a state (State.Retire
 // marks it dead with the algorithm's own compare-and-swap of the exact word
 // it judged) before it drops the key, and a decision that finds its state
-// dead looks the key up again. A state is judged idle against a clock
-// reading taken after its word was loaded (Judge.Now), so a word written by
-// a decision that read the clock later than the clean-up is never judged
+// dead looks the key up again (Again). Growing or rebuilding a table moves
+// every state to the new table the same way: State.Move marks the old one
+// dead as it copies it. A state is judged idle against a clock reading
+// taken after its word was loaded (Judge.Now), so a word written by a
+// decision that read the clock later than the clean-up is never judged
 // from the past. And each shard records the latest instant its clean-up
 // judged from: a decision whose own clock reading is older is lifted to that
 // instant when it looks its key up (Get), so one held up between its clock
@@ -32,7 +45,8 @@ package keyed
 import (
 	"hash/maphash"
 	"math"
-	"strings"
+	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,9 +56,8 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
-// State is implemented by a pointer to an algorithm's per-key state. The
-// zero value of the state must mean "fresh, full capacity".
-type State interface {
+// Retirer is what the map asks of a state about dropping it.
+type Retirer interface {
 	// Retire atomically marks the state dead if it is back to full, or,
 	// when force is set, unconditionally (the map is evicting it). It
 	// reports whether the state is now dead. Fullness is judged at
@@ -56,11 +69,23 @@ type State interface {
 	Retire(j Judge, force bool) bool
 }
 
+// State is implemented by P, a pointer to an algorithm's per-key state,
+// which the map keeps inline in its table slots. The zero value of the
+// state must mean "fresh, full capacity". A state that must not move (it
+// holds a lock or waiters) is kept in a Box.
+type State[P any] interface {
+	Retirer
+	// Move marks the state dead, as Retire does, and copies what it held
+	// into dst, a zero state that nobody else sees yet. The map moves
+	// every live state when it rebuilds a table, under the shard's lock;
+	// decisions that find the old state dead look the key up again.
+	Move(dst P)
+}
+
 // Debtor is implemented by a state that leaves its debt behind when the
 // MaxKeys cap evicts it, so that the key (or one that collides with it)
 // does not come back fresh: the gubernator #98 bypass.
 type Debtor interface {
-	State
 	// Evict marks the state dead unconditionally and returns the word it
 	// replaced: its debt, 0 for none. A dead state returns 0.
 	Evict() int64
@@ -97,100 +122,110 @@ type At int64
 // Now returns a.
 func (a At) Now() int64 { return int64(a) }
 
-// inlineKey is the longest key stored inside its entry. A lookup of such a
-// key touches two cache lines at most: its table slot and its entry, which
-// holds the state too when the state is small.
-const inlineKey = 24
+// A slot's tag is 0 while the slot is empty, gone once its key was
+// dropped, and otherwise the key's hash with the live bit set and the
+// reference bit (CLOCK's) set by look-ups. A slot is never reused while
+// its table is in use: a decision may still hold its state.
+const (
+	refBit  = 1
+	liveBit = 2
+	gone    = 4 // not live, not empty
+)
 
-type entry[S any] struct {
-	state S
-	hash  uint64
-	ref   atomic.Uint32 // CLOCK reference bit, set on access
-	klen  uint32        // length of an inline key
-	kbuf  [inlineKey]byte
-	long  string // a key longer than inlineKey
-}
+// tagOf returns the live tag of a key of hash h, reference bit clear.
+func tagOf(h uint64) uint64 { return h&^(refBit|liveBit) | liveBit }
 
-func newEntry[S any](key string, h uint64) *entry[S] {
-	e := &entry[S]{hash: h}
-	if len(key) > inlineKey {
-		e.long = strings.Clone(key)
-	} else {
-		e.klen = uint32(copy(e.kbuf[:], key))
-	}
-	return e
-}
-
-func (e *entry[S]) is(key string) bool {
-	if len(key) > inlineKey {
-		return e.long == key
-	}
-	return e.long == "" && int(e.klen) == len(key) && string(e.kbuf[:len(key)]) == key
-}
-
-func (e *entry[S]) key() string {
-	if e.long != "" {
-		return e.long
-	}
-	return string(e.kbuf[:e.klen])
-}
-
-// slot is one cell of a table. hash is written before e is published and
-// never changes after, so a reader that loaded e may read it.
+// slot is one cell of a table. id and state are written before tag is
+// published and id never changes after, so a reader that loaded a live tag
+// may read id and decide on state.
 type slot[S any] struct {
-	e    atomic.Pointer[entry[S]]
-	hash uint64
+	tag   atomic.Uint64
+	id    uint64 // the key's second hash
+	state S
 }
 
 // table is a shard's open-addressing hash table with linear probing.
 // Readers load slots without locking; only the shard's writer changes
-// them. A removed entry leaves a tombstone so that probes continue past it;
-// a table is rebuilt (and swapped in whole) when live entries and
-// tombstones fill three quarters of it.
+// them. A dropped key leaves its slot gone, so that probes continue past
+// it; a table is rebuilt (and swapped in whole) when live and gone slots
+// fill three quarters of it.
 type table[S any] struct {
 	slots []slot[S]
-	mask  uint64
-	used  int // live entries + tombstones; guarded by the shard's mu
+	used  int // live and gone slots; guarded by the shard's mu
+}
+
+func newTable[S any](size int) *table[S] { return &table[S]{slots: make([]slot[S], size)} }
+
+// home returns the first slot of tag's probe sequence: the high bits of
+// the hash scaled to the table's length (the low bits chose the shard).
+func (t *table[S]) home(tag uint64) int {
+	hi, _ := bits.Mul64(tag, uint64(len(t.slots)))
+	return int(hi)
+}
+
+// find returns the slot of key, whose live tag is tag and whose second
+// hash (computed once, on the first tag that matches) is seeded by ids,
+// or nil.
+func (t *table[S]) find(tag uint64, key string, ids uint64) *slot[S] {
+	var want uint64
+	for i := t.home(tag); ; {
+		sl := &t.slots[i]
+		got := sl.tag.Load()
+		if got == 0 {
+			return nil
+		}
+		if got&^refBit == tag {
+			if want == 0 {
+				want = idOf(ids, key)
+			}
+			if sl.id == want {
+				if got&refBit == 0 {
+					sl.tag.Or(refBit)
+				}
+				return sl
+			}
+		}
+		if i++; i == len(t.slots) {
+			i = 0
+		}
+	}
+}
+
+// claim returns the first empty slot of tag's probe sequence; the
+// writer's lock must be held and the table must have room.
+func (t *table[S]) claim(tag uint64) *slot[S] {
+	i := t.home(tag)
+	for t.slots[i].tag.Load() != 0 {
+		if i++; i == len(t.slots) {
+			i = 0
+		}
+	}
+	t.used++
+	return &t.slots[i]
 }
 
 type shard[S any] struct {
 	tab    atomic.Pointer[table[S]]
 	judged atomic.Int64 // latest instant a clean-up of this shard judged from
-	tomb   *entry[S]    // marks a removed slot
 	clk    *clock.Source
 	keys   *atomic.Int64 // the map's key count
-	mu     sync.Mutex    // serializes writers: tab's contents, n, ring, free, hands
+	mu     sync.Mutex    // serializes writers: tab's contents, n, hands
 	n      int           // live keys
-	ring   []*entry[S]   // CLOCK ring; nil slots are free
-	free   []int
-	hand   int // eviction hand
-	sweep  int // idle-sweep hand
+	hand   int           // eviction hand, a slot index
+	sweep  int           // idle-sweep hand, a slot index
 	_      [64]byte
-}
-
-// find returns the entry for key in t, or nil.
-func (t *table[S]) find(key string, h uint64, tomb *entry[S]) *entry[S] {
-	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		sl := &t.slots[i]
-		e := sl.e.Load()
-		if e == nil {
-			return nil
-		}
-		if sl.hash == h && e != tomb && e.is(key) {
-			return e
-		}
-	}
 }
 
 // Map maps keys to per-key states of type S, which *S manages through the
 // State interface. It is safe for concurrent use. Create it with New.
 type Map[S any, P interface {
 	*S
-	State
+	State[P]
 }] struct {
 	clk       clock.Source
 	set       limiterkit.Settings
 	seed      maphash.Seed
+	ids       uint64 // idOf's seed
 	shards    []shard[S]
 	mask      uint64
 	keys      atomic.Int64  // live keys in all shards
@@ -211,7 +246,7 @@ type Map[S any, P interface {
 // Close.
 func New[S any, P interface {
 	*S
-	State
+	State[P]
 }](s limiterkit.Settings) *Map[S, P] {
 	n := 1
 	for n < maxShards && n*2*64 <= s.MaxKeys {
@@ -221,13 +256,13 @@ func New[S any, P interface {
 		clk:    clock.New(s.Clock),
 		set:    s,
 		seed:   maphash.MakeSeed(),
+		ids:    rand.Uint64(),
 		shards: make([]shard[S], n),
 		mask:   uint64(n - 1),
 	}
 	for i := range m.shards {
-		m.shards[i].tab.Store(newTable[S](8))
+		m.shards[i].tab.Store(newTable[S](minTable))
 		m.shards[i].judged.Store(math.MinInt64) // nothing judged yet: lifts no reading, before 1970 too
-		m.shards[i].tomb = new(entry[S])
 		m.shards[i].clk = &m.clk
 		m.shards[i].keys = &m.keys
 	}
@@ -238,14 +273,25 @@ func New[S any, P interface {
 	return m
 }
 
+// maxShards bounds the number of shards: enough that writers on distinct
+// keys rarely meet on two cores or many. minTable is a table's least size.
+const (
+	maxShards = 256
+	minTable  = 8
+)
+
 // SetDebts turns on the debt table: states evicted by the MaxKeys cap
 // while owing (their Evict word is not 0) leave their debt in a table of
 // 2·MaxKeys cells indexed by key hash, allocated at the first such
 // eviction; a new key starts from its own cell's debt, or from a cell that
 // several keys' debts were merged into. A cell is cleared once its debt is
-// paid. It must be called before the map is used, and only if *S
+// paid. It must be called before the map is used, and only if P
 // implements Debtor.
 func (m *Map[S, P]) SetDebts(d Debts[P]) { m.debts = d }
+
+// debtHash returns the hash the debt table files the key of tag under:
+// its bits above the shard's.
+func debtHash(tag uint64) uint64 { return tag >> 8 }
 
 func fingerprint(h uint64) uint32 { return uint32(h>>32) | 2 }
 
@@ -324,13 +370,49 @@ func merge[P any](ds Debts[P], a, b int64) int64 {
 // Now reads the map's clock, in nanoseconds since the Unix epoch.
 func (m *Map[S, P]) Now() int64 { return m.clk.Now() }
 
-func newTable[S any](size int) *table[S] {
-	return &table[S]{slots: make([]slot[S], size), mask: uint64(size - 1)}
-}
-
+// locate returns key's shard and live tag.
 func (m *Map[S, P]) locate(key string) (*shard[S], uint64) {
 	h := maphash.String(m.seed, key)
-	return &m.shards[h&m.mask], h
+	return &m.shards[h&m.mask], tagOf(h)
+}
+
+// idOf returns key's second hash, the one a slot keeps to tell keys
+// apart; never 0, which find takes for "not computed yet". It is a seeded
+// multiply-fold over the key's 8-byte words, a third of maphash's cost
+// on short keys: it only has to tell apart keys whose maphash already
+// matched.
+func idOf(seed uint64, key string) uint64 {
+	h := seed ^ uint64(len(key))*k0
+	for len(key) > 8 {
+		h = fold(h^word(key), k1)
+		key = key[8:]
+	}
+	var t uint64 // the last 1 to 8 bytes
+	for i := len(key) - 1; i >= 0; i-- {
+		t = t<<8 | uint64(key[i])
+	}
+	return fold(fold(h^t, k2), k3) | 1
+}
+
+// Odd constants with well-mixed bits, for idOf.
+const (
+	k0 = 0xa0761d6478bd642f
+	k1 = 0xe7037ed1a0b428db
+	k2 = 0x8ebc6af09c88c6e3
+	k3 = 0x589965cc75374cc3
+)
+
+// fold returns the high and low halves of a·b folded together.
+func fold(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// word returns the first 8 bytes of s, little-endian.
+func word(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
 // Now reads the clock for a clean-up of sh and records the reading as the
@@ -346,19 +428,15 @@ func (sh *shard[S]) Now() int64 {
 // Get returns the state of key, inserting a fresh zero state if the key is
 // absent, and the instant the caller must decide at: now, the caller's
 // clock reading, or the later instant a clean-up of the key's shard judged
-// a state idle at. The state may be retired concurrently at any time; the
-// caller then calls Get again with the instant it got.
+// a state idle at. The state may be retired or moved concurrently at any
+// time; the caller then calls Again with the instant it got.
 func (m *Map[S, P]) Get(key string, now int64) (P, int64) {
-	sh, h := m.locate(key)
-	e := sh.tab.Load().find(key, h>>8, sh.tomb)
+	sh, tag := m.locate(key)
 	var p P
-	if e == nil {
-		p = m.insert(sh, key, h>>8)
+	if sl := sh.tab.Load().find(tag, key, m.ids); sl != nil {
+		p = &sl.state
 	} else {
-		if e.ref.Load() == 0 {
-			e.ref.Store(1)
-		}
-		p = &e.state
+		p = m.insert(sh, tag, key)
 	}
 	if j := sh.judged.Load(); j > now {
 		now = j
@@ -366,10 +444,20 @@ func (m *Map[S, P]) Get(key string, now int64) (P, int64) {
 	return p, now
 }
 
+// Again is Get for a caller whose state turned out dead: it first waits
+// for the writer of key's shard, which may be moving the shard's states to
+// a new table, so that the caller does not spin on the moved state.
+func (m *Map[S, P]) Again(key string, now int64) (P, int64) {
+	sh, _ := m.locate(key)
+	sh.mu.Lock()
+	sh.mu.Unlock() //nolint:staticcheck // an empty critical section: waiting is the point
+	return m.Get(key, now)
+}
+
 // Begin does what every keyed decision does first: it checks that the map
 // is open, the key, and n against limit (see limiterkit.CheckN), reads the
 // clock once, and returns key's state and the instant to decide at (see
-// Get). If the state turns out dead, the caller calls Get(key, now).
+// Get). If the state turns out dead, the caller calls Again(key, now).
 func (m *Map[S, P]) Begin(key string, n, limit int) (P, int64, error) {
 	if err := m.Check(key); err != nil {
 		return nil, 0, err
@@ -383,110 +471,94 @@ func (m *Map[S, P]) Begin(key string, n, limit int) (P, int64, error) {
 
 // Load returns the state of key, or nil if the key is absent.
 func (m *Map[S, P]) Load(key string) P {
-	sh, h := m.locate(key)
-	if e := sh.tab.Load().find(key, h>>8, sh.tomb); e != nil {
-		return &e.state
+	sh, tag := m.locate(key)
+	if sl := sh.tab.Load().find(tag, key, m.ids); sl != nil {
+		return &sl.state
 	}
 	return nil
 }
 
-func (m *Map[S, P]) insert(sh *shard[S], key string, h uint64) P {
+// filler is implemented by a state that must be set up before its key is
+// published (Box).
+type filler interface{ fill() }
+
+func (m *Map[S, P]) insert(sh *shard[S], tag uint64, key string) P {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.tab.Load().find(key, h, sh.tomb); e != nil {
-		return &e.state
+	if sl := sh.tab.Load().find(tag, key, m.ids); sl != nil {
+		return &sl.state
 	}
-	m.sweepSome(sh, 2)
+	m.sweepSome(sh, sweepLook)
 	if m.keys.Load() >= int64(m.set.MaxKeys) && !m.evictOne(sh) {
 		m.evictElsewhere(sh)
 	}
-	// A new key starts unreferenced: one that is never used again is the
-	// first to go, which keeps a scan of one-off keys from flushing the
-	// keys in steady use.
-	e := newEntry[S](key, h)
+	sl := m.room(sh).claim(tag)
+	sl.id = idOf(m.ids, key)
+	p := P(&sl.state)
+	if f, ok := any(p).(filler); ok {
+		f.fill()
+	}
 	if m.debts != nil && m.hasDebts.Load() {
-		if d := m.owed(h, sh.Now()); d != 0 {
-			m.debts.Owe(&e.state, d)
+		if d := m.owed(debtHash(tag), sh.Now()); d != 0 {
+			m.debts.Owe(p, d)
 		}
 	}
-	if k := len(sh.free); k > 0 {
-		sh.ring[sh.free[k-1]] = e
-		sh.free = sh.free[:k-1]
-	} else {
-		sh.ring = append(sh.ring, e)
-	}
-	sh.publish(e)
-	return &e.state
-}
-
-// publish adds e to the table, growing or rebuilding it first if needed;
-// sh.mu must be held.
-func (sh *shard[S]) publish(e *entry[S]) {
-	t := sh.tab.Load()
-	if 4*(t.used+1) > 3*len(t.slots) {
-		size := len(t.slots)
-		for 2*(sh.n+1) > size {
-			size *= 2
-		}
-		for 8*(sh.n+1) < size && size > 8 {
-			size /= 2
-		}
-		nt := newTable[S](size)
-		for _, old := range sh.ring {
-			if old != nil && old != e {
-				nt.put(old)
-			}
-		}
-		sh.tab.Store(nt) // readers of t still find every live entry in it
-		t = nt
-	}
-	t.put(e)
+	// A new key starts referenced: wherever its slot lies ahead of the
+	// eviction hand, it lives at least one turn of the hand.
+	sl.tag.Store(tag | refBit)
 	sh.n++
 	sh.keys.Add(1)
+	return p
 }
 
-// maxShards bounds the number of shards: enough that writers on distinct
-// keys rarely meet on two cores or many.
-const maxShards = 256
-
-// put stores e in the first empty slot of its probe sequence; the writer's
-// lock must be held. Tombstones are not reused, so that a concurrent probe
-// never misses a key that is present.
-func (t *table[S]) put(e *entry[S]) {
-	i := e.hash & t.mask
-	for t.slots[i].e.Load() != nil {
-		i = (i + 1) & t.mask
+// room returns sh's table with room for one more key, rebuilding it first
+// when live and gone slots would pass three quarters of it: the new table
+// is twice the live keys, so that it stays between half and three
+// quarters full, and every live state moves to it. sh.mu must be held.
+func (m *Map[S, P]) room(sh *shard[S]) *table[S] {
+	t := sh.tab.Load()
+	if 4*(t.used+1) <= 3*len(t.slots) {
+		return t
 	}
-	t.slots[i].hash = e.hash
-	t.slots[i].e.Store(e)
-	t.used++
-}
-
-// drop replaces e by tomb; the writer's lock must be held.
-func (t *table[S]) drop(e, tomb *entry[S]) {
-	for i := e.hash & t.mask; ; i = (i + 1) & t.mask {
-		if t.slots[i].e.Load() == e {
-			t.slots[i].e.Store(tomb)
-			return
+	nt := newTable[S](max(minTable, 2*(sh.n+1)))
+	for i := range t.slots {
+		sl := &t.slots[i]
+		tag := sl.tag.Load()
+		if tag&liveBit == 0 {
+			continue
 		}
+		to := nt.claim(tag &^ refBit)
+		to.id = sl.id
+		P(&sl.state).Move(&to.state)
+		to.tag.Store(tag)
 	}
+	sh.tab.Store(nt) // readers of t find the moved states dead and look again
+	sh.hand, sh.sweep = 0, 0
+	return nt
 }
 
-// remove drops the entry at ring slot i; sh.mu must be held.
-func (sh *shard[S]) remove(i int) {
-	sh.tab.Load().drop(sh.ring[i], sh.tomb)
+// remove drops the key of sl, a live slot of sh's table; sh.mu must be
+// held and sl's state dead.
+func (sh *shard[S]) remove(sl *slot[S]) {
+	sl.tag.Store(gone)
 	sh.n--
 	sh.keys.Add(-1)
-	sh.ring[i] = nil
-	sh.free = append(sh.free, i)
 }
 
-// sweepSome examines up to k ring slots for idle states; sh.mu must be held.
+// sweepLook is how many slots an insert examines for idle states.
+const sweepLook = 4
+
+// sweepSome examines up to k slots of sh's table for idle states; sh.mu
+// must be held.
 func (m *Map[S, P]) sweepSome(sh *shard[S], k int) {
-	for ; k > 0 && len(sh.ring) > 0; k-- {
-		sh.sweep = (sh.sweep + 1) % len(sh.ring)
-		if e := sh.ring[sh.sweep]; e != nil && P(&e.state).Retire(sh, false) {
-			sh.remove(sh.sweep)
+	t := sh.tab.Load()
+	for ; k > 0; k-- {
+		if sh.sweep++; sh.sweep >= len(t.slots) {
+			sh.sweep = 0
+		}
+		sl := &t.slots[sh.sweep]
+		if sl.tag.Load()&liveBit != 0 && P(&sl.state).Retire(sh, false) {
+			sh.remove(sl)
 		}
 	}
 }
@@ -511,39 +583,52 @@ func (m *Map[S, P]) evictElsewhere(own *shard[S]) {
 }
 
 // evictTries bounds how many other shards one insert asks to evict, and
-// evictLook how many ring slots it examines in each.
+// evictLook how many states may refuse in each.
 const (
 	evictTries = 4
 	evictLook  = 64
 )
 
-// evictOne frees one slot of sh by the CLOCK policy and reports whether it
+// evictOne frees one key of sh by the CLOCK policy and reports whether it
 // did; sh.mu must be held. It fails when every state refuses.
 func (m *Map[S, P]) evictOne(sh *shard[S]) bool {
-	// The hand resumes where it stopped, so a bounded look costs O(1) per
-	// insert even when most states refuse (units held by counting): such
-	// a map grows past its cap a little instead of scanning every key.
-	for range min(2*len(sh.ring), evictLook) {
-		sh.hand = (sh.hand + 1) % len(sh.ring)
-		e := sh.ring[sh.hand]
+	// Two turns of the hand find a victim unless every key was used
+	// again meanwhile: the first turn clears the reference bits it passes
+	// (each cleared bit paid for by the look-up that set it). The hand
+	// resumes where it stopped, and at most evictLook states may refuse,
+	// so the look costs O(1) per insert even when most states refuse
+	// (units held by counting): such a map grows past its cap a little
+	// instead of scanning every key.
+	t := sh.tab.Load()
+	refused := 0
+	for range 2 * len(t.slots) {
+		if sh.hand++; sh.hand >= len(t.slots) {
+			sh.hand = 0
+		}
+		sl := &t.slots[sh.hand]
+		tag := sl.tag.Load()
+		p := P(&sl.state)
 		switch {
-		case e == nil:
+		case tag&liveBit == 0:
 			continue
-		case e.ref.Load() != 0:
-			e.ref.Store(0)
+		case tag&refBit != 0:
+			sl.tag.And(^uint64(refBit))
 			continue
-		case P(&e.state).Retire(sh, false):
+		case refused == evictLook:
+			return false
+		case p.Retire(sh, false):
 		case m.debts != nil:
-			if d := any(P(&e.state)).(Debtor).Evict(); d != 0 {
+			if d := any(p).(Debtor).Evict(); d != 0 {
 				m.evictions.Add(1)
-				m.leave(e.hash, d, sh.Now())
+				m.leave(debtHash(tag), d, sh.Now())
 			}
-		case P(&e.state).Retire(sh, true):
+		case p.Retire(sh, true):
 			m.evictions.Add(1)
 		default:
+			refused++
 			continue
 		}
-		sh.remove(sh.hand)
+		sh.remove(sl)
 		return true
 	}
 	return false
@@ -556,9 +641,11 @@ func (m *Map[S, P]) Sweep() int {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		for j, e := range sh.ring {
-			if e != nil && P(&e.state).Retire(sh, false) {
-				sh.remove(j)
+		t := sh.tab.Load()
+		for j := range t.slots {
+			sl := &t.slots[j]
+			if sl.tag.Load()&liveBit != 0 && P(&sl.state).Retire(sh, false) {
+				sh.remove(sl)
 				dropped++
 			}
 		}
@@ -574,14 +661,16 @@ func (m *Map[S, P]) Len() int { return int(m.keys.Load()) }
 // their state was not full.
 func (m *Map[S, P]) Evictions() uint64 { return m.evictions.Load() }
 
-// Range calls f for each key and state until f returns false. f runs under
+// Range calls f for each key's state until f returns false. f runs under
 // a shard's lock: it must not call into the Map.
-func (m *Map[S, P]) Range(f func(key string, p P) bool) {
+func (m *Map[S, P]) Range(f func(p P) bool) {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		for _, e := range sh.ring {
-			if e != nil && !f(e.key(), &e.state) {
+		t := sh.tab.Load()
+		for j := range t.slots {
+			sl := &t.slots[j]
+			if sl.tag.Load()&liveBit != 0 && !f(&sl.state) {
 				sh.mu.Unlock()
 				return
 			}
@@ -632,3 +721,27 @@ func (m *Map[S, P]) sweeper(every time.Duration) {
 		}
 	}
 }
+
+// Box keeps a state that must not move (it holds a lock or waiters) on the
+// heap, allocated when its key is inserted; the map's slot holds the
+// pointer, and moving the slot moves the pointer. Box implements State by
+// delegating to the boxed state, and Debtor when Q does.
+type Box[T any, Q interface {
+	*T
+	Retirer
+}] struct{ p *T }
+
+// State returns the boxed state.
+func (b *Box[T, Q]) State() Q { return b.p }
+
+func (b *Box[T, Q]) fill() { b.p = new(T) }
+
+// Retire implements Retirer by asking the boxed state.
+func (b *Box[T, Q]) Retire(j Judge, force bool) bool { return Q(b.p).Retire(j, force) }
+
+// Move implements State: the boxed state itself stays where it is.
+func (b *Box[T, Q]) Move(dst *Box[T, Q]) { dst.p = b.p }
+
+// Evict implements Debtor by asking the boxed state, which must implement
+// it.
+func (b *Box[T, Q]) Evict() int64 { return any(Q(b.p)).(Debtor).Evict() }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,6 +38,22 @@ func (s *busy) Retire(j Judge, force bool) bool {
 	}
 }
 
+// Move moves the count to dst.
+func (s *busy) Move(dst *busy) { dst.n.Store(s.n.Swap(dead)) }
+
+// release gives a unit back, unless the state is dead (moved).
+func (s *busy) release() bool {
+	for {
+		v := s.n.Load()
+		if v == dead {
+			return false
+		}
+		if s.n.CompareAndSwap(v, v-1) {
+			return true
+		}
+	}
+}
+
 func (s *busy) acquire() bool {
 	for {
 		v := s.n.Load()
@@ -54,9 +71,11 @@ type pinned struct{ busy }
 
 func (s *pinned) Retire(j Judge, force bool) bool { return s.busy.Retire(j, false) }
 
+func (s *pinned) Move(dst *pinned) { s.busy.Move(&dst.busy) }
+
 func newMap[S any, P interface {
 	*S
-	State
+	State[P]
 }](t testing.TB, opts ...throttle.Option) *Map[S, P] {
 	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
@@ -117,7 +136,7 @@ func TestMaxKeysEvictsLeastRecentlyUsed(t *testing.T) {
 			t.Fatalf("after %d inserts Len = %d, above MaxKeys %d", i, n, maxKeys)
 		}
 	}
-	if m.Load("hot") != hot {
+	if p := m.Load("hot"); p == nil || p.n.Load() != 1 {
 		t.Fatal("the most recently used key was evicted")
 	}
 	if got, want := m.Evictions(), uint64(1001-maxKeys); got != want {
@@ -158,13 +177,16 @@ func TestRetireRace(t *testing.T) {
 			for range 20000 {
 				key := fmt.Sprint(rng.IntN(16))
 				var p *busy
-				for p, _ = m.Get(key, 0); !p.acquire(); p, _ = m.Get(key, 0) {
+				for p, _ = m.Get(key, 0); !p.acquire(); p, _ = m.Again(key, 0) {
 				}
-				if q := m.Load(key); q != p {
+				// Only a move (the unit goes with it) makes a held state dead.
+				if q := m.Load(key); q != p && p.n.Load() != dead {
 					t.Errorf("key %s held on a state the map does not hold", key)
 					return
 				}
-				p.n.Add(-1)
+				for !p.release() {
+					p, _ = m.Again(key, 0)
+				}
 			}
 		})
 	}
@@ -204,6 +226,7 @@ func BenchmarkGet(b *testing.B) {
 		for _, k := range keys {
 			get(m, k).acquire()
 		}
+		rand.New(rand.NewPCG(1, 2)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
@@ -230,36 +253,104 @@ func BenchmarkGet(b *testing.B) {
 	}
 }
 
-func TestKeysInlineAndLong(t *testing.T) {
+// TestKeysDistinct: keys short, long, empty and alike each keep their
+// own state, across the rebuilds that thousands of inserts cause, and
+// Range visits each state once.
+func TestKeysDistinct(t *testing.T) {
 	m := newMap[busy](t)
 	keys := []string{"", "a", "abcdefghijklmnopqrstuvwx", "abcdefghijklmnopqrstuvwxy",
-		"abcdefghijklmnopqrstuvwxyz0123456789", "abcdefghijklmnopqrstuvwx\x00"}
-	states := map[string]*busy{}
-	for _, k := range keys {
-		states[k], _ = m.Get(k, 0)
-		states[k].acquire()
+		"abcdefghijklmnopqrstuvwxyz0123456789", "abcdefghijklmnopqrstuvwx\x00", strings.Repeat("k", 4096)}
+	for i := range 5000 {
+		keys = append(keys, fmt.Sprint("key-", i))
 	}
-	for _, k := range keys {
-		if m.Load(k) != states[k] {
-			t.Errorf("key %q (%d bytes) maps to another state", k, len(k))
+	for i, k := range keys {
+		for range i%3 + 1 {
+			get(m, k).acquire()
 		}
 	}
-	seen := map[string]bool{}
-	m.Range(func(k string, p *busy) bool {
-		if states[k] != p {
-			t.Errorf("Range gave key %q with another state", k)
+	for i, k := range keys {
+		if p := m.Load(k); p == nil || p.n.Load() != int64(i%3+1) {
+			t.Fatalf("key %q (%d bytes) lost its count", k[:min(len(k), 40)], len(k))
 		}
-		seen[k] = true
+	}
+	seen := map[*busy]bool{}
+	m.Range(func(p *busy) bool {
+		if seen[p] {
+			t.Error("Range visited a state twice")
+		}
+		seen[p] = true
 		return true
 	})
-	if len(seen) != len(keys) {
-		t.Errorf("Range saw %d keys, want %d", len(seen), len(keys))
+	if len(seen) != len(keys) || m.Len() != len(keys) {
+		t.Errorf("Range saw %d states, Len %d; want %d", len(seen), m.Len(), len(keys))
+	}
+}
+
+// TestSameTagOtherKey: a slot whose hash matches but whose second hash
+// does not is another key's.
+func TestSameTagOtherKey(t *testing.T) {
+	ids := uint64(12345)
+	tab := newTable[busy](minTable)
+	const tag = 42<<8 | liveBit
+	for _, k := range []string{"a", "b"} {
+		sl := tab.claim(tag)
+		sl.id = idOf(ids, k)
+		sl.state.n.Store(int64(len(tab.slots) - tab.used))
+		sl.tag.Store(tag)
+	}
+	a, b := tab.find(tag, "a", ids), tab.find(tag, "b", ids)
+	if a == nil || b == nil || a == b {
+		t.Fatalf("find: %p %p", a, b)
+	}
+	if tab.find(tag, "c", ids) != nil || tab.find(tag+4, "a", ids) != nil {
+		t.Fatal("find matched a key by one hash only")
+	}
+}
+
+// TestMovesLoseNothing: decisions on a few hot keys while inserts of
+// one-off keys keep rebuilding the tables: every unit taken is on the
+// key's state at the end (a move copies what a decision wrote, and a
+// decision on a moved state looks the key up again).
+func TestMovesLoseNothing(t *testing.T) {
+	m := newMap[busy](t, throttle.WithMaxKeys(1<<12))
+	const hot, per = 8, 20000
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	churn.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+				m.Get(fmt.Sprint("one-off-", i), 0) // idle: dropped lazily, its slot gone
+			}
+		}
+	})
+	var workers sync.WaitGroup
+	for w := range 2 {
+		workers.Go(func() {
+			for i := range per {
+				key := fmt.Sprint("hot-", (i+w)%hot)
+				for p, _ := m.Get(key, 0); !p.acquire(); p, _ = m.Again(key, 0) {
+				}
+			}
+		})
+	}
+	workers.Wait()
+	close(stop)
+	churn.Wait()
+	var total int64
+	for i := range hot {
+		total += m.Load(fmt.Sprint("hot-", i)).n.Load()
+	}
+	if total != 2*per {
+		t.Fatalf("%d units on the hot keys, want %d", total, 2*per)
 	}
 }
 
 func get[S any, P interface {
 	*S
-	State
+	State[P]
 }](m *Map[S, P], key string) P {
 	p, _ := m.Get(key, 0)
 	return p
@@ -297,5 +388,38 @@ func TestGetBefore1970(t *testing.T) {
 		if _, got := m.Get("k", now); got != now {
 			t.Errorf("Get at %d decides at %d", now, got)
 		}
+	}
+}
+
+// TestIDsDistinct: keys alike in every way but one (a byte, a trailing
+// zero, the length) get distinct second hashes.
+func TestIDsDistinct(t *testing.T) {
+	seen := map[uint64]string{}
+	add := func(k string) {
+		id := idOf(7, k)
+		if o, ok := seen[id]; ok && o != k {
+			t.Fatalf("%q and %q share an id", o, k)
+		}
+		seen[id] = k
+	}
+	for i := range 200_000 {
+		add(fmt.Sprint("user:", i))
+	}
+	for n := range 40 {
+		add(strings.Repeat("\x00", n))
+		add(strings.Repeat("a", n))
+		for i := range n {
+			add(strings.Repeat("a", i) + "b" + strings.Repeat("a", n-i-1))
+		}
+	}
+}
+
+func BenchmarkID(b *testing.B) {
+	for _, k := range []string{"user:12345", "2001:db8:85a3::8a2e:370:7334"} {
+		b.Run(fmt.Sprint(len(k)), func(b *testing.B) {
+			for b.Loop() {
+				idOf(7, k)
+			}
+		})
 	}
 }

@@ -51,6 +51,7 @@ func BenchmarkAllow(b *testing.B) {
 // BenchmarkKeys cycles through 100k distinct keys, all tracked.
 func BenchmarkKeys(b *testing.B) {
 	keys := benchutil.Keys(100_000)
+	visit := benchutil.Visit(keys)
 	for _, anchored := range []bool{false, true} {
 		kind := "aligned"
 		if anchored {
@@ -63,8 +64,8 @@ func BenchmarkKeys(b *testing.B) {
 			}
 			i := 0
 			benchutil.Serial(b, func() {
-				l.Allow(bg, keys[i], 1)
-				if i++; i == len(keys) {
+				l.Allow(bg, visit[i], 1)
+				if i++; i == len(visit) {
 					i = 0
 				}
 			})

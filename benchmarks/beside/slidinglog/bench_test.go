@@ -87,12 +87,13 @@ func BenchmarkAllowParallel(b *testing.B) {
 // which grows by doubling); in "denied" every key is full for the hour.
 func BenchmarkKeys(b *testing.B) {
 	keys := benchutil.Keys(100_000)
+	visit := benchutil.Visit(keys)
 	run := func(b *testing.B, l *slidinglog.Limiter) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			l.Allow(bg, keys[i], 1)
-			if i++; i == len(keys) {
+			l.Allow(bg, visit[i], 1)
+			if i++; i == len(visit) {
 				i = 0
 			}
 		}

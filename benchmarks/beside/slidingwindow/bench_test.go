@@ -54,6 +54,7 @@ func BenchmarkAllow(b *testing.B) {
 // BenchmarkKeys cycles through 100k distinct keys, all tracked.
 func BenchmarkKeys(b *testing.B) {
 	keys := benchutil.Keys(100_000)
+	visit := benchutil.Visit(keys)
 	for _, bf := range benchForms {
 		b.Run("Limiter/"+bf.name+"/100k-keys", func(b *testing.B) {
 			l := form{1 << 20, time.Hour, bf.slots}.keyed(b)
@@ -62,8 +63,8 @@ func BenchmarkKeys(b *testing.B) {
 			}
 			i := 0
 			benchutil.Serial(b, func() {
-				l.Allow(bg, keys[i], 1)
-				if i++; i == len(keys) {
+				l.Allow(bg, visit[i], 1)
+				if i++; i == len(visit) {
 					i = 0
 				}
 			})

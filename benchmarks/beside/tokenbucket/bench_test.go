@@ -2,12 +2,14 @@ package tokenbucket_test
 
 import (
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/benchutil"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
@@ -95,7 +97,8 @@ func BenchmarkSingle(b *testing.B) {
 }
 
 // BenchmarkKeyed measures the keyed Limiter on one key and on 100k
-// distinct keys, all inserted before the timer starts.
+// distinct keys, all inserted before the timer starts and visited in the
+// order of benchutil.Visit.
 func BenchmarkKeyed(b *testing.B) {
 	for _, nkeys := range []int{1, 100_000} {
 		for _, allowed := range []bool{true, false} {
@@ -109,10 +112,8 @@ func BenchmarkKeyed(b *testing.B) {
 			if !allowed {
 				r, burst = throttle.Every(time.Hour), 1
 			}
-			keys := make([]string, nkeys)
-			for i := range keys {
-				keys[i] = "user:" + strconv.Itoa(i*7919)
-			}
+			keys := benchutil.Keys(nkeys)
+			visit := benchutil.Visit(keys)
 			name := strconv.Itoa(nkeys) + "keys/" + map[bool]string{true: "allowed", false: "denied"}[allowed]
 			setup := func(b *testing.B) *tokenbucket.Limiter {
 				l, err := tokenbucket.New(r, burst)
@@ -130,9 +131,9 @@ func BenchmarkKeyed(b *testing.B) {
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
-					d, _ := l.Allow(bg, keys[i], 1)
+					d, _ := l.Allow(bg, visit[i], 1)
 					check(b, d.Allowed, allowed)
-					if i++; i == len(keys) {
+					if i++; i == len(visit) {
 						i = 0
 					}
 				}
@@ -140,15 +141,16 @@ func BenchmarkKeyed(b *testing.B) {
 			b.Run(name+"/parallel", func(b *testing.B) {
 				l := setup(b)
 				b.ReportAllocs()
+				var worker atomic.Int64
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
-					i := 0
+					i := int(worker.Add(1)*7919) % len(visit) // each goroutine at its own place
 					for pb.Next() {
-						if d, _ := l.Allow(bg, keys[i], 1); d.Allowed != allowed {
+						if d, _ := l.Allow(bg, visit[i], 1); d.Allowed != allowed {
 							b.Error("unexpected decision")
 							return
 						}
-						if i++; i == len(keys) {
+						if i++; i == len(visit) {
 							i = 0
 						}
 					}
