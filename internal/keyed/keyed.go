@@ -449,8 +449,8 @@ func (m *Map[S, P]) Get(key string, now int64) (P, int64) {
 // a new table, so that the caller does not spin on the moved state.
 func (m *Map[S, P]) Again(key string, now int64) (P, int64) {
 	sh, _ := m.locate(key)
-	//lint:ignore SA2001 an empty critical section: waiting for the writer is the point
 	sh.mu.Lock()
+	//lint:ignore SA2001 an empty critical section: waiting for the writer is the point
 	sh.mu.Unlock()
 	return m.Get(key, now)
 }
