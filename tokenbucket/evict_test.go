@@ -1,6 +1,7 @@
 package tokenbucket
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -69,4 +70,36 @@ func FuzzNoBypass(f *testing.F) {
 		defer ref.Close()
 		throttletest.NoBypass(t, l, ref, clk, b, time.Millisecond, steps)
 	})
+}
+
+// TestTokensDuringRebuilds: Tokens reads a key's state while inserts of
+// other keys keep moving the states to rebuilt tables; it must never see
+// the empty bucket as full (a moved state is dead in the old table).
+func TestTokensDuringRebuilds(t *testing.T) {
+	clk := throttletest.NewClock()
+	l, err := New(throttle.PerHour(1), 5, throttle.WithClock(clk), throttle.WithMaxKeys(1<<16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if d, _ := l.Allow(context.Background(), "hot", 5); !d.Allowed {
+		t.Fatal("hot: first 5 denied")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 20000 {
+			l.Allow(context.Background(), fmt.Sprint("k", i), 1)
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if n := l.Tokens("hot"); n != 0 {
+			t.Fatalf("Tokens(hot) = %d during a rebuild, want 0", n)
+		}
+	}
 }

@@ -332,7 +332,9 @@ func (l *Keyed) Debit(key string, n int64) error {
 
 // tat returns the TAT of key, that of a full bucket if absent.
 func (l *Keyed) tat(key string) int64 {
-	if st := l.m.Load(key); st != nil {
+	// A dead state was retired (full) or moved to a rebuilt table: look
+	// again once the move is done.
+	for st := l.m.Load(key); st != nil; st = l.m.LoadAgain(key) {
 		if tat, live := st.Load(); live {
 			return tat
 		}

@@ -448,11 +448,22 @@ func (m *Map[S, P]) Get(key string, now int64) (P, int64) {
 // for the writer of key's shard, which may be moving the shard's states to
 // a new table, so that the caller does not spin on the moved state.
 func (m *Map[S, P]) Again(key string, now int64) (P, int64) {
+	m.wait(key)
+	return m.Get(key, now)
+}
+
+// LoadAgain is Load for a caller whose state turned out dead, as Again.
+func (m *Map[S, P]) LoadAgain(key string) P {
+	m.wait(key)
+	return m.Load(key)
+}
+
+// wait waits for the writer of key's shard, if any.
+func (m *Map[S, P]) wait(key string) {
 	sh, _ := m.locate(key)
 	sh.mu.Lock()
 	//lint:ignore SA2001 an empty critical section: waiting for the writer is the point
 	sh.mu.Unlock()
-	return m.Get(key, now)
 }
 
 // Begin does what every keyed decision does first: it checks that the map
