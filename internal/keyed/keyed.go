@@ -528,10 +528,16 @@ func (m *Map[S, P]) insert(sh *shard[S], tag uint64, key string) P {
 // is twice the live keys, so that it stays between half and three
 // quarters full, and every live state moves to it. sh.mu must be held.
 func (m *Map[S, P]) room(sh *shard[S]) *table[S] {
-	t := sh.tab.Load()
-	if 4*(t.used+1) <= 3*len(t.slots) {
+	if t := sh.tab.Load(); 4*(t.used+1) <= 3*len(t.slots) {
 		return t
 	}
+	return m.rebuild(sh)
+}
+
+// rebuild replaces sh's table by one of twice its live keys (plus one),
+// moving every live state to it; sh.mu must be held.
+func (m *Map[S, P]) rebuild(sh *shard[S]) *table[S] {
+	t := sh.tab.Load()
 	nt := newTable[S](max(minTable, 2*(sh.n+1)))
 	for i := range t.slots {
 		sl := &t.slots[i]
@@ -647,7 +653,7 @@ func (m *Map[S, P]) evictOne(sh *shard[S]) bool {
 }
 
 // Sweep drops every key whose state is full and returns how many it
-// dropped.
+// dropped. A table left less than an eighth full is rebuilt smaller.
 func (m *Map[S, P]) Sweep() int {
 	dropped := 0
 	for i := range m.shards {
@@ -660,6 +666,9 @@ func (m *Map[S, P]) Sweep() int {
 				sh.remove(sl)
 				dropped++
 			}
+		}
+		if len(t.slots) > minTable && 8*sh.n < len(t.slots) {
+			m.rebuild(sh) // give back the memory of a flood that has passed
 		}
 		sh.mu.Unlock()
 	}

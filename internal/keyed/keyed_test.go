@@ -423,3 +423,34 @@ func BenchmarkID(b *testing.B) {
 		})
 	}
 }
+
+// TestSweepShrinks: once a flood of keys has passed, Sweep gives the
+// tables' memory back, and the keys still held keep their units.
+func TestSweepShrinks(t *testing.T) {
+	m := newMap[busy](t)
+	slots := func() (n int) {
+		for i := range m.shards {
+			n += len(m.shards[i].tab.Load().slots)
+		}
+		return n
+	}
+	empty := slots()
+	get(m, "held").acquire()
+	for i := range 100_000 {
+		get(m, fmt.Sprint("flood-", i)).acquire()
+	}
+	if s := slots(); s < 100_000 {
+		t.Fatalf("%d slots for a flood of 100,000 keys", s)
+	}
+	for i := range 100_000 {
+		for p := get(m, fmt.Sprint("flood-", i)); !p.release(); p = get(m, fmt.Sprint("flood-", i)) {
+		}
+	}
+	m.Sweep()
+	if s := slots(); s > 2*empty || m.Len() != 1 {
+		t.Fatalf("after Sweep: %d slots (empty map: %d), Len %d", s, empty, m.Len())
+	}
+	if p := m.Load("held"); p == nil || p.n.Load() != 1 {
+		t.Fatal("the held key lost its unit")
+	}
+}
