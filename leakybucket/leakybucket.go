@@ -138,7 +138,8 @@ func (b *Bucket) Capacity() int {
 // key whose bucket is empty again is forgotten (no accuracy is lost), and
 // past throttle.WithMaxKeys the least recently used key is evicted,
 // leaving its level as a debt that it (or a key sharing its cell of the
-// debt table) starts from. All methods are safe for concurrent use.
+// debt table) starts from. A key takes about 42 bytes, as in
+// tokenbucket.Limiter. All methods are safe for concurrent use.
 // The zero value is not usable: its methods fail with an error wrapping
 // throttle.ErrInvalid; create it with New.
 type Limiter struct{ g gcra.Keyed }

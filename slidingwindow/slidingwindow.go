@@ -509,7 +509,10 @@ func (s *slotted) full(w, now int64) bool { return s.cfg.Load().fullSlotted(w, n
 // empty; a key whose window is empty again is forgotten (no accuracy is
 // lost), and past throttle.WithMaxKeys the least recently used key is
 // evicted, leaving its counts as a debt that it (or a key sharing its cell
-// of the debt table) starts from, so eviction never readmits. All methods are safe for concurrent use. The zero value is not
+// of the debt table) starts from, so eviction never readmits. A key takes
+// about 53 bytes in the weighted form, 70 slotted (plus its ring): its
+// state and two hashes of the key (the key itself is not kept) in a table
+// slot. All methods are safe for concurrent use. The zero value is not
 // usable: its methods fail with an error wrapping throttle.ErrInvalid;
 // create it with New or NewSlotted.
 type Limiter struct {
