@@ -78,6 +78,11 @@ type ring struct {
 	// seen is the latest time the log was decided at, in ns, with its sign
 	// bit flipped so that the zero value reads as the earliest time.
 	seen int64
+	// first is the buffer of a log's first entries: a log of up to four
+	// entries (most keys, most of the time) lives in one allocation and
+	// one place in memory. A ring that points into itself must not be
+	// copied once used.
+	first [4]uint64
 }
 
 // idx returns the buffer index of the i-th oldest entry, i < len(buf).
@@ -205,10 +210,14 @@ func (r *ring) rebase(p *params) {
 	r.base += int64(shift >> p.cbits)
 }
 
-// grow enlarges a full buffer: twice as large, but never above limit
-// entries, the most a log can hold.
+// grow enlarges a full buffer: the ring's own first entries, then twice
+// as large, but never above limit entries, the most a log can hold.
 func (r *ring) grow(p *params) {
-	n := int(min(int64(max(4, 2*len(r.buf))), p.limit))
+	if r.buf == nil {
+		r.buf, r.head = r.first[:min(int64(len(r.first)), p.limit)], 0
+		return
+	}
+	n := int(min(int64(2*len(r.buf)), p.limit))
 	buf := make([]uint64, n)
 	for i := range r.size {
 		buf[i] = r.buf[r.idx(i)]
