@@ -3,7 +3,8 @@
 //
 // Each shard (256 at the default size) is an open-addressing table whose
 // slots hold the per-key states themselves: a decision on a key touches
-// the key's slot and nothing else, one cache line at most. Reads take no
+// the key's slot and nothing else, a few dozen bytes (across two adjacent
+// cache lines at worst). Reads take no
 // lock: readers probe the table while writers, serialized by the shard's
 // mutex, publish into it; the algorithm updates the state in its slot with
 // atomics.
