@@ -383,3 +383,36 @@ func ExampleNode() {
 	// before gossip, b holds 10
 	// after gossip, b holds 2
 }
+
+// TestIdleEntryLetsGoOfBucket: an entry idle for a round stops keeping a
+// pointer into the buckets' table (which would keep a table replaced by a
+// rebuild alive), and its next decision still sees what the key used.
+func TestIdleEntryLetsGoOfBucket(t *testing.T) {
+	clk := throttletest.NewClock()
+	net := NewNetwork(clk, 1)
+	a, err := NewNode(Config{Transport: net.Endpoint("a"), Secret: secret, Peers: []string{"b"}}, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	l, err := a.NewLimiter("api", throttle.PerHour(10), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		l.Allow(ctx, "alice", 1)
+	}
+	if l.table.load("alice").bucket.Load() == nil {
+		t.Fatal("a deciding entry keeps no bucket state")
+	}
+	for range 3 {
+		clk.Advance(time.Second)
+		a.Tick()
+	}
+	if l.table.load("alice").bucket.Load() != nil {
+		t.Fatal("an entry idle for rounds still keeps its bucket state")
+	}
+	if d, _ := l.Allow(ctx, "alice", 1); !d.Allowed || d.Remaining != 5 {
+		t.Fatalf("after the idle rounds: %+v, want admitted with 5 left", d)
+	}
+}

@@ -336,11 +336,18 @@ func (l *Limiter) levels(r int64, peer string, inc uint64) [][]byte {
 
 // expire drops entries idle for retain rounds that every live peer has
 // acknowledged (minAck) and whose peer records are gone: records are kept
-// until their sender can no longer resend them.
+// until their sender can no longer resend them. An entry idle for a whole
+// round lets go of the bucket state it keeps: a pointer into the buckets'
+// table would keep alive a table that a rebuild has since replaced.
 func (l *Limiter) expire(r, minAck int64) {
 	l.table.each(func(key string, e *entry) {
-		if ch := e.changed.Load(); ch < r-l.retain && ch < minAck && e.pruneRemote(r-l.retain) {
+		ch := e.changed.Load()
+		if ch < r-l.retain && ch < minAck && e.pruneRemote(r-l.retain) {
 			l.table.drop(key, e)
+			return
+		}
+		if ch < r-1 && e.bucket.Load() != nil {
+			e.bucket.Store(nil) // the next decision looks the key up
 		}
 	})
 }
