@@ -314,11 +314,7 @@ func (c *config) Owe(s *state, d int64) {
 
 // Move marks the state dead and copies it into dst. It implements
 // keyed.State.
-func (s *state) Move(dst *state) {
-	w := window.Evict(&s.w)
-	dst.cfg.Store(s.cfg.Load()) // set before the word left zero
-	dst.w.Store(w)
-}
+func (s *state) Move(dst *state) { window.Move(&s.w, &s.cfg, &dst.w, &dst.cfg) }
 
 // full loads the configuration after the word (set before the word first
 // left zero) and asks it.

@@ -467,11 +467,7 @@ func (s *weighted) Retire(j keyed.Judge, force bool) bool {
 
 // Move implements keyed.State: it marks the state dead and copies it into
 // dst.
-func (s *weighted) Move(dst *weighted) {
-	w := window.Evict(&s.w)
-	dst.cfg.Store(s.cfg.Load()) // set before the word left zero
-	dst.w.Store(w)
-}
+func (s *weighted) Move(dst *weighted) { window.Move(&s.w, &s.cfg, &dst.w, &dst.cfg) }
 
 // full loads the configuration after the word (set before the word first
 // left zero) and asks it.
@@ -495,10 +491,8 @@ func (s *slotted) Retire(j keyed.Judge, force bool) bool {
 // count of the slot its word had ended: the moved word holds the same
 // count, so the entry agrees with it.
 func (s *slotted) Move(dst *slotted) {
-	w := window.Evict(&s.w)
-	dst.cfg.Store(s.cfg.Load())
-	dst.ring.Store(s.ring.Load())
-	dst.w.Store(w)
+	window.Move(&s.w, &s.cfg, &dst.w, &dst.cfg)
+	dst.ring.Store(s.ring.Load()) // a ring a stale decision gives s later records only what the moved word holds
 }
 
 // full is weighted.full for the slotted form.

@@ -126,6 +126,17 @@ func Evict(w *atomic.Int64) int64 {
 	return 0
 }
 
+// Move marks the state word w dead and copies it, with cfg, the
+// configuration set before the word first left zero, into a fresh state
+// (dw, dcfg) that nobody else sees yet: keyed.State.Move for the window
+// limiters. The configuration is read after the word, so it is the one
+// the copied word was written under.
+func Move[C any](w *atomic.Int64, cfg *atomic.Pointer[C], dw *atomic.Int64, dcfg *atomic.Pointer[C]) {
+	old := Evict(w)
+	dcfg.Store(cfg.Load())
+	dw.Store(old)
+}
+
 // FloorDiv returns a/b rounded toward minus infinity; b must be positive.
 func FloorDiv(a, b int64) int64 {
 	q := a / b
