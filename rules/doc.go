@@ -53,7 +53,8 @@
 // # Reloading
 //
 // Open reads a file; Reload reads it again on demand (on SIGHUP, say) and
-// Watch whenever its content changes. A version that does not parse or
+// Watch whenever its content changes and has read the same for one
+// interval, so a file caught half written is not acted on. A version that does not parse or
 // build is rejected as a whole and the rules in force stay; the error goes
 // to WithReloadHook and to WithObserver as a throttle.EventWarning. When a
 // rule's limit changes, its limiter is adjusted in place (SetRate and

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -428,55 +429,105 @@ func TestReloadRace(t *testing.T) {
 	}
 }
 
-// Watch picks up a change of the file and reports a bad one once.
+// Watch picks up a change of the file once it reads the same twice,
+// reports a bad one once, and ignores a file caught while being written.
 func TestWatch(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "rules.json")
-	write(t, path, bucketDoc("1/m", 3))
-	results := make(chan error, 16)
-	l, err := rules.Open(path, rules.WithReloadHook(func(err error) { results <- err }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error)
-	go func() { done <- l.Watch(wctx, time.Millisecond) }()
-	next := func() error {
-		select {
-		case err := <-results:
-			return err
-		case <-time.After(10 * time.Second):
-			t.Fatal("no reload")
-			return nil
+	synctest.Test(t, func(t *testing.T) {
+		const every = time.Second
+		path := filepath.Join(t.TempDir(), "rules.json")
+		write(t, path, bucketDoc("1/m", 3))
+		var (
+			mu      sync.Mutex
+			results []error
+		)
+		l, err := rules.Open(path, rules.WithReloadHook(func(err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			results = append(results, err)
+		}))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	write(t, path, bucketDoc("1/m", 5))
-	if err := next(); err != nil {
-		t.Fatal(err)
-	}
-	if m, _ := l.Lookup("k"); m.Limit.Burst != 5 {
-		t.Fatalf("after watch: %+v", m)
-	}
-	write(t, path, `{"default": 1}`)
-	if err := next(); !errors.Is(err, throttle.ErrInvalid) {
-		t.Fatalf("bad file: %v", err)
-	}
-	write(t, path, bucketDoc("1/m", 7))
-	if err := next(); err != nil {
-		t.Fatalf("fixed file: %v", err)
-	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Watch returned %v", err)
-	}
-	select {
-	case err := <-results:
-		t.Fatalf("extra reload: %v", err)
-	default:
-	}
-	if err := l.Watch(ctx, 0); !errors.Is(err, throttle.ErrInvalid) {
-		t.Fatalf("Watch(0): %v", err)
-	}
+		defer l.Close()
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() { done <- l.Watch(wctx, every) }()
+		defer func() { // a failed test stops Watch too
+			if cancel(); done != nil {
+				<-done
+			}
+		}()
+		// The test acts half-way between Watch's looks; step lets Watch
+		// look n times, then returns what it reported.
+		time.Sleep(every / 2)
+		step := func(n int) []error {
+			t.Helper()
+			time.Sleep(time.Duration(n) * every)
+			synctest.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			got := results
+			results = nil
+			return got
+		}
+		burst := func() int {
+			m, _ := l.Lookup("k")
+			return m.Limit.Burst
+		}
+		if got := step(3); len(got) != 0 {
+			t.Fatalf("unchanged file reported %v", got)
+		}
+
+		write(t, path, bucketDoc("1/m", 5))
+		if got := step(1); len(got) != 0 || burst() != 3 {
+			t.Fatalf("a change seen once is acted on: %v, burst %d", got, burst())
+		}
+		if got := step(1); len(got) != 1 || got[0] != nil || burst() != 5 {
+			t.Fatalf("a change seen twice: %v, burst %d", got, burst())
+		}
+
+		// Written in place and caught emptied, then half written: neither
+		// is rejected, the whole file is put in force.
+		whole := bucketDoc("1/m", 6)
+		for _, part := range []string{"", whole[:len(whole)/2], whole} {
+			write(t, path, part)
+			step(1)
+		}
+		if got := step(1); len(got) != 1 || got[0] != nil || burst() != 6 {
+			t.Fatalf("after an in-place write: %v, burst %d", got, burst())
+		}
+
+		write(t, path, `{"default": 1}`)
+		got := step(5)
+		if len(got) != 1 || !errors.Is(got[0], throttle.ErrInvalid) || burst() != 6 {
+			t.Fatalf("bad file, reported once: %v, burst %d", got, burst())
+		}
+
+		// Renamed away for one look: nothing; missing for two: reported at
+		// every look after the first.
+		if err := os.Rename(path, path+".old"); err != nil {
+			t.Fatal(err)
+		}
+		if got := step(1); len(got) != 0 {
+			t.Fatalf("missing once: %v", got)
+		}
+		if got := step(2); len(got) != 2 || !errors.Is(got[0], os.ErrNotExist) {
+			t.Fatalf("missing thrice: %v", got)
+		}
+
+		write(t, path, bucketDoc("1/m", 7))
+		if got := step(2); len(got) != 1 || got[0] != nil || burst() != 7 {
+			t.Fatalf("fixed file: %v, burst %d", got, burst())
+		}
+		cancel()
+		err = <-done
+		if done = nil; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Watch returned %v", err)
+		}
+		if err := l.Watch(ctx, 0); !errors.Is(err, throttle.ErrInvalid) {
+			t.Fatalf("Watch(0): %v", err)
+		}
+	})
 }
 
 // A window limiter with SetLimit is adjusted in place when only the limit

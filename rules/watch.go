@@ -13,8 +13,11 @@ import (
 
 // fileState is what Reload and Watch know of the rules file.
 type fileState struct {
-	path string
-	seen []byte // the content last read, in force or rejected
+	path    string
+	seen    []byte // the content last put in force or rejected
+	pending []byte // Watch: a new content read once, not yet acted on
+	waiting bool   // Watch: pending is set
+	failed  bool   // Watch: the last read failed
 }
 
 func readFile(path string) ([]byte, error) {
@@ -56,55 +59,103 @@ func Open(path string, opts ...Option) (*Limiter, error) {
 func (l *Limiter) Reload() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.reload(false)
+	if err := l.usable(); err != nil {
+		return err
+	}
+	data, err := readFile(l.file.path)
+	if err != nil {
+		return l.reject(err)
+	}
+	return l.use(data)
 }
 
-// reload reads the file; with ifChanged, it does nothing when the content
-// is the one last read (in force or rejected).
-func (l *Limiter) reload(ifChanged bool) error {
+// usable fails for a Limiter not made by Open, or closed.
+func (l *Limiter) usable() error {
 	if l.file.path == "" {
-		return fmt.Errorf("%w: rules: Reload needs a Limiter made by Open", throttle.ErrInvalid)
+		return fmt.Errorf("%w: rules: Reload and Watch need a Limiter made by Open", throttle.ErrInvalid)
 	}
 	if t := l.cur.Load(); t == nil || t.closed {
 		return errClosed
 	}
-	data, err := readFile(l.file.path)
-	if err == nil && ifChanged && bytes.Equal(data, l.file.seen) {
-		return nil
-	}
+	return nil
+}
+
+// use parses data and puts it in force, or rejects it.
+func (l *Limiter) use(data []byte) error {
+	l.file.seen = data
+	c, err := Parse(data)
 	if err == nil {
-		l.file.seen = data
-		var c *Config
-		if c, err = Parse(data); err == nil {
-			err = l.apply(c)
-		}
+		err = l.apply(c)
 	}
 	if err != nil {
-		err = fmt.Errorf("%s: rejected, the previous rules stay in force: %w", l.file.path, err)
-		if o := l.cfg.observer; o != nil {
-			o.Observe(throttle.Event{Kind: throttle.EventWarning, Limiter: l.cfg.name, Err: err})
-		}
+		return l.reject(err)
 	}
-	if l.cfg.onReload != nil {
-		l.cfg.onReload(err)
+	l.report(nil)
+	return nil
+}
+
+// reject reports that the file was not put in force, and returns why.
+func (l *Limiter) reject(err error) error {
+	err = fmt.Errorf("%s: rejected, the previous rules stay in force: %w", l.file.path, err)
+	if o := l.cfg.observer; o != nil {
+		o.Observe(throttle.Event{Kind: throttle.EventWarning, Limiter: l.cfg.name, Err: err})
 	}
+	l.report(err)
 	return err
 }
 
+// report calls the WithReloadHook function.
+func (l *Limiter) report(err error) {
+	if l.cfg.onReload != nil {
+		l.cfg.onReload(err)
+	}
+}
+
+// poll is one look of Watch at the file. A new content is acted on only
+// when the next look reads it again, so a file caught while it is being
+// written (emptied, half written) is neither put in force nor rejected. A
+// failed read is reported when the next look fails too.
+func (l *Limiter) poll() {
+	data, err := readFile(l.file.path)
+	if err != nil {
+		l.file.pending, l.file.waiting = nil, false
+		if l.file.failed {
+			_ = l.reject(err)
+		}
+		l.file.failed = true
+		return
+	}
+	l.file.failed = false
+	switch {
+	case bytes.Equal(data, l.file.seen):
+		l.file.pending, l.file.waiting = nil, false
+	case l.file.waiting && bytes.Equal(data, l.file.pending):
+		l.file.pending, l.file.waiting = nil, false
+		_ = l.use(data)
+	default:
+		l.file.pending, l.file.waiting = data, true
+	}
+}
+
 // Watch reads the rules file every interval until ctx is done, and
-// reloads it when its content changed (see Reload). A file that cannot be
-// read is reported at every interval; a rejected version is reported once. It returns ctx's error, or at once an error
-// wrapping throttle.ErrInvalid for a Limiter not made by Open or an
-// interval <= 0. Run it in its own goroutine.
+// reloads it (see Reload) when its content changed and then read the same
+// one interval later: a file caught while it is being written in place is
+// neither put in force nor rejected, and a change takes between one and
+// two intervals. A rejected version is reported once; a file that cannot
+// be read twice in a row is reported at every interval. Writing a new file
+// and renaming it over the old one is still the way to change it
+// atomically. Watch returns ctx's error, or at once an error wrapping
+// throttle.ErrInvalid for a Limiter not made by Open or an interval <= 0.
+// Run it in its own goroutine.
 func (l *Limiter) Watch(ctx context.Context, interval time.Duration) error {
 	if interval <= 0 {
 		return fmt.Errorf("%w: rules: Watch interval %v must be positive", throttle.ErrInvalid, interval)
 	}
 	l.mu.Lock()
-	path := l.file.path
+	err := l.usable()
 	l.mu.Unlock()
-	if path == "" {
-		return fmt.Errorf("%w: rules: Watch needs a Limiter made by Open", throttle.ErrInvalid)
+	if err != nil {
+		return err
 	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -118,7 +169,7 @@ func (l *Limiter) Watch(ctx context.Context, interval time.Duration) error {
 				l.mu.Unlock()
 				return errClosed
 			}
-			_ = l.reload(true)
+			l.poll()
 			l.mu.Unlock()
 		}
 	}
