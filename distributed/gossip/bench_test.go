@@ -3,6 +3,7 @@ package gossip
 import (
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,80 +32,79 @@ func benchLimiter(b *testing.B, capped bool, peers int, rate throttle.Rate, burs
 }
 
 // BenchmarkAllow measures one decision on the real clock: admitted (a
-// huge rate) and denied (a tiny one), serial and parallel, with and
-// without the spend cap (8 peers).
+// huge rate) and denied (a tiny one), with and without the spend cap (8
+// peers); see benchAccess for the access patterns.
 func BenchmarkAllow(b *testing.B) {
 	for _, capped := range []bool{false, true} {
 		for _, mode := range []string{"allowed", "denied"} {
-			rate, burst := throttle.PerSecond(1), 1_000_000_000
-			if mode == "denied" {
-				rate, burst = throttle.PerHour(1), 1
-			}
-			name := fmt.Sprintf("cap=%v/%s", capped, mode)
-			b.Run(name+"/serial", func(b *testing.B) {
-				l := benchLimiter(b, capped, 7, rate, burst)
-				keys := make([]string, 1024)
-				for i := range keys {
-					keys[i] = "client-" + strconv.Itoa(i)
-				}
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; b.Loop(); i++ {
-					l.Allow(ctx, keys[i&1023], 1)
-				}
-			})
-			b.Run(name+"/parallel", func(b *testing.B) {
-				l := benchLimiter(b, capped, 7, rate, burst)
-				b.ReportAllocs()
-				b.RunParallel(func(pb *testing.PB) {
-					keys := make([]string, 1024)
-					for i := range keys {
-						keys[i] = "client-" + strconv.Itoa(i)
-					}
-					i := 0
-					for pb.Next() {
-						l.Allow(ctx, keys[i&1023], 1)
-						i++
-					}
+			b.Run(fmt.Sprintf("cap=%v/%s", capped, mode), func(b *testing.B) {
+				benchAccess(b, func() throttle.Limiter {
+					rate, burst := benchRate(mode)
+					return benchLimiter(b, capped, 7, rate, burst)
 				})
 			})
 		}
 	}
 }
 
-// BenchmarkBaseline is the same decision on a bare token bucket, for the
-// cost of the gossip layer.
+// BenchmarkBaseline is the same decision on a bare keyed token bucket, for
+// the cost of the gossip layer.
 func BenchmarkBaseline(b *testing.B) {
 	for _, mode := range []string{"allowed", "denied"} {
-		rate, burst := throttle.PerSecond(1), 1_000_000_000
-		if mode == "denied" {
-			rate, burst = throttle.PerHour(1), 1
-		}
-		keys := make([]string, 1024)
-		for i := range keys {
-			keys[i] = "client-" + strconv.Itoa(i)
-		}
-		b.Run(mode+"/serial", func(b *testing.B) {
-			l, _ := tokenbucket.New(rate, burst)
-			defer l.Close()
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				l.Allow(ctx, keys[i&1023], 1)
-			}
-		})
-		b.Run(mode+"/parallel", func(b *testing.B) {
-			l, _ := tokenbucket.New(rate, burst)
-			defer l.Close()
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					l.Allow(ctx, keys[i&1023], 1)
-					i++
+		b.Run(mode, func(b *testing.B) {
+			benchAccess(b, func() throttle.Limiter {
+				l, err := tokenbucket.New(benchRate(mode))
+				if err != nil {
+					b.Fatal(err)
 				}
+				b.Cleanup(func() { l.Close() })
+				return l
 			})
 		})
 	}
+}
+
+func benchRate(mode string) (throttle.Rate, int) {
+	if mode == "denied" {
+		return throttle.PerHour(1), 1
+	}
+	return throttle.PerSecond(1), 1_000_000_000
+}
+
+// benchAccess times Allow over 1024 keys: serial; parallel, each worker
+// going through the keys from its own place (requests of many clients);
+// and hotkey, every worker on one key (one client's flood).
+func benchAccess(b *testing.B, newLimiter func() throttle.Limiter) {
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "client-" + strconv.Itoa(i)
+	}
+	b.Run("serial", func(b *testing.B) {
+		l := newLimiter()
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			l.Allow(ctx, keys[i&1023], 1)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		l := newLimiter()
+		var workers atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for i := int(workers.Add(1)) * 389; pb.Next(); i++ {
+				l.Allow(ctx, keys[i&1023], 1)
+			}
+		})
+	})
+	b.Run("hotkey", func(b *testing.B) {
+		l := newLimiter()
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.Allow(ctx, keys[0], 1)
+			}
+		})
+	})
 }
 
 // BenchmarkRound measures one gossip round with 10,000 changed keys and 7

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -414,5 +416,41 @@ func TestIdleEntryLetsGoOfBucket(t *testing.T) {
 	}
 	if d, _ := l.Allow(ctx, "alice", 1); !d.Allowed || d.Remaining != 5 {
 		t.Fatalf("after the idle rounds: %+v, want admitted with 5 left", d)
+	}
+}
+
+// TestNoAdmissionLostToExpiry: decisions on keys idle long enough to be
+// dropped race the round that drops them (every 11 s here); every unit
+// admitted reaches the peer, with and without the spend cap.
+func TestNoAdmissionLostToExpiry(t *testing.T) {
+	for _, capped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cap=%v", capped), func(t *testing.T) {
+			c := newCluster(t, 2, throttle.PerSecond(1000), 1000, time.Second, capped, 1)
+			rounds, keys := 40, make([]string, 4000) // loses units in 4 of 10 runs where the race is not handled
+			if race {
+				rounds, keys = 8, keys[:2000]
+			}
+			for i := range keys {
+				keys[i] = "k" + strconv.Itoa(i)
+			}
+			var admitted int64
+			for range rounds {
+				c.runTo(c.clk.Now().Add(11*time.Second - time.Millisecond))
+				c.clk.Advance(time.Millisecond)
+				var wg sync.WaitGroup
+				wg.Go(func() { c.nodes[0].Tick() })
+				for _, k := range keys {
+					if d, err := c.lims[0].Allow(ctx, k, 1); err != nil || !d.Allowed {
+						t.Fatalf("%s: %+v %v", k, d, err)
+					}
+					admitted++
+				}
+				wg.Wait()
+			}
+			c.runTo(c.clk.Now().Add(5 * time.Second))
+			if got := c.nodes[1].Stats().HitsApplied; got != uint64(admitted) {
+				t.Fatalf("the peer was charged %d units of %d admitted", got, admitted)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,30 +127,17 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	if err := limiterkit.CheckN(n, l.burst); err != nil {
 		return throttle.Decision{}, err
 	}
-	e := l.table.pin(key)
-	if e == nil {
-		l.node.st.overflow.Add(1)
-		key = OverflowKey
-		e = l.table.pin(key)
-	}
-	defer e.unpin()
 	capped := l.node.cfg.SpendCap && len(*l.node.members.Load()) > 1
-	now := l.node.clk.Now() // the decision's one clock reading
-	if e.born.Load() == 0 {
-		e.born.CompareAndSwap(0, now)
-	}
-	e.demand.Add(int64(n))
-	if t := l.node.tick.Load(); e.changed.Load() != t {
-		e.changed.Store(t)
-	}
 	if !capped {
-		// One look-up: the entry keeps its key's bucket state.
-		d, err := e.decide(&l.buckets, key, now, n)
-		if err == nil && d.Allowed {
-			e.hits.Add(int64(n))
-		}
-		return d, err
+		return l.allow(key, n)
 	}
+	// With the cap, the entry is pinned and locked: the share is decided
+	// on the round's counters, which the decision then updates.
+	e, key := l.entry(key, true)
+	defer e.unpin()
+	now := l.node.clk.Now() // the decision's one clock reading
+	e.touch(now, l.node.tick.Load())
+	e.demand.Add(int64(n))
 	r := now / l.node.interval
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -187,6 +175,52 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 		d.Remaining = int(min(int64(d.Remaining), max(quota-e.spent, 0)))
 	}
 	return d, err
+}
+
+// allow is Allow without the spend cap. It does not pin the key's entry:
+// a decision writes only the counters, so a flood of requests for one key
+// does not make the cores that serve it take turns at a pin count. A round
+// that drops the entry meanwhile either sees the decision and keeps the
+// entry, or is seen by it (see kept), and the admission is counted on the
+// key's new entry. A denial's demand may be lost that way: it weighs
+// shares, it admits nothing.
+func (l *Limiter) allow(key string, n int) (throttle.Decision, error) {
+	e, key := l.entry(key, false)
+	now := l.node.clk.Now() // the decision's one clock reading
+	t := l.node.tick.Load()
+	e.touch(now, t)
+	d, err := e.decide(&l.buckets, key, now, n)
+	e.demand.Add(int64(n)) // before hits: a report never shows more hits than demand
+	if err != nil || !d.Allowed {
+		return d, err
+	}
+	e.hits.Add(int64(n))
+	if !l.table.kept(key, e) {
+		e, _ = l.entry(key, true)
+		e.touch(now, t)
+		e.demand.Add(int64(n))
+		e.hits.Add(int64(n))
+		e.unpin()
+	}
+	return d, nil
+}
+
+// entry returns key's entry, pinned if pin, or the overflow key's when the
+// table is full, and the key it belongs to.
+func (l *Limiter) entry(key string, pin bool) (*entry, string) {
+	for {
+		var e *entry
+		if pin {
+			e = l.table.pin(key)
+		} else {
+			e = l.table.get(key)
+		}
+		if e != nil {
+			return e, key
+		}
+		l.node.st.overflow.Add(1)
+		key = OverflowKey // it always has room
+	}
 }
 
 // quota returns this node's spend cap for key in round r given total, the
@@ -340,12 +374,18 @@ func (l *Limiter) levels(r int64, peer string, inc uint64) [][]byte {
 // round lets go of the bucket state it keeps: a pointer into the buckets'
 // table would keep alive a table that a rebuild has since replaced.
 func (l *Limiter) expire(r, minAck int64) {
-	l.table.each(func(key string, e *entry) {
+	idle := func(e *entry) bool {
 		ch := e.changed.Load()
-		if ch < r-l.retain && ch < minAck && e.pruneRemote(r-l.retain) {
-			l.table.drop(key, e)
+		return ch < r-l.retain && ch < minAck
+	}
+	l.table.each(func(key string, e *entry) {
+		if idle(e) && e.pruneRemote(r-l.retain) {
+			// A decision or report may have come and gone between the
+			// look and the drop: look again once no new one can pin e.
+			l.table.drop(key, e, func() bool { return idle(e) && e.noRemote() })
 			return
 		}
+		ch := e.changed.Load()
 		if ch < r-1 && e.bucket.Load() != nil {
 			e.bucket.Store(nil) // the next decision looks the key up
 		}
@@ -485,7 +525,7 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 // entry is the gossip state of one key: this node's cumulative counters
 // and what each peer last reported.
 type entry struct {
-	pin     atomic.Int32               // decisions in progress; -1 once dropped
+	pin     atomic.Int32               // uses in progress (see table.pin); below dropped once dropped
 	hits    atomic.Int64               // units admitted here, cumulative
 	demand  atomic.Int64               // units asked for here, cumulative
 	changed atomic.Int64               // round of the last Tick before the counters last changed
@@ -515,6 +555,26 @@ type remoteRec struct {
 
 func (e *entry) unpin() { e.pin.Add(-1) }
 
+// pinned pins e unless it was dropped.
+func (e *entry) pinned() bool {
+	if e.pin.Add(1) > 0 {
+		return true
+	}
+	e.pin.Add(-1)
+	return false
+}
+
+// touch notes a decision at now in round t: the counter is born at its
+// first, and changed in t.
+func (e *entry) touch(now, t int64) {
+	if e.born.Load() == 0 {
+		e.born.CompareAndSwap(0, now)
+	}
+	if e.changed.Load() != t {
+		e.changed.Store(t)
+	}
+}
+
 // decide decides n units for key at now in b, on the bucket state e keeps
 // (looked up and kept on first use, and again after the buckets retired
 // it).
@@ -525,6 +585,13 @@ func (e *entry) decide(b *gcra.Keyed, key string, now int64, n int) (throttle.De
 		e.bucket.Store(used)
 	}
 	return d, err
+}
+
+// noRemote reports whether e keeps no peer records.
+func (e *entry) noRemote() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.remote) == 0
 }
 
 // pruneRemote drops peer records not received since round before (their
@@ -579,21 +646,55 @@ func (t *table) pin(key string) *entry {
 			}
 			t.mu.Unlock()
 		}
-		for {
-			p := e.pin.Load()
-			if p < 0 {
-				break // dropped meanwhile: look again
-			}
-			if e.pin.CompareAndSwap(p, p+1) {
-				return e
-			}
+		if e.pinned() {
+			return e
 		}
 	}
 }
 
-// drop removes e if no decision holds it.
-func (t *table) drop(key string, e *entry) {
-	if !e.pin.CompareAndSwap(0, -1) {
+// kept reports whether e, which a decision touched (see entry.touch) and
+// counted on, is kept: not dropped, or dropped and put back by a round that
+// saw the touch. It is false when e was dropped by a round that did not
+// see it, and the counts are lost with it. Touch first, then read pin;
+// drop writes pin first, then reads changed: one of the two sees the
+// other's write.
+func (t *table) kept(key string, e *entry) bool {
+	for e.pin.Load() < 0 {
+		if t.load(key) != e {
+			return false
+		}
+		runtime.Gosched() // the drop is deciding
+	}
+	return true
+}
+
+// get returns key's entry, created if absent, not pinned: it may be
+// dropped at any time. It returns nil when the table is full.
+func (t *table) get(key string) *entry {
+	if e := t.load(key); e != nil {
+		return e
+	}
+	e := t.pin(key)
+	if e != nil {
+		e.unpin()
+	}
+	return e
+}
+
+// dropped is an entry's pin count once dropped: a pin is one add, not a
+// compare-and-swap loop, so that a hot key's decisions do not retry each
+// other's pins, and the pins that find a dropped entry (and take their add
+// back) cannot bring it back to zero.
+const dropped = math.MinInt32 / 2
+
+// drop removes e if no decision holds it and, once none can pin it, still
+// it still is.
+func (t *table) drop(key string, e *entry, still func() bool) {
+	if !e.pin.CompareAndSwap(0, dropped) {
+		return
+	}
+	if !still() {
+		e.pin.Add(-dropped) // back to the pins that failed meanwhile and will take theirs back
 		return
 	}
 	t.mu.Lock()
