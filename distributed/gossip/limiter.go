@@ -127,17 +127,20 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	if err := limiterkit.CheckN(n, l.burst); err != nil {
 		return throttle.Decision{}, err
 	}
-	capped := l.node.cfg.SpendCap && len(*l.node.members.Load()) > 1
-	if !capped {
-		return l.allow(key, n)
+	if l.node.cfg.SpendCap && len(*l.node.members.Load()) > 1 {
+		return l.allowCapped(key, n)
 	}
-	// With the cap, the entry is pinned and locked: the share is decided
-	// on the round's counters, which the decision then updates.
+	return l.allow(key, n)
+}
+
+// allowCapped is Allow with the spend cap. The key's entry is pinned and
+// locked: the share is decided on the round's counters, which the decision
+// then updates.
+func (l *Limiter) allowCapped(key string, n int) (throttle.Decision, error) {
 	e, key := l.entry(key, true)
 	defer e.unpin()
 	now := l.node.clk.Now() // the decision's one clock reading
 	e.touch(now, l.node.tick.Load())
-	e.demand.Add(int64(n))
 	r := now / l.node.interval
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -166,31 +169,38 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 				d.RetryAfter = w
 			}
 		}
+		e.unmet.Add(int64(n))
 		return d, nil
 	}
 	d, err := e.decide(&l.buckets, key, now, n)
-	if err == nil && d.Allowed {
-		e.hits.Add(int64(n))
-		e.spent += int64(n)
-		d.Remaining = int(min(int64(d.Remaining), max(quota-e.spent, 0)))
+	if err != nil || !d.Allowed {
+		e.unmet.Add(int64(n))
+		return d, err
 	}
-	return d, err
+	e.hits.Add(int64(n))
+	e.spent += int64(n)
+	d.Remaining = int(min(int64(d.Remaining), max(quota-e.spent, 0)))
+	return d, nil
 }
 
-// allow is Allow without the spend cap. It does not pin the key's entry:
-// a decision writes only the counters, so a flood of requests for one key
-// does not make the cores that serve it take turns at a pin count. A round
-// that drops the entry meanwhile either sees the decision and keeps the
-// entry, or is seen by it (see kept), and the admission is counted on the
-// key's new entry. A denial's demand may be lost that way: it weighs
-// shares, it admits nothing.
+// allow is Allow without the spend cap. It pins nothing, and a denial
+// writes nothing (but the round, once a round): a flood of requests for
+// one key, denied, costs the cores that serve it no cache line moving
+// between them, as with a plain bucket. An admission adds to hits; a
+// round that drops the entry meanwhile either sees the decision and keeps
+// the entry, or is seen by it (see kept), and the admission is counted on
+// the key's new entry.
+//
+// A node without the cap reports what it admitted as its demand (it counts
+// no unmet units): demand weighs the shares of peers that have the cap,
+// and what such a node takes of the tokens is what its bucket admits, not
+// what it is asked.
 func (l *Limiter) allow(key string, n int) (throttle.Decision, error) {
 	e, key := l.entry(key, false)
 	now := l.node.clk.Now() // the decision's one clock reading
 	t := l.node.tick.Load()
 	e.touch(now, t)
 	d, err := e.decide(&l.buckets, key, now, n)
-	e.demand.Add(int64(n)) // before hits: a report never shows more hits than demand
 	if err != nil || !d.Allowed {
 		return d, err
 	}
@@ -198,7 +208,6 @@ func (l *Limiter) allow(key string, n int) (throttle.Decision, error) {
 	if !l.table.kept(key, e) {
 		e, _ = l.entry(key, true)
 		e.touch(now, t)
-		e.demand.Add(int64(n))
 		e.hits.Add(int64(n))
 		e.unpin()
 	}
@@ -527,7 +536,7 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 type entry struct {
 	pin     atomic.Int32               // uses in progress (see table.pin); below dropped once dropped
 	hits    atomic.Int64               // units admitted here, cumulative
-	demand  atomic.Int64               // units asked for here, cumulative
+	unmet   atomic.Int64               // with the spend cap, units asked for here and not admitted, cumulative; demand is hits + unmet
 	changed atomic.Int64               // round of the last Tick before the counters last changed
 	born    atomic.Int64               // time of the first local request (ns): identifies the counter; 0 before
 	bucket  atomic.Pointer[gcra.State] // the key's bucket state, kept to decide with one look-up

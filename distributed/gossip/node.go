@@ -563,8 +563,8 @@ func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bo
 			if (pos{ch, l.name, hits, key}).cmp(from) < 0 || (silent && ch < r-l.retain) {
 				return
 			}
-			if demand := e.demand.Load(); demand > 0 {
-				ps = append(ps, pend{i, ch, reportEntry{key: key, born: e.born.Load(), hits: hits, demand: uint64(demand)}})
+			if demand := hits + uint64(e.unmet.Load()); demand > 0 { // hits read first: never more hits than demand
+				ps = append(ps, pend{i, ch, reportEntry{key: key, born: e.born.Load(), hits: hits, demand: demand}})
 			}
 		})
 	}
