@@ -26,7 +26,9 @@
 //     admits for a key at most its share of the tokens left, shares being
 //     proportional to the demand each node reported for the previous
 //     interval (equal when unknown), rounded by largest remainder so that
-//     they add up to the tokens left.
+//     they add up to the tokens left. A node without the cap reports what
+//     it admitted as its demand: that, not what it is asked, is what it
+//     takes of the tokens.
 //   - Datagrams are authenticated with HMAC-SHA256 under a shared secret;
 //     forged, malformed and foreign ones are dropped and counted (Stats).
 //     The MAC covers the receiver's ID, and each datagram carries the
