@@ -64,7 +64,7 @@ func (s *state) Evict() int64 {
 	}
 	s.dead = true
 	var d int64
-	if s.size > 0 {
+	if s.total > 0 {
 		d = s.p.debt(s.total, s.last)
 	}
 	s.clear()
@@ -99,5 +99,4 @@ func (d debts) Owe(b *box, w int64) {
 	total, at := d.p.owed(w)
 	s.push(d.p, at, total)
 	s.seen = at ^ math.MinInt64
-	s.until = d.p.after(at)
 }

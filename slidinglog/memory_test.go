@@ -45,7 +45,7 @@ func TestMemoryPerKey(t *testing.T) {
 		perKey := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / keys
 		t.Logf("%d entries in the window: %.0f B per key", k, perKey)
 		limit := 240.0
-		if k > len(ring{}.first) {
+		if k > len(ring{}.tail) {
 			limit += 16 * float64(k) // the buffer: 8 bytes per entry, doubling
 		}
 		if perKey > limit {

@@ -66,43 +66,54 @@ func newParams(limit int, window time.Duration) (params, error) {
 // entry (up to maxCount units), so a log holds at most limit entries and
 // usually far fewer.
 //
+// The entries are those of buf (a ring, the older ones) followed by those
+// of tail (the newest). An admission writes its entry into tail, inside
+// the ring itself; when tail is full its entries move to buf together. A
+// log of up to len(tail) entries (most keys, most of the time) thus needs
+// no buffer at all, and an admission to a busier log writes to its buffer,
+// a cache line the decision would otherwise not touch, once in
+// len(tail).
+//
 // The zero value is an empty log. A ring is not safe for concurrent use;
 // its owner serializes access.
 type ring struct {
-	buf   []uint64
-	head  int   // index of the oldest entry
-	size  int   // entries in use
-	total int64 // units in the entries in use
-	base  int64 // ns; an entry's time is base + offset
-	last  int64 // ns; time of the newest entry, if size > 0
+	buf   []uint64 // allocated once the log holds more than len(tail) entries
+	head  int      // index in buf of its oldest entry
+	size  int      // entries in buf
+	total int64    // units in all the entries
+	base  int64    // ns; an entry's time is base + offset
+	last  int64    // ns; time of the newest entry, if total > 0
 	// seen is the latest time the log was decided at, in ns, with its sign
 	// bit flipped so that the zero value reads as the earliest time.
 	seen int64
-	// first is the buffer of a log's first entries: a log of up to four
-	// entries (most keys, most of the time) lives in one allocation and
-	// one place in memory. A ring that points into itself must not be
-	// copied once used.
-	first [4]uint64
+	tail [4]uint64 // the newest entries: tail[:tn]
+	tn   int
 }
 
-// idx returns the buffer index of the i-th oldest entry, i < len(buf).
-func (r *ring) idx(i int) int {
+// entries returns the number of entries in the log.
+func (r *ring) entries() int { return r.size + r.tn }
+
+// at returns the i-th oldest entry, i < r.entries().
+func (r *ring) at(i int) uint64 {
+	if i >= r.size {
+		return r.tail[i-r.size]
+	}
 	j := r.head + i
 	if j >= len(r.buf) {
 		j -= len(r.buf)
 	}
-	return j
+	return r.buf[j]
 }
 
-// oldest returns the time of the oldest entry; r.size > 0.
-func (r *ring) oldest(p *params) int64 { return r.base + int64(r.buf[r.head]>>p.cbits) }
+// oldest returns the time of the oldest entry; r.total > 0.
+func (r *ring) oldest(p *params) int64 { return r.base + int64(r.at(0)>>p.cbits) }
 
 // expire drops the entries that are out of the window at now: those at or
 // before now-window.
 func (r *ring) expire(p *params, now int64) {
 	cutoff := now - p.window
-	if r.size == 0 || r.last <= cutoff { // fast paths: empty, or all expired
-		r.head, r.size, r.total = 0, 0, 0
+	if r.total == 0 || r.last <= cutoff { // fast paths: empty, or all expired
+		r.head, r.size, r.tn, r.total = 0, 0, 0, 0
 		return
 	}
 	if cutoff < r.base {
@@ -110,17 +121,26 @@ func (r *ring) expire(p *params, now int64) {
 	}
 	// An entry expires if its offset is at most cutoff-base, that is if
 	// the packed entry is below lim. The newest entry does not expire, so
-	// the loop stops before the ring is empty.
+	// the loops stop before the log is empty: tail keeps at least it.
 	lim := uint64(cutoff-r.base+1) << p.cbits
 	buf, head := r.buf, r.head
-	for e := buf[head]; e < lim; e = buf[head] {
-		r.total -= int64(e & p.maxCount)
-		r.size--
+	for ; r.size > 0 && buf[head] < lim; r.size-- {
+		r.total -= int64(buf[head] & p.maxCount)
 		if head++; head == len(buf) {
 			head = 0
 		}
 	}
 	r.head = head
+	if r.size > 0 {
+		return
+	}
+	k := 0
+	for ; r.tail[k] < lim; k++ {
+		r.total -= int64(r.tail[k] & p.maxCount)
+	}
+	if k > 0 {
+		r.tn = copy(r.tail[:], r.tail[k:r.tn])
+	}
 }
 
 // decide admits n units at now if the window ending at now holds room for
@@ -146,7 +166,7 @@ func (r *ring) decide(p *params, now int64, n int64) (ok bool, remaining, retryA
 	need := r.total + n - p.limit
 	var e uint64
 	for i := 0; need > 0; i++ {
-		e = r.buf[r.idx(i)]
+		e = r.at(i)
 		need -= int64(e & p.maxCount)
 	}
 	return false, p.limit - r.total, r.base + int64(e>>p.cbits) + p.window - now, r.last + p.window - now
@@ -165,23 +185,25 @@ func (p *params) decision(ok bool, remaining, retryAfter, resetAfter int64) thro
 
 // push appends n units admitted at now, no earlier than the newest entry.
 func (r *ring) push(p *params, now int64, n int64) {
+	empty := r.total == 0
 	r.total += n
-	if r.size > 0 && r.size < len(r.buf) && now != r.last && now-r.base <= p.maxOff && uint64(n) <= p.maxCount {
-		// The common case: one more entry, room for it, no rebase.
+	if !empty && r.tn < len(r.tail) && now != r.last && now-r.base <= p.maxOff && uint64(n) <= p.maxCount {
+		// The common case: one more entry, room for it in tail, no rebase.
 		r.last = now
-		r.buf[r.idx(r.size)] = uint64(now-r.base)<<p.cbits | uint64(n)
-		r.size++
+		r.tail[r.tn] = uint64(now-r.base)<<p.cbits | uint64(n)
+		r.tn++
 		return
 	}
-	if r.size == 0 {
-		r.base, r.head = now, 0
+	if empty {
+		r.base = now
 	} else if now-r.base > p.maxOff {
 		r.rebase(p)
 	} else if now == r.last {
-		// Same nanosecond as the newest entry: add to its count.
-		i := r.idx(r.size - 1)
-		if c := r.buf[i] & p.maxCount; c+uint64(n) <= p.maxCount {
-			r.buf[i] += uint64(n)
+		// Same nanosecond as the newest entry (in tail, which is never
+		// empty while the log is not): add to its count.
+		i := r.tn - 1
+		if c := r.tail[i] & p.maxCount; c+uint64(n) <= p.maxCount {
+			r.tail[i] += uint64(n)
 			return
 		}
 	}
@@ -189,13 +211,31 @@ func (r *ring) push(p *params, now int64, n int64) {
 	off := uint64(now-r.base) << p.cbits
 	for n > 0 {
 		c := min(uint64(n), p.maxCount)
-		if r.size == len(r.buf) {
-			r.grow(p)
+		if r.tn == len(r.tail) {
+			r.flush(p)
 		}
-		r.buf[r.idx(r.size)] = off | c
-		r.size++
+		r.tail[r.tn] = off | c
+		r.tn++
 		n -= int64(c)
 	}
+}
+
+// flush moves the entries of tail to the end of buf, growing buf if it
+// lacks room for them.
+func (r *ring) flush(p *params) {
+	if r.size+r.tn > len(r.buf) {
+		r.grow(p)
+	}
+	j := r.head + r.size
+	for _, e := range r.tail[:r.tn] {
+		if j >= len(r.buf) {
+			j -= len(r.buf)
+		}
+		r.buf[j] = e
+		j++
+	}
+	r.size += r.tn
+	r.tn = 0
 }
 
 // rebase moves base to the oldest entry, so offsets are below window. The
@@ -203,24 +243,29 @@ func (r *ring) push(p *params, now int64, n int64) {
 // A rebase happens at most once per window and touches live entries only,
 // so it costs O(1) per admission, amortized.
 func (r *ring) rebase(p *params) {
-	shift := r.buf[r.head] >> p.cbits << p.cbits
+	shift := r.at(0) >> p.cbits << p.cbits
 	for i := range r.size {
-		r.buf[r.idx(i)] -= shift
+		j := r.head + i
+		if j >= len(r.buf) {
+			j -= len(r.buf)
+		}
+		r.buf[j] -= shift
+	}
+	for i := range r.tn {
+		r.tail[i] -= shift
 	}
 	r.base += int64(shift >> p.cbits)
 }
 
-// grow enlarges a full buffer: the ring's own first entries, then twice
-// as large, but never above limit entries, the most a log can hold.
+// grow enlarges buf to hold its entries and tail's: twice as large, at
+// least twice tail, and never above limit entries, the most a log holds
+// (a flush comes before the entry that needs it, so buf and tail then
+// hold at most limit-1 entries between them).
 func (r *ring) grow(p *params) {
-	if r.buf == nil {
-		r.buf, r.head = r.first[:min(int64(len(r.first)), p.limit)], 0
-		return
-	}
-	n := int(min(int64(2*len(r.buf)), p.limit))
+	n := int(min(int64(max(2*len(r.buf), 2*len(r.tail))), p.limit))
 	buf := make([]uint64, n)
 	for i := range r.size {
-		buf[i] = r.buf[r.idx(i)]
+		buf[i] = r.at(i)
 	}
 	r.buf, r.head = buf, 0
 }

@@ -37,8 +37,11 @@
 // units per entry for a 1 s window, 2,097,151 for 1 h, 2,047 for 30 days,
 // 255 for 366 days (where AllowN(1<<22) writes 16,449 entries) and 1 at
 // MaxWindow. So a key holds at most limit entries, 8·limit bytes, and in
-// practice 8 bytes per admission of the last window, plus 120 bytes of
-// state on 64-bit platforms. The ring never shrinks while the key is live,
+// practice 8 bytes per admission of the last window, plus a 160-byte
+// state on 64-bit platforms, which holds the newest four entries itself:
+// a key with at most four entries in its window has no buffer, and an
+// admission to a busier key writes its buffer once in four (four entries
+// at a time). The ring never shrinks while the key is live,
 // but a key that admitted nothing for a whole window is back to empty and
 // the keyed Limiter drops it entirely (lazily as new keys arrive, by
 // Sweep, or by the sweeper of throttle.WithSweepInterval).
@@ -152,9 +155,8 @@ type box = keyed.Box[state, *state]
 // state is the log of one key. The zero value is an empty log.
 type state struct {
 	log
-	p     *params // the limiter's, set on first use: Evict needs it
-	dead  bool    // retired: dropped from the map, look the key up again
-	until int64   // ns; when the log is empty again, if size > 0
+	p    *params // the limiter's, set on first use: Retire and Evict need it
+	dead bool    // retired: dropped from the map, look the key up again
 }
 
 // Retire marks the state dead if its log is empty at now, or if force.
@@ -167,7 +169,7 @@ func (s *state) Retire(j keyed.Judge, force bool) bool {
 		return false
 	}
 	defer s.mu.Unlock()
-	if !s.dead && (force || s.size == 0 || s.until <= j.Now()) {
+	if !s.dead && (force || s.total == 0 || s.p.after(s.last) <= j.Now()) {
 		s.dead = true
 		s.clear() // give the buffer back now, not when the map drops s
 	}
@@ -214,7 +216,6 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 		}
 		s.p = &l.p
 		ok, rem, retry, reset := s.decide(&l.p, now, int64(n))
-		s.until = l.p.after(s.last)
 		s.mu.Unlock()
 		return l.p.decision(ok, rem, retry, reset), nil
 	}

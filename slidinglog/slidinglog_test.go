@@ -385,8 +385,8 @@ func TestPacking(t *testing.T) {
 	}
 	clk := throttletest.NewClock()
 	lg := mustLog(t, 1000, MaxWindow, throttle.WithClock(clk))
-	if d, _ := lg.AllowN(1000); !d.Allowed || lg.log.size != 1000 {
-		t.Fatalf("AllowN(1000) = %+v with %d entries, want allowed in 1000 entries", d, lg.log.size)
+	if d, _ := lg.AllowN(1000); !d.Allowed || lg.log.entries() != 1000 {
+		t.Fatalf("AllowN(1000) = %+v with %d entries, want allowed in 1000 entries", d, lg.log.entries())
 	}
 	clk.Advance(MaxWindow - 1)
 	if d, _ := lg.AllowN(1); d.Allowed || d.RetryAfter != 1 {
