@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.uber.org/goleak"
 
@@ -452,5 +453,32 @@ func TestNoAdmissionLostToExpiry(t *testing.T) {
 				t.Fatalf("the peer was charged %d units of %d admitted", got, admitted)
 			}
 		})
+	}
+}
+
+// TestEntryLayout keeps what admissions write on the second cache line of
+// an entry and the entry at 128 bytes, a size the allocator aligns to 128:
+// cores admitting on one hot key then share the line decisions read.
+func TestEntryLayout(t *testing.T) {
+	var e entry
+	if size := unsafe.Sizeof(e); size != 128 {
+		t.Errorf("entry is %d bytes, want 128", size)
+	}
+	for name, off := range map[string]uintptr{"pin": unsafe.Offsetof(e.pin), "changed": unsafe.Offsetof(e.changed), "born": unsafe.Offsetof(e.born), "bucket": unsafe.Offsetof(e.bucket)} {
+		if off >= 64 {
+			t.Errorf("%s at offset %d, want on the first line", name, off)
+		}
+	}
+	for name, off := range map[string]uintptr{"hits": unsafe.Offsetof(e.hits), "unmet": unsafe.Offsetof(e.unmet), "mu": unsafe.Offsetof(e.mu)} {
+		if off < 64 {
+			t.Errorf("%s at offset %d, want on the second line", name, off)
+		}
+	}
+	var tb table
+	tb.init(100)
+	for i := range 50 {
+		if p := uintptr(unsafe.Pointer(tb.get(strconv.Itoa(i)))); p%128 != 0 {
+			t.Fatalf("entry at %#x, want 128-byte aligned", p)
+		}
 	}
 }

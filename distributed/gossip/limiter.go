@@ -533,20 +533,30 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 
 // entry is the gossip state of one key: this node's cumulative counters
 // and what each peer last reported.
+//
+// It takes two cache lines, 128 bytes (a size the allocator aligns to
+// 128): the first holds what every decision reads and hardly anything
+// writes, the second what admissions write. Cores admitting on one key
+// then move one line of the entry between them, not two, and never the
+// line they read.
 type entry struct {
+	// Read by decisions; written once a round at most.
 	pin     atomic.Int32               // uses in progress (see table.pin); below dropped once dropped
-	hits    atomic.Int64               // units admitted here, cumulative
-	unmet   atomic.Int64               // with the spend cap, units asked for here and not admitted, cumulative; demand is hits + unmet
 	changed atomic.Int64               // round of the last Tick before the counters last changed
 	born    atomic.Int64               // time of the first local request (ns): identifies the counter; 0 before
 	bucket  atomic.Pointer[gcra.State] // the key's bucket state, kept to decide with one look-up
+	remote  map[string]*remoteRec      // guarded by mu
+	_       [24]byte
 
-	mu          sync.Mutex // guards the fields below
-	remote      map[string]*remoteRec
-	capRound    int64 // round of spent and roundDemand
-	spent       int64 // units admitted here in capRound
-	roundDemand int64 // units asked for here in capRound
-	prevDemand  int64 // units asked for here in capRound-1
+	// Written by admissions (and, with the spend cap, every decision).
+	hits        atomic.Int64 // units admitted here, cumulative
+	unmet       atomic.Int64 // with the spend cap, units asked for here and not admitted, cumulative; demand is hits + unmet
+	mu          sync.Mutex   // guards remote and the fields below
+	capRound    int64        // round of spent and roundDemand
+	spent       int64        // units admitted here in capRound
+	roundDemand int64        // units asked for here in capRound
+	prevDemand  int64        // units asked for here in capRound-1
+	_           [8]byte
 }
 
 type remoteRec struct {
