@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -480,5 +481,42 @@ func TestEntryLayout(t *testing.T) {
 		if p := uintptr(unsafe.Pointer(tb.get(strconv.Itoa(i)))); p%128 != 0 {
 			t.Fatalf("entry at %#x, want 128-byte aligned", p)
 		}
+	}
+}
+
+// TestMemoryPerKey measures (go test -v) the heap a key tracked by one node
+// holds, and checks the figure the package documentation states.
+func TestMemoryPerKey(t *testing.T) {
+	if race {
+		t.Skip("slow under the race detector, which does not change sizes")
+	}
+	keys := make([]string, 50_000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("tenant-", i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	n, err := NewNode(Config{Transport: NewNetwork(throttletest.NewClock(), 1).Endpoint("self"), Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	l, err := n.NewLimiter("api", throttle.PerSecond(1), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if _, err := l.Allow(ctx, k, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(l)
+	perKey := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(len(keys))
+	t.Logf("%.0f B per key", perKey)
+	if perKey > 400 {
+		t.Errorf("%.0f B per key, above the 400 the documentation allows", perKey)
 	}
 }
