@@ -305,7 +305,7 @@ func (l *Keyed) Reserve(key string, n int, maxWait time.Duration) (throttle.Rese
 	if maxWait < 0 {
 		return throttle.Reservation{}, fmt.Errorf("%w: negative maxWait %v", throttle.ErrInvalid, maxWait)
 	}
-	s, now := l.m.Get(key, l.m.Now())
+	s, now := l.m.GetNow(key)
 	for {
 		if res, live, err := reserve(s, c, now, n, maxWait); live {
 			return res, err
@@ -323,7 +323,7 @@ func (l *Keyed) Debit(key string, n int64) error {
 		return fmt.Errorf("%w: debit must be positive, got %d", throttle.ErrInvalid, n)
 	}
 	cost := l.cfg.Load().Cost(n)
-	s, now := l.m.Get(key, l.m.Now())
+	s, now := l.m.GetNow(key)
 	for !s.Debit(now, cost) {
 		s, now = l.m.Again(key, now)
 	}

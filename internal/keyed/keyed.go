@@ -433,6 +433,20 @@ func (sh *shard[S]) Now() int64 {
 // time; the caller then calls Again with the instant it got.
 func (m *Map[S, P]) Get(key string, now int64) (P, int64) {
 	sh, tag := m.locate(key)
+	return m.get(sh, tag, key, now)
+}
+
+// GetNow is Get at the current time, the clock read once. The key is
+// hashed first: hashing then overlaps the clock's read, which waits for
+// the loads before it to complete, and the look-up's load (often a cache
+// miss) starts as soon as the clock is read.
+func (m *Map[S, P]) GetNow(key string) (P, int64) {
+	sh, tag := m.locate(key)
+	return m.get(sh, tag, key, m.clk.Now())
+}
+
+// get is Get once the key is located.
+func (m *Map[S, P]) get(sh *shard[S], tag uint64, key string, now int64) (P, int64) {
 	var p P
 	if sl := sh.tab.Load().find(tag, key, m.ids); sl != nil {
 		p = &sl.state
@@ -478,7 +492,7 @@ func (m *Map[S, P]) Begin(key string, n, limit int) (P, int64, error) {
 	if n <= 0 || n > limit {
 		return nil, 0, limiterkit.CheckN(n, limit)
 	}
-	p, now := m.Get(key, m.clk.Now())
+	p, now := m.GetNow(key)
 	return p, now, nil
 }
 
