@@ -40,5 +40,5 @@ func (a Algorithm) Decide(state, now int64, n int) (next int64, d throttle.Decis
 	if a.c == nil {
 		return state, d, errZero
 	}
-	return window.Decide("fixedwindow", state, now, n, a.c.checkN, a.c.step)
+	return window.Decide("fixedwindow", state, now, n, a.c.checkN, a.c.stepDecision)
 }

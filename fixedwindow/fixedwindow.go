@@ -122,24 +122,26 @@ func newConfig(limit int, w time.Duration, anchored bool) (*config, error) {
 	return c, nil
 }
 
-// decide admits or denies n units at now on the state word w. It reports
-// false if the state is dead (retired from a keyed map).
-func (c *config) decide(w *atomic.Int64, now, n int64) (throttle.Decision, bool) {
+// decide admits or denies n units at now on the state word w, and returns
+// what the Decision is made of (see step). live is false if the state is
+// dead (retired from a keyed map).
+func (c *config) decide(w *atomic.Int64, now, n int64) (ok bool, count, end int64, live bool) {
 	for {
 		old := w.Load()
 		if old == window.Dead {
-			return throttle.Decision{}, false
+			return false, 0, 0, false
 		}
-		next, d := c.step(old, now, n)
-		if !d.Allowed || w.CompareAndSwap(old, next) {
-			return d, true
+		next, ok, count, end := c.step(old, now, n)
+		if !ok || w.CompareAndSwap(old, next) {
+			return ok, count, end, true
 		}
 	}
 }
 
-// step is the decision as a pure function of the live state word old: the
-// word to store when admitted, and the Decision.
-func (c *config) step(old, now, n int64) (next int64, d throttle.Decision) {
+// step is the decision as a pure function of the live state word old:
+// whether n units are admitted, the word to store if so, the window's
+// count once decided and the instant the window ends.
+func (c *config) step(old, now, n int64) (next int64, ok bool, count, end int64) {
 	if c.anchored {
 		return c.stepAnchored(old, now, n)
 	}
@@ -154,16 +156,16 @@ func (c *config) step(old, now, n int64) (next int64, d throttle.Decision) {
 	default:
 		count = 0 // a new window
 	}
-	end := (at + 1) * c.window
+	end = (at + 1) * c.window
 	if count+n > c.limit {
-		return old, c.deny(now, end, count)
+		return old, false, count, end
 	}
-	return c.lay.Pack1(at, count+n), c.allow(now, end, count+n)
+	return c.lay.Pack1(at, count+n), true, count + n, end
 }
 
-func (c *config) stepAnchored(old, now, n int64) (next int64, d throttle.Decision) {
+func (c *config) stepAnchored(old, now, n int64) (next int64, ok bool, count, end int64) {
 	tick := now >> c.shift
-	count := c.lay.Lo(old)
+	count = c.lay.Lo(old)
 	open := tick - c.lay.Since(old, tick) // the stored opening tick
 	if count == 0 || open-tick > c.skew || now-open<<c.shift >= c.window {
 		// No open window: open one now, on the first tick at or after
@@ -171,19 +173,26 @@ func (c *config) stepAnchored(old, now, n int64) (next int64, d throttle.Decisio
 		// clock reading is open: the request counts in it.)
 		count, open = 0, (now+1<<c.shift-1)>>c.shift
 	}
-	end := open<<c.shift + c.window
+	end = open<<c.shift + c.window
 	if count+n > c.limit {
-		return old, c.deny(now, end, count)
+		return old, false, count, end
 	}
-	return c.lay.Pack1(open, count+n), c.allow(now, end, count+n)
+	return c.lay.Pack1(open, count+n), true, count + n, end
 }
 
-func (c *config) allow(now, end, count int64) throttle.Decision {
-	return throttle.Decision{Allowed: true, Limit: int(c.limit), Remaining: int(c.limit - count), ResetAfter: time.Duration(end - now)}
+// stepDecision is step with the Decision built, for Algorithm.
+func (c *config) stepDecision(old, now, n int64) (int64, throttle.Decision) {
+	next, ok, count, end := c.step(old, now, n)
+	return next, c.decision(now, ok, count, end)
 }
 
-func (c *config) deny(now, end, count int64) throttle.Decision {
-	return throttle.Decision{Limit: int(c.limit), Remaining: int(c.limit - count), RetryAfter: time.Duration(end - now), ResetAfter: time.Duration(end - now)}
+// decision is the Decision at now of what decide returned.
+func (c *config) decision(now int64, ok bool, count, end int64) throttle.Decision {
+	d := throttle.Decision{Allowed: ok, Limit: int(c.limit), Remaining: int(c.limit - count), ResetAfter: time.Duration(end - now)}
+	if !ok {
+		d.RetryAfter = d.ResetAfter
+	}
+	return d
 }
 
 // full reports whether the live word w holds no units at now.
@@ -260,8 +269,9 @@ func (w *Window) AllowN(n int) (throttle.Decision, error) {
 	if err := c.checkN(n); err != nil {
 		return throttle.Decision{}, err
 	}
-	d, _ := c.decide(&w.w, w.clk.Now(), int64(n))
-	return d, nil
+	now := w.clk.Now()
+	ok, count, end, _ := c.decide(&w.w, now, int64(n))
+	return c.decision(now, ok, count, end), nil
 }
 
 // Allow is AllowN(n); it ignores ctx and key.
@@ -379,8 +389,8 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 		if s.cfg.Load() == nil {
 			s.cfg.Store(c)
 		}
-		if d, ok := c.decide(&s.w, now, int64(n)); ok {
-			return d, nil
+		if ok, count, end, live := c.decide(&s.w, now, int64(n)); live {
+			return c.decision(now, ok, count, end), nil
 		}
 		s, now = l.m.Again(key, now)
 	}

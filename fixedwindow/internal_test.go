@@ -22,12 +22,12 @@ func TestLateReading(t *testing.T) {
 			t.Fatal(err)
 		}
 		var w atomic.Int64
-		c.decide(&w, base+W, 2) // opens the window [base+W, base+2W)
-		d, _ := c.decide(&w, base+W-5, 1)
+		decideAt(c, &w, base+W, 2) // opens the window [base+W, base+2W)
+		d, _ := decideAt(c, &w, base+W-5, 1)
 		if !d.Allowed || d.Remaining != 0 || d.ResetAfter != time.Duration(W+5) {
 			t.Fatalf("anchored=%v: late reading: %+v, want counted in the newer window", anchored, d)
 		}
-		d, _ = c.decide(&w, base+W-5, 1)
+		d, _ = decideAt(c, &w, base+W-5, 1)
 		if d.Allowed || d.RetryAfter != time.Duration(W+5) {
 			t.Fatalf("anchored=%v: late reading on a full newer window: %+v", anchored, d)
 		}
@@ -39,7 +39,7 @@ func TestLateReading(t *testing.T) {
 		if anchored {
 			far = base - (c.skew+2)<<c.shift - 2*W
 		}
-		if d, _ := c.decide(&w, far, 3); !d.Allowed {
+		if d, _ := decideAt(c, &w, far, 3); !d.Allowed {
 			t.Fatalf("anchored=%v: reading far behind: %+v, want a fresh window", anchored, d)
 		}
 	}
@@ -54,19 +54,19 @@ func TestRetire(t *testing.T) {
 	s = state{}
 	s.cfg.Store(c)
 	now := int64(1767225600e9)
-	c.decide(&s.w, now, 1)
+	decideAt(c, &s.w, now, 1)
 	if s.Retire(keyed.At(now+int64(time.Second)-1), false) {
 		t.Fatal("retired a state with units in its window")
 	}
 	if !s.Retire(keyed.At(now+int64(time.Second)), false) {
 		t.Fatal("did not retire a state whose window closed")
 	}
-	if _, ok := c.decide(&s.w, now, 1); ok {
+	if _, ok := decideAt(c, &s.w, now, 1); ok {
 		t.Fatal("a dead state decided")
 	}
 	var f state
 	f.cfg.Store(c)
-	c.decide(&f.w, now, 1)
+	decideAt(c, &f.w, now, 1)
 	if !f.Retire(keyed.At(now), true) {
 		t.Fatal("forced retirement refused")
 	}
@@ -90,4 +90,10 @@ func TestWindowsBefore1970(t *testing.T) {
 	if d, _ := l.Allow(t.Context(), "k", 6); !d.Allowed {
 		t.Fatalf("denied in the next window: %+v", d)
 	}
+}
+
+// decideAt is config.decide with its Decision built.
+func decideAt(c *config, w *atomic.Int64, now, n int64) (throttle.Decision, bool) {
+	ok, count, end, live := c.decide(w, now, n)
+	return c.decision(now, ok, count, end), live
 }

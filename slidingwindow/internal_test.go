@@ -24,8 +24,8 @@ func TestLateReading(t *testing.T) {
 		var ring atomic.Pointer[[]atomic.Int64]
 		decide := func(now, n int64) throttle.Decision {
 			if slots == 0 {
-				d, _ := c.decideWeighted(&w, now, n)
-				return d
+				ok, start, prev, cur, used, _ := c.decideWeighted(&w, now, n)
+				return c.weightedDecision(now, n, ok, start, prev, cur, used)
 			}
 			d, _ := c.decideSlotted(&w, &ring, now, n)
 			return d

@@ -154,23 +154,26 @@ func (c *config) checkN(n int) error {
 }
 
 // decideWeighted admits or denies n units at now on the weighted state
-// word w. It reports false if the state is dead.
-func (c *config) decideWeighted(w *atomic.Int64, now, n int64) (throttle.Decision, bool) {
+// word w, and returns what the Decision is made of (see stepWeighted).
+// live is false if the state is dead.
+func (c *config) decideWeighted(w *atomic.Int64, now, n int64) (ok bool, start, prev, cur, used int64, live bool) {
 	for {
 		old := w.Load()
 		if old == window.Dead {
-			return throttle.Decision{}, false
+			return false, 0, 0, 0, 0, false
 		}
-		next, d := c.stepWeighted(old, now, n)
-		if !d.Allowed || w.CompareAndSwap(old, next) {
-			return d, true
+		next, ok, start, prev, cur, used := c.stepWeighted(old, now, n)
+		if !ok || w.CompareAndSwap(old, next) {
+			return ok, start, prev, cur, used, true
 		}
 	}
 }
 
 // stepWeighted is the weighted decision as a pure function of the live
-// state word old: the word to store when admitted, and the Decision.
-func (c *config) stepWeighted(old, now, n int64) (next int64, d throttle.Decision) {
+// state word old: whether n units are admitted, the word to store if so,
+// the start of the window decided in, its counts before the request, and
+// the units they weigh at now: cur + ⌈prev·(W-e)/W⌉ at the offset e.
+func (c *config) stepWeighted(old, now, n int64) (next int64, ok bool, start, prev, cur, used int64) {
 	idx, _ := c.div.FloorDiv(now)
 	prev, cur, at := c.lay.Hi(old), c.lay.Lo(old), idx
 	switch d := c.lay.Since(old, idx); {
@@ -182,30 +185,40 @@ func (c *config) stepWeighted(old, now, n int64) (next int64, d throttle.Decisio
 	default:
 		prev, cur = 0, 0
 	}
-	start := at * c.window
+	start = at * c.window
 	e := max(now-start, 0) // in a later window: as of its start
-	used := cur
+	used = cur
 	if prev > 0 {
 		used += c.div.CeilMulDiv(prev, c.window-e)
 	}
 	if used+n > c.limit {
-		return old, c.denyWeighted(now, start, prev, cur, n, used)
+		return old, false, start, prev, cur, used
 	}
-	return c.lay.Pack2(at, prev, cur+n), throttle.Decision{
-		Allowed: true, Limit: int(c.limit), Remaining: int(c.limit - used - n),
-		ResetAfter: time.Duration(start + 2*c.window - now),
-	}
+	return c.lay.Pack2(at, prev, cur+n), true, start, prev, cur, used
 }
 
-// denyWeighted returns the denial of n units at now, in the window that
-// starts at start, with counts prev and cur, and used = cur +
-// ⌈prev·(W-e)/W⌉.
-func (c *config) denyWeighted(now, start, prev, cur, n, used int64) throttle.Decision {
+// weightedDecision is the Decision at now on n units of what
+// decideWeighted returned.
+func (c *config) weightedDecision(now, n int64, ok bool, start, prev, cur, used int64) throttle.Decision {
+	if !ok {
+		return c.denyWeighted(now, n, start, prev, cur, used)
+	}
+	return throttle.Decision{Allowed: true, Limit: int(c.limit), Remaining: int(c.limit - used - n), ResetAfter: time.Duration(start + 2*c.window - now)}
+}
+
+// denyWeighted is weightedDecision for a denial.
+func (c *config) denyWeighted(now, n, start, prev, cur, used int64) throttle.Decision {
 	retry, reset := window.WeightedRetry(c.limit, c.window, prev, cur, n)
 	return throttle.Decision{
 		Limit: int(c.limit), Remaining: int(max(c.limit-used, 0)),
 		RetryAfter: time.Duration(start + retry - now), ResetAfter: time.Duration(start + reset - now),
 	}
+}
+
+// stepDecision is stepWeighted with the Decision built, for Algorithm.
+func (c *config) stepDecision(old, now, n int64) (int64, throttle.Decision) {
+	next, ok, start, prev, cur, used := c.stepWeighted(old, now, n)
+	return next, c.weightedDecision(now, n, ok, start, prev, cur, used)
 }
 
 // fullWeighted reports whether the live weighted word w holds no units at
@@ -432,8 +445,8 @@ func (w *Window) AllowN(n int) (throttle.Decision, error) {
 	}
 	now := w.clk.Now()
 	if c.slots == 0 {
-		d, _ := c.decideWeighted(&w.w, now, int64(n))
-		return d, nil
+		ok, start, prev, cur, used, _ := c.decideWeighted(&w.w, now, int64(n))
+		return c.weightedDecision(now, int64(n), ok, start, prev, cur, used), nil
 	}
 	d, _ := c.decideSlotted(&w.w, &w.ring, now, int64(n))
 	return d, nil
@@ -570,8 +583,8 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 			if s.cfg.Load() == nil {
 				s.cfg.Store(c)
 			}
-			if d, ok := c.decideWeighted(&s.w, now, int64(n)); ok {
-				return d, nil
+			if ok, start, prev, cur, used, live := c.decideWeighted(&s.w, now, int64(n)); live {
+				return c.weightedDecision(now, int64(n), ok, start, prev, cur, used), nil
 			}
 			s, now = m.Again(key, now)
 		}
