@@ -172,7 +172,8 @@ func (l *Limiter) allowCapped(key string, n int) (throttle.Decision, error) {
 		e.unmet.Add(int64(n))
 		return d, nil
 	}
-	d, err := e.decide(&l.buckets, key, now, n)
+	var d throttle.Decision
+	err := e.decide(&d, &l.buckets, key, now, n)
 	if err != nil || !d.Allowed {
 		e.unmet.Add(int64(n))
 		return d, err
@@ -195,13 +196,12 @@ func (l *Limiter) allowCapped(key string, n int) (throttle.Decision, error) {
 // no unmet units): demand weighs the shares of peers that have the cap,
 // and what such a node takes of the tokens is what its bucket admits, not
 // what it is asked.
-func (l *Limiter) allow(key string, n int) (throttle.Decision, error) {
+func (l *Limiter) allow(key string, n int) (d throttle.Decision, err error) {
 	e, key := l.entry(key, false)
 	now := l.node.clk.Now() // the decision's one clock reading
 	t := l.node.tick.Load()
 	e.touch(now, t)
-	d, err := e.decide(&l.buckets, key, now, n)
-	if err != nil || !d.Allowed {
+	if err = e.decide(&d, &l.buckets, key, now, n); err != nil || !d.Allowed {
 		return d, err
 	}
 	e.hits.Add(int64(n))
@@ -596,14 +596,14 @@ func (e *entry) touch(now, t int64) {
 
 // decide decides n units for key at now in b, on the bucket state e keeps
 // (looked up and kept on first use, and again after the buckets retired
-// it).
-func (e *entry) decide(b *gcra.Keyed, key string, now int64, n int) (throttle.Decision, error) {
+// it), and fills d.
+func (e *entry) decide(d *throttle.Decision, b *gcra.Keyed, key string, now int64, n int) error {
 	st := e.bucket.Load()
-	d, used, err := b.Decide(key, st, now, n)
+	used, err := b.Decide(d, key, st, now, n)
 	if used != st {
 		e.bucket.Store(used)
 	}
-	return d, err
+	return err
 }
 
 // noRemote reports whether e keeps no peer records.

@@ -260,11 +260,12 @@ func (l *Keyed) allow(key string, n int, c *Config) (d throttle.Decision, err er
 
 // Decide admits or denies n units for key at now (the caller's one clock
 // reading) on st, key's state as an earlier Decide returned it, or on the
-// state it looks up when st is nil or was retired since. It returns the
-// state decided on, for the caller to keep: a caller that keeps a key's
-// state next to its own per-key data decides with one look-up, its own.
-// The caller has checked key and n (see keyed.Map.Begin).
-func (l *Keyed) Decide(key string, st *State, now int64, n int) (d throttle.Decision, used *State, err error) {
+// state it looks up when st is nil or was retired since, and fills d. It
+// returns the state decided on, for the caller to keep: a caller that
+// keeps a key's state next to its own per-key data decides with one
+// look-up, its own. The caller has checked key and n (see
+// keyed.Map.Begin).
+func (l *Keyed) Decide(d *throttle.Decision, key string, st *State, now int64, n int) (used *State, err error) {
 	c := l.cfg.Load()
 	cost := int64(n) * c.Interval
 	if st == nil {
@@ -272,8 +273,7 @@ func (l *Keyed) Decide(key string, st *State, now int64, n int) (d throttle.Deci
 	}
 	for {
 		if tat, ok, live := st.Take(now, cost, c.Tau); live {
-			err = c.Fill(&d, now, tat, cost, ok)
-			return d, st, err
+			return st, c.Fill(d, now, tat, cost, ok)
 		}
 		// Retired or moved: Again lifts now to the instant the clean-up
 		// judged at.

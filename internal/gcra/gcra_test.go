@@ -263,7 +263,8 @@ func TestDecideKeptState(t *testing.T) {
 	var st *State
 	admitted := 0
 	for range 3 {
-		d, used, err := l.Decide("k", st, now(), 1)
+		var d throttle.Decision
+		used, err := l.Decide(&d, "k", st, now(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,11 +283,12 @@ func TestDecideKeptState(t *testing.T) {
 	if n := l.Map().Sweep(); n != 1 {
 		t.Fatalf("Sweep dropped %d keys, want 1", n)
 	}
-	d, used, err := l.Decide("k", st, now(), 2)
+	var d throttle.Decision
+	used, err := l.Decide(&d, "k", st, now(), 2)
 	if err != nil || !d.Allowed || used == st {
 		t.Fatalf("after retirement: %+v, %v, same state %v", d, err, used == st)
 	}
-	if d, _, _ := l.Decide("k", used, now(), 1); d.Allowed {
+	if _, _ = l.Decide(&d, "k", used, now(), 1); d.Allowed {
 		t.Fatal("admitted a third unit at one instant after the look-up")
 	}
 }
