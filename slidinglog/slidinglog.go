@@ -41,10 +41,10 @@
 // state on 64-bit platforms, which holds the newest four entries itself:
 // a key with at most four entries in its window has no buffer, and an
 // admission to a busier key writes its buffer once in four (four entries
-// at a time). The ring never shrinks while the key is live,
-// but a key that admitted nothing for a whole window is back to empty and
-// the keyed Limiter drops it entirely (lazily as new keys arrive, by
-// Sweep, or by the sweeper of throttle.WithSweepInterval).
+// at a time). The ring never shrinks while the key is live, but a key
+// that admitted nothing for a whole window is back to empty and the keyed
+// Limiter drops it entirely (lazily as new keys arrive, by Sweep, or by
+// the sweeper of throttle.WithSweepInterval).
 //
 // An admission costs O(1) amortized: expiring old entries is paid for by
 // their admission, and the base is moved (rewriting the live offsets) at

@@ -545,7 +545,7 @@ type entry struct {
 	changed atomic.Int64               // round of the last Tick before the counters last changed
 	born    atomic.Int64               // time of the first local request (ns): identifies the counter; 0 before
 	bucket  atomic.Pointer[gcra.State] // the key's bucket state, kept to decide with one look-up
-	remote  map[string]*remoteRec      // guarded by mu
+	remote  map[string]*remoteRec      // guarded by mu; the map itself is made once, by the first peer record
 	_       [24]byte
 
 	// Written by admissions (and, with the spend cap, every decision).
