@@ -54,20 +54,19 @@ func (p *params) owed(d int64) (total, at int64) {
 	return int64(u & (1<<g - 1)), int64(u>>g<<g ^ 1<<63)
 }
 
-// Evict marks the state dead and returns its debt (0 if it was dead or
-// its log empty). It implements keyed.Debtor.
+// Evict kills the log and returns its debt (0 if it was dead or empty).
+// It implements keyed.Debtor.
 func (s *state) Evict() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dead {
+	if s.dead() {
 		return 0
 	}
-	s.dead = true
 	var d int64
 	if s.total > 0 {
-		d = s.p.debt(s.total, s.last)
+		d = s.p.debt(s.total, s.newest(s.p))
 	}
-	s.clear()
+	s.kill()
 	return d
 }
 
@@ -93,8 +92,7 @@ func (d debts) Paid(w, now int64) bool {
 // Owe makes the fresh state s start from debt w: one admission of its
 // units at its instant, which the log takes as the latest time it has
 // seen (it may lie a grain ahead of the clock).
-func (d debts) Owe(b *box, w int64) {
-	s := b.State()
+func (d debts) Owe(s *state, w int64) {
 	s.p = d.p
 	total, at := d.p.owed(w)
 	s.push(d.p, at, total)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/throttlekit/throttle"
 )
@@ -64,55 +65,76 @@ func newParams(limit int, window time.Duration) (params, error) {
 // offset<<cbits | count, where offset is the admission time in
 // nanoseconds after base. Admissions at the same nanosecond share an
 // entry (up to maxCount units), so a log holds at most limit entries and
-// usually far fewer.
+// usually far fewer. An entry is never 0: it holds at least one unit.
 //
-// The entries are those of buf (a ring, the older ones) followed by those
-// of tail (the newest). An admission writes its entry into tail, inside
-// the ring itself; when tail is full its entries move to buf together. A
-// log of up to len(tail) entries (most keys, most of the time) thus needs
-// no buffer at all, and an admission to a busier log writes to its buffer,
-// a cache line the decision would otherwise not touch, once in
+// The entries are those of the buffer (a ring, the older ones) followed by
+// those of tail (the newest). An admission writes its entry into tail,
+// inside the ring itself; when tail is full its entries move to the buffer
+// together. A log of up to len(tail) entries (most keys, most of the time)
+// thus needs no buffer at all, and an admission to a busier log writes to
+// its buffer, a cache line the decision would otherwise not touch, once in
 // len(tail).
+//
+// The buffer is kept as a pointer and 32-bit counts rather than a slice
+// and ints: that keeps a keyed log's state, with its lock and its
+// published words, in 112 bytes, so that with its map slot it fills one
+// aligned pair of cache lines. So the buffer holds at most maxBuf entries
+// (32 GiB); a log that would need more denies until entries leave.
 //
 // The zero value is an empty log. A ring is not safe for concurrent use;
 // its owner serializes access.
 type ring struct {
-	buf   []uint64 // allocated once the log holds more than len(tail) entries
-	head  int      // index in buf of its oldest entry
-	size  int      // entries in buf
-	total int64    // units in all the entries
-	base  int64    // ns; an entry's time is base + offset
-	last  int64    // ns; time of the newest entry, if total > 0
+	buf    *uint64 // the first of bufLen entries; nil until the log needs it
+	bufLen uint32
+	head   uint32 // index in the buffer of its oldest entry
+	size   uint32 // entries in the buffer
+	tn     uint8  // entries in tail
+	total  int64  // units in all the entries
+	base   int64  // ns; an entry's time is base + offset
 	// seen is the latest time the log was decided at, in ns, with its sign
 	// bit flipped so that the zero value reads as the earliest time.
 	seen int64
-	tail [4]uint64 // the newest entries: tail[:tn]
-	tn   int
+	tail [3]uint64 // the newest entries: tail[:tn]
 }
 
+// The buffer holds at least minBuf entries (one cache line) and at most
+// maxBuf. minBuf is at least len(tail) + 1, so that a buffer that doubles
+// always takes a full tail.
+const (
+	minBuf = 8
+	maxBuf = math.MaxUint32
+)
+
+// buffer returns the buffer as a slice.
+func (r *ring) buffer() []uint64 { return unsafe.Slice(r.buf, r.bufLen) }
+
 // entries returns the number of entries in the log.
-func (r *ring) entries() int { return r.size + r.tn }
+func (r *ring) entries() int { return int(r.size) + int(r.tn) }
 
 // at returns the i-th oldest entry, i < r.entries().
 func (r *ring) at(i int) uint64 {
-	if i >= r.size {
-		return r.tail[i-r.size]
+	if i >= int(r.size) {
+		return r.tail[i-int(r.size)]
 	}
-	j := r.head + i
-	if j >= len(r.buf) {
-		j -= len(r.buf)
+	j := int(r.head) + i
+	if j >= int(r.bufLen) {
+		j -= int(r.bufLen)
 	}
-	return r.buf[j]
+	return r.buffer()[j]
 }
 
 // oldest returns the time of the oldest entry; r.total > 0.
 func (r *ring) oldest(p *params) int64 { return r.base + int64(r.at(0)>>p.cbits) }
 
+// newest returns the time of the newest entry; r.total > 0. That entry is
+// in tail: a push leaves one there, and expire never drops the newest.
+func (r *ring) newest(p *params) int64 { return r.base + int64(r.tail[r.tn-1]>>p.cbits) }
+
 // expire drops the entries that are out of the window at now: those at or
 // before now-window.
 func (r *ring) expire(p *params, now int64) {
 	cutoff := now - p.window
-	if r.total == 0 || r.last <= cutoff { // fast paths: empty, or all expired
+	if r.total == 0 || r.newest(p) <= cutoff { // fast paths: empty, or all expired
 		r.head, r.size, r.tn, r.total = 0, 0, 0, 0
 		return
 	}
@@ -123,23 +145,25 @@ func (r *ring) expire(p *params, now int64) {
 	// the packed entry is below lim. The newest entry does not expire, so
 	// the loops stop before the log is empty: tail keeps at least it.
 	lim := uint64(cutoff-r.base+1) << p.cbits
-	buf, head := r.buf, r.head
-	for ; r.size > 0 && buf[head] < lim; r.size-- {
-		r.total -= int64(buf[head] & p.maxCount)
-		if head++; head == len(buf) {
-			head = 0
-		}
-	}
-	r.head = head
 	if r.size > 0 {
-		return
+		buf, head := r.buffer(), r.head
+		for ; r.size > 0 && buf[head] < lim; r.size-- {
+			r.total -= int64(buf[head] & p.maxCount)
+			if head++; head == r.bufLen {
+				head = 0
+			}
+		}
+		r.head = head
+		if r.size > 0 {
+			return
+		}
 	}
 	k := 0
 	for ; r.tail[k] < lim; k++ {
 		r.total -= int64(r.tail[k] & p.maxCount)
 	}
 	if k > 0 {
-		r.tn = copy(r.tail[:], r.tail[k:r.tn])
+		r.tn = uint8(copy(r.tail[:], r.tail[k:r.tn]))
 	}
 }
 
@@ -156,20 +180,30 @@ func (r *ring) decide(p *params, now int64, n int64) (ok bool, remaining, retryA
 	at := max(r.seen^math.MinInt64, now, p.floor)
 	r.seen = at ^ math.MinInt64
 	r.expire(p, at)
-	if r.total+n <= p.limit {
+	if r.total+n <= p.limit && r.room(p, n) {
 		r.push(p, at, n)
 		return true, p.limit - r.total, 0, at + p.window - now
 	}
-	// Denied: the request fits once the oldest total+n-limit units expire.
+	// Denied: the request fits once the oldest total+n-limit units expire
+	// (at least the oldest entry, when the buffer is what lacks room).
 	// Each entry holds at least one unit, so this walks at most n entries
 	// (one when the log is full and n = 1).
-	need := r.total + n - p.limit
+	need := max(r.total+n-p.limit, 1)
 	var e uint64
 	for i := 0; need > 0; i++ {
 		e = r.at(i)
 		need -= int64(e & p.maxCount)
 	}
-	return false, p.limit - r.total, r.base + int64(e>>p.cbits) + p.window - now, r.last + p.window - now
+	return false, p.limit - r.total, r.base + int64(e>>p.cbits) + p.window - now, r.newest(p) + p.window - now
+}
+
+// room reports whether the buffer can take the entries an admission of n
+// units may add. Only a log of billions of entries lacks it.
+func (r *ring) room(p *params, n int64) bool {
+	if r.size < maxBuf/2 {
+		return true
+	}
+	return uint64(r.size)+uint64(len(r.tail))+(uint64(n)+p.maxCount-1)/p.maxCount <= maxBuf
 }
 
 // decision builds the Decision from what decide returns.
@@ -187,31 +221,27 @@ func (p *params) decision(ok bool, remaining, retryAfter, resetAfter int64) thro
 func (r *ring) push(p *params, now int64, n int64) {
 	empty := r.total == 0
 	r.total += n
-	if !empty && r.tn < len(r.tail) && now != r.last && now-r.base <= p.maxOff && uint64(n) <= p.maxCount {
+	if empty {
+		r.base = now
+	} else if last := r.newest(p); r.tn < uint8(len(r.tail)) && now != last && now-r.base <= p.maxOff && uint64(n) <= p.maxCount {
 		// The common case: one more entry, room for it in tail, no rebase.
-		r.last = now
 		r.tail[r.tn] = uint64(now-r.base)<<p.cbits | uint64(n)
 		r.tn++
 		return
-	}
-	if empty {
-		r.base = now
 	} else if now-r.base > p.maxOff {
 		r.rebase(p)
-	} else if now == r.last {
-		// Same nanosecond as the newest entry (in tail, which is never
-		// empty while the log is not): add to its count.
+	} else if now == last {
+		// Same nanosecond as the newest entry: add to its count.
 		i := r.tn - 1
 		if c := r.tail[i] & p.maxCount; c+uint64(n) <= p.maxCount {
 			r.tail[i] += uint64(n)
 			return
 		}
 	}
-	r.last = now
 	off := uint64(now-r.base) << p.cbits
 	for n > 0 {
 		c := min(uint64(n), p.maxCount)
-		if r.tn == len(r.tail) {
+		if r.tn == uint8(len(r.tail)) {
 			r.flush(p)
 		}
 		r.tail[r.tn] = off | c
@@ -220,21 +250,22 @@ func (r *ring) push(p *params, now int64, n int64) {
 	}
 }
 
-// flush moves the entries of tail to the end of buf, growing buf if it
-// lacks room for them.
+// flush moves the entries of tail to the end of the buffer, growing it if
+// it lacks room for them.
 func (r *ring) flush(p *params) {
-	if r.size+r.tn > len(r.buf) {
+	if int(r.size)+int(r.tn) > int(r.bufLen) {
 		r.grow(p)
 	}
-	j := r.head + r.size
+	buf := r.buffer()
+	j := int(r.head) + int(r.size)
 	for _, e := range r.tail[:r.tn] {
-		if j >= len(r.buf) {
-			j -= len(r.buf)
+		if j >= len(buf) {
+			j -= len(buf)
 		}
-		r.buf[j] = e
+		buf[j] = e
 		j++
 	}
-	r.size += r.tn
+	r.size += uint32(r.tn)
 	r.tn = 0
 }
 
@@ -244,12 +275,13 @@ func (r *ring) flush(p *params) {
 // so it costs O(1) per admission, amortized.
 func (r *ring) rebase(p *params) {
 	shift := r.at(0) >> p.cbits << p.cbits
-	for i := range r.size {
-		j := r.head + i
-		if j >= len(r.buf) {
-			j -= len(r.buf)
+	buf := r.buffer()
+	for i := range int(r.size) {
+		j := int(r.head) + i
+		if j >= len(buf) {
+			j -= len(buf)
 		}
-		r.buf[j] -= shift
+		buf[j] -= shift
 	}
 	for i := range r.tn {
 		r.tail[i] -= shift
@@ -257,17 +289,18 @@ func (r *ring) rebase(p *params) {
 	r.base += int64(shift >> p.cbits)
 }
 
-// grow enlarges buf to hold its entries and tail's: twice as large, at
-// least twice tail, and never above limit entries, the most a log holds
-// (a flush comes before the entry that needs it, so buf and tail then
-// hold at most limit-1 entries between them).
+// grow enlarges the buffer to hold its entries and tail's: to minBuf
+// entries, then twice as many each time, never above limit entries, the
+// most a log holds (a flush comes before the entry that needs it, so the
+// buffer and tail then hold at most limit-1 entries between them), nor
+// above maxBuf (room has checked that those suffice).
 func (r *ring) grow(p *params) {
-	n := int(min(int64(max(2*len(r.buf), 2*len(r.tail))), p.limit))
+	n := int(min(int64(max(2*int(r.bufLen), minBuf)), p.limit, maxBuf))
 	buf := make([]uint64, n)
-	for i := range r.size {
+	for i := range int(r.size) {
 		buf[i] = r.at(i)
 	}
-	r.buf, r.head = buf, 0
+	r.buf, r.bufLen, r.head = &buf[0], uint32(n), 0
 }
 
 // log is a ring behind a mutex, which also publishes, for lock-free
@@ -312,21 +345,26 @@ func (l *log) decide(p *params, now int64, n int64) (ok bool, remaining, retryAf
 	if l.total == p.limit {
 		full = p.after(l.oldest(p))
 	}
-	// Publish when fullness changes. An admission always changes it: it
-	// needs room, so the ring was not full before it.
+	// Publish when fullness changes. The log is not empty here: an
+	// admission adds units, and a denial needs total + n > limit.
 	if full != l.full.Load() {
 		l.seq.Add(1)
 		l.full.Store(full)
-		l.reset.Store(p.after(l.last))
+		l.reset.Store(p.after(l.newest(p)))
 		l.seq.Add(1)
 	}
 	return
 }
 
-// clear empties the log, giving its buffer back; l.mu is held.
-func (l *log) clear() {
+// kill empties the log and leaves it dead, giving its buffer back (or to
+// the log it moved to); l.mu is held. A dead log's seq stays odd, so that
+// lock-free readers never trust it, and l.dead reports it to writers.
+func (l *log) kill() {
 	l.seq.Add(1)
 	l.full.Store(0)
-	l.seq.Add(1)
 	l.ring = ring{}
 }
+
+// dead reports whether the log was killed; l.mu is held (seq is odd
+// otherwise only while its holder publishes).
+func (l *log) dead() bool { return l.seq.Load()&1 != 0 }

@@ -36,12 +36,16 @@
 // above that takes as many entries as it needs. That is 8,589,934,591
 // units per entry for a 1 s window, 2,097,151 for 1 h, 2,047 for 30 days,
 // 255 for 366 days (where AllowN(1<<22) writes 16,449 entries) and 1 at
-// MaxWindow. So a key holds at most limit entries, 8·limit bytes, and in
-// practice 8 bytes per admission of the last window, plus a 160-byte
-// state on 64-bit platforms, which holds the newest four entries itself:
-// a key with at most four entries in its window has no buffer, and an
-// admission to a busier key writes its buffer once in four (four entries
-// at a time). The ring never shrinks while the key is live, but a key
+// MaxWindow. So a key holds at most limit entries, 8·limit bytes (and at
+// most 2^32+2 entries, 32 GiB: past that it denies until entries leave),
+// and in practice 8 bytes per admission of the last window, plus a
+// 112-byte state on 64-bit platforms, kept in the keyed map's slot, which
+// holds the newest three entries itself: a key with at most three entries
+// in its window has no buffer, and an admission to a busier key writes its
+// buffer once in three (three entries at a time). With the slot's header,
+// the state fills one aligned pair of cache lines, so that a decision on a
+// key not in cache waits for one memory access, not two dependent ones.
+// The ring never shrinks while the key is live, but a key
 // that admitted nothing for a whole window is back to empty and the keyed
 // Limiter drops it entirely (lazily as new keys arrive, by Sweep, or by
 // the sweeper of throttle.WithSweepInterval).
@@ -146,22 +150,21 @@ func (l *Log) Window() time.Duration { return time.Duration(l.p.window) }
 // value is not usable; create one with New.
 type Limiter struct {
 	p params
-	m *keyed.Map[box, *box]
+	m *keyed.Map[state, *state]
 }
 
-// box holds a key's log in the map: a log has a lock, so it does not move.
-type box = keyed.Box[state, *state]
-
-// state is the log of one key. The zero value is an empty log.
+// state is the log of one key, kept in the map's slot: 112 bytes, so that
+// with the slot's 16-byte header it fills one aligned pair of cache lines
+// (TestStateSize), and a decision on a key not in cache waits for one
+// memory access. The zero value is an empty log.
 type state struct {
 	log
-	p    *params // the limiter's, set on first use: Retire and Evict need it
-	dead bool    // retired: dropped from the map, look the key up again
+	p *params // the limiter's, set on first use: Retire and Evict need it
 }
 
-// Retire marks the state dead if its log is empty at now, or if force.
-// A state in use at that moment is not idle, so Retire does not wait for
-// it unless force.
+// Retire kills the log if it is empty at now, or if force. A log in use
+// at that moment is not idle, so Retire does not wait for it unless force.
+// It implements keyed.Retirer.
 func (s *state) Retire(j keyed.Judge, force bool) bool {
 	if force {
 		s.mu.Lock()
@@ -169,11 +172,22 @@ func (s *state) Retire(j keyed.Judge, force bool) bool {
 		return false
 	}
 	defer s.mu.Unlock()
-	if !s.dead && (force || s.total == 0 || s.p.after(s.last) <= j.Now()) {
-		s.dead = true
-		s.clear() // give the buffer back now, not when the map drops s
+	if !s.dead() && (force || s.total == 0 || s.p.after(s.newest(s.p)) <= j.Now()) {
+		s.kill() // give the buffer back now, not when the map drops s
 	}
-	return s.dead
+	return s.dead()
+}
+
+// Move kills the log and moves what it held into dst, a zero state nobody
+// else sees yet. It implements keyed.State: the map moves states when it
+// rebuilds a table.
+func (s *state) Move(dst *state) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dst.ring, dst.p = s.ring, s.p
+	dst.full.Store(s.full.Load())
+	dst.reset.Store(s.reset.Load())
+	s.kill()
 }
 
 // New returns a Limiter admitting at most limit units per key in any
@@ -188,7 +202,7 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{p: p, m: keyed.New[box](s)}
+	l := &Limiter{p: p, m: keyed.New[state](s)}
 	l.m.SetDebts(debts{&l.p})
 	return l, nil
 }
@@ -198,18 +212,17 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 // throttle.ErrInvalid (n <= 0, empty or oversized key),
 // throttle.ErrExceedsLimit (n > limit) or throttle.ErrClosed.
 func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
-	b, now, err := l.m.Begin(key, n, int(l.p.limit))
+	s, now, err := l.m.Begin(key, n, int(l.p.limit))
 	if err != nil {
 		return throttle.Decision{}, err
 	}
-	for ; ; b, now = l.m.Again(key, now) {
-		s := b.State()
+	for ; ; s, now = l.m.Again(key, now) {
 		if retry, reset, ok := s.denyFast(now, n); ok {
 			return l.p.decision(false, 0, retry, reset), nil
 		}
 		s.mu.Lock()
-		if s.dead {
-			// Retired: look the key up again (Get lifts now to the
+		if s.dead() {
+			// Retired or moved: look the key up again (Get lifts now to the
 			// instant the log was judged empty at).
 			s.mu.Unlock()
 			continue

@@ -3,11 +3,13 @@ package slidinglog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -502,6 +504,49 @@ func TestStress(t *testing.T) {
 				t.Fatalf("hot key admitted %d units in %d windows", hot, windows)
 			}
 		})
+	}
+}
+
+// TestMovedLogKeepsItsEntries admits on one key from several goroutines
+// while another inserts thousands of keys, so that the map rebuilds the
+// hot key's table, moving its log, many times meanwhile. Time stands
+// still, so the hot key must admit exactly limit units in all: a move
+// that lost entries would let more through, one that lost the key's
+// place would panic or hang.
+func TestMovedLogKeepsItsEntries(t *testing.T) {
+	const limit = 500
+	clk := throttletest.NewClock()
+	l := mustNew(t, limit, time.Hour, throttle.WithClock(clk))
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 2 * limit {
+				d, err := l.Allow(bg, "hot", 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 20_000 {
+			if _, err := l.Allow(bg, fmt.Sprint("k", i), 1); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	if got := admitted.Load(); got != limit {
+		t.Fatalf("hot key admitted %d units while its table was rebuilt, want %d", got, limit)
+	}
+	if d, _ := l.Allow(bg, "hot", 1); d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after the moves: %+v, want denied with nothing remaining", d)
 	}
 }
 

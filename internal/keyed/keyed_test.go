@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.uber.org/goleak"
 
@@ -452,5 +453,21 @@ func TestSweepShrinks(t *testing.T) {
 	}
 	if p := m.Load("held"); p == nil || p.n.Load() != 1 {
 		t.Fatal("the held key lost its unit")
+	}
+}
+
+// TestWideSlotsAligned checks what a 112-byte state (the sliding log's)
+// relies on: its slot is 128 bytes, and every table of such slots starts
+// on a 128-byte boundary, so that each slot is one aligned pair of cache
+// lines, whatever the table's length.
+func TestWideSlotsAligned(t *testing.T) {
+	type wide struct{ _ [14]uint64 }
+	if got := unsafe.Sizeof(slot[wide]{}); got != 128 {
+		t.Fatalf("slot of a 112-byte state: %d bytes, want 128", got)
+	}
+	for n := minTable; n < 1<<13; n += 1 + n/8 {
+		if p := uintptr(unsafe.Pointer(&newTable[wide](n).slots[0])); p%128 != 0 {
+			t.Errorf("table of %d slots at %#x: not 128-byte aligned", n, p)
+		}
 	}
 }
