@@ -6,8 +6,10 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/benchutil"
 	"github.com/throttlekit/throttle/slidinglog"
+	"github.com/throttlekit/throttle/throttletest"
 )
 
 // Benchmarks on the system clock. "allowed" admits nearly every call (a
@@ -85,7 +87,8 @@ func BenchmarkAllowParallel(b *testing.B) {
 // BenchmarkKeys spreads calls over 100k distinct keys, all live. In
 // "allowed" every call is admitted (each adds an entry to its key's log,
 // which grows by doubling); in "allowed-sparse" each log holds a few
-// entries; in "denied" every key is full for the hour.
+// entries; in "allowed-tail" at most three, all inside the log's state;
+// in "denied" every key is full for the hour.
 func BenchmarkKeys(b *testing.B) {
 	keys := benchutil.Keys(100_000)
 	visit := benchutil.Visit(keys)
@@ -114,6 +117,29 @@ func BenchmarkKeys(b *testing.B) {
 			l.Allow(bg, k, 1)
 		}
 		run(b, l)
+	})
+	b.Run("allowed-tail", func(b *testing.B) {
+		// Virtual time moves a second per pass over the keys, and the
+		// window is three: every log holds at most three entries, all in
+		// the log's own tail, and each call expires one.
+		clk := throttletest.NewClock()
+		l, err := slidinglog.New(1<<20, 3*time.Second, throttle.WithClock(clk))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { l.Close() })
+		for _, k := range keys {
+			l.Allow(bg, k, 1)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			l.Allow(bg, visit[i], 1)
+			if i++; i == len(visit) {
+				i = 0
+				clk.Advance(time.Second)
+			}
+		}
 	})
 	b.Run("denied", func(b *testing.B) {
 		l := mustNew(b, 10, time.Hour)
