@@ -206,15 +206,16 @@ func (r *ring) room(p *params, n int64) bool {
 	return uint64(r.size)+uint64(len(r.tail))+(uint64(n)+p.maxCount-1)/p.maxCount <= maxBuf
 }
 
-// decision builds the Decision from what decide returns.
-func (p *params) decision(ok bool, remaining, retryAfter, resetAfter int64) throttle.Decision {
-	return throttle.Decision{
-		Allowed:    ok,
-		Limit:      int(p.limit),
-		Remaining:  int(remaining),
-		RetryAfter: time.Duration(retryAfter),
-		ResetAfter: time.Duration(resetAfter),
-	}
+// fill writes the Decision of what decide returns into *d, field by
+// field: hot paths fill their named result in place, since the compiler
+// copies a returned five-field struct with wide loads that stall on the
+// narrow stores just made.
+func (p *params) fill(d *throttle.Decision, ok bool, remaining, retryAfter, resetAfter int64) {
+	d.Allowed = ok
+	d.Limit = int(p.limit)
+	d.Remaining = int(remaining)
+	d.RetryAfter = time.Duration(retryAfter)
+	d.ResetAfter = time.Duration(resetAfter)
 }
 
 // push appends n units admitted at now, no earlier than the newest entry.

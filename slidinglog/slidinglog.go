@@ -125,18 +125,20 @@ func (l *Log) Allow(_ context.Context, _ string, n int) (throttle.Decision, erro
 // AllowN admits n units now if the last window holds room for them. It
 // never blocks. Errors wrap throttle.ErrInvalid (n <= 0) or
 // throttle.ErrExceedsLimit (n > limit).
-func (l *Log) AllowN(n int) (throttle.Decision, error) {
+func (l *Log) AllowN(n int) (d throttle.Decision, err error) {
 	if err := limiterkit.CheckN(n, int(l.p.limit)); err != nil {
-		return throttle.Decision{}, err
+		return d, err
 	}
 	now := l.clk.Now()
 	if retry, reset, ok := l.log.denyFast(now, n); ok {
-		return l.p.decision(false, 0, retry, reset), nil
+		l.p.fill(&d, false, 0, retry, reset)
+		return d, nil
 	}
 	l.log.mu.Lock()
 	ok, rem, retry, reset := l.log.decide(&l.p, now, int64(n))
 	l.log.mu.Unlock()
-	return l.p.decision(ok, rem, retry, reset), nil
+	l.p.fill(&d, ok, rem, retry, reset)
+	return d, nil
 }
 
 // Limit returns the most units admitted in any window.
@@ -211,14 +213,15 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 // for them. It never blocks; ctx is ignored. Errors wrap
 // throttle.ErrInvalid (n <= 0, empty or oversized key),
 // throttle.ErrExceedsLimit (n > limit) or throttle.ErrClosed.
-func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
+func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
 	s, now, err := l.m.Begin(key, n, int(l.p.limit))
 	if err != nil {
-		return throttle.Decision{}, err
+		return d, err
 	}
 	for ; ; s, now = l.m.Again(key, now) {
 		if retry, reset, ok := s.denyFast(now, n); ok {
-			return l.p.decision(false, 0, retry, reset), nil
+			l.p.fill(&d, false, 0, retry, reset)
+			return d, nil
 		}
 		s.mu.Lock()
 		if s.dead() {
@@ -230,7 +233,8 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 		s.p = &l.p
 		ok, rem, retry, reset := s.decide(&l.p, now, int64(n))
 		s.mu.Unlock()
-		return l.p.decision(ok, rem, retry, reset), nil
+		l.p.fill(&d, ok, rem, retry, reset)
+		return d, nil
 	}
 }
 
