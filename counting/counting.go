@@ -112,8 +112,9 @@ func (s *Semaphore) Release(n int) error {
 }
 
 // Allow is AllowN(n); the key is ignored and ctx is not waited on.
-func (s *Semaphore) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
-	return s.AllowN(n)
+func (s *Semaphore) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
+	err = s.allow(&d, n)
+	return d, err
 }
 
 // AllowN is TryAcquire reported as a Decision: Allowed says whether n
@@ -121,19 +122,24 @@ func (s *Semaphore) Allow(_ context.Context, _ string, n int) (throttle.Decision
 // free for a non-blocking acquire. RetryAfter and ResetAfter are 0:
 // capacity comes back by release, not by time. Errors wrap
 // throttle.ErrInvalid (n <= 0) or throttle.ErrExceedsLimit (n > limit).
-func (s *Semaphore) AllowN(n int) (throttle.Decision, error) {
+func (s *Semaphore) AllowN(n int) (d throttle.Decision, err error) {
+	err = s.allow(&d, n)
+	return d, err
+}
+
+// allow is AllowN filling d (see limiterkit.Fill).
+func (s *Semaphore) allow(d *throttle.Decision, n int) error {
 	lim := s.limit.Load()
 	if err := limiterkit.CheckN(n, int(lim)); err != nil {
-		return throttle.Decision{}, err
+		return err
 	}
 	ok, cur, _ := s.s.tryAcquire(uint64(n), uint64(lim))
-	d := throttle.Decision{Allowed: ok, Limit: int(lim)}
-	if ok {
-		d.Remaining = int(max(lim-int64(cur), 0))
-	} else {
-		d.Remaining = remaining(s.s.word.Load(), uint64(lim))
+	free := max(lim-int64(cur), 0)
+	if !ok {
+		free = int64(remaining(s.s.word.Load(), uint64(lim)))
 	}
-	return d, nil
+	limiterkit.Fill(d, ok, lim, free, 0, 0)
+	return nil
 }
 
 // SetLimit changes the limit. Waiters that fit under a raised limit are
@@ -230,8 +236,8 @@ func (l *Limiter) check(key string, n int) (lim int64, err error) {
 // back by release, not by time. Errors wrap throttle.ErrInvalid (n <= 0,
 // empty or oversized key), throttle.ErrExceedsLimit (n > limit) or
 // throttle.ErrClosed.
-func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
-	d, _, err := l.try(key, n)
+func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
+	_, err = l.try(&d, key, n)
 	return d, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 var (
@@ -18,9 +19,8 @@ func noRelease() {}
 // TryHold is Allow with the units' release attached: when the Decision is
 // Allowed, release gives the n units back (only its first call counts).
 // When denied, release does nothing. The key is ignored.
-func (s *Semaphore) TryHold(_ context.Context, _ string, n int) (throttle.Decision, func(), error) {
-	d, err := s.AllowN(n)
-	if err != nil || !d.Allowed {
+func (s *Semaphore) TryHold(_ context.Context, _ string, n int) (d throttle.Decision, release func(), err error) {
+	if err = s.allow(&d, n); err != nil || !d.Allowed {
 		return d, noRelease, err
 	}
 	return d, releaser(&s.s, uint64(n), &s.limit), nil
@@ -37,20 +37,20 @@ func (s *Semaphore) Quota() throttle.Quota { return throttle.Quota{Limit: s.Limi
 // TryHold is Allow with the units' release attached: when the Decision is
 // Allowed, release gives the n units of key back (only its first call
 // counts). When denied, release does nothing.
-func (l *Limiter) TryHold(_ context.Context, key string, n int) (throttle.Decision, func(), error) {
-	d, st, err := l.try(key, n)
+func (l *Limiter) TryHold(_ context.Context, key string, n int) (d throttle.Decision, release func(), err error) {
+	st, err := l.try(&d, key, n)
 	if st == nil {
 		return d, noRelease, err
 	}
 	return d, releaser(&st.sem, uint64(n), &l.limit), nil
 }
 
-// try takes n units for key if they fit now and returns the key's state
-// when it did.
-func (l *Limiter) try(key string, n int) (throttle.Decision, *state, error) {
+// try takes n units for key if they fit now, fills d (see
+// limiterkit.Fill) and returns the key's state when it took them.
+func (l *Limiter) try(d *throttle.Decision, key string, n int) (*state, error) {
 	lim, err := l.check(key, n)
 	if err != nil {
-		return throttle.Decision{}, nil, err
+		return nil, err
 	}
 	for {
 		b, _ := l.m.Get(key, 0) // counting states ignore time
@@ -59,13 +59,12 @@ func (l *Limiter) try(key string, n int) (throttle.Decision, *state, error) {
 		if isDead {
 			continue
 		}
-		d := throttle.Decision{Allowed: ok, Limit: int(lim)}
 		if !ok {
-			d.Remaining = remaining(s.word.Load(), uint64(lim))
-			return d, nil, nil
+			limiterkit.Fill(d, false, lim, int64(remaining(s.word.Load(), uint64(lim))), 0, 0)
+			return nil, nil
 		}
-		d.Remaining = int(max(lim-int64(cur), 0))
-		return d, s, nil
+		limiterkit.Fill(d, true, lim, max(lim-int64(cur), 0), 0, 0)
+		return s, nil
 	}
 }
 

@@ -180,19 +180,21 @@ func (c *config) stepAnchored(old, now, n int64) (next int64, ok bool, count, en
 	return c.lay.Pack1(open, count+n), true, count + n, end
 }
 
-// stepDecision is step with the Decision built, for Algorithm.
-func (c *config) stepDecision(old, now, n int64) (int64, throttle.Decision) {
+// stepDecision is step filling the Decision, for Algorithm.
+func (c *config) stepDecision(d *throttle.Decision, old, now, n int64) int64 {
 	next, ok, count, end := c.step(old, now, n)
-	return next, c.decision(now, ok, count, end)
+	c.fill(d, now, ok, count, end)
+	return next
 }
 
-// decision is the Decision at now of what decide returned.
-func (c *config) decision(now int64, ok bool, count, end int64) throttle.Decision {
-	d := throttle.Decision{Allowed: ok, Limit: int(c.limit), Remaining: int(c.limit - count), ResetAfter: time.Duration(end - now)}
+// fill writes into *d the Decision at now of what decide returned (in
+// place: see window.Fill).
+func (c *config) fill(d *throttle.Decision, now int64, ok bool, count, end int64) {
+	retry := int64(0)
 	if !ok {
-		d.RetryAfter = d.ResetAfter
+		retry = end - now
 	}
-	return d
+	limiterkit.Fill(d, ok, c.limit, c.limit-count, retry, end-now)
 }
 
 // full reports whether the live word w holds no units at now.
@@ -261,22 +263,30 @@ func newWindow(limit int, w time.Duration, anchored bool, opts []throttle.Option
 // AllowN admits n units if the current window has room for them. When
 // denied, RetryAfter is the time until the window closes. Errors: n <= 0
 // wraps ErrInvalid, n > limit wraps ErrExceedsLimit.
-func (w *Window) AllowN(n int) (throttle.Decision, error) {
-	c := w.c
-	if c == nil {
-		return throttle.Decision{}, errZero
-	}
-	if err := c.checkN(n); err != nil {
-		return throttle.Decision{}, err
-	}
-	now := w.clk.Now()
-	ok, count, end, _ := c.decide(&w.w, now, int64(n))
-	return c.decision(now, ok, count, end), nil
+func (w *Window) AllowN(n int) (d throttle.Decision, err error) {
+	err = w.allow(&d, n)
+	return d, err
 }
 
 // Allow is AllowN(n); it ignores ctx and key.
-func (w *Window) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
-	return w.AllowN(n)
+func (w *Window) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
+	err = w.allow(&d, n)
+	return d, err
+}
+
+// allow is AllowN filling d (see limiterkit.Fill).
+func (w *Window) allow(d *throttle.Decision, n int) error {
+	c := w.c
+	if c == nil {
+		return errZero
+	}
+	if err := c.checkN(n); err != nil {
+		return err
+	}
+	now := w.clk.Now()
+	ok, count, end, _ := c.decide(&w.w, now, int64(n))
+	c.fill(d, now, ok, count, end)
+	return nil
 }
 
 // Limit returns the limit per window (0 on a zero Window).
@@ -376,21 +386,22 @@ func newLimiter(limit int, w time.Duration, anchored bool, opts []throttle.Optio
 // Allow admits n units for key if its current window has room for them;
 // see Window.AllowN for the Decision. It ignores ctx. Errors wrap
 // ErrInvalid (bad key or n), ErrExceedsLimit (n > limit) or ErrClosed.
-func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
+func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
 	if l.m == nil {
-		return throttle.Decision{}, errZero
+		return d, errZero
 	}
 	c := l.c
 	s, now, err := l.m.Begin(key, n, int(c.limit))
 	if err != nil {
-		return throttle.Decision{}, err
+		return d, err
 	}
 	for {
 		if s.cfg.Load() == nil {
 			s.cfg.Store(c)
 		}
 		if ok, count, end, live := c.decide(&s.w, now, int64(n)); live {
-			return c.decision(now, ok, count, end), nil
+			c.fill(&d, now, ok, count, end)
+			return d, nil
 		}
 		s, now = l.m.Again(key, now)
 	}

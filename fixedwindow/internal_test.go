@@ -92,8 +92,9 @@ func TestWindowsBefore1970(t *testing.T) {
 	}
 }
 
-// decideAt is config.decide with its Decision built.
-func decideAt(c *config, w *atomic.Int64, now, n int64) (throttle.Decision, bool) {
+// decideAt is config.decide with its Decision filled.
+func decideAt(c *config, w *atomic.Int64, now, n int64) (d throttle.Decision, live bool) {
 	ok, count, end, live := c.decide(w, now, n)
-	return c.decision(now, ok, count, end), live
+	c.fill(&d, now, ok, count, end)
+	return d, live
 }

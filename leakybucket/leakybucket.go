@@ -80,11 +80,15 @@ func NewBucket(rate throttle.Rate, capacity int, opts ...throttle.Option) (*Buck
 // capacity, Remaining the free capacity left, RetryAfter the exact time
 // until n units fit, ResetAfter the time until the bucket is empty.
 // Errors: n <= 0 wraps ErrInvalid, n > capacity wraps ErrExceedsLimit.
-func (b *Bucket) AllowN(n int) (throttle.Decision, error) { return b.g.AllowN(n) }
+func (b *Bucket) AllowN(n int) (d throttle.Decision, err error) {
+	err = b.g.AllowN(&d, n)
+	return d, err
+}
 
 // Allow is AllowN(n); it ignores ctx and key.
-func (b *Bucket) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
-	return b.g.AllowN(n)
+func (b *Bucket) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
+	err = b.g.AllowN(&d, n)
+	return d, err
 }
 
 // ReserveN books room for n units at the earliest instant they fit,
@@ -158,8 +162,9 @@ func New(rate throttle.Rate, capacity int, opts ...throttle.Option) (*Limiter, e
 // Allow pours n units into key's bucket if they fit now. It ignores ctx.
 // See Bucket.AllowN for the Decision; errors wrap ErrInvalid (bad key or
 // n), ErrExceedsLimit (n > capacity) or ErrClosed.
-func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
-	return l.g.Allow(key, n)
+func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
+	err = l.g.Allow(&d, key, n)
+	return d, err
 }
 
 // Reserve books room for n units in key's bucket at the earliest instant

@@ -117,8 +117,9 @@ var _ throttle.Limiter = (*Pacer)(nil)
 // Limit is slack+1, the most slots granted at once. The key is ignored.
 // Errors wrap throttle.ErrInvalid (n <= 0, a zero Pacer) or
 // throttle.ErrExceedsLimit (n > slack+1).
-func (p *Pacer) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
-	return p.g.AllowN(n)
+func (p *Pacer) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
+	err = p.g.AllowN(&d, n)
+	return d, err
 }
 
 // Rate returns the pacing rate (the zero Rate on a zero Pacer).

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // MaxWindow is the longest window a sliding log accepts (about 146 years):
@@ -206,16 +207,10 @@ func (r *ring) room(p *params, n int64) bool {
 	return uint64(r.size)+uint64(len(r.tail))+(uint64(n)+p.maxCount-1)/p.maxCount <= maxBuf
 }
 
-// fill writes the Decision of what decide returns into *d, field by
-// field: hot paths fill their named result in place, since the compiler
-// copies a returned five-field struct with wide loads that stall on the
-// narrow stores just made.
+// fill writes into *d the Decision of what decide returned (in place: see
+// limiterkit.Fill).
 func (p *params) fill(d *throttle.Decision, ok bool, remaining, retryAfter, resetAfter int64) {
-	d.Allowed = ok
-	d.Limit = int(p.limit)
-	d.Remaining = int(remaining)
-	d.RetryAfter = time.Duration(retryAfter)
-	d.ResetAfter = time.Duration(resetAfter)
+	limiterkit.Fill(d, ok, p.limit, remaining, retryAfter, resetAfter)
 }
 
 // push appends n units admitted at now, no earlier than the newest entry.

@@ -118,27 +118,34 @@ func NewLog(limit int, window time.Duration, opts ...throttle.Option) (*Log, err
 }
 
 // Allow is AllowN(n); the key and ctx are ignored.
-func (l *Log) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
-	return l.AllowN(n)
+func (l *Log) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
+	err = l.allow(&d, n)
+	return d, err
 }
 
 // AllowN admits n units now if the last window holds room for them. It
 // never blocks. Errors wrap throttle.ErrInvalid (n <= 0) or
 // throttle.ErrExceedsLimit (n > limit).
 func (l *Log) AllowN(n int) (d throttle.Decision, err error) {
+	err = l.allow(&d, n)
+	return d, err
+}
+
+// allow is AllowN filling d (see limiterkit.Fill).
+func (l *Log) allow(d *throttle.Decision, n int) error {
 	if err := limiterkit.CheckN(n, int(l.p.limit)); err != nil {
-		return d, err
+		return err
 	}
 	now := l.clk.Now()
 	if retry, reset, ok := l.log.denyFast(now, n); ok {
-		l.p.fill(&d, false, 0, retry, reset)
-		return d, nil
+		l.p.fill(d, false, 0, retry, reset)
+		return nil
 	}
 	l.log.mu.Lock()
 	ok, rem, retry, reset := l.log.decide(&l.p, now, int64(n))
 	l.log.mu.Unlock()
-	l.p.fill(&d, ok, rem, retry, reset)
-	return d, nil
+	l.p.fill(d, ok, rem, retry, reset)
+	return nil
 }
 
 // Limit returns the most units admitted in any window.

@@ -24,10 +24,12 @@ func TestLateReading(t *testing.T) {
 		var ring atomic.Pointer[[]atomic.Int64]
 		decide := func(now, n int64) throttle.Decision {
 			if slots == 0 {
+				var d throttle.Decision
 				ok, start, prev, cur, used, _ := c.decideWeighted(&w, now, n)
-				return c.weightedDecision(now, n, ok, start, prev, cur, used)
+				c.fillWeighted(&d, now, n, ok, start, prev, cur, used)
+				return d
 			}
-			d, _ := c.decideSlotted(&w, &ring, now, n)
+			d, _ := decideSlottedAt(c, &w, &ring, now, n)
 			return d
 		}
 		unit := W
@@ -90,23 +92,23 @@ func TestWrappedIndexHeals(t *testing.T) {
 	c.ringOf(&ring)
 	now := int64(1767225600e9)
 	for i := range 3 { // units in three slots, so the ring holds some
-		if d, _ := c.decideSlotted(&w, &ring, now+int64(i)*c.slot, 1000); !d.Allowed {
+		if d, _ := decideSlottedAt(c, &w, &ring, now+int64(i)*c.slot, 1000); !d.Allowed {
 			t.Fatal(d)
 		}
 	}
 	now += (1<<15 + 3) * c.slot // looks like one slot after the last
-	if d, _ := c.decideSlotted(&w, &ring, now, MaxLimit); d.Allowed {
+	if d, _ := decideSlottedAt(c, &w, &ring, now, MaxLimit); d.Allowed {
 		t.Fatal("want the stale units of the last slot taken for current")
 	}
 	// A slot later, only that stale slot's 1000 units count: the older
 	// ring entries carry their true slot indexes and do not match.
-	if d, _ := c.decideSlotted(&w, &ring, now+c.slot, MaxLimit-1000); !d.Allowed {
+	if d, _ := decideSlottedAt(c, &w, &ring, now+c.slot, MaxLimit-1000); !d.Allowed {
 		t.Fatalf("%+v; only the last stale slot's 1000 units may count", d)
 	}
-	if d, _ := c.decideSlotted(&w, &ring, now+c.slot, 1); d.Allowed {
+	if d, _ := decideSlottedAt(c, &w, &ring, now+c.slot, 1); d.Allowed {
 		t.Fatal("admitted past the limit")
 	}
-	if d, _ := c.decideSlotted(&w, &ring, now+2*c.slots*c.slot, MaxLimit); !d.Allowed {
+	if d, _ := decideSlottedAt(c, &w, &ring, now+2*c.slots*c.slot, MaxLimit); !d.Allowed {
 		t.Fatalf("two windows later: %+v, want empty", d)
 	}
 }
@@ -127,4 +129,10 @@ func TestWindowsBefore1970(t *testing.T) {
 		}
 		l.Close()
 	}
+}
+
+// decideSlottedAt is config.decideSlotted returning the Decision.
+func decideSlottedAt(c *config, w *atomic.Int64, ring *atomic.Pointer[[]atomic.Int64], now, n int64) (d throttle.Decision, live bool) {
+	live = c.decideSlotted(&d, w, ring, now, n)
+	return d, live
 }

@@ -197,28 +197,22 @@ func (c *config) stepWeighted(old, now, n int64) (next int64, ok bool, start, pr
 	return c.lay.Pack2(at, prev, cur+n), true, start, prev, cur, used
 }
 
-// weightedDecision is the Decision at now on n units of what
-// decideWeighted returned.
-func (c *config) weightedDecision(now, n int64, ok bool, start, prev, cur, used int64) throttle.Decision {
+// fillWeighted writes into *d the Decision at now on n units of what
+// decideWeighted returned (in place: see limiterkit.Fill).
+func (c *config) fillWeighted(d *throttle.Decision, now, n int64, ok bool, start, prev, cur, used int64) {
 	if !ok {
-		return c.denyWeighted(now, n, start, prev, cur, used)
+		retry, reset := window.WeightedRetry(c.limit, c.window, prev, cur, n)
+		limiterkit.Fill(d, false, c.limit, max(c.limit-used, 0), start+retry-now, start+reset-now)
+		return
 	}
-	return throttle.Decision{Allowed: true, Limit: int(c.limit), Remaining: int(c.limit - used - n), ResetAfter: time.Duration(start + 2*c.window - now)}
+	limiterkit.Fill(d, true, c.limit, c.limit-used-n, 0, start+2*c.window-now)
 }
 
-// denyWeighted is weightedDecision for a denial.
-func (c *config) denyWeighted(now, n, start, prev, cur, used int64) throttle.Decision {
-	retry, reset := window.WeightedRetry(c.limit, c.window, prev, cur, n)
-	return throttle.Decision{
-		Limit: int(c.limit), Remaining: int(max(c.limit-used, 0)),
-		RetryAfter: time.Duration(start + retry - now), ResetAfter: time.Duration(start + reset - now),
-	}
-}
-
-// stepDecision is stepWeighted with the Decision built, for Algorithm.
-func (c *config) stepDecision(old, now, n int64) (int64, throttle.Decision) {
+// stepDecision is stepWeighted filling the Decision, for Algorithm.
+func (c *config) stepDecision(d *throttle.Decision, old, now, n int64) int64 {
 	next, ok, start, prev, cur, used := c.stepWeighted(old, now, n)
-	return next, c.weightedDecision(now, n, ok, start, prev, cur, used)
+	c.fillWeighted(d, now, n, ok, start, prev, cur, used)
+	return next
 }
 
 // fullWeighted reports whether the live weighted word w holds no units at
@@ -270,17 +264,17 @@ func (c *config) ringOf(p *atomic.Pointer[[]atomic.Int64]) []atomic.Int64 {
 	return *p.Load()
 }
 
-// decideSlotted admits or denies n units at now on the slotted state: the
-// word w packs the current slot, the total of the window and the current
-// slot's count; ring holds the counts of earlier slots. It reports false
-// if the state is dead.
-func (c *config) decideSlotted(w *atomic.Int64, ring *atomic.Pointer[[]atomic.Int64], now, n int64) (throttle.Decision, bool) {
+// decideSlotted admits or denies n units at now on the slotted state, and
+// fills d: the word w packs the current slot, the total of the window and
+// the current slot's count; ring holds the counts of earlier slots. It
+// reports false if the state is dead.
+func (c *config) decideSlotted(d *throttle.Decision, w *atomic.Int64, ring *atomic.Pointer[[]atomic.Int64], now, n int64) bool {
 	j, _ := c.div.FloorDiv(now)
 	k := c.slots
 	for {
 		old := w.Load()
 		if old == window.Dead {
-			return throttle.Decision{}, false
+			return false
 		}
 		total, cur, at := c.lay.Hi(old), c.lay.Lo(old), j
 		var from, left int64 // when moving on: the slot left, and its count
@@ -305,25 +299,24 @@ func (c *config) decideSlotted(w *atomic.Int64, ring *atomic.Pointer[[]atomic.In
 			total, cur = 0, 0
 		}
 		if total+n > c.limit {
-			return c.denySlotted(ring, now, at, total, cur, from, left, n), true
+			c.denySlotted(d, ring, now, at, total, cur, from, left, n)
+			return true
 		}
 		if left > 0 {
 			c.publish(c.ringOf(ring), from, left)
 		}
 		if w.CompareAndSwap(old, c.lay.Pack2(at, total+n, cur+n)) {
-			return throttle.Decision{
-				Allowed: true, Limit: int(c.limit), Remaining: int(c.limit - total - n),
-				ResetAfter: time.Duration((at+k)*c.slot - now),
-			}, true
+			limiterkit.Fill(d, true, c.limit, c.limit-total-n, 0, (at+k)*c.slot-now)
+			return true
 		}
 	}
 }
 
-// denySlotted returns the denial of n units at slot at, where the window
-// holds total units, cur of them in slot at; when the state was found in
-// an earlier slot from, left is that slot's count (and cur is 0).
+// denySlotted fills d with the denial of n units at slot at, where the
+// window holds total units, cur of them in slot at; when the state was
+// found in an earlier slot from, left is that slot's count (and cur is 0).
 // RetryAfter is when enough of the oldest slots have left the window.
-func (c *config) denySlotted(ring *atomic.Pointer[[]atomic.Int64], now, at, total, cur, from, left, n int64) throttle.Decision {
+func (c *config) denySlotted(d *throttle.Decision, ring *atomic.Pointer[[]atomic.Int64], now, at, total, cur, from, left, n int64) {
 	var r []atomic.Int64
 	if p := ring.Load(); p != nil {
 		r = *p
@@ -364,10 +357,7 @@ func (c *config) denySlotted(ring *atomic.Pointer[[]atomic.Int64], now, at, tota
 			}
 		}
 	}
-	return throttle.Decision{
-		Limit: int(c.limit), Remaining: int(max(c.limit-total, 0)),
-		RetryAfter: time.Duration(retry*c.slot - now), ResetAfter: time.Duration(max((last+k)*c.slot-now, 0)),
-	}
+	limiterkit.Fill(d, false, c.limit, max(c.limit-total, 0), retry*c.slot-now, max((last+k)*c.slot-now, 0))
 }
 
 // fullSlotted reports whether the live slotted word w holds no units at
@@ -435,26 +425,34 @@ func newWindow(limit int, w time.Duration, slots int, opts []throttle.Option) (*
 // RetryAfter is the exact time until it has (if nothing else is admitted
 // meanwhile); ResetAfter is the time until the window is empty. Errors:
 // n <= 0 wraps ErrInvalid, n > limit wraps ErrExceedsLimit.
-func (w *Window) AllowN(n int) (throttle.Decision, error) {
+func (w *Window) AllowN(n int) (d throttle.Decision, err error) {
+	err = w.allow(&d, n)
+	return d, err
+}
+
+// Allow is AllowN(n); it ignores ctx and key.
+func (w *Window) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
+	err = w.allow(&d, n)
+	return d, err
+}
+
+// allow is AllowN filling d (see limiterkit.Fill).
+func (w *Window) allow(d *throttle.Decision, n int) error {
 	c := w.c
 	if c == nil {
-		return throttle.Decision{}, errZero
+		return errZero
 	}
 	if err := c.checkN(n); err != nil {
-		return throttle.Decision{}, err
+		return err
 	}
 	now := w.clk.Now()
 	if c.slots == 0 {
 		ok, start, prev, cur, used, _ := c.decideWeighted(&w.w, now, int64(n))
-		return c.weightedDecision(now, int64(n), ok, start, prev, cur, used), nil
+		c.fillWeighted(d, now, int64(n), ok, start, prev, cur, used)
+		return nil
 	}
-	d, _ := c.decideSlotted(&w.w, &w.ring, now, int64(n))
-	return d, nil
-}
-
-// Allow is AllowN(n); it ignores ctx and key.
-func (w *Window) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
-	return w.AllowN(n)
+	c.decideSlotted(d, &w.w, &w.ring, now, int64(n))
+	return nil
 }
 
 // Limit returns the limit (0 on a zero Window).
@@ -569,22 +567,23 @@ func newLimiter(limit int, w time.Duration, slots int, opts []throttle.Option) (
 // Allow admits n units for key if its window has room for them now; see
 // Window.AllowN for the Decision. It ignores ctx. Errors wrap ErrInvalid
 // (bad key or n), ErrExceedsLimit (n > limit) or ErrClosed.
-func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
+func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
 	c := l.c
 	if c == nil {
-		return throttle.Decision{}, errZero
+		return d, errZero
 	}
 	if m := l.wm; m != nil {
 		s, now, err := m.Begin(key, n, int(c.limit))
 		if err != nil {
-			return throttle.Decision{}, err
+			return d, err
 		}
 		for {
 			if s.cfg.Load() == nil {
 				s.cfg.Store(c)
 			}
 			if ok, start, prev, cur, used, live := c.decideWeighted(&s.w, now, int64(n)); live {
-				return c.weightedDecision(now, int64(n), ok, start, prev, cur, used), nil
+				c.fillWeighted(&d, now, int64(n), ok, start, prev, cur, used)
+				return d, nil
 			}
 			s, now = m.Again(key, now)
 		}
@@ -592,13 +591,13 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision
 	m := l.sm
 	s, now, err := m.Begin(key, n, int(c.limit))
 	if err != nil {
-		return throttle.Decision{}, err
+		return d, err
 	}
 	for {
 		if s.cfg.Load() == nil {
 			s.cfg.Store(c)
 		}
-		if d, ok := c.decideSlotted(&s.w, &s.ring, now, int64(n)); ok {
+		if c.decideSlotted(&d, &s.w, &s.ring, now, int64(n)) {
 			return d, nil
 		}
 		s, now = m.Again(key, now)

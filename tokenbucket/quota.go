@@ -35,6 +35,7 @@ func (l *Limiter) Quota() throttle.Quota { return bucketQuota(l.Rate(), l.Burst(
 // the new limit (as after SetRate and SetBurst). Errors wrap
 // throttle.ErrInvalid (a bad key, n, rate or burst) or
 // throttle.ErrExceedsLimit (n > burst).
-func (l *Limiter) AllowQuota(_ context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error) {
-	return l.g.AllowWith(key, n, rate, burst)
+func (l *Limiter) AllowQuota(_ context.Context, key string, n int, rate throttle.Rate, burst int) (d throttle.Decision, err error) {
+	err = l.g.AllowWith(&d, key, n, rate, burst)
+	return d, err
 }

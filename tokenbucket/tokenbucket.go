@@ -81,11 +81,15 @@ func NewBucket(rate throttle.Rate, burst int, opts ...throttle.Option) (*Bucket,
 // outcome: Remaining is the whole tokens left, RetryAfter the exact wait
 // until n tokens are there, ResetAfter the time until the bucket is full.
 // Errors: n <= 0 wraps ErrInvalid, n > burst wraps ErrExceedsLimit.
-func (b *Bucket) AllowN(n int) (throttle.Decision, error) { return b.g.AllowN(n) }
+func (b *Bucket) AllowN(n int) (d throttle.Decision, err error) {
+	err = b.g.AllowN(&d, n)
+	return d, err
+}
 
 // Allow is AllowN(n); it ignores ctx and key.
-func (b *Bucket) Allow(_ context.Context, _ string, n int) (throttle.Decision, error) {
-	return b.g.AllowN(n)
+func (b *Bucket) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
+	err = b.g.AllowN(&d, n)
+	return d, err
 }
 
 // ReserveN books n tokens at the earliest instant the bucket holds them,
@@ -162,8 +166,9 @@ func New(rate throttle.Rate, burst int, opts ...throttle.Option) (*Limiter, erro
 // Allow takes n tokens from key's bucket if it holds them now. It ignores
 // ctx. See Bucket.AllowN for the Decision; errors wrap ErrInvalid (bad key
 // or n), ErrExceedsLimit (n > burst) or ErrClosed.
-func (l *Limiter) Allow(_ context.Context, key string, n int) (throttle.Decision, error) {
-	return l.g.Allow(key, n)
+func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
+	err = l.g.Allow(&d, key, n)
+	return d, err
 }
 
 // Reserve books n tokens of key's bucket at the earliest instant they are

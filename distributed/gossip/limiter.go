@@ -114,29 +114,32 @@ func (l *Limiter) Close() error {
 // Allow takes n tokens from key's local bucket if it holds them (and, with
 // SpendCap, if they fit in this node's share for the current round), and
 // counts them for the next report to the peers. It never blocks.
-func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
 	if l.closed.Load() {
-		return throttle.Decision{}, throttle.ErrClosed
+		return d, throttle.ErrClosed
 	}
 	if err := l.node.settings.CheckKey(key); err != nil {
-		return throttle.Decision{}, err
+		return d, err
 	}
 	if len(key) > MaxKeyLen {
-		return throttle.Decision{}, fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), MaxKeyLen)
+		return d, fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), MaxKeyLen)
 	}
 	if err := limiterkit.CheckN(n, l.burst); err != nil {
-		return throttle.Decision{}, err
+		return d, err
 	}
+	// The decision fills d in place (see limiterkit.Fill).
 	if l.node.cfg.SpendCap && len(*l.node.members.Load()) > 1 {
-		return l.allowCapped(key, n)
+		err = l.allowCapped(&d, key, n)
+	} else {
+		err = l.allow(&d, key, n)
 	}
-	return l.allow(key, n)
+	return d, err
 }
 
 // allowCapped is Allow with the spend cap. The key's entry is pinned and
 // locked: the share is decided on the round's counters, which the decision
 // then updates.
-func (l *Limiter) allowCapped(key string, n int) (throttle.Decision, error) {
+func (l *Limiter) allowCapped(d *throttle.Decision, key string, n int) error {
 	e, key := l.entry(key, true)
 	defer e.unpin()
 	now := l.node.clk.Now() // the decision's one clock reading
@@ -156,10 +159,8 @@ func (l *Limiter) allowCapped(key string, n int) (throttle.Decision, error) {
 	tokens := l.buckets.TokensAt(key, e.bucket.Load(), now)
 	quota, share := l.quota(e, key, r, tokens+e.spent)
 	if e.spent+int64(n) > quota {
-		d := throttle.Decision{Limit: l.burst, Remaining: 0}
-		d.ResetAfter = l.rate.Duration(int64(l.burst) - tokens)
 		roundEnd := time.Duration((r+1)*l.node.interval - now)
-		d.RetryAfter = roundEnd
+		limiterkit.Fill(d, false, int64(l.burst), 0, int64(roundEnd), int64(l.rate.Duration(int64(l.burst)-tokens)))
 		if share > 0 {
 			// Tokens are whole, so the fraction of a token already
 			// earned is unknown: wait for one token less than needed,
@@ -170,18 +171,17 @@ func (l *Limiter) allowCapped(key string, n int) (throttle.Decision, error) {
 			}
 		}
 		e.unmet.Add(int64(n))
-		return d, nil
+		return nil
 	}
-	var d throttle.Decision
-	err := e.decide(&d, &l.buckets, key, now, n)
+	err := e.decide(d, &l.buckets, key, now, n)
 	if err != nil || !d.Allowed {
 		e.unmet.Add(int64(n))
-		return d, err
+		return err
 	}
 	e.hits.Add(int64(n))
 	e.spent += int64(n)
 	d.Remaining = int(min(int64(d.Remaining), max(quota-e.spent, 0)))
-	return d, nil
+	return nil
 }
 
 // allow is Allow without the spend cap. It pins nothing, and a denial
@@ -196,13 +196,13 @@ func (l *Limiter) allowCapped(key string, n int) (throttle.Decision, error) {
 // no unmet units): demand weighs the shares of peers that have the cap,
 // and what such a node takes of the tokens is what its bucket admits, not
 // what it is asked.
-func (l *Limiter) allow(key string, n int) (d throttle.Decision, err error) {
+func (l *Limiter) allow(d *throttle.Decision, key string, n int) error {
 	e, key := l.entry(key, false)
 	now := l.node.clk.Now() // the decision's one clock reading
 	t := l.node.tick.Load()
 	e.touch(now, t)
-	if err = e.decide(&d, &l.buckets, key, now, n); err != nil || !d.Allowed {
-		return d, err
+	if err := e.decide(d, &l.buckets, key, now, n); err != nil || !d.Allowed {
+		return err
 	}
 	e.hits.Add(int64(n))
 	if !l.table.kept(key, e) {
@@ -211,7 +211,7 @@ func (l *Limiter) allow(key string, n int) (d throttle.Decision, err error) {
 		e.hits.Add(int64(n))
 		e.unpin()
 	}
-	return d, nil
+	return nil
 }
 
 // entry returns key's entry, pinned if pin, or the overflow key's when the

@@ -29,11 +29,12 @@ func BenchmarkFloorClockCAS(b *testing.B) {
 
 func BenchmarkAllowN(b *testing.B) {
 	var s Single
+	var d throttle.Decision
 	if err := s.Init(throttle.NewRate(int(throttle.MaxPerSecond), time.Second), 1<<30); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		s.AllowN(1)
+		s.AllowN(&d, 1)
 	}
 }

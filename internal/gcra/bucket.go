@@ -52,20 +52,20 @@ func (b *Single) Config() *Config { return b.cfg.Load() }
 // Now reads the bucket's clock.
 func (b *Single) Now() int64 { return b.clk.Now() }
 
-// AllowN admits n units now or denies them, reading the clock once.
-func (b *Single) AllowN(n int) (d throttle.Decision, err error) {
+// AllowN admits n units now or denies them, reading the clock once, and
+// fills d (see Config.Fill for why in place).
+func (b *Single) AllowN(d *throttle.Decision, n int) error {
 	c := b.cfg.Load()
 	if c == nil {
-		return d, errZero
+		return errZero
 	}
 	if n <= 0 || n > c.Burst {
-		return d, limiterkit.CheckN(n, c.Burst)
+		return limiterkit.CheckN(n, c.Burst)
 	}
 	now := b.clk.Now()
 	cost := int64(n) * c.Interval
 	tat, ok, _ := b.st.Take(now, cost, c.Tau)
-	err = c.Fill(&d, now, tat, cost, ok)
-	return d, err
+	return c.Fill(d, now, tat, cost, ok)
 }
 
 // Reserve books n units at the earliest time they fit, if within maxWait.
@@ -221,38 +221,38 @@ func (l *Keyed) checkKey(key string) error {
 	return l.m.Check(key)
 }
 
-// Allow admits n units for key now or denies them, reading the clock once.
-func (l *Keyed) Allow(key string, n int) (d throttle.Decision, err error) {
-	return l.allow(key, n, l.cfg.Load()) // small enough to inline
+// Allow admits n units for key now or denies them, reading the clock
+// once, and fills d.
+func (l *Keyed) Allow(d *throttle.Decision, key string, n int) error {
+	return l.allow(d, key, n, l.cfg.Load()) // small enough to inline
 }
 
 // AllowWith is Allow under a limit given with the call instead of the
 // shared configuration: the key keeps what it has used, read at rate and
 // burst (as after SetRate and SetBurst).
-func (l *Keyed) AllowWith(key string, n int, rate throttle.Rate, burst int) (d throttle.Decision, err error) {
+func (l *Keyed) AllowWith(d *throttle.Decision, key string, n int, rate throttle.Rate, burst int) error {
 	if l.m == nil {
-		return d, errZero
+		return errZero
 	}
 	var c Config
 	if err := c.Set(rate, burst); err != nil {
-		return d, err
+		return err
 	}
-	return l.allow(key, n, &c)
+	return l.allow(d, key, n, &c)
 }
 
-func (l *Keyed) allow(key string, n int, c *Config) (d throttle.Decision, err error) {
+func (l *Keyed) allow(d *throttle.Decision, key string, n int, c *Config) error {
 	if l.m == nil {
-		return d, errZero
+		return errZero
 	}
 	s, now, err := l.m.Begin(key, n, c.Burst)
 	if err != nil {
-		return d, err
+		return err
 	}
 	cost := int64(n) * c.Interval
 	for {
 		if tat, ok, live := s.Take(now, cost, c.Tau); live {
-			err = c.Fill(&d, now, tat, cost, ok)
-			return d, err
+			return c.Fill(d, now, tat, cost, ok)
 		}
 		s, now = l.m.Again(key, now)
 	}

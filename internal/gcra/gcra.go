@@ -31,6 +31,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/keyed"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // MaxSpan bounds the tolerance burst·interval of a bucket (about 36
@@ -146,10 +147,8 @@ func (c *Config) Decision(now, tat, cost int64, ok bool) (d throttle.Decision) {
 	return d
 }
 
-// Fill is Decision writing into *d, all of whose fields it sets. Hot
-// paths fill their named result in place: Decision has five fields, so
-// the compiler builds a returned literal in memory and copies it with
-// wide moves that stall on the narrow stores just made.
+// Fill is Decision writing into *d, all of whose fields it sets (in
+// place: see limiterkit.Fill).
 //
 // It returns ErrEndOfTime for the refusal of a TAT past End (Take reported
 // End), and nil otherwise.
@@ -159,16 +158,13 @@ func (c *Config) Fill(d *throttle.Decision, now, tat, cost int64, ok bool) error
 		// Unsigned: exact even for a clock stepped back by centuries.
 		debt = int64(min(uint64(tat)-uint64(now), uint64(maxDebt)))
 	}
-	d.Allowed = ok
-	d.Limit = c.Burst
-	d.Remaining = int(c.units(max(c.Tau-debt, 0)))
-	d.ResetAfter = time.Duration(debt)
-	d.RetryAfter = 0
-	if !ok {
-		if tat == End {
-			return ErrEndOfTime
-		}
-		d.RetryAfter = time.Duration(debt + cost - c.Tau)
+	retry := int64(0)
+	if !ok && tat != End {
+		retry = debt + cost - c.Tau
+	}
+	limiterkit.Fill(d, ok, int64(c.Burst), c.units(max(c.Tau-debt, 0)), retry, debt)
+	if !ok && tat == End {
+		return ErrEndOfTime
 	}
 	return nil
 }

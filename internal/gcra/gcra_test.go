@@ -91,7 +91,7 @@ func TestKeyedRetiredKeyIsFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	l.Allow("k", 2)
+	allow(&l, "k", 2)
 	clk.Advance(200*time.Millisecond - 1)
 	if n := l.Map().Sweep(); n != 0 || l.Map().Len() != 1 {
 		t.Fatalf("Sweep dropped %d, Len %d; want the key kept until full", n, l.Map().Len())
@@ -100,7 +100,7 @@ func TestKeyedRetiredKeyIsFresh(t *testing.T) {
 	if n := l.Map().Sweep(); n != 1 || l.Map().Len() != 0 {
 		t.Fatalf("Sweep dropped %d, Len %d", n, l.Map().Len())
 	}
-	if d, _ := l.Allow("k", 2); !d.Allowed || d.Remaining != 0 {
+	if d, _ := allow(&l, "k", 2); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("Allow after the key was dropped: %+v", d)
 	}
 }
@@ -198,7 +198,7 @@ func TestStressRetire(t *testing.T) {
 						res.Cancel()
 						continue
 					}
-					d, err := l.Allow(keys[k], 1)
+					d, err := allow(&l, keys[k], 1)
 					if err != nil {
 						t.Error(err)
 						return
@@ -234,17 +234,17 @@ func TestStaleDecisionLifted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	l.Allow("k", 3) // full again at +3 s
+	allow(&l, "k", 3) // full again at +3 s
 	clk.Advance(3 * time.Second)
 	if n := l.Map().Sweep(); n != 1 {
 		t.Fatalf("Sweep dropped %d, want the full key", n)
 	}
 	clk.Advance(-500 * time.Millisecond)
-	if d, _ := l.Allow("k", 3); !d.Allowed || d.ResetAfter != 3*time.Second {
+	if d, _ := allow(&l, "k", 3); !d.Allowed || d.ResetAfter != 3*time.Second {
 		t.Fatalf("decision read 0.5 s before the sweep: %+v, want admitted as of the sweep", d)
 	}
 	clk.Advance(500 * time.Millisecond)
-	if d, _ := l.Allow("k", 1); d.Allowed || d.RetryAfter != time.Second {
+	if d, _ := allow(&l, "k", 1); d.Allowed || d.RetryAfter != time.Second {
 		t.Fatalf("at the sweep's instant: %+v, want denied for 1s", d)
 	}
 }
@@ -291,4 +291,10 @@ func TestDecideKeptState(t *testing.T) {
 	if _, _ = l.Decide(&d, "k", used, now(), 1); d.Allowed {
 		t.Fatal("admitted a third unit at one instant after the look-up")
 	}
+}
+
+// allow is Keyed.Allow returning the Decision.
+func allow(l *Keyed, key string, n int) (d throttle.Decision, err error) {
+	err = l.Allow(&d, key, n)
+	return d, err
 }

@@ -271,14 +271,14 @@ func WeightedRetry(limit, w, prev, cur, n int64) (retry, reset int64) {
 // the state (what a store hands back must be a live word an Algorithm
 // wrote: not negative), runs the pure step, and keeps state when the
 // request is denied. pkg names the package in errors.
-func Decide(pkg string, state, now int64, n int, checkN func(int) error, step func(old, now, n int64) (int64, throttle.Decision)) (next int64, d throttle.Decision, err error) {
+func Decide(pkg string, state, now int64, n int, checkN func(int) error, step func(d *throttle.Decision, old, now, n int64) int64) (next int64, d throttle.Decision, err error) {
 	if err := checkN(n); err != nil {
 		return state, d, err
 	}
 	if state < 0 {
 		return state, d, fmt.Errorf("%w: %s: state %#x was not written by an Algorithm", throttle.ErrInvalid, pkg, state)
 	}
-	next, d = step(state, now, int64(n))
+	next = step(&d, state, now, int64(n))
 	if !d.Allowed {
 		next = state
 	}
