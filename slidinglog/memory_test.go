@@ -16,7 +16,7 @@ import (
 // TestMemoryPerKey measures (go test -v) the heap a key holds with k
 // entries in its window, and checks the bound the README states: a
 // 128-byte map slot, in tables kept between half and three quarters full
-// (171 to 256 bytes a key), up to three entries; past them, a buffer of 8
+// (171 to 256 bytes a key), up to four entries; past them, a buffer of 8
 // bytes per entry that doubles, so at most 16 bytes per entry more.
 func TestMemoryPerKey(t *testing.T) {
 	if raceOn {
@@ -76,20 +76,22 @@ func TestRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	full := maxBuf - len(ring{}.tail) // a full tail and one entry more fit exactly
 	for _, c := range []struct {
-		size uint32
+		size int
 		n    int64
 		want bool
 	}{
 		{0, 1, true},
 		{maxBuf / 2, 1, true},
-		{maxBuf - 4, 1, true},  // a full tail and one entry: exactly maxBuf
-		{maxBuf - 3, 1, false}, // one too many
-		{maxBuf - 4, int64(p.maxCount), true},
-		{maxBuf - 4, int64(p.maxCount) + 1, false}, // two entries
+		{full - 1, 1, true},
+		{full, 1, false}, // one entry too many
+		{full - 1, int64(p.maxCount), true},
+		{full - 1, int64(p.maxCount) + 1, false}, // two entries
 		{maxBuf, 1, false},
 	} {
-		r := ring{size: c.size}
+		var r ring
+		r.setSize(c.size)
 		if got := r.room(&p, c.n); got != c.want {
 			t.Errorf("size %d, n %d: room %v, want %v", c.size, c.n, got, c.want)
 		}

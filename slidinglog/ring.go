@@ -76,52 +76,88 @@ func newParams(limit int, window time.Duration) (params, error) {
 // its buffer, a cache line the decision would otherwise not touch, once in
 // len(tail).
 //
-// The buffer is kept as a pointer and 32-bit counts rather than a slice
-// and ints: that keeps a keyed log's state, with its lock and its
+// The buffer is kept as a pointer and one word of counts rather than a
+// slice and ints: that keeps a keyed log's state, with its lock and its
 // published words, in 112 bytes, so that with its map slot it fills one
 // aligned pair of cache lines. So the buffer holds at most maxBuf entries
-// (32 GiB); a log that would need more denies until entries leave.
+// (1 GiB); a log that would need more denies until entries leave.
 //
 // The zero value is an empty log. A ring is not safe for concurrent use;
 // its owner serializes access.
 type ring struct {
-	buf    *uint64 // the first of bufLen entries; nil until the log needs it
-	bufLen uint32
-	head   uint32 // index in the buffer of its oldest entry
-	size   uint32 // entries in the buffer
-	tn     uint8  // entries in tail
-	total  int64  // units in all the entries
-	base   int64  // ns; an entry's time is base + offset
+	buf *uint64 // the buffer's first entry; nil until the log needs one
+	// n packs the counts: the buffer's head (the index of its oldest
+	// entry) and size (its entries), the entries in tail, and log2 of the
+	// buffer's length (0: no buffer). See the accessors below.
+	n     uint64
+	total int64 // units in all the entries
+	base  int64 // ns; an entry's time is base + offset
 	// seen is the latest time the log was decided at, in ns, with its sign
 	// bit flipped so that the zero value reads as the earliest time.
 	seen int64
-	tail [3]uint64 // the newest entries: tail[:tn]
+	tail [4]uint64 // the newest entries: tail[:tn]
 }
 
-// The buffer holds at least minBuf entries (one cache line) and at most
-// maxBuf. minBuf is at least len(tail) + 1, so that a buffer that doubles
-// always takes a full tail.
+// The layout of ring.n, low bits first: tn on 3 bits (the most used),
+// head and size on idxBits each, log2 of the buffer's length on the rest.
 const (
-	minBuf = 8
-	maxBuf = math.MaxUint32
+	idxBits   = 28
+	idxMask   = 1<<idxBits - 1
+	tnMask    = 7
+	headShift = 3
+	sizeShift = headShift + idxBits
+	lenShift  = sizeShift + idxBits
 )
 
-// buffer returns the buffer as a slice.
-func (r *ring) buffer() []uint64 { return unsafe.Slice(r.buf, r.bufLen) }
+// The buffer's length is a power of two, at least minBuf entries (one
+// cache line) and at most maxBuf (so that its size fits idxBits). minBuf
+// is above len(tail), so that a buffer that doubles always takes a full
+// tail.
+const (
+	minBuf = 8
+	maxBuf = 1 << (idxBits - 1)
+)
+
+func (r *ring) tn() int   { return int(r.n & tnMask) }
+func (r *ring) head() int { return int(r.n >> headShift & idxMask) }
+func (r *ring) size() int { return int(r.n >> sizeShift & idxMask) }
+
+// bufLen returns the buffer's length, 0 if there is none.
+func (r *ring) bufLen() int {
+	if lg := r.n >> lenShift; lg != 0 {
+		return 1 << lg
+	}
+	return 0
+}
+
+func (r *ring) setTn(n int)   { r.n = r.n&^tnMask | uint64(n) }
+func (r *ring) setSize(n int) { r.n = r.n&^(idxMask<<sizeShift) | uint64(n)<<sizeShift }
+
+// setBuffered sets the buffer's head and size.
+func (r *ring) setBuffered(head, size int) {
+	r.n = r.n&^(idxMask<<headShift|idxMask<<sizeShift) | uint64(head)<<headShift | uint64(size)<<sizeShift
+}
+
+// clearCounts empties the log's entries, keeping its buffer.
+func (r *ring) clearCounts() {
+	r.n &^= 1<<lenShift - 1
+	r.total = 0
+}
+
+// buffer returns the buffer as a slice; there is one.
+func (r *ring) buffer() []uint64 { return unsafe.Slice(r.buf, 1<<(r.n>>lenShift)) }
 
 // entries returns the number of entries in the log.
-func (r *ring) entries() int { return int(r.size) + int(r.tn) }
+func (r *ring) entries() int { return r.size() + r.tn() }
 
 // at returns the i-th oldest entry, i < r.entries().
 func (r *ring) at(i int) uint64 {
-	if i >= int(r.size) {
-		return r.tail[i-int(r.size)]
+	size := r.size()
+	if i >= size {
+		return r.tail[i-size]
 	}
-	j := int(r.head) + i
-	if j >= int(r.bufLen) {
-		j -= int(r.bufLen)
-	}
-	return r.buffer()[j]
+	buf := r.buffer()
+	return buf[(r.head()+i)&(len(buf)-1)]
 }
 
 // oldest returns the time of the oldest entry; r.total > 0.
@@ -129,14 +165,14 @@ func (r *ring) oldest(p *params) int64 { return r.base + int64(r.at(0)>>p.cbits)
 
 // newest returns the time of the newest entry; r.total > 0. That entry is
 // in tail: a push leaves one there, and expire never drops the newest.
-func (r *ring) newest(p *params) int64 { return r.base + int64(r.tail[r.tn-1]>>p.cbits) }
+func (r *ring) newest(p *params) int64 { return r.base + int64(r.tail[r.tn()-1]>>p.cbits) }
 
 // expire drops the entries that are out of the window at now: those at or
 // before now-window.
 func (r *ring) expire(p *params, now int64) {
 	cutoff := now - p.window
 	if r.total == 0 || r.newest(p) <= cutoff { // fast paths: empty, or all expired
-		r.head, r.size, r.tn, r.total = 0, 0, 0, 0
+		r.clearCounts()
 		return
 	}
 	if cutoff < r.base {
@@ -146,16 +182,15 @@ func (r *ring) expire(p *params, now int64) {
 	// the packed entry is below lim. The newest entry does not expire, so
 	// the loops stop before the log is empty: tail keeps at least it.
 	lim := uint64(cutoff-r.base+1) << p.cbits
-	if r.size > 0 {
-		buf, head := r.buffer(), r.head
-		for ; r.size > 0 && buf[head] < lim; r.size-- {
+	if size := r.size(); size > 0 {
+		buf, head := r.buffer(), r.head()
+		mask := len(buf) - 1
+		for ; size > 0 && buf[head] < lim; size-- {
 			r.total -= int64(buf[head] & p.maxCount)
-			if head++; head == r.bufLen {
-				head = 0
-			}
+			head = (head + 1) & mask
 		}
-		r.head = head
-		if r.size > 0 {
+		r.setBuffered(head, size)
+		if size > 0 {
 			return
 		}
 	}
@@ -164,7 +199,7 @@ func (r *ring) expire(p *params, now int64) {
 		r.total -= int64(r.tail[k] & p.maxCount)
 	}
 	if k > 0 {
-		r.tn = uint8(copy(r.tail[:], r.tail[k:r.tn]))
+		r.setTn(copy(r.tail[:], r.tail[k:r.tn()]))
 	}
 }
 
@@ -199,12 +234,13 @@ func (r *ring) decide(p *params, now int64, n int64) (ok bool, remaining, retryA
 }
 
 // room reports whether the buffer can take the entries an admission of n
-// units may add. Only a log of billions of entries lacks it.
+// units may add. Only a log of a hundred million entries lacks it.
 func (r *ring) room(p *params, n int64) bool {
-	if r.size < maxBuf/2 {
+	size := r.size()
+	if size < maxBuf/2 {
 		return true
 	}
-	return uint64(r.size)+uint64(len(r.tail))+(uint64(n)+p.maxCount-1)/p.maxCount <= maxBuf
+	return uint64(size)+uint64(len(r.tail))+(uint64(n)+p.maxCount-1)/p.maxCount <= maxBuf
 }
 
 // fill writes into *d the Decision of what decide returned (in place: see
@@ -217,52 +253,50 @@ func (p *params) fill(d *throttle.Decision, ok bool, remaining, retryAfter, rese
 func (r *ring) push(p *params, now int64, n int64) {
 	empty := r.total == 0
 	r.total += n
+	tn := r.tn()
 	if empty {
 		r.base = now
-	} else if last := r.newest(p); r.tn < uint8(len(r.tail)) && now != last && now-r.base <= p.maxOff && uint64(n) <= p.maxCount {
+	} else if last := r.newest(p); tn < len(r.tail) && now != last && now-r.base <= p.maxOff && uint64(n) <= p.maxCount {
 		// The common case: one more entry, room for it in tail, no rebase.
-		r.tail[r.tn] = uint64(now-r.base)<<p.cbits | uint64(n)
-		r.tn++
+		r.tail[tn] = uint64(now-r.base)<<p.cbits | uint64(n)
+		r.n++ // tn
 		return
 	} else if now-r.base > p.maxOff {
 		r.rebase(p)
 	} else if now == last {
 		// Same nanosecond as the newest entry: add to its count.
-		i := r.tn - 1
-		if c := r.tail[i] & p.maxCount; c+uint64(n) <= p.maxCount {
-			r.tail[i] += uint64(n)
+		if c := r.tail[tn-1] & p.maxCount; c+uint64(n) <= p.maxCount {
+			r.tail[tn-1] += uint64(n)
 			return
 		}
 	}
 	off := uint64(now-r.base) << p.cbits
 	for n > 0 {
 		c := min(uint64(n), p.maxCount)
-		if r.tn == uint8(len(r.tail)) {
-			r.flush(p)
+		if r.tn() == len(r.tail) {
+			r.flush()
 		}
-		r.tail[r.tn] = off | c
-		r.tn++
+		r.tail[r.tn()] = off | c
+		r.n++ // tn
 		n -= int64(c)
 	}
 }
 
 // flush moves the entries of tail to the end of the buffer, growing it if
 // it lacks room for them.
-func (r *ring) flush(p *params) {
-	if int(r.size)+int(r.tn) > int(r.bufLen) {
-		r.grow(p)
+func (r *ring) flush() {
+	size, tn := r.size(), r.tn()
+	if size+tn > r.bufLen() {
+		r.grow()
 	}
 	buf := r.buffer()
-	j := int(r.head) + int(r.size)
-	for _, e := range r.tail[:r.tn] {
-		if j >= len(buf) {
-			j -= len(buf)
-		}
-		buf[j] = e
+	mask := len(buf) - 1
+	j := r.head() + size
+	for _, e := range r.tail[:tn] {
+		buf[j&mask] = e
 		j++
 	}
-	r.size += uint32(r.tn)
-	r.tn = 0
+	r.n = r.n&^(idxMask<<sizeShift|tnMask) | uint64(size+tn)<<sizeShift
 }
 
 // rebase moves base to the oldest entry, so offsets are below window. The
@@ -271,32 +305,29 @@ func (r *ring) flush(p *params) {
 // so it costs O(1) per admission, amortized.
 func (r *ring) rebase(p *params) {
 	shift := r.at(0) >> p.cbits << p.cbits
-	buf := r.buffer()
-	for i := range int(r.size) {
-		j := int(r.head) + i
-		if j >= len(buf) {
-			j -= len(buf)
+	if size := r.size(); size > 0 {
+		buf, head := r.buffer(), r.head()
+		for i := range size {
+			buf[(head+i)&(len(buf)-1)] -= shift
 		}
-		buf[j] -= shift
 	}
-	for i := range r.tn {
+	for i := range r.tn() {
 		r.tail[i] -= shift
 	}
 	r.base += int64(shift >> p.cbits)
 }
 
-// grow enlarges the buffer to hold its entries and tail's: to minBuf
-// entries, then twice as many each time, never above limit entries, the
-// most a log holds (a flush comes before the entry that needs it, so the
-// buffer and tail then hold at most limit-1 entries between them), nor
-// above maxBuf (room has checked that those suffice).
-func (r *ring) grow(p *params) {
-	n := int(min(int64(max(2*int(r.bufLen), minBuf)), p.limit, maxBuf))
+// grow gives the buffer room for its entries and tail's: minBuf entries,
+// then twice as many each time (room has checked that maxBuf suffices).
+func (r *ring) grow() {
+	n := max(2*r.bufLen(), minBuf)
 	buf := make([]uint64, n)
-	for i := range int(r.size) {
+	size := r.size()
+	for i := range size {
 		buf[i] = r.at(i)
 	}
-	r.buf, r.bufLen, r.head = &buf[0], uint32(n), 0
+	r.buf = &buf[0]
+	r.n = r.n&tnMask | uint64(bits.TrailingZeros(uint(n)))<<lenShift | uint64(size)<<sizeShift
 }
 
 // log is a ring behind a mutex, which also publishes, for lock-free

@@ -37,18 +37,19 @@
 // units per entry for a 1 s window, 2,097,151 for 1 h, 2,047 for 30 days,
 // 255 for 366 days (where AllowN(1<<22) writes 16,449 entries) and 1 at
 // MaxWindow. So a key holds at most limit entries, 8·limit bytes (and at
-// most 2^32+2 entries, 32 GiB: past that it denies until entries leave),
-// and in practice 8 bytes per admission of the last window, plus a
-// 112-byte state on 64-bit platforms, kept in the keyed map's slot, which
-// holds the newest three entries itself: a key with at most three entries
-// in its window has no buffer, and an admission to a busier key writes its
-// buffer once in three (three entries at a time). With the slot's header,
-// the state fills one aligned pair of cache lines, so that a decision on a
-// key not in cache waits for one memory access, not two dependent ones.
-// The ring never shrinks while the key is live, but a key
-// that admitted nothing for a whole window is back to empty and the keyed
-// Limiter drops it entirely (lazily as new keys arrive, by Sweep, or by
-// the sweeper of throttle.WithSweepInterval).
+// most 2^27+4 entries, 1 GiB: past that it denies until entries leave),
+// and in practice 8 bytes per admission of the last window, in a buffer
+// whose length is a power of two, plus a 112-byte state on 64-bit
+// platforms, kept in the keyed map's slot, which holds the newest four
+// entries itself: a key with at most four entries in its window has no
+// buffer, and an admission to a busier key writes its buffer once in four
+// (four entries at a time). With the slot's header, the state fills one
+// aligned pair of cache lines, so that a decision on a key not in cache
+// waits for one memory access, not two dependent ones. The ring never
+// shrinks while the key is live, but a key that admitted nothing for a
+// whole window is back to empty and the keyed Limiter drops it entirely
+// (lazily as new keys arrive, by Sweep, or by the sweeper of
+// throttle.WithSweepInterval).
 //
 // An admission costs O(1) amortized: expiring old entries is paid for by
 // their admission, and the base is moved (rewriting the live offsets) at
