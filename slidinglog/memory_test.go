@@ -91,7 +91,7 @@ func TestRoom(t *testing.T) {
 		{maxBuf, 1, false},
 	} {
 		var r ring
-		r.setSize(c.size)
+		r.setBuffered(0, c.size)
 		if got := r.room(&p, c.n); got != c.want {
 			t.Errorf("size %d, n %d: room %v, want %v", c.size, c.n, got, c.want)
 		}

@@ -118,6 +118,7 @@ const (
 	maxBuf = 1 << (idxBits - 1)
 )
 
+// tn, head and size unpack ring.n.
 func (r *ring) tn() int   { return int(r.n & tnMask) }
 func (r *ring) head() int { return int(r.n >> headShift & idxMask) }
 func (r *ring) size() int { return int(r.n >> sizeShift & idxMask) }
@@ -130,8 +131,8 @@ func (r *ring) bufLen() int {
 	return 0
 }
 
-func (r *ring) setTn(n int)   { r.n = r.n&^tnMask | uint64(n) }
-func (r *ring) setSize(n int) { r.n = r.n&^(idxMask<<sizeShift) | uint64(n)<<sizeShift }
+// setTn sets the entries in tail.
+func (r *ring) setTn(n int) { r.n = r.n&^tnMask | uint64(n) }
 
 // setBuffered sets the buffer's head and size.
 func (r *ring) setBuffered(head, size int) {
