@@ -135,10 +135,10 @@
 // # Memory and the key cap
 //
 // Each limiter tracks at most the node's throttle.WithMaxKeys keys. A key
-// decided on one node alone costs about 340 bytes (its bucket, its 128-byte
-// entry of counters and its place in the table; TestMemoryPerKey), plus one
-// record per peer that reported the key. Idle keys are forgotten after the retention
-// above. When the table is full, a new key is decided and gossiped under
+// decided on one node alone costs about 250 bytes (its bucket, its 128-byte
+// entry of counters, which also holds the key, and its slot in the table;
+// TestMemoryPerKey), plus one record per peer that reported the key. Idle
+// keys are forgotten after the retention above. When the table is full, a new key is decided and gossiped under
 // OverflowKey: all such keys share one bucket of the limit, charged on
 // every node, so they stay limited (together, hence more strictly) and
 // shared, never unlimited; Stats.Overflow counts those decisions. A peer

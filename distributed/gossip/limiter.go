@@ -535,18 +535,19 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 // and what each peer last reported.
 //
 // It takes two cache lines, 128 bytes (a size the allocator aligns to
-// 128): the first holds what every decision reads and hardly anything
-// writes, the second what admissions write. Cores admitting on one key
-// then move one line of the entry between them, not two, and never the
-// line they read.
+// 128): the first holds what every decision and look-up reads and hardly
+// anything writes, the second what admissions (and pins) write. Cores
+// admitting on one key then move one line of the entry between them, not
+// two, and never the line they read.
 type entry struct {
 	// Read by decisions; written once a round at most.
-	pin     atomic.Int32               // uses in progress (see table.pin); below dropped once dropped
 	changed atomic.Int64               // round of the last Tick before the counters last changed
 	born    atomic.Int64               // time of the first local request (ns): identifies the counter; 0 before
 	bucket  atomic.Pointer[gcra.State] // the key's bucket state, kept to decide with one look-up
 	remote  map[string]*remoteRec      // guarded by mu; the map itself is made once, by the first peer record
-	_       [24]byte
+	key     string                     // set before the entry is published, then constant
+	hash    uint64                     // of key, under the table's seed; likewise
+	_       [8]byte
 
 	// Written by admissions (and, with the spend cap, every decision).
 	hits        atomic.Int64 // units admitted here, cumulative
@@ -556,7 +557,7 @@ type entry struct {
 	spent       int64        // units admitted here in capRound
 	roundDemand int64        // units asked for here in capRound
 	prevDemand  int64        // units asked for here in capRound-1
-	_           [8]byte
+	pin         atomic.Int32 // uses in progress (see table.pin); below dropped once dropped
 }
 
 type remoteRec struct {
@@ -626,25 +627,6 @@ func (e *entry) pruneRemote(before int64) bool {
 	return len(e.remote) == 0
 }
 
-// table maps keys to entries. Decisions look keys up without a lock (a
-// sync.Map); inserts and drops take mu, so that the count stays exact.
-type table struct {
-	max int
-	n   atomic.Int64
-	mu  sync.Mutex
-	m   sync.Map // key → *entry
-}
-
-func (t *table) init(max int) { t.max = max }
-
-// load returns the entry of key, or nil.
-func (t *table) load(key string) *entry {
-	if v, ok := t.m.Load(key); ok {
-		return v.(*entry)
-	}
-	return nil
-}
-
 // pin returns key's entry, created if absent, pinned so that it is not
 // dropped until unpin. It returns nil when the table is full.
 func (t *table) pin(key string) *entry {
@@ -656,9 +638,7 @@ func (t *table) pin(key string) *entry {
 			}
 			t.mu.Lock()
 			if e = t.load(key); e == nil {
-				e = &entry{}
-				e.changed.Store(math.MinInt64 / 2)
-				t.m.Store(key, e)
+				e = t.insert(key)
 				if key != OverflowKey {
 					t.n.Add(1) // the overflow key is beyond the count
 				}
@@ -717,19 +697,8 @@ func (t *table) drop(key string, e *entry, still func() bool) {
 		return
 	}
 	t.mu.Lock()
-	if t.load(key) == e {
-		t.m.Delete(key)
-		if key != OverflowKey {
-			t.n.Add(-1)
-		}
+	if t.remove(e) && key != OverflowKey {
+		t.n.Add(-1)
 	}
 	t.mu.Unlock()
-}
-
-// each calls f for every entry.
-func (t *table) each(f func(string, *entry)) {
-	t.m.Range(func(k, e any) bool {
-		f(k.(string), e.(*entry))
-		return true
-	})
 }
