@@ -254,7 +254,6 @@ func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
 		w     float64
 		whole int64
 		frac  float64
-		tie   uint64
 	}
 	var buf [16]q
 	qs := buf[:0]
@@ -303,7 +302,6 @@ func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
 		x := qs[i].w / sum * float64(total)
 		qs[i].whole = int64(x)
 		qs[i].frac = x - float64(qs[i].whole)
-		qs[i].tie = tieHash(key, r, qs[i].id)
 		given += qs[i].whole
 		if qs[i].id == l.node.id {
 			self = i
@@ -313,9 +311,18 @@ func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
 	if left := total - given; left > 0 {
 		me := qs[self]
 		rank := int64(0) // members ahead of this node for a leftover token
-		for _, o := range qs {
-			if o.frac > me.frac || (o.frac == me.frac && o.tie < me.tie) {
+		var myTie uint64 // hashed on the first tie only: ties need it
+		hashed := false
+		for i, o := range qs {
+			if o.frac > me.frac {
 				rank++
+			} else if o.frac == me.frac && i != self {
+				if !hashed {
+					myTie, hashed = tieHash(key, r, me.id), true
+				}
+				if tieHash(key, r, o.id) < myTie {
+					rank++
+				}
 			}
 		}
 		if rank < left {
