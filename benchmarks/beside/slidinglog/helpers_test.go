@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/slidinglog"
 )
 
@@ -18,8 +19,8 @@ func mustLog(tb testing.TB, limit int, window time.Duration) *slidinglog.Log {
 	return l
 }
 
-func mustNew(tb testing.TB, limit int, window time.Duration) *slidinglog.Limiter {
-	l, err := slidinglog.New(limit, window)
+func mustNew(tb testing.TB, limit int, window time.Duration, opts ...throttle.Option) *slidinglog.Limiter {
+	l, err := slidinglog.New(limit, window, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
