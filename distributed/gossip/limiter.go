@@ -245,13 +245,18 @@ func (l *Limiter) entry(key string, pin bool) (*entry, string) {
 // been charged for: they are estimated at the peer's recent hit rate and
 // set aside. Called with e.mu held.
 func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
-	members := *l.node.members.Load()
+	mp := l.node.members.Load()
+	members := *mp
 	if len(members) == 1 {
 		return max(total, 0), 1
 	}
+	sh := l.shares(e, mp, r)
+	left := int64(float64(total) - math.Ceil(sh.unknown))
+	if left <= 0 {
+		return 0, 0
+	}
+	total = left
 	type q struct {
-		id    string
-		w     float64
 		whole int64
 		frac  float64
 	}
@@ -261,52 +266,14 @@ func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
 		qs = make([]q, 0, len(members))
 	}
 	qs = qs[:len(members)]
-	var sum, unknown float64
-	for i, id := range members {
-		qs[i].id = id
-		if id == l.node.id {
-			qs[i].w = float64(e.prevDemand)
-			continue
-		}
-		rec := e.remote[id]
-		if rec == nil || rec.r1 <= rec.r0 {
-			continue
-		}
-		span := float64(rec.r1 - rec.r0)
-		if rec.r1 >= uint64(r-1) {
-			qs[i].w = float64(rec.d1-rec.d0) / span
-		}
-		if late := r - int64(rec.r1); late >= 1 && late <= 3 {
-			unknown += float64(late) * float64(rec.h1-rec.h0) / span
-		}
-	}
-	left := int64(float64(total) - math.Ceil(unknown))
-	if left <= 0 {
-		return 0, 0
-	}
-	total = left
-	if sum == 0 {
-		for i := range qs {
-			sum += qs[i].w
-		}
-	}
-	if sum == 0 {
-		for i := range qs {
-			qs[i].w = 1
-		}
-		sum = float64(len(qs))
-	}
 	var given int64
-	self := 0
 	for i := range qs {
-		x := qs[i].w / sum * float64(total)
+		x := sh.w[i] / sh.sum * float64(total)
 		qs[i].whole = int64(x)
 		qs[i].frac = x - float64(qs[i].whole)
 		given += qs[i].whole
-		if qs[i].id == l.node.id {
-			self = i
-		}
 	}
+	self := sh.self
 	mine := qs[self].whole
 	if left := total - given; left > 0 {
 		me := qs[self]
@@ -318,9 +285,9 @@ func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
 				rank++
 			} else if o.frac == me.frac && i != self {
 				if !hashed {
-					myTie, hashed = tieHash(key, r, me.id), true
+					myTie, hashed = tieHash(key, r, members[self]), true
 				}
-				if tieHash(key, r, o.id) < myTie {
+				if tieHash(key, r, members[i]) < myTie {
 					rank++
 				}
 			}
@@ -329,7 +296,76 @@ func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
 			mine++
 		}
 	}
-	return mine, qs[self].w / sum
+	return mine, sh.w[self] / sh.sum
+}
+
+// shares is what quota derives from the members' reports for a round:
+// their weights and the tokens set aside for late reports. It changes only
+// when the round, the members or e's peer records do, so e keeps it, and
+// a change to the records marks it stale.
+type shares struct {
+	round   int64
+	members *[]string // the member list it was computed for
+	w       []float64 // each member's weight, in members' order; never all 0
+	sum     float64   // of w
+	self    int       // this node's index in members
+	unknown float64   // tokens set aside for peers whose report is late
+}
+
+// stale marks sh, if any, to be computed again; e.mu is held.
+func (sh *shares) stale() {
+	if sh != nil {
+		sh.members = nil
+	}
+}
+
+// shares returns e's shares for round r among the members of mp,
+// computing them if they are stale; e.mu is held.
+func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
+	sh := e.shares
+	if sh != nil && sh.round == r && sh.members == mp {
+		return sh
+	}
+	members := *mp
+	if sh == nil {
+		sh = &shares{}
+		e.shares = sh
+	}
+	sh.round, sh.members = r, mp
+	if cap(sh.w) < len(members) {
+		sh.w = make([]float64, len(members))
+	}
+	sh.w = sh.w[:len(members)]
+	clear(sh.w)
+	sh.sum, sh.self, sh.unknown = 0, 0, 0
+	for i, id := range members {
+		if id == l.node.id {
+			sh.self = i
+			sh.w[i] = float64(e.prevDemand)
+			continue
+		}
+		rec := e.remote[id]
+		if rec == nil || rec.r1 <= rec.r0 {
+			continue
+		}
+		span := float64(rec.r1 - rec.r0)
+		if rec.r1 >= uint64(r-1) {
+			sh.w[i] = float64(rec.d1-rec.d0) / span
+		}
+		if late := r - int64(rec.r1); late >= 1 && late <= 3 {
+			sh.unknown += float64(late) * float64(rec.h1-rec.h0) / span
+		}
+	}
+	for _, w := range sh.w {
+		sh.sum += w
+	}
+	if sh.sum == 0 {
+		for i := range sh.w {
+			sh.w[i] = 1
+		}
+		sh.sum = float64(len(sh.w))
+	}
+	return sh
 }
 
 func tieHash(key string, r int64, id string) uint64 {
@@ -434,6 +470,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 		}
 		var delta int64
 		e.mu.Lock()
+		e.shares.stale()
 		if e.remote == nil {
 			e.remote = map[string]*remoteRec{}
 		}
@@ -525,6 +562,7 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 	defer e.unpin()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.shares.stale()
 	if e.remote == nil {
 		e.remote = map[string]*remoteRec{}
 	}
@@ -554,7 +592,7 @@ type entry struct {
 	remote  map[string]*remoteRec      // guarded by mu; the map itself is made once, by the first peer record
 	key     string                     // set before the entry is published, then constant
 	hash    uint64                     // of key, under the table's seed; likewise
-	_       [8]byte
+	shares  *shares                    // with the spend cap: guarded by mu, written once a round
 
 	// Written by admissions (and, with the spend cap, every decision).
 	hits        atomic.Int64 // units admitted here, cumulative
@@ -626,6 +664,7 @@ func (e *entry) noRemote() bool {
 func (e *entry) pruneRemote(before int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.shares.stale()
 	for id, rec := range e.remote {
 		if rec.seen < before {
 			delete(e.remote, id)

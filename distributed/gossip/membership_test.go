@@ -250,3 +250,36 @@ func (c *cluster) join(t *testing.T, addr string) *Limiter {
 	c.nodes, c.lims, c.addrs = append(c.nodes, node), append(c.lims, lim), append(c.addrs, addr)
 	return lim
 }
+
+// TestSharesFollowReports: with the spend cap a key's entry keeps the
+// shares its quota is divided by for the round, and a report arriving
+// mid-round must replace them: the next quota is the one computed afresh.
+func TestSharesFollowReports(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerSecond(1000), 1000, time.Second, true, 1)
+	l := c.lims[1]
+	if _, err := l.Allow(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	e := l.table.load("k")
+	r := c.clk.Now().UnixNano() / int64(time.Second)
+	quota := func() int64 {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		q, _ := l.quota(e, "k", r, 1000)
+		return q
+	}
+	before := quota() // with no report from n0 yet: computed and kept
+	born := c.clk.Now().UnixNano() - 1
+	for i, demand := range []uint64{0, 900} { // n0 asks for 900 a round
+		rep := &message{header: header{typ: msgReport, sender: "n0", table: "api", incarnation: 7, round: uint64(r - 1 + int64(i))},
+			reports: []reportEntry{{key: "k", born: born, hits: 0, demand: demand}}}
+		l.applyReport(rep, born-1, l.node.tick.Load())
+	}
+	got := quota()
+	e.mu.Lock()
+	e.shares.stale()
+	e.mu.Unlock()
+	if want := quota(); got != want || got == before {
+		t.Fatalf("quota %d after n0's reports, %d before them; computed afresh: %d", got, before, want)
+	}
+}
