@@ -238,7 +238,9 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decisi
 			s.mu.Unlock()
 			continue
 		}
-		s.p = &l.p
+		if s.p == nil {
+			s.p = &l.p // first use: no store, and no write barrier, on later ones
+		}
 		ok, rem, retry, reset := s.decide(&l.p, now, int64(n))
 		s.mu.Unlock()
 		l.p.fill(&d, ok, rem, retry, reset)
