@@ -72,7 +72,7 @@ func benchRate(mode string) (throttle.Rate, int) {
 }
 
 // benchAccess times Allow over 1024 keys: serial; parallel, each worker
-// going through the keys from its own place (requests of many clients);
+// drawing keys at random (requests of many clients);
 // and hotkey, every worker on one key (one client's flood).
 func benchAccess(b *testing.B, newLimiter func() throttle.Limiter) {
 	keys := make([]string, 1024)
@@ -88,11 +88,18 @@ func benchAccess(b *testing.B, newLimiter func() throttle.Limiter) {
 	})
 	b.Run("parallel", func(b *testing.B) {
 		l := newLimiter()
-		var workers atomic.Int64
+		var workers atomic.Uint64
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
-			for i := int(workers.Add(1)) * 389; pb.Next(); i++ {
-				l.Allow(ctx, keys[i&1023], 1)
+			// Each worker draws its keys at random (xorshift): workers
+			// walking the keys in step would meet on every key once one
+			// catches up with another, which many clients do not do.
+			x := workers.Add(1) * 0x9e3779b97f4a7c15
+			for pb.Next() {
+				x ^= x << 13
+				x ^= x >> 7
+				x ^= x << 17
+				l.Allow(ctx, keys[x&1023], 1)
 			}
 		})
 	})

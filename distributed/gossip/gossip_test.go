@@ -465,12 +465,12 @@ func TestEntryLayout(t *testing.T) {
 	if size := unsafe.Sizeof(e); size != 128 {
 		t.Errorf("entry is %d bytes, want 128", size)
 	}
-	for name, off := range map[string]uintptr{"changed": unsafe.Offsetof(e.changed), "born": unsafe.Offsetof(e.born), "bucket": unsafe.Offsetof(e.bucket), "key": unsafe.Offsetof(e.key), "hash": unsafe.Offsetof(e.hash)} {
+	for name, off := range map[string]uintptr{"changed": unsafe.Offsetof(e.changed), "born": unsafe.Offsetof(e.born), "bucket": unsafe.Offsetof(e.bucket), "key": unsafe.Offsetof(e.key), "hash": unsafe.Offsetof(e.hash), "full": unsafe.Offsetof(e.full)} {
 		if off >= 64 {
 			t.Errorf("%s at offset %d, want on the first line", name, off)
 		}
 	}
-	for name, off := range map[string]uintptr{"hits": unsafe.Offsetof(e.hits), "unmet": unsafe.Offsetof(e.unmet), "mu": unsafe.Offsetof(e.mu), "pin": unsafe.Offsetof(e.pin)} {
+	for name, off := range map[string]uintptr{"hits": unsafe.Offsetof(e.hits), "unmet": unsafe.Offsetof(e.unmet), "mu": unsafe.Offsetof(e.mu), "cap": unsafe.Offsetof(e.cap), "pin": unsafe.Offsetof(e.pin)} {
 		if off < 64 {
 			t.Errorf("%s at offset %d, want on the second line", name, off)
 		}

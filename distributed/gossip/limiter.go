@@ -136,38 +136,61 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Deci
 	return d, err
 }
 
-// allowCapped is Allow with the spend cap. The key's entry is pinned and
-// locked: the share is decided on the round's counters, which the decision
-// then updates.
-func (l *Limiter) allowCapped(d *throttle.Decision, key string, n int) error {
-	e, key := l.entry(key, true)
-	defer e.unpin()
+// allowCapped is Allow with the spend cap.
+//
+// A single unit asked for while the entry says that this node's share of
+// the round is spent (see entry.full) is denied without a lock, and the
+// denial writes only the unmet counter: a flood on one key, denied, moves
+// one cache line between the cores that serve it. Any other decision pins
+// and locks the entry: the share is decided on the round's counters,
+// which the decision then updates.
+func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
+	e, key := l.entry(asked, false)
 	now := l.node.clk.Now() // the decision's one clock reading
-	e.touch(now, l.node.tick.Load())
+	t := l.node.tick.Load()
+	e.touch(now, t)
+	if u := e.full.Load(); n == 1 && now < u {
+		tat := l.buckets.TatAt(key, e.bucket.Load())
+		limiterkit.Fill(d, false, int64(l.burst), 0, u-now, untilFull(now, tat))
+		e.unmet.Add(1)
+		if !l.table.kept(key, e) {
+			e, _ = l.entry(key, true)
+			e.touch(now, t)
+			e.unmet.Add(1)
+			e.unpin()
+		}
+		return nil
+	}
+	if !e.pinned() {
+		e, key = l.entry(asked, true)
+		e.touch(now, t)
+	}
+	defer e.unpin()
 	r := now / l.node.interval
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.capRound != r {
-		if e.capRound == r-1 {
-			e.prevDemand = e.roundDemand
-		} else {
-			e.prevDemand = 0
-		}
-		e.roundDemand, e.spent, e.capRound = 0, 0, r
-	}
-	e.roundDemand += int64(n)
-	tokens := l.buckets.TokensAt(key, e.bucket.Load(), now)
-	quota, share := l.quota(e, key, r, tokens+e.spent)
-	if e.spent+int64(n) > quota {
-		roundEnd := time.Duration((r+1)*l.node.interval - now)
-		limiterkit.Fill(d, false, int64(l.burst), 0, int64(roundEnd), int64(l.rate.Duration(int64(l.burst)-tokens)))
-		if share > 0 {
-			// Tokens are whole, so the fraction of a token already
-			// earned is unknown: wait for one token less than needed,
-			// a lower bound.
-			need := math.Ceil(float64(e.spent+int64(n))/share) - float64(tokens+e.spent)
-			if w := max(l.rate.Duration(int64(need)-1), 1); w < roundEnd {
-				d.RetryAfter = w
+	e.begin(r)
+	c := l.buckets.Config()
+	tat := l.buckets.TatAt(key, e.bucket.Load())
+	mp := l.node.members.Load()
+	sh := l.shares(e, mp, r)
+	total := c.Tokens(now, tat) + e.spent
+	quota := l.quota(sh, key, r, total)
+	if need := e.spent + int64(n); need > quota {
+		u := l.until(sh, c, key, r, now, tat, e.spent, need)
+		limiterkit.Fill(d, false, int64(l.burst), 0, u-now, untilFull(now, tat))
+		if quota <= e.spent {
+			// Not even one unit fits until u1: publish it for the
+			// lock-free denials, unless the members changed meanwhile
+			// (their change clears every entry's full after it
+			// publishes the new list).
+			u1 := u
+			if n > 1 {
+				u1 = l.until(sh, c, key, r, now, tat, e.spent, e.spent+1)
+			}
+			e.full.Store(u1)
+			if l.node.members.Load() != mp {
+				e.full.Store(0)
 			}
 		}
 		e.unmet.Add(int64(n))
@@ -182,6 +205,15 @@ func (l *Limiter) allowCapped(d *throttle.Decision, key string, n int) error {
 	e.spent += int64(n)
 	d.Remaining = int(min(int64(d.Remaining), max(quota-e.spent, 0)))
 	return nil
+}
+
+// untilFull is how long (ns) a bucket whose TAT is tat takes to be full
+// at now: the ResetAfter of a decision.
+func untilFull(now, tat int64) int64 {
+	if tat <= now {
+		return 0
+	}
+	return tat - now
 }
 
 // allow is Allow without the spend cap. It pins nothing, and a denial
@@ -232,30 +264,28 @@ func (l *Limiter) entry(key string, pin bool) (*entry, string) {
 	}
 }
 
-// quota returns this node's spend cap for key in round r given total, the
-// tokens that remain for the round as this node sees them, and this node's
-// share of them. Shares are proportional to the demand each member
-// reported for the previous round (equal when nobody reported any), and
-// rounded by the largest-remainder method with ties broken by a hash of
-// (key, round, node) that every node computes alike, so that with equal
-// views the quotas of all nodes add up to exactly the tokens left.
+// quota returns this node's spend cap for key in round r, given sh, the
+// round's shares, and total, the tokens left for the round as this node
+// sees them (its bucket's plus what it spent in the round). Shares are
+// proportional to the demand each member reported for the previous round
+// (equal when nobody reported any), and rounded by the largest-remainder
+// method with ties broken by a hash of (key, round, node) that every node
+// computes alike, so that with equal views the quotas of all nodes add up
+// to exactly the tokens left.
 //
 // A peer whose report for the last round has not arrived yet (in flight
 // at the start of a round, or lost) has spent tokens this node has not
 // been charged for: they are estimated at the peer's recent hit rate and
-// set aside. Called with e.mu held.
-func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
-	mp := l.node.members.Load()
-	members := *mp
+// set aside (sh.held). Called with e.mu held.
+func (l *Limiter) quota(sh *shares, key string, r, total int64) int64 {
+	members := *sh.members
 	if len(members) == 1 {
-		return max(total, 0), 1
+		return max(total, 0)
 	}
-	sh := l.shares(e, mp, r)
-	left := int64(float64(total) - math.Ceil(sh.unknown))
-	if left <= 0 {
-		return 0, 0
+	total -= sh.held
+	if total <= 0 {
+		return 0
 	}
-	total = left
 	type q struct {
 		whole int64
 		frac  float64
@@ -296,52 +326,111 @@ func (l *Limiter) quota(e *entry, key string, r, total int64) (int64, float64) {
 			mine++
 		}
 	}
-	return mine, sh.w[self] / sh.sum
+	return mine
+}
+
+// maxSteps bounds the totals until tries.
+const maxSteps = 64
+
+// until returns the first instant, from now to the end of round r, at
+// which this node's quota reaches need units if only time passes: the
+// bucket, whose TAT is tat, refills, and nothing else changes (spent and
+// the shares stay). It is the round's end when that never happens within
+// the round. Quotas do not always grow with the total (the rounding
+// can give this node a leftover unit at one total and not at the next),
+// so it tries the totals one by one, from the first whose share (before
+// rounding) could reach need, at most maxSteps of them: past those it
+// returns the instant the last one tried is reached, a lower bound. Called
+// with e.mu held.
+func (l *Limiter) until(sh *shares, c *gcra.Config, key string, r, now, tat, spent, need int64) int64 {
+	end := (r + 1) * l.node.interval
+	total := c.Tokens(now, tat) + spent
+	if sh.w[sh.self] == 0 {
+		// A member with no weight gets no unit, not even a leftover one:
+		// the leftover units go to members with a larger fraction.
+		return end
+	}
+	// A total whose share is below need-1 rounds down to a quota below
+	// need even with a leftover unit: skip them.
+	f := sh.w[sh.self] / sh.sum
+	from := total + 1
+	if skip := sh.held + int64(float64(need-1)/f) - 2; skip > from && f*float64(skip-1-sh.held) < float64(need-1) {
+		from = skip
+	}
+	at := from
+	for i := 0; i < maxSteps; i, at = i+1, at+1 {
+		if at-spent > int64(c.Burst) {
+			return end // the bucket never holds that many
+		}
+		if l.quota(sh, key, r, at) >= need {
+			break
+		}
+	}
+	return min(c.When(now, tat, at-spent), end)
+}
+
+// spending is the part of an entry's spend-cap state that changes once a
+// round at most, made by its first locked capped decision and guarded by
+// the entry's mutex. (What admissions write, the round and what it spent,
+// is in the entry, on the cache line the key's admissions write anyway.)
+type spending struct {
+	base   int64 // demand here (hits + unmet) when e.round began
+	prev   int64 // units asked for here in e.round-1
+	shares shares
+}
+
+// begin makes r e's spend-cap round, if it is not yet: a round's demand
+// is what the demand counters gained during it, lock-free denials
+// included. Called with e.mu held.
+func (e *entry) begin(r int64) {
+	if e.cap == nil {
+		e.cap = new(spending)
+		e.round = math.MinInt64
+	}
+	if e.round != r {
+		demand := e.hits.Load() + e.unmet.Load()
+		e.cap.prev = 0
+		if e.round == r-1 {
+			e.cap.prev = demand - e.cap.base
+		}
+		e.round, e.spent, e.cap.base = r, 0, demand
+	}
 }
 
 // shares is what quota derives from the members' reports for a round:
 // their weights and the tokens set aside for late reports. It changes only
 // when the round, the members or e's peer records do, so e keeps it, and
-// a change to the records marks it stale.
+// a change to the records marks it stale (see entry.changedShares).
 type shares struct {
 	round   int64
-	members *[]string // the member list it was computed for
+	members *[]string // the member list it was computed for; nil when stale
 	w       []float64 // each member's weight, in members' order; never all 0
 	sum     float64   // of w
 	self    int       // this node's index in members
-	unknown float64   // tokens set aside for peers whose report is late
-}
-
-// stale marks sh, if any, to be computed again; e.mu is held.
-func (sh *shares) stale() {
-	if sh != nil {
-		sh.members = nil
-	}
+	held    int64     // tokens set aside for peers whose report is late
 }
 
 // shares returns e's shares for round r among the members of mp,
-// computing them if they are stale; e.mu is held.
+// computing them if they are stale. Called with e.mu held, after
+// e.begin(r).
 func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
-	sh := e.shares
-	if sh != nil && sh.round == r && sh.members == mp {
+	sh := &e.cap.shares
+	if sh.round == r && sh.members == mp {
 		return sh
 	}
 	members := *mp
-	if sh == nil {
-		sh = &shares{}
-		e.shares = sh
-	}
 	sh.round, sh.members = r, mp
 	if cap(sh.w) < len(members) {
 		sh.w = make([]float64, len(members))
 	}
 	sh.w = sh.w[:len(members)]
 	clear(sh.w)
-	sh.sum, sh.self, sh.unknown = 0, 0, 0
+	sh.sum, sh.self = 0, 0
+	unknown := 0.0
 	for i, id := range members {
 		if id == l.node.id {
 			sh.self = i
-			sh.w[i] = float64(e.prevDemand)
+			sh.w[i] = float64(e.cap.prev)
 			continue
 		}
 		rec := e.remote[id]
@@ -353,9 +442,10 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 			sh.w[i] = float64(rec.d1-rec.d0) / span
 		}
 		if late := r - int64(rec.r1); late >= 1 && late <= 3 {
-			sh.unknown += float64(late) * float64(rec.h1-rec.h0) / span
+			unknown += float64(late) * float64(rec.h1-rec.h0) / span
 		}
 	}
+	sh.held = int64(math.Ceil(unknown))
 	for _, w := range sh.w {
 		sh.sum += w
 	}
@@ -470,7 +560,6 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 		}
 		var delta int64
 		e.mu.Lock()
-		e.shares.stale()
 		if e.remote == nil {
 			e.remote = map[string]*remoteRec{}
 		}
@@ -516,14 +605,13 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 				delta = rec.allow
 			}
 			rec.allow -= delta
-		}
-		e.mu.Unlock()
-		e.unpin()
-		if delta > 0 {
 			if l.buckets.Debit(x.key, delta) == nil {
 				total += delta
 			}
 		}
+		e.sharesChanged() // after the debit: see entry.full
+		e.mu.Unlock()
+		e.unpin()
 	}
 	return total, capped
 }
@@ -545,6 +633,11 @@ func (l *Limiter) applyState(m *message, t int64) {
 		}
 		if cur := l.buckets.Tokens(s.key); target < cur {
 			l.buckets.Debit(s.key, cur-target)
+			if e := l.table.load(s.key); e != nil {
+				e.mu.Lock()
+				e.sharesChanged()
+				e.mu.Unlock()
+			}
 		}
 		if s.born != 0 {
 			l.delivered(m, s, t)
@@ -562,7 +655,7 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 	defer e.unpin()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.shares.stale()
+	e.sharesChanged()
 	if e.remote == nil {
 		e.remote = map[string]*remoteRec{}
 	}
@@ -585,24 +678,29 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 // admitting on one key then move one line of the entry between them, not
 // two, and never the line they read.
 type entry struct {
-	// Read by decisions; written once a round at most.
+	// Read by decisions; written once a round at most (full: once a
+	// round, or once each time the spend-capped share runs out).
 	changed atomic.Int64               // round of the last Tick before the counters last changed
 	born    atomic.Int64               // time of the first local request (ns): identifies the counter; 0 before
 	bucket  atomic.Pointer[gcra.State] // the key's bucket state, kept to decide with one look-up
 	remote  map[string]*remoteRec      // guarded by mu; the map itself is made once, by the first peer record
 	key     string                     // set before the entry is published, then constant
 	hash    uint64                     // of key, under the table's seed; likewise
-	shares  *shares                    // with the spend cap: guarded by mu, written once a round
+	// With the spend cap: before this instant (ns) this node's share of
+	// the round is spent, if nothing but time changes. Stored under mu
+	// by a denial, cleared by whatever else changes the share: a peer's
+	// record or debit (under mu, after the debit), a change of members.
+	full atomic.Int64
 
 	// Written by admissions (and, with the spend cap, every decision).
-	hits        atomic.Int64 // units admitted here, cumulative
-	unmet       atomic.Int64 // with the spend cap, units asked for here and not admitted, cumulative; demand is hits + unmet
-	mu          sync.Mutex   // guards remote and the fields below
-	capRound    int64        // round of spent and roundDemand
-	spent       int64        // units admitted here in capRound
-	roundDemand int64        // units asked for here in capRound
-	prevDemand  int64        // units asked for here in capRound-1
-	pin         atomic.Int32 // uses in progress (see table.pin); below dropped once dropped
+	hits  atomic.Int64 // units admitted here, cumulative
+	unmet atomic.Int64 // with the spend cap, units asked for here and not admitted, cumulative; demand is hits + unmet
+	mu    sync.Mutex   // guards remote and the fields below
+	round int64        // with the spend cap, the round of spent
+	spent int64        // with the spend cap, units admitted here in round
+	cap   *spending    // with the spend cap, the rest of its state
+	pin   atomic.Int32 // uses in progress (see table.pin); below dropped once dropped
+	_     [8]byte      // to 128 bytes, so that entries are aligned to their size
 }
 
 type remoteRec struct {
@@ -619,6 +717,16 @@ type remoteRec struct {
 }
 
 func (e *entry) unpin() { e.pin.Add(-1) }
+
+// sharesChanged marks e's shares, if any, to be computed again, and clears
+// full: a change to the peer records may grow this node's quota, and so
+// may a debit (made before the call), by rounding. Called with e.mu held.
+func (e *entry) sharesChanged() {
+	if e.cap != nil {
+		e.cap.shares.members = nil
+	}
+	e.full.Store(0)
+}
 
 // pinned pins e unless it was dropped.
 func (e *entry) pinned() bool {
@@ -664,7 +772,7 @@ func (e *entry) noRemote() bool {
 func (e *entry) pruneRemote(before int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.shares.stale()
+	e.sharesChanged()
 	for id, rec := range e.remote {
 		if rec.seen < before {
 			delete(e.remote, id)

@@ -265,8 +265,8 @@ func TestSharesFollowReports(t *testing.T) {
 	quota := func() int64 {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		q, _ := l.quota(e, "k", r, 1000)
-		return q
+		e.begin(r)
+		return l.quota(l.shares(e, l.node.members.Load(), r), "k", r, 1000)
 	}
 	before := quota() // with no report from n0 yet: computed and kept
 	born := c.clk.Now().UnixNano() - 1
@@ -277,7 +277,7 @@ func TestSharesFollowReports(t *testing.T) {
 	}
 	got := quota()
 	e.mu.Lock()
-	e.shares.stale()
+	e.cap.shares.members = nil
 	e.mu.Unlock()
 	if want := quota(); got != want || got == before {
 		t.Fatalf("quota %d after n0's reports, %d before them; computed afresh: %d", got, before, want)

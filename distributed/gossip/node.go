@@ -314,6 +314,12 @@ func (n *Node) publishMembers() {
 	}
 	slices.Sort(m)
 	n.members.Store(&m)
+	// Shares change with the members: clear what denials published with
+	// the old ones. A denial that computed with them and publishes after
+	// this sees the new list and clears its own.
+	for _, l := range n.limiters {
+		l.table.each(func(_ string, e *entry) { e.full.Store(0) })
+	}
 }
 
 // Join adds a peer at run time. The node sends it every live counter and

@@ -281,15 +281,15 @@ func (l *Keyed) Decide(d *throttle.Decision, key string, st *State, now int64, n
 	}
 }
 
-// TokensAt returns the whole units free at now in st, key's state as
-// Decide returned it, or in key's current state when st is nil or retired.
-func (l *Keyed) TokensAt(key string, st *State, now int64) int64 {
+// TatAt returns the TAT of st, key's state as Decide returned it, or of
+// key's current state when st is nil or retired.
+func (l *Keyed) TatAt(key string, st *State) int64 {
 	if st != nil {
 		if tat, live := st.Load(); live {
-			return l.cfg.Load().Tokens(now, tat)
+			return tat
 		}
 	}
-	return l.cfg.Load().Tokens(now, l.tat(key))
+	return l.tat(key)
 }
 
 // Reserve books n units for key at the earliest time they fit, if within

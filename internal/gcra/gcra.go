@@ -183,6 +183,21 @@ func (c *Config) Tokens(now, tat int64) int64 {
 	return -((-free + c.Interval - 1) / c.Interval)
 }
 
+// When returns the earliest instant at which a bucket whose TAT is tat
+// holds k whole units if nothing is taken or debited meanwhile: now when
+// it already does, End when k exceeds Burst.
+func (c *Config) When(now, tat, k int64) int64 {
+	if k > int64(c.Burst) {
+		return End
+	}
+	if c.Tokens(now, tat) >= k {
+		return now
+	}
+	// Fewer than Burst units, so tat > now: Tokens(t) >= k from
+	// t = tat - Tau + k*Interval on, a sum that stays within int64.
+	return tat - (c.Tau - k*c.Interval)
+}
+
 // Level returns ceil((tat-now) / Interval): the units in the leaky bucket
 // at now, 0 when empty, above Burst after debits. Level = Burst - Tokens.
 func (c *Config) Level(now, tat int64) int64 {

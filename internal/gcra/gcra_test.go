@@ -298,3 +298,34 @@ func allow(l *Keyed, key string, n int) (d throttle.Decision, err error) {
 	err = l.Allow(&d, key, n)
 	return d, err
 }
+
+// FuzzWhen checks Config.When against Tokens: the bucket holds k units at
+// When and, if When is after now, not one nanosecond before.
+func FuzzWhen(f *testing.F) {
+	f.Add(int64(3), int64(5), int64(1e9), int64(2e9), int64(2))
+	f.Add(int64(7), int64(1), int64(0), int64(MaxSpan), int64(-4))
+	f.Fuzz(func(t *testing.T, perSecond, burst, now, tat, k int64) {
+		perSecond = 1 + max(perSecond, -perSecond)%1e6
+		burst = 1 + max(burst, -burst)%1e6
+		c, err := NewConfig(throttle.PerSecond(int(perSecond)), int(burst))
+		if err != nil {
+			t.Skip()
+		}
+		now %= 1 << 62
+		tat = now + tat%maxDebt // as Debit leaves it at most
+		k %= 4 * burst
+		w := c.When(now, tat, k)
+		switch {
+		case k > burst:
+			if w != End {
+				t.Fatalf("When(k=%d > burst %d) = %d, want End", k, burst, w)
+			}
+		case w < now:
+			t.Fatalf("When = %d before now %d", w, now)
+		case c.Tokens(w, tat) < k:
+			t.Fatalf("Tokens(When) = %d < %d", c.Tokens(w, tat), k)
+		case w > now && c.Tokens(w-1, tat) >= k:
+			t.Fatalf("Tokens(When-1) = %d >= %d: When is late", c.Tokens(w-1, tat), k)
+		}
+	})
+}

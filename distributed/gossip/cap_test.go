@@ -1,0 +1,148 @@
+package gossip
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+// fullHolds checks, under the entry's lock, that a node whose entry for
+// key says its share is spent (now < full) would deny one unit by the
+// locked computation too: what full promises must still be true, whatever
+// reports, debits and member changes came since it was published.
+func fullHolds(t *testing.T, l *Limiter, key string, now int64) {
+	t.Helper()
+	e := l.table.load(key)
+	if e == nil || now >= e.full.Load() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := now / l.node.interval
+	e.begin(r)
+	c := l.buckets.Config()
+	tat := l.buckets.TatAt(key, e.bucket.Load())
+	sh := l.shares(e, l.node.members.Load(), r)
+	if q := l.quota(sh, key, r, c.Tokens(now, tat)+e.spent); q > e.spent {
+		t.Fatalf("at %d, full until %d, but the quota is %d with %d spent: one unit fits", now, e.full.Load(), q, e.spent)
+	}
+}
+
+// TestCapRetryAfterExact runs random traffic on three spend-capped nodes,
+// with their reports delivered between requests, and checks two things on
+// node 0. The lock-free denials are right: while an entry says the share
+// is spent, the locked computation agrees. And a denial's RetryAfter is
+// exact when only time passes: the same request is denied one nanosecond
+// before it and admitted at it (when that is within the round).
+func TestCapRetryAfterExact(t *testing.T) {
+	for seed := range uint64(4) {
+		c := newCluster(t, 3, throttle.PerSecond(40), 12, time.Second, true, seed+1)
+		rng := rand.New(rand.NewPCG(seed, 7))
+		l := c.lims[0]
+		exact, fast := 0, 0
+		for range 4000 {
+			for _, o := range c.lims[1:] {
+				if rng.IntN(3) == 0 {
+					if _, err := o.Allow(ctx, "k", 1); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			now := c.clk.Now().UnixNano()
+			fullHolds(t, l, "k", now)
+			if e := l.table.load("k"); e != nil && now < e.full.Load() {
+				fast++
+			}
+			n := 1
+			if rng.IntN(4) == 0 {
+				n = 2 + rng.IntN(3)
+			}
+			d, err := l.Allow(ctx, "k", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			end := (now/l.node.interval + 1) * l.node.interval
+			if !d.Allowed && now+int64(d.RetryAfter) < end {
+				c.clk.Advance(d.RetryAfter - 1)
+				if d2, _ := l.Allow(ctx, "k", n); d2.Allowed {
+					t.Fatalf("seed %d: %d units denied at %d with RetryAfter %v, admitted 1 ns earlier", seed, n, now, d.RetryAfter)
+				}
+				c.clk.Advance(1)
+				if d3, _ := l.Allow(ctx, "k", n); !d3.Allowed {
+					t.Fatalf("seed %d: %d units denied at %d with RetryAfter %v, denied again then: %+v", seed, n, now, d.RetryAfter, d3)
+				}
+				exact++
+			}
+			c.runTo(c.clk.Now().Add(time.Duration(rng.IntN(40)) * time.Millisecond))
+		}
+		t.Logf("seed %d: %d exact, %d fast", seed, exact, fast)
+		if exact < 100 || fast < 50 {
+			t.Fatalf("seed %d: %d RetryAfters checked, %d lock-free denials: the trace misses its point", seed, exact, fast)
+		}
+	}
+}
+
+// TestCapFullClearedByMembers: a node that spent its share publishes that
+// fact for lock-free denials; when a peer leaves, its share grows, and the
+// next request must be decided afresh and admitted.
+func TestCapFullClearedByMembers(t *testing.T) {
+	c := newCluster(t, 3, throttle.PerHour(1), 9, time.Second, true, 1)
+	l := c.lims[0]
+	for i := range 4 {
+		d, err := l.Allow(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != (i < 3) { // a third of the 9 tokens
+			t.Fatalf("request %d: %+v", i, d)
+		}
+	}
+	if e := l.table.load("k"); c.clk.Now().UnixNano() >= e.full.Load() {
+		t.Fatal("a node whose share is spent publishes nothing")
+	}
+	c.nodes[0].Leave("n2")
+	if d, _ := l.Allow(ctx, "k", 1); !d.Allowed {
+		t.Fatalf("after a peer left, with half the tokens to itself, the node denied: %+v", d)
+	}
+}
+
+// TestCapFullClearedByReports: a node whose share is spent publishes that
+// fact for lock-free denials; when its peers' reports then show they no
+// longer ask for anything, its share grows to all the tokens left, and
+// the next request must be decided afresh and admitted.
+func TestCapFullClearedByReports(t *testing.T) {
+	c := newCluster(t, 3, throttle.PerHour(1), 9, time.Second, true, 1)
+	l := c.lims[0]
+	r := c.clk.Now().UnixNano() / int64(time.Second)
+	born := c.clk.Now().UnixNano() - 1
+	report := func(peer string, round int64, demand uint64) {
+		m := &message{header: header{typ: msgReport, sender: peer, table: "api", incarnation: 7, round: uint64(round)},
+			reports: []reportEntry{{key: "k", born: born, demand: demand}}}
+		l.applyReport(m, born-1, l.node.tick.Load())
+	}
+	// The peers asked for 100 units each in the last round, this node for
+	// one: its share is a tiny fraction of the 9 tokens, none of them.
+	if _, err := l.Allow(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"n1", "n2"} {
+		report(p, r-1, 1000)
+		report(p, r, 1100)
+	}
+	c.clk.Advance(time.Second)
+	if d, _ := l.Allow(ctx, "k", 1); d.Allowed {
+		t.Fatalf("with a share of 1/201, the node admitted: %+v", d)
+	}
+	if e := l.table.load("k"); c.clk.Now().UnixNano() >= e.full.Load() {
+		t.Fatal("a node whose share is spent publishes nothing")
+	}
+	// Now the peers report they asked for nothing more.
+	for _, p := range []string{"n1", "n2"} {
+		report(p, r+1, 1100)
+	}
+	if d, _ := l.Allow(ctx, "k", 1); !d.Allowed {
+		t.Fatalf("with every token to itself, the node denied: %+v", d)
+	}
+}
