@@ -146,3 +146,36 @@ func TestCapFullClearedByReports(t *testing.T) {
 		t.Fatalf("with every token to itself, the node denied: %+v", d)
 	}
 }
+
+// TestCapClockStepsBack: a clock stepped back by an hour does not keep
+// the node denying on what it published before the step; the decision is
+// made afresh, and its RetryAfter is exact.
+func TestCapClockStepsBack(t *testing.T) {
+	c := newCluster(t, 3, throttle.PerSecond(40), 12, time.Second, true, 1)
+	l := c.lims[0]
+	for {
+		d, err := l.Allow(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+	}
+	if e := l.table.load("k"); c.clk.Now().UnixNano() >= e.full.Load() {
+		t.Fatal("a node whose share is spent publishes nothing")
+	}
+	c.clk.Set(c.clk.Now().Add(-time.Hour))
+	d, err := l.Allow(ctx, "k", 1)
+	if err != nil || d.Allowed {
+		t.Fatalf("an hour before the bucket's last admission: %+v %v", d, err)
+	}
+	c.clk.Advance(d.RetryAfter - 1)
+	if d2, _ := l.Allow(ctx, "k", 1); d2.Allowed {
+		t.Fatalf("admitted 1 ns before RetryAfter %v", d.RetryAfter)
+	}
+	c.clk.Advance(1)
+	if d3, _ := l.Allow(ctx, "k", 1); !d3.Allowed {
+		t.Fatalf("denied at RetryAfter %v: %+v", d.RetryAfter, d3)
+	}
+}

@@ -141,9 +141,9 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Deci
 // A single unit asked for while the entry says that this node's share of
 // the round is spent (see entry.full) is denied without a lock, and the
 // denial writes only the unmet counter: a flood on one key, denied, moves
-// one cache line between the cores that serve it. Any other decision pins
-// and locks the entry: the share is decided on the round's counters,
-// which the decision then updates.
+// one cache line between the cores that serve it. Any other decision
+// locks the entry: the share is decided on the round's counters, which
+// the decision then updates.
 func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 	e, key := l.entry(asked, false)
 	now := l.node.clk.Now() // the decision's one clock reading
@@ -161,14 +161,9 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 		}
 		return nil
 	}
-	if !e.pinned() {
-		e, key = l.entry(asked, true)
-		e.touch(now, t)
-	}
-	defer e.unpin()
-	r := now / l.node.interval
-	e.mu.Lock()
+	e, key = l.lock(e, asked, key, now, t)
 	defer e.mu.Unlock()
+	r := now / l.node.interval
 	e.begin(r)
 	c := l.buckets.Config()
 	tat := l.buckets.TatAt(key, e.bucket.Load())
@@ -205,6 +200,31 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 	e.spent += int64(n)
 	d.Remaining = int(min(int64(d.Remaining), max(quota-e.spent, 0)))
 	return nil
+}
+
+// lock locks e, the entry of asked (key's when the table is full) that a
+// decision at now in round t touched, and returns it with its key; or,
+// if a drop removed e meanwhile, the key's new entry, touched and locked.
+// A locked entry not seen dropped is not dropped until it is unlocked:
+// drop marks the pin before it reads the round the entry last changed in,
+// and the decision touched the entry before it reads the pin, so a drop
+// that would go ahead is seen here, and any other sees the touch and
+// gives up (see table.kept). The lock holds no pin, which would be two
+// more atomic additions per decision.
+func (l *Limiter) lock(e *entry, asked, key string, now, t int64) (*entry, string) {
+	for {
+		e.mu.Lock()
+		if e.pin.Load() >= 0 {
+			return e, key
+		}
+		e.mu.Unlock() // a drop deciding may need it (entry.noRemote)
+		if l.table.load(key) == e {
+			runtime.Gosched() // the drop is deciding
+			continue
+		}
+		e, key = l.entry(asked, false)
+		e.touch(now, t)
+	}
 }
 
 // untilFull is how long (ns) a bucket whose TAT is tat takes to be full
@@ -278,6 +298,16 @@ func (l *Limiter) entry(key string, pin bool) (*entry, string) {
 // been charged for: they are estimated at the peer's recent hit rate and
 // set aside (sh.held). Called with e.mu held.
 func (l *Limiter) quota(sh *shares, key string, r, total int64) int64 {
+	// Admissions leave the total as it is (the bucket loses what the
+	// round's spending gains), so the last quota is often the one asked.
+	if total != sh.total {
+		sh.total, sh.quota = total, l.quotaOf(sh, key, r, total)
+	}
+	return sh.quota
+}
+
+// quotaOf computes quota.
+func (l *Limiter) quotaOf(sh *shares, key string, r, total int64) int64 {
 	members := *sh.members
 	if len(members) == 1 {
 		return max(total, 0)
@@ -362,7 +392,7 @@ func (l *Limiter) until(sh *shares, c *gcra.Config, key string, r, now, tat, spe
 		if at-spent > int64(c.Burst) {
 			return end // the bucket never holds that many
 		}
-		if l.quota(sh, key, r, at) >= need {
+		if l.quotaOf(sh, key, r, at) >= need {
 			break
 		}
 	}
@@ -388,6 +418,7 @@ func (e *entry) begin(r int64) {
 		e.round = math.MinInt64
 	}
 	if e.round != r {
+		e.full.Store(0) // said of the old round (a clock stepped back finds it ahead)
 		demand := e.hits.Load() + e.unmet.Load()
 		e.cap.prev = 0
 		if e.round == r-1 {
@@ -408,6 +439,8 @@ type shares struct {
 	sum     float64   // of w
 	self    int       // this node's index in members
 	held    int64     // tokens set aside for peers whose report is late
+	total   int64     // the total of the last quota computed
+	quota   int64     // and that quota
 }
 
 // shares returns e's shares for round r among the members of mp,
@@ -425,7 +458,7 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 	}
 	sh.w = sh.w[:len(members)]
 	clear(sh.w)
-	sh.sum, sh.self = 0, 0
+	sh.sum, sh.self, sh.total = 0, 0, math.MinInt64
 	unknown := 0.0
 	for i, id := range members {
 		if id == l.node.id {
@@ -689,7 +722,10 @@ type entry struct {
 	// With the spend cap: before this instant (ns) this node's share of
 	// the round is spent, if nothing but time changes. Stored under mu
 	// by a denial, cleared by whatever else changes the share: a peer's
-	// record or debit (under mu, after the debit), a change of members.
+	// record or debit (under mu, after the debit), a change of members, a
+	// new round. A clock stepped back finds it ahead and keeps denying
+	// single units until then, much as the bucket itself does: its TAT is
+	// then as far ahead.
 	full atomic.Int64
 
 	// Written by admissions (and, with the spend cap, every decision).
