@@ -113,7 +113,9 @@ func (l *Limiter) Close() error {
 
 // Allow takes n tokens from key's local bucket if it holds them (and, with
 // SpendCap, if they fit in this node's share for the current round), and
-// counts them for the next report to the peers. It never blocks.
+// counts them for the next report to the peers. It never blocks. A denial
+// by the spend cap has the RetryAfter at which this node's share would
+// admit the request if only time passed, the end of the round at most.
 func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
 	if l.closed.Load() {
 		return d, throttle.ErrClosed
