@@ -318,16 +318,7 @@ func (l *Limiter) quotaOf(sh *shares, key string, r, total int64) int64 {
 	if total <= 0 {
 		return 0
 	}
-	type q struct {
-		whole int64
-		frac  float64
-	}
-	var buf [16]q
-	qs := buf[:0]
-	if len(members) > len(buf) {
-		qs = make([]q, 0, len(members))
-	}
-	qs = qs[:len(members)]
+	qs := sh.scratch[:len(members)]
 	var given int64
 	for i := range qs {
 		x := sh.w[i] / sh.sum * float64(total)
@@ -443,6 +434,14 @@ type shares struct {
 	held    int64     // tokens set aside for peers whose report is late
 	total   int64     // the total of the last quota computed
 	quota   int64     // and that quota
+	scratch []portion // quota's, one per member
+}
+
+// portion is one member's part of the tokens in quota: its whole units
+// and the fraction left over.
+type portion struct {
+	whole int64
+	frac  float64
 }
 
 // shares returns e's shares for round r among the members of mp,
@@ -457,6 +456,7 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 	sh.round, sh.members = r, mp
 	if cap(sh.w) < len(members) {
 		sh.w = make([]float64, len(members))
+		sh.scratch = make([]portion, len(members))
 	}
 	sh.w = sh.w[:len(members)]
 	clear(sh.w)

@@ -178,6 +178,14 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 			t.Errorf("cap=%v: %v allocations per decision", capped, n)
 		}
 	}
+	// More members than fit on the stack, and a quota computed afresh at
+	// every decision (the refill changes the total every nanosecond).
+	c := newCluster(t, 20, throttle.PerSecond(1e9), 1e9, time.Second, true, 1)
+	l := c.lims[0]
+	l.Allow(ctx, "k", 1)
+	if n := testing.AllocsPerRun(100, func() { c.clk.Advance(time.Microsecond); l.Allow(ctx, "k", 1) }); n != 0 {
+		t.Errorf("20 members: %v allocations per decision", n)
+	}
 }
 
 // A node that joins charges a peer's hits once, also those made within
