@@ -179,3 +179,59 @@ func TestCapClockStepsBack(t *testing.T) {
 		t.Fatalf("denied at RetryAfter %v: %+v", d.RetryAfter, d3)
 	}
 }
+
+// FuzzCapDecisions drives three spend-capped nodes with the operations the
+// input spells (requests of 1 to 5 units on node 0, requests on the
+// peers, time passing with reports delivered, a peer leaving and coming
+// back) and checks that what node 0 publishes for lock-free denials always
+// holds, and that every decision is sane: no error, a RetryAfter within
+// the round for a denial, none for an admission.
+func FuzzCapDecisions(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 4, 0, 0, 13, 2, 6, 0, 1, 5, 0})
+	f.Add([]byte{3, 7, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 2000 {
+			ops = ops[:2000]
+		}
+		c := newCluster(t, 3, throttle.PerSecond(40), 12, 100*time.Millisecond, true, 1)
+		l := c.lims[0]
+		left := false
+		for _, op := range ops {
+			arg := int(op >> 2)
+			switch op & 3 {
+			case 0, 1:
+				n := 1
+				if op&3 == 1 {
+					n = 1 + arg%5
+				}
+				now := c.clk.Now().UnixNano()
+				fullHolds(t, l, "k", now)
+				d, err := l.Allow(ctx, "k", n)
+				end := (now/l.node.interval + 1) * l.node.interval
+				switch {
+				case err != nil:
+					t.Fatal(err)
+				case d.Allowed && d.RetryAfter != 0:
+					t.Fatalf("admitted with RetryAfter %v", d.RetryAfter)
+				case !d.Allowed && (d.RetryAfter <= 0 || now+int64(d.RetryAfter) > end):
+					t.Fatalf("denied at %d with RetryAfter %v, round ends at %d", now, d.RetryAfter, end)
+				}
+			case 2:
+				if _, err := c.lims[1+arg%2].Allow(ctx, "k", 1+arg%3); err != nil {
+					t.Fatal(err)
+				}
+			case 3:
+				if arg == 63 {
+					if left {
+						c.nodes[0].Join("n2")
+					} else {
+						c.nodes[0].Leave("n2")
+					}
+					left = !left
+					continue
+				}
+				c.runTo(c.clk.Now().Add(time.Duration(arg) * time.Millisecond))
+			}
+		}
+	})
+}
