@@ -318,7 +318,17 @@ func (l *Limiter) quotaOf(sh *shares, key string, r, total int64) int64 {
 	if total <= 0 {
 		return 0
 	}
-	qs := sh.scratch[:len(members)]
+	var buf [16]portion
+	qs := buf[:0]
+	var big *[]portion
+	if len(members) > len(buf) {
+		big = bigPortions.Get().(*[]portion)
+		if cap(*big) < len(members) {
+			*big = make([]portion, len(members))
+		}
+		qs = *big
+	}
+	qs = qs[:len(members)]
 	var given int64
 	for i := range qs {
 		x := sh.w[i] / sh.sum * float64(total)
@@ -349,8 +359,15 @@ func (l *Limiter) quotaOf(sh *shares, key string, r, total int64) int64 {
 			mine++
 		}
 	}
+	if big != nil {
+		bigPortions.Put(big)
+	}
 	return mine
 }
+
+// bigPortions holds quota's portions for clusters of more members than
+// fit on its stack.
+var bigPortions = sync.Pool{New: func() any { return new([]portion) }}
 
 // maxSteps bounds the totals until tries.
 const maxSteps = 64
@@ -434,7 +451,6 @@ type shares struct {
 	held    int64     // tokens set aside for peers whose report is late
 	total   int64     // the total of the last quota computed
 	quota   int64     // and that quota
-	scratch []portion // quota's, one per member
 }
 
 // portion is one member's part of the tokens in quota: its whole units
@@ -456,7 +472,6 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 	sh.round, sh.members = r, mp
 	if cap(sh.w) < len(members) {
 		sh.w = make([]float64, len(members))
-		sh.scratch = make([]portion, len(members))
 	}
 	sh.w = sh.w[:len(members)]
 	clear(sh.w)
