@@ -308,7 +308,7 @@ func (l *Limiter) quota(sh *shares, key string, r, total int64) int64 {
 	return sh.quota
 }
 
-// quotaOf computes quota.
+// quotaOf is quota, computed afresh.
 func (l *Limiter) quotaOf(sh *shares, key string, r, total int64) int64 {
 	members := *sh.members
 	if len(members) == 1 {
@@ -441,7 +441,7 @@ func (e *entry) begin(r int64) {
 // shares is what quota derives from the members' reports for a round:
 // their weights and the tokens set aside for late reports. It changes only
 // when the round, the members or e's peer records do, so e keeps it, and
-// a change to the records marks it stale (see entry.changedShares).
+// a change to the records marks it stale (see entry.sharesChanged).
 type shares struct {
 	round   int64
 	members *[]string // the member list it was computed for; nil when stale
@@ -745,7 +745,7 @@ type entry struct {
 	// then as far ahead.
 	full atomic.Int64
 
-	// Written by admissions (and, with the spend cap, every decision).
+	// Written by admissions (and, with the spend cap, every denial).
 	hits  atomic.Int64 // units admitted here, cumulative
 	unmet atomic.Int64 // with the spend cap, units asked for here and not admitted, cumulative; demand is hits + unmet
 	mu    sync.Mutex   // guards remote and the fields below
