@@ -2,6 +2,9 @@ package gossip
 
 import (
 	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,4 +237,70 @@ func FuzzCapDecisions(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCapConcurrentFlood floods one key of a spend-capped node from four
+// goroutines on a frozen clock, with requests of one and two units, so
+// that lock-free and locked denials race the admissions. The node's share
+// is half the 10 tokens (its one peer has reported nothing): exactly 5
+// units must be admitted, and every unit asked for must be counted once,
+// as a hit or as unmet demand. A second round does the same while a
+// goroutine makes the peer leave and join again: the share moves, but
+// the bucket's 10 tokens bound what is admitted, and every admitted unit
+// is counted.
+func TestCapConcurrentFlood(t *testing.T) {
+	for _, churn := range []bool{false, true} {
+		c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, true, 1)
+		l := c.lims[0]
+		var admitted, asked atomic.Int64
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		if churn {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					c.nodes[0].Leave("n1")
+					runtime.Gosched()
+					c.nodes[0].Join("n1")
+				}
+			})
+		}
+		var flood sync.WaitGroup
+		for g := range 4 {
+			n := 1 + g%2
+			flood.Go(func() {
+				for range 500 {
+					d, err := l.Allow(ctx, "k", n)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					asked.Add(int64(n))
+					if d.Allowed {
+						admitted.Add(int64(n))
+					}
+				}
+			})
+		}
+		flood.Wait()
+		close(stop)
+		wg.Wait()
+		e := l.table.load("k")
+		switch {
+		case !churn && admitted.Load() != 5:
+			t.Errorf("admitted %d units, want the node's share, 5", admitted.Load())
+		case churn && admitted.Load() > 10:
+			t.Errorf("with the peer leaving and joining: admitted %d units, more than the bucket's 10", admitted.Load())
+		case e.hits.Load() != admitted.Load():
+			t.Errorf("counted %d hits; %d admitted", e.hits.Load(), admitted.Load())
+		case !churn && e.unmet.Load() != asked.Load()-admitted.Load():
+			// (While the peer is away the node decides alone, without
+			// the cap, and counts no unmet demand.)
+			t.Errorf("counted %d unmet; %d asked, %d admitted", e.unmet.Load(), asked.Load(), admitted.Load())
+		}
+	}
 }
