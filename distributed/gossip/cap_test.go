@@ -244,18 +244,22 @@ func FuzzCapDecisions(f *testing.F) {
 // that lock-free and locked denials race the admissions. The node's share
 // is half the 10 tokens (its one peer has reported nothing): exactly 5
 // units must be admitted, and every unit asked for must be counted once,
-// as a hit or as unmet demand. A second round does the same while a
-// goroutine makes the peer leave and join again: the share moves, but
-// the bucket's 10 tokens bound what is admitted, and every admitted unit
-// is counted.
+// as a hit or as unmet demand, up to the round's demand ceiling: a short
+// flood is counted exactly, a long one up to the ceiling (plus the units
+// admitted after it was reached). Another pass does the same while a goroutine makes the
+// peer leave and join again: the share moves, but the bucket's 10 tokens
+// bound what is admitted, and every admitted unit is counted.
 func TestCapConcurrentFlood(t *testing.T) {
-	for _, churn := range []bool{false, true} {
+	for _, tc := range []struct {
+		churn bool
+		each  int // requests per goroutine
+	}{{false, 20}, {false, 500}, {true, 500}} {
 		c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, true, 1)
 		l := c.lims[0]
 		var admitted, asked atomic.Int64
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
-		if churn {
+		if tc.churn {
 			wg.Go(func() {
 				for {
 					select {
@@ -273,7 +277,7 @@ func TestCapConcurrentFlood(t *testing.T) {
 		for g := range 4 {
 			n := 1 + g%2
 			flood.Go(func() {
-				for range 500 {
+				for range tc.each {
 					d, err := l.Allow(ctx, "k", n)
 					if err != nil {
 						t.Error(err)
@@ -290,17 +294,65 @@ func TestCapConcurrentFlood(t *testing.T) {
 		close(stop)
 		wg.Wait()
 		e := l.table.load("k")
+		demand := e.hits.Load() + e.unmet.Load()
 		switch {
-		case !churn && admitted.Load() != 5:
+		case !tc.churn && admitted.Load() != 5:
 			t.Errorf("admitted %d units, want the node's share, 5", admitted.Load())
-		case churn && admitted.Load() > 10:
+		case tc.churn && admitted.Load() > 10:
 			t.Errorf("with the peer leaving and joining: admitted %d units, more than the bucket's 10", admitted.Load())
 		case e.hits.Load() != admitted.Load():
 			t.Errorf("counted %d hits; %d admitted", e.hits.Load(), admitted.Load())
-		case !churn && e.unmet.Load() != asked.Load()-admitted.Load():
+		case tc.churn:
 			// (While the peer is away the node decides alone, without
 			// the cap, and counts no unmet demand.)
-			t.Errorf("counted %d unmet; %d asked, %d admitted", e.unmet.Load(), asked.Load(), admitted.Load())
+		case asked.Load() <= l.demand && demand != asked.Load():
+			t.Errorf("counted a demand of %d (%d unmet); %d asked", demand, e.unmet.Load(), asked.Load())
+		case asked.Load() > l.demand && (demand < l.demand || demand > l.demand+e.hits.Load()):
+			t.Errorf("counted a demand of %d (%d unmet) with %d asked; the ceiling is %d", demand, e.unmet.Load(), asked.Load(), l.demand)
 		}
+	}
+}
+
+// TestDemandCeiling: a round counts a node's demand up to the ceiling, and
+// a peer reporting more weighs no more than that. Node 0 spends its half
+// of the 10 tokens and is then flooded far past the ceiling; its peer
+// reports an even larger demand. Both weigh the ceiling in the next round,
+// so node 0 gets half of the 5 tokens left, not nothing.
+func TestDemandCeiling(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, true, 1)
+	l := c.lims[0]
+	if want := int64(16 * 10); l.demand != want {
+		t.Fatalf("ceiling %d, want %d", l.demand, want)
+	}
+	admitted := 0
+	for range 1000 {
+		d, err := l.Allow(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	e := l.table.load("k")
+	if admitted != 5 || e.hits.Load()+e.unmet.Load() != l.demand {
+		t.Fatalf("admitted %d, counted a demand of %d with 1000 asked; want 5 and the ceiling, %d", admitted, e.hits.Load()+e.unmet.Load(), l.demand)
+	}
+	r := c.clk.Now().UnixNano() / int64(time.Second)
+	born := c.clk.Now().UnixNano() - 1
+	for i, demand := range []uint64{0, 1 << 40} {
+		m := &message{header: header{typ: msgReport, sender: "n1", table: "api", incarnation: 7, round: uint64(r - 1 + int64(i))},
+			reports: []reportEntry{{key: "k", born: born, demand: demand}}}
+		l.applyReport(m, born-1, l.node.tick.Load())
+	}
+	c.clk.Advance(time.Second)
+	admitted = 0
+	for range 10 {
+		if d, _ := l.Allow(ctx, "k", 1); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted < 2 || admitted > 3 {
+		t.Fatalf("admitted %d of the 5 tokens left, want half of them", admitted)
 	}
 }

@@ -28,7 +28,12 @@
 //     interval (equal when unknown), rounded by largest remainder so that
 //     they add up to the tokens left. A node without the cap reports what
 //     it admitted as its demand: that, not what it is asked, is what it
-//     takes of the tokens.
+//     takes of the tokens. A round counts a node's demand for a key up to
+//     16 times what the cluster could admit for it in a round (burst plus
+//     a round's refill), and a peer's report weighs no more: demand past
+//     that cannot be met anyway, and counting it would let the node
+//     flooded most take the tokens of nodes flooded less. It also makes a
+//     denial in such a flood a pure read.
 //   - Datagrams are authenticated with HMAC-SHA256 under a shared secret;
 //     forged, malformed and foreign ones are dropped and counted (Stats).
 //     The MAC covers the receiver's ID, and each datagram carries the

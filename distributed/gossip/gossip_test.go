@@ -470,7 +470,7 @@ func TestEntryLayout(t *testing.T) {
 			t.Errorf("%s at offset %d, want on the first line", name, off)
 		}
 	}
-	for name, off := range map[string]uintptr{"hits": unsafe.Offsetof(e.hits), "unmet": unsafe.Offsetof(e.unmet), "mu": unsafe.Offsetof(e.mu), "cap": unsafe.Offsetof(e.cap), "pin": unsafe.Offsetof(e.pin)} {
+	for name, off := range map[string]uintptr{"hits": unsafe.Offsetof(e.hits), "unmet": unsafe.Offsetof(e.unmet), "mu": unsafe.Offsetof(e.mu), "cap": unsafe.Offsetof(e.cap), "pin": unsafe.Offsetof(e.pin), "unmetMax": unsafe.Offsetof(e.unmetMax)} {
 		if off < 64 {
 			t.Errorf("%s at offset %d, want on the second line", name, off)
 		}

@@ -36,6 +36,7 @@ type Limiter struct {
 	buckets gcra.Keyed // the token buckets; entries keep their key's state
 	table   table
 	retain  int64 // rounds an idle counter is kept (and sent in full dumps)
+	demand  int64 // with the spend cap, the most demand a round counts (see demandRounds)
 	closed  atomic.Bool
 }
 
@@ -62,6 +63,7 @@ func (n *Node) NewLimiter(name string, rate throttle.Rate, burst int) (*Limiter,
 	retain := max(int64(10), 2*(fill/n.interval+1))
 	retain = min(retain, 1<<20)
 	l := &Limiter{node: n, name: name, rate: rate, burst: burst, retain: retain}
+	l.demand = demandCeiling(rate, burst, n.interval)
 	if err := l.buckets.Init(rate, burst, opts...); err != nil {
 		return nil, err
 	}
@@ -154,7 +156,7 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 	if u := e.full.Load(); n == 1 && now < u {
 		tat := l.buckets.TatAt(key, e.bucket.Load())
 		limiterkit.Fill(d, false, int64(l.burst), 0, u-now, untilFull(now, tat))
-		e.unmet.Add(1)
+		e.ask(1, e.unmetMax.Load())
 		if !l.table.kept(key, e) {
 			e, _ = l.entry(key, true)
 			e.touch(now, t)
@@ -185,17 +187,18 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 			if n > 1 {
 				u1 = l.until(sh, c, key, r, now, tat, e.spent, e.spent+1)
 			}
+			e.unmetMax.Store(l.unmetMax(e))
 			e.full.Store(u1)
 			if l.node.members.Load() != mp {
 				e.full.Store(0)
 			}
 		}
-		e.unmet.Add(int64(n))
+		e.ask(int64(n), l.unmetMax(e))
 		return nil
 	}
 	err := e.decide(d, &l.buckets, key, now, n)
 	if err != nil || !d.Allowed {
-		e.unmet.Add(int64(n))
+		e.ask(int64(n), l.unmetMax(e))
 		return err
 	}
 	e.hits.Add(int64(n))
@@ -409,6 +412,41 @@ func (l *Limiter) until(sh *shares, c *gcra.Config, key string, r, now, tat, spe
 	return min(c.When(now, tat, at-spent), end)
 }
 
+// demandRounds is how many rounds' worth of tokens a round's demand
+// counts at most, per node and key: see demandCeiling.
+const demandRounds = 16
+
+// demandCeiling returns the most units a round's demand counts, per node
+// and key: demandRounds times what the whole cluster could admit for the
+// key in a round (a full bucket and a round's refill). Demand beyond that
+// cannot be met anyway, and counting it would only let a flooded node
+// take a larger share from nodes flooded less: a node (or a peer's
+// report) asking more weighs as much as the ceiling. It also lets a
+// denial in such a flood write nothing (see allowCapped).
+func demandCeiling(rate throttle.Rate, burst int, interval int64) int64 {
+	const most = math.MaxInt64 / 4 // keeps base + ceiling far from overflow
+	round := min(int64(burst)+rate.Events(time.Duration(interval)), most/demandRounds)
+	return demandRounds * round
+}
+
+// unmetMax is the value of e's unmet counter at which e's round has
+// counted l.demand units of demand. Called with e.mu held, after e.begin.
+func (l *Limiter) unmetMax(e *entry) int64 {
+	return e.cap.base + l.demand - e.hits.Load()
+}
+
+// ask counts n units asked for and not admitted, as long as the unmet
+// counter stays below limit: once it is there, a denial reads the
+// counter and writes nothing.
+func (e *entry) ask(n, limit int64) {
+	for {
+		u := e.unmet.Load()
+		if u >= limit || e.unmet.CompareAndSwap(u, min(u+n, limit)) {
+			return
+		}
+	}
+}
+
 // spending is the part of an entry's spend-cap state that changes once a
 // round at most, made by its first locked capped decision and guarded by
 // the entry's mutex. (What admissions write, the round and what it spent,
@@ -480,7 +518,7 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 	for i, id := range members {
 		if id == l.node.id {
 			sh.self = i
-			sh.w[i] = float64(e.cap.prev)
+			sh.w[i] = float64(min(e.cap.prev, l.demand))
 			continue
 		}
 		rec := e.remote[id]
@@ -489,7 +527,7 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 		}
 		span := float64(rec.r1 - rec.r0)
 		if rec.r1 >= uint64(r-1) {
-			sh.w[i] = float64(rec.d1-rec.d0) / span
+			sh.w[i] = min(float64(rec.d1-rec.d0)/span, float64(l.demand))
 		}
 		if late := r - int64(rec.r1); late >= 1 && late <= 3 {
 			unknown += float64(late) * float64(rec.h1-rec.h0) / span
@@ -747,13 +785,15 @@ type entry struct {
 
 	// Written by admissions (and, with the spend cap, every denial).
 	hits  atomic.Int64 // units admitted here, cumulative
-	unmet atomic.Int64 // with the spend cap, units asked for here and not admitted, cumulative; demand is hits + unmet
+	unmet atomic.Int64 // with the spend cap, units asked for here and not admitted, cumulative, up to the round's ceiling; demand is hits + unmet
 	mu    sync.Mutex   // guards remote and the fields below
 	round int64        // with the spend cap, the round of spent
 	spent int64        // with the spend cap, units admitted here in round
 	cap   *spending    // with the spend cap, the rest of its state
 	pin   atomic.Int32 // uses in progress (see table.pin); below dropped once dropped
-	_     [8]byte      // to 128 bytes, so that entries are aligned to their size
+	// With the spend cap and full published, where unmet stops counting
+	// in the round (see Limiter.unmetMax); stored under mu before full.
+	unmetMax atomic.Int64
 }
 
 type remoteRec struct {
