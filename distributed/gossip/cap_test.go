@@ -25,8 +25,8 @@ func fullHolds(t *testing.T, l *Limiter, key string, now int64) {
 	defer e.mu.Unlock()
 	r := now / l.node.interval
 	e.begin(r)
-	c := l.buckets.Config()
-	tat := l.buckets.TatAt(key, e.bucket.Load())
+	c := l.bucket
+	tat := e.tat()
 	sh := l.shares(e, l.node.members.Load(), r)
 	if q := l.quota(sh, key, r, c.Tokens(now, tat)+e.spent); q > e.spent {
 		t.Fatalf("at %d, full until %d, but the quota is %d with %d spent: one unit fits", now, e.full.Load(), q, e.spent)

@@ -388,42 +388,42 @@ func ExampleNode() {
 	// after gossip, b holds 2
 }
 
-// TestIdleEntryLetsGoOfBucket: an entry idle for a round stops keeping a
-// pointer into the buckets' table (which would keep a table replaced by a
-// rebuild alive), and its next decision still sees what the key used.
-func TestIdleEntryLetsGoOfBucket(t *testing.T) {
-	clk := throttletest.NewClock()
-	net := NewNetwork(clk, 1)
-	a, err := NewNode(Config{Transport: net.Endpoint("a"), Secret: secret, Peers: []string{"b"}}, throttle.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
+// TestDebtKeepsEntry: a key's entry holds its bucket, so an entry idle
+// past the retention whose bucket is still in debt (four peers' reports
+// charged it far more than a burst) is kept until the bucket has
+// refilled, and then dropped: the debt is paid to the last token.
+func TestDebtKeepsEntry(t *testing.T) {
+	c := newCluster(t, 5, throttle.PerSecond(1), 10, time.Second, false, 1)
+	l := c.lims[0]
+	r := c.clk.Now().UnixNano() / int64(time.Second)
+	born := c.clk.Now().UnixNano() - 1
+	for _, p := range []string{"n1", "n2", "n3", "n4"} {
+		m := &message{header: header{typ: msgReport, sender: p, table: "api", incarnation: 7, round: uint64(r)},
+			reports: []reportEntry{{key: "k", born: born, hits: 14, demand: 14}}}
+		l.applyReport(m, born-1, l.node.tick.Load())
 	}
-	defer a.Close()
-	l, err := a.NewLimiter("api", throttle.PerHour(10), 10)
-	if err != nil {
-		t.Fatal(err)
+	start := c.clk.Now()
+	if tok := l.Tokens("k"); tok != -46 {
+		t.Fatalf("%d tokens after debits of 56 from 10, want -46", tok)
 	}
-	for range 4 {
-		l.Allow(ctx, "alice", 1)
+	// The retention is 22 rounds (twice the 10 s refill, plus one); the
+	// debt takes 56 s to pay back.
+	for s := 1; s < 56; s++ {
+		c.runTo(start.Add(time.Duration(s) * time.Second))
+		if tok := l.Tokens("k"); tok != int64(-46+s) {
+			t.Fatalf("%d s after the debits: %d tokens, want %d", s, tok, -46+s)
+		}
 	}
-	if l.table.load("alice").bucket.Load() == nil {
-		t.Fatal("a deciding entry keeps no bucket state")
-	}
-	for range 3 {
-		clk.Advance(time.Second)
-		a.Tick()
-	}
-	if l.table.load("alice").bucket.Load() != nil {
-		t.Fatal("an entry idle for rounds still keeps its bucket state")
-	}
-	if d, _ := l.Allow(ctx, "alice", 1); !d.Allowed || d.Remaining != 5 {
-		t.Fatalf("after the idle rounds: %+v, want admitted with 5 left", d)
+	c.runTo(start.Add(80 * time.Second))
+	if l.table.load("k") != nil {
+		t.Fatal("an idle entry with a full bucket is kept")
 	}
 }
 
 // TestNoAdmissionLostToExpiry: decisions on keys idle long enough to be
 // dropped race the round that drops them (every 11 s here); every unit
-// admitted reaches the peer, with and without the spend cap.
+// admitted is taken from the key's bucket and reaches the peer, with and
+// without the spend cap.
 func TestNoAdmissionLostToExpiry(t *testing.T) {
 	for _, capped := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cap=%v", capped), func(t *testing.T) {
@@ -448,6 +448,11 @@ func TestNoAdmissionLostToExpiry(t *testing.T) {
 					admitted++
 				}
 				wg.Wait()
+				for _, k := range keys {
+					if tok := c.lims[0].Tokens(k); tok != 999 {
+						t.Fatalf("%s: %d tokens left after taking 1 of 1000", k, tok)
+					}
+				}
 			}
 			c.runTo(c.clk.Now().Add(5 * time.Second))
 			if got := c.nodes[1].Stats().HitsApplied; got != uint64(admitted) {
@@ -465,12 +470,12 @@ func TestEntryLayout(t *testing.T) {
 	if size := unsafe.Sizeof(e); size != 128 {
 		t.Errorf("entry is %d bytes, want 128", size)
 	}
-	for name, off := range map[string]uintptr{"changed": unsafe.Offsetof(e.changed), "born": unsafe.Offsetof(e.born), "bucket": unsafe.Offsetof(e.bucket), "key": unsafe.Offsetof(e.key), "hash": unsafe.Offsetof(e.hash), "full": unsafe.Offsetof(e.full)} {
+	for name, off := range map[string]uintptr{"changed": unsafe.Offsetof(e.changed), "born": unsafe.Offsetof(e.born), "unmetMax": unsafe.Offsetof(e.unmetMax), "key": unsafe.Offsetof(e.key), "hash": unsafe.Offsetof(e.hash), "full": unsafe.Offsetof(e.full)} {
 		if off >= 64 {
 			t.Errorf("%s at offset %d, want on the first line", name, off)
 		}
 	}
-	for name, off := range map[string]uintptr{"hits": unsafe.Offsetof(e.hits), "unmet": unsafe.Offsetof(e.unmet), "mu": unsafe.Offsetof(e.mu), "cap": unsafe.Offsetof(e.cap), "pin": unsafe.Offsetof(e.pin), "unmetMax": unsafe.Offsetof(e.unmetMax)} {
+	for name, off := range map[string]uintptr{"hits": unsafe.Offsetof(e.hits), "unmet": unsafe.Offsetof(e.unmet), "mu": unsafe.Offsetof(e.mu), "cap": unsafe.Offsetof(e.cap), "pin": unsafe.Offsetof(e.pin), "bucket": unsafe.Offsetof(e.bucket), "spent": unsafe.Offsetof(e.spent)} {
 		if off < 64 {
 			t.Errorf("%s at offset %d, want on the second line", name, off)
 		}

@@ -29,15 +29,15 @@ const OverflowKey = "\x00overflow"
 // with Node.NewLimiter (the zero value is not usable). It is safe for
 // concurrent use.
 type Limiter struct {
-	node    *Node
-	name    string
-	rate    throttle.Rate
-	burst   int
-	buckets gcra.Keyed // the token buckets; entries keep their key's state
-	table   table
-	retain  int64 // rounds an idle counter is kept (and sent in full dumps)
-	demand  int64 // with the spend cap, the most demand a round counts (see demandRounds)
-	closed  atomic.Bool
+	node   *Node
+	name   string
+	rate   throttle.Rate
+	burst  int
+	bucket *gcra.Config // every key's bucket; each entry holds its key's state
+	table  table
+	retain int64 // rounds an idle counter is kept (and sent in full dumps)
+	demand int64 // with the spend cap, the most demand a round counts (see demandRounds)
+	closed atomic.Bool
 }
 
 // NewLimiter returns a limiter of buckets of burst tokens refilled at
@@ -47,36 +47,22 @@ func (n *Node) NewLimiter(name string, rate throttle.Rate, burst int) (*Limiter,
 	if name == "" || len(name) > maxName {
 		return nil, fmt.Errorf("%w: limiter name must have 1 to %d bytes", throttle.ErrInvalid, maxName)
 	}
-	s := n.settings
-	if s.MaxKeyLen > MaxKeyLen {
-		s.MaxKeyLen = MaxKeyLen
-	}
-	// One bucket more than keys: the overflow key's.
-	opts := []throttle.Option{throttle.WithMaxKeys(s.MaxKeys + 1), throttle.WithMaxKeyLen(s.MaxKeyLen)}
-	if s.Clock != nil {
-		opts = append(opts, throttle.WithClock(s.Clock))
-	}
-	if s.SweepInterval > 0 {
-		opts = append(opts, throttle.WithSweepInterval(s.SweepInterval))
+	bucket, err := gcra.NewConfig(rate, burst)
+	if err != nil {
+		return nil, err
 	}
 	fill := int64(rate.Duration(int64(burst)))
 	retain := max(int64(10), 2*(fill/n.interval+1))
 	retain = min(retain, 1<<20)
-	l := &Limiter{node: n, name: name, rate: rate, burst: burst, retain: retain}
+	l := &Limiter{node: n, name: name, rate: rate, burst: burst, bucket: bucket, retain: retain}
 	l.demand = demandCeiling(rate, burst, n.interval)
-	if err := l.buckets.Init(rate, burst, opts...); err != nil {
-		return nil, err
-	}
-	b := &l.buckets
-	l.table.init(s.MaxKeys)
+	l.table.init(n.settings.MaxKeys)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
-		b.Close()
 		return nil, throttle.ErrClosed
 	}
 	if _, dup := n.limiters[name]; dup {
-		b.Close()
 		return nil, fmt.Errorf("%w: limiter %q already exists on this node", throttle.ErrInvalid, name)
 	}
 	n.limiters[name] = l
@@ -87,8 +73,18 @@ func (n *Node) NewLimiter(name string, rate throttle.Rate, burst int) (*Limiter,
 func (l *Limiter) Name() string { return l.name }
 
 // Tokens returns the whole tokens in key's bucket now, negative when
-// peers' reports pushed it below empty.
-func (l *Limiter) Tokens(key string) int64 { return l.buckets.Tokens(key) }
+// peers' reports pushed it below empty: the bucket of OverflowKey for a
+// key the full table has no room for.
+func (l *Limiter) Tokens(key string) int64 {
+	e := l.table.load(key)
+	if e == nil && l.table.n.Load() >= int64(l.table.max) {
+		e = l.table.load(OverflowKey)
+	}
+	if e == nil {
+		return int64(l.burst)
+	}
+	return l.bucket.Tokens(l.node.clk.Now(), e.tat())
+}
 
 // Hits returns the units this node admitted for key since its counter was
 // created (counters of idle keys are dropped after a while).
@@ -110,7 +106,7 @@ func (l *Limiter) Close() error {
 		delete(l.node.limiters, l.name)
 	}
 	l.node.mu.Unlock()
-	return l.buckets.Close()
+	return nil
 }
 
 // Allow takes n tokens from key's local bucket if it holds them (and, with
@@ -154,8 +150,7 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 	t := l.node.tick.Load()
 	e.touch(now, t)
 	if u := e.full.Load(); n == 1 && now < u {
-		tat := l.buckets.TatAt(key, e.bucket.Load())
-		limiterkit.Fill(d, false, int64(l.burst), 0, u-now, untilFull(now, tat))
+		limiterkit.Fill(d, false, int64(l.burst), 0, u-now, untilFull(now, e.tat()))
 		e.ask(1, e.unmetMax.Load())
 		if !l.table.kept(key, e) {
 			e, _ = l.entry(key, true)
@@ -169,8 +164,8 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 	defer e.mu.Unlock()
 	r := now / l.node.interval
 	e.begin(r)
-	c := l.buckets.Config()
-	tat := l.buckets.TatAt(key, e.bucket.Load())
+	c := l.bucket
+	tat := e.tat()
 	mp := l.node.members.Load()
 	sh := l.shares(e, mp, r)
 	total := c.Tokens(now, tat) + e.spent
@@ -196,7 +191,7 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 		e.ask(int64(n), l.unmetMax(e))
 		return nil
 	}
-	err := e.decide(d, &l.buckets, key, now, n)
+	err := c.Decide(d, &e.bucket, now, n)
 	if err != nil || !d.Allowed {
 		e.ask(int64(n), l.unmetMax(e))
 		return err
@@ -258,13 +253,16 @@ func (l *Limiter) allow(d *throttle.Decision, key string, n int) error {
 	now := l.node.clk.Now() // the decision's one clock reading
 	t := l.node.tick.Load()
 	e.touch(now, t)
-	if err := e.decide(d, &l.buckets, key, now, n); err != nil || !d.Allowed {
+	if err := l.bucket.Decide(d, &e.bucket, now, n); err != nil || !d.Allowed {
 		return err
 	}
 	e.hits.Add(int64(n))
 	if !l.table.kept(key, e) {
+		// The units were taken from a bucket dropped meanwhile (a full
+		// one, but for them): take them from the key's new bucket.
 		e, _ = l.entry(key, true)
 		e.touch(now, t)
+		e.bucket.Debit(now, l.bucket.Cost(int64(n)))
 		e.hits.Add(int64(n))
 		e.unpin()
 	}
@@ -572,13 +570,14 @@ func tieHash(key string, r int64, id string) uint64 {
 // since it started.
 func (l *Limiter) levels(r int64, peer string, inc uint64) [][]byte {
 	var sts []stateEntry
+	now := l.node.clk.Now()
 	l.table.each(func(key string, e *entry) {
 		// This node's own counter, read before the level: the level
 		// includes at least these hits (a hit is counted after its
 		// bucket admits it), so the receiver, which takes them as
 		// delivered, never charges one the level missed.
 		born, mine := e.born.Load(), e.hits.Load()
-		if t := l.buckets.Tokens(key); t < int64(l.burst) {
+		if t := l.bucket.Tokens(now, e.tat()); t < int64(l.burst) {
 			s := stateEntry{key: key, tokens: t, born: max(born, 0), mine: uint64(max(mine, 0))}
 			e.mu.Lock()
 			if rec := e.remote[peer]; rec != nil && rec.inc == inc {
@@ -599,25 +598,21 @@ func (l *Limiter) levels(r int64, peer string, inc uint64) [][]byte {
 }
 
 // expire drops entries idle for retain rounds that every live peer has
-// acknowledged (minAck) and whose peer records are gone: records are kept
-// until their sender can no longer resend them. An entry idle for a whole
-// round lets go of the bucket state it keeps: a pointer into the buckets'
-// table would keep alive a table that a rebuild has since replaced.
+// acknowledged (minAck), whose peer records are gone and whose bucket is
+// full: records are kept until their sender can no longer resend them,
+// and a bucket below full (peers' debits may leave it in debt for longer
+// than the retention) until it has refilled.
 func (l *Limiter) expire(r, minAck int64) {
+	now := l.node.clk.Now()
 	idle := func(e *entry) bool {
 		ch := e.changed.Load()
-		return ch < r-l.retain && ch < minAck
+		return ch < r-l.retain && ch < minAck && e.tat() <= now
 	}
 	l.table.each(func(key string, e *entry) {
 		if idle(e) && e.pruneRemote(r-l.retain) {
 			// A decision or report may have come and gone between the
 			// look and the drop: look again once no new one can pin e.
 			l.table.drop(key, e, func() bool { return idle(e) && e.noRemote() })
-			return
-		}
-		ch := e.changed.Load()
-		if ch < r-1 && e.bucket.Load() != nil {
-			e.bucket.Store(nil) // the next decision looks the key up
 		}
 	})
 }
@@ -640,6 +635,7 @@ func (l *Limiter) allowance(rounds int64) int64 {
 // secret cannot charge more than it could have admitted itself.
 func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped int64) {
 	sr := min(int64(m.round), t+1) // the sender's round, not ahead of ours
+	now := l.node.clk.Now()
 	for _, x := range m.reports {
 		e := l.table.pin(x.key)
 		if e == nil {
@@ -693,9 +689,8 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 				delta = rec.allow
 			}
 			rec.allow -= delta
-			if l.buckets.Debit(x.key, delta) == nil {
-				total += delta
-			}
+			e.bucket.Debit(now, l.bucket.Cost(delta))
+			total += delta
 		}
 		e.sharesChanged() // after the debit: see entry.full
 		e.mu.Unlock()
@@ -714,18 +709,19 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 // just before this node listened, which it takes as news, would be charged
 // twice when the state arrives first). t is the receiver's current round.
 func (l *Limiter) applyState(m *message, t int64) {
+	now := l.node.clk.Now()
 	for _, s := range m.states {
-		target := s.tokens
-		if e := l.table.load(s.key); e != nil {
-			target -= max(e.hits.Load()-int64(s.yours), 0)
-		}
-		if cur := l.buckets.Tokens(s.key); target < cur {
-			l.buckets.Debit(s.key, cur-target)
-			if e := l.table.load(s.key); e != nil {
-				e.mu.Lock()
-				e.sharesChanged()
-				e.mu.Unlock()
+		if e := l.table.pin(s.key); e == nil {
+			l.node.st.overflow.Add(1)
+		} else {
+			e.mu.Lock()
+			target := s.tokens - max(e.hits.Load()-int64(s.yours), 0)
+			if cur := l.bucket.Tokens(now, e.tat()); target < cur {
+				e.bucket.Debit(now, l.bucket.Cost(cur-target))
+				e.sharesChanged() // after the debit: see entry.full
 			}
+			e.mu.Unlock()
+			e.unpin()
 		}
 		if s.born != 0 {
 			l.delivered(m, s, t)
@@ -768,12 +764,14 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 type entry struct {
 	// Read by decisions; written once a round at most (full: once a
 	// round, or once each time the spend-capped share runs out).
-	changed atomic.Int64               // round of the last Tick before the counters last changed
-	born    atomic.Int64               // time of the first local request (ns): identifies the counter; 0 before
-	bucket  atomic.Pointer[gcra.State] // the key's bucket state, kept to decide with one look-up
-	remote  map[string]*remoteRec      // guarded by mu; the map itself is made once, by the first peer record
-	key     string                     // set before the entry is published, then constant
-	hash    uint64                     // of key, under the table's seed; likewise
+	changed atomic.Int64 // round of the last Tick before the counters last changed
+	born    atomic.Int64 // time of the first local request (ns): identifies the counter; 0 before
+	// With the spend cap and full published, where unmet stops counting
+	// in the round (see Limiter.unmetMax); stored under mu before full.
+	unmetMax atomic.Int64
+	remote   map[string]*remoteRec // guarded by mu; the map itself is made once, by the first peer record
+	key      string                // set before the entry is published, then constant
+	hash     uint64                // of key, under the table's seed; likewise
 	// With the spend cap: before this instant (ns) this node's share of
 	// the round is spent, if nothing but time changes. Stored under mu
 	// by a denial, cleared by whatever else changes the share: a peer's
@@ -783,17 +781,16 @@ type entry struct {
 	// then as far ahead.
 	full atomic.Int64
 
-	// Written by admissions (and, with the spend cap, every denial).
-	hits  atomic.Int64 // units admitted here, cumulative
-	unmet atomic.Int64 // with the spend cap, units asked for here and not admitted, cumulative, up to the round's ceiling; demand is hits + unmet
-	mu    sync.Mutex   // guards remote and the fields below
-	round int64        // with the spend cap, the round of spent
-	spent int64        // with the spend cap, units admitted here in round
-	cap   *spending    // with the spend cap, the rest of its state
-	pin   atomic.Int32 // uses in progress (see table.pin); below dropped once dropped
-	// With the spend cap and full published, where unmet stops counting
-	// in the round (see Limiter.unmetMax); stored under mu before full.
-	unmetMax atomic.Int64
+	// Written by admissions (and, with the spend cap, denials below the
+	// demand ceiling).
+	bucket gcra.State   // the key's token bucket
+	hits   atomic.Int64 // units admitted here, cumulative
+	unmet  atomic.Int64 // with the spend cap, units asked for here and not admitted, cumulative, up to each round's ceiling; demand is hits + unmet
+	pin    atomic.Int32 // uses in progress (see table.pin); below dropped once dropped
+	mu     sync.Mutex   // guards remote and the fields below
+	round  int64        // with the spend cap, the round of spent
+	spent  int64        // with the spend cap, units admitted here in round
+	cap    *spending    // with the spend cap, the rest of its state
 }
 
 type remoteRec struct {
@@ -841,16 +838,10 @@ func (e *entry) touch(now, t int64) {
 	}
 }
 
-// decide decides n units for key at now in b, on the bucket state e keeps
-// (looked up and kept on first use, and again after the buckets retired
-// it), and fills d.
-func (e *entry) decide(d *throttle.Decision, b *gcra.Keyed, key string, now int64, n int) error {
-	st := e.bucket.Load()
-	used, err := b.Decide(d, key, st, now, n)
-	if used != st {
-		e.bucket.Store(used)
-	}
-	return err
+// tat returns the TAT of e's bucket.
+func (e *entry) tat() int64 {
+	tat, _ := e.bucket.Load()
+	return tat
 }
 
 // noRemote reports whether e keeps no peer records.

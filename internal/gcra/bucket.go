@@ -62,10 +62,7 @@ func (b *Single) AllowN(d *throttle.Decision, n int) error {
 	if n <= 0 || n > c.Burst {
 		return limiterkit.CheckN(n, c.Burst)
 	}
-	now := b.clk.Now()
-	cost := int64(n) * c.Interval
-	tat, ok, _ := b.st.Take(now, cost, c.Tau)
-	return c.Fill(d, now, tat, cost, ok)
+	return c.Decide(d, &b.st, b.clk.Now(), n)
 }
 
 // Reserve books n units at the earliest time they fit, if within maxWait.
@@ -256,40 +253,6 @@ func (l *Keyed) allow(d *throttle.Decision, key string, n int, c *Config) error 
 		}
 		s, now = l.m.Again(key, now)
 	}
-}
-
-// Decide admits or denies n units for key at now (the caller's one clock
-// reading) on st, key's state as an earlier Decide returned it, or on the
-// state it looks up when st is nil or was retired since, and fills d. It
-// returns the state decided on, for the caller to keep: a caller that
-// keeps a key's state next to its own per-key data decides with one
-// look-up, its own. The caller has checked key and n (see
-// keyed.Map.Begin).
-func (l *Keyed) Decide(d *throttle.Decision, key string, st *State, now int64, n int) (used *State, err error) {
-	c := l.cfg.Load()
-	cost := int64(n) * c.Interval
-	if st == nil {
-		st, now = l.m.Get(key, now)
-	}
-	for {
-		if tat, ok, live := st.Take(now, cost, c.Tau); live {
-			return st, c.Fill(d, now, tat, cost, ok)
-		}
-		// Retired or moved: Again lifts now to the instant the clean-up
-		// judged at.
-		st, now = l.m.Again(key, now)
-	}
-}
-
-// TatAt returns the TAT of st, key's state as Decide returned it, or of
-// key's current state when st is nil or retired.
-func (l *Keyed) TatAt(key string, st *State) int64 {
-	if st != nil {
-		if tat, live := st.Load(); live {
-			return tat
-		}
-	}
-	return l.tat(key)
 }
 
 // Reserve books n units for key at the earliest time they fit, if within

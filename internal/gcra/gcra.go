@@ -169,6 +169,14 @@ func (c *Config) Fill(d *throttle.Decision, now, tat, cost int64, ok bool) error
 	return nil
 }
 
+// Decide admits or denies n units (checked by the caller) at now on st,
+// which no keyed map retires, and fills d.
+func (c *Config) Decide(d *throttle.Decision, st *State, now int64, n int) error {
+	cost := int64(n) * c.Interval
+	tat, ok, _ := st.Take(now, cost, c.Tau)
+	return c.Fill(d, now, tat, cost, ok)
+}
+
 // Tokens returns floor((tau - (tat-now)) / Interval): the units free at
 // now, Burst when full, negative when debits pushed the bucket past empty.
 func (c *Config) Tokens(now, tat int64) int64 {

@@ -249,50 +249,6 @@ func TestStaleDecisionLifted(t *testing.T) {
 	}
 }
 
-// TestDecideKeptState: a caller that keeps the state Decide returned
-// decides on it while it lives, and on a fresh look-up once the map has
-// retired it; the bound holds across the change.
-func TestDecideKeptState(t *testing.T) {
-	clk := throttletest.NewClock()
-	var l Keyed
-	if err := l.Init(throttle.PerSecond(1), 2, throttle.WithClock(clk)); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	now := func() int64 { return clk.Now().UnixNano() }
-	var st *State
-	admitted := 0
-	for range 3 {
-		var d throttle.Decision
-		used, err := l.Decide(&d, "k", st, now(), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st != nil && used != st {
-			t.Fatal("Decide looked the key up again while its state lived")
-		}
-		st = used
-		if d.Allowed {
-			admitted++
-		}
-	}
-	if admitted != 2 {
-		t.Fatalf("admitted %d of 3 at one instant, burst 2", admitted)
-	}
-	clk.Advance(2 * time.Second)
-	if n := l.Map().Sweep(); n != 1 {
-		t.Fatalf("Sweep dropped %d keys, want 1", n)
-	}
-	var d throttle.Decision
-	used, err := l.Decide(&d, "k", st, now(), 2)
-	if err != nil || !d.Allowed || used == st {
-		t.Fatalf("after retirement: %+v, %v, same state %v", d, err, used == st)
-	}
-	if _, _ = l.Decide(&d, "k", used, now(), 1); d.Allowed {
-		t.Fatal("admitted a third unit at one instant after the look-up")
-	}
-}
-
 // allow is Keyed.Allow returning the Decision.
 func allow(l *Keyed, key string, n int) (d throttle.Decision, err error) {
 	err = l.Allow(&d, key, n)
