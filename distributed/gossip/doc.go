@@ -3,11 +3,12 @@
 // trip on the request path) and is charged, one gossip interval later,
 // for what every other node admitted.
 //
-// Each node keeps a keyed token bucket (package tokenbucket) per limit
-// and counts, per key, the units it admitted. Every Interval it sends its
-// peers those counts; a peer debits them from its own buckets, which may
-// go negative, so a client that burst on every node pays it back on every
-// node. This is the scheme of the DThrottle daemon, with four changes:
+// Each node keeps, per limit and per key, a token bucket (the GCRA of
+// package tokenbucket) and a count of the units it admitted. Every
+// Interval it sends its peers those counts; a peer debits them from its
+// own buckets, which may go negative, so a client that burst on every
+// node pays it back on every node. This is the scheme of the DThrottle
+// daemon, with four changes:
 //
 //   - Reports carry cumulative counters per (node incarnation, key), not
 //     per-interval deltas. A receiver debits the growth over the highest
@@ -140,10 +141,13 @@
 // # Memory and the key cap
 //
 // Each limiter tracks at most the node's throttle.WithMaxKeys keys. A key
-// decided on one node alone costs about 250 bytes (its bucket, its 128-byte
-// entry of counters, which also holds the key, and its slot in the table;
-// TestMemoryPerKey), plus one record per peer that reported the key. Idle
-// keys are forgotten after the retention above. When the table is full, a new key is decided and gossiped under
+// decided on one node alone costs about 140 bytes (its 128-byte entry,
+// which holds the key, its bucket and its counters, and its slot in the
+// table; TestMemoryPerKey), plus one record per peer that reported the
+// key. Idle keys are forgotten after the retention above, once their
+// bucket is full again: peers' debits can leave a bucket in debt for
+// longer, and a key forgotten in debt would be admitted again too soon.
+// When the table is full, a new key is decided and gossiped under
 // OverflowKey: all such keys share one bucket of the limit, charged on
 // every node, so they stay limited (together, hence more strictly) and
 // shared, never unlimited; Stats.Overflow counts those decisions. A peer

@@ -521,7 +521,7 @@ func TestMemoryPerKey(t *testing.T) {
 	runtime.KeepAlive(l)
 	perKey := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(len(keys))
 	t.Logf("%.0f B per key", perKey)
-	if perKey > 300 {
-		t.Errorf("%.0f B per key, above the 300 the documentation allows", perKey)
+	if perKey > 160 {
+		t.Errorf("%.0f B per key, above the 160 the documentation allows", perKey)
 	}
 }

@@ -209,8 +209,9 @@ type peer struct {
 
 // NewNode validates cfg and returns a node that listens on cfg.Transport
 // at once. It gossips when Tick is called; Start calls Tick on a timer.
-// opts set the clock and the bounds on keys for every limiter of the node.
-// Errors wrap throttle.ErrInvalid.
+// opts set the clock and the bounds on keys for every limiter of the node;
+// throttle.WithSweepInterval has no effect, as Tick drops idle keys (see
+// Memory and the key cap). Errors wrap throttle.ErrInvalid.
 func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	s, err := limiterkit.NewSettings(opts...)
 	if err != nil {
