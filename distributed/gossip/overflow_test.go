@@ -34,6 +34,9 @@ func TestTableFullKeysStayLimitedAndShared(t *testing.T) {
 	if admitted != 5 {
 		t.Fatalf("node 0, table full: victim admitted %d of 20, want 5 (the overflow bucket)", admitted)
 	}
+	if tok := c.lims[0].Tokens("victim"); tok != 0 {
+		t.Fatalf("Tokens of a key the full table has no room for: %d, want the overflow bucket's 0", tok)
+	}
 	c.runTo(c.clk.Now().Add(3 * time.Second))
 	if st := c.nodes[1].Stats(); st.HitsApplied < 9 {
 		t.Fatalf("peer applied %d hits, want the 4 junk hits and the 5 overflow hits (stats %+v)", st.HitsApplied, st)
