@@ -122,6 +122,38 @@ func TestReportsAreCapped(t *testing.T) {
 	}
 }
 
+// TestStatesAreCapped: a state of a level far below empty (forged by a
+// peer that holds the secret) takes the bucket no lower than the reports
+// of every member could, and the key is forgotten once it has refilled,
+// not decades later.
+func TestStatesAreCapped(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerSecond(10), 20, time.Second, false, 1)
+	l := c.lims[1]
+	// Two members, each report capped at burst + 12 rounds of refill + 1
+	// (the retention of 10 rounds and 2 of slack).
+	floor := int64(-2 * (20 + 10*12 + 1))
+	for _, level := range []int64{math.MinInt64, math.MinInt64 / 2, -1 << 40} {
+		m := &message{header: header{typ: msgState, sender: "n0", table: "api", incarnation: 7, round: 3},
+			states: []stateEntry{{key: "k", tokens: level}}}
+		if capped := l.applyState(m, l.node.tick.Load()); capped != floor-level {
+			t.Fatalf("level %d: %d units capped, want %d", level, capped, floor-level)
+		}
+		if tok := l.Tokens("k"); tok != floor {
+			t.Fatalf("level %d: the bucket holds %d tokens, want %d", level, tok, floor)
+		}
+	}
+	// 302 tokens at 10 a second refill in 31 s; then the retention.
+	start := c.clk.Now()
+	c.runTo(start.Add(25 * time.Second))
+	if l.table.load("k") == nil {
+		t.Fatal("a key in debt is forgotten")
+	}
+	c.runTo(start.Add(60 * time.Second))
+	if l.table.load("k") != nil {
+		t.Fatalf("a key that refilled %v ago is still kept", 29*time.Second)
+	}
+}
+
 // A node restarted after its clock was corrected backwards is a new
 // incarnation to its peers, not a stale one.
 func TestRestartAfterClockStepBack(t *testing.T) {

@@ -49,6 +49,8 @@
 //     may not run ahead of the receiver's). A node holding the secret can
 //     therefore charge its peers no more than an honest node at full
 //     speed; the excess is counted in Stats.Capped and never debited.
+//     A state (the bucket levels a joining node catches up from) lowers a
+//     bucket no further than the reports of every member could.
 //   - A node's incarnation is a random 64-bit number drawn at start, not
 //     its clock: a node restarted after its clock was set back is a new
 //     incarnation to its peers, who remember the last 16 incarnations of

@@ -708,14 +708,27 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 // report of that counter charges only the hits after them (else hits made
 // just before this node listened, which it takes as news, would be charged
 // twice when the state arrives first). t is the receiver's current round.
-func (l *Limiter) applyState(m *message, t int64) {
+//
+// A level is taken no lower than the reports of every member could take
+// a full bucket, each capped at what its sender could have admitted (see
+// applyReport): a peer that holds the secret cannot put a key in debt for
+// longer by sending a level than by sending reports. It returns how many
+// units of the levels it did not debit for that reason.
+func (l *Limiter) applyState(m *message, t int64) (capped int64) {
 	now := l.node.clk.Now()
+	floor := int64(math.MinInt64 / 4) // far from overflow, past any bucket's debt
+	if k, a := int64(len(*l.node.members.Load())), l.allowance(l.retain); a <= -floor/k {
+		floor = -k * a
+	}
 	for _, s := range m.states {
 		if e := l.table.pin(s.key); e == nil {
 			l.node.st.overflow.Add(1)
 		} else {
+			if s.tokens < floor {
+				capped += min(floor-s.tokens, math.MaxInt64-capped)
+			}
 			e.mu.Lock()
-			target := s.tokens - max(e.hits.Load()-int64(s.yours), 0)
+			target := max(s.tokens, floor) - max(e.hits.Load()-int64(s.yours), 0)
 			if cur := l.bucket.Tokens(now, e.tat()); target < cur {
 				e.bucket.Debit(now, l.bucket.Cost(cur-target))
 				e.sharesChanged() // after the debit: see entry.full
@@ -727,6 +740,7 @@ func (l *Limiter) applyState(m *message, t int64) {
 			l.delivered(m, s, t)
 		}
 	}
+	return capped
 }
 
 // delivered records that the sender's counter s.born has delivered at

@@ -106,7 +106,7 @@ type Stats struct {
 	HitsApplied     uint64 // units debited because peers reported them
 	Duplicate       uint64 // datagrams dropped: sequence number already seen (copies, network duplicates, replays)
 	WrongSource     uint64 // authentic datagrams dropped: not from the member's configured address
-	Capped          uint64 // reported units not debited: more than the sender could have admitted
+	Capped          uint64 // reported units not debited, and units of state levels not taken: more than the senders could have admitted
 	Overflow        uint64 // keys not tracked for gossip because MaxKeys was reached
 	Resent          uint64 // counters sent again because a peer had not acknowledged them
 }
@@ -836,7 +836,7 @@ func (n *Node) handle(p []byte, from string) {
 		n.st.applied.Add(uint64(applied))
 		n.st.capped.Add(uint64(capped))
 	case msgState:
-		l.applyState(m, n.tick.Load())
+		n.st.capped.Add(uint64(l.applyState(m, n.tick.Load())))
 	}
 }
 
