@@ -77,7 +77,7 @@ func (l *Limiter) Name() string { return l.name }
 // key the full table has no room for.
 func (l *Limiter) Tokens(key string) int64 {
 	e := l.table.load(key)
-	if e == nil && l.table.n.Load() >= int64(l.table.max) {
+	if e == nil && l.table.full() {
 		e = l.table.load(OverflowKey)
 	}
 	if e == nil {
@@ -885,7 +885,7 @@ func (t *table) pin(key string) *entry {
 	for {
 		e := t.load(key)
 		if e == nil {
-			if t.n.Load() >= int64(t.max) && key != OverflowKey {
+			if t.full() && key != OverflowKey {
 				return nil // the overflow key always has room
 			}
 			t.mu.Lock()

@@ -46,6 +46,10 @@ func (t *table) init(max int) {
 	t.slots.Store(&slots{s: make([]atomic.Pointer[entry], minSlots)})
 }
 
+// full reports whether the table holds its most keys (the overflow key
+// aside): a new key then goes under the overflow key.
+func (t *table) full() bool { return t.n.Load() >= int64(t.max) }
+
 // load returns the entry of key, or nil.
 func (t *table) load(key string) *entry {
 	s := t.slots.Load()
