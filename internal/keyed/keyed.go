@@ -51,6 +51,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
@@ -229,6 +230,8 @@ type Map[S any, P interface {
 	ids       uint64 // idOf's seed
 	shards    []shard[S]
 	mask      uint64
+	cold      atomic.Bool   // the tables have outgrown the caches near a core: see GetNow
+	coldAt    int           // a shard's table of this many slots makes the map cold
 	keys      atomic.Int64  // live keys in all shards
 	next      atomic.Uint32 // where eviction from other shards starts
 	evictions atomic.Uint64
@@ -261,6 +264,7 @@ func New[S any, P interface {
 		shards: make([]shard[S], n),
 		mask:   uint64(n - 1),
 	}
+	m.coldAt = max(coldBytes/(n*int(unsafe.Sizeof(slot[S]{}))), 1)
 	for i := range m.shards {
 		m.shards[i].tab.Store(newTable[S](minTable))
 		m.shards[i].judged.Store(math.MinInt64) // nothing judged yet: lifts no reading, before 1970 too
@@ -273,6 +277,14 @@ func New[S any, P interface {
 	}
 	return m
 }
+
+// A map whose tables take coldBytes or more in all is cold: a key's slot
+// is then likely out of the caches near a core (a core's L2 holds 0.5 to
+// 2 MiB on current servers). cacheLine is the size of a cache line.
+const (
+	coldBytes = 1 << 20
+	cacheLine = 64
+)
 
 // maxShards bounds the number of shards: enough that writers on distinct
 // keys rarely meet on two cores or many. minTable is a table's least size.
@@ -438,10 +450,22 @@ func (m *Map[S, P]) Get(key string, now int64) (P, int64) {
 
 // GetNow is Get at the current time, the clock read once. The key is
 // hashed first: hashing then overlaps the clock's read, which waits for
-// the loads before it to complete, and the look-up's load (often a cache
-// miss) starts as soon as the clock is read.
+// the loads before it to complete. Once the tables have outgrown the
+// caches near a core (cold), the key's home slot is also prefetched
+// before the clock is read: a prefetch is not a load the clock waits for,
+// so the slot's cache miss and the clock's read take their time together
+// instead of one after the other. A map small enough to stay in cache
+// skips the prefetch, which there would only cost a call.
 func (m *Map[S, P]) GetNow(key string) (P, int64) {
 	sh, tag := m.locate(key)
+	if m.cold.Load() {
+		t := sh.tab.Load()
+		sl := &t.slots[t.home(tag)]
+		prefetch(unsafe.Pointer(sl))
+		if unsafe.Sizeof(*sl) > cacheLine { // the sliding log's pair of lines
+			prefetch(unsafe.Add(unsafe.Pointer(sl), cacheLine))
+		}
+	}
 	return m.get(sh, tag, key, m.clk.Now())
 }
 
@@ -566,6 +590,11 @@ func (m *Map[S, P]) rebuild(sh *shard[S]) *table[S] {
 		to.tag.Store(tag)
 	}
 	sh.tab.Store(nt) // readers of t find the moved states dead and look again
+	// Shards hold about as many keys each, so this table's size stands
+	// for all of them; cold is a hint, and only ever costs or saves time.
+	if c := len(nt.slots) >= m.coldAt; c != m.cold.Load() {
+		m.cold.Store(c)
+	}
 	sh.hand, sh.sweep = 0, 0
 	return nt
 }

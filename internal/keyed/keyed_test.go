@@ -238,6 +238,23 @@ func BenchmarkGet(b *testing.B) {
 				}
 			}
 		})
+		// GetNow with and without the prefetch of a cold map's slot: the
+		// clock's read and the slot's load, in turn or together.
+		for _, pf := range []bool{false, true} {
+			b.Run(fmt.Sprintf("keys=%d/now/prefetch=%v", n, pf), func(b *testing.B) {
+				cold := m.cold.Load()
+				defer m.cold.Store(cold)
+				m.cold.Store(cold && pf)
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					m.GetNow(keys[i])
+					if i++; i == n {
+						i = 0
+					}
+				}
+			})
+		}
 		b.Run(fmt.Sprintf("keys=%d/parallel", n), func(b *testing.B) {
 			b.ReportAllocs()
 			var seq atomic.Int64
@@ -469,5 +486,34 @@ func TestWideSlotsAligned(t *testing.T) {
 		if p := uintptr(unsafe.Pointer(&newTable[wide](n).slots[0])); p%128 != 0 {
 			t.Errorf("table of %d slots at %#x: not 128-byte aligned", n, p)
 		}
+	}
+}
+
+// TestColdHint: a map turns cold (GetNow prefetches) once its tables
+// outgrow coldBytes, and warm again once Sweep has shrunk them.
+func TestColdHint(t *testing.T) {
+	m := newMap[busy](t)
+	get(m, "held").acquire()
+	if m.cold.Load() {
+		t.Fatal("a map of one key is cold")
+	}
+	// A 24-byte slot: coldBytes is about 44k slots, some 22k keys.
+	const n = 100_000
+	for i := range n {
+		get(m, fmt.Sprint("flood-", i)).acquire()
+	}
+	if !m.cold.Load() {
+		t.Fatalf("a map of %d keys (%d slots per shard, cold at %d) is not cold", m.Len(), len(m.shards[0].tab.Load().slots), m.coldAt)
+	}
+	if p, _ := m.GetNow("held"); p == nil || p.n.Load() != 1 {
+		t.Fatal("GetNow on a cold map lost the held key's unit")
+	}
+	for i := range n {
+		for p := get(m, fmt.Sprint("flood-", i)); !p.release(); p = get(m, fmt.Sprint("flood-", i)) {
+		}
+	}
+	m.Sweep()
+	if m.cold.Load() {
+		t.Fatal("still cold after Sweep shrank the tables")
 	}
 }
