@@ -452,10 +452,11 @@ func (m *Map[S, P]) Get(key string, now int64) (P, int64) {
 // hashed first: hashing then overlaps the clock's read, which waits for
 // the loads before it to complete. Once the tables have outgrown the
 // caches near a core (cold), the key's home slot is also prefetched
-// before the clock is read: a prefetch is not a load the clock waits for,
-// so the slot's cache miss and the clock's read take their time together
-// instead of one after the other. A map small enough to stay in cache
-// skips the prefetch, which there would only cost a call.
+// before the clock is read: the clock's read waits for earlier loads to
+// complete (lfence or rdtscp on amd64), not for a prefetch, so the slot's
+// cache miss and the clock's read take their time together instead of one
+// after the other. A map small enough to stay in cache skips the
+// prefetch, which there would only cost a call.
 func (m *Map[S, P]) GetNow(key string) (P, int64) {
 	sh, tag := m.locate(key)
 	if m.cold.Load() {
