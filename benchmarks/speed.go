@@ -283,15 +283,18 @@ type SpeedOptions struct {
 
 // RunSpeed measures every supported (workload, subject) pair Count times.
 //
+// The rounds are interleaved: round i measures every case once before
+// round i+1 starts, so drift of a noisy machine spreads over all subjects
+// alike and ratios taken within a round (Guard) compare like with like.
 // Workloads that share a key count and a path (allowed or denied) share
-// one warmed-up instance per subject. On a single key the rounds are
-// interleaved: round i measures every case once before round i+1 starts,
-// so drift of a noisy machine spreads over all subjects alike and ratios
-// taken within a round (Guard) compare like with like. With many keys
-// one subject is measured at a time, all its rounds in a row, so that
-// only one large key map is alive: the testing package collects garbage
-// before every measurement, and a dozen live maps of a million keys
-// would make that the cost being measured.
+// one warmed-up instance per subject. On a single key each subject keeps
+// its instance for all rounds. With many keys only one large key map is
+// alive at a time (the testing package collects garbage before every
+// measurement, and a dozen live maps of a million keys would make that
+// the cost being measured), so each round prepares every subject's
+// instance afresh and closes it after its measurements: every round also
+// measures the same state, where a kept instance would carry more history
+// into each round (a sliding log, one more entry per key).
 func RunSpeed(o SpeedOptions) ([]SpeedResult, error) {
 	testing.Init()
 	benchtime := flag.Lookup("test.benchtime")
@@ -373,27 +376,27 @@ func RunSpeed(o SpeedOptions) ([]SpeedResult, error) {
 			}
 			closeAll()
 		} else {
-			for _, s := range o.Subjects {
-				var mine []int
-				for _, i := range idx {
-					if res[i].Subject.Name == s.Name {
-						mine = append(mine, i)
+			for range keyedCount {
+				for _, s := range o.Subjects {
+					var mine []int
+					for _, i := range idx {
+						if res[i].Subject.Name == s.Name {
+							mine = append(mine, i)
+						}
 					}
-				}
-				if len(mine) == 0 {
-					continue
-				}
-				in, err := Prepare(s, g.keys, g.denied)
-				if err != nil {
-					return nil, err
-				}
-				for range keyedCount {
+					if len(mine) == 0 {
+						continue
+					}
+					in, err := Prepare(s, g.keys, g.denied)
+					if err != nil {
+						return nil, err
+					}
 					for _, i := range mine {
 						measure(&res[i], in)
 					}
+					in.Close()
+					runtime.GC()
 				}
-				in.Close()
-				runtime.GC()
 			}
 		}
 		if o.Progress != nil {

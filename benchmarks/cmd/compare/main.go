@@ -213,7 +213,7 @@ func speedSection(out io.Writer, o options) (res []benchmarks.SpeedResult, faile
 		return nil, false, err
 	}
 	ns, mem := benchmarks.SpeedTables(res)
-	fmt.Fprintf(out, "### Speed: ns/op (median of %d samples of ~%v each on one key; of %d samples visiting every key once on many keys)\n\n", o.count, o.benchtime, o.keyedCount)
+	fmt.Fprintf(out, "### Speed: ns/op (median of %d samples of ~%v each on one key; of %d samples visiting every key once on many keys, each on an instance prepared afresh)\n\n", o.count, o.benchtime, o.keyedCount)
 	fmt.Fprintln(out, "Allowed path: limit 1,000,000 per 10 ms (never reached). Denied path: limit 1 per hour, spent before timing.")
 	fmt.Fprintln(out, "A keyed limiter runs the one-key workloads on one fixed key. ∥ = b.RunParallel on every CPU.")
 	fmt.Fprintln(out, "Keys are distinct strings, built once and shared by all limiters; each limiter sees all of them before timing starts, and timed calls visit them in a fixed shuffle of that order (as traffic does; visiting keys in the order they were first seen hides a cache miss from limiters that allocate per key).")
