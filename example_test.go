@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
@@ -70,4 +71,24 @@ func ExampleWait() {
 	// Output:
 	// <nil>
 	// true
+}
+
+// A wrapper made with Decorate keeps what the wrapped limiter can do: here
+// a concurrency limit stays a Holder, so Acquire holds units through the
+// wrapper and release gives them back.
+func ExampleDecorate() {
+	sem, _ := counting.NewSemaphore(1)
+	logged := throttle.Decorate(sem, func(ctx context.Context, c throttle.Call, next throttle.Next) (throttle.Result, error) {
+		r, err := next(ctx, c)
+		fmt.Println(c.Method, c.Key, r.Decision.Allowed)
+		return r, err
+	})
+	_, release, _ := throttle.Acquire(context.Background(), logged, "db", 1)
+	_, _, _ = throttle.Acquire(context.Background(), logged, "db", 1) // full
+	release()
+	fmt.Println("in flight:", sem.InFlight())
+	// Output:
+	// TryHold db true
+	// TryHold db false
+	// in flight: 0
 }

@@ -64,111 +64,21 @@ type ObserverFunc func(Event)
 // Observe calls f(e).
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
-// Observe returns l reporting every Allow (and TryHold, Reserve) to o
-// under name. The result keeps l's abilities: it implements Reserver,
-// Holder and QuotaReporter exactly when l does. With a nil o, Observe
-// returns l itself, so an unset observer costs nothing.
+// Observe returns l reporting every call (Allow, AllowQuota, TryHold, Hold,
+// Reserve) to o under name. The result keeps l's abilities (see Decorate).
+// With a nil o, Observe returns l itself, so an unset observer costs
+// nothing.
 func Observe(l Limiter, name string, o Observer) Limiter {
 	if o == nil {
 		return l
 	}
-	b := &observed{l: l, name: name, o: o}
-	r, isR := l.(Reserver)
-	h, isH := l.(Holder)
-	q, isQ := l.(QuotaReporter)
-	rp, hp := reservePart{b, r}, holdPart{b, h}
-	switch {
-	case isR && isH && isQ:
-		return &struct {
-			*observed
-			reservePart
-			holdPart
-			QuotaReporter
-		}{b, rp, hp, q}
-	case isR && isH:
-		return &struct {
-			*observed
-			reservePart
-			holdPart
-		}{b, rp, hp}
-	case isR && isQ:
-		return &struct {
-			*observed
-			reservePart
-			QuotaReporter
-		}{b, rp, q}
-	case isH && isQ:
-		return &struct {
-			*observed
-			holdPart
-			QuotaReporter
-		}{b, hp, q}
-	case isR:
-		return &struct {
-			*observed
-			reservePart
-		}{b, rp}
-	case isH:
-		return &struct {
-			*observed
-			holdPart
-		}{b, hp}
-	case isQ:
-		return &struct {
-			*observed
-			QuotaReporter
-		}{b, q}
-	}
-	return b
-}
-
-type observed struct {
-	l    Limiter
-	name string
-	o    Observer
-}
-
-func (b *observed) report(key string, n int, d Decision, err error) {
-	e := Event{Kind: EventDecision, Limiter: b.name, Key: key, N: n, Decision: d, Err: err}
-	if err != nil {
-		e.Kind = EventError
-	}
-	b.o.Observe(e)
-}
-
-// Allow asks the wrapped limiter and reports the outcome.
-func (b *observed) Allow(ctx context.Context, key string, n int) (Decision, error) {
-	d, err := b.l.Allow(ctx, key, n)
-	b.report(key, n, d, err)
-	return d, err
-}
-
-// reservePart and holdPart add the reporting Reserve and TryHold/Hold
-// to an observed limiter that has them.
-type reservePart struct {
-	b *observed
-	r Reserver
-}
-
-func (p reservePart) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (Reservation, error) {
-	res, err := p.r.Reserve(ctx, key, n, maxWait)
-	p.b.report(key, n, Decision{Allowed: res.OK, Limit: res.Limit, RetryAfter: res.Delay}, err)
-	return res, err
-}
-
-type holdPart struct {
-	b *observed
-	h Holder
-}
-
-func (p holdPart) TryHold(ctx context.Context, key string, n int) (Decision, func(), error) {
-	d, release, err := p.h.TryHold(ctx, key, n)
-	p.b.report(key, n, d, err)
-	return d, release, err
-}
-
-func (p holdPart) Hold(ctx context.Context, key string, n int) (func(), error) {
-	release, err := p.h.Hold(ctx, key, n)
-	p.b.report(key, n, Decision{Allowed: err == nil}, err)
-	return release, err
+	return Decorate(l, func(ctx context.Context, c Call, next Next) (Result, error) {
+		r, err := next(ctx, c)
+		e := Event{Kind: EventDecision, Limiter: name, Key: c.Key, N: c.N, Decision: r.Decision, Err: err}
+		if err != nil {
+			e.Kind = EventError
+		}
+		o.Observe(e)
+		return r, err
+	})
 }

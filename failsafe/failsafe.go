@@ -106,15 +106,10 @@ func WithObserver(name string, o throttle.Observer) Option {
 // (default: the monotonic system clock).
 func WithClock(c throttle.Clock) Option { return func(s *settings) { s.clock = c } }
 
-// Limiter wraps a limiter backed by a store in a deadline per call, a
-// failure policy and a circuit breaker. It is safe for concurrent use;
-// create it with New. It passes Quota through when the inner limiter
-// reports one.
-type Limiter struct {
-	inner    throttle.Limiter
+// guard is the deadline, policy and breaker of one limiter made by New.
+type guard struct {
 	policy   Policy
 	fallback throttle.Limiter
-	timeout  time.Duration
 	name     string
 	observer throttle.Observer
 	clk      clock.Source
@@ -122,19 +117,21 @@ type Limiter struct {
 	dl       Deadlines
 }
 
-var (
-	_ throttle.Limiter       = (*Limiter)(nil)
-	_ throttle.QuotaReporter = (*Limiter)(nil)
-)
-
 // ErrOpen is the store failure of a call the open breaker refused to
 // send; it wraps throttle.ErrUnavailable.
 var ErrOpen = fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
 
-// New wraps inner. Errors wrap throttle.ErrInvalid: a nil inner, an
-// unknown policy, Fallback without a limiter, a non-positive timeout or a
-// bad breaker.
-func New(inner throttle.Limiter, opts ...Option) (*Limiter, error) {
+// New wraps inner, a limiter backed by a store, in a deadline per call, a
+// failure policy and a circuit breaker. The result is safe for concurrent
+// use and keeps inner's abilities (throttle.Decorate): a Holder's units
+// are held and released through it, a Reserver's bookings made, a
+// QuotaAllower's limits passed and a Quota reported. The deadline bounds
+// each call but Hold, which waits for capacity until the caller's context
+// ends.
+//
+// Errors wrap throttle.ErrInvalid: a nil inner, an unknown policy, Fallback
+// without a limiter, a non-positive timeout or a bad breaker.
+func New(inner throttle.Limiter, opts ...Option) (throttle.Limiter, error) {
 	s := settings{timeout: DefaultTimeout, failures: DefaultFailures, cooldown: DefaultCooldown, maxCool: DefaultMaxCooldown}
 	for _, o := range opts {
 		if o == nil {
@@ -152,92 +149,90 @@ func New(inner throttle.Limiter, opts ...Option) (*Limiter, error) {
 	case s.timeout <= 0:
 		return nil, fmt.Errorf("%w: failsafe: timeout %v must be positive", throttle.ErrInvalid, s.timeout)
 	}
-	l := &Limiter{inner: inner, policy: s.policy, fallback: s.fallback, timeout: s.timeout,
-		name: s.name, observer: s.observer, clk: clock.New(s.clock)}
-	if err := l.br.Init(s.failures, s.cooldown, s.maxCool); err != nil {
+	g := &guard{policy: s.policy, fallback: s.fallback, name: s.name, observer: s.observer, clk: clock.New(s.clock)}
+	if err := g.br.Init(s.failures, s.cooldown, s.maxCool); err != nil {
 		return nil, err
 	}
-	l.dl.Init(s.timeout)
-	return l, nil
+	g.dl.Init(s.timeout)
+	quota := func() throttle.Quota { return throttle.Quota{} }
+	if q, ok := inner.(throttle.QuotaReporter); ok {
+		quota = q.Quota
+	}
+	return throttle.Decorate(inner, func(ctx context.Context, c throttle.Call, next throttle.Next) (throttle.Result, error) {
+		return g.call(ctx, c, next, quota)
+	}), nil
 }
 
-// Allow asks the inner limiter within the deadline, unless the breaker is
-// open; when the store fails, the policy decides.
-func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+// call asks the store within the deadline, unless the breaker is open;
+// when the store fails, the policy decides.
+func (g *guard) call(ctx context.Context, c throttle.Call, next throttle.Next, quota func() throttle.Quota) (throttle.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return throttle.Decision{}, err
+		return throttle.Result{}, err
 	}
-	probe, ok := l.br.Allow(l.clk.Now())
+	probe, ok := g.br.Allow(g.clk.Now())
 	if !ok {
-		return l.decide(ctx, key, n, ErrOpen)
+		return g.decide(ctx, c, ErrOpen, quota)
 	}
-	cctx, cancel := l.dl.With(ctx)
-	d, err := l.inner.Allow(cctx, key, n)
+	cctx, cancel := ctx, context.CancelFunc(nil)
+	if c.Method != throttle.MethodHold {
+		cctx, cancel = g.dl.With(ctx)
+	}
+	r, err := next(cctx, c)
 	if cancel != nil {
 		cancel()
 	}
 	switch {
 	case err == nil:
-		l.success(probe)
-		return d, nil
+		g.success(probe)
+		return r, nil
 	case errors.Is(ctx.Err(), context.Canceled):
-		l.br.Release(probe) // the caller gave up: not the store's fault
-		return d, err
+		g.br.Release(probe) // the caller gave up: not the store's fault
+		return r, err
 	case !errors.Is(err, throttle.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
-		l.success(probe) // the store answered: this request's own error
-		return d, err
+		g.success(probe) // the store answered: this request's own error
+		return r, err
 	}
 	if !errors.Is(err, throttle.ErrUnavailable) {
 		err = fmt.Errorf("%w: %w", throttle.ErrUnavailable, err)
 	}
-	if l.br.Failure(l.clk.Now(), probe) {
-		l.observe(throttle.Event{Kind: throttle.EventBreakerOpen, Err: err})
+	if g.br.Failure(g.clk.Now(), probe) {
+		g.observe(throttle.Event{Kind: throttle.EventBreakerOpen, Err: err})
 	}
-	return l.decide(ctx, key, n, err)
+	return g.decide(ctx, c, err, quota)
 }
 
-func (l *Limiter) success(probe bool) {
-	if l.br.Success(probe) {
-		l.observe(throttle.Event{Kind: throttle.EventBreakerClosed})
+func (g *guard) success(probe bool) {
+	if g.br.Success(probe) {
+		g.observe(throttle.Event{Kind: throttle.EventBreakerClosed})
 	}
 }
 
-// decide applies the policy to a request the store failed with err.
-func (l *Limiter) decide(ctx context.Context, key string, n int, err error) (throttle.Decision, error) {
-	var d throttle.Decision
-	switch l.policy {
+// decide applies the policy to a call the store failed with err.
+func (g *guard) decide(ctx context.Context, c throttle.Call, err error, quota func() throttle.Quota) (throttle.Result, error) {
+	var r throttle.Result
+	switch g.policy {
 	case Open:
-		d = throttle.Decision{Allowed: true, Limit: n, Remaining: 0}
-		if q, ok := l.inner.(throttle.QuotaReporter); ok {
-			d.Limit = q.Quota().Limit
-			d.Remaining = max(d.Limit-n, 0)
+		limit := quota().Limit
+		if limit == 0 {
+			limit = c.N
 		}
+		r.Decision = throttle.Decision{Allowed: true, Limit: limit, Remaining: max(limit-c.N, 0)}
+		r.Reservation = throttle.Reservation{OK: true, Limit: limit}
 	case Fallback:
 		var ferr error
-		if d, ferr = l.fallback.Allow(ctx, key, n); ferr != nil {
-			return d, ferr
+		if r, ferr = throttle.Invoke(ctx, g.fallback, c); ferr != nil {
+			return r, ferr
 		}
 	default:
-		return throttle.Decision{RetryAfter: l.br.RetryAfter(l.clk.Now())}, err
+		return throttle.Result{Decision: throttle.Decision{RetryAfter: g.br.RetryAfter(g.clk.Now())}}, err
 	}
-	l.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Decision: d, Err: err})
-	return d, nil
+	g.observe(throttle.Event{Kind: throttle.EventFallback, Key: c.Key, N: c.N, Decision: r.Decision, Err: err})
+	return r, nil
 }
 
-func (l *Limiter) observe(e throttle.Event) {
-	if l.observer != nil {
-		e.Limiter = l.name
-		l.observer.Observe(e)
+func (g *guard) observe(e throttle.Event) {
+	if g.observer != nil {
+		e.Limiter = g.name
+		g.observer.Observe(e)
 	}
 }
-
-// Quota reports the inner limiter's quota (zero when it states none).
-func (l *Limiter) Quota() throttle.Quota {
-	if q, ok := l.inner.(throttle.QuotaReporter); ok {
-		return q.Quota()
-	}
-	return throttle.Quota{}
-}
-
-// Breaker returns the limiter's breaker, to inspect.
-func (l *Limiter) Breaker() *Breaker { return &l.br }

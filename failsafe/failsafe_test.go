@@ -99,7 +99,8 @@ func TestClosedPolicyAndBreaker(t *testing.T) {
 func TestTimeoutCountsAndCancelDoesNot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &store{mode: "slow"}
-		l, err := failsafe.New(s, failsafe.WithTimeout(50*time.Millisecond), failsafe.WithBreaker(2, time.Second, time.Second))
+		var obs kinds
+		l, err := failsafe.New(s, failsafe.WithTimeout(50*time.Millisecond), failsafe.WithBreaker(2, time.Second, time.Second), failsafe.WithObserver("s", &obs))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +112,7 @@ func TestTimeoutCountsAndCancelDoesNot(t *testing.T) {
 				t.Fatalf("cancelled call: %v", err)
 			}
 		}
-		if l.Breaker().Open() {
+		if obs.count(throttle.EventBreakerOpen) != 0 {
 			t.Fatal("cancelled calls opened the breaker")
 		}
 		// A store slower than the timeout is: the policy applies, and the
@@ -125,15 +126,16 @@ func TestTimeoutCountsAndCancelDoesNot(t *testing.T) {
 		// So is a caller's deadline shorter than the timeout.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
-		if _, err = l.Allow(ctx, "k", 1); !errors.Is(err, throttle.ErrUnavailable) || !l.Breaker().Open() {
-			t.Fatalf("caller deadline: %v, breaker open %v", err, l.Breaker().Open())
+		if _, err = l.Allow(ctx, "k", 1); !errors.Is(err, throttle.ErrUnavailable) || obs.count(throttle.EventBreakerOpen) != 1 {
+			t.Fatalf("caller deadline: %v, breaker openings %d", err, obs.count(throttle.EventBreakerOpen))
 		}
 	})
 }
 
 func TestRequestErrorsPassThrough(t *testing.T) {
 	s := &store{mode: "bad"}
-	l, err := failsafe.New(s, failsafe.WithPolicy(failsafe.Open), failsafe.WithBreaker(1, time.Hour, time.Hour))
+	var obs kinds
+	l, err := failsafe.New(s, failsafe.WithPolicy(failsafe.Open), failsafe.WithBreaker(1, time.Hour, time.Hour), failsafe.WithObserver("s", &obs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +144,7 @@ func TestRequestErrorsPassThrough(t *testing.T) {
 			t.Fatalf("bad request: %+v, %v; want its own error, not the policy", d, err)
 		}
 	}
-	if l.Breaker().Open() {
+	if obs.count(throttle.EventBreakerOpen) != 0 {
 		t.Fatal("request errors opened the breaker")
 	}
 }
@@ -171,7 +173,7 @@ func TestOpenAndFallbackPolicies(t *testing.T) {
 	if n := obs.count(throttle.EventFallback); n != 3 {
 		t.Fatalf("%d fallback events, want 3", n)
 	}
-	if q := fb.Quota(); q.Limit != 10 {
+	if q := fb.(throttle.QuotaReporter).Quota(); q.Limit != 10 {
 		t.Fatalf("Quota = %+v, want the store's", q)
 	}
 }
