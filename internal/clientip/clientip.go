@@ -107,33 +107,55 @@ func (c *Config) Key(peer string, values []string) (string, error) {
 
 // KeyAddr is Key for a parsed peer address.
 func (c *Config) KeyAddr(peer netip.Addr, values []string) (string, error) {
-	if c.header == "" || len(values) == 0 || !c.fromProxy(peer) {
-		return c.group(peer), nil
+	if c.fromProxy(peer) {
+		if key, ok, err := c.FromHeader(values); ok || err != nil {
+			return key, err
+		}
+	}
+	return c.group(peer), nil
+}
+
+// FromHeader returns the key the trusted header's field lines values
+// state, and true; or false when there is none to read (no header
+// trusted, or an empty field). It does not check TrustedProxies: Key and
+// KeyAddr do. Errors wrap throttle.ErrInvalid.
+func (c *Config) FromHeader(values []string) (string, bool, error) {
+	if c.header == "" || len(values) == 0 {
+		return "", false, nil
 	}
 	elem, ok := fromRight(values, c.hops, c.forwarded)
 	if !ok && elem == "" {
-		return c.group(peer), nil // an empty field: the proxy's own request
+		return "", false, nil
 	}
 	node := elem
 	if c.forwarded {
 		if node, ok = forParam(elem); !ok {
-			return Unknown, nil // an element without for=: nothing stated
+			return Unknown, true, nil // an element without for=: nothing stated
 		}
 	}
 	switch {
 	case strings.EqualFold(node, Unknown):
-		return Unknown, nil
+		return Unknown, true, nil
 	case obfuscated(node):
-		return node, nil
+		return node, true, nil
 	}
 	a, err := ParseHost(node)
 	if err != nil {
-		return "", fmt.Errorf("%w: %s address %q", throttle.ErrInvalid, c.header, clip(node))
+		return "", false, fmt.Errorf("%w: %s address %q", throttle.ErrInvalid, c.header, clip(node))
 	}
-	return c.group(a), nil
+	return c.group(a), true, nil
 }
 
+// Proxied reports whether the header is read only from TrustedProxies.
+func (c *Config) Proxied() bool { return len(c.proxies) > 0 }
+
+// Group returns the key of the address a: IPv4 itself, IPv6 its prefix.
+func (c *Config) Group(a netip.Addr) string { return c.group(a) }
+
 func (c *Config) fromProxy(a netip.Addr) bool {
+	if c.header == "" {
+		return false
+	}
 	if len(c.proxies) == 0 {
 		return true
 	}
