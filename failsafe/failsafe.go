@@ -11,7 +11,9 @@
 // request itself (a bad key, n above the limit, a key holding bad data:
 // throttle.ErrInvalid, ErrExceedsLimit) pass through untouched, count for
 // nothing and are never decided by the policy; a caller that cancels its
-// context is not the store's failure either.
+// context, or whose own deadline (earlier than the per-call timeout)
+// passes, is not the store's failure either: its call counts for nothing
+// and returns the context's error.
 package failsafe
 
 import (
@@ -172,7 +174,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 		return l.decide(ctx, key, n, ErrOpen)
 	}
 	cctx, cancel := l.dl.With(ctx)
-	d, err := l.inner.Allow(cctx, key, n)
+	d, err := l.ask(cctx, key, n, probe)
 	if cancel != nil {
 		cancel()
 	}
@@ -180,8 +182,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	case err == nil:
 		l.success(probe)
 		return d, nil
-	case errors.Is(ctx.Err(), context.Canceled):
-		l.br.Release(probe) // the caller gave up: not the store's fault
+	case callerEnded(ctx, cctx):
+		l.br.Release(probe) // the caller gave up, or its own deadline passed: not the store's fault
 		return d, err
 	case !errors.Is(err, throttle.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		l.success(probe) // the store answered: this request's own error
@@ -194,6 +196,38 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 		l.observe(throttle.Event{Kind: throttle.EventBreakerOpen, Err: err})
 	}
 	return l.decide(ctx, key, n, err)
+}
+
+// ask calls the inner limiter. A probe that panics lets the next caller
+// probe: it learned nothing of the store.
+func (l *Limiter) ask(ctx context.Context, key string, n int, probe bool) (throttle.Decision, error) {
+	if probe {
+		done := false
+		defer func() {
+			if !done {
+				l.br.Release(true)
+			}
+		}()
+		d, err := l.inner.Allow(ctx, key, n)
+		done = true
+		return d, err
+	}
+	return l.inner.Allow(ctx, key, n)
+}
+
+// callerEnded reports whether the call ended because of the caller's own
+// context (cancelled, or its deadline, before the per-call timeout,
+// passed) rather than the store. cctx is the call's context.
+func callerEnded(ctx, cctx context.Context) bool {
+	switch err := ctx.Err(); {
+	case err == nil:
+		return false
+	case errors.Is(err, context.Canceled):
+		return true
+	}
+	mine, _ := ctx.Deadline()
+	call, _ := cctx.Deadline()
+	return !mine.After(call)
 }
 
 func (l *Limiter) success(probe bool) {
