@@ -355,3 +355,56 @@ func BenchmarkMiddlewareAllowed(b *testing.B) {
 		h.ServeHTTP(w, r)
 	}
 }
+
+// A 101 Switching Protocols response through the Transport keeps its
+// writable body (a WebSocket dial writes to it), and the unit is held
+// until it is closed.
+func TestTransportUpgrade(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(brw, buf); err == nil {
+			conn.Write(buf) // echo
+		}
+	}))
+	defer up.Close()
+	sem, _ := counting.New(1)
+	defer sem.Close()
+	c := &http.Client{Transport: &httplimit.Transport{Base: up.Client().Transport, Limiter: sem}}
+	req, _ := http.NewRequest("GET", up.URL, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	rw, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		t.Fatalf("101 body %T is not writable", resp.Body)
+	}
+	if _, err := rw.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(rw, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo %q, %v", buf, err)
+	}
+	host := strings.TrimPrefix(up.URL, "http://")
+	if sem.InFlight(host) != 1 {
+		t.Fatal("unit not held while the connection is open")
+	}
+	rw.Close()
+	if sem.InFlight(host) != 0 {
+		t.Fatal("unit held after close")
+	}
+}
