@@ -12,7 +12,8 @@ import (
 // opens for a cooldown, during which calls are refused at once, then lets
 // one call through (the probe). A probe that succeeds closes the breaker;
 // one that fails opens it again for twice the last cooldown, up to
-// MaxCooldown. Every method is lock-free and safe for concurrent use.
+// MaxCooldown. Only failed probes lengthen the cooldown: the other calls
+// in flight when the store failed open it once, for the base cooldown. Every method is lock-free and safe for concurrent use.
 // Instants are nanoseconds of whatever clock the caller reads (the same
 // one on every call). The zero Breaker never opens.
 type Breaker struct {
@@ -21,7 +22,7 @@ type Breaker struct {
 	max      int64
 
 	fails     atomic.Int32 // consecutive failures
-	streak    atomic.Int32 // consecutive openings without a success
+	streak    atomic.Int32 // consecutive failed probes
 	openUntil atomic.Int64 // 0 while closed
 	probing   atomic.Bool
 }
@@ -67,21 +68,19 @@ func (b *Breaker) Allow(now int64) (probe, ok bool) {
 }
 
 // Success records a call the backend answered, and reports whether it
-// closed the breaker.
+// closed the breaker. Only the probe's success closes an open breaker: a
+// call begun before it opened (a slow one) says nothing of the store now.
 func (b *Breaker) Success(probe bool) (closed bool) {
-	if b.fails.Load() != 0 {
-		b.fails.Store(0)
+	if !probe {
+		if b.openUntil.Load() == 0 && b.fails.Load() != 0 {
+			b.fails.Store(0)
+		}
+		return false
 	}
-	if b.streak.Load() != 0 {
-		b.streak.Store(0)
-	}
-	if b.openUntil.Load() != 0 && b.openUntil.Swap(0) != 0 {
-		closed = true
-		probe = true
-	}
-	if probe {
-		b.probing.Store(false)
-	}
+	b.fails.Store(0)
+	b.streak.Store(0)
+	closed = b.openUntil.Swap(0) != 0
+	b.probing.Store(false)
 	return closed
 }
 
@@ -91,18 +90,19 @@ func (b *Breaker) Failure(now int64, probe bool) (opened bool) {
 	if b.failures == 0 {
 		return false
 	}
-	if b.fails.Add(1) >= b.failures || probe {
+	if probe {
 		k := min(b.streak.Add(1), 62)
 		pause := b.cooldown
-		for i := int32(1); i < k && pause < b.max; i++ {
+		for i := int32(0); i < k && pause < b.max; i++ {
 			pause *= 2
 		}
-		opened = b.openUntil.Swap(now+min(pause, b.max)) == 0
-	}
-	if probe {
+		b.openUntil.Store(now + min(pause, b.max))
 		b.probing.Store(false)
+		return false
 	}
-	return opened
+	// The first failure past the count opens a closed breaker; the rest of
+	// the outage's calls find it open and change nothing.
+	return b.fails.Add(1) >= b.failures && b.openUntil.Load() == 0 && b.openUntil.CompareAndSwap(0, now+b.cooldown)
 }
 
 // Release ends a call that learned nothing of the backend (its caller gave

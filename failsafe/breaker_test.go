@@ -78,3 +78,55 @@ func TestBreaker(t *testing.T) {
 		t.Fatalf("NewBreaker(3, 0): %v", err)
 	}
 }
+
+// The failures of one outage open the breaker once, for the base
+// cooldown: only failed probes lengthen it.
+func TestBreakerConcurrentFailuresOpenOnce(t *testing.T) {
+	var b Breaker
+	if err := b.Init(3, 100, 10_000); err != nil {
+		t.Fatal(err)
+	}
+	opened := 0
+	for range 64 { // 64 calls in flight when the store died
+		if b.Failure(1000, false) {
+			opened++
+		}
+	}
+	if opened != 1 || b.RetryAfter(1000) != 100 {
+		t.Fatalf("64 failures: opened %d times, cooldown %v; want once, 100", opened, b.RetryAfter(1000))
+	}
+	probe, ok := b.Allow(1100)
+	if !probe || !ok {
+		t.Fatal("no probe")
+	}
+	b.Failure(1100, false) // a straggler of the outage, not the probe
+	b.Failure(1100, true)
+	if got := b.RetryAfter(1100); got != 200 {
+		t.Fatalf("after a failed probe: cooldown %v, want 200", got)
+	}
+}
+
+// A success of a call begun before the breaker opened does not close it:
+// only the probe's does.
+func TestBreakerEarlierSuccessDoesNotClose(t *testing.T) {
+	var b Breaker
+	if err := b.Init(2, 100, 100); err != nil {
+		t.Fatal(err)
+	}
+	slow, ok := b.Allow(0) // begun while closed
+	if slow || !ok {
+		t.Fatal("closed breaker refused")
+	}
+	b.Failure(10, false)
+	b.Failure(10, false)
+	if b.Success(slow) || !b.Open() {
+		t.Fatal("a success begun before the opening closed the breaker")
+	}
+	if _, ok := b.Allow(50); ok {
+		t.Fatal("allowed during the cooldown")
+	}
+	probe, _ := b.Allow(110)
+	if !b.Success(probe) || b.Open() {
+		t.Fatal("the probe's success did not close the breaker")
+	}
+}

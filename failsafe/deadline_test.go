@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
-// TestDeadlines checks the shared-channel deadlines on real time: a
-// deadline exactly timeout ahead, Done closed at most one tick late, and
-// ordinary contexts for cancellable parents.
-func TestDeadlines(t *testing.T) {
+// TestDeadlines checks the shared-channel deadlines, in virtual time (on
+// a busy machine two calls on the real clock may fall in different
+// ticks): a deadline exactly timeout ahead, Done closed at most one tick
+// late, and ordinary contexts for cancellable parents.
+func TestDeadlines(t *testing.T) { synctest.Test(t, testDeadlines) }
+
+func testDeadlines(t *testing.T) {
 	var d Deadlines
 	d.Init(20 * time.Millisecond)
 	start := time.Now()

@@ -11,7 +11,9 @@
 // request itself (a bad key, n above the limit, a key holding bad data:
 // throttle.ErrInvalid, ErrExceedsLimit) pass through untouched, count for
 // nothing and are never decided by the policy; a caller that cancels its
-// context is not the store's failure either.
+// context, or whose own deadline (earlier than the per-call timeout)
+// passes, is not the store's failure either: its call counts for nothing
+// and returns the context's error.
 package failsafe
 
 import (
@@ -177,7 +179,7 @@ func (g *guard) call(ctx context.Context, c throttle.Call, next throttle.Next, q
 	if c.Method != throttle.MethodHold {
 		cctx, cancel = g.dl.With(ctx)
 	}
-	r, err := next(cctx, c)
+	r, err := g.ask(cctx, c, next, probe)
 	if cancel != nil {
 		cancel()
 	}
@@ -185,8 +187,8 @@ func (g *guard) call(ctx context.Context, c throttle.Call, next throttle.Next, q
 	case err == nil:
 		g.success(probe)
 		return r, nil
-	case errors.Is(ctx.Err(), context.Canceled):
-		g.br.Release(probe) // the caller gave up: not the store's fault
+	case callerEnded(ctx, cctx):
+		g.br.Release(probe) // the caller gave up, or its own deadline passed: not the store's fault
 		return r, err
 	case !errors.Is(err, throttle.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		g.success(probe) // the store answered: this request's own error
@@ -199,6 +201,38 @@ func (g *guard) call(ctx context.Context, c throttle.Call, next throttle.Next, q
 		g.observe(throttle.Event{Kind: throttle.EventBreakerOpen, Err: err})
 	}
 	return g.decide(ctx, c, err, quota)
+}
+
+// ask passes c on to the store. A probe that panics lets the next caller
+// probe: it learned nothing of the store.
+func (g *guard) ask(ctx context.Context, c throttle.Call, next throttle.Next, probe bool) (throttle.Result, error) {
+	if probe {
+		done := false
+		defer func() {
+			if !done {
+				g.br.Release(true)
+			}
+		}()
+		r, err := next(ctx, c)
+		done = true
+		return r, err
+	}
+	return next(ctx, c)
+}
+
+// callerEnded reports whether the call ended because of the caller's own
+// context (cancelled, or its deadline, before the per-call timeout,
+// passed) rather than the store. cctx is the call's context.
+func callerEnded(ctx, cctx context.Context) bool {
+	switch err := ctx.Err(); {
+	case err == nil:
+		return false
+	case errors.Is(err, context.Canceled):
+		return true
+	}
+	mine, _ := ctx.Deadline()
+	call, _ := cctx.Deadline()
+	return !mine.After(call)
 }
 
 func (g *guard) success(probe bool) {

@@ -123,11 +123,13 @@ func TestTimeoutCountsAndCancelDoesNot(t *testing.T) {
 		if el := time.Since(start); !errors.Is(err, throttle.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || el < 50*time.Millisecond || el > 50*time.Millisecond+50*time.Millisecond/8 {
 			t.Fatalf("slow store: %v after %v", err, time.Since(start))
 		}
-		// So is a caller's deadline shorter than the timeout.
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		// A caller's own deadline, shorter than the timeout, is not
+		// (TestCallerDeadlineIsNotAStoreFailure); one longer than it is
+		// cut to the timeout, which counts.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if _, err = l.Allow(ctx, "k", 1); !errors.Is(err, throttle.ErrUnavailable) || obs.count(throttle.EventBreakerOpen) != 1 {
-			t.Fatalf("caller deadline: %v, breaker openings %d", err, obs.count(throttle.EventBreakerOpen))
+			t.Fatalf("caller deadline past the timeout: %v, breaker openings %d", err, obs.count(throttle.EventBreakerOpen))
 		}
 	})
 }
@@ -225,4 +227,88 @@ func Example() {
 	// Output:
 	// true <nil>
 	// false <nil>
+}
+
+// panicky panics on its first call after set(true), then answers.
+type panicky struct {
+	mu    sync.Mutex
+	arm   bool
+	calls int
+}
+
+func (p *panicky) Allow(context.Context, string, int) (throttle.Decision, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	if p.arm {
+		p.arm = false
+		panic("store client bug")
+	}
+	return throttle.Decision{Allowed: true}, nil
+}
+
+// A probe whose store call panics lets the next caller probe.
+func TestPanickingProbeReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := &panicky{}
+		down := throttle.LimiterFunc(func(context.Context, string, int) (throttle.Decision, error) {
+			return throttle.Decision{}, throttle.ErrUnavailable
+		})
+		var cur throttle.Limiter = down
+		var mu sync.Mutex
+		var obs kinds
+		l, err := failsafe.New(throttle.LimiterFunc(func(ctx context.Context, k string, n int) (throttle.Decision, error) {
+			mu.Lock()
+			c := cur
+			mu.Unlock()
+			return c.Allow(ctx, k, n)
+		}), failsafe.WithBreaker(1, 100*time.Millisecond, 100*time.Millisecond), failsafe.WithObserver("s", &obs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Allow(context.Background(), "k", 1) // opens
+		mu.Lock()
+		cur, inner.arm = inner, true
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		func() {
+			defer func() { _ = recover() }()
+			l.Allow(context.Background(), "k", 1) // the probe panics
+		}()
+		if d, err := l.Allow(context.Background(), "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("after the panicking probe: %+v, %v (store called %d times)", d, err, inner.calls)
+		}
+		if obs.count(throttle.EventBreakerOpen) != obs.count(throttle.EventBreakerClosed) {
+			t.Fatalf("breaker still open: events %v", obs.ks)
+		}
+	})
+}
+
+// Callers whose own deadline is shorter than the store's answer do not
+// open the breaker for everyone else.
+func TestCallerDeadlineIsNotAStoreFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := throttle.LimiterFunc(func(ctx context.Context, _ string, n int) (throttle.Decision, error) {
+			select {
+			case <-time.After(20 * time.Millisecond):
+				return throttle.Decision{Allowed: true}, nil
+			case <-ctx.Done():
+				return throttle.Decision{}, ctx.Err()
+			}
+		})
+		l, err := failsafe.New(slow, failsafe.WithTimeout(100*time.Millisecond), failsafe.WithBreaker(3, time.Second, time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			if _, err := l.Allow(ctx, "k", 1); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("caller with a 5ms deadline: %v", err)
+			}
+			cancel()
+		}
+		if d, err := l.Allow(context.Background(), "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("another caller: %+v, %v", d, err)
+		}
+	})
 }

@@ -11,8 +11,9 @@ import (
 	"github.com/throttlekit/throttle/httplimit"
 )
 
-// Limit each client, behind a load balancer at 10.0.0.0/8, to 100
-// requests a minute.
+// Limit each client to 100 requests a minute, behind one nginx proxy
+// (at 10.0.0.0/8) that appends the address it saw to X-Forwarded-For
+// (proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for).
 func Example() {
 	l, err := fixedwindow.New(100, time.Minute)
 	if err != nil {
@@ -20,7 +21,9 @@ func Example() {
 	}
 	defer l.Close()
 	limit, err := httplimit.New(l,
-		httplimit.WithKey(httplimit.ClientIP(netip.MustParsePrefix("10.0.0.0/8"))),
+		httplimit.WithKey(httplimit.ClientIP(
+			httplimit.TrustProxy("X-Forwarded-For", 1), // the rightmost address: what nginx saw
+			httplimit.TrustedProxies(netip.MustParsePrefix("10.0.0.0/8")))),
 		httplimit.WithName("per-client"))
 	if err != nil {
 		panic(err)
@@ -29,7 +32,7 @@ func Example() {
 
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "10.1.2.3:5555"
-	r.Header.Set("X-Forwarded-For", "203.0.113.9")
+	r.Header.Set("X-Forwarded-For", "192.0.2.66, 203.0.113.9") // the client wrote 192.0.2.66
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"))

@@ -3,7 +3,6 @@ package httplimit_test
 import (
 	"errors"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -12,33 +11,29 @@ import (
 	"github.com/throttlekit/throttle/httplimit"
 )
 
-// FuzzClientIP: any forwarding header either yields a valid address key or
-// an error wrapping ErrInvalid, never a panic, and never a trusted proxy's
-// address while an untrusted hop stands to its right.
+// FuzzClientIP: whatever a client writes left of the element the trusted
+// proxy appends, the key is that element's address.
 func FuzzClientIP(f *testing.F) {
 	f.Add("198.51.100.7, 10.0.0.2", `for=192.0.2.1;proto=http, for="[2001:db8::1]:80"`)
 	f.Add("\r0.0.0.0", "for=unknown")
 	f.Add(",,,", `for="`)
-	k := httplimit.IPKey{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	byXFF := httplimit.ClientIP(httplimit.TrustProxy("X-Forwarded-For", 1))
+	byFwd := httplimit.ClientIP(httplimit.TrustProxy("Forwarded", 1))
 	f.Fuzz(func(t *testing.T, xff, fwd string) {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = "10.0.0.1:5"
-		r.Header["X-Forwarded-For"] = []string{xff}
-		if fwd != "" {
-			r.Header["Forwarded"] = []string{fwd}
+		r.Header["X-Forwarded-For"] = []string{xff + ", 198.51.100.7"}
+		r.Header["Forwarded"] = []string{fwd, `for="[2001:db8::1]:80";proto=http`}
+		if key, err := byXFF(r); err != nil || key != "198.51.100.7" {
+			t.Fatalf("X-Forwarded-For %q: %q, %v", xff, key, err)
 		}
-		key, err := k.Key(r)
-		if err != nil {
-			if !errors.Is(err, throttle.ErrInvalid) {
-				t.Fatalf("error %v does not wrap ErrInvalid", err)
-			}
-			return
+		if key, err := byFwd(r); err != nil || key != "2001:db8::/64" {
+			t.Fatalf("Forwarded %q: %q, %v", fwd, key, err)
 		}
-		if p, perr := netip.ParsePrefix(key); perr == nil {
-			key = p.Addr().String()
-		}
-		if _, perr := netip.ParseAddr(key); perr != nil {
-			t.Fatalf("key %q is not an address", key)
+		// Read alone, any text gives an address, a token, or ErrInvalid.
+		r.Header["Forwarded"] = []string{fwd}
+		if _, err := byFwd(r); err != nil && !errors.Is(err, throttle.ErrInvalid) {
+			t.Fatalf("error %v does not wrap ErrInvalid", err)
 		}
 	})
 }

@@ -153,36 +153,59 @@ func TestHolderReleasedAfterHandler(t *testing.T) {
 }
 
 func TestClientIP(t *testing.T) {
-	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
-	k := httplimit.IPKey{Trusted: trusted}
+	xff := httplimit.TrustProxy("X-Forwarded-For", 1)
+	fwd := httplimit.TrustProxy("Forwarded", 1)
 	for _, c := range []struct {
+		opts   []httplimit.IPOption
 		remote string
 		hdr    []string
-		want   string
-		bad    bool
+		want   string // "" for ErrInvalid
 	}{
-		{"192.0.2.9:5", []string{"X-Forwarded-For", "6.6.6.6"}, "192.0.2.9", false},                 // untrusted peer: header ignored
-		{"10.0.0.1:5", []string{"X-Forwarded-For", "6.6.6.6, 198.51.100.7"}, "198.51.100.7", false}, // spoofed left part ignored
-		{"10.0.0.1:5", []string{"X-Forwarded-For", "198.51.100.7, 10.1.1.1"}, "198.51.100.7", false},
-		{"10.0.0.1:5", []string{"X-Forwarded-For", "6.6.6.6", "X-Forwarded-For", "198.51.100.7"}, "198.51.100.7", false},
-		{"10.0.0.1:5", []string{"X-Forwarded-For", "10.2.2.2, 10.3.3.3"}, "10.2.2.2", false}, // all trusted: the leftmost
-		{"10.0.0.1:5", nil, "10.0.0.1", false},                                               // the proxy's own request
-		{"10.0.0.1:5", []string{"Forwarded", `for=6.6.6.6, for="[2001:db8:1:2::3]:443";proto=https`}, "2001:db8:1:2::/64", false},
-		{"10.0.0.1:5", []string{"Forwarded", `for=198.51.100.7`, "X-Forwarded-For", "6.6.6.6"}, "198.51.100.7", false},
-		{"10.0.0.1:5", []string{"X-Forwarded-For", "garbage"}, "", true},
-		{"10.0.0.1:5", []string{"X-Forwarded-For", "\r0.0.0.0"}, "", true},
-		{"10.0.0.1:5", []string{"Forwarded", "for=unknown"}, "", true},
-		{"[2001:db8:ffff::1]:5", []string{"X-Forwarded-For", "::ffff:198.51.100.7"}, "198.51.100.7", false},
-		{"[fe80::1%eth0]:5", nil, "fe80::/64", false},
-		{"not an address", nil, "", true},
+		// No options: headers are never read.
+		{nil, "10.0.0.1:5", []string{"X-Forwarded-For", "6.6.6.6", "Forwarded", "for=6.6.6.6", "X-Real-IP", "6.6.6.6"}, "10.0.0.1"},
+		{nil, "[192.0.2.1]:1234", nil, "192.0.2.1"}, // bracketed IPv4
+		{nil, "192.0.2.1", nil, "192.0.2.1"},
+		{nil, "[fe80::1%eth0]:5", nil, "fe80::/64"},
+		{nil, "[2001:db8:1:2:3:4:5:6]:5", nil, "2001:db8:1:2::/64"},
+		{[]httplimit.IPOption{httplimit.IPv6Prefix(48)}, "[2001:db8:1:2::6]:5", nil, "2001:db8:1::/48"},
+		{nil, "not an address", nil, ""},
+		{nil, "[192.0.2.1]x", nil, ""},
+		// X-Forwarded-For: the hops-th from the right; the client's part is never read.
+		{[]httplimit.IPOption{xff}, "10.0.0.1:5", []string{"X-Forwarded-For", "6.6.6.6, 198.51.100.7"}, "198.51.100.7"},
+		{[]httplimit.IPOption{xff}, "10.0.0.1:5", []string{"X-Forwarded-For", "6.6.6.6", "X-Forwarded-For", "198.51.100.7"}, "198.51.100.7"},
+		{[]httplimit.IPOption{xff}, "10.0.0.1:5", []string{"X-Forwarded-For", "garbage, 198.51.100.7:4711"}, "198.51.100.7"},
+		{[]httplimit.IPOption{xff}, "10.0.0.1:5", []string{"X-Forwarded-For", "198.51.100.7, , "}, "198.51.100.7"}, // empty elements
+		{[]httplimit.IPOption{xff}, "10.0.0.1:5", []string{"Forwarded", "for=6.6.6.6"}, "10.0.0.1"},                // not the trusted header
+		{[]httplimit.IPOption{xff}, "10.0.0.1:5", nil, "10.0.0.1"},                                                 // the proxy's own request
+		{[]httplimit.IPOption{xff}, "10.0.0.1:5", []string{"X-Forwarded-For", "6.6.6.6, garbage"}, ""},
+		{[]httplimit.IPOption{xff}, "10.0.0.1:5", []string{"X-Forwarded-For", "\r0.0.0.0"}, ""},
+		{[]httplimit.IPOption{httplimit.TrustProxy("x-forwarded-for", 2)}, "10.0.0.1:5", []string{"X-Forwarded-For", "6.6.6.6, 198.51.100.7, 10.9.9.9"}, "198.51.100.7"},
+		{[]httplimit.IPOption{httplimit.TrustProxy("X-Forwarded-For", 3)}, "10.0.0.1:5", []string{"X-Forwarded-For", "198.51.100.7, 10.9.9.9"}, "198.51.100.7"}, // fewer hops than proxies: all written by proxies
+		{[]httplimit.IPOption{xff}, "10.0.0.1:5", []string{"X-Forwarded-For", "::ffff:198.51.100.7"}, "198.51.100.7"},
+		// TrustedProxies: others are keyed by their peer.
+		{[]httplimit.IPOption{xff, httplimit.TrustedProxies(netip.MustParsePrefix("10.0.0.0/8"))}, "192.0.2.9:5", []string{"X-Forwarded-For", "6.6.6.6"}, "192.0.2.9"},
+		{[]httplimit.IPOption{xff, httplimit.TrustedProxies(netip.MustParsePrefix("10.0.0.0/8"))}, "10.0.0.1:5", []string{"X-Forwarded-For", "6.6.6.6"}, "6.6.6.6"},
+		// Forwarded: the for= node of the hops-th element from the right.
+		{[]httplimit.IPOption{fwd}, "10.0.0.1:5", []string{"Forwarded", `for=6.6.6.6, for="[2001:db8:1:2::3]:443";proto=https`}, "2001:db8:1:2::/64"},
+		{[]httplimit.IPOption{fwd}, "10.0.0.1:5", []string{"Forwarded", `for=198.51.100.7`, "X-Forwarded-For", "6.6.6.6"}, "198.51.100.7"},
+		{[]httplimit.IPOption{fwd}, "10.0.0.1:5", []string{"Forwarded", `for="6.6.6.6, for=198.51.100.7`}, "198.51.100.7"}, // a client's unclosed quote
+		{[]httplimit.IPOption{fwd}, "10.0.0.1:5", []string{"Forwarded", `for=6.6.6.6;host="a,b", for=198.51.100.7;host="c,d";proto=http`}, "198.51.100.7"},
+		{[]httplimit.IPOption{fwd}, "10.0.0.1:5", []string{"Forwarded", `, for=198.51.100.7,`}, "198.51.100.7"},
+		{[]httplimit.IPOption{fwd}, "10.0.0.1:5", []string{"Forwarded", "for=unknown"}, "unknown"},
+		{[]httplimit.IPOption{fwd}, "10.0.0.1:5", []string{"Forwarded", "For=_hidden"}, "_hidden"},
+		{[]httplimit.IPOption{fwd}, "10.0.0.1:5", []string{"Forwarded", `for="198.51.100.7:_port"`}, "198.51.100.7"},
+		{[]httplimit.IPOption{fwd}, "10.0.0.1:5", []string{"Forwarded", `proto=https`}, "unknown"},
+		{[]httplimit.IPOption{fwd}, "10.0.0.1:5", []string{"Forwarded", `for="`}, ""},
+		// A single-value header the proxy sets.
+		{[]httplimit.IPOption{httplimit.TrustProxy("X-Real-IP", 1)}, "10.0.0.1:5", []string{"X-Real-IP", "198.51.100.7", "X-Forwarded-For", "6.6.6.6"}, "198.51.100.7"},
 	} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = c.remote
 		for i := 0; i+1 < len(c.hdr); i += 2 {
 			r.Header.Add(c.hdr[i], c.hdr[i+1])
 		}
-		got, err := k.Key(r)
-		if c.bad {
+		got, err := httplimit.ClientIP(c.opts...)(r)
+		if c.want == "" {
 			if !errors.Is(err, throttle.ErrInvalid) {
 				t.Errorf("%s %q: key %q, err %v; want ErrInvalid", c.remote, c.hdr, got, err)
 			}
@@ -192,17 +215,28 @@ func TestClientIP(t *testing.T) {
 			t.Errorf("%s %q: key %q, %v; want %q", c.remote, c.hdr, got, err, c.want)
 		}
 	}
-	// Without trusted proxies the headers are never read.
+	// A huge header costs a walk of the hops read, and finds the client.
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "10.0.0.1:5"
-	r.Header.Set("X-Forwarded-For", "6.6.6.6")
-	if got, _ := httplimit.RemoteIP()(r); got != "10.0.0.1" {
-		t.Errorf("RemoteIP read the header: %q", got)
-	}
-	// A huge header costs a bounded walk and still finds the client.
 	r.Header.Set("X-Forwarded-For", strings.Repeat("1.1.1.1, ", 100000)+"198.51.100.7")
-	if got, err := k.Key(r); err != nil || got != "198.51.100.7" {
+	if got, err := httplimit.ClientIP(xff)(r); err != nil || got != "198.51.100.7" {
 		t.Errorf("huge header: %q, %v", got, err)
+	}
+	for _, bad := range [][]httplimit.IPOption{
+		{httplimit.TrustProxy("X-Forwarded-For", 0)},
+		{httplimit.TrustProxy("", 1)},
+		{httplimit.IPv6Prefix(129)},
+		{httplimit.TrustedProxies(netip.MustParsePrefix("10.0.0.0/8"))}, // no header named
+		{nil},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("ClientIP(%v) did not panic", bad)
+				}
+			}()
+			httplimit.ClientIP(bad...)
+		}()
 	}
 }
 
@@ -319,5 +353,58 @@ func BenchmarkMiddlewareAllowed(b *testing.B) {
 	for b.Loop() {
 		clear(w.Header())
 		h.ServeHTTP(w, r)
+	}
+}
+
+// A 101 Switching Protocols response through the Transport keeps its
+// writable body (a WebSocket dial writes to it), and the unit is held
+// until it is closed.
+func TestTransportUpgrade(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(brw, buf); err == nil {
+			conn.Write(buf) // echo
+		}
+	}))
+	defer up.Close()
+	sem, _ := counting.New(1)
+	defer sem.Close()
+	c := &http.Client{Transport: &httplimit.Transport{Base: up.Client().Transport, Limiter: sem}}
+	req, _ := http.NewRequest("GET", up.URL, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	rw, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		t.Fatalf("101 body %T is not writable", resp.Body)
+	}
+	if _, err := rw.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(rw, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo %q, %v", buf, err)
+	}
+	host := strings.TrimPrefix(up.URL, "http://")
+	if sem.InFlight(host) != 1 {
+		t.Fatal("unit not held while the connection is open")
+	}
+	rw.Close()
+	if sem.InFlight(host) != 0 {
+		t.Fatal("unit held after close")
 	}
 }

@@ -69,9 +69,22 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		release()
 		return resp, err
 	}
+	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		// An upgraded connection (a WebSocket): its body is written too.
+		resp.Body = &releasingConn{releasingBody{ReadCloser: rw, release: release}, rw}
+		return resp, nil
+	}
 	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
 	return resp, nil
 }
+
+// releasingConn is the body of a 101 response: the connection, writable.
+type releasingConn struct {
+	releasingBody
+	w io.Writer
+}
+
+func (c *releasingConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 type releasingBody struct {
 	io.ReadCloser

@@ -5,6 +5,13 @@
 //
 //	go run ./examples/http            # listens on 127.0.0.1:8080
 //	curl -i localhost:8080/hello
+//
+// Behind a reverse proxy, say which header it writes, or every client
+// shares the proxy's address: TRUST_PROXY=X-Forwarded-For for nginx's
+// proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for (the
+// address nginx saw is the rightmost; what a client wrote to the left is
+// never read).
+//
 //	curl -i localhost:8080/report     # at most 2 at a time
 package main
 
@@ -14,7 +21,6 @@ import (
 	"fmt"
 	"log"
 	"net/http"
-	"net/netip"
 	"os"
 	"time"
 
@@ -32,7 +38,11 @@ func main() {
 	if a := os.Getenv("ADDR"); a != "" {
 		addr = a
 	}
-	h, closeAll, err := newHandler(os.Getenv("REDIS_ADDR"))
+	var keyOpts []httplimit.IPOption
+	if header := os.Getenv("TRUST_PROXY"); header != "" {
+		keyOpts = append(keyOpts, httplimit.TrustProxy(header, 1))
+	}
+	h, closeAll, err := newHandler(os.Getenv("REDIS_ADDR"), keyOpts...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -43,7 +53,9 @@ func main() {
 }
 
 // newHandler builds the service; redisAddr "" keeps every limit local.
-func newHandler(redisAddr string) (http.Handler, func(), error) {
+// keyOpts say where the client's address is read (default: the
+// connection's peer).
+func newHandler(redisAddr string, keyOpts ...httplimit.IPOption) (http.Handler, func(), error) {
 	var closers []func() error
 	closeAll := func() {
 		for _, c := range closers {
@@ -52,15 +64,15 @@ func newHandler(redisAddr string) (http.Handler, func(), error) {
 	}
 	fail := func(err error) (http.Handler, func(), error) { closeAll(); return nil, nil, err }
 
-	// 10 requests a second per client, bursts of 20; behind a proxy in
-	// 10.0.0.0/8 the client is read from X-Forwarded-For / Forwarded.
+	// 10 requests a second per client, bursts of 20; the client is the
+	// connection's peer, or what the trusted proxy wrote (keyOpts).
 	perClient, err := tokenbucket.New(throttle.PerSecond(10), 20)
 	if err != nil {
 		return fail(err)
 	}
 	closers = append(closers, perClient.Close)
 	clientLimit, err := httplimit.New(perClient, httplimit.WithName("per-client"),
-		httplimit.WithKey(httplimit.ClientIP(netip.MustParsePrefix("10.0.0.0/8"))))
+		httplimit.WithKey(httplimit.ClientIP(keyOpts...)))
 	if err != nil {
 		return fail(err)
 	}

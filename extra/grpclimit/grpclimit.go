@@ -26,7 +26,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -38,6 +40,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/httplimit"
+	"github.com/throttlekit/throttle/internal/clientip"
 )
 
 // KeyFunc returns the key a call is limited under. fullMethod is the
@@ -45,20 +48,60 @@ import (
 // with its own status if it has one, else codes.InvalidArgument.
 type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
 
-// PeerAddress keys calls by the client's IP address (without the port;
-// the whole address for a non-IP transport).
-func PeerAddress() KeyFunc {
+// PeerAddress keys calls by the client's IP address (IPv6 grouped by
+// /64; the whole address for a non-IP transport). It is ClientIP().
+func PeerAddress() KeyFunc { return ClientIP() }
+
+// ClientIP keys calls by client IP address, as httplimit.ClientIP keys
+// requests, with its options: by default the peer's address, IPv6
+// grouped by /64 (httplimit.IPv6Prefix); behind proxies, the address
+// httplimit.TrustProxy says they write into the incoming metadata (name
+// in lower case), such as Envoy's x-forwarded-for:
+//
+//	grpclimit.ClientIP(httplimit.TrustProxy("x-forwarded-for", 1))
+//
+// A peer on a non-IP transport (a Unix socket) is keyed by its address
+// when no header is read from it. A call whose address cannot be read is
+// refused with codes.InvalidArgument. ClientIP panics on an invalid
+// option, as httplimit.ClientIP does.
+func ClientIP(opts ...httplimit.IPOption) KeyFunc {
+	c, err := clientip.New(opts...)
+	if err != nil {
+		panic("grpclimit: ClientIP: " + err.Error())
+	}
+	name := strings.ToLower(c.Header())
 	return func(ctx context.Context, _ string) (string, error) {
 		p, ok := peer.FromContext(ctx)
 		if !ok || p.Addr == nil {
 			return "", status.Error(codes.InvalidArgument, "grpclimit: no peer address")
 		}
-		a := p.Addr.String()
-		if host, _, err := net.SplitHostPort(a); err == nil {
-			return host, nil
+		var values []string
+		if name != "" {
+			md, _ := metadata.FromIncomingContext(ctx)
+			values = md[name]
 		}
-		return a, nil
+		var a netip.Addr
+		if tcp, ok := p.Addr.(*net.TCPAddr); ok {
+			a = tcp.AddrPort().Addr()
+		} else if a, err = clientip.ParseHost(p.Addr.String()); err != nil {
+			// Not an IP transport: the header, unless limited to IP proxies.
+			if !c.Proxied() {
+				if key, ok, err := c.FromHeader(values); ok || err != nil {
+					return key, keyErr(err)
+				}
+			}
+			return p.Addr.String(), nil
+		}
+		key, err := c.KeyAddr(a, values)
+		return key, keyErr(err)
 	}
+}
+
+func keyErr(err error) error {
+	if err != nil {
+		return status.Error(codes.InvalidArgument, "grpclimit: "+err.Error())
+	}
+	return nil
 }
 
 // Metadata keys calls by the first value of the incoming metadata name
