@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/slidinglog"
 	"github.com/throttlekit/throttle/slidingwindow"
+	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
@@ -257,5 +258,31 @@ func TestQuota(t *testing.T) {
 	var zero fixedwindow.Window
 	if zero.Quota() != (throttle.Quota{}) {
 		t.Error("zero Window reports a quota")
+	}
+}
+
+// TestSingleResourceRejectsKeyedOptions: a limiter of one resource has no
+// keys, so an option that bounds keys is a mistake to report, not to
+// ignore. The clock is still taken.
+func TestSingleResourceRejectsKeyedOptions(t *testing.T) {
+	r := throttle.PerSecond(10)
+	singles := map[string]func(...throttle.Option) error{
+		"tokenbucket.NewBucket":   func(o ...throttle.Option) error { _, err := tokenbucket.NewBucket(r, 10, o...); return err },
+		"leakybucket.NewBucket":   func(o ...throttle.Option) error { _, err := leakybucket.NewBucket(r, 10, o...); return err },
+		"leakybucket.NewPacer":    func(o ...throttle.Option) error { _, err := leakybucket.NewPacer(r, 1, time.Second, o...); return err },
+		"fixedwindow.NewWindow":   func(o ...throttle.Option) error { _, err := fixedwindow.NewWindow(10, time.Second, o...); return err },
+		"slidingwindow.NewWindow": func(o ...throttle.Option) error { _, err := slidingwindow.NewWindow(10, time.Second, o...); return err },
+		"slidinglog.NewLog":       func(o ...throttle.Option) error { _, err := slidinglog.NewLog(10, time.Second, o...); return err },
+	}
+	keyed := []throttle.Option{throttle.WithMaxKeys(5), throttle.WithMaxKeyLen(5), throttle.WithSweepInterval(time.Second)}
+	for name, build := range singles {
+		for _, o := range keyed {
+			if err := build(o); !errors.Is(err, throttle.ErrInvalid) {
+				t.Errorf("%s with a keyed option: %v, want ErrInvalid", name, err)
+			}
+		}
+		if err := build(throttle.WithClock(throttletest.NewClock())); err != nil {
+			t.Errorf("%s WithClock: %v", name, err)
+		}
 	}
 }

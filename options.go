@@ -33,13 +33,21 @@ func WithClock(c Clock) Option {
 
 // WithMaxKeys bounds the number of keys a keyed limiter tracks (default
 // 1<<20). Past it, the least recently used key is evicted.
-func WithMaxKeys(n int) Option { return func(s *options) { s.MaxKeys = n } }
+// A limiter of one resource rejects it.
+func WithMaxKeys(n int) Option {
+	return func(s *options) { s.MaxKeys, s.KeyedOption = n, "WithMaxKeys" }
+}
 
 // WithMaxKeyLen bounds the length of a key in bytes (default 1024); longer
-// keys are rejected with ErrInvalid.
-func WithMaxKeyLen(n int) Option { return func(s *options) { s.MaxKeyLen = n } }
+// keys are rejected with ErrInvalid. A limiter of one resource rejects it.
+func WithMaxKeyLen(n int) Option {
+	return func(s *options) { s.MaxKeyLen, s.KeyedOption = n, "WithMaxKeyLen" }
+}
 
 // WithSweepInterval starts a background goroutine, stopped by Close, that
 // drops keys whose state is back to full every d. Idle keys are also
-// dropped lazily as new keys arrive, so the sweeper is optional.
-func WithSweepInterval(d time.Duration) Option { return func(s *options) { s.SweepInterval = d } }
+// dropped lazily as new keys arrive, so the sweeper is optional. A limiter
+// of one resource rejects it.
+func WithSweepInterval(d time.Duration) Option {
+	return func(s *options) { s.SweepInterval, s.KeyedOption = d, "WithSweepInterval" }
+}

@@ -249,7 +249,7 @@ func NewAnchoredWindow(limit int, window time.Duration, opts ...throttle.Option)
 }
 
 func newWindow(limit int, w time.Duration, anchored bool, opts []throttle.Option) (*Window, error) {
-	s, err := limiterkit.NewSettings(opts...)
+	s, err := limiterkit.NewSingleSettings(opts...)
 	if err != nil {
 		return nil, err
 	}

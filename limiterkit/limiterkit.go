@@ -58,6 +58,23 @@ func NewSettings(opts ...throttle.Option) (Settings, error) {
 	return s, nil
 }
 
+// NewSingleSettings is NewSettings for a limiter of one resource, which
+// keeps no per-key state: an option only keyed limiters use (WithMaxKeys,
+// WithMaxKeyLen, WithSweepInterval) is an error wrapping
+// throttle.ErrInvalid rather than silently ignored.
+func NewSingleSettings(opts ...throttle.Option) (Settings, error) {
+	var v bridge.Settings
+	for _, o := range opts {
+		if o != nil {
+			o(&v)
+		}
+	}
+	if v.KeyedOption != "" {
+		return Settings{}, fmt.Errorf("%w: %s is for keyed limiters; a limiter of one resource has no keys", throttle.ErrInvalid, v.KeyedOption)
+	}
+	return NewSettings(opts...)
+}
+
 // CheckKey returns an error wrapping throttle.ErrInvalid if key is empty or
 // longer than MaxKeyLen.
 func (s Settings) CheckKey(key string) error {

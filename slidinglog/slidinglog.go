@@ -111,7 +111,7 @@ func NewLog(limit int, window time.Duration, opts ...throttle.Option) (*Log, err
 	if err != nil {
 		return nil, err
 	}
-	s, err := limiterkit.NewSettings(opts...)
+	s, err := limiterkit.NewSingleSettings(opts...)
 	if err != nil {
 		return nil, err
 	}

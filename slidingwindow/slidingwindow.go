@@ -406,7 +406,7 @@ func NewSlottedWindow(limit int, window time.Duration, slots int, opts ...thrott
 }
 
 func newWindow(limit int, w time.Duration, slots int, opts []throttle.Option) (*Window, error) {
-	s, err := limiterkit.NewSettings(opts...)
+	s, err := limiterkit.NewSingleSettings(opts...)
 	if err != nil {
 		return nil, err
 	}

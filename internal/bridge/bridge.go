@@ -12,6 +12,7 @@ type Settings struct {
 	MaxKeys       int
 	MaxKeyLen     int
 	SweepInterval time.Duration
+	KeyedOption   string // the name of the last option that only keyed limiters use
 }
 
 // NewReservation holds a func(delay time.Duration, limit int, cancel func())

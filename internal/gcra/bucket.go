@@ -29,7 +29,7 @@ type Single struct {
 // Init makes b a full bucket. It must be called once, before any other
 // method; on an uninitialized Single, the methods fail with ErrInvalid.
 func (b *Single) Init(rate throttle.Rate, burst int, opts ...throttle.Option) error {
-	s, err := limiterkit.NewSettings(opts...)
+	s, err := limiterkit.NewSingleSettings(opts...)
 	if err != nil {
 		return err
 	}
