@@ -135,12 +135,11 @@ func WithMaxResources(n int) ServerOption { return func(s *serverSettings) { s.m
 // (default DefaultJitter), so that clients do not refresh in lockstep.
 func WithJitter(f float64) ServerOption { return func(s *serverSettings) { s.jitter = f } }
 
-// WithDecreaseGrace sets how long a lease the server lowered still counts
-// at its old size toward what is held, unless the client confirms the
-// lower lease sooner by refreshing (default 1s). It covers the response's
-// trip to the client, during which the client still upholds the old
-// lease; make it longer than a request's round trip. 0 trusts the
-// network to be instant.
+// WithDecreaseGrace is kept for compatibility and has no effect. A lease
+// the server lowers counts at its old size until the client confirms the
+// lower one (a refresh reporting Has at most the new capacity) or the old
+// lease expires, however late or lost the answer is, so no grace period
+// is needed; d must still be >= 0.
 func WithDecreaseGrace(d time.Duration) ServerOption {
 	return func(s *serverSettings) { s.grace = d }
 }
@@ -199,7 +198,9 @@ type holder struct {
 	expiry int64 // lease expiry (also of the demand), server clock
 	share  float64
 	// A lowered lease still counts at its old size, prev, until the
-	// client confirms the lower one or prevUntil passes.
+	// client confirms the lower one or the old lease expires at
+	// prevUntil: until then the answer may be late or lost, and the
+	// client keeps using the old lease.
 	prev      uint64
 	prevF     float64
 	prevUntil int64
@@ -420,7 +421,9 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	learning := now < learnEnd
 	refresh := t.RefreshInterval
 	if h.prev > 0 && rr.Has <= h.heldF {
-		r.dropPrev(h) // the client holds the lowered lease
+		// The client holds the last grant or less. Has above it means
+		// the last answer has not arrived: the old lease still counts.
+		r.dropPrev(h)
 	}
 	var g float64
 	switch {
@@ -429,7 +432,7 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 			s.divide(r)
 		}
 		g = h.share
-		r.setHeld(h, 0, g, now, 0)
+		r.setHeld(h, 0, g)
 	default:
 		othersHeld := r.held - h.counted()
 		free := uint64(0)
@@ -452,6 +455,10 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 			u = min(uint64(math.Floor(want/r.q)), free)
 		}
 		switch {
+		case u < h.held:
+			// Lowered: the old lease counts until the client confirms
+			// the lower one, so ask for that confirmation soon.
+			refresh /= 4
 		case learning && float64(u)*r.q < rr.Wants-r.q:
 			// Ask again when learning ends.
 			refresh = min(refresh, time.Duration(learnEnd-now)+refresh/8)
@@ -460,7 +467,7 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 			// soon, so capacity moves within about one refresh interval.
 			refresh /= 4
 		}
-		r.setHeld(h, u, float64(u)*r.q, now, int64(s.set.grace))
+		r.setHeld(h, u, float64(u)*r.q)
 		g = h.heldF
 	}
 	if j := s.set.jitter; j > 0 {
@@ -477,14 +484,15 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 }
 
 // setHeld records that h now holds u quanta (f in capacity). A lowered
-// lease keeps counting at its old size for grace.
-func (r *resource) setHeld(h *holder, u uint64, f float64, now, grace int64) {
+// lease keeps counting at its old size until it expires (h.expiry, not yet
+// moved on) or the client confirms the lower one.
+func (r *resource) setHeld(h *holder, u uint64, f float64) {
 	c0 := h.counted()
-	if u < h.held && grace > 0 {
+	if u < h.held {
 		if h.held > h.prev {
 			h.prev, h.prevF = h.held, h.heldF
 		}
-		h.prevUntil = now + grace
+		h.prevUntil = max(h.prevUntil, h.expiry)
 		r.wakeAt(h.prevUntil)
 	}
 	h.held, h.heldF = u, f

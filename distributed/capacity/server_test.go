@@ -160,6 +160,7 @@ func TestGrantWaitsForOthersToRelease(t *testing.T) {
 	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 100 {
 		t.Fatalf("a alone got %v", g[0].Capacity)
 	}
+	clk.Advance(5 * time.Second)
 	g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100})
 	if g[0].Capacity != 0 {
 		t.Fatalf("b got %v while a holds everything", g[0].Capacity)
@@ -170,16 +171,22 @@ func TestGrantWaitsForOthersToRelease(t *testing.T) {
 	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 100}); g[0].Capacity != 50 {
 		t.Fatalf("a got %v at refresh, want its share 50", g[0].Capacity)
 	}
-	// Until a's lowered lease has reached it, a may still use 100.
-	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 0 {
-		t.Fatalf("b got %v while a's lower lease is on its way", g[0].Capacity)
+	// Until a's lowered lease has reached it, a may still use 100: for as
+	// long as its old lease lasts (20s from t=0), however late the answer.
+	for range 14 {
+		if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 0 {
+			t.Fatalf("b got %v while a's lower lease is on its way", g[0].Capacity)
+		}
+		if held(s, "r") != 100 {
+			t.Fatalf("held %v, want a's old 100", held(s, "r"))
+		}
+		// a's refresh says it still has 100: the answer never arrived.
+		ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 100})
+		clk.Advance(time.Second)
 	}
-	if held(s, "r") != 100 {
-		t.Fatalf("held %v, want a's old 100", held(s, "r"))
-	}
-	clk.Advance(time.Second) // the grace passes
+	clk.Advance(time.Second) // a's old lease expires at t=20s
 	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 50 {
-		t.Fatalf("b got %v after a gave back, want 50", g[0].Capacity)
+		t.Fatalf("b got %v after a's old lease expired, want 50", g[0].Capacity)
 	}
 }
 
