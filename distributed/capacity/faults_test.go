@@ -100,13 +100,21 @@ func (e *testElection) Campaign(ctx context.Context, address string, report func
 	return ctx.Err()
 }
 
-// elect makes master the master in a new term, and tells every candidate.
+// elect makes master the master in a new term.
 func (e *testElection) elect(master string) {
 	e.mu.Lock()
+	term := e.lead.Term + 1
+	e.mu.Unlock()
+	e.set(Leadership{Master: master, Term: term})
+}
+
+// set reports l to every candidate.
+func (e *testElection) set(l Leadership) {
+	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.lead = Leadership{Master: master, Term: e.lead.Term + 1}
+	e.lead = l
 	for addr, report := range e.subs {
-		report(Leadership{Master: master, Term: e.lead.Term, IsMaster: addr == master})
+		report(Leadership{Master: l.Master, Term: l.Term, IsMaster: addr == l.Master})
 	}
 }
 
@@ -349,6 +357,24 @@ func TestFaultFailover(t *testing.T) {
 		g.net.set("a", fault{})
 		g.net.set("@s2", fault{}) // s2 resumes, told it lost
 		g.run("s3 serves", 15*time.Second)
+	})
+}
+
+// TestFaultRestartShorterLease: the server restarts with a lease of 2s
+// instead of 10s while A, cut off, still holds its 10s lease from before:
+// the new server must learn for the longest lease any master may have
+// granted.
+func TestFaultRestartShorterLease(t *testing.T) {
+	scenario(t, issueConfig(), 100, func(g *rig) {
+		g.warm()
+		g.client("a", []string{"s1"}, 100)
+		g.run("a alone", 5*time.Second)
+		g.net.set("a", fault{hang: true})
+		short := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 2 * time.Second, RefreshInterval: time.Second, MaxLeaseLength: 10 * time.Second}}}
+		g.server("s1", short, nil) // restart: all state lost
+		g.client("b", []string{"s1"}, 100)
+		g.run("restarted with 2s leases", 20*time.Second)
+		g.heal("a", 10*time.Second)
 	})
 }
 

@@ -166,6 +166,7 @@ type Server struct {
 	now       clock.Source
 	rng       *rand.Rand
 	lead      Leadership
+	stateTerm int64 // the term in which the state was built; 0 before Run
 	since     int64 // when this server became master
 	resources map[string]*resource
 	alloc     Allocator
@@ -245,8 +246,10 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 
 // Run takes part in election e under address until ctx is done, serving
 // only while master: a server that is not answers every request with a
-// redirect to the master. On becoming master it forgets all state and
-// starts learning; when Run returns it is no longer the master. Call Run
+// redirect to the master. On becoming master in a new term it forgets all
+// state and starts learning; regaining mastership in the term its state
+// is from (no other master in between) it keeps the state and whatever is
+// left of learning. When Run returns it is no longer the master. Call Run
 // before serving requests: until then the server acts as master.
 func (s *Server) Run(ctx context.Context, e Election, address string) error {
 	s.mu.Lock()
@@ -255,9 +258,10 @@ func (s *Server) Run(ctx context.Context, e Election, address string) error {
 	err := e.Campaign(ctx, address, func(l Leadership) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if l.IsMaster && (!s.lead.IsMaster || l.Term != s.lead.Term) {
+		if l.IsMaster && l.Term != s.stateTerm {
 			s.resources = map[string]*resource{}
 			s.since = s.now.Now()
+			s.stateTerm = l.Term
 		}
 		s.lead = l
 	})
