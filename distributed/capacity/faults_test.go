@@ -417,3 +417,32 @@ func TestFaultHugeWants(t *testing.T) {
 		g.run("huge wants", 30*time.Second)
 	})
 }
+
+// TestFaultLearningConfirmsWithinCapacity: a master with half the
+// capacity takes over; clients report the leases of the old one, answers
+// to one are lost. The new master confirms at most its capacity in total,
+// so once the old leases have expired Σ is within it.
+func TestFaultLearningConfirmsWithinCapacity(t *testing.T) {
+	scenario(t, issueConfig(), 100, func(g *rig) {
+		e := &testElection{}
+		addrs := []string{"s1", "s2"}
+		e.elect("s1")
+		_, kill1 := g.server("s1", g.cfg, e)
+		half := issueConfig()
+		half.Resources[0].Capacity = 50
+		g.server("s2", half, e)
+		time.Sleep(10 * time.Second)
+		for _, id := range []string{"a", "b", "c"} {
+			g.client(id, addrs, 50)
+		}
+		g.run("three clients", 10*time.Second)
+		g.net.SetDown("s1", true)
+		kill1()
+		e.elect("s2")
+		g.net.set("a", fault{drop: true})
+		g.run("s2 learns, answers to a lost", 10*time.Second) // the old leases expire
+		g.bound = 50
+		g.run("s2 shares 50", 10*time.Second)
+		g.heal("a", 10*time.Second)
+	})
+}

@@ -43,8 +43,10 @@ type ResourceRequest struct {
 	Resource string
 	// Wants is the capacity the client would use: finite and >= 0.
 	Wants float64
-	// Has is the capacity of the client's unexpired lease, 0 if none. A
-	// server trusts it only while learning, capped by what is unclaimed.
+	// Has is the capacity of the client's unexpired lease when it sent
+	// the request, 0 if none. While learning a server confirms it, capped
+	// by what is unclaimed; afterwards Has at most the last grant confirms
+	// that grant, and more says that its answer never arrived.
 	Has float64
 	// Priority puts the client in a band; higher bands are served first.
 	Priority int32
@@ -153,12 +155,14 @@ func WithSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.see
 // for concurrent use.
 //
 // A new Server is the master (as with Solo) and starts learning: for
-// each resource's LearningDuration it only confirms leases that clients
+// each resource's LearningDuration (at least its MaxLeaseLength) it only confirms leases that clients
 // say they hold, within capacity, and new clients get 0. Then it divides
 // capacity with the resource's algorithm, recomputing the division when
 // demands change. A grant is min(share, wants, capacity − what the other
-// clients still hold), so the sum of unexpired leases never exceeds the
-// capacity, also while shares move or a configuration changes.
+// clients may still hold), where a lowered lease counts at its old size
+// until the client confirms it or it expires, so the sum of unexpired
+// leases never exceeds the capacity (see the package doc for the
+// conditions), also while shares move or a configuration changes.
 type Server struct {
 	mu        sync.Mutex
 	cfg       Config
