@@ -358,14 +358,21 @@ func validate(req *Request) error {
 
 // GetCapacity grants leases on the resources of req. A server that is not
 // the master returns a redirect and grants nothing. Errors wrap
-// throttle.ErrInvalid (bad request) or ErrExhausted (bounds reached);
-// then nothing is granted and no state changes.
-func (s *Server) GetCapacity(_ context.Context, req *Request) (*Response, error) {
+// throttle.ErrInvalid (bad request), ErrExhausted (bounds reached) or
+// throttle.ErrUnavailable (ctx was done before the request was applied:
+// the caller gave up on it); then nothing is granted and no state changes.
+func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, error) {
 	if err := validate(req); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A caller that gave up may have sent a later request already: this
+	// one must not undo it (its Has would confirm a lowered lease that
+	// the caller never got).
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: capacity: the caller gave up: %w", throttle.ErrUnavailable, err)
+	}
 	if !s.lead.IsMaster {
 		return &Response{Redirect: true, Master: s.lead.Master}, nil
 	}

@@ -208,6 +208,26 @@ func TestLoweredLeaseConfirmedByRefresh(t *testing.T) {
 	}
 }
 
+// TestAbandonedRequestChangesNothing: a request whose caller gave up (its
+// context done) before the server got to it may be older than the
+// caller's next one; applied, its Has of 0 would confirm a lowered lease
+// the caller never got.
+func TestAbandonedRequestChangesNothing(t *testing.T) {
+	s, _ := pastLearning(t, 100)
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100})
+	ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100})
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 100}) // lowered to 50, answer lost
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	stale := &Request{Client: "a", Resources: []ResourceRequest{{Resource: "r", Wants: 100}}} // sent before a held anything
+	if _, err := s.GetCapacity(ctx, stale); !errors.Is(err, throttle.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned request: %v", err)
+	}
+	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 0 {
+		t.Fatalf("b got %v: an abandoned request confirmed a's lower lease", g[0].Capacity)
+	}
+}
+
 func TestExpiredClientsShareGoesToOthers(t *testing.T) {
 	s, clk := pastLearning(t, 100)
 	settle(t, s, clk, map[string]float64{"a": 100, "b": 100})
