@@ -325,8 +325,8 @@ func TestFaultLatencyCountsFromSend(t *testing.T) {
 }
 
 // TestFaultFailover runs three replicas under an election: the master is
-// killed, then the next one pauses (its calls hang) while a third takes
-// over; clients come and go and answers get lost around the changes.
+// killed, then the next one pauses (its calls hang) while a third, with
+// shorter leases, takes over; answers get lost around the changes.
 func TestFaultFailover(t *testing.T) {
 	scenario(t, issueConfig(), 100, func(g *rig) {
 		e := &testElection{}
@@ -334,7 +334,9 @@ func TestFaultFailover(t *testing.T) {
 		e.elect("s1")
 		_, kill1 := g.server("s1", g.cfg, e)
 		g.server("s2", g.cfg, e)
-		g.server("s3", g.cfg, e)
+		// s3 grants 2s leases, and learns for the 10s ones of the others.
+		short := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 2 * time.Second, RefreshInterval: time.Second, MaxLeaseLength: 10 * time.Second}}}
+		g.server("s3", short, e)
 		time.Sleep(10 * time.Second)
 		g.client("a", addrs, 70)
 		g.client("b", addrs, 70)
