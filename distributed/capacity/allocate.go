@@ -24,7 +24,9 @@ const (
 	// otherwise each client is entitled to an equal share (in proportion
 	// to its weight), those wanting less than their share get what they
 	// want, and the share they leave is split among the others in
-	// proportion to how much more than their share they want.
+	// proportion to how much more than their share they want. Each wants
+	// counts at most the capacity: wanting more than there is weighs no
+	// more in the split than wanting all of it.
 	ProportionalShare
 	// Static gives each client what it wants, up to the configured
 	// capacity per client. The sum of grants is not bounded.

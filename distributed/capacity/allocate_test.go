@@ -289,3 +289,13 @@ func BenchmarkAllocate10k(b *testing.B) {
 		}
 	})
 }
+
+// TestProportionalShareCapsWants: wanting more than the capacity weighs
+// like wanting all of it, as ProportionalShare's doc says.
+func TestProportionalShareCapsWants(t *testing.T) {
+	huge := Allocate(ProportionalShare, 100, []Demand{{Wants: 1e6}, {Wants: 100}, {Wants: 20}})
+	all := Allocate(ProportionalShare, 100, []Demand{{Wants: 100}, {Wants: 100}, {Wants: 20}})
+	if !slices.Equal(huge, all) {
+		t.Fatalf("wants 1e6 got %v, wants 100 got %v", huge, all)
+	}
+}

@@ -283,12 +283,10 @@ func (c *Client) step(ctx context.Context) time.Duration {
 }
 
 // refresh asks for all of rs in one request, following redirects and
-// moving through the addresses on failure.
+// moving through the addresses on failure. Each attempt is built afresh:
+// it reports what the client holds when it is sent, and a grant counts
+// from then.
 func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
-	req := &Request{Client: c.set.id, Resources: make([]ResourceRequest, len(rs))}
-	for i, r := range rs {
-		req.Resources[i] = r.request(now)
-	}
 	c.mu.Lock()
 	c.lastTrip = now
 	c.early = false
@@ -298,9 +296,14 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 	c.failures++
 	c.due = now.Add(c.set.retry << min(c.failures-1, 4))
 	c.mu.Unlock()
+	req := &Request{Client: c.set.id, Resources: make([]ResourceRequest, len(rs))}
 	for range 2*len(c.addrs) + 1 {
 		if ctx.Err() != nil {
 			return
+		}
+		sent := time.Now()
+		for i, r := range rs {
+			req.Resources[i] = r.request(sent)
 		}
 		c.mu.Lock()
 		addr := c.target
@@ -323,12 +326,12 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 			if r == nil || !validGrant(g) {
 				continue
 			}
-			r.grant(g, now)
+			r.grant(g, sent)
 			refresh = min(refresh, g.Refresh)
 		}
 		if refresh != time.Duration(math.MaxInt64) {
 			c.mu.Lock()
-			c.due = now.Add(refresh)
+			c.due = sent.Add(refresh)
 			c.failures = 0
 			c.mu.Unlock()
 		}

@@ -23,13 +23,13 @@ type ClientStatus struct {
 // resource id, sorted by client id: at most limit of them when limit > 0,
 // and how many there are in all. An unknown resource has none. It is
 // safe to call concurrently with the other methods; it copies the
-// resource's clients under the server's lock, so bound limit when a
-// resource may have many.
+// resource's clients under the server's lock and sorts them after
+// releasing it, so bound limit when a resource may have many.
 func (s *Server) Clients(id string, limit int) ([]ClientStatus, int) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	r := s.resources[id]
 	if r == nil {
+		s.mu.Unlock()
 		return nil, 0
 	}
 	now := s.now.Now()
@@ -41,9 +41,11 @@ func (s *Server) Clients(id string, limit int) ([]ClientStatus, int) {
 			Held: max(h.heldF, h.prevF), Expires: time.Duration(h.expiry - now),
 		})
 	}
+	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b ClientStatus) int { return strings.Compare(a.Client, b.Client) })
-	if limit > 0 && len(out) > limit {
+	n := len(out)
+	if limit > 0 && n > limit {
 		out = out[:limit]
 	}
-	return out, len(r.list)
+	return out, n
 }

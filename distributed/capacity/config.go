@@ -25,11 +25,19 @@ type Template struct {
 	// RefreshInterval is how often clients should refresh: shorter than
 	// LeaseLength. Default LeaseLength/4.
 	RefreshInterval time.Duration
+	// MaxLeaseLength bounds the leases any master may have granted on
+	// these resources, also under an earlier configuration: at least
+	// LeaseLength (the default), at most MaxLease. A new master learns for
+	// at least this long, so that every lease a previous master gave out
+	// has been reported or has expired when it starts sharing. To shorten
+	// LeaseLength, keep MaxLeaseLength at the old length until every
+	// server runs the new configuration and one old lease length has
+	// passed; otherwise a new master may grant what an old lease holds.
+	MaxLeaseLength time.Duration
 	// LearningDuration is how long a server that has just become master
 	// only confirms what clients say they hold, rebuilding its view of
 	// the leases a previous master gave out. It must not be shorter than
-	// LeaseLength (the default): only then has every such lease been
-	// reported or expired when learning ends.
+	// MaxLeaseLength (the default).
 	LearningDuration time.Duration
 	// SafeCapacity is what a client may use while it cannot reach any
 	// server (in the default Safe mode). 0 means Capacity divided by the
@@ -55,6 +63,7 @@ type jsonTemplate struct {
 	Algorithm        Algorithm `json:"algorithm"`
 	LeaseLength      string    `json:"lease_length,omitempty"`
 	RefreshInterval  string    `json:"refresh_interval,omitempty"`
+	MaxLeaseLength   string    `json:"max_lease_length,omitempty"`
 	LearningDuration string    `json:"learning_duration,omitempty"`
 	SafeCapacity     float64   `json:"safe_capacity,omitempty"`
 }
@@ -63,7 +72,8 @@ type jsonTemplate struct {
 //
 //	{"resources": [
 //	  {"id": "db.writes", "capacity": 500, "algorithm": "fair_share",
-//	   "lease_length": "60s", "refresh_interval": "15s"},
+//	   "lease_length": "60s", "refresh_interval": "15s",
+//	   "max_lease_length": "5m"},
 //	  {"id": "*", "capacity": 100, "algorithm": "proportional_share"}
 //	]}
 //
@@ -87,7 +97,7 @@ func ParseConfig(data []byte) (Config, error) {
 		for _, d := range []struct {
 			s   string
 			dst *time.Duration
-		}{{j.LeaseLength, &t.LeaseLength}, {j.RefreshInterval, &t.RefreshInterval}, {j.LearningDuration, &t.LearningDuration}} {
+		}{{j.LeaseLength, &t.LeaseLength}, {j.RefreshInterval, &t.RefreshInterval}, {j.MaxLeaseLength, &t.MaxLeaseLength}, {j.LearningDuration, &t.LearningDuration}} {
 			if d.s == "" {
 				continue
 			}
@@ -114,8 +124,11 @@ func (c Config) withDefaults() (Config, error) {
 		if t.RefreshInterval == 0 {
 			t.RefreshInterval = t.LeaseLength / 4
 		}
+		if t.MaxLeaseLength == 0 {
+			t.MaxLeaseLength = t.LeaseLength
+		}
 		if t.LearningDuration == 0 {
-			t.LearningDuration = t.LeaseLength
+			t.LearningDuration = t.MaxLeaseLength
 		}
 		switch {
 		case t.ID == "" || len(t.ID) > MaxIDLen:
@@ -130,8 +143,10 @@ func (c Config) withDefaults() (Config, error) {
 			return Config{}, invalidf("config: resource %q: lease length must be in [1s, %v], got %v", t.ID, MaxLease, t.LeaseLength)
 		case t.RefreshInterval <= 0 || t.RefreshInterval >= t.LeaseLength:
 			return Config{}, invalidf("config: resource %q: refresh interval must be in (0, lease length %v), got %v", t.ID, t.LeaseLength, t.RefreshInterval)
-		case t.LearningDuration < t.LeaseLength:
-			return Config{}, invalidf("config: resource %q: learning duration %v is shorter than the lease length %v", t.ID, t.LearningDuration, t.LeaseLength)
+		case t.MaxLeaseLength < t.LeaseLength || t.MaxLeaseLength > MaxLease:
+			return Config{}, invalidf("config: resource %q: max lease length must be in [lease length %v, %v], got %v", t.ID, t.LeaseLength, MaxLease, t.MaxLeaseLength)
+		case t.LearningDuration < t.MaxLeaseLength:
+			return Config{}, invalidf("config: resource %q: learning duration %v is shorter than the max lease length %v", t.ID, t.LearningDuration, t.MaxLeaseLength)
 		case !(t.SafeCapacity >= 0) || t.SafeCapacity > t.Capacity:
 			return Config{}, invalidf("config: resource %q: safe capacity must be in [0, capacity], got %v", t.ID, t.SafeCapacity)
 		}

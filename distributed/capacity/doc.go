@@ -10,13 +10,52 @@
 // the lease, a GaugeResource a semaphore whose limit does — so no request
 // for the resource itself ever waits on the server.
 //
-// Guarantees: the leases held never add up to more than the capacity
-// (exactly, not within a rounding error), including while shares move,
-// after a configuration change (from each client's next refresh), while a
-// new master learns what clients hold, and while a lowered lease travels
-// to its client; capacity a client does not use goes to those that want
-// more within about one refresh interval; leases are relative durations,
-// so clock skew between hosts does not matter.
+// # Guarantee
+//
+// For FairShare and ProportionalShare, the capacity that clients enforce
+// on their unexpired leases never adds up to more than the resource's
+// capacity: exactly, not within a rounding error, and whatever the
+// network does to the calls (answers lost, late, or hanging for longer
+// than the leases), while shares move, across a master's kill or pause,
+// a restart with shorter leases, and huge wants. The tests check it
+// where it can break: they run real Clients and Servers on an in-memory
+// network under virtual time, inject those faults, and sum every 10ms
+// what the clients' limiters are set to (Resource.Capacity).
+//
+// How it holds:
+//   - A lease ends at the client at its expiry, counted on the client's
+//     monotonic clock from when it sent the request, so before the server
+//     stops counting it; a timer ends it on time even while a refresh
+//     hangs, and the limiters follow at once.
+//   - A grant is min(share, wants, capacity − what the others may still
+//     hold). A lease the server lowered counts at its old size until the
+//     client confirms the lower one (a refresh reporting Has at most the
+//     new capacity) or the old lease has expired: a refresh reporting
+//     more means the answer never arrived.
+//   - A new master learns for at least the template's MaxLeaseLength,
+//     confirming only what clients say they hold, at most the capacity in
+//     total, and granting newcomers nothing: every lease an earlier master
+//     gave out has then been reported or has expired.
+//   - After a configuration change the sum stays within the larger of the
+//     old and the new capacity, and within the new one once the leases
+//     granted before the change have been confirmed lower or expired
+//     (one old lease length at the most).
+//
+// It assumes that clients uphold their leases and report truthfully what
+// they hold (while learning a server takes their word for it: a client
+// claiming a lease it does not have takes capacity that others hold and
+// have not yet reported), that client ids are unique, and that clocks run
+// at the same rate (their settings may differ). Every lease any master
+// gave out must be at most MaxLeaseLength long. A client without a lease
+// uses its Mode's capacity: Pessimistic 0, so the guarantee covers all it
+// enforces; Safe (the default) the safe capacity, which comes on top;
+// Optimistic its last lease, which is unbounded. Static and None do not
+// bound the sum.
+//
+// Capacity a client does not use goes to those that want more within
+// about one refresh interval: a client whose lease was lowered is asked to
+// confirm it after a quarter of one. Leases are relative durations, so
+// the hosts' clocks need not agree on the time.
 //
 // Servers form a tree (WithParent): a server leases each resource's
 // capacity from its parent as a client per priority band, with its

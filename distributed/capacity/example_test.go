@@ -31,25 +31,26 @@ func ExampleServer() {
 	}
 	// A new server learns what clients hold for one lease length.
 	clock.Advance(time.Minute)
-	ask := func(client string, wants float64) capacity.Grant {
+	ask := func(client string, wants, has float64) capacity.Grant {
 		resp, err := s.GetCapacity(context.Background(), &capacity.Request{
 			Client:    client,
-			Resources: []capacity.ResourceRequest{{Resource: "db", Wants: wants}},
+			Resources: []capacity.ResourceRequest{{Resource: "db", Wants: wants, Has: has}},
 		})
 		if err != nil {
 			panic(err)
 		}
 		return resp.Grants[0]
 	}
-	ask("big", 1000) // alone at first: gets all 120
-	ask("mid", 50)   // gets what "big" does not hold: nothing yet
-	ask("small", 10)
-	ask("big", 1000) // gives back down to its fair share at its refresh
-	// What "big" gave back goes to others once the lower lease has surely
-	// reached it (a grace of 1s), or "big" confirms it by refreshing.
-	clock.Advance(time.Second)
-	fmt.Println(ask("mid", 50).Capacity, ask("small", 10).Capacity)
-	g := ask("big", 1000)
+	ask("big", 1000, 0) // alone at first: gets all 120
+	ask("mid", 50, 0)   // gets what "big" does not hold: nothing yet
+	ask("small", 10, 0)
+	ask("big", 1000, 120) // gives back down to its fair share at its refresh
+	// "big" may use its old 120 until it confirms the lower lease by
+	// refreshing (or the old lease expires): only then do the others get
+	// what it gave back.
+	ask("big", 1000, 60)
+	fmt.Println(ask("mid", 50, 0).Capacity, ask("small", 10, 0).Capacity)
+	g := ask("big", 1000, 60)
 	fmt.Println(g.Capacity, g.Lease, g.Refresh)
 	// Output:
 	// 50 10

@@ -76,6 +76,7 @@ type Resource struct {
 	apply    func(float64)
 	estimate func(now time.Time) float64
 	has      func() float64 // at least what the client holds (a server in a tree: what its clients hold)
+	timer    *time.Timer    // ends the lease at its expiry
 	closed   atomic.Bool
 }
 
@@ -130,14 +131,18 @@ func (r *Resource) ID() string { return r.id }
 func (r *Resource) Lease() (Lease, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.expireLocked(time.Now())
 	return r.lease, r.leased
 }
 
 // Capacity returns the capacity the client may use now: the lease's, or
-// after it expired what the client's mode says.
+// from the lease's expiry on what the client's mode says. The resource's
+// limiter follows it: a timer ends the lease at its expiry, whatever the
+// refresh is doing.
 func (r *Resource) Capacity() float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.expireLocked(time.Now())
 	return r.limit
 }
 
@@ -204,6 +209,9 @@ func (r *Resource) shut() {
 	r.closed.Store(true)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
 	r.leased = false
 	r.setLimit(0)
 }
@@ -225,7 +233,10 @@ func (r *Resource) request(now time.Time) ResourceRequest {
 	return rr
 }
 
-// grant applies a lease asked for at sent.
+// grant applies a lease asked for at sent, and arms the timer that ends
+// it: the lease is counted from when the request left, so it ends here no
+// later than where the server counts it, and it ends on time even while
+// a refresh hangs.
 func (r *Resource) grant(g Grant, sent time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -236,6 +247,15 @@ func (r *Resource) grant(g Grant, sent time.Time) {
 	r.leased, r.hadLease = true, true
 	r.safe = g.SafeCapacity
 	r.setLimit(g.Capacity)
+	left := time.Until(r.lease.Expiry)
+	if r.expireLocked(time.Now()) {
+		return // it took longer than the lease to arrive
+	}
+	if r.timer == nil {
+		r.timer = time.AfterFunc(left, func() { r.expire(time.Now()) })
+	} else {
+		r.timer.Reset(left)
+	}
 }
 
 // expire ends the lease if it ran out by now; otherwise it returns its
@@ -243,17 +263,23 @@ func (r *Resource) grant(g Grant, sent time.Time) {
 func (r *Resource) expire(now time.Time) (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.leased {
+	if !r.leased || r.expireLocked(now) {
 		return time.Time{}, false
 	}
-	if now.Before(r.lease.Expiry) {
-		return r.lease.Expiry, true
+	return r.lease.Expiry, true
+}
+
+// expireLocked ends the lease if it ran out by now, and reports whether
+// it did. Call with r.mu held.
+func (r *Resource) expireLocked(now time.Time) bool {
+	if !r.leased || now.Before(r.lease.Expiry) {
+		return false
 	}
 	r.leased = false
 	if !r.closed.Load() {
 		r.setLimit(r.fallback())
 	}
-	return time.Time{}, false
+	return true
 }
 
 // fallback is the capacity without a lease. Call with r.mu held.

@@ -43,8 +43,10 @@ type ResourceRequest struct {
 	Resource string
 	// Wants is the capacity the client would use: finite and >= 0.
 	Wants float64
-	// Has is the capacity of the client's unexpired lease, 0 if none. A
-	// server trusts it only while learning, capped by what is unclaimed.
+	// Has is the capacity of the client's unexpired lease when it sent
+	// the request, 0 if none. While learning a server confirms it, capped
+	// by what is unclaimed; afterwards Has at most the last grant confirms
+	// that grant, and more says that its answer never arrived.
 	Has float64
 	// Priority puts the client in a band; higher bands are served first.
 	Priority int32
@@ -135,12 +137,11 @@ func WithMaxResources(n int) ServerOption { return func(s *serverSettings) { s.m
 // (default DefaultJitter), so that clients do not refresh in lockstep.
 func WithJitter(f float64) ServerOption { return func(s *serverSettings) { s.jitter = f } }
 
-// WithDecreaseGrace sets how long a lease the server lowered still counts
-// at its old size toward what is held, unless the client confirms the
-// lower lease sooner by refreshing (default 1s). It covers the response's
-// trip to the client, during which the client still upholds the old
-// lease; make it longer than a request's round trip. 0 trusts the
-// network to be instant.
+// WithDecreaseGrace is kept for compatibility and has no effect. A lease
+// the server lowers counts at its old size until the client confirms the
+// lower one (a refresh reporting Has at most the new capacity) or the old
+// lease expires, however late or lost the answer is, so no grace period
+// is needed; d must still be >= 0.
 func WithDecreaseGrace(d time.Duration) ServerOption {
 	return func(s *serverSettings) { s.grace = d }
 }
@@ -154,12 +155,14 @@ func WithSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.see
 // for concurrent use.
 //
 // A new Server is the master (as with Solo) and starts learning: for
-// each resource's LearningDuration it only confirms leases that clients
+// each resource's LearningDuration (at least its MaxLeaseLength) it only confirms leases that clients
 // say they hold, within capacity, and new clients get 0. Then it divides
 // capacity with the resource's algorithm, recomputing the division when
 // demands change. A grant is min(share, wants, capacity − what the other
-// clients still hold), so the sum of unexpired leases never exceeds the
-// capacity, also while shares move or a configuration changes.
+// clients may still hold), where a lowered lease counts at its old size
+// until the client confirms it or it expires, so the sum of unexpired
+// leases never exceeds the capacity (see the package doc for the
+// conditions), also while shares move or a configuration changes.
 type Server struct {
 	mu        sync.Mutex
 	cfg       Config
@@ -167,6 +170,7 @@ type Server struct {
 	now       clock.Source
 	rng       *rand.Rand
 	lead      Leadership
+	stateTerm int64 // the term in which the state was built; 0 before Run
 	since     int64 // when this server became master
 	resources map[string]*resource
 	alloc     Allocator
@@ -199,7 +203,9 @@ type holder struct {
 	expiry int64 // lease expiry (also of the demand), server clock
 	share  float64
 	// A lowered lease still counts at its old size, prev, until the
-	// client confirms the lower one or prevUntil passes.
+	// client confirms the lower one or the old lease expires at
+	// prevUntil: until then the answer may be late or lost, and the
+	// client keeps using the old lease.
 	prev      uint64
 	prevF     float64
 	prevUntil int64
@@ -244,8 +250,10 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 
 // Run takes part in election e under address until ctx is done, serving
 // only while master: a server that is not answers every request with a
-// redirect to the master. On becoming master it forgets all state and
-// starts learning; when Run returns it is no longer the master. Call Run
+// redirect to the master. On becoming master in a new term it forgets all
+// state and starts learning; regaining mastership in the term its state
+// is from (no other master in between) it keeps the state and whatever is
+// left of learning. When Run returns it is no longer the master. Call Run
 // before serving requests: until then the server acts as master.
 func (s *Server) Run(ctx context.Context, e Election, address string) error {
 	s.mu.Lock()
@@ -254,9 +262,10 @@ func (s *Server) Run(ctx context.Context, e Election, address string) error {
 	err := e.Campaign(ctx, address, func(l Leadership) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if l.IsMaster && (!s.lead.IsMaster || l.Term != s.lead.Term) {
+		if l.IsMaster && l.Term != s.stateTerm {
 			s.resources = map[string]*resource{}
 			s.since = s.now.Now()
+			s.stateTerm = l.Term
 		}
 		s.lead = l
 	})
@@ -349,14 +358,21 @@ func validate(req *Request) error {
 
 // GetCapacity grants leases on the resources of req. A server that is not
 // the master returns a redirect and grants nothing. Errors wrap
-// throttle.ErrInvalid (bad request) or ErrExhausted (bounds reached);
-// then nothing is granted and no state changes.
-func (s *Server) GetCapacity(_ context.Context, req *Request) (*Response, error) {
+// throttle.ErrInvalid (bad request), ErrExhausted (bounds reached) or
+// throttle.ErrUnavailable (ctx was done before the request was applied:
+// the caller gave up on it); then nothing is granted and no state changes.
+func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, error) {
 	if err := validate(req); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A caller that gave up may have sent a later request already: this
+	// one must not undo it (its Has would confirm a lowered lease that
+	// the caller never got).
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: capacity: the caller gave up: %w", throttle.ErrUnavailable, err)
+	}
 	if !s.lead.IsMaster {
 		return &Response{Redirect: true, Master: s.lead.Master}, nil
 	}
@@ -420,7 +436,9 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	learning := now < learnEnd
 	refresh := t.RefreshInterval
 	if h.prev > 0 && rr.Has <= h.heldF {
-		r.dropPrev(h) // the client holds the lowered lease
+		// The client holds the last grant or less. Has above it means
+		// the last answer has not arrived: the old lease still counts.
+		r.dropPrev(h)
 	}
 	var g float64
 	switch {
@@ -429,7 +447,7 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 			s.divide(r)
 		}
 		g = h.share
-		r.setHeld(h, 0, g, now, 0)
+		r.setHeld(h, 0, g)
 	default:
 		othersHeld := r.held - h.counted()
 		free := uint64(0)
@@ -452,6 +470,10 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 			u = min(uint64(math.Floor(want/r.q)), free)
 		}
 		switch {
+		case u < h.held:
+			// Lowered: the old lease counts until the client confirms
+			// the lower one, so ask for that confirmation soon.
+			refresh /= 4
 		case learning && float64(u)*r.q < rr.Wants-r.q:
 			// Ask again when learning ends.
 			refresh = min(refresh, time.Duration(learnEnd-now)+refresh/8)
@@ -460,7 +482,7 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 			// soon, so capacity moves within about one refresh interval.
 			refresh /= 4
 		}
-		r.setHeld(h, u, float64(u)*r.q, now, int64(s.set.grace))
+		r.setHeld(h, u, float64(u)*r.q)
 		g = h.heldF
 	}
 	if j := s.set.jitter; j > 0 {
@@ -477,14 +499,15 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 }
 
 // setHeld records that h now holds u quanta (f in capacity). A lowered
-// lease keeps counting at its old size for grace.
-func (r *resource) setHeld(h *holder, u uint64, f float64, now, grace int64) {
+// lease keeps counting at its old size until it expires (h.expiry, not yet
+// moved on) or the client confirms the lower one.
+func (r *resource) setHeld(h *holder, u uint64, f float64) {
 	c0 := h.counted()
-	if u < h.held && grace > 0 {
+	if u < h.held {
 		if h.held > h.prev {
 			h.prev, h.prevF = h.held, h.heldF
 		}
-		h.prevUntil = now + grace
+		h.prevUntil = max(h.prevUntil, h.expiry)
 		r.wakeAt(h.prevUntil)
 	}
 	h.held, h.heldF = u, f

@@ -54,7 +54,7 @@ func held(s *Server, id string) float64 {
 
 func TestParseConfig(t *testing.T) {
 	cfg, err := ParseConfig([]byte(`{"resources": [
-		{"id": "db.*", "capacity": 10, "algorithm": "proportional_share"},
+		{"id": "db.*", "capacity": 10, "algorithm": "proportional_share", "lease_length": "10s", "max_lease_length": "1m"},
 		{"id": "db.writes", "capacity": 500, "lease_length": "30s", "refresh_interval": "5s", "safe_capacity": 20},
 		{"id": "*", "capacity": 100, "algorithm": "static"}]}`))
 	if err != nil {
@@ -66,11 +66,17 @@ func TestParseConfig(t *testing.T) {
 		}
 	}
 	tm, _ := cfg.match("db.writes")
-	if tm.LeaseLength != 30*time.Second || tm.RefreshInterval != 5*time.Second || tm.LearningDuration != 30*time.Second || tm.Algorithm != FairShare {
+	if tm.LeaseLength != 30*time.Second || tm.RefreshInterval != 5*time.Second || tm.MaxLeaseLength != 30*time.Second || tm.LearningDuration != 30*time.Second || tm.Algorithm != FairShare {
 		t.Errorf("template %+v", tm)
+	}
+	if tm, _ := cfg.match("db.reads"); tm.MaxLeaseLength != time.Minute || tm.LearningDuration != time.Minute {
+		t.Errorf("a new master learns for the max lease length: %+v", tm)
 	}
 	for _, bad := range []string{
 		`{"resources": [{"id": "*", "capacity": 1, "lease": "1s"}]}`,
+		`{"resources": [{"id": "*", "capacity": 1, "lease_length": "10s", "max_lease_length": "5s"}]}`,
+		`{"resources": [{"id": "*", "capacity": 1, "max_lease_length": "25h"}]}`,
+		`{"resources": [{"id": "*", "capacity": 1, "max_lease_length": "2m", "learning_duration": "1m"}]}`,
 		`{"resources": [{"id": "x", "capacity": 1}]}`,
 		`{"resources": [{"id": "*", "capacity": -1}]}`,
 		`{"resources": [{"id": "*", "capacity": 1, "algorithm": "magic"}]}`,
@@ -160,6 +166,7 @@ func TestGrantWaitsForOthersToRelease(t *testing.T) {
 	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 100 {
 		t.Fatalf("a alone got %v", g[0].Capacity)
 	}
+	clk.Advance(5 * time.Second)
 	g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100})
 	if g[0].Capacity != 0 {
 		t.Fatalf("b got %v while a holds everything", g[0].Capacity)
@@ -170,16 +177,22 @@ func TestGrantWaitsForOthersToRelease(t *testing.T) {
 	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 100}); g[0].Capacity != 50 {
 		t.Fatalf("a got %v at refresh, want its share 50", g[0].Capacity)
 	}
-	// Until a's lowered lease has reached it, a may still use 100.
-	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 0 {
-		t.Fatalf("b got %v while a's lower lease is on its way", g[0].Capacity)
+	// Until a's lowered lease has reached it, a may still use 100: for as
+	// long as its old lease lasts (20s from t=0), however late the answer.
+	for range 14 {
+		if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 0 {
+			t.Fatalf("b got %v while a's lower lease is on its way", g[0].Capacity)
+		}
+		if held(s, "r") != 100 {
+			t.Fatalf("held %v, want a's old 100", held(s, "r"))
+		}
+		// a's refresh says it still has 100: the answer never arrived.
+		ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 100})
+		clk.Advance(time.Second)
 	}
-	if held(s, "r") != 100 {
-		t.Fatalf("held %v, want a's old 100", held(s, "r"))
-	}
-	clk.Advance(time.Second) // the grace passes
+	clk.Advance(time.Second) // a's old lease expires at t=20s
 	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 50 {
-		t.Fatalf("b got %v after a gave back, want 50", g[0].Capacity)
+		t.Fatalf("b got %v after a's old lease expired, want 50", g[0].Capacity)
 	}
 }
 
@@ -192,6 +205,26 @@ func TestLoweredLeaseConfirmedByRefresh(t *testing.T) {
 	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 50})
 	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 50 {
 		t.Fatalf("b got %v after a confirmed its lower lease, want 50", g[0].Capacity)
+	}
+}
+
+// TestAbandonedRequestChangesNothing: a request whose caller gave up (its
+// context done) before the server got to it may be older than the
+// caller's next one; applied, its Has of 0 would confirm a lowered lease
+// the caller never got.
+func TestAbandonedRequestChangesNothing(t *testing.T) {
+	s, _ := pastLearning(t, 100)
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100})
+	ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100})
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 100}) // lowered to 50, answer lost
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	stale := &Request{Client: "a", Resources: []ResourceRequest{{Resource: "r", Wants: 100}}} // sent before a held anything
+	if _, err := s.GetCapacity(ctx, stale); !errors.Is(err, throttle.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned request: %v", err)
+	}
+	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 0 {
+		t.Fatalf("b got %v: an abandoned request confirmed a's lower lease", g[0].Capacity)
 	}
 }
 
@@ -389,6 +422,39 @@ func TestRedirectAndNewMasterLearns(t *testing.T) {
 		if st := s2.Status(); st.Leadership.IsMaster {
 			t.Fatal("still master after Run returned")
 		}
+	})
+}
+
+// TestRegainSameTermKeepsState: a master that loses mastership and
+// regains it in the same term (no other master in between) keeps its
+// leases and does not learn again.
+func TestRegainSameTermKeepsState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := NewServer(testConfig(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &testElection{}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e.set(Leadership{Master: "me", Term: 2})
+		go s.Run(ctx, e, "me")
+		synctest.Wait()
+		time.Sleep(20 * time.Second) // learns
+		ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 60})
+		e.set(Leadership{Term: 2}) // lost, no master known
+		if resp, _ := s.GetCapacity(ctx, &Request{Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 60}}}); !resp.Redirect {
+			t.Fatal("granted while not master")
+		}
+		e.set(Leadership{Master: "me", Term: 2})
+		if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 60}); g[0].Capacity != 40 {
+			t.Fatalf("b got %v after the same term came back, want 40 beside a's 60", g[0].Capacity)
+		}
+		e.set(Leadership{Master: "me", Term: 3}) // another master may have been in between
+		if g := ask(t, s, "c", ResourceRequest{Resource: "r", Wants: 60}); g[0].Capacity != 0 {
+			t.Fatalf("c got %v from a master learning in a new term", g[0].Capacity)
+		}
+		cancel()
 	})
 }
 
