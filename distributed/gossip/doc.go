@@ -51,10 +51,15 @@
 //     speed; the excess is counted in Stats.Capped and never debited.
 //     A state (the bucket levels a joining node catches up from) lowers a
 //     bucket no further than the reports of every member could.
-//   - A node's incarnation is a random 64-bit number drawn at start, not
-//     its clock: a node restarted after its clock was set back is a new
-//     incarnation to its peers, who remember the last 16 incarnations of
-//     each peer and refuse them.
+//   - A node's incarnation is its start time (ns), and identity only moves
+//     forward: a peer adopts an incarnation only if it is newer than the
+//     one it knows, and refuses any datagram from an older one, or
+//     addressed to an older (or, for states, any other) incarnation of
+//     itself than its current one. A datagram captured in an earlier life
+//     of either node and replayed later therefore changes nothing, hellos
+//     included. A node restarted after its clock was set back starts below
+//     its previous life; the first datagram of a peer that still names
+//     that life makes it move past it, once.
 //
 // # Guarantees
 //

@@ -66,7 +66,7 @@ func TestPeerRestart(t *testing.T) {
 	if tok := c.lims[1].Tokens("k"); tok != 90 {
 		t.Fatalf("before the restart: %d", tok)
 	}
-	oldInc := c.nodes[0].incarnation
+	oldInc := c.nodes[0].incarnation.Load()
 	c.nodes[0].Close()
 	c.runTo(c.clk.Now().Add(3 * time.Second))
 	node, err := NewNode(Config{Transport: c.net.Endpoint("n0"), Secret: secret, Peers: c.addrs}, throttle.WithClock(c.clk))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -101,7 +100,7 @@ type Stats struct {
 	Malformed       uint64 // datagrams dropped: not a well-formed message
 	BadMAC          uint64 // datagrams dropped: authentication failed
 	UnknownSender   uint64 // authentic datagrams from a non-member
-	Stale           uint64 // datagrams from an earlier incarnation of a peer, addressed to an earlier incarnation of this node, or older than the replay window
+	Stale           uint64 // datagrams from an earlier incarnation of a peer, addressed to another incarnation of this node, or older than the replay window
 	UnknownTable    uint64 // reports for a limiter this node does not have
 	HitsApplied     uint64 // units debited because peers reported them
 	Duplicate       uint64 // datagrams dropped: sequence number already seen (copies, network duplicates, replays)
@@ -125,7 +124,7 @@ type Node struct {
 	settings    limiterkit.Settings
 	clk         clock.Source
 	id          string
-	incarnation uint64
+	incarnation atomic.Uint64 // only grows: see NewNode and handle
 	interval    int64
 	created     int64
 
@@ -171,10 +170,6 @@ type sentRound struct {
 	parts    []pos // where each report datagram of the round starts
 }
 
-// retiredIncarnations is how many earlier incarnations of each peer a
-// node remembers and refuses.
-const retiredIncarnations = 16
-
 // replayWindow is how many sequence numbers below the highest one seen a
 // node still accepts from a peer (datagrams reordered within a round).
 const replayWindow = 64 * 64
@@ -182,8 +177,7 @@ const replayWindow = 64 * 64
 type peer struct {
 	addr        string
 	acceptFrom  int64  // counters born before this (ns) are baselined, not debited
-	incarnation uint64 // the peer's, 0 until heard
-	retired     []uint64
+	incarnation uint64 // the peer's, 0 until heard; only grows
 	seq         uint64 // last sequence number sent to the peer
 	rxSeq       uint64 // highest sequence number received from the peer's incarnation
 	rxWin       [replayWindow / 64]uint64
@@ -260,17 +254,13 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	if len(n.id) > maxName {
 		return nil, fmt.Errorf("%w: node ID longer than %d bytes", throttle.ErrInvalid, maxName)
 	}
-	// The incarnation is random, not the start time: a node restarted
-	// after its clock was set back is still a new incarnation to its
-	// peers, which remember the ones it left.
-	n.incarnation = rand.Uint64()
-	if s.Clock != nil {
-		// Virtual time: keep simulations reproducible.
-		n.incarnation = tieHash(n.id, n.created, "incarnation")
-	}
-	if n.incarnation == 0 {
-		n.incarnation = 1
-	}
+	// The incarnation is the start time, so that a node's lives are
+	// ordered: a peer adopts only a newer incarnation than the one it
+	// knows, and refuses whatever names an older one. A node restarted
+	// after its clock was set back starts below its previous life; the
+	// first peer that still knows that life names it in its datagrams,
+	// and the node moves past it (see handle).
+	n.incarnation.Store(uint64(max(n.created, 1)))
 	for _, p := range cfg.Peers {
 		if err := n.addPeer(p); err != nil {
 			return nil, err
@@ -632,7 +622,7 @@ func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bo
 			j++
 		}
 		run := ps[i:j]
-		e := &encoder{hdr: header{typ: msgReport, sender: n.id, table: lims[ps[i].l].name, incarnation: n.incarnation, round: uint64(r), start: n.created}}
+		e := &encoder{hdr: header{typ: msgReport, sender: n.id, table: lims[ps[i].l].name, incarnation: n.incarnation.Load(), round: uint64(r), start: n.created}}
 		for _, p := range run {
 			e.addReport(p.e)
 		}
@@ -700,7 +690,7 @@ func (n *Node) encode(typ byte, table string, r int64, fill func(*encoder)) [][]
 	if n.cfg.Transport == nil {
 		return nil
 	}
-	e := &encoder{hdr: header{typ: typ, sender: n.id, table: table, incarnation: n.incarnation, round: uint64(r), start: n.created}}
+	e := &encoder{hdr: header{typ: typ, sender: n.id, table: table, incarnation: n.incarnation.Load(), round: uint64(r), start: n.created}}
 	fill(e)
 	return e.finish()
 }
@@ -737,23 +727,33 @@ func (n *Node) handle(p []byte, from string) {
 		n.st.wrongSource.Add(1)
 		return
 	}
-	if slices.Contains(pr.retired, m.incarnation) {
+	self := n.incarnation.Load()
+	switch {
+	case m.incarnation < pr.incarnation:
+		// From an earlier life of the peer: replayed, or late.
 		n.mu.Unlock()
 		n.st.stale.Add(1)
 		return
-	}
-	if m.dstInc != n.incarnation && (m.typ == msgState || (m.typ == msgReport && m.dstInc != 0)) {
+	case m.dstInc > self:
+		// The peer knows a later life of this node than this one: its
+		// clock was set back across a restart. Move past it, so that
+		// the peers adopt this life; the datagram, addressed to the
+		// other life, is dropped (what it carries is sent again).
+		n.incarnation.Store(m.dstInc + 1)
+		n.mu.Unlock()
+		n.st.stale.Add(1)
+		return
+	case m.dstInc != self && (m.dstInc != 0 || m.typ == msgState):
 		// Addressed to an earlier life of this node: replayed, or late.
-		// Hellos are accepted whatever they name, so that two restarted
-		// nodes learn each other's incarnation. Reports sent before the
-		// sender knew this incarnation (0) are accepted: their counters
-		// born before this node listened to the sender are baselines,
-		// not debits, so replaying old ones charges nothing.
+		// Reports and hellos sent before the sender knew this node's
+		// incarnation (0) are accepted: the counters of reports born
+		// before this node listened to the sender are baselines, not
+		// debits, so replaying old ones charges nothing.
 		n.mu.Unlock()
 		n.st.stale.Add(1)
 		return
 	}
-	if m.incarnation != pr.incarnation {
+	if m.incarnation > pr.incarnation {
 		// A new peer, or one that restarted: forget what it acknowledged.
 		// If it restarted, or started well after this node, it missed
 		// history that its fresh buckets lack: send it our bucket levels.
@@ -761,12 +761,6 @@ func (n *Node) handle(p []byte, from string) {
 		// which would count hits twice.)
 		if pr.incarnation != 0 || m.start > n.created+n.interval {
 			pr.needState = true
-		}
-		if pr.incarnation != 0 {
-			if len(pr.retired) == retiredIncarnations {
-				pr.retired = pr.retired[1:]
-			}
-			pr.retired = append(pr.retired, pr.incarnation)
 		}
 		pr.incarnation = m.incarnation
 		pr.acked, pr.ackedPos, pr.rxRound, pr.rxComplete, pr.sent = 0, pos{}, 0, 0, nil
