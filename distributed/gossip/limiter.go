@@ -621,18 +621,61 @@ func (l *Limiter) expire(r, minAck int64) {
 // key over rounds rounds: a full burst plus the refill, plus two rounds of
 // refill for clock skew and rounding.
 func (l *Limiter) allowance(rounds int64) int64 {
-	rounds = min(max(rounds, 0), l.retain+2) + 2
-	return int64(l.burst) + l.rate.Events(time.Duration(rounds*l.node.interval)) + 1
+	return satAdd(int64(l.burst)+1, l.refill(max(rounds, 0)+2))
+}
+
+// refill returns the tokens a bucket gains over rounds rounds (none for
+// rounds <= 0), saturating.
+func (l *Limiter) refill(rounds int64) int64 {
+	if rounds <= 0 {
+		return 0
+	}
+	return l.rate.Events(time.Duration(min(rounds, math.MaxInt64/l.node.interval) * l.node.interval))
+}
+
+// satAdd returns a+b for non-negative a and b, at most math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// available returns what rec's sender may still report at its round sr:
+// what it had left at its round rec.allowRound plus the refill since,
+// however long it was unheard (a peer cut off for a minute may report a
+// minute of hits at once). Called with the entry's mu held.
+func (l *Limiter) available(rec *remoteRec, sr int64) int64 {
+	return satAdd(rec.allow, l.refill(sr-rec.allowRound))
+}
+
+// replaced returns the allowance of a counter of rec's sender that
+// replaces rec's at the sender's round sr: born at born, in a new
+// incarnation of the sender if restarted. The allowance is per peer and
+// key, not per counter: a new counter starts from what the old one had
+// left, refilled, never above what a counter born at born could have
+// admitted (fresh, see applyReport); a restart adds a full burst, the
+// fresh bucket the new life starts with, at most once per retention, so
+// that a peer minting counters or incarnations gains nothing by it beyond
+// a burst per retention. Called with the entry's mu held.
+func (l *Limiter) replaced(rec *remoteRec, sr int64, restarted bool, fresh int64) (allow, credit int64) {
+	allow, credit = l.available(rec, sr), rec.credit
+	if restarted && sr-rec.credit >= l.retain {
+		allow, credit = satAdd(allow, int64(l.burst)+1), sr
+	}
+	return min(allow, fresh), credit
 }
 
 // applyReport debits the hits a peer reported and returns how many units
 // it debited, and how many it did not because they exceed what the peer
 // could have admitted. t is the receiver's current round.
 //
-// The cap is a token bucket per (key, peer counter) in the peer's rounds,
-// which may not run ahead of the receiver's: a counter grows by at most
-// burst + rate x elapsed (plus some slack), so a peer that holds the
-// secret cannot charge more than it could have admitted itself.
+// The cap is a token bucket per (key, peer) in the peer's rounds, which
+// may not run ahead of the receiver's: what a peer reports for a key
+// grows by at most burst + rate x the time since its last report (plus
+// some slack), however long that was, so a peer that holds the secret
+// cannot charge more than it could have admitted itself, and honest hits
+// reported late, after a partition, are all charged.
 func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped int64) {
 	sr := min(int64(m.round), t+1) // the sender's round, not ahead of ours
 	now := l.node.clk.Now()
@@ -648,6 +691,11 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 			e.remote = map[string]*remoteRec{}
 		}
 		rec := e.remote[m.sender]
+		if rec != nil && m.incarnation > rec.inc && x.born == rec.born && x.hits >= rec.hits {
+			// The same counter, its sender having moved past an
+			// earlier life (see Node.handle).
+			rec.inc = m.incarnation
+		}
 		switch {
 		case rec == nil || m.incarnation != rec.inc || x.born > rec.born:
 			// A counter we have not seen (the node checked that the
@@ -655,24 +703,26 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 			// if it was born after we started listening to the peer;
 			// otherwise it is history (covered by the state sync) and
 			// becomes the baseline.
-			rec = &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
-				d0: x.demand, h0: x.hits, h1: x.hits, seen: t, allowRound: sr}
+			nr := &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
+				d0: x.demand, h0: x.hits, h1: x.hits, seen: t, allowRound: sr, credit: math.MinInt64 / 2}
+			fresh := l.allowance(0)
 			if x.born >= acceptFrom {
 				delta = int64(x.hits)
-				rec.d0, rec.h0, rec.r0 = 0, 0, m.round-1
-				from := max(x.born, acceptFrom) / l.node.interval
-				rec.allow = l.allowance(sr - from)
-			} else {
-				rec.allow = l.allowance(0)
+				nr.d0, nr.h0, nr.r0 = 0, 0, m.round-1
+				fresh = l.allowance(sr - max(x.born, acceptFrom)/l.node.interval)
 			}
+			nr.allow = fresh
+			if rec != nil {
+				nr.allow, nr.credit = l.replaced(rec, sr, m.incarnation != rec.inc, fresh)
+			}
+			rec = nr
 			e.remote[m.sender] = rec
 		case x.born < rec.born:
 			// An older counter, delayed: ignore.
 		default:
 			rec.seen = t
 			if sr > rec.allowRound {
-				rec.allow = min(rec.allow+l.allowance(sr-rec.allowRound)-l.allowance(0), l.allowance(0))
-				rec.allowRound = sr
+				rec.allow, rec.allowRound = l.available(rec, sr), sr
 			}
 			if x.hits > rec.hits {
 				delta = int64(x.hits - rec.hits)
@@ -685,13 +735,16 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 		}
 		if delta > 0 {
 			if delta > rec.allow {
-				capped += delta - rec.allow
+				capped = satAdd(capped, delta-rec.allow)
 				delta = rec.allow
 			}
 			rec.allow -= delta
 			e.bucket.Debit(now, l.bucket.Cost(delta))
 			total += delta
 		}
+		// What is left carries over to later rounds up to what a full
+		// bucket and the slack allow.
+		rec.allow = min(rec.allow, l.allowance(0))
 		e.sharesChanged() // after the debit: see entry.full
 		e.mu.Unlock()
 		e.unpin()
@@ -725,7 +778,7 @@ func (l *Limiter) applyState(m *message, t int64) (capped int64) {
 			l.node.st.overflow.Add(1)
 		} else {
 			if s.tokens < floor {
-				capped += min(floor-s.tokens, math.MaxInt64-capped)
+				capped = satAdd(capped, min(floor-s.tokens, math.MaxInt64))
 			}
 			e.mu.Lock()
 			target := max(s.tokens, floor) - max(e.hits.Load()-int64(s.yours), 0)
@@ -760,8 +813,12 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 	switch rec := e.remote[m.sender]; {
 	case rec == nil || m.incarnation != rec.inc || s.born > rec.born:
 		sr := min(int64(m.round), t+1)
-		e.remote[m.sender] = &remoteRec{inc: m.incarnation, born: s.born, hits: s.mine,
-			h0: s.mine, h1: s.mine, r0: m.round, r1: m.round, seen: t, allow: l.allowance(0), allowRound: sr}
+		nr := &remoteRec{inc: m.incarnation, born: s.born, hits: s.mine,
+			h0: s.mine, h1: s.mine, r0: m.round, r1: m.round, seen: t, allow: l.allowance(0), allowRound: sr, credit: math.MinInt64 / 2}
+		if rec != nil {
+			nr.allow, nr.credit = l.replaced(rec, sr, m.incarnation != rec.inc, nr.allow)
+		}
+		e.remote[m.sender] = nr
 	case s.born == rec.born && s.mine > rec.hits:
 		rec.hits = s.mine
 	}
@@ -818,6 +875,7 @@ type remoteRec struct {
 
 	allow      int64 // units the sender may still report (the cap)
 	allowRound int64 // sender round allow was last refilled to
+	credit     int64 // sender round of the last restart's burst added to allow
 }
 
 func (e *entry) unpin() { e.pin.Add(-1) }

@@ -828,9 +828,19 @@ func (n *Node) handle(p []byte, from string) {
 	case msgReport:
 		applied, capped := l.applyReport(m, acceptFrom, n.tick.Load())
 		n.st.applied.Add(uint64(applied))
-		n.st.capped.Add(uint64(capped))
+		addSat(&n.st.capped, capped)
 	case msgState:
-		n.st.capped.Add(uint64(l.applyState(m, n.tick.Load())))
+		addSat(&n.st.capped, l.applyState(m, n.tick.Load()))
+	}
+}
+
+// addSat adds v >= 0 to c, saturating at math.MaxUint64.
+func addSat(c *atomic.Uint64, v int64) {
+	for {
+		old := c.Load()
+		if c.CompareAndSwap(old, old+min(uint64(v), math.MaxUint64-old)) {
+			return
+		}
 	}
 }
 
