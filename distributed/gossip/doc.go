@@ -80,10 +80,13 @@
 // admitted/ideal ratio stays within 1% at 0%, 5% and 20% loss, with and
 // without the spend cap, with 1, 2 or 3 copies (0.993 to 1.004).
 //
-// Burst without the cap: before the first report arrives each node may
-// admit a full burst, so the cluster admits up to N x burst (measured: 8
-// nodes flooded at once admit exactly 8 x burst), then refuses until the
-// debt is paid back.
+// Burst without the cap: until the first report arrives each node admits
+// at its own bucket's pace, so the cluster admits up to N x (burst + rate
+// x the time to the first report), at most about N x (burst + rate x
+// (interval + delivery delay)) (measured: 8 nodes flooded at one instant
+// admit exactly 8 x burst; 4 nodes flooded for the 1.009 s until the first
+// report admit 600 = 4 x (100 + 50 x 1.009)), then refuses until the debt
+// is paid back.
 //
 // Burst with the cap: if every node has the same view (reports of the last
 // round delivered, synchronized clocks), the quotas of one interval add up
@@ -216,9 +219,11 @@
 //	list, _ := memberlist.Create(cfg)
 //	list.Join(seeds)
 //
-// memberlist's own failure detection then removes dead peers from the
-// spend-cap shares; the gossip secret stays separate from memberlist's
-// keyring.
+// The node's own failure detection takes a peer unheard for Resend+3
+// intervals out of the spend-cap shares (its share of a key's tokens goes
+// to the live members) and sends it hellos only, until it speaks again;
+// memberlist's Leave events remove it for good. The gossip secret stays
+// separate from memberlist's keyring.
 //
 // # Wire format
 //

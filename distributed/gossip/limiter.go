@@ -770,7 +770,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 func (l *Limiter) applyState(m *message, t int64) (capped int64) {
 	now := l.node.clk.Now()
 	floor := int64(math.MinInt64 / 4) // far from overflow, past any bucket's debt
-	if k, a := int64(len(*l.node.members.Load())), l.allowance(l.retain); a <= -floor/k {
+	if k, a := l.node.size.Load(), l.allowance(l.retain); a <= -floor/k {
 		floor = -k * a
 	}
 	for _, s := range m.states {

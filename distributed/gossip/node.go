@@ -128,7 +128,8 @@ type Node struct {
 	interval    int64
 	created     int64
 
-	members atomic.Pointer[[]string] // sorted IDs of self and peers
+	members atomic.Pointer[[]string] // sorted IDs of self and the live peers: the spend-cap shares
+	size    atomic.Int64             // self and every peer, live or not
 	tick    atomic.Int64             // round of the last Tick: marks when counters change
 
 	mu       sync.Mutex // guards the fields below
@@ -184,6 +185,7 @@ type peer struct {
 	wrongSrc    uint64 // datagrams from a wrong address, for the log
 	added       int64  // ns: when it became a peer
 	lastHeard   int64  // ns; 0 before the first datagram
+	dead        bool   // unheard for deadAfter: out of the spend-cap shares until it speaks
 	needState   bool   // send bucket levels next round (peer is new or restarted)
 	acked       uint64 // the peer has every counter changed before this round...
 	ackedPos    pos    // ...and those up to this position (ch == acked) of the round acked
@@ -298,13 +300,18 @@ func (n *Node) addPeer(addr string) error {
 	return nil
 }
 
+// publishMembers publishes the members that share the tokens: this node
+// and its live peers. Called with n.mu held.
 func (n *Node) publishMembers() {
 	m := []string{n.id}
-	for a := range n.peers {
-		m = append(m, a)
+	for a, p := range n.peers {
+		if !p.dead {
+			m = append(m, a)
+		}
 	}
 	slices.Sort(m)
 	n.members.Store(&m)
+	n.size.Store(int64(len(n.peers) + 1))
 	// Shares change with the members: clear what denials published with
 	// the old ones. A denial that computed with them and publishes after
 	// this sees the new list and clears its own.
@@ -427,6 +434,10 @@ func (n *Node) Close() error {
 	return err
 }
 
+// deadAfter is how long (ns) a peer may go unheard before it counts as
+// dead: out of the spend-cap shares, sent hellos only, until it speaks.
+func (n *Node) deadAfter() int64 { return int64(n.cfg.Resend+3) * n.interval }
+
 // Tick runs one gossip round if a round boundary has passed since the
 // last one, and reports whether it did. A round sends every peer that is
 // alive the counters that changed since the latest round it acknowledged
@@ -456,18 +467,20 @@ func (n *Node) Tick() bool {
 	groups := map[group][]dest{} // peers by the first round to resend, and size
 	var silent []dest
 	minAck := r
-	deadAfter := int64(n.cfg.Resend+3) * n.interval
+	deadAfter := n.deadAfter()
 	// Sorted iteration keeps simulations on the in-memory network
 	// reproducible.
-	for _, addr := range *n.members.Load() {
+	changed := false
+	for _, addr := range slices.Sorted(maps.Keys(n.peers)) {
 		p := n.peers[addr]
-		if p == nil {
-			continue // this node
-		}
 		d := dest{addr: p.addr, ack: p.rxComplete, state: p.needState, inc: p.incarnation}
-		if now-max(p.lastHeard, p.added) > deadAfter {
+		if dead := now-max(p.lastHeard, p.added) > deadAfter; dead != p.dead {
+			p.dead, changed = dead, true
+		}
+		if p.dead {
 			// Not heard from (yet, or lately): hello only, until it
-			// speaks; then it gets all it has not acknowledged.
+			// speaks; then it gets all it has not acknowledged. Its
+			// share of the tokens goes to the live members.
 			silent = append(silent, d)
 			continue
 		}
@@ -491,6 +504,9 @@ func (n *Node) Tick() bool {
 		}
 		g := group{from, p.budget}
 		groups[g] = append(groups[g], d)
+	}
+	if changed {
+		n.publishMembers()
 	}
 	lims := make([]*Limiter, 0, len(n.limiters))
 	for _, l := range n.limiters {
@@ -810,6 +826,10 @@ func (n *Node) handle(p []byte, from string) {
 		}
 	}
 	pr.lastHeard = now
+	if pr.dead {
+		pr.dead = false // back in the shares
+		n.publishMembers()
+	}
 	acceptFrom := pr.acceptFrom
 	var l *Limiter
 	if m.typ != msgHello {
