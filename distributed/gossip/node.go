@@ -128,9 +128,10 @@ type Node struct {
 	interval    int64
 	created     int64
 
-	members atomic.Pointer[[]string] // sorted IDs of self and the live peers: the spend-cap shares
-	size    atomic.Int64             // self and every peer, live or not
-	tick    atomic.Int64             // round of the last Tick: marks when counters change
+	members atomic.Pointer[[]string]         // sorted IDs of self and the live peers: the spend-cap shares
+	size    atomic.Int64                     // self and every peer, live or not
+	live    atomic.Pointer[map[string]*peer] // the live peers of members, by ID (read only their done)
+	tick    atomic.Int64                     // round of the last Tick: marks when counters change
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -198,9 +199,10 @@ type peer struct {
 	rxRound    uint64
 	rxParts    uint16
 	rxCount    uint16
-	rxGot      []uint64 // bitset of parts received
-	rxPrefix   uint16   // parts received from part 0 without a gap
-	rxComplete uint64   // latest round of the peer received in full
+	rxGot      []uint64      // bitset of parts received
+	rxPrefix   uint16        // parts received from part 0 without a gap
+	rxComplete uint64        // latest round of the peer received in full
+	done       atomic.Uint64 // rxComplete, for the spend cap's lock-free readers (see Limiter.shares)
 }
 
 // NewNode validates cfg and returns a node that listens on cfg.Transport
@@ -304,12 +306,15 @@ func (n *Node) addPeer(addr string) error {
 // and its live peers. Called with n.mu held.
 func (n *Node) publishMembers() {
 	m := []string{n.id}
+	live := map[string]*peer{}
 	for a, p := range n.peers {
 		if !p.dead {
 			m = append(m, a)
+			live[a] = p
 		}
 	}
 	slices.Sort(m)
+	n.live.Store(&live)
 	n.members.Store(&m)
 	n.size.Store(int64(len(n.peers) + 1))
 	// Shares change with the members: clear what denials published with
@@ -780,6 +785,7 @@ func (n *Node) handle(p []byte, from string) {
 		}
 		pr.incarnation = m.incarnation
 		pr.acked, pr.ackedPos, pr.rxRound, pr.rxComplete, pr.sent = 0, pos{}, 0, 0, nil
+		pr.done.Store(0)
 		pr.rxSeq, pr.rxWin = 0, [replayWindow / 64]uint64{}
 		pr.ackSeen, pr.budget = 0, 0
 	}
@@ -820,6 +826,7 @@ func (n *Node) handle(p []byte, from string) {
 		pr.rxGot[m.part/64] |= 1 << (m.part % 64)
 		if pr.rxCount++; pr.rxCount == pr.rxParts {
 			pr.rxComplete = max(pr.rxComplete, pr.rxRound)
+			pr.done.Store(pr.rxComplete)
 		}
 		for pr.rxPrefix < pr.rxParts && pr.rxGot[pr.rxPrefix/64]&(1<<(pr.rxPrefix%64)) != 0 {
 			pr.rxPrefix++

@@ -56,6 +56,11 @@ func newCluster(t testing.TB, n int, rate throttle.Rate, burst int, interval tim
 	return c
 }
 
+// settle runs the cluster past the delivery of the current round's
+// datagrams: until a peer's arrive, it is pending, and the spend cap
+// sets aside what it may have spent (see Limiter.shares).
+func (c *cluster) settle() { c.runTo(c.clk.Now().Add(2 * c.interval / 100)) }
+
 // runTo advances virtual time to end, running every round boundary and
 // every delivery on the way, in time order.
 func (c *cluster) runTo(end time.Time) {
