@@ -221,3 +221,34 @@ func (n *Node) sealFor(addr string, bodies [][]byte) [][]byte {
 	}
 	return out
 }
+
+// TestMintedCountersAreCapped: a peer that holds the secret and starts a
+// new counter (a new born) in every datagram gains no fresh allowance by
+// it: what it can charge a key stays what one honest peer could have
+// admitted, and Stats.Capped saturates instead of wrapping.
+func TestMintedCountersAreCapped(t *testing.T) {
+	for _, restarts := range []bool{false, true} {
+		c := newCluster(t, 2, throttle.PerSecond(10), 20, time.Second, false, 1)
+		c.runTo(c.clk.Now().Add(3 * time.Second))
+		now := c.clk.Now()
+		inc := c.nodes[0].incarnation.Load()
+		for i := range 21 {
+			if restarts {
+				inc++ // a new life in every datagram
+			}
+			e := &encoder{hdr: header{typ: msgReport, sender: "n0", table: "api", incarnation: inc, round: uint64(now.UnixNano() / int64(time.Second)), start: now.UnixNano()}}
+			e.addReport(reportEntry{key: "k", born: now.UnixNano() - int64(time.Second) + int64(i), hits: math.MaxInt64, demand: math.MaxInt64})
+			for _, p := range c.nodes[0].sealFor("n1", e.finish()) {
+				inject(c.nodes[1], "n0", p)
+			}
+		}
+		// One counter's allowance, burst + rate x (a few rounds + 2 of
+		// slack), and one restart's burst.
+		if tok := c.lims[1].Tokens("k"); tok < -10*8-20 {
+			t.Errorf("restarts %v: 21 minted counters took the bucket to %d tokens", restarts, tok)
+		}
+		if st := c.nodes[1].Stats(); st.Capped != math.MaxUint64 {
+			t.Errorf("restarts %v: Capped = %d after 21 reports of MaxInt64 hits, want it saturated at %d", restarts, st.Capped, uint64(math.MaxUint64))
+		}
+	}
+}

@@ -92,6 +92,7 @@ func TestCapRetryAfterExact(t *testing.T) {
 // next request must be decided afresh and admitted.
 func TestCapFullClearedByMembers(t *testing.T) {
 	c := newCluster(t, 3, throttle.PerHour(1), 9, time.Second, true, 1)
+	c.settle()
 	l := c.lims[0]
 	for i := range 4 {
 		d, err := l.Allow(ctx, "k", 1)
@@ -117,6 +118,7 @@ func TestCapFullClearedByMembers(t *testing.T) {
 // the next request must be decided afresh and admitted.
 func TestCapFullClearedByReports(t *testing.T) {
 	c := newCluster(t, 3, throttle.PerHour(1), 9, time.Second, true, 1)
+	c.settle()
 	l := c.lims[0]
 	r := c.clk.Now().UnixNano() / int64(time.Second)
 	born := c.clk.Now().UnixNano() - 1
@@ -134,7 +136,7 @@ func TestCapFullClearedByReports(t *testing.T) {
 		report(p, r-1, 1000)
 		report(p, r, 1100)
 	}
-	c.clk.Advance(time.Second)
+	c.runTo(c.clk.Now().Add(time.Second))
 	if d, _ := l.Allow(ctx, "k", 1); d.Allowed {
 		t.Fatalf("with a share of 1/201, the node admitted: %+v", d)
 	}
@@ -155,6 +157,7 @@ func TestCapFullClearedByReports(t *testing.T) {
 // made afresh, and its RetryAfter is exact.
 func TestCapClockStepsBack(t *testing.T) {
 	c := newCluster(t, 3, throttle.PerSecond(40), 12, time.Second, true, 1)
+	c.settle()
 	l := c.lims[0]
 	for {
 		d, err := l.Allow(ctx, "k", 1)
@@ -255,6 +258,7 @@ func TestCapConcurrentFlood(t *testing.T) {
 		each  int // requests per goroutine
 	}{{false, 20}, {false, 500}, {true, 500}} {
 		c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, true, 1)
+		c.settle()
 		l := c.lims[0]
 		var admitted, asked atomic.Int64
 		var wg sync.WaitGroup
@@ -320,6 +324,7 @@ func TestCapConcurrentFlood(t *testing.T) {
 // so node 0 gets half of the 5 tokens left, not nothing.
 func TestDemandCeiling(t *testing.T) {
 	c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, true, 1)
+	c.settle()
 	l := c.lims[0]
 	if want := int64(16 * 10); l.demand != want {
 		t.Fatalf("ceiling %d, want %d", l.demand, want)
@@ -345,7 +350,7 @@ func TestDemandCeiling(t *testing.T) {
 			reports: []reportEntry{{key: "k", born: born, demand: demand}}}
 		l.applyReport(m, born-1, l.node.tick.Load())
 	}
-	c.clk.Advance(time.Second)
+	c.runTo(c.clk.Now().Add(time.Second))
 	admitted = 0
 	for range 10 {
 		if d, _ := l.Allow(ctx, "k", 1); d.Allowed {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,7 +174,7 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 	if need := e.spent + int64(n); need > quota {
 		u := l.until(sh, c, key, r, now, tat, e.spent, need)
 		limiterkit.Fill(d, false, int64(l.burst), 0, u-now, untilFull(now, tat))
-		if quota <= e.spent {
+		if quota <= e.spent && !sh.pending {
 			// Not even one unit fits until u1: publish it for the
 			// lock-free denials, unless the members changed meanwhile
 			// (their change clears every entry's full after it
@@ -450,9 +451,33 @@ func (e *entry) ask(n, limit int64) {
 // the entry's mutex. (What admissions write, the round and what it spent,
 // is in the entry, on the cache line the key's admissions write anyway.)
 type spending struct {
-	base   int64 // demand here (hits + unmet) when e.round began
-	prev   int64 // units asked for here in e.round-1
-	shares shares
+	base      int64 // demand here (hits + unmet) when e.round began
+	prev      int64 // units asked for here in e.round-1
+	prevSpent int64 // units admitted here in e.round-1
+	shares    shares
+	last      struct { // the shares of the round before shares.round, as last computed in it
+		round int64
+		of    *[]string
+		w     []float64
+		sum   float64
+	}
+	waiting []*peer // the pending peers of shares
+}
+
+// pendingRounds is how many rounds a peer may go unheard and still be
+// pending (see Limiter.shares): a peer unheard for longer is estimated at
+// its recent hit rate only, until it is dead (Node.deadAfter).
+const pendingRounds = 3
+
+// arrived reports whether a peer pending in the shares of round r has
+// been heard for it since. Called with the entry's mu held.
+func (c *spending) arrived(r int64) bool {
+	for _, p := range c.waiting {
+		if int64(p.done.Load()) >= r {
+			return true
+		}
+	}
+	return false
 }
 
 // begin makes r e's spend-cap round, if it is not yet: a round's demand
@@ -466,25 +491,29 @@ func (e *entry) begin(r int64) {
 	if e.round != r {
 		e.full.Store(0) // said of the old round (a clock stepped back finds it ahead)
 		demand := e.hits.Load() + e.unmet.Load()
-		e.cap.prev = 0
+		e.cap.prev, e.cap.prevSpent = 0, 0
 		if e.round == r-1 {
 			e.cap.prev = demand - e.cap.base
+			e.cap.prevSpent = e.spent
 		}
 		e.round, e.spent, e.cap.base = r, 0, demand
 	}
 }
 
 // shares is what quota derives from the members' reports for a round:
-// their weights and the tokens set aside for late reports. It changes only
-// when the round, the members or e's peer records do, so e keeps it, and
-// a change to the records marks it stale (see entry.sharesChanged).
+// their weights and the tokens set aside for reports not arrived yet. It
+// changes only when the round, the members or e's peer records do, or a
+// pending member's round arrives, so e keeps it, and a change to the
+// records marks it stale (see entry.sharesChanged).
 type shares struct {
 	round   int64
 	members *[]string // the member list it was computed for; nil when stale
+	of      *[]string // likewise, never cleared: the members w is for
+	pending bool      // some member was pending (see Limiter.shares): compute again at each use
 	w       []float64 // each member's weight, in members' order; never all 0
 	sum     float64   // of w
 	self    int       // this node's index in members
-	held    int64     // tokens set aside for peers whose report is late
+	held    int64     // tokens set aside for what pending members may have spent
 	total   int64     // the total of the last quota computed
 	quota   int64     // and that quota
 }
@@ -499,39 +528,125 @@ type portion struct {
 // shares returns e's shares for round r among the members of mp,
 // computing them if they are stale. Called with e.mu held, after
 // e.begin(r).
+//
+// A peer's counters changed in round r-1 reach this node in its round r
+// datagrams, which are in flight at the start of round r (or lost). Until
+// they are in (the peer's report of the key for round r arrived, or all
+// of its round r datagrams did, and so the key was not among them), the
+// peer is pending: it may have spent, in round r-1, up to its quota then,
+// which this node has not been charged for. For a pending peer the shares
+// therefore keep its fraction of round r-1, as this node computed it
+// (1/N if it computed none), and set aside that fraction of what round
+// r-1 could spend (the tokens at the start of round r, plus what this
+// node and the peers heard from spent in r-1), plus one unit for
+// rounding; or its recent hit rate over the rounds it is late, if that
+// is more. If every node saw the same round r-1, what the pending peers
+// may have spent and what this node may spend now add up to no more than
+// one bucket holds: the burst bound holds while reports are in flight.
 func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 	sh := &e.cap.shares
-	if sh.round == r && sh.members == mp {
+	if sh.round == r && sh.members == mp && !e.cap.arrived(r) {
 		return sh
 	}
+	if last := &e.cap.last; sh.round == r-1 && sh.of != nil && last.round != r-1 {
+		last.round, last.of, last.sum = r-1, sh.of, sh.sum
+		last.w = append(last.w[:0], sh.w...)
+	}
 	members := *mp
-	sh.round, sh.members = r, mp
+	live := *l.node.live.Load()
+	sh.round, sh.members, sh.of, sh.pending = r, mp, mp, false
+	e.cap.waiting = e.cap.waiting[:0]
 	if cap(sh.w) < len(members) {
 		sh.w = make([]float64, len(members))
 	}
+	var pbuf [16]bool
+	var lbuf [16]float64
+	pending, late := pbuf[:0], lbuf[:0]
+	if len(members) > len(pbuf) {
+		pending, late = make([]bool, 0, len(members)), make([]float64, 0, len(members))
+	}
+	pending, late = pending[:len(members)], late[:len(members)]
 	sh.w = sh.w[:len(members)]
 	clear(sh.w)
 	sh.sum, sh.self, sh.total = 0, 0, math.MinInt64
-	unknown := 0.0
+	// What round r-1 could spend: the tokens at the start of round r,
+	// with what was spent in it.
+	spendable := float64(l.bucket.Tokens(r*l.node.interval, e.tat()) + e.spent + e.cap.prevSpent)
+	nonPending, pendingFrac := 0.0, 0.0
 	for i, id := range members {
 		if id == l.node.id {
 			sh.self = i
 			sh.w[i] = float64(min(e.cap.prev, l.demand))
+			nonPending += sh.w[i]
 			continue
 		}
 		rec := e.remote[id]
-		if rec == nil || rec.r1 <= rec.r0 {
+		p := live[id]
+		done := int64(0)
+		if p != nil {
+			done = int64(p.done.Load())
+		}
+		if rec != nil && rec.r1 >= uint64(r) || p == nil || done >= r || done < r-pendingRounds {
+			// Heard for round r: what it spent in r-1 is charged. (Or
+			// never heard, or not for rounds: see the late estimate.)
+			if rec != nil && rec.r1 > rec.r0 {
+				if rec.r1 >= uint64(r) {
+					spendable += float64(rec.h1 - rec.h0)
+				}
+				if rec.r1 >= uint64(r-1) {
+					sh.w[i] = min(float64(rec.d1-rec.d0)/float64(rec.r1-rec.r0), float64(l.demand))
+				}
+				if n := r - int64(rec.r1); n >= 1 && n <= 3 && done < r {
+					late[i] = float64(n) * float64(rec.h1-rec.h0) / float64(rec.r1-rec.r0)
+				}
+			}
+			nonPending += sh.w[i]
 			continue
 		}
-		span := float64(rec.r1 - rec.r0)
-		if rec.r1 >= uint64(r-1) {
-			sh.w[i] = min(float64(rec.d1-rec.d0)/span, float64(l.demand))
+		pending[i], sh.pending = true, true
+		e.cap.waiting = append(e.cap.waiting, p)
+		f := 1 / float64(len(members))
+		if last := &e.cap.last; last.round == r-1 {
+			f = 0
+			if k, ok := slices.BinarySearch(*last.of, id); ok {
+				f = last.w[k] / last.sum
+			}
 		}
-		if late := r - int64(rec.r1); late >= 1 && late <= 3 {
-			unknown += float64(late) * float64(rec.h1-rec.h0) / span
+		sh.w[i] = f
+		pendingFrac += f
+		if rec != nil && rec.r1 > rec.r0 {
+			if n := r - int64(rec.r1); n >= 1 && n <= 3 {
+				late[i] = float64(n) * float64(rec.h1-rec.h0) / float64(rec.r1-rec.r0)
+			}
 		}
 	}
-	sh.held = int64(math.Ceil(unknown))
+	held := 0.0
+	for i := range members {
+		h := 0.0
+		if pending[i] && sh.w[i] > 0 {
+			h = math.Ceil(sh.w[i]*max(spendable, 0)) + 1
+		}
+		held += max(h, late[i])
+	}
+	sh.held = int64(math.Ceil(held))
+	// Fractions: the pending members keep theirs; the others share the
+	// rest by their weights (equally if none has any).
+	if nonPending == 0 {
+		for i := range members {
+			if !pending[i] {
+				sh.w[i] = 1
+				nonPending++
+			}
+		}
+	}
+	rest := max(1-pendingFrac, 0)
+	for i := range members {
+		if pending[i] {
+			sh.w[i] *= nonPending
+		} else {
+			sh.w[i] *= rest
+		}
+	}
 	for _, w := range sh.w {
 		sh.sum += w
 	}
@@ -621,18 +736,61 @@ func (l *Limiter) expire(r, minAck int64) {
 // key over rounds rounds: a full burst plus the refill, plus two rounds of
 // refill for clock skew and rounding.
 func (l *Limiter) allowance(rounds int64) int64 {
-	rounds = min(max(rounds, 0), l.retain+2) + 2
-	return int64(l.burst) + l.rate.Events(time.Duration(rounds*l.node.interval)) + 1
+	return satAdd(int64(l.burst)+1, l.refill(max(rounds, 0)+2))
+}
+
+// refill returns the tokens a bucket gains over rounds rounds (none for
+// rounds <= 0), saturating.
+func (l *Limiter) refill(rounds int64) int64 {
+	if rounds <= 0 {
+		return 0
+	}
+	return l.rate.Events(time.Duration(min(rounds, math.MaxInt64/l.node.interval) * l.node.interval))
+}
+
+// satAdd returns a+b for non-negative a and b, at most math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// available returns what rec's sender may still report at its round sr:
+// what it had left at its round rec.allowRound plus the refill since,
+// however long it was unheard (a peer cut off for a minute may report a
+// minute of hits at once). Called with the entry's mu held.
+func (l *Limiter) available(rec *remoteRec, sr int64) int64 {
+	return satAdd(rec.allow, l.refill(sr-rec.allowRound))
+}
+
+// replaced returns the allowance of a counter of rec's sender that
+// replaces rec's at the sender's round sr: born at born, in a new
+// incarnation of the sender if restarted. The allowance is per peer and
+// key, not per counter: a new counter starts from what the old one had
+// left, refilled, never above what a counter born at born could have
+// admitted (fresh, see applyReport); a restart adds a full burst, the
+// fresh bucket the new life starts with, at most once per retention, so
+// that a peer minting counters or incarnations gains nothing by it beyond
+// a burst per retention. Called with the entry's mu held.
+func (l *Limiter) replaced(rec *remoteRec, sr int64, restarted bool, fresh int64) (allow, credit int64) {
+	allow, credit = l.available(rec, sr), rec.credit
+	if restarted && sr-rec.credit >= l.retain {
+		allow, credit = satAdd(allow, int64(l.burst)+1), sr
+	}
+	return min(allow, fresh), credit
 }
 
 // applyReport debits the hits a peer reported and returns how many units
 // it debited, and how many it did not because they exceed what the peer
 // could have admitted. t is the receiver's current round.
 //
-// The cap is a token bucket per (key, peer counter) in the peer's rounds,
-// which may not run ahead of the receiver's: a counter grows by at most
-// burst + rate x elapsed (plus some slack), so a peer that holds the
-// secret cannot charge more than it could have admitted itself.
+// The cap is a token bucket per (key, peer) in the peer's rounds, which
+// may not run ahead of the receiver's: what a peer reports for a key
+// grows by at most burst + rate x the time since its last report (plus
+// some slack), however long that was, so a peer that holds the secret
+// cannot charge more than it could have admitted itself, and honest hits
+// reported late, after a partition, are all charged.
 func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped int64) {
 	sr := min(int64(m.round), t+1) // the sender's round, not ahead of ours
 	now := l.node.clk.Now()
@@ -648,6 +806,11 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 			e.remote = map[string]*remoteRec{}
 		}
 		rec := e.remote[m.sender]
+		if rec != nil && m.incarnation > rec.inc && x.born == rec.born && x.hits >= rec.hits {
+			// The same counter, its sender having moved past an
+			// earlier life (see Node.handle).
+			rec.inc = m.incarnation
+		}
 		switch {
 		case rec == nil || m.incarnation != rec.inc || x.born > rec.born:
 			// A counter we have not seen (the node checked that the
@@ -655,24 +818,26 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 			// if it was born after we started listening to the peer;
 			// otherwise it is history (covered by the state sync) and
 			// becomes the baseline.
-			rec = &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
-				d0: x.demand, h0: x.hits, h1: x.hits, seen: t, allowRound: sr}
+			nr := &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
+				d0: x.demand, h0: x.hits, h1: x.hits, seen: t, allowRound: sr, credit: math.MinInt64 / 2}
+			fresh := l.allowance(0)
 			if x.born >= acceptFrom {
 				delta = int64(x.hits)
-				rec.d0, rec.h0, rec.r0 = 0, 0, m.round-1
-				from := max(x.born, acceptFrom) / l.node.interval
-				rec.allow = l.allowance(sr - from)
-			} else {
-				rec.allow = l.allowance(0)
+				nr.d0, nr.h0, nr.r0 = 0, 0, m.round-1
+				fresh = l.allowance(sr - max(x.born, acceptFrom)/l.node.interval)
 			}
+			nr.allow = fresh
+			if rec != nil {
+				nr.allow, nr.credit = l.replaced(rec, sr, m.incarnation != rec.inc, fresh)
+			}
+			rec = nr
 			e.remote[m.sender] = rec
 		case x.born < rec.born:
 			// An older counter, delayed: ignore.
 		default:
 			rec.seen = t
 			if sr > rec.allowRound {
-				rec.allow = min(rec.allow+l.allowance(sr-rec.allowRound)-l.allowance(0), l.allowance(0))
-				rec.allowRound = sr
+				rec.allow, rec.allowRound = l.available(rec, sr), sr
 			}
 			if x.hits > rec.hits {
 				delta = int64(x.hits - rec.hits)
@@ -685,13 +850,16 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 		}
 		if delta > 0 {
 			if delta > rec.allow {
-				capped += delta - rec.allow
+				capped = satAdd(capped, delta-rec.allow)
 				delta = rec.allow
 			}
 			rec.allow -= delta
 			e.bucket.Debit(now, l.bucket.Cost(delta))
 			total += delta
 		}
+		// What is left carries over to later rounds up to what a full
+		// bucket and the slack allow.
+		rec.allow = min(rec.allow, l.allowance(0))
 		e.sharesChanged() // after the debit: see entry.full
 		e.mu.Unlock()
 		e.unpin()
@@ -717,7 +885,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 func (l *Limiter) applyState(m *message, t int64) (capped int64) {
 	now := l.node.clk.Now()
 	floor := int64(math.MinInt64 / 4) // far from overflow, past any bucket's debt
-	if k, a := int64(len(*l.node.members.Load())), l.allowance(l.retain); a <= -floor/k {
+	if k, a := l.node.size.Load(), l.allowance(l.retain); a <= -floor/k {
 		floor = -k * a
 	}
 	for _, s := range m.states {
@@ -725,7 +893,7 @@ func (l *Limiter) applyState(m *message, t int64) (capped int64) {
 			l.node.st.overflow.Add(1)
 		} else {
 			if s.tokens < floor {
-				capped += min(floor-s.tokens, math.MaxInt64-capped)
+				capped = satAdd(capped, min(floor-s.tokens, math.MaxInt64))
 			}
 			e.mu.Lock()
 			target := max(s.tokens, floor) - max(e.hits.Load()-int64(s.yours), 0)
@@ -760,8 +928,12 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 	switch rec := e.remote[m.sender]; {
 	case rec == nil || m.incarnation != rec.inc || s.born > rec.born:
 		sr := min(int64(m.round), t+1)
-		e.remote[m.sender] = &remoteRec{inc: m.incarnation, born: s.born, hits: s.mine,
-			h0: s.mine, h1: s.mine, r0: m.round, r1: m.round, seen: t, allow: l.allowance(0), allowRound: sr}
+		nr := &remoteRec{inc: m.incarnation, born: s.born, hits: s.mine,
+			h0: s.mine, h1: s.mine, r0: m.round, r1: m.round, seen: t, allow: l.allowance(0), allowRound: sr, credit: math.MinInt64 / 2}
+		if rec != nil {
+			nr.allow, nr.credit = l.replaced(rec, sr, m.incarnation != rec.inc, nr.allow)
+		}
+		e.remote[m.sender] = nr
 	case s.born == rec.born && s.mine > rec.hits:
 		rec.hits = s.mine
 	}
@@ -818,6 +990,7 @@ type remoteRec struct {
 
 	allow      int64 // units the sender may still report (the cap)
 	allowRound int64 // sender round allow was last refilled to
+	credit     int64 // sender round of the last restart's burst added to allow
 }
 
 func (e *entry) unpin() { e.pin.Add(-1) }

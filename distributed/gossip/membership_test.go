@@ -66,7 +66,7 @@ func TestPeerRestart(t *testing.T) {
 	if tok := c.lims[1].Tokens("k"); tok != 90 {
 		t.Fatalf("before the restart: %d", tok)
 	}
-	oldInc := c.nodes[0].incarnation
+	oldInc := c.nodes[0].incarnation.Load()
 	c.nodes[0].Close()
 	c.runTo(c.clk.Now().Add(3 * time.Second))
 	node, err := NewNode(Config{Transport: c.net.Endpoint("n0"), Secret: secret, Peers: c.addrs}, throttle.WithClock(c.clk))
@@ -289,5 +289,36 @@ func TestSharesFollowReports(t *testing.T) {
 	e.mu.Unlock()
 	if want := quota(); got != want || got == before {
 		t.Fatalf("quota %d after n0's reports, %d before them; computed afresh: %d", got, before, want)
+	}
+}
+
+// TestDeadPeerLeavesShares: with the spend cap, a peer unheard for a few
+// intervals (killed, or cut off) no longer holds a share of a fresh key's
+// burst; once it speaks again it is back in the shares.
+func TestDeadPeerLeavesShares(t *testing.T) {
+	c := newCluster(t, 3, throttle.PerHour(1), 9, time.Second, true, 1)
+	c.settle()
+	flood := func(key string) (admitted int) {
+		for range 20 {
+			if d, _ := c.lims[0].Allow(ctx, key, 1); d.Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	if got := flood("a"); got != 3 {
+		t.Fatalf("three live members: admitted %d of 9, want 3", got)
+	}
+	c.net.Partition([]string{"n2"})
+	c.runTo(c.clk.Now().Add(time.Duration(c.nodes[0].deadAfter()) + 2*time.Second))
+	c.settle()
+	if got := flood("b"); got < 4 {
+		t.Fatalf("n2 unheard for %v: admitted %d of 9 on a fresh key, want half of it (n2's share goes to the live)", time.Duration(c.nodes[0].deadAfter()), got)
+	}
+	c.net.Heal()
+	c.runTo(c.clk.Now().Add(2 * time.Second))
+	c.settle()
+	if got := flood("c"); got != 3 {
+		t.Fatalf("n2 back: admitted %d of 9, want 3", got)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -101,7 +100,7 @@ type Stats struct {
 	Malformed       uint64 // datagrams dropped: not a well-formed message
 	BadMAC          uint64 // datagrams dropped: authentication failed
 	UnknownSender   uint64 // authentic datagrams from a non-member
-	Stale           uint64 // datagrams from an earlier incarnation of a peer, addressed to an earlier incarnation of this node, or older than the replay window
+	Stale           uint64 // datagrams from an earlier incarnation of a peer, addressed to another incarnation of this node, or older than the replay window
 	UnknownTable    uint64 // reports for a limiter this node does not have
 	HitsApplied     uint64 // units debited because peers reported them
 	Duplicate       uint64 // datagrams dropped: sequence number already seen (copies, network duplicates, replays)
@@ -125,12 +124,14 @@ type Node struct {
 	settings    limiterkit.Settings
 	clk         clock.Source
 	id          string
-	incarnation uint64
+	incarnation atomic.Uint64 // only grows: see NewNode and handle
 	interval    int64
 	created     int64
 
-	members atomic.Pointer[[]string] // sorted IDs of self and peers
-	tick    atomic.Int64             // round of the last Tick: marks when counters change
+	members atomic.Pointer[[]string]         // sorted IDs of self and the live peers: the spend-cap shares
+	size    atomic.Int64                     // self and every peer, live or not
+	live    atomic.Pointer[map[string]*peer] // the live peers of members, by ID (read only their done)
+	tick    atomic.Int64                     // round of the last Tick: marks when counters change
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -171,10 +172,6 @@ type sentRound struct {
 	parts    []pos // where each report datagram of the round starts
 }
 
-// retiredIncarnations is how many earlier incarnations of each peer a
-// node remembers and refuses.
-const retiredIncarnations = 16
-
 // replayWindow is how many sequence numbers below the highest one seen a
 // node still accepts from a peer (datagrams reordered within a round).
 const replayWindow = 64 * 64
@@ -182,14 +179,14 @@ const replayWindow = 64 * 64
 type peer struct {
 	addr        string
 	acceptFrom  int64  // counters born before this (ns) are baselined, not debited
-	incarnation uint64 // the peer's, 0 until heard
-	retired     []uint64
+	incarnation uint64 // the peer's, 0 until heard; only grows
 	seq         uint64 // last sequence number sent to the peer
 	rxSeq       uint64 // highest sequence number received from the peer's incarnation
 	rxWin       [replayWindow / 64]uint64
 	wrongSrc    uint64 // datagrams from a wrong address, for the log
 	added       int64  // ns: when it became a peer
 	lastHeard   int64  // ns; 0 before the first datagram
+	dead        bool   // unheard for deadAfter: out of the spend-cap shares until it speaks
 	needState   bool   // send bucket levels next round (peer is new or restarted)
 	acked       uint64 // the peer has every counter changed before this round...
 	ackedPos    pos    // ...and those up to this position (ch == acked) of the round acked
@@ -202,9 +199,10 @@ type peer struct {
 	rxRound    uint64
 	rxParts    uint16
 	rxCount    uint16
-	rxGot      []uint64 // bitset of parts received
-	rxPrefix   uint16   // parts received from part 0 without a gap
-	rxComplete uint64   // latest round of the peer received in full
+	rxGot      []uint64      // bitset of parts received
+	rxPrefix   uint16        // parts received from part 0 without a gap
+	rxComplete uint64        // latest round of the peer received in full
+	done       atomic.Uint64 // rxComplete, for the spend cap's lock-free readers (see Limiter.shares)
 }
 
 // NewNode validates cfg and returns a node that listens on cfg.Transport
@@ -260,17 +258,13 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	if len(n.id) > maxName {
 		return nil, fmt.Errorf("%w: node ID longer than %d bytes", throttle.ErrInvalid, maxName)
 	}
-	// The incarnation is random, not the start time: a node restarted
-	// after its clock was set back is still a new incarnation to its
-	// peers, which remember the ones it left.
-	n.incarnation = rand.Uint64()
-	if s.Clock != nil {
-		// Virtual time: keep simulations reproducible.
-		n.incarnation = tieHash(n.id, n.created, "incarnation")
-	}
-	if n.incarnation == 0 {
-		n.incarnation = 1
-	}
+	// The incarnation is the start time, so that a node's lives are
+	// ordered: a peer adopts only a newer incarnation than the one it
+	// knows, and refuses whatever names an older one. A node restarted
+	// after its clock was set back starts below its previous life; the
+	// first peer that still knows that life names it in its datagrams,
+	// and the node moves past it (see handle).
+	n.incarnation.Store(uint64(max(n.created, 1)))
 	for _, p := range cfg.Peers {
 		if err := n.addPeer(p); err != nil {
 			return nil, err
@@ -308,13 +302,21 @@ func (n *Node) addPeer(addr string) error {
 	return nil
 }
 
+// publishMembers publishes the members that share the tokens: this node
+// and its live peers. Called with n.mu held.
 func (n *Node) publishMembers() {
 	m := []string{n.id}
-	for a := range n.peers {
-		m = append(m, a)
+	live := map[string]*peer{}
+	for a, p := range n.peers {
+		if !p.dead {
+			m = append(m, a)
+			live[a] = p
+		}
 	}
 	slices.Sort(m)
+	n.live.Store(&live)
 	n.members.Store(&m)
+	n.size.Store(int64(len(n.peers) + 1))
 	// Shares change with the members: clear what denials published with
 	// the old ones. A denial that computed with them and publishes after
 	// this sees the new list and clears its own.
@@ -437,6 +439,10 @@ func (n *Node) Close() error {
 	return err
 }
 
+// deadAfter is how long (ns) a peer may go unheard before it counts as
+// dead: out of the spend-cap shares, sent hellos only, until it speaks.
+func (n *Node) deadAfter() int64 { return int64(n.cfg.Resend+3) * n.interval }
+
 // Tick runs one gossip round if a round boundary has passed since the
 // last one, and reports whether it did. A round sends every peer that is
 // alive the counters that changed since the latest round it acknowledged
@@ -466,18 +472,20 @@ func (n *Node) Tick() bool {
 	groups := map[group][]dest{} // peers by the first round to resend, and size
 	var silent []dest
 	minAck := r
-	deadAfter := int64(n.cfg.Resend+3) * n.interval
+	deadAfter := n.deadAfter()
 	// Sorted iteration keeps simulations on the in-memory network
 	// reproducible.
-	for _, addr := range *n.members.Load() {
+	changed := false
+	for _, addr := range slices.Sorted(maps.Keys(n.peers)) {
 		p := n.peers[addr]
-		if p == nil {
-			continue // this node
-		}
 		d := dest{addr: p.addr, ack: p.rxComplete, state: p.needState, inc: p.incarnation}
-		if now-max(p.lastHeard, p.added) > deadAfter {
+		if dead := now-max(p.lastHeard, p.added) > deadAfter; dead != p.dead {
+			p.dead, changed = dead, true
+		}
+		if p.dead {
 			// Not heard from (yet, or lately): hello only, until it
-			// speaks; then it gets all it has not acknowledged.
+			// speaks; then it gets all it has not acknowledged. Its
+			// share of the tokens goes to the live members.
 			silent = append(silent, d)
 			continue
 		}
@@ -501,6 +509,9 @@ func (n *Node) Tick() bool {
 		}
 		g := group{from, p.budget}
 		groups[g] = append(groups[g], d)
+	}
+	if changed {
+		n.publishMembers()
 	}
 	lims := make([]*Limiter, 0, len(n.limiters))
 	for _, l := range n.limiters {
@@ -632,7 +643,7 @@ func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bo
 			j++
 		}
 		run := ps[i:j]
-		e := &encoder{hdr: header{typ: msgReport, sender: n.id, table: lims[ps[i].l].name, incarnation: n.incarnation, round: uint64(r), start: n.created}}
+		e := &encoder{hdr: header{typ: msgReport, sender: n.id, table: lims[ps[i].l].name, incarnation: n.incarnation.Load(), round: uint64(r), start: n.created}}
 		for _, p := range run {
 			e.addReport(p.e)
 		}
@@ -700,7 +711,7 @@ func (n *Node) encode(typ byte, table string, r int64, fill func(*encoder)) [][]
 	if n.cfg.Transport == nil {
 		return nil
 	}
-	e := &encoder{hdr: header{typ: typ, sender: n.id, table: table, incarnation: n.incarnation, round: uint64(r), start: n.created}}
+	e := &encoder{hdr: header{typ: typ, sender: n.id, table: table, incarnation: n.incarnation.Load(), round: uint64(r), start: n.created}}
 	fill(e)
 	return e.finish()
 }
@@ -737,23 +748,33 @@ func (n *Node) handle(p []byte, from string) {
 		n.st.wrongSource.Add(1)
 		return
 	}
-	if slices.Contains(pr.retired, m.incarnation) {
+	self := n.incarnation.Load()
+	switch {
+	case m.incarnation < pr.incarnation:
+		// From an earlier life of the peer: replayed, or late.
 		n.mu.Unlock()
 		n.st.stale.Add(1)
 		return
-	}
-	if m.dstInc != n.incarnation && (m.typ == msgState || (m.typ == msgReport && m.dstInc != 0)) {
+	case m.dstInc > self:
+		// The peer knows a later life of this node than this one: its
+		// clock was set back across a restart. Move past it, so that
+		// the peers adopt this life; the datagram, addressed to the
+		// other life, is dropped (what it carries is sent again).
+		n.incarnation.Store(m.dstInc + 1)
+		n.mu.Unlock()
+		n.st.stale.Add(1)
+		return
+	case m.dstInc != self && (m.dstInc != 0 || m.typ == msgState):
 		// Addressed to an earlier life of this node: replayed, or late.
-		// Hellos are accepted whatever they name, so that two restarted
-		// nodes learn each other's incarnation. Reports sent before the
-		// sender knew this incarnation (0) are accepted: their counters
-		// born before this node listened to the sender are baselines,
-		// not debits, so replaying old ones charges nothing.
+		// Reports and hellos sent before the sender knew this node's
+		// incarnation (0) are accepted: the counters of reports born
+		// before this node listened to the sender are baselines, not
+		// debits, so replaying old ones charges nothing.
 		n.mu.Unlock()
 		n.st.stale.Add(1)
 		return
 	}
-	if m.incarnation != pr.incarnation {
+	if m.incarnation > pr.incarnation {
 		// A new peer, or one that restarted: forget what it acknowledged.
 		// If it restarted, or started well after this node, it missed
 		// history that its fresh buckets lack: send it our bucket levels.
@@ -762,14 +783,9 @@ func (n *Node) handle(p []byte, from string) {
 		if pr.incarnation != 0 || m.start > n.created+n.interval {
 			pr.needState = true
 		}
-		if pr.incarnation != 0 {
-			if len(pr.retired) == retiredIncarnations {
-				pr.retired = pr.retired[1:]
-			}
-			pr.retired = append(pr.retired, pr.incarnation)
-		}
 		pr.incarnation = m.incarnation
 		pr.acked, pr.ackedPos, pr.rxRound, pr.rxComplete, pr.sent = 0, pos{}, 0, 0, nil
+		pr.done.Store(0)
 		pr.rxSeq, pr.rxWin = 0, [replayWindow / 64]uint64{}
 		pr.ackSeen, pr.budget = 0, 0
 	}
@@ -810,12 +826,17 @@ func (n *Node) handle(p []byte, from string) {
 		pr.rxGot[m.part/64] |= 1 << (m.part % 64)
 		if pr.rxCount++; pr.rxCount == pr.rxParts {
 			pr.rxComplete = max(pr.rxComplete, pr.rxRound)
+			pr.done.Store(pr.rxComplete)
 		}
 		for pr.rxPrefix < pr.rxParts && pr.rxGot[pr.rxPrefix/64]&(1<<(pr.rxPrefix%64)) != 0 {
 			pr.rxPrefix++
 		}
 	}
 	pr.lastHeard = now
+	if pr.dead {
+		pr.dead = false // back in the shares
+		n.publishMembers()
+	}
 	acceptFrom := pr.acceptFrom
 	var l *Limiter
 	if m.typ != msgHello {
@@ -834,9 +855,19 @@ func (n *Node) handle(p []byte, from string) {
 	case msgReport:
 		applied, capped := l.applyReport(m, acceptFrom, n.tick.Load())
 		n.st.applied.Add(uint64(applied))
-		n.st.capped.Add(uint64(capped))
+		addSat(&n.st.capped, capped)
 	case msgState:
-		n.st.capped.Add(uint64(l.applyState(m, n.tick.Load())))
+		addSat(&n.st.capped, l.applyState(m, n.tick.Load()))
+	}
+}
+
+// addSat adds v >= 0 to c, saturating at math.MaxUint64.
+func addSat(c *atomic.Uint64, v int64) {
+	for {
+		old := c.Load()
+		if c.CompareAndSwap(old, old+min(uint64(v), math.MaxUint64-old)) {
+			return
+		}
 	}
 }
 

@@ -56,6 +56,11 @@ func newCluster(t testing.TB, n int, rate throttle.Rate, burst int, interval tim
 	return c
 }
 
+// settle runs the cluster past the delivery of the current round's
+// datagrams: until a peer's arrive, it is pending, and the spend cap
+// sets aside what it may have spent (see Limiter.shares).
+func (c *cluster) settle() { c.runTo(c.clk.Now().Add(2 * c.interval / 100)) }
+
 // runTo advances virtual time to end, running every round boundary and
 // every delivery on the way, in time order.
 func (c *cluster) runTo(end time.Time) {
@@ -305,5 +310,43 @@ func TestSimPartitionHeal(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSimFloodBoundUncapped: without the spend cap, a flood of a fresh key
+// on every node is admitted on each at its bucket's pace until the first
+// report arrives: N x (burst + rate x time to the first report), more
+// than N x burst.
+func TestSimFloodBoundUncapped(t *testing.T) {
+	const nodes, burst = 4, 100
+	rate := throttle.PerSecond(50)
+	c := newCluster(t, nodes, rate, burst, time.Second, false, 1)
+	iv := int64(c.interval)
+	c.runTo(time.Unix(0, (c.clk.Now().UnixNano()/iv+1)*iv).Add(time.Millisecond))
+	start := c.clk.Now()
+	admitted := int64(0)
+	applied := func() (n uint64) {
+		for _, x := range c.nodes {
+			n += x.Stats().HitsApplied
+		}
+		return n
+	}
+	for at := start; applied() == 0; at = at.Add(time.Millisecond) {
+		c.runTo(at)
+		if applied() != 0 {
+			break
+		}
+		for _, l := range c.lims {
+			if d, _ := l.Allow(ctx, "flood", 1); d.Allowed {
+				admitted++
+			}
+		}
+	}
+	first := c.clk.Now().Sub(start)
+	bound := nodes * (burst + rate.Events(first))
+	t.Logf("%d nodes: %d admitted before the first report arrived %v after the flood began; N x (burst + rate x that) = %d, N x burst = %d",
+		nodes, admitted, first, bound, nodes*burst)
+	if admitted > bound || admitted <= nodes*burst {
+		t.Errorf("admitted %d, want above N x burst = %d and at most %d", admitted, nodes*burst, bound)
 	}
 }

@@ -31,7 +31,8 @@ import (
 //	                                 without a gap
 //	sender   1 byte length + bytes   the sender's node ID
 //	table    1 byte length + bytes   the limiter name ("" for hello)
-//	incarn   8 bytes  big endian     sender's incarnation (random, not 0)
+//	incarn   8 bytes  big endian     sender's incarnation (not 0; grows
+//	                                 from one life to the next)
 //	round    8 bytes  big endian     sender's round number
 //	start    8 bytes  big endian     sender's start time (ns, its clock)
 //	count    2 bytes  big endian     number of entries
@@ -56,8 +57,9 @@ import (
 // before it restarted are refused; and a receiver keeps, per peer
 // incarnation, a window of the sequence numbers it accepted, so a datagram
 // replayed to the same receiver later is refused as a duplicate or as too
-// old. Incarnations a peer has left are remembered (the last
-// retiredIncarnations), so its older lives cannot come back.
+// old. Incarnations are ordered: a receiver refuses a sender incarnation
+// older than the one it knows, and a datagram naming an older incarnation
+// of itself, so a peer's older lives cannot come back.
 const (
 	wireVersion = 2
 	macSize     = sha256.Size

@@ -1,0 +1,68 @@
+package gossip
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+// partitionRun drives one client at 3x its rate through a random load
+// balancer over nodes nodes (rate 50/s, burst 100, 1 s interval), cuts the
+// cluster in two halves for cut, heals it, and keeps going until the debt
+// can be paid back. It returns what the limiters admitted in total over
+// what one bucket admits over the same trace (burst + rate x elapsed).
+func partitionRun(t *testing.T, nodes int, cut time.Duration, seed uint64) float64 {
+	rate, burst := throttle.PerSecond(50), 100
+	c := newCluster(t, nodes, rate, burst, time.Second, false, seed)
+	c.net.SetDuplicate(0.02)
+	rng := rand.New(rand.NewPCG(seed, 11))
+	start := c.clk.Now()
+	from, heal := start.Add(5*time.Second), start.Add(5*time.Second+cut)
+	end := heal.Add(cut + 20*time.Second)
+	gap := time.Second / 150
+	admitted, parted := int64(0), false
+	for at := start; at.Before(end); at = at.Add(time.Duration(rng.ExpFloat64() * float64(gap))) {
+		c.runTo(at)
+		switch {
+		case !parted && !at.Before(from) && at.Before(heal):
+			c.net.Partition(c.addrs[:nodes/2], c.addrs[nodes/2:])
+			parted = true
+		case parted && !at.Before(heal):
+			c.net.Heal()
+			parted = false
+		}
+		d, err := c.lims[rng.IntN(nodes)].Allow(ctx, "client", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	c.runTo(end)
+	ideal := int64(burst) + rate.Events(end.Sub(start))
+	return float64(admitted) / float64(ideal)
+}
+
+// TestPartitionLongRunExact: hits admitted on both sides of a partition,
+// however long, are charged everywhere once it heals, so what the
+// limiters admit in total comes back to what one bucket admits: the cap
+// on reports must not discard a peer's honest hits made while it was
+// unheard.
+func TestPartitionLongRunExact(t *testing.T) {
+	for _, tc := range []struct {
+		nodes int
+		cut   time.Duration
+	}{{2, 10 * time.Second}, {2, 30 * time.Second}, {8, 30 * time.Second}} {
+		t.Run(fmt.Sprintf("nodes=%d/cut=%v", tc.nodes, tc.cut), func(t *testing.T) {
+			ratio := partitionRun(t, tc.nodes, tc.cut, 1)
+			t.Logf("%d nodes, %v partition: admitted %.4f of one bucket", tc.nodes, tc.cut, ratio)
+			if ratio > 1.01 {
+				t.Errorf("admitted %.4f of one bucket, want <= 1.01", ratio)
+			}
+		})
+	}
+}
