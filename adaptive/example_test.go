@@ -2,6 +2,7 @@ package adaptive_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -80,4 +81,46 @@ func ExampleGradient2() {
 	// Output:
 	// 104
 	// 92
+}
+
+// A client of a backend that refuses most requests: once it has been
+// refused enough, the Throttler drops requests locally, so the backend
+// sees about K = 2 requests for each one it accepts.
+func ExampleThrottler() {
+	t, err := adaptive.NewThrottler(adaptive.ThrottlerConfig{K: 2})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for i := range 1000 { // 1000 requests, 100 of them accepted
+		t.Allow(ctx, "", 1)
+		if i%10 == 0 {
+			t.Accept(1)
+		}
+	}
+	fmt.Printf("drop probability %.1f\n", t.DropProbability())
+	// (1000 − 2·100) / 1001
+	// Output:
+	// drop probability 0.8
+}
+
+// Throttled wraps a call; errors that mean overload (throttle.ErrLimited,
+// throttle.ErrUnavailable, a deadline) are not accepts.
+func ExampleThrottled() {
+	t, err := adaptive.NewThrottler(adaptive.ThrottlerConfig{})
+	if err != nil {
+		panic(err)
+	}
+	get := adaptive.Throttled(t, "inventory", func(ctx context.Context) (int, error) {
+		return 0, fmt.Errorf("inventory busy: %w", throttle.ErrUnavailable)
+	})
+	limited := 0
+	for range 100 {
+		if _, err := get(context.Background()); errors.Is(err, throttle.ErrLimited) {
+			limited++
+		}
+	}
+	fmt.Println("dropped locally:", limited > 50)
+	// Output:
+	// dropped locally: true
 }
