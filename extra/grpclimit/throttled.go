@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttle/adaptive"
+	"github.com/throttlekit/throttle/retry"
 )
 
 // ThrottledUnaryClientInterceptor adds client-side adaptive throttling
@@ -59,4 +60,32 @@ func throttled(ctx context.Context, t *adaptive.Throttler, method string) error 
 
 func acceptedCode(c codes.Code) bool {
 	return c != codes.ResourceExhausted && c != codes.Unavailable && c != codes.DeadlineExceeded
+}
+
+// RetryUnaryClientInterceptor retries outgoing unary calls under p: a
+// call refused with RESOURCE_EXHAUSTED (which a server limiter answers
+// before running it) is retried after the policy's back-off or the
+// RetryInfo delay, whichever is longer; a call failing with UNAVAILABLE
+// is retried only when idempotent(method) says the method is safe to
+// repeat (nil: no method is). Share p, and its Budget, per backend.
+func RetryUnaryClientInterceptor(p *retry.Policy, idempotent func(fullMethod string) bool) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		for attempt := 1; ; attempt++ {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			code := status.Code(err)
+			switch {
+			case err == nil:
+				p.Succeeded()
+				return nil
+			case ctx.Err() != nil,
+				code != codes.ResourceExhausted && (code != codes.Unavailable || idempotent == nil || !idempotent(method)):
+				return err
+			}
+			hint, _ := RetryDelay(err)
+			delay, ok := p.Next(attempt, hint)
+			if !ok || retry.Sleep(ctx, delay) != nil {
+				return err
+			}
+		}
+	}
 }

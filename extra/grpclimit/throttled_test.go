@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -13,6 +14,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/adaptive"
 	"github.com/throttlekit/throttle/extra/grpclimit"
+	"github.com/throttlekit/throttle/retry"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -57,4 +59,45 @@ func ExampleThrottledUnaryClientInterceptor() {
 		panic(err)
 	}
 	_ = grpc.WithUnaryInterceptor(grpclimit.ThrottledUnaryClientInterceptor(th)) // pass to grpc.NewClient
+}
+
+// TestRetryClient: RESOURCE_EXHAUSTED is retried up to the cap;
+// UNAVAILABLE only for a method said to be idempotent.
+func TestRetryClient(t *testing.T) {
+	for _, tc := range []struct {
+		code       codes.Code
+		idempotent func(string) bool
+		want       int64
+	}{
+		{codes.ResourceExhausted, nil, 3},
+		{codes.Unavailable, nil, 1},
+		{codes.Unavailable, func(m string) bool { return m == checkMethod }, 3},
+		{codes.Internal, func(string) bool { return true }, 1},
+	} {
+		var seen atomic.Int64
+		srv := grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if seen.Add(1) < 3 {
+				return nil, status.Error(tc.code, "busy")
+			}
+			return h(ctx, req)
+		})
+		p := &retry.Policy{MaxAttempts: 3, BaseDelay: time.Millisecond}
+		c := bufServe(t, []grpc.ServerOption{srv}, grpc.WithUnaryInterceptor(grpclimit.RetryUnaryClientInterceptor(p, tc.idempotent)))
+		_, err := c.Check(withKey(t, "k"), &healthpb.HealthCheckRequest{})
+		if n := seen.Load(); n != tc.want || (n == 3) != (err == nil) {
+			t.Errorf("%v: the server saw %d calls, want %d; err %v", tc.code, n, tc.want, err)
+		}
+	}
+}
+
+// Retry calls refused for overload, and UNAVAILABLE calls of read-only
+// methods, within a budget shared by the clients of one backend.
+func ExampleRetryUnaryClientInterceptor() {
+	budget, err := retry.NewBudget(10, 0.1)
+	if err != nil {
+		panic(err)
+	}
+	p := &retry.Policy{MaxAttempts: 3, Budget: budget}
+	readOnly := func(m string) bool { return m == "/grpc.health.v1.Health/Check" }
+	_ = grpc.WithUnaryInterceptor(grpclimit.RetryUnaryClientInterceptor(p, readOnly)) // pass to grpc.NewClient
 }
