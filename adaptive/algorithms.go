@@ -40,7 +40,10 @@ func (a *AIMD) Update(limit float64, w Window) float64 {
 }
 
 // Vegas estimates the requests queued at the backend as
-// limit × (1 − RTTnoload / RTT), RTTnoload being the least RTT seen, and
+// limit × (1 − RTTnoload / RTT), RTT being a window's mean RTT and
+// RTTnoload the least such mean seen (not the least single RTT, which
+// under a spread of service times is far below the mean even with no
+// queue, and would hold the limit down), and
 // keeps that queue between alpha = 3·log10(limit) and beta =
 // 6·log10(limit): it grows fast while the queue is below log10(limit),
 // by log10(limit) while it is below alpha, and shrinks by log10(limit)
@@ -51,7 +54,7 @@ type Vegas struct {
 	// default 1 (no smoothing).
 	Smoothing float64
 	// Probe is how many windows pass between resets of the no-load RTT
-	// to the current window's least RTT, so that a backend that got
+	// to the current window's mean, so that a backend that got
 	// slower for good is measured again; default 1000, negative never.
 	Probe int
 
@@ -68,8 +71,8 @@ func (v *Vegas) Update(limit float64, w Window) float64 {
 	if v.windows++; probe > 0 && v.windows%probe == 0 {
 		v.noLoad = 0
 	}
-	if w.MinRTT > 0 && (v.noLoad == 0 || w.MinRTT < v.noLoad) {
-		v.noLoad = w.MinRTT
+	if w.AvgRTT > 0 && (v.noLoad == 0 || w.AvgRTT < v.noLoad) {
+		v.noLoad = w.AvgRTT
 	}
 	l10 := max(1, math.Log10(limit))
 	var next float64
