@@ -218,16 +218,23 @@ func (l *Limiter) try(d *throttle.Decision, n uint64) {
 // went: its round-trip time and Outcome. Releasing more than is in flight
 // returns an error wrapping throttle.ErrInvalid and releases nothing.
 func (l *Limiter) Release(n int, rtt time.Duration, o Outcome) error {
-	return l.release(n, l.clock.Now(), int64(rtt), o)
+	due, err := l.release(n, int64(rtt), o)
+	if due {
+		l.closeIfDue(l.clock.Now())
+	}
+	return err
 }
 
-func (l *Limiter) release(n int, now, rtt int64, o Outcome) error {
+// release gives back n units and adds the request to the open window. It
+// reports whether the window has enough samples that it may be due to
+// close: then the caller reads the clock and calls closeIfDue.
+func (l *Limiter) release(n int, rtt int64, o Outcome) (due bool, err error) {
 	var cur uint64
 	for {
 		w := l.word.Load()
 		cur = w & inMask
 		if n <= 0 || uint64(n) > cur {
-			return fmt.Errorf("%w: adaptive: release of %d units, %d in flight", throttle.ErrInvalid, n, cur)
+			return false, fmt.Errorf("%w: adaptive: release of %d units, %d in flight", throttle.ErrInvalid, n, cur)
 		}
 		if l.word.CompareAndSwap(w, w-uint64(n)) {
 			break
@@ -236,33 +243,42 @@ func (l *Limiter) release(n int, now, rtt int64, o Outcome) error {
 	if l.waiters.Load() > 0 {
 		l.signal()
 	}
-	l.sample(now, rtt, int64(cur), o)
-	return nil
+	return l.sample(rtt, int64(cur), o), nil
 }
 
-// sample adds one request to the open window, and closes the window if it
-// is due.
-func (l *Limiter) sample(now, rtt, inFlight int64, o Outcome) {
+// sample adds one request to the open window and reports whether the
+// window holds enough samples to close. Past twice WindowSamples, only
+// every 8th sample says so: the clock is read that much less often, and a
+// busy window closes at most 8 samples late.
+func (l *Limiter) sample(rtt, inFlight int64, o Outcome) (due bool) {
 	if o == Success && l.cfg.Timeout > 0 && rtt > int64(l.cfg.Timeout) {
 		o = Dropped
 	}
+	var mine, total int64
 	switch o {
 	case Success:
 		rtt = max(rtt, 0)
-		l.acc.Add(1<<sumBits | uint64(min(rtt/1000, sumMask>>8)))
+		mine = int64(l.acc.Add(1<<sumBits|uint64(min(rtt/1000, sumMask>>8))) >> sumBits)
+		total = mine + l.drops.Load()
 		for m := l.minRTT.Load(); rtt < m && !l.minRTT.CompareAndSwap(m, rtt); m = l.minRTT.Load() {
 		}
 	case Dropped:
-		l.drops.Add(1)
+		mine = l.drops.Add(1)
+		total = mine + int64(l.acc.Load()>>sumBits)
 	default:
-		return
+		return false
 	}
 	for m := l.maxIn.Load(); inFlight > m && !l.maxIn.CompareAndSwap(m, inFlight); m = l.maxIn.Load() {
 	}
+	ws := int64(l.cfg.WindowSamples)
+	return total >= ws && (total < 2*ws || mine%8 == 0)
+}
+
+// closeIfDue closes the open window if it is at least Config.Window old
+// and nobody else is closing it.
+func (l *Limiter) closeIfDue(now int64) {
 	start := l.start.Load()
-	if start == busy || now-start < int64(l.cfg.Window) ||
-		int64(l.acc.Load()>>sumBits)+l.drops.Load() < int64(l.cfg.WindowSamples) ||
-		!l.start.CompareAndSwap(start, busy) {
+	if start == busy || now-start < int64(l.cfg.Window) || !l.start.CompareAndSwap(start, busy) {
 		return
 	}
 	l.close(now)
@@ -375,7 +391,9 @@ func (l *Limiter) releaser(ctx context.Context, n int) func() {
 			o = Ignored
 		}
 		now := l.clock.Now()
-		_ = l.release(n, now, now-start, o) // cannot fail: these n units are held
+		if due, _ := l.release(n, now-start, o); due { // cannot fail: these n units are held
+			l.closeIfDue(now)
+		}
 	}
 }
 
