@@ -26,9 +26,18 @@ const (
 	// EventWarning reports a condition an operator should see (a backend
 	// configured unsafely, a lease that expired): Err describes it.
 	EventWarning
+	// EventLimit reports that an adaptive limit changed: Decision.Limit
+	// is the new limit, N the units in flight, Latency the mean RTT of
+	// the window that moved it.
+	EventLimit
+	// EventRetry reports a failed attempt that a retry policy judged
+	// retryable: Decision.Allowed says whether it is retried (false: the
+	// retry budget or the attempt cap refused), Decision.RetryAfter is
+	// the back-off, N the attempt that failed (1 for the first).
+	EventRetry
 )
 
-var kindNames = [...]string{"decision", "error", "fallback", "breaker_open", "breaker_closed", "warning"}
+var kindNames = [...]string{"decision", "error", "fallback", "breaker_open", "breaker_closed", "warning", "limit", "retry"}
 
 // String returns the kind's name in lower case, as metrics label it.
 func (k EventKind) String() string {

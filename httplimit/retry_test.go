@@ -1,0 +1,98 @@
+package httplimit_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/throttlekit/throttle/httplimit"
+	"github.com/throttlekit/throttle/retry"
+)
+
+// script answers with the given statuses in turn (the last one after
+// that), with Retry-After when after is set, and records the bodies it
+// was sent.
+func script(after string, statuses ...int) (http.RoundTripper, *[]string) {
+	var bodies []string
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		b := ""
+		if r.Body != nil {
+			raw, _ := io.ReadAll(r.Body)
+			b = string(raw)
+		}
+		bodies = append(bodies, b)
+		st := statuses[min(len(bodies), len(statuses))-1]
+		h := http.Header{}
+		if after != "" {
+			h.Set("Retry-After", after)
+		}
+		return &http.Response{StatusCode: st, Header: h, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
+	}), &bodies
+}
+
+func TestRetryTransport(t *testing.T) {
+	policy := &retry.Policy{MaxAttempts: 4, MaxRetryAfter: 10 * time.Second}
+	for _, tc := range []struct {
+		name      string
+		method    string
+		key       string
+		anyMethod bool
+		after     string
+		statuses  []int
+		attempts  int
+		wait      time.Duration
+	}{
+		{"503 then 200", "GET", "", false, "", []int{503, 503, 200}, 3, 0},
+		{"attempt cap", "GET", "", false, "", []int{502}, 4, 0},
+		{"not retryable", "GET", "", false, "", []int{500}, 1, 0},
+		{"Retry-After waited", "GET", "", false, "3", []int{429, 200}, 2, 3 * time.Second},
+		{"Retry-After above the bound", "GET", "", false, "60", []int{429, 200}, 1, 0},
+		{"POST not retried", "POST", "", false, "", []int{503, 200}, 1, 0},
+		{"POST with an Idempotency-Key", "POST", "k1", false, "", []int{503, 200}, 2, 0},
+		{"POST when told", "POST", "", true, "", []int{503, 200}, 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base, bodies := script(tc.after, tc.statuses...)
+				c := &http.Client{Transport: &httplimit.RetryTransport{Base: base, Policy: policy, RetryNonIdempotent: tc.anyMethod}}
+				r, _ := http.NewRequest(tc.method, "http://upstream.test/", strings.NewReader("payload"))
+				if tc.key != "" {
+					r.Header.Set("Idempotency-Key", tc.key)
+				}
+				start := time.Now()
+				resp, err := c.Do(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if len(*bodies) != tc.attempts {
+					t.Fatalf("%d attempts, want %d", len(*bodies), tc.attempts)
+				}
+				for i, b := range *bodies {
+					if b != "payload" {
+						t.Fatalf("attempt %d sent body %q", i+1, b)
+					}
+				}
+				if el := time.Since(start); el < tc.wait {
+					t.Fatalf("took %v, want at least %v", el, tc.wait)
+				}
+			})
+		})
+	}
+}
+
+// Retry idempotent requests to an upstream up to 3 times, within a
+// budget shared by every client of that upstream: retries stop when more
+// than about 1 in 10 attempts fail.
+func ExampleRetryTransport() {
+	budget, err := retry.NewBudget(10, 0.1)
+	if err != nil {
+		panic(err)
+	}
+	policy := &retry.Policy{MaxAttempts: 3, MaxRetryAfter: 5 * time.Second, Budget: budget}
+	client := &http.Client{Transport: &httplimit.RetryTransport{Policy: policy}}
+	_ = client
+}
