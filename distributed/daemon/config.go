@@ -128,7 +128,8 @@ var defaultJSON []byte
 
 // DefaultConfig returns the embedded configuration: one node, no peers,
 // TCP on 127.0.0.1:7390, 10 requests per second with a burst of 20 for
-// every tag.
+// every tag. Like ParseConfig, it returns the settings as written, with
+// defaults not yet filled in.
 func DefaultConfig() Config {
 	c, err := ParseConfig(defaultJSON)
 	if err != nil {
@@ -141,14 +142,18 @@ func DefaultConfig() Config {
 func DefaultJSON() []byte { return bytes.Clone(defaultJSON) }
 
 // ParseConfig reads a JSON configuration strictly (unknown fields and
-// duplicate keys are errors) and validates it. Errors wrap
+// duplicate keys are errors) and validates it. It returns the settings
+// as written: defaults and derived settings (such as WriteTimeout from
+// IdleTimeout) are filled in by Validate, which New and Reload call, so
+// they follow what a caller changes in between. Errors wrap
 // throttle.ErrInvalid.
 func ParseConfig(b []byte) (Config, error) {
 	var c Config
 	if err := conffile.Decode(b, &c); err != nil {
 		return c, fmt.Errorf("%w: config: %v", throttle.ErrInvalid, err)
 	}
-	return c, c.Validate()
+	v := c
+	return c, v.Validate()
 }
 
 // LoadConfig reads and validates a JSON configuration file.
@@ -160,7 +165,12 @@ func LoadConfig(path string) (Config, error) {
 	return ParseConfig(b)
 }
 
-// Validate checks c and fills in defaults. Errors wrap
+// MinTimeout is the shortest IdleTimeout and WriteTimeout: below it a
+// connection could not be served at all.
+const MinTimeout = 10 * time.Millisecond
+
+// Validate checks c and fills in defaults: after it, c holds derived
+// values, so change settings before validating, not after. Errors wrap
 // throttle.ErrInvalid.
 func (c *Config) Validate() error {
 	bad := func(f string, a ...any) error {
@@ -209,14 +219,14 @@ func (c *Config) Validate() error {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = Duration(5 * time.Minute)
 	}
-	if c.IdleTimeout < 0 {
-		return bad("idle_timeout must be positive")
+	if c.IdleTimeout < Duration(MinTimeout) {
+		return bad("idle_timeout %v: must be at least %v", time.Duration(c.IdleTimeout), MinTimeout)
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = min(Duration(10*time.Second), c.IdleTimeout)
 	}
-	if c.WriteTimeout < 0 {
-		return bad("write_timeout must be positive")
+	if c.WriteTimeout < Duration(MinTimeout) {
+		return bad("write_timeout %v: must be at least %v", time.Duration(c.WriteTimeout), MinTimeout)
 	}
 	if c.MaxKeys == 0 {
 		c.MaxKeys = 1_000_000

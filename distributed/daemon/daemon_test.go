@@ -568,3 +568,27 @@ func ExampleServer() {
 	// OK
 	// NO
 }
+
+// DefaultConfig, ParseConfig and LoadConfig return the configuration as
+// written: derived settings follow what a caller changes before New.
+// (DefaultConfig returned a validated config, so WriteTimeout stayed 10s
+// after IdleTimeout was set to 1s.) Absurd timeouts are refused.
+func TestConfigDerivedAndTimeouts(t *testing.T) {
+	c := daemon.DefaultConfig()
+	c.IdleTimeout = daemon.Duration(time.Second)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.WriteTimeout != daemon.Duration(time.Second) || c.MaxTagLen != 256 {
+		t.Fatalf("DefaultConfig with idle_timeout 1s, validated: write_timeout %v, max_tag_len %d; want 1s, 256",
+			time.Duration(c.WriteTimeout), c.MaxTagLen)
+	}
+	for _, f := range []string{"idle_timeout", "write_timeout"} {
+		for _, v := range []string{"1ns", "1ms", "-1s"} {
+			js := fmt.Sprintf(`{"listen":["x:1"],"default":{"rate":"1/s","burst":1},%q:%q}`, f, v)
+			if _, err := daemon.ParseConfig([]byte(js)); !errors.Is(err, throttle.ErrInvalid) {
+				t.Errorf("%s %s: %v, want an error wrapping ErrInvalid", f, v, err)
+			}
+		}
+	}
+}

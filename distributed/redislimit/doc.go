@@ -69,8 +69,13 @@
 // microseconds per call instead of a timeout, and lets one probe through
 // per cooldown.
 //
-// A key that holds data the scripts cannot read (another type, a value
-// written by something else) is that key's failure, not an outage: its
+// Errors are classified by Redis's error code, not by the key they
+// name: out of memory (OOM under noeviction), a read-only replica
+// (READONLY), MASTERDOWN, LOADING, BUSY, CLUSTERDOWN, TRYAGAIN and every
+// other error reply are the server's state, so they are failures like a
+// timeout: the policy answers, the breaker counts them. Only a key of
+// another type (WRONGTYPE) or a value the scripts' own validation rejects
+// (written by something else) is that key's failure, not an outage: its
 // calls fail with an error wrapping throttle.ErrInvalid that names the
 // Redis key to delete, no policy admits it, and the breaker and the other
 // keys are unaffected.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -355,11 +356,23 @@ func TestBadDataIsThatKeysError(t *testing.T) {
 		if err := c.Set(ctx, prefix+"sl:{victim}:meta", "-3 x", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		for _, lim := range []throttle.Limiter{l, sl} {
+		// A string the scripts' own validation rejects, in the bucket and
+		// in the sliding log's entries.
+		if err := c.Set(ctx, prefix+"tb:garbage", "12x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.RPush(ctx, prefix+"sl:{garbage}:log", "x 1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, bad := range []struct {
+			lim throttle.Limiter
+			key string
+		}{{l, "victim"}, {sl, "victim"}, {l, "garbage"}, {sl, "garbage"}} {
+			lim := bad.lim
 			for i := range 10 {
-				d, err := lim.Allow(ctx, "victim", 1)
+				d, err := lim.Allow(ctx, bad.key, 1)
 				if !errors.Is(err, throttle.ErrInvalid) || errors.Is(err, throttle.ErrUnavailable) || d.Allowed {
-					t.Fatalf("%v, call %d on the bad key: %+v, %v; want that key's error, not admitted", policy, i, d, err)
+					t.Fatalf("%v, call %d on the bad key %s: %+v, %v; want that key's error, not admitted", policy, i, bad.key, d, err)
 				}
 			}
 			if d, err := lim.Allow(ctx, "other", 1); err != nil || !d.Allowed {
@@ -418,5 +431,125 @@ func TestFaultConcurrencyNoLeak(t *testing.T) {
 	fmt.Sscan(n, &inRedis)
 	if inRedis != held.Load() {
 		t.Errorf("Redis holds %d units, the process %d: %d held by nobody", inRedis, held.Load(), inRedis-held.Load())
+	}
+}
+
+// countingLimiter counts the calls that reach it.
+type countingLimiter struct {
+	throttle.Limiter
+	calls atomic.Int64
+}
+
+func (c *countingLimiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	c.calls.Add(1)
+	return c.Limiter.Allow(ctx, key, n)
+}
+
+// A server that answers every script with an error about its own state
+// (out of memory under noeviction, a read-only replica) is an outage, not
+// bad data in the key: FailOpen admits, the fallback is asked, the
+// breaker opens, and the error wraps ErrUnavailable, not ErrInvalid.
+// (Every call failed with ErrInvalid before: Redis's OOM and READONLY
+// errors inside a script name @user_script.)
+func TestServerStateIsAnOutage(t *testing.T) {
+	master := redistest.Start(t, "--repl-diskless-sync-delay", "0")
+	master.NeedOwn(t)
+	replica := redistest.Start(t)
+	if _, err := redistest.Do(replica.Addr, time.Second, "REPLICAOF", "127.0.0.1", fmt.Sprint(master.Port())); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		srv   *redistest.Server
+		setup func()
+	}{
+		{"OOM", master, func() {
+			for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+				if _, err := redistest.Do(master.Addr, time.Second, "CONFIG", "SET", kv[0], kv[1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"READONLY", replica, func() {
+			for {
+				info, err := redistest.Do(replica.Addr, time.Second, "INFO", "replication")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(info, "master_link_status:up") {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.setup()
+			c := newClient(t, tc.srv)
+			ctx := context.Background()
+			local, err := tokenbucket.New(throttle.PerHour(1), 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fb := &countingLimiter{Limiter: local}
+			prefix := uniquePrefix()
+			build := func(opts ...Option) []throttle.Limiter {
+				opts = append(opts, WithPrefix(prefix), WithBreaker(0, 0))
+				tb, err1 := NewTokenBucket(c, throttle.PerHour(1), 1, opts...)
+				sl, err2 := NewSlidingLog(c, 1, time.Hour, opts...)
+				fw, err3 := NewFixedWindow(c, 1, time.Hour, opts...)
+				cc, err4 := NewConcurrency(c, 1, time.Hour, opts...)
+				if err := errors.Join(err1, err2, err3, err4); err != nil {
+					t.Fatal(err)
+				}
+				if tc.name == "OOM" {
+					// The concurrency script's first write (ZREMRANGEBYSCORE)
+					// lets Redis run the rest of it whatever the memory.
+					return []throttle.Limiter{tb, sl, fw}
+				}
+				return []throttle.Limiter{tb, sl, fw, cc}
+			}
+			for i, l := range build(WithPolicy(FailClosed)) {
+				if _, err := l.Allow(ctx, "k", 1); !errors.Is(err, throttle.ErrUnavailable) || errors.Is(err, throttle.ErrInvalid) {
+					t.Fatalf("FailClosed limiter %d: %v; want ErrUnavailable, not ErrInvalid", i, err)
+				}
+			}
+			for i, l := range build(WithPolicy(FailOpen)) {
+				for range 3 {
+					if d, err := l.Allow(ctx, "k", 1); err != nil || !d.Allowed {
+						t.Fatalf("FailOpen limiter %d: %+v, %v; want admitted", i, d, err)
+					}
+				}
+			}
+			for i, l := range build(WithFallback(fb)) {
+				before := fb.calls.Load()
+				if d, err := l.Allow(ctx, "k", 1); err != nil || !d.Allowed || fb.calls.Load() != before+1 {
+					t.Fatalf("fallback limiter %d: %+v, %v, fallback asked %d times; want admitted by the fallback", i, d, err, fb.calls.Load()-before)
+				}
+			}
+			// Three such errors open the breaker: it stays open for its
+			// cooldown even though a healthy server answers meanwhile.
+			l, err := NewTokenBucket(newClient(t, master), throttle.PerHour(1), 1, WithPrefix(prefix), WithBreaker(3, time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.name == "READONLY" {
+				l, err = NewTokenBucket(c, throttle.PerHour(1), 1, WithPrefix(prefix), WithBreaker(3, time.Hour))
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 3 {
+				_, _ = l.Allow(ctx, "k", 1)
+			}
+			if tc.name == "OOM" {
+				if _, err := redistest.Do(master.Addr, time.Second, "CONFIG", "SET", "maxmemory", "0"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := l.Allow(ctx, "k", 1); !errors.Is(err, throttle.ErrUnavailable) {
+				t.Fatalf("after 3 server errors: %v; want the open breaker's ErrUnavailable", err)
+			}
+		})
 	}
 }

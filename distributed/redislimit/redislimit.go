@@ -333,16 +333,38 @@ func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any
 	return nil, c.failedCall(ctx, err, probe)
 }
 
-// isDataError reports whether err is Redis's answer that a key holds data
-// the script cannot use (another type, or a value it cannot parse), as
-// opposed to a failure to answer.
+// badValueCode is the error code the scripts raise when a key holds a
+// value no limiter wrote (see bad in lua/prelude.lua).
+const badValueCode = "THROTTLE_BADVALUE"
+
+// isDataError reports whether err is Redis's answer that the key holds
+// data the script cannot use: a value of another type (WRONGTYPE), or
+// one the script's own validation rejected. Every other error reply
+// (OOM, READONLY, MASTERDOWN, LOADING, BUSY, CLUSTERDOWN, TRYAGAIN, ...)
+// is the server's state, whatever key it names: a failure to answer.
 func isDataError(err error) bool {
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
 		return false
 	}
-	msg := rerr.Error()
-	return strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "user_script") || strings.Contains(msg, "Error running script")
+	switch errorCode(rerr.Error()) {
+	case "WRONGTYPE", badValueCode:
+		return true
+	}
+	return false
+}
+
+// errorCode returns the code of a Redis error reply: its first word, or,
+// for an error raised inside a script by Redis before 7 ("ERR Error
+// running script ...: -CODE message"), the code of the inner error.
+func errorCode(msg string) string {
+	code, _, _ := strings.Cut(msg, " ")
+	if code == "ERR" && strings.Contains(msg, "Error running script") {
+		if _, inner, ok := strings.Cut(msg, ": -"); ok {
+			code, _, _ = strings.Cut(inner, " ")
+		}
+	}
+	return code
 }
 
 // failed records a failed call and returns its error.

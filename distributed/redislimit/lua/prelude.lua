@@ -21,11 +21,19 @@ if ARGV[1] == '1' then
 end
 local ttlfloor = (ARGV[4] + 0)
 
+-- bad fails the script with the limiter's own error code: the key holds a
+-- value no limiter wrote (the client reports it as that key's bad data;
+-- every other error is the server's state).
+local function bad(key, v)
+  error({err = 'THROTTLE_BADVALUE ' .. key .. ' holds ' .. string.format('%q', string.sub(v or '', 1, 40))})
+end
+
 -- rel turns a stored absolute instant into an offset from R (nil stays nil).
 -- An instant is stored as its decimal nanoseconds, with a minus sign before
 -- 1970; the last nine digits are read apart so that every step is exact.
 local function rel(v)
   if not v then return nil end
+  if not string.find(v, '^%-?%d+$') then bad(KEYS[1], v) end
   local neg = string.byte(v, 1) == 45 -- '-'
   if neg then v = string.sub(v, 2) end
   local l, hi, lo = #v, 0, 0

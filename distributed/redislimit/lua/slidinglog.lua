@@ -7,12 +7,14 @@
 local W, L, n = (ARGV[5] + 0), (ARGV[6] + 0), (ARGV[7] + 0)
 local function parse(e)
   local ts, c = string.match(e, '^(%-?%d+) (%d+)$')
+  if not ts then bad(KEYS[1], e) end
   return rel(ts), (c + 0), ts
 end
 local total = 0
 local m = redis.call('GET', KEYS[2])
 if m then
   local t, s = string.match(m, '^(%d+) (%-?%d+)$')
+  if not t then bad(KEYS[2], m) end
   total = (t + 0)
   local seen = rel(s)
   if now < seen then now = seen end
