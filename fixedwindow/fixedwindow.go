@@ -194,7 +194,7 @@ func (c *config) fill(d *throttle.Decision, now int64, ok bool, count, end int64
 	if !ok {
 		retry = end - now
 	}
-	limiterkit.Fill(d, ok, c.limit, c.limit-count, retry, end-now)
+	limiterkit.Fill(d, ok, c.limit, max(c.limit-count, 0), retry, end-now) // count > limit after SetLimit lowered it
 }
 
 // full reports whether the live word w holds no units at now.
@@ -211,6 +211,17 @@ func (c *config) full(w, now int64) bool {
 	tick := now >> c.shift
 	open := tick - c.lay.Since(w, tick)
 	return open-tick > c.skew || now-open<<c.shift >= c.window
+}
+
+// withLimit returns a copy of c with another limit, in the same layout,
+// so that the words c wrote keep their meaning.
+func (c *config) withLimit(limit int) (*config, error) {
+	if limit <= 0 || int64(limit) > c.lay.Max() {
+		return nil, fmt.Errorf("%w: fixedwindow: SetLimit(%d): want 1 to %d, what the counters sized at New hold", throttle.ErrInvalid, limit, c.lay.Max())
+	}
+	nc := *c
+	nc.limit = int64(limit)
+	return &nc, nil
 }
 
 func (c *config) checkN(n int) error {
@@ -351,7 +362,7 @@ func (s *state) full(w, now int64) bool { return s.cfg.Load().full(w, now) }
 // fail with an error wrapping throttle.ErrInvalid; create it with New or
 // NewAnchored.
 type Limiter struct {
-	c *config
+	c atomic.Pointer[config] // replaced by SetLimit
 	m *keyed.Map[state, *state]
 }
 
@@ -380,7 +391,9 @@ func newLimiter(limit int, w time.Duration, anchored bool, opts []throttle.Optio
 	}
 	m := keyed.New[state](s)
 	m.SetDebts(c)
-	return &Limiter{c: c, m: m}, nil
+	l := &Limiter{m: m}
+	l.c.Store(c)
+	return l, nil
 }
 
 // Allow admits n units for key if its current window has room for them;
@@ -390,7 +403,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decisi
 	if l.m == nil {
 		return d, errZero
 	}
-	c := l.c
+	c := l.c.Load()
 	s, now, err := l.m.Begin(key, n, int(c.limit))
 	if err != nil {
 		return d, err
@@ -409,10 +422,28 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decisi
 
 // Limit returns the limit per window (0 on a zero Limiter).
 func (l *Limiter) Limit() int {
-	if l.c == nil {
-		return 0
+	if c := l.c.Load(); c != nil {
+		return int(c.limit)
 	}
-	return int(l.c.limit)
+	return 0
+}
+
+// SetLimit changes the limit per window, keeping what each key has used in
+// its window: a key over a lowered limit is denied until its window
+// closes. The counters are sized for the limit given to New: limit may be
+// up to Capacity(). A decision racing with SetLimit is judged against
+// either limit. Errors wrap throttle.ErrInvalid.
+func (l *Limiter) SetLimit(limit int) error {
+	return window.SetLimit(&l.c, limit, (*config).withLimit, errZero)
+}
+
+// Capacity returns the largest limit SetLimit accepts: what the counters
+// sized at New hold (0 on a zero Limiter).
+func (l *Limiter) Capacity() int {
+	if c := l.c.Load(); c != nil {
+		return int(c.lay.Max())
+	}
+	return 0
 }
 
 // Len returns the number of keys tracked.

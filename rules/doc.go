@@ -59,6 +59,7 @@
 // to WithReloadHook and to WithObserver as a throttle.EventWarning. When a
 // rule's limit changes, its limiter is adjusted in place (SetRate and
 // SetBurst, or SetLimit for a window of the same length), so what each key
-// has used is kept; a limit that changes form, or a limiter without those
+// has used is kept; a limit that changes form or window length, a window
+// limit raised past its limiter's Capacity, or a limiter without those
 // methods, is rebuilt empty.
 package rules

@@ -128,7 +128,9 @@ func WithReloadHook(f func(error)) Option { return func(c *config) { c.onReload 
 // prefix's limit, separately. A reload that changes a limit adjusts its
 // limiter in place when it can (what keys have used is kept, as SetRate,
 // SetBurst and SetLimit keep it); a key that moves to another rule or tier
-// starts afresh there.
+// starts afresh there, and so does every key of a window limit raised past
+// what its limiter's counters hold (its Capacity: below the next power of
+// two of the limit it was built with).
 type Limiter struct {
 	cur atomic.Pointer[table]
 	cfg config
@@ -340,6 +342,9 @@ func adjustable(old *live, lim Limit) bool {
 		return ok
 	case old.lim.IsWindow() && lim.IsWindow() && old.lim.Window == lim.Window:
 		_, ok := old.l.(limitSetter)
+		if c, sized := old.l.(interface{ Capacity() int }); sized && lim.Count > c.Capacity() {
+			return false // past what its counters hold: rebuilt
+		}
 		return ok
 	}
 	return false

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/rules"
+	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -580,4 +582,77 @@ func (s *settable) SetLimit(n int) error {
 	defer s.mu.Unlock()
 	s.limit = n
 	return nil
+}
+
+// Reloading a window limit keeps what each key used in its window:
+// lowering 100/h to 50/h does not hand a key that used 100 another 50. The
+// window limiters' SetLimit does it, for the default factory's sliding
+// window and for the fixed window.
+func TestReloadWindowKeepsUsage(t *testing.T) {
+	type windowLimiter interface {
+		throttle.Limiter
+		SetLimit(int) error
+		Capacity() int
+	}
+	for name, build := range map[string]func(lim rules.Limit, opts ...throttle.Option) (windowLimiter, error){
+		"slidingwindow": func(lim rules.Limit, opts ...throttle.Option) (windowLimiter, error) {
+			return slidingwindow.New(lim.Count, lim.Window, opts...)
+		},
+		"slotted": func(lim rules.Limit, opts ...throttle.Option) (windowLimiter, error) {
+			return slidingwindow.NewSlotted(lim.Count, lim.Window, 6, opts...)
+		},
+		"fixedwindow": func(lim rules.Limit, opts ...throttle.Option) (windowLimiter, error) {
+			return fixedwindow.New(lim.Count, lim.Window, opts...)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := throttletest.NewClock()
+			var built []windowLimiter
+			factory := func(_ string, lim rules.Limit) (throttle.Limiter, error) {
+				l, err := build(lim, throttle.WithClock(clk))
+				built = append(built, l)
+				return l, err
+			}
+			doc := func(limit int) *rules.Config {
+				c, err := rules.Parse([]byte(fmt.Sprintf(`{"default": {"limit": %d, "window": "1h"}}`, limit)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			l, err := rules.New(doc(100), rules.WithFactory(factory))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			steps := []struct{ limit, want int }{
+				{100, 100},   // the first hour
+				{50, 0},      // lowered: the 100 used stay used
+				{120, 20},    // raised: the difference
+				{1000, 1000}, // past the counters' capacity (127): rebuilt, empty
+			}
+			for i, s := range steps {
+				if i > 0 {
+					if err := l.Update(doc(s.limit)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := admitted(t, l, "k"); got != s.want {
+					t.Fatalf("limit %d: %d admitted, want %d", s.limit, got, s.want)
+				}
+			}
+			if len(built) != 2 || built[0].Capacity() != 127 {
+				t.Fatalf("built %d limiters, capacity %d", len(built), built[0].Capacity())
+			}
+			for _, bad := range []int{0, -1, built[1].Capacity() + 1} {
+				if err := built[1].SetLimit(bad); !errors.Is(err, throttle.ErrInvalid) {
+					t.Fatalf("SetLimit(%d): %v", bad, err)
+				}
+			}
+		})
+	}
+	var zero slidingwindow.Limiter
+	if err := zero.SetLimit(1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("zero Limiter: %v", err)
+	}
 }

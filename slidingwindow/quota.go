@@ -22,4 +22,4 @@ func (c *config) quota() throttle.Quota {
 func (w *Window) Quota() throttle.Quota { return w.c.quota() }
 
 // Quota reports the limit per window.
-func (l *Limiter) Quota() throttle.Quota { return l.c.quota() }
+func (l *Limiter) Quota() throttle.Quota { return l.c.Load().quota() }

@@ -146,6 +146,17 @@ func newConfig(limit int, w time.Duration, slots int) (*config, error) {
 	return c, nil
 }
 
+// withLimit returns a copy of c with another limit, in the same layout,
+// so that the words c wrote keep their meaning.
+func (c *config) withLimit(limit int) (*config, error) {
+	if limit <= 0 || int64(limit) > c.lay.Max() {
+		return nil, fmt.Errorf("%w: slidingwindow: SetLimit(%d): want 1 to %d, what the counters sized at New hold", throttle.ErrInvalid, limit, c.lay.Max())
+	}
+	nc := *c
+	nc.limit = int64(limit)
+	return &nc, nil
+}
+
 func (c *config) checkN(n int) error {
 	if n <= 0 || int64(n) > c.limit {
 		return limiterkit.CheckN(n, int(c.limit))
@@ -205,7 +216,7 @@ func (c *config) fillWeighted(d *throttle.Decision, now, n int64, ok bool, start
 		limiterkit.Fill(d, false, c.limit, max(c.limit-used, 0), start+retry-now, start+reset-now)
 		return
 	}
-	limiterkit.Fill(d, true, c.limit, c.limit-used-n, 0, start+2*c.window-now)
+	limiterkit.Fill(d, true, c.limit, max(c.limit-used-n, 0), 0, start+2*c.window-now)
 }
 
 // stepDecision is stepWeighted filling the Decision, for Algorithm.
@@ -306,7 +317,7 @@ func (c *config) decideSlotted(d *throttle.Decision, w *atomic.Int64, ring *atom
 			c.publish(c.ringOf(ring), from, left)
 		}
 		if w.CompareAndSwap(old, c.lay.Pack2(at, total+n, cur+n)) {
-			limiterkit.Fill(d, true, c.limit, c.limit-total-n, 0, (at+k)*c.slot-now)
+			limiterkit.Fill(d, true, c.limit, max(c.limit-total-n, 0), 0, (at+k)*c.slot-now)
 			return true
 		}
 	}
@@ -521,7 +532,7 @@ func (s *slotted) full(w, now int64) bool { return s.cfg.Load().fullSlotted(w, n
 // usable: its methods fail with an error wrapping throttle.ErrInvalid;
 // create it with New or NewSlotted.
 type Limiter struct {
-	c  *config
+	c  atomic.Pointer[config]          // replaced by SetLimit
 	wm *keyed.Map[weighted, *weighted] // weighted form
 	sm *keyed.Map[slotted, *slotted]   // slotted form
 }
@@ -553,7 +564,8 @@ func newLimiter(limit int, w time.Duration, slots int, opts []throttle.Option) (
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{c: c}
+	l := &Limiter{}
+	l.c.Store(c)
 	if slots == 0 {
 		l.wm = keyed.New[weighted](s)
 		l.wm.SetDebts(weightedDebts{c})
@@ -568,7 +580,7 @@ func newLimiter(limit int, w time.Duration, slots int, opts []throttle.Option) (
 // Window.AllowN for the Decision. It ignores ctx. Errors wrap ErrInvalid
 // (bad key or n), ErrExceedsLimit (n > limit) or ErrClosed.
 func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
-	c := l.c
+	c := l.c.Load()
 	if c == nil {
 		return d, errZero
 	}
@@ -606,10 +618,28 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decisi
 
 // Limit returns the limit (0 on a zero Limiter).
 func (l *Limiter) Limit() int {
-	if l.c == nil {
-		return 0
+	if c := l.c.Load(); c != nil {
+		return int(c.limit)
 	}
-	return int(l.c.limit)
+	return 0
+}
+
+// SetLimit changes the limit per window, keeping what each key has used:
+// a key over a lowered limit is denied until enough of its units have
+// left the window. The counters are sized for the limit given to New:
+// limit may be up to Capacity(). A decision racing with SetLimit is
+// judged against either limit. Errors wrap throttle.ErrInvalid.
+func (l *Limiter) SetLimit(limit int) error {
+	return window.SetLimit(&l.c, limit, (*config).withLimit, errZero)
+}
+
+// Capacity returns the largest limit SetLimit accepts: what the counters
+// sized at New hold (0 on a zero Limiter).
+func (l *Limiter) Capacity() int {
+	if c := l.c.Load(); c != nil {
+		return int(c.lay.Max())
+	}
+	return 0
 }
 
 // Len returns the number of keys tracked.

@@ -52,6 +52,28 @@ func NewLayout(limit int64, counts uint) (Layout, bool) {
 	return Layout{cb: cb, cmask: 1<<cb - 1, shift: shift, tb: 63 - shift}, true
 }
 
+// Max returns the largest count a word of l holds.
+func (l Layout) Max() int64 { return l.cmask }
+
+// SetLimit replaces the configuration in p by with(c, limit), a copy of
+// it with another limit, retrying when p changed meanwhile: the
+// SetLimit of the keyed window limiters. zero is the error of an empty p.
+func SetLimit[C any](p *atomic.Pointer[C], limit int, with func(*C, int) (*C, error), zero error) error {
+	for {
+		c := p.Load()
+		if c == nil {
+			return zero
+		}
+		nc, err := with(c, limit)
+		if err != nil {
+			return err
+		}
+		if p.CompareAndSwap(c, nc) {
+			return nil
+		}
+	}
+}
+
 // TagBits returns the width of the tag.
 func (l Layout) TagBits() uint { return l.tb }
 
