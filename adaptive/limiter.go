@@ -130,6 +130,7 @@ type Limiter struct {
 	limit float64 // the unrounded limit: only the closer of a window uses it
 	alg   Algorithm
 	cfg   Config
+	key   string // the key of a Keyed limiter, for its events
 	clock clock.Source
 
 	waiters atomic.Int64 // goroutines in Hold's wait
@@ -317,7 +318,7 @@ func (l *Limiter) close(now int64) {
 	}
 	if l.cfg.Observer != nil && lim != old {
 		cur := int(l.word.Load() & inMask)
-		l.cfg.Observer.Observe(throttle.Event{Kind: throttle.EventLimit, Limiter: l.cfg.Name, N: cur,
+		l.cfg.Observer.Observe(throttle.Event{Kind: throttle.EventLimit, Limiter: l.cfg.Name, Key: l.key, N: cur,
 			Decision: throttle.Decision{Allowed: true, Limit: int(lim), Remaining: max(int(lim)-cur, 0)}, Latency: w.AvgRTT})
 	}
 }
