@@ -188,9 +188,10 @@ func (l *Limiter) InFlight() int { return int(l.word.Load() & inMask) }
 func (l *Limiter) Quota() throttle.Quota { return throttle.Quota{Limit: l.Limit()} }
 
 // Allow takes n units if they fit under the current limit; give them back
-// with Release. The key is ignored and ctx is not waited on. Errors wrap
-// throttle.ErrInvalid (n <= 0) or throttle.ErrExceedsLimit (n above
-// Config.Max).
+// with Release. n above the current limit but within Config.Max is
+// denied, as the limit may grow. The key is ignored and ctx is not waited
+// on. Errors wrap throttle.ErrInvalid (n <= 0) or throttle.ErrExceedsLimit
+// (n above Config.Max).
 func (l *Limiter) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
 	if n <= 0 || n > l.cfg.Max {
 		return d, limiterkit.CheckN(n, l.cfg.Max)

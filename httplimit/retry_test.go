@@ -96,3 +96,28 @@ func ExampleRetryTransport() {
 	client := &http.Client{Transport: &httplimit.RetryTransport{Policy: policy}}
 	_ = client
 }
+
+// FuzzRetryAfter: whatever Retry-After an upstream sends (huge, negative,
+// a date, garbage), RetryTransport never waits longer than the policy's
+// bound and never panics.
+func FuzzRetryAfter(f *testing.F) {
+	for _, v := range []string{"1", "0", "-5", "99999999999999999999", "9223372036", "Wed, 21 Oct 2015 07:28:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT", " 2 ", "1.5", "\x00"} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, after string) {
+		synctest.Test(t, func(t *testing.T) {
+			p := &retry.Policy{MaxAttempts: 2, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, MaxRetryAfter: 2 * time.Second}
+			base, bodies := script(after, 429, 200)
+			r, _ := http.NewRequest("GET", "http://upstream.test/", nil)
+			start := time.Now()
+			resp, err := (&httplimit.RetryTransport{Base: base, Policy: p}).RoundTrip(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if el := time.Since(start); el > 2*time.Second || len(*bodies) > 2 {
+				t.Fatalf("Retry-After %q: waited %v, %d attempts", after, el, len(*bodies))
+			}
+		})
+	})
+}
