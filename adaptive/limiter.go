@@ -276,11 +276,12 @@ func (l *Limiter) sample(rtt, inFlight int64, o Outcome) (due bool) {
 	return total >= ws && (total < 2*ws || mine%8 == 0)
 }
 
-// closeIfDue closes the open window if it is at least Config.Window old
-// and nobody else is closing it.
+// closeIfDue closes the open window if it is at least Config.Window old,
+// or opened in the future of a clock that stepped back, and nobody else is
+// closing it.
 func (l *Limiter) closeIfDue(now int64) {
 	start := l.start.Load()
-	if start == busy || now-start < int64(l.cfg.Window) || !l.start.CompareAndSwap(start, busy) {
+	if age := now - start; start == busy || age >= 0 && age < int64(l.cfg.Window) || !l.start.CompareAndSwap(start, busy) {
 		return
 	}
 	l.close(now)
