@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/throttlekit/throttle/adaptive"
 	"github.com/throttlekit/throttle/httplimit"
 	"github.com/throttlekit/throttle/retry"
 )
@@ -84,16 +85,27 @@ func TestRetryTransport(t *testing.T) {
 	}
 }
 
-// Retry idempotent requests to an upstream up to 3 times, within a
-// budget shared by every client of that upstream: retries stop when more
-// than about 1 in 10 attempts fail.
+// A client of one upstream with the three protections stacked: retries
+// (idempotent requests, up to 3 attempts, within a budget shared by every
+// client of that upstream) outermost, so that each attempt passes the
+// SRE throttle and then an adaptive limit on requests in flight.
 func ExampleRetryTransport() {
 	budget, err := retry.NewBudget(10, 0.1)
 	if err != nil {
 		panic(err)
 	}
 	policy := &retry.Policy{MaxAttempts: 3, MaxRetryAfter: 5 * time.Second, Budget: budget}
-	client := &http.Client{Transport: &httplimit.RetryTransport{Policy: policy}}
+	th, err := adaptive.NewThrottler(adaptive.ThrottlerConfig{})
+	if err != nil {
+		panic(err)
+	}
+	lim, err := adaptive.New(&adaptive.Vegas{}, adaptive.Config{})
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: &httplimit.RetryTransport{Policy: policy,
+		Base: &httplimit.ThrottledTransport{Throttler: th,
+			Base: &httplimit.Transport{Limiter: lim}}}}
 	_ = client
 }
 
