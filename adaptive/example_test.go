@@ -124,3 +124,16 @@ func ExampleThrottled() {
 	// Output:
 	// dropped locally: true
 }
+
+// A limit per downstream host, each found by its own Gradient2.
+func ExampleKeyed() {
+	k, err := adaptive.NewKeyed(func() adaptive.Algorithm { return &adaptive.Gradient2{} }, adaptive.Config{Initial: 8})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	d, release, _ := k.TryHold(ctx, "db-1.internal", 1)
+	defer release()
+	fmt.Println(d.Allowed, d.Limit)
+	// Output: true 8
+}

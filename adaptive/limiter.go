@@ -130,6 +130,7 @@ type Limiter struct {
 	limit float64 // the unrounded limit: only the closer of a window uses it
 	alg   Algorithm
 	cfg   Config
+	key   string // the key of a Keyed limiter, for its events
 	clock clock.Source
 
 	waiters atomic.Int64 // goroutines in Hold's wait
@@ -187,9 +188,10 @@ func (l *Limiter) InFlight() int { return int(l.word.Load() & inMask) }
 func (l *Limiter) Quota() throttle.Quota { return throttle.Quota{Limit: l.Limit()} }
 
 // Allow takes n units if they fit under the current limit; give them back
-// with Release. The key is ignored and ctx is not waited on. Errors wrap
-// throttle.ErrInvalid (n <= 0) or throttle.ErrExceedsLimit (n above
-// Config.Max).
+// with Release. n above the current limit but within Config.Max is
+// denied, as the limit may grow. The key is ignored and ctx is not waited
+// on. Errors wrap throttle.ErrInvalid (n <= 0) or throttle.ErrExceedsLimit
+// (n above Config.Max).
 func (l *Limiter) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
 	if n <= 0 || n > l.cfg.Max {
 		return d, limiterkit.CheckN(n, l.cfg.Max)
@@ -274,11 +276,12 @@ func (l *Limiter) sample(rtt, inFlight int64, o Outcome) (due bool) {
 	return total >= ws && (total < 2*ws || mine%8 == 0)
 }
 
-// closeIfDue closes the open window if it is at least Config.Window old
-// and nobody else is closing it.
+// closeIfDue closes the open window if it is at least Config.Window old,
+// or opened in the future of a clock that stepped back, and nobody else is
+// closing it.
 func (l *Limiter) closeIfDue(now int64) {
 	start := l.start.Load()
-	if start == busy || now-start < int64(l.cfg.Window) || !l.start.CompareAndSwap(start, busy) {
+	if age := now - start; start == busy || age >= 0 && age < int64(l.cfg.Window) || !l.start.CompareAndSwap(start, busy) {
 		return
 	}
 	l.close(now)
@@ -317,7 +320,7 @@ func (l *Limiter) close(now int64) {
 	}
 	if l.cfg.Observer != nil && lim != old {
 		cur := int(l.word.Load() & inMask)
-		l.cfg.Observer.Observe(throttle.Event{Kind: throttle.EventLimit, Limiter: l.cfg.Name, N: cur,
+		l.cfg.Observer.Observe(throttle.Event{Kind: throttle.EventLimit, Limiter: l.cfg.Name, Key: l.key, N: cur,
 			Decision: throttle.Decision{Allowed: true, Limit: int(lim), Remaining: max(int(lim)-cur, 0)}, Latency: w.AvgRTT})
 	}
 }

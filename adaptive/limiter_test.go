@@ -268,3 +268,23 @@ func TestAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestClockStepsBack: an injected clock stepped back an hour does not
+// freeze the limit until it catches up; the next due window closes.
+func TestClockStepsBack(t *testing.T) {
+	clk := throttletest.NewClock()
+	f := &fixed{to: 7}
+	l := mustNew(t, f, Config{Initial: 10, Window: time.Second, WindowSamples: 1}, clk)
+	clk.Advance(-time.Hour)
+	l.Allow(bg, "", 1)
+	l.Release(1, time.Millisecond, Success)
+	if len(f.seen) != 1 || l.Limit() != 7 {
+		t.Fatalf("after the clock stepped back: %d windows, limit %d", len(f.seen), l.Limit())
+	}
+	// The window that opened at the stepped-back time runs its full length.
+	l.Allow(bg, "", 1)
+	l.Release(1, time.Millisecond, Success)
+	if len(f.seen) != 1 {
+		t.Fatal("a window closed before its length")
+	}
+}

@@ -54,6 +54,11 @@ const (
 // backend answered with anything but an overload refusal. It is safe for
 // concurrent use by multiple goroutines, lock-free, and allocates
 // nothing. The zero value is not usable; create one with NewThrottler.
+//
+// The window is 16 buckets of time. If an injected clock steps back, the
+// buckets it left are not counted until it comes back to them, and the
+// Throttler drops less meanwhile; a step forward empties the window.
+// Either way it counts afresh from there.
 type Throttler struct {
 	b        [buckets]atomic.Uint64
 	width    int64 // ns per bucket

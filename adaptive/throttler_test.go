@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,4 +165,23 @@ func poisson(r *rand.Rand, m float64) int {
 		n++
 	}
 	return n
+}
+
+// TestThrottlerConcurrentCounts: racing Allow and Accept lose no count.
+func TestThrottlerConcurrentCounts(t *testing.T) {
+	clk := throttletest.NewClock()
+	th := mustThrottler(t, ThrottlerConfig{}, clk)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				th.Allow(bg, "", 1)
+				th.Accept(1)
+			}
+		})
+	}
+	wg.Wait()
+	if r, a := th.counts(clk.Now().UnixNano()); r != 8000 || a != 8000 {
+		t.Fatalf("counted %v requests, %v accepts; want 8000 each", r, a)
+	}
 }

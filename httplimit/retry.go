@@ -33,16 +33,11 @@ type RetryTransport struct {
 
 var _ http.RoundTripper = (*RetryTransport)(nil)
 
-var zeroPolicy retry.Policy
-
 // RoundTrip sends r, and sends it again while the policy allows.
 func (t *RetryTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	base, p := t.Base, t.Policy
+	base, p := t.Base, t.Policy // a nil Policy is the defaults
 	if base == nil {
 		base = http.DefaultTransport
-	}
-	if p == nil {
-		p = &zeroPolicy
 	}
 	canRetry := (t.RetryNonIdempotent || idempotent(r)) &&
 		(r.Body == nil || r.Body == http.NoBody || r.GetBody != nil)

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/throttlekit/throttle/adaptive"
 	"github.com/throttlekit/throttle/httplimit"
 	"github.com/throttlekit/throttle/retry"
 )
@@ -84,15 +85,51 @@ func TestRetryTransport(t *testing.T) {
 	}
 }
 
-// Retry idempotent requests to an upstream up to 3 times, within a
-// budget shared by every client of that upstream: retries stop when more
-// than about 1 in 10 attempts fail.
+// A client of one upstream with the three protections stacked: retries
+// (idempotent requests, up to 3 attempts, within a budget shared by every
+// client of that upstream) outermost, so that each attempt passes the
+// SRE throttle and then an adaptive limit on requests in flight.
 func ExampleRetryTransport() {
 	budget, err := retry.NewBudget(10, 0.1)
 	if err != nil {
 		panic(err)
 	}
 	policy := &retry.Policy{MaxAttempts: 3, MaxRetryAfter: 5 * time.Second, Budget: budget}
-	client := &http.Client{Transport: &httplimit.RetryTransport{Policy: policy}}
+	th, err := adaptive.NewThrottler(adaptive.ThrottlerConfig{})
+	if err != nil {
+		panic(err)
+	}
+	lim, err := adaptive.New(&adaptive.Vegas{}, adaptive.Config{})
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: &httplimit.RetryTransport{Policy: policy,
+		Base: &httplimit.ThrottledTransport{Throttler: th,
+			Base: &httplimit.Transport{Limiter: lim}}}}
 	_ = client
+}
+
+// FuzzRetryAfter: whatever Retry-After an upstream sends (huge, negative,
+// a date, garbage), RetryTransport never waits longer than the policy's
+// bound and never panics.
+func FuzzRetryAfter(f *testing.F) {
+	for _, v := range []string{"1", "0", "-5", "99999999999999999999", "9223372036", "Wed, 21 Oct 2015 07:28:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT", " 2 ", "1.5", "\x00"} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, after string) {
+		synctest.Test(t, func(t *testing.T) {
+			p := &retry.Policy{MaxAttempts: 2, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, MaxRetryAfter: 2 * time.Second}
+			base, bodies := script(after, 429, 200)
+			r, _ := http.NewRequest("GET", "http://upstream.test/", nil)
+			start := time.Now()
+			resp, err := (&httplimit.RetryTransport{Base: base, Policy: p}).RoundTrip(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if el := time.Since(start); el > 2*time.Second || len(*bodies) > 2 {
+				t.Fatalf("Retry-After %q: waited %v, %d attempts", after, el, len(*bodies))
+			}
+		})
+	})
 }

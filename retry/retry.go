@@ -31,7 +31,8 @@ const (
 )
 
 // Policy says which failures are retried and when. The zero value is the
-// defaults, with no Budget. A Policy must not be changed once in use.
+// defaults, with no Budget, and so is a nil *Policy. A Policy must not be
+// changed once in use.
 type Policy struct {
 	// MaxAttempts caps the attempts, the first included (default 3).
 	MaxAttempts int
@@ -60,6 +61,9 @@ type Policy struct {
 
 // Backoff returns the jittered delay before retry i (1 for the first).
 func (p *Policy) Backoff(i int) time.Duration {
+	if p == nil {
+		p = &zero
+	}
 	base, ceil := p.BaseDelay, p.MaxDelay
 	if base <= 0 {
 		base = DefaultBaseDelay
@@ -84,6 +88,9 @@ func (p *Policy) Backoff(i int) time.Duration {
 // MaxAttempts, not when retryAfter is above MaxRetryAfter, and not when
 // the Budget refuses. It charges the failure to the Budget.
 func (p *Policy) Next(attempt int, retryAfter time.Duration) (delay time.Duration, ok bool) {
+	if p == nil {
+		p = &zero
+	}
 	maxAttempts, maxAfter := p.MaxAttempts, p.MaxRetryAfter
 	if maxAttempts <= 0 {
 		maxAttempts = DefaultMaxAttempts
@@ -103,7 +110,13 @@ func (p *Policy) Next(attempt int, retryAfter time.Duration) (delay time.Duratio
 }
 
 // Succeeded tells the Budget that an attempt succeeded.
-func (p *Policy) Succeeded() { p.Budget.succeed() }
+func (p *Policy) Succeeded() {
+	if p != nil {
+		p.Budget.succeed()
+	}
+}
+
+var zero Policy
 
 // Do calls f until it succeeds, fails in a way Retryable says not to
 // retry, or Next refuses a retry; it waits the back-off between attempts
@@ -112,6 +125,9 @@ func (p *Policy) Succeeded() { p.Budget.succeed() }
 // to repeat (idempotent). Do returns early, with an error wrapping
 // ctx.Err() and the last failure, when ctx ends during a back-off.
 func Do[T any](ctx context.Context, p *Policy, f func(context.Context) (T, error)) (T, error) {
+	if p == nil {
+		p = &zero
+	}
 	retryable := p.Retryable
 	if retryable == nil {
 		retryable = func(err error) bool {
@@ -165,11 +181,11 @@ type Budget struct {
 }
 
 // NewBudget returns a full Budget of maxTokens (in [1, 1e6]) earning
-// ratio (in (0, 1]) of a token per success. Errors wrap
-// throttle.ErrInvalid.
+// ratio (in [0.001, 1]; kept to thousandths) of a token per success.
+// Errors wrap throttle.ErrInvalid.
 func NewBudget(maxTokens int, ratio float64) (*Budget, error) {
-	if maxTokens < 1 || maxTokens > 1e6 || !(ratio > 0 && ratio <= 1) {
-		return nil, fmt.Errorf("%w: retry: NewBudget(%d, %v): want maxTokens in [1, 1e6], ratio in (0, 1]", throttle.ErrInvalid, maxTokens, ratio)
+	if maxTokens < 1 || maxTokens > 1e6 || !(ratio >= 0.001 && ratio <= 1) {
+		return nil, fmt.Errorf("%w: retry: NewBudget(%d, %v): want maxTokens in [1, 1e6], ratio in [0.001, 1]", throttle.ErrInvalid, maxTokens, ratio)
 	}
 	b := &Budget{max: int64(maxTokens) * 1000, ratio: int64(ratio*1000 + 0.5)}
 	b.milli.Store(b.max)

@@ -37,7 +37,7 @@ func TestBackoffFullJitter(t *testing.T) {
 }
 
 func TestBudget(t *testing.T) {
-	for _, bad := range [][2]float64{{0, 0.1}, {10, 0}, {10, 1.5}, {2e6, 0.1}} {
+	for _, bad := range [][2]float64{{0, 0.1}, {10, 0}, {10, 0.0005}, {10, 1.5}, {2e6, 0.1}} {
 		if _, err := retry.NewBudget(int(bad[0]), bad[1]); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("NewBudget(%v) = %v, want ErrInvalid", bad, err)
 		}
@@ -143,4 +143,15 @@ func TestBudgetBoundsOutageLoad(t *testing.T) {
 			t.Errorf("%.0f%% failing: a 10%% budget let the load grow %.3fx", failing*100, ratio)
 		}
 	}
+}
+
+// TestNilPolicy: a nil *Policy is the defaults.
+func TestNilPolicy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := 0
+		retry.Do(bg, nil, func(context.Context) (int, error) { calls++; return 0, throttle.ErrUnavailable })
+		if calls != retry.DefaultMaxAttempts {
+			t.Fatalf("%d calls, want %d", calls, retry.DefaultMaxAttempts)
+		}
+	})
 }
