@@ -448,3 +448,33 @@ func TestFaultLearningConfirmsWithinCapacity(t *testing.T) {
 		g.heal("a", 10*time.Second)
 	})
 }
+
+// TestFaultGrantArrivingExpiredNeverApplies: an answer later than its
+// lease (the client waits up to 30s) is never applied, not even for an
+// instant to the limiter.
+func TestFaultGrantArrivingExpiredNeverApplies(t *testing.T) {
+	scenario(t, issueConfig(), 100, func(g *rig) {
+		g.warm()
+		g.net.set("a", fault{late: 12 * time.Second})
+		c, err := NewClient(g.net, []string{"s1"}, WithClientID("a"), WithMode(Pessimistic), WithRequestTimeout(30*time.Second))
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		defer c.Close()
+		r, err := c.newResource("r", 100, nil)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		var applied []float64
+		r.apply = func(v float64) { applied = append(applied, v) }
+		if err := c.add(r); err != nil {
+			g.t.Fatal(err)
+		}
+		g.res = append(g.res, r)
+		g.run("answers 12s late", 30*time.Second)
+		if len(applied) != 0 {
+			g.t.Errorf("applied %v from leases that arrived expired", applied)
+		}
+		g.net.set("a", fault{})
+	})
+}

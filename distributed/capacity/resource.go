@@ -246,11 +246,11 @@ func (r *Resource) grant(g Grant, sent time.Time) {
 	r.lease = Lease{Capacity: g.Capacity, Expiry: sent.Add(g.Lease), Refresh: g.Refresh}
 	r.leased, r.hadLease = true, true
 	r.safe = g.SafeCapacity
-	r.setLimit(g.Capacity)
 	left := time.Until(r.lease.Expiry)
 	if r.expireLocked(time.Now()) {
-		return // it took longer than the lease to arrive
+		return // it took longer than the lease to arrive: never applied
 	}
+	r.setLimit(g.Capacity)
 	if r.timer == nil {
 		r.timer = time.AfterFunc(left, func() { r.expire(time.Now()) })
 	} else {

@@ -609,7 +609,6 @@ func (s *Server) Release(_ context.Context, req *ReleaseRequest) (*Response, err
 // Status returns a snapshot of the server's leadership and resources.
 func (s *Server) Status() Status {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	now := s.now.Now()
 	st := Status{Leadership: s.lead, Resources: make([]ResourceStatus, 0, len(s.resources))}
 	for _, r := range s.resources {
@@ -625,6 +624,7 @@ func (s *Server) Status() Status {
 		}
 		st.Resources = append(st.Resources, rs)
 	}
+	s.mu.Unlock()
 	slices.SortFunc(st.Resources, func(a, b ResourceStatus) int {
 		switch {
 		case a.ID < b.ID:
