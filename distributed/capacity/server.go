@@ -543,7 +543,9 @@ func (s *Server) divide(r *resource) {
 	r.dirty = false
 }
 
-// expire drops the clients whose lease has run out.
+// expire drops the clients whose lease has run out, and a lowered
+// lease's old size once the old lease has (it may outlive a shorter
+// grant).
 func (r *resource) expire(now int64) {
 	if r.next == 0 || now < r.next {
 		return
@@ -551,7 +553,7 @@ func (r *resource) expire(now int64) {
 	r.next = 0
 	for i := 0; i < len(r.list); {
 		h := r.list[i]
-		if h.expiry <= now {
+		if h.expiry <= now && h.prevUntil <= now {
 			r.remove(h)
 			continue
 		}
@@ -562,7 +564,9 @@ func (r *resource) expire(now int64) {
 				r.wakeAt(h.prevUntil)
 			}
 		}
-		r.wakeAt(h.expiry)
+		if h.expiry > now {
+			r.wakeAt(h.expiry)
+		}
 		i++
 	}
 }
