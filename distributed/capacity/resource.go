@@ -223,14 +223,25 @@ func (r *Resource) request(now time.Time) ResourceRequest {
 	if r.estimate != nil {
 		r.wants = r.estimate(now)
 	}
-	rr := ResourceRequest{Resource: r.id, Wants: r.wants, Priority: r.set.prio, Weight: r.set.weight}
+	return ResourceRequest{Resource: r.id, Wants: r.wants, Priority: r.set.prio, Weight: r.set.weight, Has: r.holdsLocked(now)}
+}
+
+// holds returns what the client holds at now, for a request's Has.
+func (r *Resource) holds(now time.Time) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holdsLocked(now)
+}
+
+func (r *Resource) holdsLocked(now time.Time) float64 {
+	var has float64
 	if r.leased && now.Before(r.lease.Expiry) {
-		rr.Has = r.lease.Capacity
+		has = r.lease.Capacity
 	}
 	if r.has != nil {
-		rr.Has = max(rr.Has, r.has())
+		has = max(has, r.has())
 	}
-	return rr
+	return has
 }
 
 // grant applies a lease asked for at sent, and arms the timer that ends
