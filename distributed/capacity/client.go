@@ -304,8 +304,8 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 			return
 		}
 		sent := time.Now()
-		for i, r := range rs {
-			if try > 0 {
+		if try > 0 {
+			for i, r := range rs {
 				req.Resources[i].Has = r.holds(sent)
 			}
 		}

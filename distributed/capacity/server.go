@@ -155,14 +155,15 @@ func WithSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.see
 // for concurrent use.
 //
 // A new Server is the master (as with Solo) and starts learning: for
-// each resource's LearningDuration (at least its MaxLeaseLength) it only confirms leases that clients
-// say they hold, within capacity, and new clients get 0. Then it divides
-// capacity with the resource's algorithm, recomputing the division when
-// demands change. A grant is min(share, wants, capacity − what the other
-// clients may still hold), where a lowered lease counts at its old size
-// until the client confirms it or it expires, so the sum of unexpired
-// leases never exceeds the capacity (see the package doc for the
-// conditions), also while shares move or a configuration changes.
+// each resource's LearningDuration (at least its MaxLeaseLength) it only
+// confirms leases that clients say they hold, within capacity, and new
+// clients get 0. Then it divides capacity with the resource's algorithm,
+// recomputing the division when demands change. A grant is min(share,
+// wants, capacity − what the other clients may still hold), where a
+// lowered lease counts at its old size until the client confirms it or
+// it expires, so the sum of unexpired leases never exceeds the capacity
+// (see the package doc for the conditions), also while shares move or a
+// configuration changes.
 type Server struct {
 	mu        sync.Mutex
 	cfg       Config
