@@ -283,9 +283,8 @@ func (c *Client) step(ctx context.Context) time.Duration {
 }
 
 // refresh asks for all of rs in one request, following redirects and
-// moving through the addresses on failure. Each attempt is built afresh:
-// it reports what the client holds when it is sent, and a grant counts
-// from then.
+// moving through the addresses on failure. Each attempt reports what the
+// client holds when it is sent, and a grant counts from then.
 func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 	c.mu.Lock()
 	c.lastTrip = now
@@ -297,13 +296,18 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 	c.due = now.Add(c.set.retry << min(c.failures-1, 4))
 	c.mu.Unlock()
 	req := &Request{Client: c.set.id, Resources: make([]ResourceRequest, len(rs))}
-	for range 2*len(c.addrs) + 1 {
+	for i, r := range rs {
+		req.Resources[i] = r.request(now)
+	}
+	for try := range 2*len(c.addrs) + 1 {
 		if ctx.Err() != nil {
 			return
 		}
 		sent := time.Now()
-		for i, r := range rs {
-			req.Resources[i] = r.request(sent)
+		if try > 0 {
+			for i, r := range rs {
+				req.Resources[i].Has = r.holds(sent)
+			}
 		}
 		c.mu.Lock()
 		addr := c.target

@@ -18,9 +18,10 @@
 // network does to the calls (answers lost, late, or hanging for longer
 // than the leases), while shares move, across a master's kill or pause,
 // a restart with shorter leases, and huge wants. The tests check it
-// where it can break: they run real Clients and Servers on an in-memory
-// network under virtual time, inject those faults, and sum every 10ms
-// what the clients' limiters are set to (Resource.Capacity).
+// where it can break: they run real Clients and Servers, on an in-memory
+// network under virtual time and over loopback HTTP/2 through a fault
+// proxy, inject those faults, and sum every 10ms what the clients'
+// limiters are set to (Resource.Capacity).
 //
 // How it holds:
 //   - A lease ends at the client at its expiry, counted on the client's
@@ -32,6 +33,8 @@
 //     client confirms the lower one (a refresh reporting Has at most the
 //     new capacity) or the old lease has expired: a refresh reporting
 //     more means the answer never arrived.
+//   - A server applies no request whose caller has given up on it (its
+//     context is done), so an old request cannot undo a newer one.
 //   - A new master learns for at least the template's MaxLeaseLength,
 //     confirming only what clients say they hold, at most the capacity in
 //     total, and granting newcomers nothing: every lease an earlier master
@@ -44,8 +47,13 @@
 // It assumes that clients uphold their leases and report truthfully what
 // they hold (while learning a server takes their word for it: a client
 // claiming a lease it does not have takes capacity that others hold and
-// have not yet reported), that client ids are unique, and that clocks run
-// at the same rate (their settings may differ). Every lease any master
+// have not yet reported), that client ids are unique, that clocks run at
+// the same rate (their settings may differ), and that a request the
+// client gave up on is not applied after the client's next one: the
+// in-memory Network ensures it; over HTTP the server drops a request once
+// the client's cancellation or deadline reaches it, but one held up in
+// the network past the client's timeout and then handled just behind the
+// client's next request could still be applied. Every lease any master
 // gave out must be at most MaxLeaseLength long. A client without a lease
 // uses its Mode's capacity: Pessimistic 0, so the guarantee covers all it
 // enforces; Safe (the default) the safe capacity, which comes on top;

@@ -119,8 +119,11 @@ func (e *testElection) set(l Leadership) {
 }
 
 // rig runs clients and servers on virtual time and samples, every 10ms,
-// the capacity the clients enforce (Capacity, what their limiters are set
-// to), failing when its sum exceeds the bound.
+// the capacity the clients enforce on their leases, failing when its sum
+// exceeds the bound: for Pessimistic clients (the default here) all they
+// enforce (Capacity, what their limiters are set to), for the others
+// their unexpired leases (their Safe or Optimistic capacity comes on top
+// by design).
 type rig struct {
 	t     *testing.T
 	net   *faultNet
@@ -129,6 +132,7 @@ type rig struct {
 	bound float64
 	start time.Time
 	step  string
+	mode  Mode // of new clients
 
 	worst   float64
 	worstAt time.Duration
@@ -140,7 +144,7 @@ type rig struct {
 }
 
 func newRig(t *testing.T, cfg Config, bound float64) *rig {
-	g := &rig{t: t, net: newFaultNet(), cfg: cfg, bound: bound, start: time.Now(), overIn: map[string]time.Duration{}}
+	g := &rig{t: t, net: newFaultNet(), cfg: cfg, bound: bound, start: time.Now(), mode: Pessimistic, overIn: map[string]time.Duration{}}
 	t.Cleanup(g.close)
 	return g
 }
@@ -180,7 +184,7 @@ func (g *rig) server(addr string, cfg Config, e Election, opts ...ServerOption) 
 // client opens resource "r" wanting wants on a new client id.
 func (g *rig) client(id string, addrs []string, wants float64, opts ...ClientOption) *RateResource {
 	g.t.Helper()
-	c, err := NewClient(g.net, addrs, append([]ClientOption{WithClientID(id), WithMode(Pessimistic)}, opts...)...)
+	c, err := NewClient(g.net, addrs, append([]ClientOption{WithClientID(id), WithMode(g.mode)}, opts...)...)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -206,7 +210,11 @@ func (g *rig) run(step string, d time.Duration) {
 		synctest.Wait()
 		var sum float64
 		for _, r := range g.res {
-			sum += r.Capacity()
+			if r.c.set.mode == Pessimistic {
+				sum += r.Capacity()
+			} else if l, ok := r.Lease(); ok {
+				sum += l.Capacity
+			}
 		}
 		at := time.Since(g.start)
 		if sum > g.worst {
@@ -276,14 +284,18 @@ func TestFaultLoweredLeaseAnswerLost(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		f    fault
+		mode Mode
 	}{
-		{"lost", fault{drop: true}},
-		{"late2s", fault{late: 2 * time.Second}},
-		{"late4s", fault{late: 4 * time.Second}},
-		{"late6s", fault{late: 6 * time.Second}}, // past the client's timeout
+		{"lost", fault{drop: true}, Pessimistic},
+		{"late2s", fault{late: 2 * time.Second}, Pessimistic},
+		{"late4s", fault{late: 4 * time.Second}, Pessimistic},
+		{"late6s", fault{late: 6 * time.Second}, Pessimistic}, // past the client's timeout
+		{"lost/safe", fault{drop: true}, Safe},
+		{"lost/optimistic", fault{drop: true}, Optimistic},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			scenario(t, issueConfig(), 100, func(g *rig) {
+				g.mode = tc.mode
 				g.warm()
 				g.takeover([]string{"s1"}, tc.f)
 				g.run("answers to a "+tc.name, 30*time.Second)
@@ -446,5 +458,35 @@ func TestFaultLearningConfirmsWithinCapacity(t *testing.T) {
 		g.bound = 50
 		g.run("s2 shares 50", 10*time.Second)
 		g.heal("a", 10*time.Second)
+	})
+}
+
+// TestFaultGrantArrivingExpiredNeverApplies: an answer later than its
+// lease (the client waits up to 30s) is never applied, not even for an
+// instant to the limiter.
+func TestFaultGrantArrivingExpiredNeverApplies(t *testing.T) {
+	scenario(t, issueConfig(), 100, func(g *rig) {
+		g.warm()
+		g.net.set("a", fault{late: 12 * time.Second})
+		c, err := NewClient(g.net, []string{"s1"}, WithClientID("a"), WithMode(Pessimistic), WithRequestTimeout(30*time.Second))
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		defer c.Close()
+		r, err := c.newResource("r", 100, nil)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		var applied []float64
+		r.apply = func(v float64) { applied = append(applied, v) }
+		if err := c.add(r); err != nil {
+			g.t.Fatal(err)
+		}
+		g.res = append(g.res, r)
+		g.run("answers 12s late", 30*time.Second)
+		if len(applied) != 0 {
+			g.t.Errorf("applied %v from leases that arrived expired", applied)
+		}
+		g.net.set("a", fault{})
 	})
 }

@@ -223,14 +223,25 @@ func (r *Resource) request(now time.Time) ResourceRequest {
 	if r.estimate != nil {
 		r.wants = r.estimate(now)
 	}
-	rr := ResourceRequest{Resource: r.id, Wants: r.wants, Priority: r.set.prio, Weight: r.set.weight}
+	return ResourceRequest{Resource: r.id, Wants: r.wants, Priority: r.set.prio, Weight: r.set.weight, Has: r.holdsLocked(now)}
+}
+
+// holds returns what the client holds at now, for a request's Has.
+func (r *Resource) holds(now time.Time) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holdsLocked(now)
+}
+
+func (r *Resource) holdsLocked(now time.Time) float64 {
+	var has float64
 	if r.leased && now.Before(r.lease.Expiry) {
-		rr.Has = r.lease.Capacity
+		has = r.lease.Capacity
 	}
 	if r.has != nil {
-		rr.Has = max(rr.Has, r.has())
+		has = max(has, r.has())
 	}
-	return rr
+	return has
 }
 
 // grant applies a lease asked for at sent, and arms the timer that ends
@@ -246,11 +257,11 @@ func (r *Resource) grant(g Grant, sent time.Time) {
 	r.lease = Lease{Capacity: g.Capacity, Expiry: sent.Add(g.Lease), Refresh: g.Refresh}
 	r.leased, r.hadLease = true, true
 	r.safe = g.SafeCapacity
-	r.setLimit(g.Capacity)
 	left := time.Until(r.lease.Expiry)
 	if r.expireLocked(time.Now()) {
-		return // it took longer than the lease to arrive
+		return // it took longer than the lease to arrive: never applied
 	}
+	r.setLimit(g.Capacity)
 	if r.timer == nil {
 		r.timer = time.AfterFunc(left, func() { r.expire(time.Now()) })
 	} else {

@@ -155,14 +155,15 @@ func WithSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.see
 // for concurrent use.
 //
 // A new Server is the master (as with Solo) and starts learning: for
-// each resource's LearningDuration (at least its MaxLeaseLength) it only confirms leases that clients
-// say they hold, within capacity, and new clients get 0. Then it divides
-// capacity with the resource's algorithm, recomputing the division when
-// demands change. A grant is min(share, wants, capacity − what the other
-// clients may still hold), where a lowered lease counts at its old size
-// until the client confirms it or it expires, so the sum of unexpired
-// leases never exceeds the capacity (see the package doc for the
-// conditions), also while shares move or a configuration changes.
+// each resource's LearningDuration (at least its MaxLeaseLength) it only
+// confirms leases that clients say they hold, within capacity, and new
+// clients get 0. Then it divides capacity with the resource's algorithm,
+// recomputing the division when demands change. A grant is min(share,
+// wants, capacity − what the other clients may still hold), where a
+// lowered lease counts at its old size until the client confirms it or
+// it expires, so the sum of unexpired leases never exceeds the capacity
+// (see the package doc for the conditions), also while shares move or a
+// configuration changes.
 type Server struct {
 	mu        sync.Mutex
 	cfg       Config
@@ -543,7 +544,9 @@ func (s *Server) divide(r *resource) {
 	r.dirty = false
 }
 
-// expire drops the clients whose lease has run out.
+// expire drops the clients whose lease has run out, and a lowered
+// lease's old size once the old lease has (it may outlive a shorter
+// grant).
 func (r *resource) expire(now int64) {
 	if r.next == 0 || now < r.next {
 		return
@@ -551,7 +554,7 @@ func (r *resource) expire(now int64) {
 	r.next = 0
 	for i := 0; i < len(r.list); {
 		h := r.list[i]
-		if h.expiry <= now {
+		if h.expiry <= now && h.prevUntil <= now {
 			r.remove(h)
 			continue
 		}
@@ -562,7 +565,9 @@ func (r *resource) expire(now int64) {
 				r.wakeAt(h.prevUntil)
 			}
 		}
-		r.wakeAt(h.expiry)
+		if h.expiry > now {
+			r.wakeAt(h.expiry)
+		}
 		i++
 	}
 }
@@ -609,7 +614,6 @@ func (s *Server) Release(_ context.Context, req *ReleaseRequest) (*Response, err
 // Status returns a snapshot of the server's leadership and resources.
 func (s *Server) Status() Status {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	now := s.now.Now()
 	st := Status{Leadership: s.lead, Resources: make([]ResourceStatus, 0, len(s.resources))}
 	for _, r := range s.resources {
@@ -625,6 +629,7 @@ func (s *Server) Status() Status {
 		}
 		st.Resources = append(st.Resources, rs)
 	}
+	s.mu.Unlock()
 	slices.SortFunc(st.Resources, func(a, b ResourceStatus) int {
 		switch {
 		case a.ID < b.ID:

@@ -208,6 +208,30 @@ func TestLoweredLeaseConfirmedByRefresh(t *testing.T) {
 	}
 }
 
+// TestLoweredLeaseOutlivesShorterGrant: a lease lowered under a shorter
+// lease length still counts at its old size until the old lease expires,
+// after the shorter grant has expired.
+func TestLoweredLeaseOutlivesShorterGrant(t *testing.T) {
+	s, clk := pastLearning(t, 100)
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100}) // 100 for 20s
+	ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100})
+	cfg := testConfig(100)
+	cfg.Resources[0].LeaseLength, cfg.Resources[0].RefreshInterval = 2*time.Second, time.Second
+	cfg.Resources[0].MaxLeaseLength = 20 * time.Second
+	if err := s.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100, Has: 100}) // 50 for 2s; the answer is lost
+	clk.Advance(10 * time.Second)
+	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 0 {
+		t.Fatalf("b got %v while a may still hold its old 100", g[0].Capacity)
+	}
+	clk.Advance(10 * time.Second)
+	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 100 {
+		t.Fatalf("b got %v after a's old lease expired, want 100", g[0].Capacity)
+	}
+}
+
 // TestAbandonedRequestChangesNothing: a request whose caller gave up (its
 // context done) before the server got to it may be older than the
 // caller's next one; applied, its Has of 0 would confirm a lowered lease

@@ -30,10 +30,11 @@ import (
 //     dividing by those weights reaches, within a few refreshes, the
 //     division it would make among all the clients of the tree.
 //
-// The leases of the whole tree stay within the root's capacity as long as
-// each parent's WithDecreaseGrace is at least its children's lease length
-// (a lowered lease counts at its old size until then). While a parent is
-// unreachable the bound is the safe capacities its children hand out.
+// The leases of the whole tree stay within the root's capacity: a parent
+// counts a child's lowered lease at its old size until the child confirms
+// the lower one (reporting that it and its clients hold no more) or the
+// old lease expires. While a parent is unreachable the bound is the safe
+// capacities its children hand out.
 
 // WithParent makes the server a child in a server tree: the capacity of
 // each resource is what it leases from the servers at addrs (the parent

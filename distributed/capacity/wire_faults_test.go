@@ -17,7 +17,11 @@ const (
 	pass        proxyMode = iota
 	hang                  // forward nothing, close nothing: callers wait for their timeouts
 	dropAnswers           // forward requests, swallow everything coming back
+	lateAnswers           // forward everything, answers 1.5s late
 )
+
+// answerDelay is how late lateAnswers makes the answers.
+const answerDelay = 1500 * time.Millisecond
 
 // faultProxy is a TCP proxy on loopback between clients and a server,
 // whose faults the test switches.
@@ -81,6 +85,11 @@ func (p *faultProxy) pipe(dst, src net.Conn, answers bool) {
 				<-wake
 				continue
 			case mode == dropAnswers && answers:
+			case mode == lateAnswers && answers:
+				time.Sleep(answerDelay)
+				if _, err := dst.Write(buf[:n]); err != nil {
+					return
+				}
 			default:
 				if _, err := dst.Write(buf[:n]); err != nil {
 					return
@@ -125,11 +134,11 @@ func (p *faultProxy) close() {
 
 // TestWireFaults runs the setting over loopback HTTP/2 (gRPC),
 // each client through its own fault proxy, on real time with leases of 2s:
-// A holds all, B asks for all while A's answers are lost, then while A's
-// network hangs. Σ of what the clients enforce is sampled every 10ms.
+// A holds all, B asks for all while A's answers are lost, then late, then
+// while A's network hangs. Σ of what the clients enforce is sampled every 10ms.
 func TestWireFaults(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs 10s of real time")
+		t.Skip("runs 13s of real time")
 	}
 	cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 2 * time.Second, RefreshInterval: 400 * time.Millisecond}}}
 	s, err := NewServer(cfg)
@@ -189,6 +198,8 @@ func TestWireFaults(t *testing.T) {
 	run("answers to a lost", 3*time.Second)
 	a.set(pass)
 	run("healed", time.Second)
+	a.set(lateAnswers)
+	run("answers to a late", 3*time.Second)
 	a.set(hang)
 	run("a's network hangs", 3*time.Second)
 	a.set(pass)
