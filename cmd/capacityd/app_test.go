@@ -142,7 +142,8 @@ func TestReload(t *testing.T) {
 // /status lists resources, clients and their leases, in a real browser.
 func TestStatusPageInChromium(t *testing.T) {
 	b := chromiumtest.Find(t)
-	a := startTest(t, testConfig)
+	// Leases long enough to outlast the browser's start on a busy machine.
+	a := startTest(t, strings.ReplaceAll(testConfig, `"lease_length": "2s"`, `"lease_length": "5m"`))
 	for _, c := range []string{"client-alpha", "client-beta"} {
 		a.call(t, "GetCapacity", `{"clientId":"`+c+`","resources":[{"resourceId":"db.writes","wants":20,"has":20},
 			{"resourceId":"queue.jobs","wants":3,"has":3}]}`, nil)

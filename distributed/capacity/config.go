@@ -39,9 +39,11 @@ type Template struct {
 	// the leases a previous master gave out. It must not be shorter than
 	// MaxLeaseLength (the default).
 	LearningDuration time.Duration
-	// SafeCapacity is what a client may use while it cannot reach any
-	// server (in the default Safe mode). 0 means Capacity divided by the
-	// number of clients the server knows.
+	// SafeCapacity is what a client in Safe mode (the default) may use
+	// while it holds no lease: it comes on top of the leases, so with it
+	// the clients enforce at most Capacity plus SafeCapacity for each
+	// client without a lease. 0, the default, keeps the sum within
+	// Capacity: a client without a lease admits nothing.
 	SafeCapacity float64
 }
 

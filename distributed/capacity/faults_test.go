@@ -120,10 +120,11 @@ func (e *testElection) set(l Leadership) {
 
 // rig runs clients and servers on virtual time and samples, every 10ms,
 // the capacity the clients enforce on their leases, failing when its sum
-// exceeds the bound: for Pessimistic clients (the default here) all they
-// enforce (Capacity, what their limiters are set to), for the others
-// their unexpired leases (their Safe or Optimistic capacity comes on top
-// by design).
+// exceeds the bound: for Pessimistic clients (the default here) and Safe
+// ones all they enforce (Capacity, what their limiters are set to: a Safe
+// client without a lease uses the safe capacity, 0 unless configured),
+// for Optimistic ones their unexpired leases (the last lease they keep
+// using comes on top by design).
 type rig struct {
 	t     *testing.T
 	net   *faultNet
@@ -210,7 +211,7 @@ func (g *rig) run(step string, d time.Duration) {
 		synctest.Wait()
 		var sum float64
 		for _, r := range g.res {
-			if r.c.set.mode == Pessimistic {
+			if r.c.set.mode != Optimistic {
 				sum += r.Capacity()
 			} else if l, ok := r.Lease(); ok {
 				sum += l.Capacity

@@ -492,11 +492,7 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	lease, refresh := r.capLease(t.LeaseLength, refresh)
 	h.expiry = now + int64(lease)
 	r.wakeAt(h.expiry)
-	safe := t.SafeCapacity
-	if safe == 0 && len(r.list) > 0 && t.Algorithm.shares() {
-		safe = t.Capacity / float64(len(r.list))
-	}
-	return Grant{Resource: r.id, Capacity: g, Lease: lease, Refresh: max(refresh, time.Millisecond), SafeCapacity: safe}
+	return Grant{Resource: r.id, Capacity: g, Lease: lease, Refresh: max(refresh, time.Millisecond), SafeCapacity: t.SafeCapacity}
 }
 
 // setHeld records that h now holds u quanta (f in capacity). A lowered
