@@ -56,8 +56,11 @@
 // client's next request could still be applied. Every lease any master
 // gave out must be at most MaxLeaseLength long. A client without a lease
 // uses its Mode's capacity: Pessimistic 0, so the guarantee covers all it
-// enforces; Safe (the default) the safe capacity, which comes on top;
-// Optimistic its last lease, which is unbounded. Static and None do not
+// enforces; Safe (the default) the resource's safe capacity, 0 unless
+// configured, so the guarantee covers all it enforces too, while a
+// positive safe capacity comes on top (at most capacity plus the safe
+// capacity of each client without a lease); Optimistic its last lease,
+// which is unbounded. Static and None do not
 // bound the sum.
 //
 // Capacity a client does not use goes to those that want more within
