@@ -498,6 +498,26 @@ func (s *slot) limiter() throttle.Limiter {
 	return s.l
 }
 
+// KeyQuota returns the quota of key's limit, and its rate for a bucket
+// limit: what the RateLimit fields of the HTTP middleware state for key
+// (it implements httplimit.KeyQuotaReporter). limited is false for a key
+// on the allow list, and for one Allow refuses with an error. It takes no
+// lock and does not allocate for keys matched by an exact key or prefix.
+func (l *Limiter) KeyQuota(key string) (q throttle.Quota, refill throttle.Rate, limited bool) {
+	t := l.cur.Load()
+	if t == nil {
+		return q, refill, false
+	}
+	s, _, err := l.route(t, key)
+	if err != nil || s == nil {
+		return q, refill, false
+	}
+	if !s.lim.IsWindow() {
+		refill = s.lim.Rate
+	}
+	return s.lim.Quota(), refill, true
+}
+
 // Match says which entry of the rules decides a key.
 type Match struct {
 	// Kind is "deny", "allow", "key", "prefix", "pattern", "tier" (named

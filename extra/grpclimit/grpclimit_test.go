@@ -76,7 +76,7 @@ func TestUnaryDenied(t *testing.T) {
 		if _, err := c.Check(withKey(t, "alice"), &healthpb.HealthCheckRequest{}, grpc.Header(&hdr)); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
-		want := []string{`"default";r=1;t=1`, `"default";r=0;t=2`}[i]
+		want := []string{`"default";r=1;t=1`, `"default";r=0;t=1`}[i] // t: until the next token, not until full
 		if got := hdr.Get("ratelimit"); len(got) != 1 || got[0] != want {
 			t.Fatalf("call %d: ratelimit %v, want %s", i, hdr, want)
 		}
