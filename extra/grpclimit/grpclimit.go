@@ -223,10 +223,13 @@ func (c *config) keyOf(ctx context.Context, method string) (string, error) {
 }
 
 // Denied returns the status error of a call refused by d:
-// codes.ResourceExhausted with a RetryInfo detail holding d.RetryAfter.
+// codes.ResourceExhausted with a RetryInfo detail holding d.RetryAfter, or
+// 1 s when d states no time (a full concurrency limit), as HTTP's
+// Retry-After: 1.
 func Denied(d throttle.Decision) error {
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limited, retry after %v", d.RetryAfter))
-	if ds, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
+	delay := retryAfter(d)
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limited, retry after %v", delay))
+	if ds, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
 		st = ds
 	}
 	return st.Err()
@@ -266,10 +269,19 @@ func (c *config) headers(key string, d throttle.Decision) metadata.MD {
 		md["x-ratelimit-remaining"] = []string{strconv.Itoa(max(d.Remaining, 0))}
 		md["x-ratelimit-reset"] = []string{strconv.FormatInt(ceilSeconds(t), 10)}
 	}
-	if !d.Allowed && d.RetryAfter > 0 {
-		md["retry-after"] = []string{strconv.FormatInt(ceilSeconds(d.RetryAfter), 10)}
+	if !d.Allowed {
+		md["retry-after"] = []string{strconv.FormatInt(ceilSeconds(retryAfter(d)), 10)}
 	}
 	return md
+}
+
+// retryAfter is the delay a refused call is told: d's, at least 1 s when
+// d states none.
+func retryAfter(d throttle.Decision) time.Duration {
+	if d.RetryAfter <= 0 {
+		return time.Second
+	}
+	return d.RetryAfter
 }
 
 func ceilSeconds(d time.Duration) int64 {

@@ -130,6 +130,11 @@ func TestStreamHolds(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("second stream: %v", err)
 	}
+	// A full concurrency limit knows no time: the delay is 1 s, as HTTP's
+	// Retry-After: 1, never 0 (an immediate retry).
+	if d, ok := grpclimit.RetryDelay(err); !ok || d != time.Second {
+		t.Fatalf("second stream: retry delay %v, %v; want 1s", d, ok)
+	}
 	cancel1()
 	// The first stream's handler returns and releases; a new one fits.
 	deadline := time.Now().Add(10 * time.Second)
