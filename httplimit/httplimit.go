@@ -52,7 +52,9 @@ func WithCost(f func(*http.Request) int) Option { return func(c *config) { c.cos
 func WithName(name string) Option { return func(c *config) { c.name = name } }
 
 // WithLegacyHeaders also sets X-RateLimit-Limit, X-RateLimit-Remaining and
-// X-RateLimit-Reset (seconds), as older clients expect.
+// X-RateLimit-Reset (seconds, the t of the RateLimit field), as older
+// clients expect. They hold one policy: of stacked middlewares, the one
+// with the fewest units left.
 func WithLegacyHeaders() Option { return func(c *config) { c.legacy = true } }
 
 // WithPassOnUnavailable lets requests through when the limiter's backend
@@ -76,14 +78,24 @@ func WithObserver(o throttle.Observer) Option { return func(c *config) { c.obser
 // New returns middleware that asks l for each request's cost under its
 // key before calling the next handler.
 //
-// Allowed requests carry RateLimit-Policy (quota q and window w, from the
-// limiter's Quota when it reports one) and RateLimit (remaining r, seconds
-// t until more is available) fields. Denied requests get 429 with
-// Retry-After in whole seconds, rounded up. Errors answer 400 (bad key,
-// ErrInvalid), 403 (ErrDenied), 413 (a cost above the limit,
-// ErrExceedsLimit) or 503 (ErrUnavailable, unless WithPassOnUnavailable).
-// A throttle.Holder (a concurrency limit) is held while the handler runs
-// and released when it returns or panics.
+// Allowed requests carry RateLimit-Policy (quota q and window w) and
+// RateLimit (remaining r, and t, the seconds until more units are
+// available: when the next unit returns to a bucket, or the window ends)
+// fields, stating the key's own quota when l's limit depends on the key
+// (a KeyQuotaReporter, such as rules.Limiter), else l's Quota; a key l
+// does not limit (an allow list) gets none (see Reporter). Denied
+// requests get 429 with Retry-After in whole seconds, rounded up. Errors
+// answer 400 (bad key, ErrInvalid), 403 (ErrDenied), 413 (a cost above
+// the limit, ErrExceedsLimit) or 503 (ErrUnavailable, unless
+// WithPassOnUnavailable; with Retry-After when the decision has one, as
+// from an open circuit breaker). A throttle.Holder (a concurrency limit)
+// is held while the handler runs and released when it returns or panics.
+//
+// With http.TimeoutHandler, put the middleware inside it,
+// http.TimeoutHandler(limit(h), ...), not limit(http.TimeoutHandler(h,
+// ...)): TimeoutHandler returns at its deadline while h goes on running,
+// so a concurrency limit outside it would be released with h still
+// running, and let more handlers run than its cap.
 //
 // Errors wrap throttle.ErrInvalid: a nil limiter or key func, or a bad
 // name.
@@ -103,11 +115,8 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 	case !validName(c.name):
 		return nil, fmt.Errorf("%w: httplimit: policy name %q must be 1 to 64 printable ASCII characters", throttle.ErrInvalid, c.name)
 	}
+	rep := NewReporter(l)
 	l = throttle.Observe(l, c.name, c.observer)
-	var quota throttle.QuotaReporter
-	if q, ok := l.(throttle.QuotaReporter); ok {
-		quota = q
-	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, err := c.key(r)
@@ -122,10 +131,14 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 					next.ServeHTTP(w, r)
 					return
 				}
+				if d.RetryAfter > 0 && errors.Is(err, throttle.ErrUnavailable) {
+					// An open breaker knows when it will try the store again.
+					w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
+				}
 				c.fail(w, r, err)
 				return
 			}
-			c.setFields(w.Header(), d, quota)
+			c.setFields(w.Header(), rep, key, d)
 			if !d.Allowed {
 				w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
 				if c.denied != nil {
@@ -165,37 +178,33 @@ func (c *config) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // setFields adds this policy's items to the RateLimit-Policy and RateLimit
-// fields (Add, not Set: stacked middlewares each add their own item).
-func (c *config) setFields(h http.Header, d throttle.Decision, quota throttle.QuotaReporter) {
-	q := throttle.Quota{Limit: d.Limit}
-	if quota != nil {
-		q = quota.Quota()
+// fields (Add, not Set: stacked middlewares each add their own item). A
+// key the limiter does not limit gets none.
+func (c *config) setFields(h http.Header, rep Reporter, key string, d throttle.Decision) {
+	q, t, limited := rep.State(key, d)
+	if !limited {
+		return
 	}
-	policy, limit := Fields(c.name, d, q)
-	h.Add("RateLimit-Policy", policy)
-	h.Add("RateLimit", limit)
-	if c.legacy {
+	h.Add("RateLimit-Policy", PolicyField(c.name, q))
+	h.Add("RateLimit", LimitField(c.name, d.Remaining, t))
+	if c.legacy && legacyFirst(h, d.Remaining) {
 		h.Set("X-RateLimit-Limit", strconv.Itoa(q.Limit))
 		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(d.Remaining, 0)))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(seconds(ResetOf(d)), 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(seconds(t), 10))
 	}
 }
 
-// Fields returns the RateLimit-Policy and RateLimit items of a decision d
-// under the policy name limiting to q: what this middleware sends, for
-// other transports (gRPC metadata) to send alike.
-func Fields(name string, d throttle.Decision, q throttle.Quota) (policy, limit string) {
-	return PolicyField(name, q), LimitField(name, d.Remaining, ResetOf(d))
-}
-
-// ResetOf is the time a RateLimit item states for d: when a denied
-// request could be admitted (RetryAfter), or when an admitted key is full
-// again (ResetAfter).
-func ResetOf(d throttle.Decision) time.Duration {
-	if !d.Allowed {
-		return d.RetryAfter
+// legacyFirst reports whether the X-RateLimit trio should state a policy
+// with remaining units left: the trio holds one policy, so among stacked
+// middlewares the one with the fewest units left wins (the outer one on a
+// tie), whatever the order they run in.
+func legacyFirst(h http.Header, remaining int) bool {
+	prev := h["X-Ratelimit-Remaining"]
+	if len(prev) == 0 {
+		return true
 	}
-	return d.ResetAfter
+	n, err := strconv.Atoi(prev[0])
+	return err != nil || max(remaining, 0) < n
 }
 
 // PolicyField formats one RateLimit-Policy item: "name";q=limit;w=seconds

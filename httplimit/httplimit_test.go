@@ -408,3 +408,40 @@ func TestTransportUpgrade(t *testing.T) {
 		t.Fatal("unit held after close")
 	}
 }
+
+// With the middleware inside http.TimeoutHandler, a concurrency cap holds
+// for as long as the handlers run, past the timeout's 503.
+func TestTimeoutHandlerOrder(t *testing.T) {
+	sem, _ := counting.New(2)
+	defer sem.Close()
+	var mu sync.Mutex
+	running, most := 0, 0
+	stop := make(chan struct{})
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		<-stop // runs on after the timeout answered
+		mu.Lock()
+		running--
+		mu.Unlock()
+	})
+	limited := mw(t, sem)(slow)
+	var inner sync.WaitGroup // every request's run inside the TimeoutHandler
+	inner.Add(16)
+	h := http.TimeoutHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer inner.Done()
+		limited.ServeHTTP(w, r)
+	}), 10*time.Millisecond, "timeout")
+	var clients sync.WaitGroup
+	for range 16 {
+		clients.Go(func() { get(h, "192.0.2.1:1") })
+	}
+	clients.Wait()
+	close(stop)
+	inner.Wait()
+	if most > 2 {
+		t.Fatalf("%d handlers ran at once under a cap of 2", most)
+	}
+}

@@ -2,6 +2,7 @@ package rules_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/throttlekit/throttle"
@@ -57,18 +58,91 @@ func BenchmarkAllow(b *testing.B) {
 }
 
 // TestAllocs pins the 0 allocs of the decision path for exact keys,
-// prefixes, the default and both lists.
+// prefixes, patterns (indexed by head and by tail), the default and both
+// lists.
 func TestAllocs(t *testing.T) {
-	c, _ := rules.Parse([]byte(benchDoc()))
+	for doc, keys := range map[string][]string{
+		benchDoc():            {"user-500", "ppppp44:abc", "nobody", "ops:deploy", "bad", "svc-7-eu-prod"},
+		patternDoc(1000, 100): {"nobody", "tenant-50-eu-prod", "scraper-999-x"},
+		`{"default": {"rate": "1/s", "burst": 1}, "rules": [{"pattern": "*-eu", "rate": "1000000/s", "burst": 1000000}, {"pattern": "*mid*", "rate": "1000000/s", "burst": 1000000}]}`: {"a-eu", "xmidx"},
+	} {
+		c, err := rules.Parse([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := rules.New(c, rules.WithLimiterOptions(throttle.WithClock(throttletest.NewClock())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range keys {
+			l.Allow(ctx, key, 1)
+			if n := testing.AllocsPerRun(100, func() { l.Allow(ctx, key, 1) }); n != 0 {
+				t.Errorf("Allow(%q): %v allocs", key, n)
+			}
+		}
+		l.Close()
+	}
+}
+
+// patternDoc has n deny patterns "scraper-<i>-*" and rules rules by
+// pattern.
+func patternDoc(n, rules int) string {
+	var b strings.Builder
+	b.WriteString(`{"default": {"rate": "1000000/s", "burst": 1000000}, "rules": [`)
+	for i := range rules {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"pattern": "tenant-%d-*-prod", "rate": "1000000/s", "burst": 1000000}`, i)
+	}
+	if rules == 0 {
+		b.WriteString(`{"key": "k", "rate": "1/s", "burst": 1}`)
+	}
+	b.WriteString(`], "deny": {"patterns": [`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"scraper-%d-*"`, i)
+	}
+	b.WriteString(`]}}`)
+	return b.String()
+}
+
+// BenchmarkPatterns decides keys against 10,000 deny patterns and 1,000
+// pattern rules.
+func BenchmarkPatterns(b *testing.B) {
+	c, err := rules.Parse([]byte(patternDoc(10000, 1000)))
+	if err != nil {
+		b.Fatal(err)
+	}
 	l, err := rules.New(c, rules.WithLimiterOptions(throttle.WithClock(throttletest.NewClock())))
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
 	defer l.Close()
-	for _, key := range []string{"user-500", "ppppp44:abc", "nobody", "ops:deploy", "bad", "svc-7-eu-prod"} {
-		l.Allow(ctx, key, 1)
-		if n := testing.AllocsPerRun(100, func() { l.Allow(ctx, key, 1) }); n != 0 {
-			t.Errorf("Allow(%q): %v allocs", key, n)
+	for _, key := range []string{"nobody", "tenant-500-eu-prod", "scraper-9999-x"} {
+		b.Run(key, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Allow(ctx, key, 1)
+			}
+		})
+	}
+}
+
+// BenchmarkBuildPatterns builds the rules of 20,000 deny patterns.
+func BenchmarkBuildPatterns(b *testing.B) {
+	c, err := rules.Parse([]byte(patternDoc(20000, 0)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := rules.New(c)
+		if err != nil {
+			b.Fatal(err)
 		}
+		l.Close()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/throttlekit/throttle"
 )
@@ -118,6 +119,11 @@ func ParseFile(path string) (*Config, error) {
 func Parse(data []byte) (*Config, error) {
 	if len(data) > MaxConfigSize {
 		return nil, invalid("document of %d bytes is larger than %d", len(data), MaxConfigSize)
+	}
+	if !utf8.Valid(data) {
+		// encoding/json would turn each bad byte into U+FFFD: a key on the
+		// deny list would silently become another.
+		return nil, invalid("document is not valid UTF-8 (at byte %d)", invalidAt(data))
 	}
 	if err := checkDuplicates(data); err != nil {
 		return nil, err
@@ -298,9 +304,23 @@ func (jl *jsonList) matchers(where string, seen map[matcher]string) ([]matcher, 
 	return out, nil
 }
 
+// invalidAt returns the offset of the first byte of data that is not
+// valid UTF-8.
+func invalidAt(data []byte) int {
+	for i := 0; i < len(data); {
+		r, w := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && w == 1 {
+			return i
+		}
+		i += w
+	}
+	return len(data)
+}
+
 // checkDuplicates rejects an object that names a field twice (compared
-// without case, as encoding/json matches field names) and nesting deeper
-// than the format has: encoding/json would silently keep the last value.
+// without case, as encoding/json matches field names; the names of the
+// tiers, a map's keys, exactly) and nesting deeper than the format has:
+// encoding/json would silently keep the last value.
 func checkDuplicates(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -325,16 +345,21 @@ func walk(dec *json.Decoder, path string, depth int) error {
 	switch tok {
 	case json.Delim('{'):
 		seen := map[string]bool{}
+		exact := strings.EqualFold(path, ".tiers") // a map: its keys are data, not field names
 		for dec.More() {
 			kt, err := dec.Token()
 			if err != nil {
 				return err
 			}
 			k, _ := kt.(string)
-			if seen[strings.ToLower(k)] {
+			name := k
+			if !exact {
+				name = strings.ToLower(k)
+			}
+			if seen[name] {
 				return invalid("%s: %q given twice", orRoot(path), k)
 			}
-			seen[strings.ToLower(k)] = true
+			seen[name] = true
 			if err := walk(dec, path+"."+k, depth+1); err != nil {
 				return err
 			}

@@ -75,6 +75,8 @@ func TestParseRejects(t *testing.T) {
 		"trailing data":      `{"default": {"rate": "1/s", "burst": 1}} {}`,
 		"truncated":          `{"default": {"rate": "1/s", "burst": 1}`,
 		"too deep":           `{"default": {"rate": "1/s", "burst": 1}, "x": ` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`,
+		"invalid UTF-8 key":  `{"default": {"rate": "1/s", "burst": 1}, "deny": {"keys": ["a` + "\xff" + `b"]}}`,
+		"invalid UTF-8 tier": `{"default": {"rate": "1/s", "burst": 1}, "tiers": {"` + "\xc3" + `": {"rate": "1/s", "burst": 1}}}`,
 	} {
 		_, err := rules.Parse([]byte(doc))
 		if !errors.Is(err, throttle.ErrInvalid) {
@@ -83,6 +85,25 @@ func TestParseRejects(t *testing.T) {
 	}
 	if _, err := rules.Parse([]byte(strings.Repeat(" ", rules.MaxConfigSize+1))); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("oversized: %v", err)
+	}
+}
+
+// Tier names are map keys, compared exactly: "Pro" and "pro" are two
+// tiers (field names are matched without case, as encoding/json does).
+func TestParseTierNamesAreCaseSensitive(t *testing.T) {
+	c, err := rules.Parse([]byte(`{"default": {"tier": "pro"}, "tiers": {"Pro": {"rate": "1/s", "burst": 1}, "pro": {"rate": "2/s", "burst": 2}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := rules.New(c, rules.WithTierMap(map[string]string{"a": "Pro"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for key, burst := range map[string]int{"a": 1, "b": 2} {
+		if m, err := l.Lookup(key); err != nil || m.Limit.Burst != burst {
+			t.Errorf("%s: %+v, %v; want burst %d", key, m, err, burst)
+		}
 	}
 }
 

@@ -113,8 +113,9 @@ func WithReloadHook(f func(error)) Option { return func(c *config) { c.onReload 
 
 // Limiter routes each key to the limit its rules give it. Allow and
 // Reserve are safe for concurrent use with each other and with Update,
-// Reload, Watch and Close; deciding takes no lock and, for keys matched by
-// an exact key or a prefix, allocates nothing. The zero value is not
+// Reload, Watch and Close; routing a key to its limit takes no lock and
+// allocates nothing, and tries only the patterns that could match the key
+// (they are indexed by their literal head or tail). The zero value is not
 // usable: its methods fail with an error wrapping throttle.ErrInvalid.
 //
 // For a key, in order: the deny list refuses it (an error wrapping
@@ -302,6 +303,9 @@ func (l *Limiter) apply(c *Config) (err error) {
 	for _, m := range c.deny {
 		t.deny.add(m, struct{}{})
 	}
+	t.rules.seal()
+	t.allow.seal()
+	t.deny.seal()
 	for i := range changes {
 		ch := &changes[i]
 		if err := adjust(ch.lv.l, ch.old, ch.new); err != nil {
@@ -496,6 +500,26 @@ func (s *slot) limiter() throttle.Limiter {
 		return nil
 	}
 	return s.l
+}
+
+// KeyQuota returns the quota of key's limit, and its rate for a bucket
+// limit: what the RateLimit fields of the HTTP middleware state for key
+// (it implements httplimit.KeyQuotaReporter). limited is false for a key
+// on the allow list, and for one Allow refuses with an error. It takes no
+// lock and does not allocate.
+func (l *Limiter) KeyQuota(key string) (q throttle.Quota, refill throttle.Rate, limited bool) {
+	t := l.cur.Load()
+	if t == nil {
+		return q, refill, false
+	}
+	s, _, err := l.route(t, key)
+	if err != nil || s == nil {
+		return q, refill, false
+	}
+	if !s.lim.IsWindow() {
+		refill = s.lim.Rate
+	}
+	return s.lim.Quota(), refill, true
 }
 
 // Match says which entry of the rules decides a key.

@@ -96,17 +96,37 @@ func Glob(pattern, key string) bool {
 // key wins, then the prefix or pattern with the most literal bytes (a
 // prefix before a pattern of the same count, then the one listed first).
 // A lookup does not allocate.
+//
+// Patterns are indexed by their literal affix: the longer of the literal
+// bytes before the first wildcard and after the last (the head on a tie),
+// in a map per side, with the distinct affix lengths listed, as prefixes
+// are. A lookup asks each map for the key's head or tail of each length,
+// then tries with Glob only the patterns filed under it, most literal
+// first, and stops at the first that matches or cannot beat the best so
+// far. Patterns that begin and end with a wildcard ("*abc*") are tried
+// in a list of their own. Adding is O(1); seal sorts once.
 type set[T any] struct {
 	exact    map[string]T
 	prefixes map[string]T
 	plens    []int // distinct prefix lengths, longest first
-	patterns []pattern[T]
+
+	heads, tails map[string][]pattern[T] // patterns by literal head or tail
+	hlens, tlens []int                   // distinct head and tail lengths
+	rest         []pattern[T]            // patterns with neither
+	n            int                     // patterns added
 }
 
 type pattern[T any] struct {
 	s   string
-	lit int
+	lit int // literal bytes
+	ord int // order added
 	v   T
+}
+
+// better reports whether p is more specific than q: more literal bytes,
+// else listed first.
+func (p *pattern[T]) better(q *pattern[T]) bool {
+	return q == nil || p.lit > q.lit || p.lit == q.lit && p.ord < q.ord
 }
 
 func (s *set[T]) add(m matcher, v T) {
@@ -123,16 +143,57 @@ func (s *set[T]) add(m matcher, v T) {
 		s.prefixes[m.s] = v
 		if !slices.Contains(s.plens, len(m.s)) {
 			s.plens = append(s.plens, len(m.s))
-			slices.SortFunc(s.plens, func(a, b int) int { return b - a })
 		}
 	case kindPattern:
-		s.patterns = append(s.patterns, pattern[T]{s: m.s, lit: m.literals(), v: v})
-		slices.SortStableFunc(s.patterns, func(a, b pattern[T]) int { return b.lit - a.lit })
+		p := pattern[T]{s: m.s, lit: m.literals(), ord: s.n, v: v}
+		s.n++
+		head := strings.IndexAny(m.s, "*?")
+		tail := len(m.s) - 1 - strings.LastIndexAny(m.s, "*?")
+		switch {
+		case head < 0: // no wildcard: matches itself only
+			s.heads, s.hlens = file(s.heads, s.hlens, m.s, p)
+		case head > 0 && head >= tail:
+			s.heads, s.hlens = file(s.heads, s.hlens, m.s[:head], p)
+		case tail > 0:
+			s.tails, s.tlens = file(s.tails, s.tlens, m.s[len(m.s)-tail:], p)
+		default:
+			s.rest = append(s.rest, p)
+		}
 	}
 }
 
+// file adds p under affix to m, noting a new length in lens.
+func file[T any](m map[string][]pattern[T], lens []int, affix string, p pattern[T]) (map[string][]pattern[T], []int) {
+	if m == nil {
+		m = map[string][]pattern[T]{}
+	}
+	if _, ok := m[affix]; !ok && !slices.Contains(lens, len(affix)) {
+		lens = append(lens, len(affix))
+	}
+	m[affix] = append(m[affix], p)
+	return m, lens
+}
+
+// seal orders what add collected; it must be called before lookup.
+func (s *set[T]) seal() {
+	slices.SortFunc(s.plens, func(a, b int) int { return b - a })
+	order := func(a, b pattern[T]) int {
+		if a.lit != b.lit {
+			return b.lit - a.lit
+		}
+		return a.ord - b.ord
+	}
+	for _, l := range s.heads {
+		slices.SortFunc(l, order)
+	}
+	for _, l := range s.tails {
+		slices.SortFunc(l, order)
+	}
+	slices.SortFunc(s.rest, order)
+}
+
 func (s *set[T]) empty() bool {
-	return len(s.exact) == 0 && len(s.prefixes) == 0 && len(s.patterns) == 0
+	return len(s.exact) == 0 && len(s.prefixes) == 0 && s.n == 0
 }
 
 func (s *set[T]) lookup(key string) (v T, ok bool) {
@@ -148,16 +209,42 @@ func (s *set[T]) lookup(key string) (v T, ok bool) {
 			}
 		}
 	}
-	for i := range s.patterns {
-		p := &s.patterns[i]
-		if p.lit <= best {
+	if s.n == 0 {
+		return v, best >= 0
+	}
+	// A pattern must have more literal bytes than the prefix found.
+	floor := pattern[T]{lit: best, ord: -1}
+	win := &floor
+	for _, n := range s.hlens {
+		if n <= len(key) {
+			win = try(s.heads[key[:n]], key, win)
+		}
+	}
+	for _, n := range s.tlens {
+		if n <= len(key) {
+			win = try(s.tails[key[len(key)-n:]], key, win)
+		}
+	}
+	win = try(s.rest, key, win)
+	if win != &floor {
+		return win.v, true
+	}
+	return v, best >= 0
+}
+
+// try returns the first pattern of list (most specific first) that
+// matches key and is better than win, or win.
+func try[T any](list []pattern[T], key string, win *pattern[T]) *pattern[T] {
+	for i := range list {
+		p := &list[i]
+		if !p.better(win) {
 			break
 		}
 		if Glob(p.s, key) {
-			return p.v, true
+			return p
 		}
 	}
-	return v, best >= 0
+	return win
 }
 
 func sortStrings(s []string) { slices.Sort(s) }

@@ -15,7 +15,7 @@ import (
 // with WithFailFast it fails at once with codes.ResourceExhausted and a
 // RetryInfo detail. The key defaults to the method (WithKey).
 func UnaryClientInterceptor(l throttle.Limiter, opts ...Option) grpc.UnaryClientInterceptor {
-	c := newConfig(Method(), opts)
+	c := newConfig(l, Method(), opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		release, err := c.turn(ctx, l, method)
 		if err != nil {
@@ -30,7 +30,7 @@ func UnaryClientInterceptor(l throttle.Limiter, opts ...Option) grpc.UnaryClient
 // as UnaryClientInterceptor limits calls. A Holder's units are held until
 // the stream is created, not for its whole life.
 func StreamClientInterceptor(l throttle.Limiter, opts ...Option) grpc.StreamClientInterceptor {
-	c := newConfig(Method(), opts)
+	c := newConfig(l, Method(), opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
 		release, err := c.turn(ctx, l, method)
 		if err != nil {

@@ -135,10 +135,11 @@ type config struct {
 	noHeaders bool
 	legacy    bool
 	name      string
+	rep       httplimit.Reporter
 }
 
-func newConfig(defaultKey KeyFunc, opts []Option) config {
-	c := config{key: defaultKey, cost: func(context.Context, string) int { return 1 }, name: "default"}
+func newConfig(l throttle.Limiter, defaultKey KeyFunc, opts []Option) config {
+	c := config{key: defaultKey, cost: func(context.Context, string) int { return 1 }, name: "default", rep: httplimit.NewReporter(l)}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -201,7 +202,7 @@ func (c *config) acquire(ctx context.Context, l throttle.Limiter, method string)
 		return release, nil, statusOf(err)
 	}
 	if !c.noHeaders {
-		md = c.headers(d, l)
+		md = c.headers(key, d)
 	}
 	if !d.Allowed {
 		return release, md, Denied(d)
@@ -222,10 +223,13 @@ func (c *config) keyOf(ctx context.Context, method string) (string, error) {
 }
 
 // Denied returns the status error of a call refused by d:
-// codes.ResourceExhausted with a RetryInfo detail holding d.RetryAfter.
+// codes.ResourceExhausted with a RetryInfo detail holding d.RetryAfter, or
+// 1 s when d states no time (a full concurrency limit), as HTTP's
+// Retry-After: 1.
 func Denied(d throttle.Decision) error {
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limited, retry after %v", d.RetryAfter))
-	if ds, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
+	delay := retryAfter(d)
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limited, retry after %v", delay))
+	if ds, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
 		st = ds
 	}
 	return st.Err()
@@ -249,23 +253,35 @@ func statusOf(err error) error {
 	return status.Error(code, err.Error())
 }
 
-// headers returns the rate-limit metadata of d, decided by l.
-func (c *config) headers(d throttle.Decision, l throttle.Limiter) metadata.MD {
-	q := throttle.Quota{Limit: d.Limit}
-	if r, ok := l.(throttle.QuotaReporter); ok {
-		q = r.Quota()
+// headers returns the rate-limit metadata of d for key (nil for a key
+// that is not limited).
+func (c *config) headers(key string, d throttle.Decision) metadata.MD {
+	q, t, limited := c.rep.State(key, d)
+	if !limited {
+		return nil
 	}
-	policy, limit := httplimit.Fields(c.name, d, q)
-	md := metadata.MD{"ratelimit-policy": {policy}, "ratelimit": {limit}}
+	md := metadata.MD{
+		"ratelimit-policy": {httplimit.PolicyField(c.name, q)},
+		"ratelimit":        {httplimit.LimitField(c.name, d.Remaining, t)},
+	}
 	if c.legacy {
 		md["x-ratelimit-limit"] = []string{strconv.Itoa(q.Limit)}
 		md["x-ratelimit-remaining"] = []string{strconv.Itoa(max(d.Remaining, 0))}
-		md["x-ratelimit-reset"] = []string{strconv.FormatInt(ceilSeconds(httplimit.ResetOf(d)), 10)}
+		md["x-ratelimit-reset"] = []string{strconv.FormatInt(ceilSeconds(t), 10)}
 	}
-	if !d.Allowed && d.RetryAfter > 0 {
-		md["retry-after"] = []string{strconv.FormatInt(ceilSeconds(d.RetryAfter), 10)}
+	if !d.Allowed {
+		md["retry-after"] = []string{strconv.FormatInt(ceilSeconds(retryAfter(d)), 10)}
 	}
 	return md
+}
+
+// retryAfter is the delay a refused call is told: d's, at least 1 s when
+// d states none.
+func retryAfter(d throttle.Decision) time.Duration {
+	if d.RetryAfter <= 0 {
+		return time.Second
+	}
+	return d.RetryAfter
 }
 
 func ceilSeconds(d time.Duration) int64 {

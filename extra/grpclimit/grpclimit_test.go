@@ -76,7 +76,7 @@ func TestUnaryDenied(t *testing.T) {
 		if _, err := c.Check(withKey(t, "alice"), &healthpb.HealthCheckRequest{}, grpc.Header(&hdr)); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
-		want := []string{`"default";r=1;t=1`, `"default";r=0;t=2`}[i]
+		want := []string{`"default";r=1;t=1`, `"default";r=0;t=1`}[i] // t: until the next token, not until full
 		if got := hdr.Get("ratelimit"); len(got) != 1 || got[0] != want {
 			t.Fatalf("call %d: ratelimit %v, want %s", i, hdr, want)
 		}
@@ -129,6 +129,11 @@ func TestStreamHolds(t *testing.T) {
 	}
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("second stream: %v", err)
+	}
+	// A full concurrency limit knows no time: the delay is 1 s, as HTTP's
+	// Retry-After: 1, never 0 (an immediate retry).
+	if d, ok := grpclimit.RetryDelay(err); !ok || d != time.Second {
+		t.Fatalf("second stream: retry delay %v, %v; want 1s", d, ok)
 	}
 	cancel1()
 	// The first stream's handler returns and releases; a new one fits.

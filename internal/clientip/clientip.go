@@ -314,18 +314,22 @@ func clip(s string) string {
 // brackets or not: "192.0.2.1", "192.0.2.1:80", "[192.0.2.1]:80",
 // "2001:db8::1", "[2001:db8::1]:80".
 func ParseHost(s string) (netip.Addr, error) {
-	if len(s) > 0 && s[0] == '[' {
+	// No parse is tried that fails on a valid form: a failed netip parse
+	// allocates its error.
+	switch i := strings.LastIndexByte(s, ':'); {
+	case len(s) > 0 && s[0] == '[':
 		end := strings.IndexByte(s, ']')
 		if end < 0 || !validPort(s[end+1:]) {
-			return netip.Addr{}, fmt.Errorf("%w: address %q", throttle.ErrInvalid, clip(s))
+			break
 		}
 		return netip.ParseAddr(s[1:end])
-	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a, nil
-	}
-	if i := strings.LastIndexByte(s, ':'); i >= 0 && strings.IndexByte(s[:i], ':') < 0 && validPort(s[i:]) {
-		return netip.ParseAddr(s[:i]) // IPv4 with a port
+	case i >= 0 && strings.IndexByte(s[:i], ':') < 0: // IPv4 with a port
+		if !validPort(s[i:]) {
+			break
+		}
+		return netip.ParseAddr(s[:i])
+	default:
+		return netip.ParseAddr(s)
 	}
 	return netip.Addr{}, fmt.Errorf("%w: address %q", throttle.ErrInvalid, clip(s))
 }

@@ -1,0 +1,110 @@
+package httplimit_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/failsafe"
+	"github.com/throttlekit/throttle/fixedwindow"
+	"github.com/throttlekit/throttle/httplimit"
+	"github.com/throttlekit/throttle/rules"
+	"github.com/throttlekit/throttle/throttletest"
+	"github.com/throttlekit/throttle/tokenbucket"
+)
+
+// Over a rules.Limiter each key's fields state its own quota (with w),
+// and an allow-listed key gets none rather than "exhausted".
+func TestFieldsOverRules(t *testing.T) {
+	c, err := rules.Parse([]byte(`{
+		"default": {"rate": "1/s", "burst": 5},
+		"rules": [{"key": "hourly", "limit": 100, "window": "1h"}],
+		"allow": {"keys": ["health"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := rules.New(c, rules.WithLimiterOptions(throttle.WithClock(throttletest.NewClock())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h := mw(t, l, httplimit.WithKey(httplimit.Header("X-Key")), httplimit.WithLegacyHeaders())(ok)
+	for _, c := range []struct{ key, policy, limit string }{
+		{"hourly", `"default";q=100;w=3600`, `"default";r=99;t=7200`}, // a sliding window's unit leaves over the next window
+		{"someone", `"default";q=5;w=5`, `"default";r=4;t=1`},
+		{"health", "", ""},
+	} {
+		w := get(h, "192.0.2.1:1", "X-Key", c.key)
+		if w.Code != 200 {
+			t.Fatalf("%s: %d", c.key, w.Code)
+		}
+		if p, r := w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"); p != c.policy || r != c.limit {
+			t.Errorf("%s: RateLimit-Policy %q, RateLimit %q; want %q, %q", c.key, p, r, c.policy, c.limit)
+		}
+		if c.policy == "" && w.Header().Get("X-RateLimit-Limit") != "" {
+			t.Errorf("%s: legacy fields %v", c.key, w.Header())
+		}
+	}
+}
+
+// t on an admitted request is when more is available: the next token of a
+// bucket, not when it is full again.
+func TestFieldsTIsUntilMore(t *testing.T) {
+	clk := throttletest.NewClock()
+	l, _ := tokenbucket.New(throttle.PerSecond(1), 60, throttle.WithClock(clk))
+	defer l.Close()
+	h := mw(t, l)(ok)
+	var last string
+	for range 60 {
+		last = get(h, "192.0.2.1:1").Header().Get("RateLimit")
+	}
+	if last != `"default";r=0;t=1` {
+		t.Fatalf("last unit of a 1/s bucket: RateLimit %q, want r=0;t=1", last)
+	}
+	clk.Advance(500 * time.Millisecond)
+	w := get(h, "192.0.2.1:1")
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("RateLimit") != `"default";r=0;t=1` {
+		t.Fatalf("denied: %d %q", w.Code, w.Header().Get("RateLimit"))
+	}
+	if got := get(h, "192.0.2.2:1").Header().Get("RateLimit"); got != `"default";r=59;t=1` {
+		t.Fatalf("first unit: %q", got)
+	}
+}
+
+// Stacked middlewares: the legacy trio states the policy with the fewest
+// units left, not whichever ran last.
+func TestLegacyFieldsStacked(t *testing.T) {
+	for _, strictOutside := range []bool{true, false} {
+		strict, _ := fixedwindow.New(2, time.Hour)
+		loose, _ := fixedwindow.New(1000, time.Hour)
+		outer, inner := mw(t, strict, httplimit.WithName("s"), httplimit.WithLegacyHeaders()), mw(t, loose, httplimit.WithName("l"), httplimit.WithLegacyHeaders())
+		if !strictOutside {
+			outer, inner = inner, outer
+		}
+		w := get(outer(inner(ok)), "192.0.2.9:1")
+		if l, r := w.Header().Get("X-RateLimit-Limit"), w.Header().Get("X-RateLimit-Remaining"); l != "2" || r != "1" {
+			t.Errorf("strict outside %v: X-RateLimit-Limit %q, Remaining %q; want 2, 1", strictOutside, l, r)
+		}
+		strict.Close()
+		loose.Close()
+	}
+}
+
+// A 503 from an open breaker says when the store will be tried again.
+func TestOpenBreakerRetryAfter(t *testing.T) {
+	down := throttle.LimiterFunc(func(context.Context, string, int) (throttle.Decision, error) {
+		return throttle.Decision{}, throttle.ErrUnavailable
+	})
+	l, err := failsafe.New(down, failsafe.WithBreaker(1, 30*time.Second, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(t, l)(ok)
+	get(h, "192.0.2.1:1") // opens the breaker
+	w := get(h, "192.0.2.1:1")
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "30" {
+		t.Fatalf("%d, Retry-After %q; want 503, 30", w.Code, w.Header().Get("Retry-After"))
+	}
+}
