@@ -108,8 +108,8 @@ func TestMaxConnsPerAddr(t *testing.T) {
 	ask(t, c1, 1, "a")
 	ask(t, c2, 1, "a")
 	c3 := dial(t, a)
-	if got, _ := io.ReadAll(c3); len(got) != 0 {
-		t.Fatalf("third connection from one address got %q, want closed", got)
+	if got, _ := io.ReadAll(c3); string(got) != daemon.ReplyRefused {
+		t.Fatalf("third connection from one address got %q, want %q and closed", got, daemon.ReplyRefused)
 	}
 	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	other, err := d.Dial("tcp", a.String())

@@ -10,8 +10,10 @@
 // "OK\n" (serve), "NO\n" (throttle), or "ER\n" for a malformed query: an
 // empty tag keeps the connection open, a line longer than MaxTagLen closes
 // it. Connections are reused for any number of queries, and queries may
-// be pipelined: replies come back in order, flushed when the server has
-// read every query it had. A bad line affects only its own connection.
+// be pipelined: replies come back in order, and the replies to every
+// complete line the server has read are sent before it reads again (a
+// write that ends mid-line does not hold back the replies to the lines
+// before). A bad line affects only its own connection.
 //
 // Two more line forms, which a plain client never needs: "PING\n" is
 // answered "PONG\n" without spending a token (a health check), and
@@ -26,14 +28,33 @@
 // daemon is charged for the hits of all daemons, one gossip interval
 // late; see package gossip for the guarantees.
 //
-// A connection whose replies cannot be written for Config.WriteTimeout (a
-// client that pipelines and never reads) is closed, as is one idle for
-// Config.IdleTimeout. Connections beyond Config.MaxConns, or beyond
-// Config.MaxConnsPerAddr from one client address, are closed at once.
+// # Connections and memory
+//
+// A connection is idle when no byte arrives for Config.IdleTimeout; a
+// client that sends, however slowly, is never idle. Replies a client
+// does not take wait in a send buffer of 16 KiB: when it is full the
+// server reads no more of that connection's queries, and a connection
+// that takes none of its replies for Config.WriteTimeout (while sending,
+// or idle with replies waiting) is reset, as is an idle one: a reset
+// frees the kernel's buffers at once, where a normal close would keep
+// unsent replies in an orphan socket for minutes. So a client that
+// never reads pins at most its send buffer and the receive buffers for
+// WriteTimeout.
+//
+// Connections beyond Config.MaxConns, or beyond Config.MaxConnsPerAddr
+// from one client (one IP address over TCP, one process over a Unix
+// socket, known by SO_PEERCRED), get "RF\n" and are closed: the Go
+// client reports them as client.ErrRefused, apart from a daemon that is
+// down.
+//
+// On Shutdown (SIGTERM for throttled) the server stops accepting, answers
+// every query a connection had received before it (read or still in the
+// socket's receive buffer, on Linux), and closes the connection; the
+// caller's context bounds it all.
 package daemon
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +78,9 @@ const (
 	ReplyNO    = "NO\n"
 	ReplyError = "ER\n"
 	ReplyPong  = "PONG\n"
+	// ReplyRefused is sent, before closing, to a connection beyond
+	// MaxConns or MaxConnsPerAddr.
+	ReplyRefused = "RF\n"
 )
 
 // Server answers queries on its listeners. Create it with New, run it with
@@ -75,16 +99,17 @@ type Server struct {
 	admin     *http.Server
 	adminLn   net.Listener
 
-	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
-	perAddr map[string]int // TCP connections per client IP
-	closing bool
-	started bool
-	stopped atomic.Bool // closing, readable without mu
-	wg      sync.WaitGroup
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	perAddr   map[string]int // TCP connections per client IP
+	closing   bool
+	started   bool
+	stopped   atomic.Bool  // closing, readable without mu
+	lingering atomic.Int64 // refused connections being closed
+	wg        sync.WaitGroup
 
 	st struct {
-		conns, rejected, queries, ok, no, bad, pings, writeTimeouts, reloads, reloadErrors atomic.Uint64
+		conns, rejected, queries, ok, no, bad, pings, writeTimeouts, replyResets, reloads, reloadErrors atomic.Uint64
 	}
 }
 
@@ -120,9 +145,12 @@ type Stats struct {
 	// WriteTimeouts counts connections closed because their replies
 	// could not be written for WriteTimeout.
 	WriteTimeouts uint64
-	Reloads       uint64 // configurations applied by Reload
-	ReloadErrors  uint64 // configurations Reload refused
-	Gossip        gossip.Stats
+	// ReplyResets counts connections reset because, idle, they left
+	// replies untaken for WriteTimeout.
+	ReplyResets  uint64
+	Reloads      uint64 // configurations applied by Reload
+	ReloadErrors uint64 // configurations Reload refused
+	Gossip       gossip.Stats
 }
 
 // New validates cfg, creates the gossip node and its limiters, and binds
@@ -346,7 +374,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Unlock()
 	return Stats{Conns: n, Accepted: s.st.conns.Load(), Rejected: s.st.rejected.Load(), Queries: s.st.ok.Load() + s.st.no.Load(),
 		Allowed: s.st.ok.Load(), Throttled: s.st.no.Load(), BadQueries: s.st.bad.Load(), Pings: s.st.pings.Load(),
-		WriteTimeouts: s.st.writeTimeouts.Load(), Reloads: s.st.reloads.Load(), ReloadErrors: s.st.reloadErrors.Load(),
+		WriteTimeouts: s.st.writeTimeouts.Load(), ReplyResets: s.st.replyResets.Load(), Reloads: s.st.reloads.Load(), ReloadErrors: s.st.reloadErrors.Load(),
 		Gossip: s.node.Stats()}
 }
 
@@ -394,13 +422,41 @@ func (s *Server) AdminAddr() net.Addr {
 	return s.adminLn.Addr()
 }
 
-// clientIP returns the IP of a TCP peer, "" for other connections.
-func clientIP(c net.Conn) string {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+// peerKey names the client a connection comes from, for
+// MaxConnsPerAddr: the IP address of a TCP peer, the process (user and
+// process id, SO_PEERCRED) of a Unix-socket peer; "" when unknown.
+func peerKey(c net.Conn) string {
+	switch a := c.RemoteAddr().(type) {
+	case *net.TCPAddr:
 		return a.IP.String()
+	case *net.UnixAddr:
+		if cred := peerCred(c); cred != "" {
+			return "unix:" + cred
+		}
 	}
 	return ""
 }
+
+// refuse tells a connection over a limit so ("RF\n") and closes it. At
+// most maxLingering refusals at a time wait for the reply to leave;
+// beyond, connections are closed at once.
+func (s *Server) refuse(c net.Conn) {
+	if s.lingering.Add(1) > maxLingering {
+		s.lingering.Add(-1)
+		c.Close()
+		return
+	}
+	go func() {
+		defer s.lingering.Add(-1)
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		io.WriteString(c, ReplyRefused)
+		lingerClose(c)
+		c.Close()
+	}()
+}
+
+// maxLingering bounds the refused connections closed gracefully at once.
+const maxLingering = 64
 
 func (s *Server) accept(ln net.Listener) {
 	defer s.wg.Done()
@@ -419,95 +475,204 @@ func (s *Server) accept(ln net.Listener) {
 		}
 		delay = 0
 		cl := s.conf.Load()
-		ip := clientIP(c)
+		peer := peerKey(c)
 		s.mu.Lock()
-		if s.closing || len(s.conns) >= cl.maxConns || (ip != "" && s.perAddr[ip] >= cl.perAddr) {
+		if s.closing || len(s.conns) >= cl.maxConns || (peer != "" && s.perAddr[peer] >= cl.perAddr) {
+			closing := s.closing
 			s.mu.Unlock()
 			if s.st.rejected.Add(1)%1000 == 1 {
-				s.log.Warn("connection limit reached, closing new connections", "max_conns", cl.maxConns,
-					"max_conns_per_addr", cl.perAddr, "client", ip)
+				s.log.Warn("connection limit reached, refusing new connections", "max_conns", cl.maxConns,
+					"max_conns_per_addr", cl.perAddr, "client", peer)
 			}
-			c.Close()
+			if closing {
+				c.Close()
+			} else {
+				s.refuse(c)
+			}
 			continue
 		}
-		if ip != "" {
-			s.perAddr[ip]++
+		if peer != "" {
+			s.perAddr[peer]++
 		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		s.st.conns.Add(1)
-		go s.serve(c)
+		go s.serve(c, peer)
 	}
 }
 
-func (s *Server) serve(c net.Conn) {
-	ip := clientIP(c)
+// replyBudget is the send buffer of a connection: the reply bytes it may
+// owe (written, not yet taken by the client) before the server stops
+// reading its queries. A connection that owes replies and takes none for
+// WriteTimeout is reset, which frees its kernel memory at once (no
+// FIN-WAIT orphan holding unsent replies).
+const replyBudget = 16 << 10
+
+// connMemory is what one connection may make the kernel hold, for sizing
+// the default MaxConnsPerAddr: the server's send buffer (replyBudget,
+// doubled by the kernel), and a default receive buffer at either end.
+func connMemory() uint64 {
+	return 2*replyBudget + 2*max(tcpRmemDefault(), 128<<10)
+}
+
+// serve answers the queries of c until it closes, idles for
+// IdleTimeout, owes replies it does not take for WriteTimeout, or
+// Shutdown. Every read is answered at once: replies to every complete
+// line read are flushed before the next read, and the read deadline is
+// renewed before each read, so that a connection is idle only when no
+// byte arrives for IdleTimeout.
+func (s *Server) serve(c net.Conn, peer string) {
+	reset := false
 	defer func() {
+		if reset {
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetLinger(0)
+			}
+		}
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
-		if ip != "" {
-			if s.perAddr[ip]--; s.perAddr[ip] <= 0 {
-				delete(s.perAddr, ip)
+		if peer != "" {
+			if s.perAddr[peer]--; s.perAddr[peer] <= 0 {
+				delete(s.perAddr, peer)
 			}
 		}
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
 	if tc, ok := c.(*net.TCPConn); ok {
-		// Replies are 3 bytes: a small send buffer bounds what a client
-		// that does not read can make the kernel hold for it.
-		tc.SetWriteBuffer(64 << 10)
+		tc.SetWriteBuffer(replyBudget)
 	}
-	r := bufio.NewReaderSize(c, max(s.cfg.MaxTagLen+2, 16))
-	w := bufio.NewWriterSize(c, 1024)
-	flush := func() bool {
-		if w.Buffered() == 0 {
-			return true
-		}
-		d := s.conf.Load().write
+	maxLine := s.cfg.MaxTagLen + 2
+	buf := make([]byte, max(2*maxLine, 1024))
+	out := make([]byte, 0, 1024)
+	var (
+		start, end int
+		drain      = -1 // during Shutdown: the bytes received before it, still to read
+		last       bool // the last read is done: answer it, then close
+		owing      bool // replies were waiting in the send queue at the last read
+	)
+	writeTimeout := func() time.Duration {
 		if s.stopped.Load() {
-			d = min(d, shutdownWrite)
+			return min(s.conf.Load().write, shutdownWrite)
 		}
-		c.SetWriteDeadline(time.Now().Add(d))
-		if err := w.Flush(); err != nil {
+		return s.conf.Load().write
+	}
+	// flush writes the replies; a client that takes none of them for
+	// WriteTimeout is cut off, one that takes some is waited for.
+	flush := func() bool {
+		for len(out) > 0 {
+			c.SetWriteDeadline(time.Now().Add(writeTimeout()))
+			n, err := c.Write(out)
+			out = out[n:]
+			if err == nil || n > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.st.writeTimeouts.Add(1)
-				s.log.Debug("replies not read, closing", "remote", c.RemoteAddr().String())
+				s.log.Debug("replies not read, resetting", "remote", c.RemoteAddr().String())
 			}
+			reset = true
 			return false
 		}
+		out = out[:0:cap(out)]
 		return true
 	}
 	for {
-		if r.Buffered() == 0 {
-			if !flush() {
+		// Answer every complete line read, and flush the replies.
+		for {
+			i := bytes.IndexByte(buf[start:end], '\n')
+			if i < 0 {
+				break
+			}
+			line := buf[start : start+i+1]
+			start += i + 1
+			if len(line) > maxLine {
+				s.oversized(c, out)
 				return
 			}
-			c.SetReadDeadline(time.Now().Add(s.conf.Load().idle))
-			if s.stopped.Load() {
-				return // Shutdown: everything read has been answered
+			out = s.answer(line, out)
+			if len(out) > 900 && !flush() {
+				return
 			}
 		}
-		line, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) || (err == nil && len(line) > s.cfg.MaxTagLen+2) {
-			s.st.bad.Add(1)
-			s.log.Debug("oversized line, closing", "remote", c.RemoteAddr().String(), "max_tag_len", s.cfg.MaxTagLen)
-			w.WriteString(ReplyError)
-			w.Flush()
-			lingerClose(c)
+		if !flush() {
 			return
+		}
+		if end-start >= maxLine {
+			s.oversized(c, out)
+			return
+		}
+		end = copy(buf, buf[start:end])
+		start = 0
+		if last {
+			if !reset {
+				lingerClose(c)
+			}
+			return
+		}
+		if drain < 0 && s.stopped.Load() {
+			// Shutdown: answer what the client sent before it, no more.
+			drain = 0
+			if n, ok := pending(c); ok {
+				drain = n
+			}
+		}
+		if drain == 0 {
+			last = true
+			continue
+		}
+		limit := len(buf)
+		if drain > 0 {
+			c.SetReadDeadline(time.Now().Add(shutdownWrite))
+			limit = min(limit, end+drain)
+		} else {
+			// Replies still in the send queue: the client may have
+			// stopped reading. Look again after WriteTimeout.
+			wait := s.conf.Load().idle
+			if n, ok := unsent(c); ok && n > 0 {
+				owing, wait = true, min(wait, writeTimeout())
+			}
+			c.SetReadDeadline(time.Now().Add(wait))
+			if s.stopped.Load() {
+				continue // Shutdown came before the deadline was set
+			}
+		}
+		n, err := c.Read(buf[end:limit])
+		end += n
+		if drain > 0 {
+			drain -= n
 		}
 		if err != nil {
-			flush()
-			return
-		}
-		w.Write(s.answer(line, w.AvailableBuffer()))
-		if w.Buffered() > 900 && !flush() {
-			return
+			timeout := errors.Is(err, os.ErrDeadlineExceeded)
+			if timeout && drain < 0 && s.stopped.Load() {
+				continue // woken by Shutdown
+			}
+			if timeout && owing {
+				if n, ok := unsent(c); ok && n == 0 {
+					owing = false
+					continue // quiet, but it took its replies
+				}
+				s.st.replyResets.Add(1)
+				s.log.Debug("replies not taken, resetting", "remote", c.RemoteAddr().String())
+			}
+			// Idle, closed by the client, or failed: answer the lines of
+			// this read, then close. An idle connection is reset: the
+			// replies it still owes will not be read.
+			reset = reset || timeout && drain < 0
+			last = true
 		}
 	}
+}
+
+// oversized answers a line longer than MaxTagLen with ER and closes c.
+func (s *Server) oversized(c net.Conn, out []byte) {
+	s.st.bad.Add(1)
+	s.log.Debug("oversized line, closing", "remote", c.RemoteAddr().String(), "max_tag_len", s.cfg.MaxTagLen)
+	c.SetWriteDeadline(time.Now().Add(shutdownWrite))
+	c.Write(append(out, ReplyError...))
+	lingerClose(c)
 }
 
 // shutdownWrite bounds the flush of the last replies during Shutdown.
@@ -616,8 +781,9 @@ func (s *Server) limiter(tag []byte) *gossip.Limiter {
 	return l.def
 }
 
-// Shutdown stops accepting, lets every connection finish the queries it
-// has already sent, then closes it, and stops the gossip node. If ctx ends
+// Shutdown stops accepting, lets every connection answer the queries it
+// had received (on Linux, also those still in the socket's receive
+// buffer), then closes it, and stops the gossip node. If ctx ends
 // first the remaining connections are closed at once. It returns
 // ctx.Err() in that case, nil otherwise. Idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {
