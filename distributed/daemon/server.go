@@ -119,7 +119,16 @@ type limits struct {
 	globs []globRule
 	def   *gossip.Limiter
 	all   map[string]*gossip.Limiter // by gossip name
+	burst map[*gossip.Limiter]int64
+	// prev is the configuration this one replaced, while a changed
+	// limit's tags may still carry usage from it (see carry); nil after.
+	prev atomic.Pointer[limits]
 }
+
+// maxCarry bounds how long a reload keeps the replaced limiters to carry
+// their usage over: a bucket refills in burst/rate at most, and usage
+// older than this is forgotten.
+const maxCarry = 10 * time.Minute
 
 // connLimits are the connection settings Reload may change.
 type connLimits struct {
@@ -236,16 +245,20 @@ func limitName(kind string, l Limit) string {
 // buildLimits makes the limiters of cfg, reusing those of old whose name
 // (kind, rate and burst) is unchanged.
 func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
-	l := &limits{exact: map[string]*gossip.Limiter{}, all: map[string]*gossip.Limiter{}}
+	l := &limits{exact: map[string]*gossip.Limiter{}, all: map[string]*gossip.Limiter{}, burst: map[*gossip.Limiter]int64{}}
 	var created []*gossip.Limiter
 	newLim := func(kind string, lm Limit) (*gossip.Limiter, error) {
 		name := limitName(kind, lm)
 		if x := l.all[name]; x != nil {
 			return x, nil
 		}
-		if old != nil && old.all[name] != nil {
-			l.all[name] = old.all[name]
-			return old.all[name], nil
+		// Unchanged since the running configuration, or one before it
+		// still open to carry usage: the same buckets.
+		for o := old; o != nil; o = o.prev.Load() {
+			if x := o.all[name]; x != nil {
+				l.all[name], l.burst[x] = x, int64(lm.Burst)
+				return x, nil
+			}
 		}
 		r, err := throttle.ParseRate(lm.Rate)
 		if err != nil {
@@ -256,7 +269,7 @@ func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 			return nil, err
 		}
 		created = append(created, x)
-		l.all[name] = x
+		l.all[name], l.burst[x] = x, int64(lm.Burst)
 		return x, nil
 	}
 	fail := func(err error) (*limits, error) {
@@ -288,7 +301,13 @@ func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 // Reload applies the limits (default and rules) and the connection
 // settings (max_conns, max_conns_per_addr, idle_timeout, write_timeout)
 // of cfg. Buckets of limits whose rate and burst are unchanged keep their
-// state. Settings that need a restart (listeners, gossip, max_tag_len,
+// state. A tag whose limit changed keeps its usage: its new bucket holds
+// at most the new burst less what the old bucket has used, until the old
+// one has refilled (at most maxCarry; over gossip, every node charges
+// the usage it saw, so carried usage may count more than once meanwhile:
+// stricter, never looser).
+// Queries racing a reload are answered by the old or the new limits,
+// never "ER". Settings that need a restart (listeners, gossip, max_tag_len,
 // max_keys, admin) must be unchanged. If cfg is invalid, the running
 // configuration stays and the error wraps throttle.ErrInvalid.
 func (s *Server) Reload(cfg Config) error {
@@ -322,14 +341,74 @@ func (s *Server) reload(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// The previous configurations stay open, in a chain of at most
+	// maxChain, while their usage may carry over: for the longest refill
+	// time of their limits, at most maxCarry.
+	var carry time.Duration
+	for _, x := range old.all {
+		r, _ := throttle.ParseRate(limitRate(x))
+		carry = max(carry, r.Duration(old.burst[x]))
+	}
+	l.prev.Store(old)
 	s.lim.Store(l)
 	s.conf.Store(connLimitsOf(cfg))
-	for name, x := range old.all {
-		if l.all[name] != x {
-			x.Close()
+	o := old
+	for range maxChain - 1 {
+		if o = o.prev.Load(); o == nil {
+			break
 		}
 	}
+	if o != nil {
+		s.dropPrev(o)
+	}
+	time.AfterFunc(min(carry, maxCarry), func() {
+		s.relMu.Lock()
+		defer s.relMu.Unlock()
+		s.dropPrev(l)
+	})
 	return nil
+}
+
+// maxChain bounds the configurations kept to carry usage over reloads.
+const maxChain = 16
+
+// dropPrev ends l's carrying of usage: the configurations before l are
+// forgotten, and their limiters that the running ones no longer use are
+// closed. Called under relMu.
+func (s *Server) dropPrev(l *limits) {
+	inUse := map[*gossip.Limiter]bool{}
+	for c := s.lim.Load(); c != nil && c != l; c = c.prev.Load() {
+		for _, x := range c.all {
+			inUse[x] = true
+		}
+	}
+	for _, x := range l.all {
+		inUse[x] = true
+	}
+	for o := l.prev.Swap(nil); o != nil; o = o.prev.Swap(nil) {
+		for _, x := range o.all {
+			if !inUse[x] {
+				x.Close()
+			}
+		}
+	}
+}
+
+// limitRate returns the rate of x, from its gossip name (see limitName).
+func limitRate(x *gossip.Limiter) string {
+	name := x.Name()
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '|' {
+			name = name[:i]
+			break
+		}
+	}
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '|' {
+			return name[i+1:]
+		}
+	}
+	return ""
 }
 
 func isLiteral(p string) bool {
@@ -747,7 +826,20 @@ func (s *Server) allow(tag []byte) (throttle.Decision, bool) {
 		s.st.bad.Add(1)
 		return throttle.Decision{}, false
 	}
-	d, err := s.limiter(tag).Allow(context.Background(), string(tag), 1)
+	var (
+		d   throttle.Decision
+		err error
+	)
+	for {
+		l := s.lim.Load()
+		lim := l.limiter(tag)
+		l.carry(lim, string(tag))
+		d, err = lim.Allow(context.Background(), string(tag), 1)
+		if !errors.Is(err, throttle.ErrClosed) || s.lim.Load() == l {
+			break
+		}
+		// A reload closed the limiter meanwhile: ask the new one.
+	}
 	switch {
 	case err != nil:
 		s.st.bad.Add(1)
@@ -768,8 +860,43 @@ func (s *Server) Tokens(tag string) int64 { return s.limiter([]byte(tag)).Tokens
 // "ER\n"), without a socket.
 func (s *Server) Decide(tag string) string { return string(s.answer([]byte(tag+"\n"), nil)) }
 
-func (s *Server) limiter(tag []byte) *gossip.Limiter {
-	l := s.lim.Load()
+func (s *Server) limiter(tag []byte) *gossip.Limiter { return s.lim.Load().limiter(tag) }
+
+// carry keeps the usage key had under the configurations before l, when
+// its limit changed: before each decision, while they are kept, lim's
+// bucket is brought down to at most the tokens l.tokens allows. Racing
+// decisions may each charge: stricter, never looser. It costs one atomic
+// load when l carries nothing.
+func (l *limits) carry(lim *gossip.Limiter, key string) {
+	if l.prev.Load() == nil {
+		return
+	}
+	have := lim.Tokens(key)
+	if k := have - max(l.tokens(lim, key, maxChain), 0); k > 0 {
+		lim.Allow(context.Background(), key, int(min(k, have)))
+	}
+}
+
+// tokens returns the tokens key may have in lim, its limiter under l:
+// those of its bucket, at most lim's burst less what key's bucket had
+// used under the previous configuration (itself so bounded, depth
+// configurations back). The old buckets refill at their old rates, so
+// carried usage fades as it would have.
+func (l *limits) tokens(lim *gossip.Limiter, key string, depth int) int64 {
+	have := lim.Tokens(key)
+	p := l.prev.Load()
+	if p == nil || depth == 0 {
+		return have
+	}
+	old := p.limiter([]byte(key))
+	if old == lim {
+		return min(have, p.tokens(old, key, depth-1))
+	}
+	used := p.burst[old] - p.tokens(old, key, depth-1)
+	return min(have, l.burst[lim]-used)
+}
+
+func (l *limits) limiter(tag []byte) *gossip.Limiter {
 	if x, ok := l.exact[string(tag)]; ok {
 		return x
 	}
