@@ -11,7 +11,13 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) != "" {
+		main() // the real daemon, for the tests of proc_test.go
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestSelfCheck(t *testing.T) {
 	var out, errb bytes.Buffer

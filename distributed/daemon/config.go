@@ -36,11 +36,17 @@ type Config struct {
 	// whose soft limit is raised to the hard one where allowed) less 64
 	// descriptors kept for listeners, gossip and logs, at most 65536.
 	MaxConns int `json:"max_conns,omitempty"`
-	// MaxConnsPerAddr bounds the connections of one client IP address
-	// (TCP only), so that one host cannot take them all. Default:
-	// MaxConns less a sixteenth of it, kept for other addresses (local
-	// workers all connect from the same loopback address: set it lower
-	// where clients come from many hosts).
+	// MaxConnsPerAddr bounds the connections of one client: one IP
+	// address over TCP, one process (user and process id of the peer,
+	// SO_PEERCRED on Linux) over a Unix socket, so that one host or one
+	// local process cannot take them all. Connections beyond it are sent
+	// "RF\n" and closed. Default: MaxConns less a sixteenth of it, kept
+	// for other clients, and on Linux at most what keeps the kernel
+	// memory one client can pin (unread replies and socket buffers, about
+	// 300 KB per connection) under half the host's TCP memory-pressure
+	// threshold (net.ipv4.tcp_mem). Local workers all connect from the
+	// same loopback address over TCP: give them the Unix socket, where
+	// each process has its own cap.
 	MaxConnsPerAddr int `json:"max_conns_per_addr,omitempty"`
 	// IdleTimeout closes a connection that sends nothing for this long
 	// (default 5m).
@@ -211,7 +217,7 @@ func (c *Config) Validate() error {
 		return bad("max_conns %d: must be positive", c.MaxConns)
 	}
 	if c.MaxConnsPerAddr == 0 {
-		c.MaxConnsPerAddr = c.MaxConns - c.MaxConns/16
+		c.MaxConnsPerAddr = defaultPerAddr(c.MaxConns, tcpMemPressure(), connMemory())
 	}
 	if c.MaxConnsPerAddr < 1 {
 		return bad("max_conns_per_addr %d: must be positive", c.MaxConnsPerAddr)
@@ -309,6 +315,17 @@ func defaultMaxConns(nofile uint64) int {
 	default:
 		return int(min(nofile-reserve, 65536))
 	}
+}
+
+// defaultPerAddr derives max_conns_per_addr: maxConns less a sixteenth,
+// and at most half the TCP memory-pressure threshold (0: unknown) at
+// perConn bytes per connection.
+func defaultPerAddr(maxConns int, pressure, perConn uint64) int {
+	n := maxConns - maxConns/16
+	if pressure > 0 {
+		n = min(n, int(min(pressure/2/perConn, 1<<30)))
+	}
+	return max(n, 1)
 }
 
 // CheckSecret checks that gossip, if enabled, has a secret long enough

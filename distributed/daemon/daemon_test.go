@@ -297,7 +297,9 @@ func TestTenThousandConnections(t *testing.T) {
 		t.Skip("short mode")
 	}
 	raiseFileLimit(t, n+1000)
-	s := start(t, config("tcp:127.0.0.1:0"))
+	cfg := config("tcp:127.0.0.1:0")
+	cfg.MaxConnsPerAddr = n // above the default for one address, sized by memory
+	s := start(t, cfg)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTenThousandConnections$", "-test.v")
 	cmd.Env = append(os.Environ(), "THROTTLED_TEST_CLIENTS="+s.Addrs()[0].String())
 	stdin, _ := cmd.StdinPipe()
@@ -386,8 +388,8 @@ func TestMaxConns(t *testing.T) {
 	ask(t, c1, 1, "a")
 	ask(t, c2, 1, "a")
 	c3 := dial(t, a)
-	if got, _ := io.ReadAll(c3); len(got) != 0 {
-		t.Fatalf("third connection got %q, want closed", got)
+	if got, _ := io.ReadAll(c3); string(got) != daemon.ReplyRefused {
+		t.Fatalf("third connection got %q, want %q and closed", got, daemon.ReplyRefused)
 	}
 	if got := ask(t, c1, 1, "a"); got != "OK\n" {
 		t.Fatalf("first connection after the rejection: %q", got)

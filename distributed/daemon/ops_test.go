@@ -12,12 +12,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/daemon"
+	"github.com/throttlekit/throttle/throttletest"
 )
 
 // neverReader pipelines queries on a connection and never reads a reply,
@@ -108,8 +110,8 @@ func TestMaxConnsPerAddr(t *testing.T) {
 	ask(t, c1, 1, "a")
 	ask(t, c2, 1, "a")
 	c3 := dial(t, a)
-	if got, _ := io.ReadAll(c3); len(got) != 0 {
-		t.Fatalf("third connection from one address got %q, want closed", got)
+	if got, _ := io.ReadAll(c3); string(got) != daemon.ReplyRefused {
+		t.Fatalf("third connection from one address got %q, want %q and closed", got, daemon.ReplyRefused)
 	}
 	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	other, err := d.Dial("tcp", a.String())
@@ -308,5 +310,86 @@ func TestMismatchedSecretsAreLogged(t *testing.T) {
 			t.Fatalf("no log line about the bad MACs:\n%s", logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Reloads under load: a valid tag is never answered ER (a query reaching
+// a limiter the reload closed), and a changed limit keeps the usage of
+// its tags: alice at 10/m burst 20, reloaded to burst 21, 22, ... and
+// back, is admitted no more than the largest burst plus the refill.
+// (Every changed limit started full: 20 more admitted per reload, and
+// queries racing a reload got ER.)
+func TestReloadKeepsUsageAndNeverER(t *testing.T) {
+	clk := throttletest.NewClock()
+	cfg := config("tcp:127.0.0.1:0")
+	cfg.Default = daemon.Limit{Rate: "10/m", Burst: 20}
+	s, err := daemon.New(cfg, nil, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	var admitted, er atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for !stop.Load() {
+				switch s.Decide("alice") {
+				case daemon.ReplyOK:
+					admitted.Add(1)
+				case daemon.ReplyError:
+					er.Add(1)
+				}
+			}
+		})
+	}
+	for i := range 50 {
+		next := cfg
+		next.Default.Burst = 20 + i%7
+		if err := s.Reload(next); err != nil {
+			t.Error(err)
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	// 0.5 s of virtual time at 10/m earns no token; the largest burst is 26.
+	if n := admitted.Load(); n > 26 || er.Load() != 0 {
+		t.Fatalf("50 reloads under load: %d admitted (want at most 26), %d ER", n, er.Load())
+	}
+}
+
+// A changed limit keeps its tags' usage, over reloads with or without
+// queries in between: each raise admits only the difference.
+func TestReloadKeepsUsage(t *testing.T) {
+	cfg := config("tcp:127.0.0.1:0")
+	s, err := daemon.New(cfg, nil, throttle.WithClock(throttletest.NewClock())) // time stands still
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	admits := func() (n int) {
+		for s.Decide("alice") == daemon.ReplyOK {
+			n++
+		}
+		return n
+	}
+	reload := func(bursts ...int) {
+		for _, b := range bursts {
+			next := cfg
+			next.Default = daemon.Limit{Rate: "1/s", Burst: b}
+			if err := s.Reload(next); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, step := range []struct {
+		bursts []int
+		want   int
+	}{{nil, 20}, {[]int{25}, 5}, {[]int{30, 35}, 10}, {[]int{20}, 0}, {[]int{36}, 1}} {
+		reload(step.bursts...)
+		if got := admits(); got != step.want {
+			t.Fatalf("after reloads to bursts %v: %d admitted, want %d", step.bursts, got, step.want)
+		}
 	}
 }

@@ -10,8 +10,10 @@
 // "OK\n" (serve), "NO\n" (throttle), or "ER\n" for a malformed query: an
 // empty tag keeps the connection open, a line longer than MaxTagLen closes
 // it. Connections are reused for any number of queries, and queries may
-// be pipelined: replies come back in order, flushed when the server has
-// read every query it had. A bad line affects only its own connection.
+// be pipelined: replies come back in order, and the replies to every
+// complete line the server has read are sent before it reads again (a
+// write that ends mid-line does not hold back the replies to the lines
+// before). A bad line affects only its own connection.
 //
 // Two more line forms, which a plain client never needs: "PING\n" is
 // answered "PONG\n" without spending a token (a health check), and
@@ -26,14 +28,33 @@
 // daemon is charged for the hits of all daemons, one gossip interval
 // late; see package gossip for the guarantees.
 //
-// A connection whose replies cannot be written for Config.WriteTimeout (a
-// client that pipelines and never reads) is closed, as is one idle for
-// Config.IdleTimeout. Connections beyond Config.MaxConns, or beyond
-// Config.MaxConnsPerAddr from one client address, are closed at once.
+// # Connections and memory
+//
+// A connection is idle when no byte arrives for Config.IdleTimeout; a
+// client that sends, however slowly, is never idle. Replies a client
+// does not take wait in a send buffer of 16 KiB: when it is full the
+// server reads no more of that connection's queries, and a connection
+// that takes none of its replies for Config.WriteTimeout (while sending,
+// or idle with replies waiting) is reset, as is an idle one: a reset
+// frees the kernel's buffers at once, where a normal close would keep
+// unsent replies in an orphan socket for minutes. So a client that
+// never reads pins at most its send buffer and the receive buffers for
+// WriteTimeout.
+//
+// Connections beyond Config.MaxConns, or beyond Config.MaxConnsPerAddr
+// from one client (one IP address over TCP, one process over a Unix
+// socket, known by SO_PEERCRED), get "RF\n" and are closed: the Go
+// client reports them as client.ErrRefused, apart from a daemon that is
+// down.
+//
+// On Shutdown (SIGTERM for throttled) the server stops accepting, answers
+// every query a connection had received before it (read or still in the
+// socket's receive buffer, on Linux), and closes the connection; the
+// caller's context bounds it all.
 package daemon
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +78,9 @@ const (
 	ReplyNO    = "NO\n"
 	ReplyError = "ER\n"
 	ReplyPong  = "PONG\n"
+	// ReplyRefused is sent, before closing, to a connection beyond
+	// MaxConns or MaxConnsPerAddr.
+	ReplyRefused = "RF\n"
 )
 
 // Server answers queries on its listeners. Create it with New, run it with
@@ -75,16 +99,17 @@ type Server struct {
 	admin     *http.Server
 	adminLn   net.Listener
 
-	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
-	perAddr map[string]int // TCP connections per client IP
-	closing bool
-	started bool
-	stopped atomic.Bool // closing, readable without mu
-	wg      sync.WaitGroup
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	perAddr   map[string]int // TCP connections per client IP
+	closing   bool
+	started   bool
+	stopped   atomic.Bool  // closing, readable without mu
+	lingering atomic.Int64 // refused connections being closed
+	wg        sync.WaitGroup
 
 	st struct {
-		conns, rejected, queries, ok, no, bad, pings, writeTimeouts, reloads, reloadErrors atomic.Uint64
+		conns, rejected, queries, ok, no, bad, pings, writeTimeouts, replyResets, reloads, reloadErrors atomic.Uint64
 	}
 }
 
@@ -94,7 +119,16 @@ type limits struct {
 	globs []globRule
 	def   *gossip.Limiter
 	all   map[string]*gossip.Limiter // by gossip name
+	burst map[*gossip.Limiter]int64
+	// prev is the configuration this one replaced, while a changed
+	// limit's tags may still carry usage from it (see carry); nil after.
+	prev atomic.Pointer[limits]
 }
+
+// maxCarry bounds how long a reload keeps the replaced limiters to carry
+// their usage over: a bucket refills in burst/rate at most, and usage
+// older than this is forgotten.
+const maxCarry = 10 * time.Minute
 
 // connLimits are the connection settings Reload may change.
 type connLimits struct {
@@ -120,9 +154,12 @@ type Stats struct {
 	// WriteTimeouts counts connections closed because their replies
 	// could not be written for WriteTimeout.
 	WriteTimeouts uint64
-	Reloads       uint64 // configurations applied by Reload
-	ReloadErrors  uint64 // configurations Reload refused
-	Gossip        gossip.Stats
+	// ReplyResets counts connections reset because, idle, they left
+	// replies untaken for WriteTimeout.
+	ReplyResets  uint64
+	Reloads      uint64 // configurations applied by Reload
+	ReloadErrors uint64 // configurations Reload refused
+	Gossip       gossip.Stats
 }
 
 // New validates cfg, creates the gossip node and its limiters, and binds
@@ -208,16 +245,20 @@ func limitName(kind string, l Limit) string {
 // buildLimits makes the limiters of cfg, reusing those of old whose name
 // (kind, rate and burst) is unchanged.
 func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
-	l := &limits{exact: map[string]*gossip.Limiter{}, all: map[string]*gossip.Limiter{}}
+	l := &limits{exact: map[string]*gossip.Limiter{}, all: map[string]*gossip.Limiter{}, burst: map[*gossip.Limiter]int64{}}
 	var created []*gossip.Limiter
 	newLim := func(kind string, lm Limit) (*gossip.Limiter, error) {
 		name := limitName(kind, lm)
 		if x := l.all[name]; x != nil {
 			return x, nil
 		}
-		if old != nil && old.all[name] != nil {
-			l.all[name] = old.all[name]
-			return old.all[name], nil
+		// Unchanged since the running configuration, or one before it
+		// still open to carry usage: the same buckets.
+		for o := old; o != nil; o = o.prev.Load() {
+			if x := o.all[name]; x != nil {
+				l.all[name], l.burst[x] = x, int64(lm.Burst)
+				return x, nil
+			}
 		}
 		r, err := throttle.ParseRate(lm.Rate)
 		if err != nil {
@@ -228,7 +269,7 @@ func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 			return nil, err
 		}
 		created = append(created, x)
-		l.all[name] = x
+		l.all[name], l.burst[x] = x, int64(lm.Burst)
 		return x, nil
 	}
 	fail := func(err error) (*limits, error) {
@@ -260,7 +301,13 @@ func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 // Reload applies the limits (default and rules) and the connection
 // settings (max_conns, max_conns_per_addr, idle_timeout, write_timeout)
 // of cfg. Buckets of limits whose rate and burst are unchanged keep their
-// state. Settings that need a restart (listeners, gossip, max_tag_len,
+// state. A tag whose limit changed keeps its usage: its new bucket holds
+// at most the new burst less what the old bucket has used, until the old
+// one has refilled (at most maxCarry; over gossip, every node charges
+// the usage it saw, so carried usage may count more than once meanwhile:
+// stricter, never looser).
+// Queries racing a reload are answered by the old or the new limits,
+// never "ER". Settings that need a restart (listeners, gossip, max_tag_len,
 // max_keys, admin) must be unchanged. If cfg is invalid, the running
 // configuration stays and the error wraps throttle.ErrInvalid.
 func (s *Server) Reload(cfg Config) error {
@@ -294,14 +341,74 @@ func (s *Server) reload(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// The previous configurations stay open, in a chain of at most
+	// maxChain, while their usage may carry over: for the longest refill
+	// time of their limits, at most maxCarry.
+	var carry time.Duration
+	for _, x := range old.all {
+		r, _ := throttle.ParseRate(limitRate(x))
+		carry = max(carry, r.Duration(old.burst[x]))
+	}
+	l.prev.Store(old)
 	s.lim.Store(l)
 	s.conf.Store(connLimitsOf(cfg))
-	for name, x := range old.all {
-		if l.all[name] != x {
-			x.Close()
+	o := old
+	for range maxChain - 1 {
+		if o = o.prev.Load(); o == nil {
+			break
 		}
 	}
+	if o != nil {
+		s.dropPrev(o)
+	}
+	time.AfterFunc(min(carry, maxCarry), func() {
+		s.relMu.Lock()
+		defer s.relMu.Unlock()
+		s.dropPrev(l)
+	})
 	return nil
+}
+
+// maxChain bounds the configurations kept to carry usage over reloads.
+const maxChain = 16
+
+// dropPrev ends l's carrying of usage: the configurations before l are
+// forgotten, and their limiters that the running ones no longer use are
+// closed. Called under relMu.
+func (s *Server) dropPrev(l *limits) {
+	inUse := map[*gossip.Limiter]bool{}
+	for c := s.lim.Load(); c != nil && c != l; c = c.prev.Load() {
+		for _, x := range c.all {
+			inUse[x] = true
+		}
+	}
+	for _, x := range l.all {
+		inUse[x] = true
+	}
+	for o := l.prev.Swap(nil); o != nil; o = o.prev.Swap(nil) {
+		for _, x := range o.all {
+			if !inUse[x] {
+				x.Close()
+			}
+		}
+	}
+}
+
+// limitRate returns the rate of x, from its gossip name (see limitName).
+func limitRate(x *gossip.Limiter) string {
+	name := x.Name()
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '|' {
+			name = name[:i]
+			break
+		}
+	}
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '|' {
+			return name[i+1:]
+		}
+	}
+	return ""
 }
 
 func isLiteral(p string) bool {
@@ -346,7 +453,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Unlock()
 	return Stats{Conns: n, Accepted: s.st.conns.Load(), Rejected: s.st.rejected.Load(), Queries: s.st.ok.Load() + s.st.no.Load(),
 		Allowed: s.st.ok.Load(), Throttled: s.st.no.Load(), BadQueries: s.st.bad.Load(), Pings: s.st.pings.Load(),
-		WriteTimeouts: s.st.writeTimeouts.Load(), Reloads: s.st.reloads.Load(), ReloadErrors: s.st.reloadErrors.Load(),
+		WriteTimeouts: s.st.writeTimeouts.Load(), ReplyResets: s.st.replyResets.Load(), Reloads: s.st.reloads.Load(), ReloadErrors: s.st.reloadErrors.Load(),
 		Gossip: s.node.Stats()}
 }
 
@@ -394,13 +501,41 @@ func (s *Server) AdminAddr() net.Addr {
 	return s.adminLn.Addr()
 }
 
-// clientIP returns the IP of a TCP peer, "" for other connections.
-func clientIP(c net.Conn) string {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+// peerKey names the client a connection comes from, for
+// MaxConnsPerAddr: the IP address of a TCP peer, the process (user and
+// process id, SO_PEERCRED) of a Unix-socket peer; "" when unknown.
+func peerKey(c net.Conn) string {
+	switch a := c.RemoteAddr().(type) {
+	case *net.TCPAddr:
 		return a.IP.String()
+	case *net.UnixAddr:
+		if cred := peerCred(c); cred != "" {
+			return "unix:" + cred
+		}
 	}
 	return ""
 }
+
+// refuse tells a connection over a limit so ("RF\n") and closes it. At
+// most maxLingering refusals at a time wait for the reply to leave;
+// beyond, connections are closed at once.
+func (s *Server) refuse(c net.Conn) {
+	if s.lingering.Add(1) > maxLingering {
+		s.lingering.Add(-1)
+		c.Close()
+		return
+	}
+	go func() {
+		defer s.lingering.Add(-1)
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		io.WriteString(c, ReplyRefused)
+		lingerClose(c)
+		c.Close()
+	}()
+}
+
+// maxLingering bounds the refused connections closed gracefully at once.
+const maxLingering = 64
 
 func (s *Server) accept(ln net.Listener) {
 	defer s.wg.Done()
@@ -419,95 +554,204 @@ func (s *Server) accept(ln net.Listener) {
 		}
 		delay = 0
 		cl := s.conf.Load()
-		ip := clientIP(c)
+		peer := peerKey(c)
 		s.mu.Lock()
-		if s.closing || len(s.conns) >= cl.maxConns || (ip != "" && s.perAddr[ip] >= cl.perAddr) {
+		if s.closing || len(s.conns) >= cl.maxConns || (peer != "" && s.perAddr[peer] >= cl.perAddr) {
+			closing := s.closing
 			s.mu.Unlock()
 			if s.st.rejected.Add(1)%1000 == 1 {
-				s.log.Warn("connection limit reached, closing new connections", "max_conns", cl.maxConns,
-					"max_conns_per_addr", cl.perAddr, "client", ip)
+				s.log.Warn("connection limit reached, refusing new connections", "max_conns", cl.maxConns,
+					"max_conns_per_addr", cl.perAddr, "client", peer)
 			}
-			c.Close()
+			if closing {
+				c.Close()
+			} else {
+				s.refuse(c)
+			}
 			continue
 		}
-		if ip != "" {
-			s.perAddr[ip]++
+		if peer != "" {
+			s.perAddr[peer]++
 		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		s.st.conns.Add(1)
-		go s.serve(c)
+		go s.serve(c, peer)
 	}
 }
 
-func (s *Server) serve(c net.Conn) {
-	ip := clientIP(c)
+// replyBudget is the send buffer of a connection: the reply bytes it may
+// owe (written, not yet taken by the client) before the server stops
+// reading its queries. A connection that owes replies and takes none for
+// WriteTimeout is reset, which frees its kernel memory at once (no
+// FIN-WAIT orphan holding unsent replies).
+const replyBudget = 16 << 10
+
+// connMemory is what one connection may make the kernel hold, for sizing
+// the default MaxConnsPerAddr: the server's send buffer (replyBudget,
+// doubled by the kernel), and a default receive buffer at either end.
+func connMemory() uint64 {
+	return 2*replyBudget + 2*max(tcpRmemDefault(), 128<<10)
+}
+
+// serve answers the queries of c until it closes, idles for
+// IdleTimeout, owes replies it does not take for WriteTimeout, or
+// Shutdown. Every read is answered at once: replies to every complete
+// line read are flushed before the next read, and the read deadline is
+// renewed before each read, so that a connection is idle only when no
+// byte arrives for IdleTimeout.
+func (s *Server) serve(c net.Conn, peer string) {
+	reset := false
 	defer func() {
+		if reset {
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetLinger(0)
+			}
+		}
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
-		if ip != "" {
-			if s.perAddr[ip]--; s.perAddr[ip] <= 0 {
-				delete(s.perAddr, ip)
+		if peer != "" {
+			if s.perAddr[peer]--; s.perAddr[peer] <= 0 {
+				delete(s.perAddr, peer)
 			}
 		}
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
 	if tc, ok := c.(*net.TCPConn); ok {
-		// Replies are 3 bytes: a small send buffer bounds what a client
-		// that does not read can make the kernel hold for it.
-		tc.SetWriteBuffer(64 << 10)
+		tc.SetWriteBuffer(replyBudget)
 	}
-	r := bufio.NewReaderSize(c, max(s.cfg.MaxTagLen+2, 16))
-	w := bufio.NewWriterSize(c, 1024)
-	flush := func() bool {
-		if w.Buffered() == 0 {
-			return true
-		}
-		d := s.conf.Load().write
+	maxLine := s.cfg.MaxTagLen + 2
+	buf := make([]byte, max(2*maxLine, 1024))
+	out := make([]byte, 0, 1024)
+	var (
+		start, end int
+		drain      = -1 // during Shutdown: the bytes received before it, still to read
+		last       bool // the last read is done: answer it, then close
+		owing      bool // replies were waiting in the send queue at the last read
+	)
+	writeTimeout := func() time.Duration {
 		if s.stopped.Load() {
-			d = min(d, shutdownWrite)
+			return min(s.conf.Load().write, shutdownWrite)
 		}
-		c.SetWriteDeadline(time.Now().Add(d))
-		if err := w.Flush(); err != nil {
+		return s.conf.Load().write
+	}
+	// flush writes the replies; a client that takes none of them for
+	// WriteTimeout is cut off, one that takes some is waited for.
+	flush := func() bool {
+		for len(out) > 0 {
+			c.SetWriteDeadline(time.Now().Add(writeTimeout()))
+			n, err := c.Write(out)
+			out = out[n:]
+			if err == nil || n > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.st.writeTimeouts.Add(1)
-				s.log.Debug("replies not read, closing", "remote", c.RemoteAddr().String())
+				s.log.Debug("replies not read, resetting", "remote", c.RemoteAddr().String())
 			}
+			reset = true
 			return false
 		}
+		out = out[:0:cap(out)]
 		return true
 	}
 	for {
-		if r.Buffered() == 0 {
-			if !flush() {
+		// Answer every complete line read, and flush the replies.
+		for {
+			i := bytes.IndexByte(buf[start:end], '\n')
+			if i < 0 {
+				break
+			}
+			line := buf[start : start+i+1]
+			start += i + 1
+			if len(line) > maxLine {
+				s.oversized(c, out)
 				return
 			}
-			c.SetReadDeadline(time.Now().Add(s.conf.Load().idle))
-			if s.stopped.Load() {
-				return // Shutdown: everything read has been answered
+			out = s.answer(line, out)
+			if len(out) > 900 && !flush() {
+				return
 			}
 		}
-		line, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) || (err == nil && len(line) > s.cfg.MaxTagLen+2) {
-			s.st.bad.Add(1)
-			s.log.Debug("oversized line, closing", "remote", c.RemoteAddr().String(), "max_tag_len", s.cfg.MaxTagLen)
-			w.WriteString(ReplyError)
-			w.Flush()
-			lingerClose(c)
+		if !flush() {
 			return
+		}
+		if end-start >= maxLine {
+			s.oversized(c, out)
+			return
+		}
+		end = copy(buf, buf[start:end])
+		start = 0
+		if last {
+			if !reset {
+				lingerClose(c)
+			}
+			return
+		}
+		if drain < 0 && s.stopped.Load() {
+			// Shutdown: answer what the client sent before it, no more.
+			drain = 0
+			if n, ok := pending(c); ok {
+				drain = n
+			}
+		}
+		if drain == 0 {
+			last = true
+			continue
+		}
+		limit := len(buf)
+		if drain > 0 {
+			c.SetReadDeadline(time.Now().Add(shutdownWrite))
+			limit = min(limit, end+drain)
+		} else {
+			// Replies still in the send queue: the client may have
+			// stopped reading. Look again after WriteTimeout.
+			wait := s.conf.Load().idle
+			if n, ok := unsent(c); ok && n > 0 {
+				owing, wait = true, min(wait, writeTimeout())
+			}
+			c.SetReadDeadline(time.Now().Add(wait))
+			if s.stopped.Load() {
+				continue // Shutdown came before the deadline was set
+			}
+		}
+		n, err := c.Read(buf[end:limit])
+		end += n
+		if drain > 0 {
+			drain -= n
 		}
 		if err != nil {
-			flush()
-			return
-		}
-		w.Write(s.answer(line, w.AvailableBuffer()))
-		if w.Buffered() > 900 && !flush() {
-			return
+			timeout := errors.Is(err, os.ErrDeadlineExceeded)
+			if timeout && drain < 0 && s.stopped.Load() {
+				continue // woken by Shutdown
+			}
+			if timeout && owing {
+				if n, ok := unsent(c); ok && n == 0 {
+					owing = false
+					continue // quiet, but it took its replies
+				}
+				s.st.replyResets.Add(1)
+				s.log.Debug("replies not taken, resetting", "remote", c.RemoteAddr().String())
+			}
+			// Idle, closed by the client, or failed: answer the lines of
+			// this read, then close. An idle connection is reset: the
+			// replies it still owes will not be read.
+			reset = reset || timeout && drain < 0
+			last = true
 		}
 	}
+}
+
+// oversized answers a line longer than MaxTagLen with ER and closes c.
+func (s *Server) oversized(c net.Conn, out []byte) {
+	s.st.bad.Add(1)
+	s.log.Debug("oversized line, closing", "remote", c.RemoteAddr().String(), "max_tag_len", s.cfg.MaxTagLen)
+	c.SetWriteDeadline(time.Now().Add(shutdownWrite))
+	c.Write(append(out, ReplyError...))
+	lingerClose(c)
 }
 
 // shutdownWrite bounds the flush of the last replies during Shutdown.
@@ -582,7 +826,20 @@ func (s *Server) allow(tag []byte) (throttle.Decision, bool) {
 		s.st.bad.Add(1)
 		return throttle.Decision{}, false
 	}
-	d, err := s.limiter(tag).Allow(context.Background(), string(tag), 1)
+	var (
+		d   throttle.Decision
+		err error
+	)
+	for {
+		l := s.lim.Load()
+		lim := l.limiter(tag)
+		l.carry(lim, string(tag))
+		d, err = lim.Allow(context.Background(), string(tag), 1)
+		if !errors.Is(err, throttle.ErrClosed) || s.lim.Load() == l {
+			break
+		}
+		// A reload closed the limiter meanwhile: ask the new one.
+	}
 	switch {
 	case err != nil:
 		s.st.bad.Add(1)
@@ -603,8 +860,43 @@ func (s *Server) Tokens(tag string) int64 { return s.limiter([]byte(tag)).Tokens
 // "ER\n"), without a socket.
 func (s *Server) Decide(tag string) string { return string(s.answer([]byte(tag+"\n"), nil)) }
 
-func (s *Server) limiter(tag []byte) *gossip.Limiter {
-	l := s.lim.Load()
+func (s *Server) limiter(tag []byte) *gossip.Limiter { return s.lim.Load().limiter(tag) }
+
+// carry keeps the usage key had under the configurations before l, when
+// its limit changed: before each decision, while they are kept, lim's
+// bucket is brought down to at most the tokens l.tokens allows. Racing
+// decisions may each charge: stricter, never looser. It costs one atomic
+// load when l carries nothing.
+func (l *limits) carry(lim *gossip.Limiter, key string) {
+	if l.prev.Load() == nil {
+		return
+	}
+	have := lim.Tokens(key)
+	if k := have - max(l.tokens(lim, key, maxChain), 0); k > 0 {
+		lim.Allow(context.Background(), key, int(min(k, have)))
+	}
+}
+
+// tokens returns the tokens key may have in lim, its limiter under l:
+// those of its bucket, at most lim's burst less what key's bucket had
+// used under the previous configuration (itself so bounded, depth
+// configurations back). The old buckets refill at their old rates, so
+// carried usage fades as it would have.
+func (l *limits) tokens(lim *gossip.Limiter, key string, depth int) int64 {
+	have := lim.Tokens(key)
+	p := l.prev.Load()
+	if p == nil || depth == 0 {
+		return have
+	}
+	old := p.limiter([]byte(key))
+	if old == lim {
+		return min(have, p.tokens(old, key, depth-1))
+	}
+	used := p.burst[old] - p.tokens(old, key, depth-1)
+	return min(have, l.burst[lim]-used)
+}
+
+func (l *limits) limiter(tag []byte) *gossip.Limiter {
 	if x, ok := l.exact[string(tag)]; ok {
 		return x
 	}
@@ -616,8 +908,9 @@ func (s *Server) limiter(tag []byte) *gossip.Limiter {
 	return l.def
 }
 
-// Shutdown stops accepting, lets every connection finish the queries it
-// has already sent, then closes it, and stops the gossip node. If ctx ends
+// Shutdown stops accepting, lets every connection answer the queries it
+// had received (on Linux, also those still in the socket's receive
+// buffer), then closes it, and stops the gossip node. If ctx ends
 // first the remaining connections are closed at once. It returns
 // ctx.Err() in that case, nil otherwise. Idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {

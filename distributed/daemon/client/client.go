@@ -1,12 +1,20 @@
 // Package client queries a throttled daemon (package daemon) over its
 // line protocol, built to fail safe: every query has a short timeout, a
-// failure admits the request by default (fail open), and after a failure
+// failure is answered by the failure policy (by default it admits the
+// request: fail open; WithPolicy chooses refusing, or asking a local
+// limiter), and after DefaultFailures consecutive failures (WithFailures)
 // further queries are skipped for a backoff that doubles up to a maximum
 // (default one second), so a dead daemon costs callers nothing but one
-// timeout now and then. When a backoff ends, one caller probes the daemon
-// while the others keep skipping; the first success ends the backoff, so
-// the client answers for real again at most one maximum backoff after the
-// daemon comes back.
+// timeout now and then, while one slow reply among answered ones stops
+// nobody. When a backoff ends, one caller probes the daemon while the
+// others keep skipping; the first success ends the backoff, so the client
+// answers for real again at most one maximum backoff after the daemon
+// comes back.
+//
+// A daemon at its connection limits answers a new connection "RF" and
+// closes it: such a query fails with an error wrapping ErrRefused (and
+// throttle.ErrUnavailable), so that a caller can tell "the daemon refused
+// me" from "the daemon is down"; it counts as a failure too.
 //
 // Only the daemon's failures count towards the backoff. A tag the daemon
 // cannot take (checked before sending against WithMaxTagLen, or refused
@@ -43,6 +51,9 @@ const (
 	DefaultPoolSize   = 16
 	DefaultMinBackoff = 100 * time.Millisecond
 	DefaultMaxBackoff = time.Second
+	// DefaultFailures is how many consecutive failed queries start a
+	// backoff.
+	DefaultFailures = 5
 	// MaxTagLen is the longest tag the client sends by default: the
 	// daemon's default max_tag_len. Longer tags are refused before
 	// sending (see WithMaxTagLen).
@@ -76,8 +87,33 @@ func WithBackoff(minPause, maxPause time.Duration) Option {
 // throttle.ErrInvalid. At most HardMaxTagLen.
 func WithMaxTagLen(n int) Option { return func(c *Client) { c.maxTagLen = n } }
 
-// FailClosed makes failures deny requests instead of admitting them.
-func FailClosed() Option { return func(c *Client) { c.failOpen = false } }
+// WithFailures sets how many consecutive failed queries start a backoff
+// (default DefaultFailures; 1 backs off at the first failure). Any
+// answered query resets the count, so a slow reply now and then does not
+// stop the other callers.
+func WithFailures(n int) Option { return func(c *Client) { c.failures = n } }
+
+// WithPolicy sets what a failed query answers (default failsafe.Open:
+// admit). failsafe.Closed denies, and failsafe.Fallback asks the limiter
+// given with WithFallback.
+func WithPolicy(p failsafe.Policy) Option { return func(c *Client) { c.policy = p } }
+
+// WithFallback sets the local limiter that answers failed queries, and
+// selects failsafe.Fallback. A good one is the daemon's limit divided by
+// the number of processes sharing it.
+func WithFallback(l throttle.Limiter) Option {
+	return func(c *Client) { c.fallback, c.policy = l, failsafe.Fallback }
+}
+
+// FailClosed makes failures deny requests instead of admitting them:
+// WithPolicy(failsafe.Closed).
+func FailClosed() Option { return WithPolicy(failsafe.Closed) }
+
+// ErrRefused is wrapped by the error of a query the daemon refused
+// because it was at its connection limits (max_conns, or
+// max_conns_per_addr for this client's address or process). It wraps
+// throttle.ErrUnavailable.
+var ErrRefused = fmt.Errorf("%w: daemon refused the connection (max_conns or max_conns_per_addr reached)", throttle.ErrUnavailable)
 
 // WithDialer replaces the dialer (for tests, or custom sockets).
 func WithDialer(d func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
@@ -91,16 +127,18 @@ type Client struct {
 	timeout                time.Duration
 	poolSize               int
 	minBackoff, maxBackoff time.Duration
-	failOpen               bool
+	failures               int
+	policy                 failsafe.Policy
+	fallback               throttle.Limiter
 	maxTagLen              int
 	dial                   func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	pool   chan *conn
 	closed atomic.Bool
 
-	br failsafe.Breaker // the backoff: opens at the first failure
+	br failsafe.Breaker // the backoff: opens after consecutive failures
 
-	st struct{ queries, allowed, failures, skipped, dials atomic.Uint64 }
+	st struct{ queries, allowed, failures, refused, skipped, dials atomic.Uint64 }
 }
 
 type conn struct {
@@ -114,6 +152,7 @@ type Stats struct {
 	Queries  uint64 // answered by the daemon
 	Allowed  uint64 // of which "OK"
 	Failures uint64 // queries that failed (timeout, refused, ...)
+	Refused  uint64 // of which refused by the daemon at its connection limits
 	Skipped  uint64 // queries not sent because of a backoff
 	Dials    uint64 // connections opened
 }
@@ -122,7 +161,8 @@ type Stats struct {
 // "unix"). It connects lazily. Errors wrap throttle.ErrInvalid.
 func New(network, addr string, opts ...Option) (*Client, error) {
 	c := &Client{network: network, addr: addr, timeout: DefaultTimeout, poolSize: DefaultPoolSize,
-		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, failOpen: true, maxTagLen: MaxTagLen}
+		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, failures: DefaultFailures,
+		policy: failsafe.Open, maxTagLen: MaxTagLen}
 	var d net.Dialer
 	c.dial = d.DialContext
 	for _, o := range opts {
@@ -142,13 +182,19 @@ func New(network, addr string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: pool size must not be negative", throttle.ErrInvalid)
 	case c.minBackoff < 0 || c.maxBackoff < c.minBackoff:
 		return nil, fmt.Errorf("%w: backoff must satisfy 0 <= min <= max", throttle.ErrInvalid)
+	case c.failures < 1:
+		return nil, fmt.Errorf("%w: failures %d: must be at least 1", throttle.ErrInvalid, c.failures)
+	case c.policy < failsafe.Closed || c.policy > failsafe.Fallback:
+		return nil, fmt.Errorf("%w: unknown policy %v", throttle.ErrInvalid, c.policy)
+	case c.policy == failsafe.Fallback && c.fallback == nil:
+		return nil, fmt.Errorf("%w: policy Fallback needs WithFallback", throttle.ErrInvalid)
 	case c.maxTagLen < 1 || c.maxTagLen > HardMaxTagLen:
 		return nil, fmt.Errorf("%w: max tag length %d out of [1, %d]", throttle.ErrInvalid, c.maxTagLen, HardMaxTagLen)
 	case c.dial == nil:
 		return nil, fmt.Errorf("%w: nil dialer", throttle.ErrInvalid)
 	}
 	if c.minBackoff > 0 {
-		c.br.Init(1, c.minBackoff, c.maxBackoff) // valid: checked above
+		c.br.Init(c.failures, c.minBackoff, c.maxBackoff) // valid: checked above
 	}
 	c.pool = make(chan *conn, c.poolSize)
 	return c, nil
@@ -177,8 +223,9 @@ func (e *rejectedError) Error() string {
 func (e *rejectedError) Unwrap() error { return throttle.ErrInvalid }
 
 // Check asks whether a request tagged tag should be served. On failure
-// (daemon down, slow, or backing off) it returns the fail-safe answer
-// (true unless FailClosed) with an error wrapping throttle.ErrUnavailable,
+// (daemon down, slow, refusing connections, or backing off) it returns
+// the policy's answer (true with failsafe.Open, false with Closed, the
+// fallback's with Fallback) and an error wrapping throttle.ErrUnavailable,
 // which callers that fail open may ignore. A tag the protocol cannot
 // carry, or that the daemon rejects, returns false and an error wrapping
 // throttle.ErrInvalid. If ctx ends before the answer, the error wraps
@@ -189,7 +236,7 @@ func (c *Client) Check(ctx context.Context, tag string) (bool, error) {
 		return false, err
 	}
 	var out [1]bool
-	err := c.query(ctx, []string{tag}, out[:])
+	err := c.query(ctx, []string{tag}, out[:], true)
 	if err != nil {
 		return out[0], err
 	}
@@ -198,7 +245,7 @@ func (c *Client) Check(ctx context.Context, tag string) (bool, error) {
 
 // CheckMany asks about every tag in tags, pipelined on one connection,
 // and stores the answers in out (len(out) must be len(tags)). On failure
-// every answer is the fail-safe one and the error wraps
+// every answer is the policy's and the error wraps
 // throttle.ErrUnavailable. If the daemon rejects a tag, its answer is
 // false and the error wraps throttle.ErrInvalid; the other answers stand
 // if the daemon gave them.
@@ -211,22 +258,29 @@ func (c *Client) CheckMany(ctx context.Context, tags []string, out []bool) error
 			return err
 		}
 	}
-	return c.query(ctx, tags, out)
+	return c.query(ctx, tags, out, true)
 }
 
 // Allow implements throttle.Limiter: one query for key. n must be 1 (the
-// protocol charges one token per query). When the daemon fails and the
-// client fails open, the request is admitted with a nil error (see Stats
-// for the failures); with FailClosed the error wraps
-// throttle.ErrUnavailable.
+// protocol charges one token per query). When the daemon fails, the
+// policy decides with a nil error (see Stats for the failures): Open
+// admits, Fallback returns the fallback's decision; with Closed the
+// error wraps throttle.ErrUnavailable.
 func (c *Client) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if err := limiterkit.CheckN(n, 1); err != nil {
 		return throttle.Decision{}, err
 	}
-	ok, err := c.Check(ctx, key)
+	if err := c.checkTag(key); err != nil {
+		return throttle.Decision{}, err
+	}
+	var out [1]bool
+	err := c.query(ctx, []string{key}, out[:], false)
+	ok := out[0]
 	switch {
-	case errors.Is(err, throttle.ErrUnavailable) && c.failOpen:
+	case errors.Is(err, throttle.ErrUnavailable) && c.policy == failsafe.Open:
 		return throttle.Decision{Allowed: true, Limit: 1}, nil
+	case errors.Is(err, throttle.ErrUnavailable) && c.policy == failsafe.Fallback:
+		return c.fallback.Allow(ctx, key, 1)
 	case err != nil:
 		return throttle.Decision{}, err
 	case ok:
@@ -237,10 +291,12 @@ func (c *Client) Allow(ctx context.Context, key string, n int) (throttle.Decisio
 	}
 }
 
-func (c *Client) query(ctx context.Context, tags []string, out []bool) error {
+// query asks the daemon about tags. On failure, the policy answers in
+// out if decide (Allow asks a fallback itself, for its Decision).
+func (c *Client) query(ctx context.Context, tags []string, out []bool, decide bool) error {
 	fail := func(err error) error {
-		for i := range out {
-			out[i] = c.failOpen
+		if decide {
+			c.decideFailed(ctx, tags, out)
 		}
 		return err
 	}
@@ -264,7 +320,7 @@ func (c *Client) query(ctx context.Context, tags []string, out []bool) error {
 	if err == nil {
 		err = c.roundTrip(cn, deadline, tags, out)
 		var rej *rejectedError
-		if err != nil && !errors.As(err, &rej) && pooled && time.Now().Before(deadline) && ctx.Err() == nil {
+		if err != nil && !errors.As(err, &rej) && !errors.Is(err, ErrRefused) && pooled && time.Now().Before(deadline) && ctx.Err() == nil {
 			// The daemon may have closed an idle pooled connection (it
 			// restarted, or timed it out): try once on a fresh one.
 			cn.c.Close()
@@ -295,12 +351,31 @@ func (c *Client) query(ctx context.Context, tags []string, out []bool) error {
 			return fail(fmt.Errorf("daemon %s: %v: %w: %w", c.addr, err, throttle.ErrUnavailable, cerr))
 		}
 		c.failed(probe)
+		if errors.Is(err, ErrRefused) {
+			c.st.refused.Add(1)
+			return fail(fmt.Errorf("daemon %s: %w", c.addr, err))
+		}
 		return fail(fmt.Errorf("daemon %s: %v: %w", c.addr, err, throttle.ErrUnavailable))
 	}
 	c.put(cn)
 	c.succeeded(probe)
 	c.st.queries.Add(uint64(len(tags)))
 	return nil
+}
+
+// decideFailed stores the policy's answers to tags in out.
+func (c *Client) decideFailed(ctx context.Context, tags []string, out []bool) {
+	for i := range out {
+		switch c.policy {
+		case failsafe.Open:
+			out[i] = true
+		case failsafe.Fallback:
+			d, err := c.fallback.Allow(ctx, tags[i], 1)
+			out[i] = err == nil && d.Allowed
+		default:
+			out[i] = false
+		}
+	}
 }
 
 // callerDeadline reports whether deadline is ctx's and has passed.
@@ -338,9 +413,7 @@ func (c *Client) roundTrip(cn *conn, deadline time.Time, tags []string, out []bo
 			// The daemon closes the connection after an oversized line:
 			// the rejection is the news, not the failure; the rest are
 			// unanswered.
-			for i := range out {
-				out[i] = c.failOpen
-			}
+			c.decideFailed(context.Background(), tags, out)
 			return rejected
 		case err != nil:
 			return err
@@ -368,9 +441,7 @@ func (c *Client) exchange(cn *conn, tags []string, out []bool) error {
 			if rejected != nil {
 				// The daemon closed the connection after an oversized
 				// line: the rest are unanswered.
-				for j := i; j < len(out); j++ {
-					out[j] = c.failOpen
-				}
+				c.decideFailed(context.Background(), tags[i:], out[i:])
 				return rejected
 			}
 			return err
@@ -386,6 +457,8 @@ func (c *Client) exchange(cn *conn, tags []string, out []bool) error {
 			if rejected == nil {
 				rejected = &rejectedError{tag: tags[i]}
 			}
+		case "RF\n": // daemon.ReplyRefused
+			return ErrRefused
 		default:
 			return fmt.Errorf("unexpected reply %q", reply[:])
 		}
@@ -434,7 +507,7 @@ func (c *Client) put(cn *conn) {
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{Queries: c.st.queries.Load(), Allowed: c.st.allowed.Load(), Failures: c.st.failures.Load(),
+	return Stats{Queries: c.st.queries.Load(), Allowed: c.st.allowed.Load(), Failures: c.st.failures.Load(), Refused: c.st.refused.Load(),
 		Skipped: c.st.skipped.Load(), Dials: c.st.dials.Load()}
 }
 

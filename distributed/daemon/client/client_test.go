@@ -101,7 +101,7 @@ func TestFailOpenAndBackoff(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	c := newClient(t, "tcp", addr, client.WithBackoff(time.Hour, time.Hour))
+	c := newClient(t, "tcp", addr, client.WithBackoff(time.Hour, time.Hour), client.WithFailures(1))
 	ok, err := c.Check(ctx, "alice")
 	if !ok || !errors.Is(err, throttle.ErrUnavailable) {
 		t.Fatalf("down daemon: %v, %v; want fail open with ErrUnavailable", ok, err)

@@ -15,6 +15,8 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/daemon/client"
+	"github.com/throttlekit/throttle/failsafe"
+	"github.com/throttlekit/throttle/tokenbucket"
 )
 
 // fakeDaemon is an in-memory daemon for tests on virtual time: Dial
@@ -190,5 +192,71 @@ func TestMaxTagLenOption(t *testing.T) {
 		if _, err := client.New("tcp", "x:1", client.WithMaxTagLen(n)); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("WithMaxTagLen(%d): %v", n, err)
 		}
+	}
+}
+
+// A slow reply is not an outage: the query that timed out fails alone,
+// and the next callers are answered by the daemon, not skipped and
+// failed open. Only WithFailures consecutive failures start a backoff.
+// (One reply over the timeout made every caller fail open for 100 ms.)
+func TestSlowReplyIsNotAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeDaemon{}
+		c, err := client.New("tcp", "daemon:1", client.WithDialer(f.dial), client.WithTimeout(25*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.wg.Wait()
+		defer c.Close()
+		f.delay.Store(int64(50 * time.Millisecond))
+		if _, err := c.Check(context.Background(), "a"); !errors.Is(err, throttle.ErrUnavailable) {
+			t.Fatalf("slow reply: %v, want ErrUnavailable", err)
+		}
+		f.delay.Store(0)
+		for i := range 10 {
+			if ok, err := c.Check(context.Background(), "a"); !ok || err != nil {
+				t.Fatalf("query %d after one slow reply: %v, %v; want the daemon's answer", i, ok, err)
+			}
+		}
+		// DefaultFailures consecutive failures start the backoff.
+		f.down.Store(true)
+		c.Close()
+		c, _ = client.New("tcp", "daemon:1", client.WithDialer(f.dial), client.WithTimeout(25*time.Millisecond))
+		defer c.Close()
+		for range client.DefaultFailures {
+			c.Check(context.Background(), "a")
+		}
+		before := f.dials.Load()
+		if _, err := c.Check(context.Background(), "a"); !errors.Is(err, throttle.ErrUnavailable) || f.dials.Load() != before {
+			t.Fatalf("after %d consecutive failures: %v, %d dials; want skipped", client.DefaultFailures, err, f.dials.Load()-before)
+		}
+		if st := c.Stats(); st.Skipped != 1 || st.Failures != client.DefaultFailures {
+			t.Fatalf("stats %+v", st)
+		}
+	})
+}
+
+// WithFallback answers failed queries with a local limiter.
+func TestFallbackPolicy(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	local, err := tokenbucket.New(throttle.PerHour(1), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New("tcp", addr, client.WithFallback(local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i, want := range []bool{true, true, false} {
+		d, err := c.Allow(context.Background(), "k", 1)
+		if err != nil || d.Allowed != want {
+			t.Fatalf("query %d with the daemon down: %+v, %v; want the fallback's %v", i, d, err, want)
+		}
+	}
+	if _, err := client.New("tcp", addr, client.WithPolicy(failsafe.Fallback)); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("Fallback without a limiter: %v", err)
 	}
 }

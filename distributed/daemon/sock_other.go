@@ -1,0 +1,11 @@
+//go:build !linux
+
+package daemon
+
+import "net"
+
+func peerCred(net.Conn) string     { return "" }
+func unsent(net.Conn) (int, bool)  { return 0, false }
+func tcpMemPressure() uint64       { return 0 }
+func tcpRmemDefault() uint64       { return 0 }
+func pending(net.Conn) (int, bool) { return 0, false }
