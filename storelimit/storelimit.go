@@ -40,7 +40,7 @@ import (
 
 // MaxAttempts bounds the compare-and-swap attempts of one decision: each
 // failed attempt means another writer's decision on the key succeeded.
-const MaxAttempts = 64
+const MaxAttempts = 1000
 
 var (
 	_ throttle.Limiter       = (*Limiter)(nil)
