@@ -34,7 +34,10 @@ type Algorithm interface {
 // exactly while the limiter that wrote it says so. A key with no state,
 // or whose state expired before now, has state 0; the limiter maps
 // 0 to its Algorithm's fresh state, so a stored 0 and no state are the
-// same thing and a Store may drop either.
+// same thing and a Store may drop either. A Store may keep a state past
+// its expiry (rounding expires up to its own resolution, sweeping late):
+// a state past its expiry decides as a fresh one. It must never drop a
+// state before.
 //
 // Implementations must be safe for concurrent use, and each method must be
 // atomic with respect to the others on the same key across every process

@@ -10,7 +10,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/fixedwindow"
+	"github.com/throttlekit/throttle/leakybucket"
+	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/storelimit"
 	"github.com/throttlekit/throttle/storelimit/storetest"
 	"github.com/throttlekit/throttle/throttletest"
@@ -184,5 +187,44 @@ func TestLoadFailsOnRetry(t *testing.T) {
 	}
 	if n := s.loads.Load(); n != 2 {
 		t.Fatalf("%d Loads, want 2 (none after the failure)", n)
+	}
+}
+
+// TestZeroAlgorithms: every zero Algorithm of the module refuses to
+// decide, reports a zero Quota, and is refused by New.
+func TestZeroAlgorithms(t *testing.T) {
+	for _, a := range []throttle.Algorithm{tokenbucket.Algorithm{}, leakybucket.Algorithm{}, fixedwindow.Algorithm{}, slidingwindow.Algorithm{}} {
+		if _, _, err := a.Decide(a.Fresh(), 0, 1); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("zero %T: Decide err = %v, want ErrInvalid", a, err)
+		}
+		if q := a.Quota(); q != (throttle.Quota{}) {
+			t.Errorf("zero %T: Quota = %+v", a, q)
+		}
+		if _, err := storelimit.New(new(storelimit.Memory), a); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("zero %T: New err = %v, want ErrInvalid", a, err)
+		}
+	}
+}
+
+// TestFailsafe: a store failure reaches failsafe as ErrUnavailable, so
+// its policy decides (here: fail open).
+func TestFailsafe(t *testing.T) {
+	a, err := tokenbucket.NewAlgorithm(throttle.PerSecond(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := storelimit.New(faulty{errBoom}, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := failsafe.New(l, failsafe.WithPolicy(failsafe.Open))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := f.Allow(context.Background(), "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("failsafe(Open) over a failing store: %+v, %v; want allowed", d, err)
+	}
+	if _, ok := f.(throttle.QuotaReporter); !ok {
+		t.Fatal("failsafe over storelimit lost QuotaReporter")
 	}
 }
