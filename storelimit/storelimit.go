@@ -20,12 +20,16 @@
 // error wrapping throttle.ErrUnavailable).
 //
 // Each process decides with its own clock, passed to the store with every
-// call (a store reads no clock): processes sharing a store should have
-// synchronised clocks, as they would for any shared limit; a process whose
-// clock is behind sees keys as more used, not less.
+// call (a store reads no clock), so processes sharing a store need
+// synchronised clocks: a process whose clock is behind sees keys as more
+// used, one whose clock is ahead by δ as less used, by what the limit
+// refills in δ.
 //
 // Every failure of the store is returned wrapping throttle.ErrUnavailable
 // (and the store's error), so failsafe decides what a missing store means.
+// A write whose outcome the store cannot know (the connection lost after
+// the server committed) is such a failure too: its units may have been
+// charged though the call was not admitted, never the other way round.
 package storelimit
 
 import (

@@ -204,22 +204,26 @@ func TestServerKilled(t *testing.T) {
 			}
 		})
 	}
-	for admitted.Load() < limit/4 && !t.Failed() {
-		time.Sleep(time.Millisecond)
+	defer wg.Wait()
+	defer close(stop)
+	// waitFor polls cond; a minute without it fails the test (the clients
+	// never hang: each call is bounded by the Store's timeout).
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !cond() && !t.Failed(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within a minute (%d admitted, %d failed)", what, admitted.Load(), failed.Load())
+			}
+		}
 	}
+	waitFor("admissions", func() bool { return admitted.Load() >= limit/4 })
 	own.Kill()
-	for failed.Load() == 0 && !t.Failed() { // the clients see the server gone
-		time.Sleep(time.Millisecond)
-	}
+	waitFor("failure seen by the clients", func() bool { return failed.Load() > 0 })
 	if err := own.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	for admitted.Load() < limit && !t.Failed() {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor("admissions after the restart", func() bool { return admitted.Load() >= limit })
 	time.Sleep(50 * time.Millisecond) // room for an over-admission to show
-	close(stop)
-	wg.Wait()
 	if got := admitted.Load(); got != limit {
 		t.Fatalf("admitted %d in all across the restart, want exactly %d", got, limit)
 	}
