@@ -31,8 +31,10 @@
 // COMMITTED isolation a concurrent writer of the same row is waited for
 // and the condition re-checked on its result, so a write that raced
 // another affects no row and storelimit reads and decides again: no
-// explicit transaction, no serialization failure, no lock held across a
-// round trip. Different keys never wait for each other.
+// explicit transaction, no lock held across a round trip. Under a stricter
+// default isolation (REPEATABLE READ, SERIALIZABLE) the raced write fails
+// with a serialization failure instead; the Store takes that, and a
+// deadlock, for a lost race too. Different keys never wait for each other.
 //
 // The decision is not made by a function in the database on purpose:
 // it would be a second implementation of every algorithm (in PL/pgSQL),
@@ -177,7 +179,20 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, old, next, now, 
 	} else {
 		tag, err = s.db.Exec(ctx, s.update, []byte(key), old, next, ceilMicro(expires), floorMicro(now))
 	}
+	if conflict(err) {
+		return false, nil
+	}
 	return err == nil && tag.RowsAffected() == 1, err
+}
+
+// conflict reports whether err is PostgreSQL refusing the statement
+// because of a concurrent writer: a serialization failure (under
+// REPEATABLE READ or SERIALIZABLE, where READ COMMITTED would have waited)
+// or a deadlock. The statement was rolled back, so the swap lost the race
+// and the caller decides again, as after any lost compare-and-swap.
+func conflict(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
 }
 
 // sweepBatch is how many rows one DELETE of Sweep removes at most, so

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/pglimit"
 	"github.com/throttlekit/throttle/fixedwindow"
@@ -41,6 +43,38 @@ func TestContention(t *testing.T) {
 	}
 	l := storetest.NewLimiter(t, newStore(t, newPool(t, srv, 16), pglimit.WithTimeout(10*time.Second)), a, throttletest.NewClock())
 	storetest.Contention(t, l, 150, 48)
+}
+
+// TestSerializable: under SERIALIZABLE (and REPEATABLE READ) a write
+// that races another fails with a serialization failure rather than
+// waiting; the Store takes it for a lost race, so 32 goroutines on one key
+// still admit exactly the limit, and none of them fails.
+func TestSerializable(t *testing.T) {
+	a, err := fixedwindow.NewAlgorithm(60, time.Hour, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, level := range []string{"serializable", "repeatable read"} {
+		t.Run(level, func(t *testing.T) {
+			cfg, err := pgxpool.ParseConfig(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = 16
+			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = level
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			var got string
+			if err := pool.QueryRow(context.Background(), "SHOW transaction_isolation").Scan(&got); err != nil || got != level {
+				t.Fatalf("isolation %q, %v; want %q", got, err, level)
+			}
+			l := storetest.NewLimiter(t, newStore(t, pool, pglimit.WithTimeout(10*time.Second)), a, throttletest.NewClock())
+			storetest.Contention(t, l, 60, 32)
+		})
+	}
 }
 
 // TestKeys: keys are bytes (NUL, invalid UTF-8, quotes, backslashes): no
