@@ -42,3 +42,11 @@ func (a Algorithm) Decide(state, now int64, n int) (next int64, d throttle.Decis
 	}
 	return window.Decide("slidingwindow", state, now, n, a.c.checkN, a.c.stepDecision)
 }
+
+var _ throttle.Algorithm = Algorithm{}
+
+// Fresh returns 0, the state of a key never seen.
+func (Algorithm) Fresh() int64 { return 0 }
+
+// Quota reports the limit per window (zero on a zero Algorithm).
+func (a Algorithm) Quota() throttle.Quota { return a.c.quota() }

@@ -1,16 +1,12 @@
 package tokenbucket
 
 import (
-	"fmt"
-	"math"
-
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/gcra"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Full is the state of a key never seen: a bucket full at any instant.
-const Full = math.MinInt64
+const Full = gcra.Full
 
 // Algorithm is the token bucket's decision as a pure function, for a store
 // that keeps each key's state itself (a SQL row, a Memcached item): read
@@ -24,16 +20,15 @@ const Full = math.MinInt64
 // An Algorithm is immutable and safe for concurrent use. The zero value
 // is not usable: Decide fails with an error wrapping throttle.ErrInvalid;
 // create it with NewAlgorithm.
-type Algorithm struct{ c *gcra.Config }
+type Algorithm struct{ g gcra.Algorithm }
+
+var _ throttle.Algorithm = Algorithm{}
 
 // NewAlgorithm returns the decision of a bucket of burst tokens refilled
 // at rate. Errors wrap throttle.ErrInvalid.
 func NewAlgorithm(rate throttle.Rate, burst int) (Algorithm, error) {
-	c, err := gcra.NewConfig(rate, burst)
-	if err != nil {
-		return Algorithm{}, err
-	}
-	return Algorithm{c}, nil
+	g, err := gcra.NewAlgorithm(rate, burst)
+	return Algorithm{g}, err
 }
 
 // Decide decides n units at now on a key whose state is state. It returns
@@ -41,19 +36,12 @@ func NewAlgorithm(rate throttle.Rate, burst int) (Algorithm, error) {
 // wrap throttle.ErrInvalid (n <= 0, a zero Algorithm, a bucket that would
 // be full again only after 2262) or throttle.ErrExceedsLimit (n > burst).
 func (a Algorithm) Decide(state, now int64, n int) (next int64, d throttle.Decision, err error) {
-	if a.c == nil {
-		return state, d, fmt.Errorf("%w: zero tokenbucket.Algorithm: use NewAlgorithm", throttle.ErrInvalid)
-	}
-	if err := limiterkit.CheckN(n, a.c.Burst); err != nil {
-		return state, d, err
-	}
-	cost := int64(n) * a.c.Interval
-	next, ok := gcra.Step(state, now, cost, a.c.Tau)
-	if err := a.c.Fill(&d, now, next, cost, ok); err != nil {
-		return state, throttle.Decision{}, err
-	}
-	if !ok {
-		next = state
-	}
-	return next, d, nil
+	return a.g.Decide("tokenbucket", state, now, n)
 }
+
+// Fresh returns Full.
+func (Algorithm) Fresh() int64 { return Full }
+
+// Quota reports the burst and the time to refill it from empty (zero on a
+// zero Algorithm).
+func (a Algorithm) Quota() throttle.Quota { return a.g.Quota() }

@@ -1,0 +1,63 @@
+package pglimit_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/throttlekit/throttle/distributed/pglimit"
+	"github.com/throttlekit/throttle/internal/pgtest"
+	"github.com/throttlekit/throttle/internal/testproc"
+)
+
+// srv is the server the package's tests share (tests that kill a server
+// start their own).
+var srv *pgtest.Server
+
+func TestMain(m *testing.M) {
+	os.Exit(testproc.Main(m, pgtest.EnvRequire, pgtest.ErrNoServer, func() (func(), error) {
+		s, err := pgtest.StartServer()
+		if err != nil {
+			return nil, err
+		}
+		srv = s
+		return s.Close, nil
+	}))
+}
+
+// newPool returns a pool of at most conns connections to s, closed at the
+// end of the test.
+func newPool(t testing.TB, s *pgtest.Server, conns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = conns
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+var tableSeq atomic.Int64
+
+// newStore returns a Store over a table of its own in db.
+func newStore(t testing.TB, db pglimit.DB, opts ...pglimit.Option) *pglimit.Store {
+	t.Helper()
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), tableSeq.Add(1))
+	s, err := pglimit.New(db, append([]pglimit.Option{pglimit.WithTable(name)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

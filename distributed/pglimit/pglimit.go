@@ -1,0 +1,243 @@
+// Package pglimit is a throttle.Store in a PostgreSQL table: the
+// database-backed limit for services that have PostgreSQL and no Redis.
+// The decisions are the algorithms' own Go steps (throttle.Algorithm, run
+// by package storelimit); the database only keeps one int64 per key and
+// swaps it atomically, so every algorithm of the module works unchanged
+// and decides exactly as its in-process limiter on the same trace.
+//
+//	pool, _ := pgxpool.New(ctx, "postgres://...")
+//	store, _ := pglimit.New(pool)
+//	_ = store.CreateTable(ctx)
+//	alg, _ := tokenbucket.NewAlgorithm(throttle.PerSecond(10), 20)
+//	limiter, _ := storelimit.New(store, alg)
+//
+// # The table
+//
+//	key     bytea PRIMARY KEY    -- any bytes: a key is never refused by the database
+//	state   bigint NOT NULL      -- the Algorithm's state, offset by its fresh state
+//	expires timestamptz NOT NULL -- from then on the state decides as a fresh one
+//
+// One table may serve several limiters if their keys differ (prefix
+// them); two limiters of different algorithms on one key read each
+// other's state as corrupt (an error wrapping throttle.ErrInvalid).
+//
+// # Round trips and contention
+//
+// A decision is one SELECT (by primary key); a denial ends there and
+// writes nothing. An admission then writes with one statement that
+// succeeds only if the row is still what was read: an UPDATE ... WHERE
+// state = old, or, for a key without a live row, an INSERT ... ON CONFLICT
+// DO UPDATE ... WHERE the row expired. Under PostgreSQL's default READ
+// COMMITTED isolation a concurrent writer of the same row is waited for
+// and the condition re-checked on its result, so a write that raced
+// another affects no row and storelimit reads and decides again: no
+// explicit transaction, no lock held across a round trip. Under a stricter
+// default isolation (REPEATABLE READ, SERIALIZABLE) the raced write fails
+// with a serialization failure instead; the Store takes that, and a
+// deadlock, for a lost race too. Different keys never wait for each other.
+//
+// The decision is not made by a function in the database on purpose:
+// it would be a second implementation of every algorithm (in PL/pgSQL),
+// where the Go steps are tested against the in-process limiters; the
+// price is a second round trip for admissions.
+//
+// # Expiry and sweeping
+//
+// Expiry is the limiter's clock (see throttle.Store), stored rounded up to
+// PostgreSQL's microsecond; an expired row is invisible to reads and is
+// overwritten by the next admission on its key. Rows of keys never seen
+// again stay until Sweep deletes them: run it periodically (every minute,
+// say) from one process. The index on expires keeps Sweep cheap.
+//
+// # Failures
+//
+// Every call runs under the Store's timeout (WithTimeout, one second by
+// default) on top of the caller's context, so an exhausted connection pool
+// or a server that stopped answering ends the decision with an error,
+// never a hang; storelimit wraps it in throttle.ErrUnavailable, and
+// failsafe decides what that means. Committed states survive a restart of
+// the server.
+package pglimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/throttlekit/throttle"
+)
+
+// DB is what the Store needs of a connection: a *pgxpool.Pool (the usual
+// choice) or a *pgx.Conn (one connection, not for concurrent use).
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DefaultTable is the table a Store uses unless WithTable names another.
+const DefaultTable = "throttle_state"
+
+// DefaultTimeout bounds each call of a Store unless WithTimeout says
+// otherwise.
+const DefaultTimeout = time.Second
+
+var _ throttle.Store = (*Store)(nil)
+
+// Store is a throttle.Store in one PostgreSQL table. It is safe for
+// concurrent use when its DB is (a pool). The zero value is not usable;
+// create it with New.
+type Store struct {
+	db      DB
+	table   string
+	timeout time.Duration
+	load    string
+	update  string
+	insert  string
+	sweep   string
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithTable names the table (optionally schema-qualified, as
+// schema.table; letters, digits and underscores).
+func WithTable(name string) Option { return func(s *Store) { s.table = name } }
+
+// WithTimeout bounds each call of the Store, including the wait for a
+// connection from the pool; 0 leaves only the caller's context.
+func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// New returns a Store over db. Errors wrap throttle.ErrInvalid: a nil db,
+// a table name that is not an identifier, a negative timeout.
+func New(db DB, opts ...Option) (*Store, error) {
+	s := &Store{db: db, table: DefaultTable, timeout: DefaultTimeout}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: pglimit: nil Option", throttle.ErrInvalid)
+		}
+		o(s)
+	}
+	switch {
+	case db == nil:
+		return nil, fmt.Errorf("%w: pglimit.New: nil DB", throttle.ErrInvalid)
+	case !identifier.MatchString(s.table):
+		return nil, fmt.Errorf("%w: pglimit: table name %q is not an identifier", throttle.ErrInvalid, s.table)
+	case s.timeout < 0:
+		return nil, fmt.Errorf("%w: pglimit: negative timeout %v", throttle.ErrInvalid, s.timeout)
+	}
+	t := s.table
+	s.load = "SELECT state FROM " + t + " WHERE key = $1 AND expires >= $2"
+	s.update = "UPDATE " + t + " SET state = $3, expires = $4 WHERE key = $1 AND state = $2 AND expires >= $5"
+	s.insert = "INSERT INTO " + t + " AS t (key, state, expires) VALUES ($1, $2, $3)" +
+		" ON CONFLICT (key) DO UPDATE SET state = excluded.state, expires = excluded.expires" +
+		" WHERE t.expires < $4 OR t.state = 0"
+	s.sweep = "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t +
+		" WHERE expires < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+	return s, nil
+}
+
+// CreateTable creates the table and its index on expires if they do not
+// exist.
+func (s *Store) CreateTable(ctx context.Context) error {
+	idx := s.table[strings.LastIndexByte(s.table, '.')+1:] + "_expires"
+	_, err := s.db.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+s.table+
+		" (key bytea PRIMARY KEY, state bigint NOT NULL, expires timestamptz NOT NULL);"+
+		" CREATE INDEX IF NOT EXISTS "+idx+" ON "+s.table+" (expires)")
+	return err
+}
+
+// Load returns key's state at now, 0 when it has no live row.
+func (s *Store) Load(ctx context.Context, key string, now int64) (int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var state int64
+	err := s.db.QueryRow(ctx, s.load, []byte(key), floorMicro(now)).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return state, err
+}
+
+// CompareAndSwap sets key's state to next, live until expires, if its
+// state at now is old: one statement.
+func (s *Store) CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var tag pgconn.CommandTag
+	var err error
+	if old == 0 {
+		tag, err = s.db.Exec(ctx, s.insert, []byte(key), next, ceilMicro(expires), floorMicro(now))
+	} else {
+		tag, err = s.db.Exec(ctx, s.update, []byte(key), old, next, ceilMicro(expires), floorMicro(now))
+	}
+	if conflict(err) {
+		return false, nil
+	}
+	return err == nil && tag.RowsAffected() == 1, err
+}
+
+// conflict reports whether err is PostgreSQL refusing the statement
+// because of a concurrent writer: a serialization failure (under
+// REPEATABLE READ or SERIALIZABLE, where READ COMMITTED would have waited)
+// or a deadlock. The statement was rolled back, so the swap lost the race
+// and the caller decides again, as after any lost compare-and-swap.
+func conflict(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
+}
+
+// sweepBatch is how many rows one DELETE of Sweep removes at most, so
+// that it holds few locks at a time.
+const sweepBatch = 10000
+
+// Sweep deletes the rows expired before before, in batches, and returns
+// how many it deleted. Rows locked by a writer are left for the next
+// Sweep. It is not bounded by the Store's timeout; ctx bounds it.
+func (s *Store) Sweep(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	for {
+		tag, err := s.db.Exec(ctx, s.sweep, before, sweepBatch)
+		if err != nil {
+			return n, err
+		}
+		n += tag.RowsAffected()
+		if tag.RowsAffected() < sweepBatch {
+			return n, nil
+		}
+	}
+}
+
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout == 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// floorMicro and ceilMicro turn nanoseconds into PostgreSQL's
+// microseconds, rounding so that a state is never taken for expired
+// before its time (a little after is harmless: a state past its expiry
+// decides as a fresh one).
+func floorMicro(ns int64) time.Time {
+	us := ns / 1000
+	if ns%1000 < 0 {
+		us--
+	}
+	return time.UnixMicro(us)
+}
+
+func ceilMicro(ns int64) time.Time {
+	if ns > math.MaxInt64-999 {
+		return time.UnixMicro(math.MaxInt64 / 1000).Add(time.Microsecond)
+	}
+	return floorMicro(ns + 999)
+}

@@ -1,0 +1,52 @@
+package throttle
+
+import "context"
+
+// Algorithm is a limit's decision as a pure function of one key's state,
+// an int64: what a Store-backed limiter runs in Go over state kept
+// elsewhere (a SQL row, a Memcached item). tokenbucket, leakybucket,
+// fixedwindow and slidingwindow (the weighted form) have one; a limit whose
+// state does not fit one word (the sliding log's timestamps, the slotted
+// window's ring, held units that must be released) has none.
+//
+// An Algorithm is immutable and safe for concurrent use.
+type Algorithm interface {
+	// Decide decides n units at now (nanoseconds since the Unix epoch)
+	// on a key whose state is state. It returns the state to store (state
+	// itself when denied) and the Decision. A state past the Decision's
+	// ResetAfter decides as Fresh does. Errors wrap ErrInvalid or
+	// ErrExceedsLimit.
+	Decide(state, now int64, n int) (next int64, d Decision, err error)
+	// Fresh returns the state of a key never seen.
+	Fresh() int64
+	// Quota states the limit.
+	Quota() Quota
+}
+
+// Store keeps one int64 state per key, each live until an instant, for a
+// limiter that decides with an Algorithm (package storelimit): it reads
+// the state, decides in Go, and writes the next state back only if the
+// stored one is still the state read, else reads and decides again. A
+// denial writes nothing.
+//
+// Instants are nanoseconds since the Unix epoch on the caller's clock,
+// passed in as now: a Store reads no clock of its own, so a state is live
+// exactly while the limiter that wrote it says so. A key with no state,
+// or whose state expired before now, has state 0; the limiter maps
+// 0 to its Algorithm's fresh state, so a stored 0 and no state are the
+// same thing and a Store may drop either. A Store may keep a state past
+// its expiry (rounding expires up to its own resolution, sweeping late):
+// a state past its expiry decides as a fresh one. It must never drop a
+// state before.
+//
+// Implementations must be safe for concurrent use, and each method must be
+// atomic with respect to the others on the same key across every process
+// sharing the store. Errors are failures of the store; the limiter wraps
+// them in ErrUnavailable.
+type Store interface {
+	// Load returns key's state at now.
+	Load(ctx context.Context, key string, now int64) (state int64, err error)
+	// CompareAndSwap sets key's state to next, live until expires
+	// (inclusive), if its state at now is old, and reports whether it did.
+	CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (swapped bool, err error)
+}
