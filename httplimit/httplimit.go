@@ -38,13 +38,29 @@ type config struct {
 	denied    http.Handler
 	onError   func(http.ResponseWriter, *http.Request, error)
 	observer  throttle.Observer
+	skip      func(*http.Request) bool
+	shadow    bool
 }
 
 // WithKey sets how requests are keyed (default: RemoteIP()).
 func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
-// WithCost sets how many units a request costs (default 1).
+// WithCost sets how many units a request costs (default 1); see
+// CostFromContext for a cost an earlier handler sets per request.
 func WithCost(f func(*http.Request) int) Option { return func(c *config) { c.cost = f } }
+
+// WithSkip exempts the requests for which f returns true (health checks,
+// internal callers): they reach the handler without a decision or
+// fields. f must be safe for concurrent use.
+func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
+
+// WithShadow decides and reports as usual (the RateLimit fields, the
+// observer's events) but refuses nothing: a request the limit would deny,
+// or whose key or decision failed, reaches the handler all the same, so a
+// new limit can be tried on production traffic. A denial is seen as the
+// RateLimit field's r=0 and as the observer's denied decisions (no
+// Retry-After is sent). A concurrency limit's units are held when granted.
+func WithShadow() Option { return func(c *config) { c.shadow = true } }
 
 // WithName names the policy in the RateLimit-Policy and RateLimit fields
 // (default "default"): middlewares stacked on one route need distinct
@@ -119,9 +135,13 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 	l = throttle.Observe(l, c.name, c.observer)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c.skip != nil && c.skip(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
 			key, err := c.key(r)
 			if err != nil {
-				c.fail(w, r, err)
+				c.fail(w, r, next, err)
 				return
 			}
 			d, release, err := throttle.Acquire(r.Context(), l, key, c.cost(r))
@@ -131,15 +151,15 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 					next.ServeHTTP(w, r)
 					return
 				}
-				if d.RetryAfter > 0 && errors.Is(err, throttle.ErrUnavailable) {
+				if !c.shadow && d.RetryAfter > 0 && errors.Is(err, throttle.ErrUnavailable) {
 					// An open breaker knows when it will try the store again.
 					w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
 				}
-				c.fail(w, r, err)
+				c.fail(w, r, next, err)
 				return
 			}
 			c.setFields(w.Header(), rep, key, d)
-			if !d.Allowed {
+			if !d.Allowed && !c.shadow {
 				w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
 				if c.denied != nil {
 					c.denied.ServeHTTP(w, r.WithContext(withDecision(r.Context(), d)))
@@ -168,7 +188,13 @@ func StatusFor(err error) int {
 	return http.StatusInternalServerError
 }
 
-func (c *config) fail(w http.ResponseWriter, r *http.Request, err error) {
+// fail answers a request whose key or decision failed with err (in shadow
+// mode: passes it to next).
+func (c *config) fail(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	if c.shadow {
+		next.ServeHTTP(w, r)
+		return
+	}
 	if c.onError != nil {
 		c.onError(w, r, err)
 		return
