@@ -7,8 +7,10 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/httplimit"
+	"github.com/throttlekit/throttle/tokenbucket"
 )
 
 // Limit each client to 100 requests a minute, behind one nginx proxy
@@ -88,4 +90,37 @@ func ExampleCostFromContext() {
 	batch(h).ServeHTTP(w, httptest.NewRequest("GET", "/items?id=1&id=2&id=3", nil))
 	fmt.Println(w.Code, w.Header().Get("RateLimit"))
 	// Output: 200 "default";r=97;t=60
+}
+
+// Each caller's plan, known to a handler before the limit, sets its limit
+// without a rules document.
+func ExampleWithRequestLimit() {
+	l, err := tokenbucket.New(throttle.PerSecond(10), 20) // the default plan
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	limit, err := httplimit.New(l, httplimit.WithLimitFromContext(), httplimit.WithKey(httplimit.Header("X-API-Key")))
+	if err != nil {
+		panic(err)
+	}
+	plans := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-API-Key") == "trial-key" {
+				r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.PerMinute(60), 10))
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	h := plans(limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	for _, key := range []string{"trial-key", "paid-key"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-API-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(key, w.Code, w.Header().Get("RateLimit-Policy"))
+	}
+	// Output:
+	// trial-key 200 "default";q=10;w=10
+	// paid-key 200 "default";q=20;w=2
 }

@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -161,5 +162,46 @@ func TestShadowAndSkip(t *testing.T) {
 	})
 	if w := get(mw(t, down, httplimit.WithShadow())(ok), "192.0.2.1:1"); w.Code != 200 || w.Header().Get("Retry-After") != "" {
 		t.Fatalf("backend down in shadow mode: %d %v", w.Code, w.Header())
+	}
+}
+
+// A limit stated in the request's context decides it, through the
+// limiter's AllowQuota, and the fields state that limit.
+func TestLimitFromContext(t *testing.T) {
+	clk := throttletest.NewClock()
+	l, _ := tokenbucket.New(throttle.PerSecond(100), 100, throttle.WithClock(clk))
+	defer l.Close()
+	var ev events
+	limit := mw(t, l, httplimit.WithLimitFromContext(), httplimit.WithObserver(&ev), httplimit.WithKey(httplimit.Header("X-Key")))
+	plans := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Key") == "free" {
+				r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.PerMinute(2), 2))
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	h := plans(limit(ok))
+	codes := []int{}
+	for range 3 {
+		w := get(h, "192.0.2.1:1", "X-Key", "free")
+		codes = append(codes, w.Code)
+		if w.Header().Get("RateLimit-Policy") != `"default";q=2;w=60` {
+			t.Fatalf("policy %q", w.Header().Get("RateLimit-Policy"))
+		}
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != http.StatusTooManyRequests {
+		t.Fatalf("free plan: %v", codes)
+	}
+	if w := get(h, "192.0.2.1:1", "X-Key", "paid"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=100;w=1` {
+		t.Fatalf("own limit: %d %q", w.Code, w.Header().Get("RateLimit-Policy"))
+	}
+	if ev.allowed != 3 || ev.denied != 1 {
+		t.Fatalf("observed %d allowed, %d denied", ev.allowed, ev.denied)
+	}
+	fw, _ := fixedwindow.New(1, time.Minute)
+	defer fw.Close()
+	if _, err := httplimit.New(fw, httplimit.WithLimitFromContext()); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("a limiter without AllowQuota: %v", err)
 	}
 }

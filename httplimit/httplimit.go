@@ -40,6 +40,7 @@ type config struct {
 	observer  throttle.Observer
 	skip      func(*http.Request) bool
 	shadow    bool
+	ctxLimit  bool
 }
 
 // WithKey sets how requests are keyed (default: RemoteIP()).
@@ -61,6 +62,14 @@ func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.sk
 // RateLimit field's r=0 and as the observer's denied decisions (no
 // Retry-After is sent). A concurrency limit's units are held when granted.
 func WithShadow() Option { return func(c *config) { c.shadow = true } }
+
+// WithLimitFromContext decides a request whose context states a limit
+// (WithRequestLimit) under that limit instead of the limiter's own,
+// through the limiter's AllowQuota: the limiter must be a
+// throttle.QuotaAllower (tokenbucket.Limiter, redislimit's token bucket),
+// or New fails. The RateLimit fields state the request's limit, and the
+// observer of WithObserver sees the decision as any other.
+func WithLimitFromContext() Option { return func(c *config) { c.ctxLimit = true } }
 
 // WithName names the policy in the RateLimit-Policy and RateLimit fields
 // (default "default"): middlewares stacked on one route need distinct
@@ -131,6 +140,10 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 	case !validName(c.name):
 		return nil, fmt.Errorf("%w: httplimit: policy name %q must be 1 to 64 printable ASCII characters", throttle.ErrInvalid, c.name)
 	}
+	qa, _ := l.(throttle.QuotaAllower)
+	if c.ctxLimit && qa == nil {
+		return nil, fmt.Errorf("%w: httplimit: WithLimitFromContext needs a limiter that takes the limit with each call (a throttle.QuotaAllower), not %T", throttle.ErrInvalid, l)
+	}
 	rep := NewReporter(l)
 	l = throttle.Observe(l, c.name, c.observer)
 	return func(next http.Handler) http.Handler {
@@ -144,7 +157,17 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 				c.fail(w, r, next, err)
 				return
 			}
-			d, release, err := throttle.Acquire(r.Context(), l, key, c.cost(r))
+			var lim *requestLimit
+			if c.ctxLimit {
+				lim, _ = r.Context().Value(limitKey{}).(*requestLimit)
+			}
+			var d throttle.Decision
+			release := func() {}
+			if lim != nil {
+				d, err = c.allowQuota(r, qa, key, lim)
+			} else {
+				d, release, err = throttle.Acquire(r.Context(), l, key, c.cost(r))
+			}
 			defer release()
 			if err != nil {
 				if c.passOnErr && errors.Is(err, throttle.ErrUnavailable) {
@@ -158,7 +181,13 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 				c.fail(w, r, next, err)
 				return
 			}
-			c.setFields(w.Header(), rep, key, d)
+			q, t, limited := rep.State(key, d)
+			if lim != nil {
+				q, t, limited = lim.quota(), until(d, lim.rate), true
+			}
+			if limited {
+				c.setFields(w.Header(), q, t, d)
+			}
 			if !d.Allowed && !c.shadow {
 				w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
 				if c.denied != nil {
@@ -203,14 +232,25 @@ func (c *config) fail(w http.ResponseWriter, r *http.Request, next http.Handler,
 	http.Error(w, http.StatusText(code), code)
 }
 
-// setFields adds this policy's items to the RateLimit-Policy and RateLimit
-// fields (Add, not Set: stacked middlewares each add their own item). A
-// key the limiter does not limit gets none.
-func (c *config) setFields(h http.Header, rep Reporter, key string, d throttle.Decision) {
-	q, t, limited := rep.State(key, d)
-	if !limited {
-		return
+// allowQuota decides r under the limit its context states, and reports
+// the decision to the observer.
+func (c *config) allowQuota(r *http.Request, qa throttle.QuotaAllower, key string, lim *requestLimit) (throttle.Decision, error) {
+	n := c.cost(r)
+	d, err := qa.AllowQuota(r.Context(), key, n, lim.rate, lim.burst)
+	if c.observer != nil {
+		e := throttle.Event{Kind: throttle.EventDecision, Limiter: c.name, Key: key, N: n, Decision: d, Err: err}
+		if err != nil {
+			e.Kind = throttle.EventError
+		}
+		c.observer.Observe(e)
 	}
+	return d, err
+}
+
+// setFields adds this policy's items, quota q and t, to the
+// RateLimit-Policy and RateLimit fields (Add, not Set: stacked
+// middlewares each add their own item).
+func (c *config) setFields(h http.Header, q throttle.Quota, t time.Duration, d throttle.Decision) {
 	h.Add("RateLimit-Policy", PolicyField(c.name, q))
 	h.Add("RateLimit", LimitField(c.name, d.Remaining, t))
 	if c.legacy && legacyFirst(h, d.Remaining) {

@@ -119,6 +119,26 @@ func CostFromContext(def int) func(*http.Request) int {
 	}
 }
 
+type limitKey struct{}
+
+// requestLimit is the limit WithRequestLimit states.
+type requestLimit struct {
+	rate  throttle.Rate
+	burst int
+}
+
+func (l *requestLimit) quota() throttle.Quota {
+	return throttle.Quota{Limit: l.burst, Window: l.rate.Duration(int64(l.burst))}
+}
+
+// WithRequestLimit returns a copy of ctx stating the limit of its
+// request, a bucket of burst refilled at rate, for a middleware given
+// WithLimitFromContext: a handler that runs before it and knows the
+// caller (its plan, say) chooses the limit without a rules document.
+func WithRequestLimit(ctx context.Context, rate throttle.Rate, burst int) context.Context {
+	return context.WithValue(ctx, limitKey{}, &requestLimit{rate: rate, burst: burst})
+}
+
 type decisionKey struct{}
 
 func withDecision(ctx context.Context, d throttle.Decision) context.Context {
