@@ -2,7 +2,10 @@ package httplimit_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,5 +109,99 @@ func TestOpenBreakerRetryAfter(t *testing.T) {
 	w := get(h, "192.0.2.1:1")
 	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "30" {
 		t.Fatalf("%d, Retry-After %q; want 503, 30", w.Code, w.Header().Get("Retry-After"))
+	}
+}
+
+// events counts the decisions an observer saw.
+type events struct {
+	mu              sync.Mutex
+	allowed, denied int
+}
+
+func (e *events) Observe(ev throttle.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ev.Kind != throttle.EventDecision {
+		return
+	}
+	if ev.Decision.Allowed {
+		e.allowed++
+	} else {
+		e.denied++
+	}
+}
+
+// Shadow mode refuses nothing (denials, bad keys, a failed backend) but
+// reports each would-be denial; skipped requests are not decided.
+func TestShadowAndSkip(t *testing.T) {
+	l, _ := fixedwindow.New(2, time.Hour)
+	defer l.Close()
+	var ev events
+	h := mw(t, l, httplimit.WithShadow(), httplimit.WithObserver(&ev), httplimit.WithKey(httplimit.Header("X-Key")),
+		httplimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/skip" }))(ok)
+	for i := range 5 {
+		w := get(h, "192.0.2.1:1", "X-Key", "a")
+		if w.Code != 200 || w.Header().Get("Retry-After") != "" {
+			t.Fatalf("request %d: %d, Retry-After %q", i, w.Code, w.Header().Get("Retry-After"))
+		}
+	}
+	if w := get(h, "192.0.2.1:1"); w.Code != 200 { // no key
+		t.Fatalf("no key: %d", w.Code)
+	}
+	if ev.allowed != 2 || ev.denied != 3 {
+		t.Fatalf("observed %d allowed, %d denied; want 2, 3", ev.allowed, ev.denied)
+	}
+	r := httptest.NewRequest("GET", "/skip", nil)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 200 || w.Header().Get("RateLimit") != "" || ev.allowed+ev.denied != 5 {
+		t.Fatalf("skipped: %d %v, %d decisions", w.Code, w.Header(), ev.allowed+ev.denied)
+	}
+	down := throttle.LimiterFunc(func(context.Context, string, int) (throttle.Decision, error) {
+		return throttle.Decision{RetryAfter: time.Second}, throttle.ErrUnavailable
+	})
+	if w := get(mw(t, down, httplimit.WithShadow())(ok), "192.0.2.1:1"); w.Code != 200 || w.Header().Get("Retry-After") != "" {
+		t.Fatalf("backend down in shadow mode: %d %v", w.Code, w.Header())
+	}
+}
+
+// A limit stated in the request's context decides it, through the
+// limiter's AllowQuota, and the fields state that limit.
+func TestLimitFromContext(t *testing.T) {
+	clk := throttletest.NewClock()
+	l, _ := tokenbucket.New(throttle.PerSecond(100), 100, throttle.WithClock(clk))
+	defer l.Close()
+	var ev events
+	limit := mw(t, l, httplimit.WithLimitFromContext(), httplimit.WithObserver(&ev), httplimit.WithKey(httplimit.Header("X-Key")))
+	plans := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Key") == "free" {
+				r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.PerMinute(2), 2))
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	h := plans(limit(ok))
+	codes := []int{}
+	for range 3 {
+		w := get(h, "192.0.2.1:1", "X-Key", "free")
+		codes = append(codes, w.Code)
+		if w.Header().Get("RateLimit-Policy") != `"default";q=2;w=60` {
+			t.Fatalf("policy %q", w.Header().Get("RateLimit-Policy"))
+		}
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != http.StatusTooManyRequests {
+		t.Fatalf("free plan: %v", codes)
+	}
+	if w := get(h, "192.0.2.1:1", "X-Key", "paid"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=100;w=1` {
+		t.Fatalf("own limit: %d %q", w.Code, w.Header().Get("RateLimit-Policy"))
+	}
+	if ev.allowed != 3 || ev.denied != 1 {
+		t.Fatalf("observed %d allowed, %d denied", ev.allowed, ev.denied)
+	}
+	fw, _ := fixedwindow.New(1, time.Minute)
+	defer fw.Close()
+	if _, err := httplimit.New(fw, httplimit.WithLimitFromContext()); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("a limiter without AllowQuota: %v", err)
 	}
 }

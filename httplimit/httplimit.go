@@ -38,13 +38,38 @@ type config struct {
 	denied    http.Handler
 	onError   func(http.ResponseWriter, *http.Request, error)
 	observer  throttle.Observer
+	skip      func(*http.Request) bool
+	shadow    bool
+	ctxLimit  bool
 }
 
 // WithKey sets how requests are keyed (default: RemoteIP()).
 func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
-// WithCost sets how many units a request costs (default 1).
+// WithCost sets how many units a request costs (default 1); see
+// CostFromContext for a cost an earlier handler sets per request.
 func WithCost(f func(*http.Request) int) Option { return func(c *config) { c.cost = f } }
+
+// WithSkip exempts the requests for which f returns true (health checks,
+// internal callers): they reach the handler without a decision or
+// fields. f must be safe for concurrent use.
+func WithSkip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
+
+// WithShadow decides and reports as usual (the RateLimit fields, the
+// observer's events) but refuses nothing: a request the limit would deny,
+// or whose key or decision failed, reaches the handler all the same, so a
+// new limit can be tried on production traffic. A denial is seen as the
+// RateLimit field's r=0 and as the observer's denied decisions (no
+// Retry-After is sent). A concurrency limit's units are held when granted.
+func WithShadow() Option { return func(c *config) { c.shadow = true } }
+
+// WithLimitFromContext decides a request whose context states a limit
+// (WithRequestLimit) under that limit instead of the limiter's own,
+// through the limiter's AllowQuota: the limiter must be a
+// throttle.QuotaAllower (tokenbucket.Limiter, redislimit's token bucket),
+// or New fails. The RateLimit fields state the request's limit, and the
+// observer of WithObserver sees the decision as any other.
+func WithLimitFromContext() Option { return func(c *config) { c.ctxLimit = true } }
 
 // WithName names the policy in the RateLimit-Policy and RateLimit fields
 // (default "default"): middlewares stacked on one route need distinct
@@ -115,31 +140,55 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 	case !validName(c.name):
 		return nil, fmt.Errorf("%w: httplimit: policy name %q must be 1 to 64 printable ASCII characters", throttle.ErrInvalid, c.name)
 	}
+	qa, _ := l.(throttle.QuotaAllower)
+	if c.ctxLimit && qa == nil {
+		return nil, fmt.Errorf("%w: httplimit: WithLimitFromContext needs a limiter that takes the limit with each call (a throttle.QuotaAllower), not %T", throttle.ErrInvalid, l)
+	}
 	rep := NewReporter(l)
 	l = throttle.Observe(l, c.name, c.observer)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			key, err := c.key(r)
-			if err != nil {
-				c.fail(w, r, err)
+			if c.skip != nil && c.skip(r) {
+				next.ServeHTTP(w, r)
 				return
 			}
-			d, release, err := throttle.Acquire(r.Context(), l, key, c.cost(r))
+			key, err := c.key(r)
+			if err != nil {
+				c.fail(w, r, next, err)
+				return
+			}
+			var lim *requestLimit
+			if c.ctxLimit {
+				lim, _ = r.Context().Value(limitKey{}).(*requestLimit)
+			}
+			var d throttle.Decision
+			release := func() {}
+			if lim != nil {
+				d, err = c.allowQuota(r, qa, key, lim)
+			} else {
+				d, release, err = throttle.Acquire(r.Context(), l, key, c.cost(r))
+			}
 			defer release()
 			if err != nil {
 				if c.passOnErr && errors.Is(err, throttle.ErrUnavailable) {
 					next.ServeHTTP(w, r)
 					return
 				}
-				if d.RetryAfter > 0 && errors.Is(err, throttle.ErrUnavailable) {
+				if !c.shadow && d.RetryAfter > 0 && errors.Is(err, throttle.ErrUnavailable) {
 					// An open breaker knows when it will try the store again.
 					w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
 				}
-				c.fail(w, r, err)
+				c.fail(w, r, next, err)
 				return
 			}
-			c.setFields(w.Header(), rep, key, d)
-			if !d.Allowed {
+			q, t, limited := rep.State(key, d)
+			if lim != nil {
+				q, t, limited = lim.quota(), until(d, lim.rate), true
+			}
+			if limited {
+				c.setFields(w.Header(), q, t, d)
+			}
+			if !d.Allowed && !c.shadow {
 				w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
 				if c.denied != nil {
 					c.denied.ServeHTTP(w, r.WithContext(withDecision(r.Context(), d)))
@@ -168,7 +217,13 @@ func StatusFor(err error) int {
 	return http.StatusInternalServerError
 }
 
-func (c *config) fail(w http.ResponseWriter, r *http.Request, err error) {
+// fail answers a request whose key or decision failed with err (in shadow
+// mode: passes it to next).
+func (c *config) fail(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	if c.shadow {
+		next.ServeHTTP(w, r)
+		return
+	}
 	if c.onError != nil {
 		c.onError(w, r, err)
 		return
@@ -177,14 +232,25 @@ func (c *config) fail(w http.ResponseWriter, r *http.Request, err error) {
 	http.Error(w, http.StatusText(code), code)
 }
 
-// setFields adds this policy's items to the RateLimit-Policy and RateLimit
-// fields (Add, not Set: stacked middlewares each add their own item). A
-// key the limiter does not limit gets none.
-func (c *config) setFields(h http.Header, rep Reporter, key string, d throttle.Decision) {
-	q, t, limited := rep.State(key, d)
-	if !limited {
-		return
+// allowQuota decides r under the limit its context states, and reports
+// the decision to the observer.
+func (c *config) allowQuota(r *http.Request, qa throttle.QuotaAllower, key string, lim *requestLimit) (throttle.Decision, error) {
+	n := c.cost(r)
+	d, err := qa.AllowQuota(r.Context(), key, n, lim.rate, lim.burst)
+	if c.observer != nil {
+		e := throttle.Event{Kind: throttle.EventDecision, Limiter: c.name, Key: key, N: n, Decision: d, Err: err}
+		if err != nil {
+			e.Kind = throttle.EventError
+		}
+		c.observer.Observe(e)
 	}
+	return d, err
+}
+
+// setFields adds this policy's items, quota q and t, to the
+// RateLimit-Policy and RateLimit fields (Add, not Set: stacked
+// middlewares each add their own item).
+func (c *config) setFields(h http.Header, q throttle.Quota, t time.Duration, d throttle.Decision) {
 	h.Add("RateLimit-Policy", PolicyField(c.name, q))
 	h.Add("RateLimit", LimitField(c.name, d.Remaining, t))
 	if c.legacy && legacyFirst(h, d.Remaining) {

@@ -98,6 +98,47 @@ func Header(name string) KeyFunc {
 	}
 }
 
+type costKey struct{}
+
+// WithRequestCost returns a copy of ctx stating that its request costs n
+// units, for a middleware whose cost is CostFromContext: a handler that
+// runs before it and knows the cost (a batch's size, a query's rows) says
+// so.
+func WithRequestCost(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, costKey{}, n)
+}
+
+// CostFromContext returns a cost func for WithCost: the cost
+// WithRequestCost put in the request's context, else def.
+func CostFromContext(def int) func(*http.Request) int {
+	return func(r *http.Request) int {
+		if n, ok := r.Context().Value(costKey{}).(int); ok {
+			return n
+		}
+		return def
+	}
+}
+
+type limitKey struct{}
+
+// requestLimit is the limit WithRequestLimit states.
+type requestLimit struct {
+	rate  throttle.Rate
+	burst int
+}
+
+func (l *requestLimit) quota() throttle.Quota {
+	return throttle.Quota{Limit: l.burst, Window: l.rate.Duration(int64(l.burst))}
+}
+
+// WithRequestLimit returns a copy of ctx stating the limit of its
+// request, a bucket of burst refilled at rate, for a middleware given
+// WithLimitFromContext: a handler that runs before it and knows the
+// caller (its plan, say) chooses the limit without a rules document.
+func WithRequestLimit(ctx context.Context, rate throttle.Rate, burst int) context.Context {
+	return context.WithValue(ctx, limitKey{}, &requestLimit{rate: rate, burst: burst})
+}
+
 type decisionKey struct{}
 
 func withDecision(ctx context.Context, d throttle.Decision) context.Context {
