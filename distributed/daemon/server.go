@@ -628,8 +628,8 @@ func (s *Server) serve(c net.Conn, peer string) {
 	out := make([]byte, 0, 1024)
 	var (
 		start, end int
-		drain      = -1 // during Shutdown: the bytes received before it, still to read
-		last       bool // the last read is done: answer it, then close
+		drain      = -1         // during Shutdown: the bytes received before it, still to read
+		last       bool         // the last read is done: answer it, then close
 		quietSince = time.Now() // when the last byte arrived
 	)
 	writeTimeout := func() time.Duration {
