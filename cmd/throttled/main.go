@@ -16,10 +16,11 @@
 // validates the configuration and runs a self-test on a private loopback
 // socket, gossip off: it binds none of the configured addresses and sends
 // nothing to the peers. It stops cleanly (exit 0) on SIGINT or SIGTERM,
-// and reloads the configuration file on SIGHUP: limits and connection
-// settings change at once; an invalid file, or one that changes what
-// needs a restart (listeners, gossip, admin), is refused with a log line
-// and the running configuration stays.
+// after answering every query it had received (within 5 s), and reloads
+// the configuration file on SIGHUP: limits and connection settings change
+// at once, and a changed limit keeps its tags' usage; an invalid file, or
+// one that changes what needs a restart (listeners, gossip, admin), is
+// refused with a log line and the running configuration stays.
 package main
 
 import (

@@ -628,9 +628,9 @@ func (s *Server) serve(c net.Conn, peer string) {
 	out := make([]byte, 0, 1024)
 	var (
 		start, end int
-		drain      = -1 // during Shutdown: the bytes received before it, still to read
-		last       bool // the last read is done: answer it, then close
-		owing      bool // replies were waiting in the send queue at the last read
+		drain      = -1         // during Shutdown: the bytes received before it, still to read
+		last       bool         // the last read is done: answer it, then close
+		quietSince = time.Now() // when the last byte arrived
 	)
 	writeTimeout := func() time.Duration {
 		if s.stopped.Load() {
@@ -707,13 +707,13 @@ func (s *Server) serve(c net.Conn, peer string) {
 			c.SetReadDeadline(time.Now().Add(shutdownWrite))
 			limit = min(limit, end+drain)
 		} else {
-			// Replies still in the send queue: the client may have
-			// stopped reading. Look again after WriteTimeout.
-			wait := s.conf.Load().idle
-			if n, ok := unsent(c); ok && n > 0 {
-				owing, wait = true, min(wait, writeTimeout())
+			// Wake at IdleTimeout of silence, and every WriteTimeout
+			// before, to see whether the client left replies untaken.
+			wake := time.Now().Add(writeTimeout())
+			if idle := quietSince.Add(s.conf.Load().idle); idle.Before(wake) {
+				wake = idle
 			}
-			c.SetReadDeadline(time.Now().Add(wait))
+			c.SetReadDeadline(wake)
 			if s.stopped.Load() {
 				continue // Shutdown came before the deadline was set
 			}
@@ -722,16 +722,17 @@ func (s *Server) serve(c net.Conn, peer string) {
 		end += n
 		if drain > 0 {
 			drain -= n
+		} else if n > 0 {
+			quietSince = time.Now()
 		}
 		if err != nil {
 			timeout := errors.Is(err, os.ErrDeadlineExceeded)
 			if timeout && drain < 0 && s.stopped.Load() {
 				continue // woken by Shutdown
 			}
-			if timeout && owing {
-				if n, ok := unsent(c); ok && n == 0 {
-					owing = false
-					continue // quiet, but it took its replies
+			if timeout && drain < 0 && time.Since(quietSince) < s.conf.Load().idle {
+				if n, ok := unsent(c); !ok || n == 0 {
+					continue // quiet, not idle yet, and it took its replies
 				}
 				s.st.replyResets.Add(1)
 				s.log.Debug("replies not taken, resetting", "remote", c.RemoteAddr().String())

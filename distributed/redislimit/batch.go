@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,7 +61,7 @@ func (c *core) do(ctx context.Context, s *luaScript, keys []string, args []any) 
 	}
 	b.busy = true
 	b.mu.Unlock()
-	v, err := s.run(ctx, c.client, keys, args)
+	v, err := c.exec(ctx, s, keys, args)
 	b.mu.Lock()
 	if len(b.queue) == 0 {
 		b.busy = false
@@ -111,13 +112,15 @@ func (c *core) drain() {
 }
 
 // pipeline runs the calls of batch in one round trip, and sends again
-// with EVAL those that Redis answered NOSCRIPT.
+// with EVAL those that Redis answered NOSCRIPT. With WithReplicas, each
+// pipeline ends with WAIT, and fails every call it could not confirm.
 func (c *core) pipeline(ctx context.Context, batch []*pending) {
 	pipe := c.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, p := range batch {
 		cmds[i] = pipe.EvalSha(ctx, p.s.sha, p.keys, p.args...)
 	}
+	wait := c.wait(ctx, pipe)
 	_, _ = pipe.Exec(ctx)
 	missing := false
 	for i, cmd := range cmds {
@@ -125,6 +128,7 @@ func (c *core) pipeline(ctx context.Context, batch []*pending) {
 		p.v, p.err = cmd.Result()
 		missing = missing || p.err != nil && strings.HasPrefix(p.err.Error(), "NOSCRIPT")
 	}
+	c.confirm(wait, batch, cmds)
 	if !missing {
 		return
 	}
@@ -135,10 +139,42 @@ func (c *core) pipeline(ctx context.Context, batch []*pending) {
 			cmds[i] = pipe.Eval(ctx, p.s.src, p.keys, p.args...)
 		}
 	}
+	wait = c.wait(ctx, pipe)
 	_, _ = pipe.Exec(ctx)
 	for i, cmd := range cmds {
 		if cmd != nil {
 			batch[i].v, batch[i].err = cmd.Result()
+		}
+	}
+	c.confirm(wait, batch, cmds)
+}
+
+// wait queues WAIT on pipe when WithReplicas asks for it.
+func (c *core) wait(ctx context.Context, pipe redis.Pipeliner) *redis.IntCmd {
+	if c.replicas == 0 {
+		return nil
+	}
+	cmd := redis.NewIntCmd(ctx, "wait", c.replicas, c.waitFor.Milliseconds())
+	_ = pipe.Process(ctx, cmd) // queued: sent by Exec
+	return cmd
+}
+
+// confirm fails the calls of batch sent by cmds (nil: not sent by this
+// pipeline) that succeeded if WAIT did not see enough replicas.
+func (c *core) confirm(wait *redis.IntCmd, batch []*pending, cmds []*redis.Cmd) {
+	if wait == nil {
+		return
+	}
+	n, err := wait.Result()
+	if err == nil && n >= int64(c.replicas) {
+		return
+	}
+	if err == nil {
+		err = fmt.Errorf("%w (%d of %d)", errNotReplicated, n, c.replicas)
+	}
+	for i, p := range batch {
+		if cmds[i] != nil && p.err == nil {
+			p.v, p.err = nil, err
 		}
 	}
 }

@@ -2,6 +2,7 @@ package redislimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -46,4 +47,24 @@ func ExampleNewEvery() {
 	// worker 1: ok=true wait 6s
 	// worker 2: ok=true wait 12s
 	// worker 3: ok=false, back off for 6s
+}
+
+// A quota that must survive a failover: each decision is answered once
+// one replica has it. The example's server has no replica, so the
+// decision fails, and FailClosed refuses it.
+func ExampleWithReplicas() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	l, err := redislimit.NewTokenBucket(rdb, throttle.PerHour(10), 10,
+		redislimit.WithPrefix(fmt.Sprintf("example:%d:", time.Now().UnixNano())),
+		redislimit.WithTimeout(time.Second),
+		redislimit.WithReplicas(1, 50*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	d, err := l.Allow(context.Background(), "alice", 1)
+	fmt.Println(d.Allowed, errors.Is(err, throttle.ErrUnavailable))
+	// Output:
+	// false true
 }

@@ -434,6 +434,29 @@ func TestFaultConcurrencyNoLeak(t *testing.T) {
 	}
 }
 
+// startReplicated starts a master and a replica of it, in sync.
+func startReplicated(t *testing.T) (master, replica *redistest.Server) {
+	t.Helper()
+	master = redistest.Start(t, "--repl-diskless-sync-delay", "0")
+	master.NeedOwn(t)
+	replica = redistest.Start(t)
+	if _, err := redistest.Do(replica.Addr, time.Second, "REPLICAOF", "127.0.0.1", fmt.Sprint(master.Port())); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, err := redistest.Do(replica.Addr, time.Second, "INFO", "replication")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "master_link_status:up") {
+			return master, replica
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica not in sync: %s", info)
+		}
+	}
+}
+
 // countingLimiter counts the calls that reach it.
 type countingLimiter struct {
 	throttle.Limiter
@@ -452,12 +475,7 @@ func (c *countingLimiter) Allow(ctx context.Context, key string, n int) (throttl
 // (Every call failed with ErrInvalid before: Redis's OOM and READONLY
 // errors inside a script name @user_script.)
 func TestServerStateIsAnOutage(t *testing.T) {
-	master := redistest.Start(t, "--repl-diskless-sync-delay", "0")
-	master.NeedOwn(t)
-	replica := redistest.Start(t)
-	if _, err := redistest.Do(replica.Addr, time.Second, "REPLICAOF", "127.0.0.1", fmt.Sprint(master.Port())); err != nil {
-		t.Fatal(err)
-	}
+	master, replica := startReplicated(t)
 	for _, tc := range []struct {
 		name  string
 		srv   *redistest.Server
@@ -470,18 +488,7 @@ func TestServerStateIsAnOutage(t *testing.T) {
 				}
 			}
 		}},
-		{"READONLY", replica, func() {
-			for {
-				info, err := redistest.Do(replica.Addr, time.Second, "INFO", "replication")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if strings.Contains(info, "master_link_status:up") {
-					return
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		}},
+		{"READONLY", replica, func() {}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.setup()
@@ -551,5 +558,112 @@ func TestServerStateIsAnOutage(t *testing.T) {
 				t.Fatalf("after 3 server errors: %v; want the open breaker's ErrUnavailable", err)
 			}
 		})
+	}
+}
+
+// WithReplicas: every decision answered was acknowledged by a replica, so
+// a failover to it loses no admission; without enough replicas no
+// decision is answered (the failure policy answers).
+func TestReplicasSurviveFailover(t *testing.T) {
+	master, replica := startReplicated(t)
+	prefix := uniquePrefix()
+	mc := newClient(t, master)
+	if _, err := NewTokenBucket(mc, throttle.PerHour(10), 10, WithReplicas(1, time.Second)); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("WithReplicas timeout not below WithTimeout: %v, want ErrInvalid", err)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{master.Addr}})
+	defer cc.Close()
+	if _, err := NewTokenBucket(cc, throttle.PerHour(10), 10, WithReplicas(1, 10*time.Millisecond)); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("WithReplicas on a cluster client: %v, want ErrInvalid", err)
+	}
+	opts := []Option{WithPrefix(prefix), WithTimeout(5 * time.Second), WithReplicas(1, time.Second), WithBreaker(0, 0)}
+	l, err := NewTokenBucket(mc, throttle.PerHour(10), 10, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	admitted := 0
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for range 4 { // concurrent calls share pipelines: each ends with WAIT
+		wg.Go(func() {
+			for range 5 {
+				d, err := l.Allow(ctx, "k", 1)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				admitted += btoi(d.Allowed)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if admitted != 10 {
+		t.Fatalf("admitted %d of 10/h", admitted)
+	}
+	// Failover: the master dies at once, the replica is promoted.
+	master.Kill()
+	if _, err := redistest.Do(replica.Addr, time.Second, "REPLICAOF", "NO", "ONE"); err != nil {
+		t.Fatal(err)
+	}
+	rc := newClient(t, replica)
+	after, err := NewTokenBucket(rc, throttle.PerHour(10), 10, WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := after.Allow(ctx, "k", 1); err != nil || d.Allowed {
+		t.Fatalf("on the promoted replica after 10 of 10/h: %+v, %v; want denied", d, err)
+	}
+	// The promoted server has no replica: nothing is answered admitted.
+	lonely, err := NewTokenBucket(rc, throttle.PerHour(10), 10, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second),
+		WithReplicas(1, 20*time.Millisecond), WithBreaker(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := lonely.Allow(ctx, "k", 1); !errors.Is(err, throttle.ErrUnavailable) || d.Allowed {
+		t.Fatalf("WithReplicas(1) without a replica: %+v, %v; want ErrUnavailable", d, err)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// BenchmarkReplicas measures decisions on a master with one replica,
+// without and with WithReplicas(1, ...): one caller, and 16 concurrent
+// callers (whose calls share pipelines, hence WAITs).
+func BenchmarkReplicas(b *testing.B) {
+	master := redistest.Start(b, "--repl-diskless-sync-delay", "0")
+	master.NeedOwn(b)
+	replica := redistest.Start(b)
+	if _, err := redistest.Do(replica.Addr, time.Second, "REPLICAOF", "127.0.0.1", fmt.Sprint(master.Port())); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(time.Second) // let the replica sync
+	c := newClient(b, master)
+	for _, wait := range []int{0, 1} {
+		for _, par := range []int{1, 16} {
+			b.Run(fmt.Sprintf("replicas=%d/callers=%d", wait, par), func(b *testing.B) {
+				l, err := NewTokenBucket(c, throttle.PerSecond(1e9), 1e9, WithPrefix(uniquePrefix()),
+					WithReplicas(wait, 50*time.Millisecond))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetParallelism(par)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := l.Allow(context.Background(), "k", 1); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			})
+		}
 	}
 }

@@ -56,20 +56,23 @@ const (
 type Option func(*config)
 
 type config struct {
-	prefix     string
-	timeout    time.Duration
-	policy     Policy
-	fallback   throttle.Limiter
-	failures   int
-	cooldown   time.Duration
-	onError    func(error)
-	obsName    string
-	observer   throttle.Observer
-	throttle   []throttle.Option
-	lease      *leaseConfig
-	optErr     error
-	sawPolicy  bool
-	sawFallbak bool
+	prefix   string
+	timeout  time.Duration
+	policy   Policy
+	fallback throttle.Limiter
+	failures int
+	cooldown time.Duration
+	onError  func(error)
+	obsName  string
+	observer throttle.Observer
+	throttle []throttle.Option
+	lease    *leaseConfig
+	optErr   error
+	// WithReplicas
+	replicas       int
+	replicaTimeout time.Duration
+	sawPolicy      bool
+	sawFallbak     bool
 }
 
 // WithPrefix sets the prefix of every Redis key (default DefaultPrefix).
@@ -113,6 +116,22 @@ func WithFallback(l throttle.Limiter) Option {
 // Defaults: DefaultBreakerFailures, DefaultBreakerCooldown.
 func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(c *config) { c.failures, c.cooldown = failures, cooldown }
+}
+
+// WithReplicas makes every decision durable on n replicas before it is
+// answered: after each script (or pipeline of scripts) the limiter sends
+// WAIT n timeout on the same connection, and a decision that fewer than n
+// replicas acknowledged within timeout is a failure (the failure policy
+// answers it, the breaker counts it), although the master applied it. A
+// failover to an acknowledging replica then loses no admission (see
+// "Failover" in the package documentation). timeout should stay well
+// below WithTimeout, which bounds the whole call. It needs a client that
+// sends a pipeline on one connection to the key's master: *redis.Client,
+// including a Sentinel failover client; with a Cluster or Ring client the
+// constructor fails. WAIT costs about one replication round trip per
+// decision (see the package documentation for a measurement).
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(c *config) { c.replicas, c.replicaTimeout = n, timeout }
 }
 
 // WithErrorHandler sets a function called with every error of Redis (not
@@ -162,6 +181,8 @@ type core struct {
 	batch     batcher
 	closed    atomic.Bool
 	closers   []func()
+	replicas  int           // WithReplicas: WAIT for this many replicas
+	waitFor   time.Duration // WAIT's timeout
 }
 
 func newCore(client redis.UniversalClient, alg string, limit int, opts []Option) (*core, *config, error) {
@@ -197,6 +218,11 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 		return nil, nil, fmt.Errorf("%w: WithFallback(nil)", throttle.ErrInvalid)
 	case cfg.failures < 0 || (cfg.failures > 0 && cfg.cooldown <= 0):
 		return nil, nil, fmt.Errorf("%w: WithBreaker(%d, %v)", throttle.ErrInvalid, cfg.failures, cfg.cooldown)
+	case cfg.replicas < 0 || cfg.replicas > 0 && (cfg.replicaTimeout < time.Millisecond || cfg.replicaTimeout >= cfg.timeout):
+		return nil, nil, fmt.Errorf("%w: WithReplicas(%d, %v): want n >= 0 and a timeout of 1ms or more, below WithTimeout (%v)",
+			throttle.ErrInvalid, cfg.replicas, cfg.replicaTimeout, cfg.timeout)
+	case cfg.replicas > 0 && !onOneConnection(client):
+		return nil, nil, fmt.Errorf("%w: WithReplicas needs a *redis.Client (standalone or Sentinel), not %T: WAIT must follow the write on its connection", throttle.ErrInvalid, client)
 	case cfg.lease != nil && alg != "tb" && alg != "lb":
 		return nil, nil, fmt.Errorf("%w: WithLeasing applies to token buckets only", throttle.ErrInvalid)
 	case strings.ContainsAny(alg, "{}"):
@@ -217,6 +243,8 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 		onError:  cfg.onError,
 		obsName:  cfg.obsName,
 		observer: cfg.observer,
+		replicas: cfg.replicas,
+		waitFor:  cfg.replicaTimeout,
 	}
 	if c.virtual {
 		c.ttlFloor = fmt.Sprint(virtualTTLFloor)
@@ -226,6 +254,27 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 	}
 	c.deadlines.Init(cfg.timeout)
 	return c, &cfg, nil
+}
+
+// onOneConnection reports whether client sends a pipeline on one
+// connection, so that WAIT follows the scripts it is about.
+func onOneConnection(client redis.UniversalClient) bool {
+	_, ok := client.(*redis.Client)
+	return ok
+}
+
+// errNotReplicated fails a decision that fewer replicas acknowledged than
+// WithReplicas asks.
+var errNotReplicated = errors.New("WAIT: fewer replicas acknowledged the decision than WithReplicas asks")
+
+// exec runs s, and with WithReplicas waits for the replicas.
+func (c *core) exec(ctx context.Context, s *luaScript, keys []string, args []any) (any, error) {
+	if c.replicas == 0 {
+		return s.run(ctx, c.client, keys, args)
+	}
+	p := &pending{s: s, keys: keys, args: args}
+	c.pipeline(ctx, []*pending{p})
+	return p.v, p.err
 }
 
 // honoursDeadlines reports whether client applies context deadlines to
@@ -310,7 +359,7 @@ func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any
 		}
 		ch := make(chan result, 1)
 		go func() {
-			v, err := s.run(cctx, c.client, keys, args)
+			v, err := c.exec(cctx, s, keys, args)
 			ch <- result{v, err}
 		}()
 		select {

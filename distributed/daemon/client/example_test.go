@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/daemon/client"
+	"github.com/throttlekit/throttle/tokenbucket"
 )
 
 func Example() {
@@ -29,4 +31,21 @@ func Example() {
 	// true
 	// true
 	// false
+}
+
+// A client that backs off only after 3 consecutive failures, and answers
+// failed queries with a local limit meanwhile: the daemon's 100/s
+// shared by 4 processes, 25/s each.
+func ExampleWithFallback() {
+	local, _ := tokenbucket.New(throttle.PerSecond(25), 25)
+	c, err := client.New("unix", "/run/throttled.sock", client.WithFailures(3), client.WithFallback(local))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	d, err := c.Allow(context.Background(), "alice", 1) // no daemon here: the fallback answers
+	fmt.Println(d.Allowed, err)
+	// Output:
+	// true <nil>
 }
