@@ -3,214 +3,72 @@
 // trip on the request path) and is charged, one gossip interval later,
 // for what every other node admitted.
 //
+//	tr, err := gossip.ListenUDP("10.0.0.5:7946")
+//	node, err := gossip.NewNode(gossip.Config{Transport: tr, Secret: secret, SpendCap: true,
+//		Peers: []string{"10.0.0.6:7946", "10.0.0.7:7946"}})
+//	api, err := node.NewLimiter("api", throttle.PerSecond(100), 200)
+//	node.Start()
+//	defer node.Close()
+//	d, err := api.Allow(ctx, clientKey, 1)
+//
 // Each node keeps, per limit and per key, a token bucket (the GCRA of
 // package tokenbucket) and a count of the units it admitted. Every
-// Interval it sends its peers those counts; a peer debits them from its
-// own buckets, which may go negative, so a client that burst on every
-// node pays it back on every node. This is the scheme of the DThrottle
-// daemon, with four changes:
-//
-//   - Reports carry cumulative counters per (node incarnation, key), not
-//     per-interval deltas. A receiver debits the growth over the highest
-//     value it has seen, so lost, duplicated and reordered datagrams
-//     neither lose nor double-count hits. Each datagram says which of the
-//     receiver's rounds the sender got in full; a node resends every
-//     counter changed since the latest round a peer acknowledged, so a
-//     loss is repaired at the next round, and a peer back from a
-//     partition gets everything it missed. Each round's datagrams are
-//     sent Config.Copies times (default 2), so that a round is lost only
-//     if every copy is.
-//   - A node that joins or restarts catches up: its peers send it their
-//     bucket levels (less the hits of its own they have not counted yet),
-//     and it lowers its fresh buckets to them.
-//   - Optional spend cap (Config.SpendCap): within one interval a node
-//     admits for a key at most its share of the tokens left, shares being
-//     proportional to the demand each node reported for the previous
-//     interval (equal when unknown), rounded by largest remainder so that
-//     they add up to the tokens left. A node without the cap reports what
-//     it admitted as its demand: that, not what it is asked, is what it
-//     takes of the tokens. A round counts a node's demand for a key up to
-//     16 times what the cluster could admit for it in a round (burst plus
-//     a round's refill), and a peer's report weighs no more: demand past
-//     that cannot be met anyway, and counting it would let the node
-//     flooded most take the tokens of nodes flooded less. It also makes a
-//     denial in such a flood a pure read.
-//   - Datagrams are authenticated with HMAC-SHA256 under a shared secret;
-//     forged, malformed and foreign ones are dropped and counted (Stats).
-//     The MAC covers the receiver's ID, and each datagram carries the
-//     receiver's incarnation as the sender knows it and a sequence number,
-//     so a datagram captured on the wire and replayed later, to its
-//     receiver or to another node, is refused (Stats.Duplicate,
-//     Stats.Stale, Stats.BadMAC). A datagram must come from the address
-//     its sender is listed under (Stats.WrongSource).
-//   - What a peer reports is capped at what it could have admitted: per
-//     key and peer counter, a token bucket of burst plus two rounds of
-//     refill, refilled at the limit's rate in the sender's rounds (which
-//     may not run ahead of the receiver's). A node holding the secret can
-//     therefore charge its peers no more than an honest node at full
-//     speed; the excess is counted in Stats.Capped and never debited.
-//     A state (the bucket levels a joining node catches up from) lowers a
-//     bucket no further than the reports of every member could.
-//   - A node's incarnation is a random 64-bit number drawn at start, not
-//     its clock: a node restarted after its clock was set back is a new
-//     incarnation to its peers, who remember the last 16 incarnations of
-//     each peer and refuse them.
+// Interval it sends its peers those counts, as cumulative counters; a
+// peer debits the growth from its own buckets, which may go negative, so a
+// client that burst on every node pays it back on every node. Datagrams
+// are authenticated with HMAC-SHA256 under Config.Secret, bound to their
+// receiver and numbered, so forged, malformed and replayed ones are
+// dropped and counted (Stats). The protocol, its simulations and its
+// measurements are described in docs/design/gossip.md in the repository.
 //
 // # Guarantees
 //
 // Long run: every admitted unit is charged on every node once the reports
 // arrive, so the cluster's long-run rate is the configured rate, whatever
-// the number of nodes. In the simulation (sim_test.go: 8 nodes, a random
-// load balancer, a client at 3x its rate for 120 s, 2% duplication) the
-// admitted/ideal ratio stays within 1% at 0%, 5% and 20% loss, with and
-// without the spend cap, with 1, 2 or 3 copies (0.993 to 1.004).
+// the number of nodes; lost, duplicated and reordered datagrams neither
+// lose nor double-count hits.
 //
-// Burst without the cap: before the first report arrives each node may
-// admit a full burst, so the cluster admits up to N x burst (measured: 8
-// nodes flooded at once admit exactly 8 x burst), then refuses until the
-// debt is paid back.
+// Burst without the spend cap: before the first report arrives each node
+// may admit a full burst, so the cluster admits up to N x burst, then
+// refuses until the debt is paid back.
 //
-// Burst with the cap: if every node has the same view (reports of the last
-// round delivered, synchronized clocks), the quotas of one interval add up
-// to floor(T), T being the tokens left at the start of the interval plus
-// those refilled so far, so the cluster admits at most burst + rate*d in
-// any window of length d, like a single bucket; if the nodes disagree only
-// on the tokens left (a report still in flight), rounding adds at most one
-// token per node and interval: burst + rate*d + N-1. If they disagree on
-// demand (reports lost), shares may add up to more than one and the bound
-// degrades, at worst to N x burst. A peer whose last report has not
-// arrived (in flight, or lost) is assumed to have kept spending at its
-// recent hit rate, which removes most of that error once a key has a
-// history. Measured: a flood on 1 to 16 fresh nodes admits exactly burst;
-// under sustained random traffic (8 nodes, client at 3x) the peak burst is
-// 0.69x to 0.73x of the configured burst at 0/5/20% loss with a 1 s
-// interval and at most 0.99x with 100 ms. Lost reports are what hurt most,
-// above all the first reports of a new key (no hit rate to go on yet):
-// with a single copy of each datagram, the peak reached 0.92x at 20% loss
-// and 1 s, and 1.25x at worst over eight seeds; with the default two
-// copies, at most 0.81x over the same eight seeds. The price of the cap: while demand shifts
-// between nodes, a node may refuse although tokens are left on others
-// (they are not lost; the long-run rate holds).
+// Burst with the cap (Config.SpendCap): if every node has the same view
+// (reports of the last round delivered, synchronized clocks), the cluster
+// admits at most burst + rate*d in any window of length d, like a single
+// bucket; if the nodes disagree only on the tokens left (a report in
+// flight), at most burst + rate*d + N-1. If reports are lost the bound
+// degrades, at worst to N x burst. While demand shifts between nodes, a
+// node may refuse although tokens are left on others (the long-run rate
+// holds).
 //
-// Convergence: hits made on both sides of a partition are charged on
-// every node one interval after it heals with no loss. Under loss (8
-// nodes, 20 runs each), in intervals on average (at worst):
+// Attacks: what a peer reports is capped at what it could have admitted
+// (burst plus two rounds of refill per key), so a node holding the secret
+// can charge its peers no more than an honest node at full speed; a state
+// a joining node catches up from lowers a bucket no further than every
+// member's reports could; a node's incarnation is random, so a restart
+// after its clock was set back is a new incarnation.
 //
-//	copies   5% loss     20% loss
-//	1        1.95 (3)    3.40 (6)
-//	2        1.15 (2)    2.00 (4)    the default
-//	3        1.05 (2)    1.15 (2)
+// Memory: each limiter tracks at most the node's throttle.WithMaxKeys
+// keys; past it, new keys share one bucket under OverflowKey, limited and
+// gossiped like any key, never unlimited. A round carries at most
+// Config.MaxRoundBytes per peer, so traffic is bounded whatever the number
+// of keys.
 //
 // Residual inaccuracies: a report debited to a bucket that refilled to
-// full meanwhile charges up to rate x interval more than one global bucket
-// would (never less); a decision in flight while a peer reads a bucket
-// level for a state sync may be charged twice to a node that joins or
-// restarts (never missed: the state carries the sender's counter as read
-// before the level, and the receiver takes those hits as delivered, so the
-// counter's later reports charge only what came after); clocks must agree within
-// about one interval (rounds are aligned on multiples of the interval); a
-// counter idle for longer than the retention (twice the time to refill
-// the bucket, at least 10 rounds) and acknowledged by every live peer is
-// forgotten, so a peer that comes back later misses those hits.
-//
-// # Large rounds
-//
-// A round sends each peer the counters it has not acknowledged, in a
-// fixed order (the round they changed in, limiter, key), at most
-// Config.MaxRoundBytes of them (2 MB, about 100,000 short keys); the rest
-// follow in later rounds, those pending longest first. A peer
-// acknowledges the latest round it got in full and, for a round it got in
-// part, how many leading datagrams it got without a gap: the counters
-// they carried are not sent again. When a round has a backlog or is cut,
-// up to a quarter of it first carries the counters changed in the last
-// round, busiest first, so that a flood of new keys delays only itself:
-// in the simulation a node flooded with 3,000 new keys a round, beyond
-// what its peer's receive queue takes, still has a steady key charged on
-// the peer every round, and the backlog drains once the flood stops. The
-// bound per peer adapts like TCP's
-// congestion window (halved while rounds go unacknowledged, raised by 8
-// datagrams a round while they are), so a round larger than a peer's
-// receive buffer shrinks until it fits instead of being lost again every
-// round; ListenUDP asks for an 8 MB receive buffer (RecvBuffer; Linux
-// caps it at net.core.rmem_max). Measured (large_test.go): 100,000 keys
-// each hit once on one node are all charged by its peer over loopback UDP
-// within 3 rounds (63% after the first, the round being cut at 2 MB); in
-// the simulation, through receive queues of 150 datagrams (Linux's
-// default 212,992-byte buffer) with 2% loss, every hit is charged on both
-// peers after 50 rounds, none lost or counted twice. Per-round traffic is
-// bounded by MaxRoundBytes x Copies per peer, whatever the number of keys.
-//
-// # Memory and the key cap
-//
-// Each limiter tracks at most the node's throttle.WithMaxKeys keys. A key
-// decided on one node alone costs about 140 bytes (its 128-byte entry,
-// which holds the key, its bucket and its counters, and its slot in the
-// table; TestMemoryPerKey), plus one record per peer that reported the
-// key. Idle keys are forgotten after the retention above, once their
-// bucket is full again: peers' debits can leave a bucket in debt for
-// longer, and a key forgotten in debt would be admitted again too soon.
-// When the table is full, a new key is decided and gossiped under
-// OverflowKey: all such keys share one bucket of the limit, charged on
-// every node, so they stay limited (together, hence more strictly) and
-// shared, never unlimited; Stats.Overflow counts those decisions. A peer
-// whose own table is full does not track reports of keys new to it (also
-// counted in Stats.Overflow); the sender's own limit still applies to
-// them. Size WithMaxKeys (the daemon's max_keys) above the keys active
-// within the retention.
-//
-// # Redundancy and its cost
-//
-// Config.Copies multiplies the gossip traffic: every datagram of a round
-// goes out that many times to each peer (duplicates are harmless, the
-// counters being cumulative). In the simulation above (one hot key, 7
-// peers) a node sends about 650 bytes per interval with one copy, 1,300
-// with two, 1,960 with three: a round costs each node Copies x peers x its
-// datagrams (about 90 bytes for one short key, many keys in each up to
-// MaxPacket). Copies are sent right after the round rather than spread
-// over the interval, so loss that comes in bursts longer than a round's
-// datagrams can take them all; a later round repairs it, as with one copy.
-// On a network that rarely drops packets, Copies = 1 halves the traffic;
-// where loss is heavy, 3 brings convergence within 2 intervals in every
-// run of the simulation at 20% loss.
+// full meanwhile charges up to rate x interval more than one global
+// bucket would (never less); clocks must agree within about one interval;
+// a counter idle for longer than the retention (twice the time to refill
+// the bucket, at least 10 rounds) is forgotten, so a peer that comes back
+// later misses those hits.
 //
 // # Transports and membership
 //
-// Transport is an interface. ListenUDP sends each datagram (at most
-// MaxPacket = 1400 bytes, many keys per datagram, as many datagrams as the
-// keys need) as one UDP packet to each peer, Config.Copies times: traffic
-// grows with the keys seen per interval and the peers, not with the
-// requests. Network is an
-// in-memory network on virtual time with loss, duplication, delay, jitter
-// and partitions, for tests and simulations; there Tick and
-// Network.Deliver are driven by the caller instead of timers.
-//
-// Members are a static list (Config.Peers) changed at run time with
-// Node.Join and Node.Leave. To discover members with
-// github.com/hashicorp/memberlist instead, run memberlist beside the node
-// and forward its events; carry the gossip address in the node metadata:
-//
-//	type events struct{ node *gossip.Node }
-//
-//	func (e events) NotifyJoin(m *memberlist.Node)   { e.node.Join(string(m.Meta)) }
-//	func (e events) NotifyLeave(m *memberlist.Node)  { e.node.Leave(string(m.Meta)) }
-//	func (e events) NotifyUpdate(m *memberlist.Node) {}
-//
-//	cfg := memberlist.DefaultLANConfig()
-//	cfg.Events = events{node}
-//	cfg.Delegate = meta(node.ID()) // NodeMeta returns []byte(node.ID())
-//	list, _ := memberlist.Create(cfg)
-//	list.Join(seeds)
-//
-// memberlist's own failure detection then removes dead peers from the
-// spend-cap shares; the gossip secret stays separate from memberlist's
-// keyring.
-//
-// # Wire format
-//
-// See wire.go: a versioned binary header (magic "TG", version 2, type,
-// acknowledgement, part, sequence number, receiver incarnation, sender,
-// limiter name, incarnation, round, start time, entry count),
-// varint-encoded entries, and a 32-byte HMAC-SHA256 trailer over the
-// receiver's ID and everything before it. Version 2 nodes do not
-// understand version 1 (upgrade every node of a cluster together).
+// Transport is an interface: ListenUDP sends datagrams of at most
+// MaxPacket bytes over UDP; Network is an in-memory network on virtual
+// time with loss, duplication, delay and partitions, for tests and
+// simulations. Members are a static list (Config.Peers) changed at run
+// time with Node.Join and Node.Leave, which a membership library such as
+// hashicorp/memberlist can drive from its join and leave events. Version 2
+// of the wire format does not understand version 1: upgrade every node of
+// a cluster together.
 package gossip
