@@ -3,6 +3,19 @@
 // returns, the Rate type, sentinel errors, clock injection, and the helpers
 // built on top of them (Wait, Wrap).
 //
+//	l, err := tokenbucket.New(throttle.PerSecond(10), 20) // 10/s per key, bursts of 20
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Close()
+//	d, err := l.Allow(ctx, clientIP, 1)
+//	switch {
+//	case err != nil: // bad input or a failed backend: errors.Is(err, throttle.ErrInvalid), ...
+//		return err
+//	case !d.Allowed: // a denial is a value, saying when to come back
+//		log.Printf("%s: retry after %v", clientIP, d.RetryAfter)
+//	}
+//
 // Algorithms live in their own packages (tokenbucket, leakybucket,
 // fixedwindow, slidingwindow, slidinglog, counting) and shared or
 // distributed variants under distributed/. Each one implements Limiter, so

@@ -12,10 +12,11 @@ require (
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/throttled/throttled/v2 v2.15.0
-	github.com/throttlekit/throttle v0.0.0-00010101000000-000000000000
+	github.com/throttlekit/throttle v0.1.0
 	github.com/ulule/limiter/v3 v3.11.2
 	go.uber.org/goleak v1.3.0
 	go.uber.org/ratelimit v0.3.1
+	golang.org/x/mod v0.38.0
 	golang.org/x/time v0.15.0
 	gonum.org/v1/plot v0.17.0
 )

@@ -3,6 +3,13 @@
 // single resource. Capacity comes back by release, not by time: these are
 // counting semaphores, or "gauge" resources in Doorman's terms.
 //
+//	sem, err := counting.NewSemaphore(8) // at most 8 jobs at once
+//	release, err := sem.Acquire(ctx, 1) // waits its turn, FIFO
+//	if err != nil {
+//		return err
+//	}
+//	defer release()
+//
 // # Guarantee
 //
 // At every instant the units held for a key sum to at most its limit

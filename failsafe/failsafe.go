@@ -6,6 +6,11 @@
 // hook. The backends of this module use its Breaker; Limiter wraps any
 // other throttle.Limiter in all of it.
 //
+//	l, err := failsafe.New(storeLimiter,
+//		failsafe.WithTimeout(50*time.Millisecond),
+//		failsafe.WithFallback(localShare), // or WithPolicy(failsafe.Open)
+//		failsafe.WithBreaker(3, time.Second, 8*time.Second))
+//
 // Only failures of the store count: an error wrapping
 // throttle.ErrUnavailable, or the per-call deadline passing. Errors of a
 // request itself (a bad key, n above the limit, a key holding bad data:

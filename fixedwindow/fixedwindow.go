@@ -2,6 +2,13 @@
 // into windows of a fixed length, each window admits up to limit units,
 // and the count starts again at zero when the next window opens.
 //
+//	l, err := fixedwindow.New(100, time.Minute) // per key: 100 a minute, counted per clock minute
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Close()
+//	d, err := l.Allow(ctx, userID, 1)
+//
 // Two placements of the windows are offered. New and NewWindow align them
 // to the clock (multiples of the window length since the Unix epoch), so
 // every key resets at the same instant. NewAnchored and NewAnchoredWindow

@@ -1,5 +1,11 @@
 // Package leakybucket is the leaky bucket in its two classic forms.
 //
+//	meter, err := leakybucket.New(throttle.PerSecond(50), 100) // per key: drains 50/s, holds 100
+//	d, err := meter.Allow(ctx, key, 1)
+//
+//	pacer, err := leakybucket.NewPacer(throttle.PerSecond(10), 0, time.Second) // one call every 100 ms
+//	err = pacer.Take(ctx) // sleeps until this caller's slot
+//
 // The meter (Bucket, and Limiter for one bucket per key): a bucket of
 // capacity units drains continuously at rate; a request of n units is
 // poured in if it fits (level + n <= capacity) and rejected otherwise —

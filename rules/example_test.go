@@ -7,6 +7,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/rules"
+	"github.com/throttlekit/throttle/tokenbucket"
 )
 
 // Per-key limits and tiers from a document. In a service, use Open on a
@@ -48,4 +49,42 @@ func Example() {
 	// partner:acme  5 of 10 admitted at once
 	// healthcheck   10 of 10 admitted at once
 	// abuser        denied outright
+}
+
+// Every tier served by one limiter that is told each key's limit with the
+// call: here a local tokenbucket.Limiter; across a fleet, a Redis token
+// bucket (redislimit.NewTokenBucket), which is a QuotaAllower too.
+func ExampleWithQuotaAllower() {
+	c, err := rules.Parse([]byte(`{
+	  "default": {"rate": "1/s", "burst": 2},
+	  "tiers": {"pro": {"rate": "10/s", "burst": 4}},
+	  "rules": [{"prefix": "pro:", "tier": "pro"}]
+	}`))
+	if err != nil {
+		panic(err)
+	}
+	// The rate and burst given here are placeholders: each call brings its
+	// rule's.
+	shared, err := tokenbucket.New(throttle.PerSecond(1), 1)
+	if err != nil {
+		panic(err)
+	}
+	defer shared.Close()
+	l, err := rules.New(c, rules.WithQuotaAllower(shared))
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	for _, key := range []string{"alice", "pro:acme"} {
+		admitted := 0
+		for range 10 {
+			if d, err := l.Allow(context.Background(), key, 1); err == nil && d.Allowed {
+				admitted++
+			}
+		}
+		fmt.Printf("%-8s %d of 10 admitted at once\n", key, admitted)
+	}
+	// Output:
+	// alice    2 of 10 admitted at once
+	// pro:acme 4 of 10 admitted at once
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // TestMemoryPerKey measures (go test -v) the heap a key holds with k
-// entries in its window, and checks the bound the README states: a
+// entries in its window, and checks the bound docs/design/sliding-log.md states: a
 // 128-byte map slot, in tables kept between half and three quarters full
 // (171 to 256 bytes a key), up to four entries; past them, a buffer of 8
 // bytes per entry that doubles, so at most 16 bytes per entry more.

@@ -1,6 +1,13 @@
 // Package slidinglog implements the sliding log: an exact limit of at most
 // limit units in any window of time.
 //
+//	l, err := slidinglog.New(1000, time.Hour) // per key: never more than 1000 in any hour
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Close()
+//	d, err := l.Allow(ctx, accountID, 1)
+//
 // # Guarantee
 //
 // For every key and every half-open interval [t, t+window) of the

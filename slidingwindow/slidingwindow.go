@@ -2,6 +2,13 @@
 // both lock-free (one compare-and-swap per decision), allocation-free and
 // reading the clock once per decision.
 //
+//	l, err := slidingwindow.New(100, time.Minute) // per key: about 100 in any minute
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Close()
+//	d, err := l.Allow(ctx, userID, 1)
+//
 // # Weighted two-window estimate (New, NewWindow)
 //
 // Time is cut into aligned windows of length W. The limiter keeps the count

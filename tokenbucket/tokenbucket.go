@@ -2,6 +2,13 @@
 // burst tokens, refills at rate, and a request of n units takes n tokens or
 // is denied.
 //
+//	l, err := tokenbucket.New(throttle.PerSecond(100), 10) // per key: 100/s, bursts of 10
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Close()
+//	d, err := l.Allow(ctx, apiKey, 1) // d.Allowed, d.Remaining, d.RetryAfter
+//
 // It is implemented as GCRA (the Generic Cell Rate Algorithm): the whole
 // state of a bucket is one int64, the instant at which it is full again
 // (the theoretical arrival time, TAT), updated by one compare-and-swap. No

@@ -9,9 +9,9 @@ replace (
 )
 
 require (
-	github.com/throttlekit/throttle v0.0.0
-	github.com/throttlekit/throttle/distributed/capacity v0.0.0
-	github.com/throttlekit/throttle/distributed/capacity/etcdelection v0.0.0
+	github.com/throttlekit/throttle v0.1.0
+	github.com/throttlekit/throttle/distributed/capacity v0.1.0
+	github.com/throttlekit/throttle/distributed/capacity/etcdelection v0.1.0
 )
 
 require (

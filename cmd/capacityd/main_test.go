@@ -18,10 +18,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testproc.Main(m).Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}

@@ -17,22 +17,23 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/internal/testproc"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
 func TestMain(m *testing.M) {
 	srv, err := redistest.StartServer()
 	if err != nil {
-		fmt.Println(err)
 		if redistest.Required() || !errors.Is(err, redistest.ErrNoServer) {
+			fmt.Println(err)
 			os.Exit(1)
 		}
-		fmt.Println("skipping every test of the package")
+		testproc.Notice("skipped every test: %v; %s=1 makes this a failure", err, redistest.EnvRequire)
 		os.Exit(0)
 	}
 	// The examples cannot start a server themselves.
 	os.Setenv("REDISLIMIT_EXAMPLE_ADDR", srv.Addr)
-	code := m.Run()
+	code := testproc.Main(m).Run()
 	srv.Close()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

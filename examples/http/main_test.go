@@ -3,10 +3,15 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 
 	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
+
+// Without a redis-server the run says what it skipped.
+func TestMain(m *testing.M) { os.Exit(testproc.Main(m).Run()) }
 
 func serve(t *testing.T, redisAddr string) *httptest.Server {
 	h, closeAll, err := newHandler(redisAddr)

@@ -5,7 +5,7 @@ go 1.25.0
 replace github.com/throttlekit/throttle => ../..
 
 require (
-	github.com/throttlekit/throttle v0.0.0-00010101000000-000000000000
+	github.com/throttlekit/throttle v0.1.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa
 	google.golang.org/grpc v1.83.2

@@ -5,7 +5,7 @@ go 1.25.0
 replace github.com/throttlekit/throttle => ../..
 
 require (
-	github.com/throttlekit/throttle v0.0.0-00010101000000-000000000000
+	github.com/throttlekit/throttle v0.1.0
 	go.opentelemetry.io/otel v1.44.0
 	go.opentelemetry.io/otel/metric v1.44.0
 	go.opentelemetry.io/otel/sdk/metric v1.44.0

@@ -8,9 +8,11 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testproc.Main(m)) }
 
 func TestDumpDOMAndScreenshot(t *testing.T) {
 	b := Find(t)

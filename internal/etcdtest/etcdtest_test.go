@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testproc.Main(m)) }
 
 // call posts a JSON body to etcd's HTTP gateway and returns the reply.
 func call(t *testing.T, endpoint, path, body string) string {

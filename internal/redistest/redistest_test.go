@@ -5,9 +5,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testproc.Main(m)) }
 
 func TestStartKillRestart(t *testing.T) {
 	s := Start(t)

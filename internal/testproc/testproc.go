@@ -23,12 +23,14 @@ import (
 
 // Unavailable skips t because a server is missing, or fails it when the
 // environment variable require is "1" (so that CI cannot silently skip).
-// msg says what is missing and how to provide it.
+// msg says what is missing and how to provide it. A package whose
+// TestMain runs through Main reports the skips at the end of its run.
 func Unavailable(t testing.TB, require, msg string) {
 	t.Helper()
 	if Required(require) {
 		t.Fatal(msg + "; " + require + "=1 forbids skipping")
 	}
+	recordSkip(msg + "; " + require + "=1 makes this a failure")
 	t.Skip(msg)
 }
 

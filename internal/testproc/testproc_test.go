@@ -99,3 +99,31 @@ func TestRetry(t *testing.T) {
 		t.Fatalf("RetryFor: %v after %d tries", err, n)
 	}
 }
+
+// A test Unavailable skips is counted under its reason, which names the
+// variable that would make it fail, so that Main can report it.
+func TestUnavailableIsReported(t *testing.T) {
+	skipped.Lock()
+	saved, savedCount := skipped.reasons, skipped.count
+	skipped.reasons, skipped.count = nil, nil
+	skipped.Unlock()
+	t.Cleanup(func() {
+		skipped.Lock()
+		skipped.reasons, skipped.count = saved, savedCount
+		skipped.Unlock()
+	})
+	const env = "THROTTLE_REQUIRE_TESTPROC_SELFTEST"
+	t.Setenv(env, "")
+	for range 2 {
+		t.Run("needs a server", func(t *testing.T) { Unavailable(t, env, "server unavailable: not installed") })
+	}
+	t.Run("needs another", func(t *testing.T) { Unavailable(t, env, "other unavailable") })
+	got := skipLines()
+	want := []string{
+		"skipped 2 tests: server unavailable: not installed; " + env + "=1 makes this a failure",
+		"skipped 1 test: other unavailable; " + env + "=1 makes this a failure",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("skip report\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -6,7 +6,7 @@
 // Run it from the module root:
 //
 //	go run ./benchmarks/cmd/compare             # quick mode (about 30 s), into docs/quick
-//	go run ./benchmarks/cmd/compare -thorough   # the numbers for the README
+//	go run ./benchmarks/cmd/compare -thorough   # the committed results docs/performance.md cites
 //	go run ./benchmarks/cmd/compare -guard      # fail if one of ours is slower than x/time/rate
 //
 // Speed: every (workload, limiter) pair is measured -count times with
@@ -15,7 +15,7 @@
 // clock for limiters that take no clock. Contention: 8 goroutines on one
 // key, wall clock. The tables also go to comparison.md, the raw samples
 // (benchstat format) to bench.txt and the charts (PNG) next to them, in
-// docs/ with -thorough (the results the README cites) and in docs/quick/
+// docs/ with -thorough (the results docs/performance.md cites) and in docs/quick/
 // otherwise, or in the directory given with -docs.
 package main
 
@@ -112,7 +112,7 @@ func parseOptions() (options, error) {
 		o.docs = ""
 	case o.docs != "":
 	case o.thorough:
-		o.docs = "docs" // the committed results the README cites
+		o.docs = "docs" // the committed results docs/performance.md cites
 	default:
 		o.docs = filepath.Join("docs", "quick") // never overwrites them
 	}

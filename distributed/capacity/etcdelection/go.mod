@@ -3,8 +3,8 @@ module github.com/throttlekit/throttle/distributed/capacity/etcdelection
 go 1.25.0
 
 require (
-	github.com/throttlekit/throttle v0.0.0
-	github.com/throttlekit/throttle/distributed/capacity v0.0.0-00010101000000-000000000000
+	github.com/throttlekit/throttle v0.1.0
+	github.com/throttlekit/throttle/distributed/capacity v0.1.0
 	go.etcd.io/etcd/api/v3 v3.6.14
 	go.etcd.io/etcd/client/v3 v3.6.14
 	go.uber.org/goleak v1.3.0
