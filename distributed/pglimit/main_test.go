@@ -19,7 +19,7 @@ import (
 var srv *pgtest.Server
 
 func TestMain(m *testing.M) {
-	os.Exit(testproc.Main(m, pgtest.EnvRequire, pgtest.ErrNoServer, func() (func(), error) {
+	os.Exit(testproc.ServerMain(m, pgtest.EnvRequire, pgtest.ErrNoServer, func() (func(), error) {
 		s, err := pgtest.StartServer()
 		if err != nil {
 			return nil, err

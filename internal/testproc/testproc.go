@@ -186,23 +186,23 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// Main runs m's tests for a TestMain whose package needs a server: start
+// ServerMain runs m's tests for a TestMain whose package needs a server: start
 // starts it and returns how to stop it. When start fails with an error
 // wrapping missing (the server is not installed) every test is skipped
 // with a message, unless the environment variable require is "1"; any
 // other error fails the run. After tests that passed, Main fails the run
 // if goroutines leaked. It returns the exit code for os.Exit.
-func Main(m *testing.M, require string, missing error, start func() (stop func(), err error)) int {
+func ServerMain(m *testing.M, require string, missing error, start func() (stop func(), err error)) int {
 	stop, err := start()
 	if err != nil {
 		fmt.Println(err)
 		if Required(require) || !errors.Is(err, missing) {
 			return 1
 		}
-		fmt.Println("skipping every test of the package")
+		Notice("skipped every test: %v; %s=1 makes this a failure", err, require)
 		return 0
 	}
-	code := m.Run()
+	code := Main(m).Run()
 	stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
