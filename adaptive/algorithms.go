@@ -102,12 +102,26 @@ func (v *Vegas) Update(limit float64, w Window) float64 {
 }
 
 // Gradient2 compares the short-term RTT (the window's mean) with a
-// long-term exponential average of it: the limit is multiplied by
-// gradient = Tolerance × long / short, clamped to [0.5, 1], plus
-// QueueSize, and smoothed. A long-term average more than twice the
-// short-term one decays, so the limit recovers after a slow spell. A
-// window with a drop counts as a gradient of 0.5. Use one Gradient2 per
-// Limiter (it keeps the average); the zero value is the defaults.
+// long-term RTT: the limit is multiplied by gradient = Tolerance × long /
+// short, clamped to [0.5, 1], plus QueueSize, and smoothed. A window with
+// a drop counts as a gradient of 0.5.
+//
+// The long-term RTT is the RTT without a queue. It starts as the mean of
+// the first 10 windows, falls (an exponential average over LongWindows
+// windows) whenever a window is faster, and never rises from the windows
+// that test the limit: their RTT holds the queue the limit builds, and
+// learning it would let the limit, then the queue, climb without bound
+// under a sustained overload. Instead, every Probe windows it is
+// measured again: the limit drops to QueueSize until a window had no more
+// than that in flight, one more window lets the queue behind it go, the
+// next window's mean RTT becomes the long-term RTT, and the limit goes back
+// to where it was. So a backend that got slower for good is learned within
+// Probe windows. A probe costs about four windows at a limit of QueueSize
+// (in the simulation of docs/adaptive.md, 0.4 s at an eighth of the
+// throughput every 100 s).
+//
+// Use one Gradient2 per Limiter (it keeps the long-term RTT); the zero
+// value is the defaults.
 type Gradient2 struct {
 	// Tolerance is how much slower than the long-term RTT the short-term
 	// one may be before the limit shrinks; default 1.5.
@@ -115,20 +129,36 @@ type Gradient2 struct {
 	// Smoothing weighs the new limit against the old one, in (0, 1];
 	// default 0.2.
 	Smoothing float64
-	// LongWindows is how many windows the long-term average spans;
-	// default 600.
+	// LongWindows is how many windows the long-term RTT's fall averages
+	// over; default 600.
 	LongWindows int
 	// QueueSize is added to the limit each window, letting it probe
-	// upward; default 4.
+	// upward, and is the limit while the long-term RTT is measured;
+	// default 4.
 	QueueSize float64
+	// Probe is how many windows pass between measurements of the
+	// long-term RTT; default 1000, negative never.
+	Probe int
 
 	long    float64 // ns
 	windows int
+	probe   probeState
+	saved   float64 // the limit before the probe
 }
+
+// probeState is where a Gradient2 is in measuring the long-term RTT.
+type probeState uint8
+
+const (
+	probeOff     probeState = iota
+	probeDrain              // the limit is QueueSize; the queue drains
+	probeSettle             // the queue drained; this window may still release requests admitted before
+	probeMeasure            // this window's mean is the long-term RTT
+)
 
 // Update implements Algorithm.
 func (g *Gradient2) Update(limit float64, w Window) float64 {
-	tol, sm, span, queue := g.Tolerance, g.Smoothing, g.LongWindows, g.QueueSize
+	tol, sm, span, queue, every := g.Tolerance, g.Smoothing, g.LongWindows, g.QueueSize, g.Probe
 	if tol <= 0 {
 		tol = 1.5
 	}
@@ -141,21 +171,40 @@ func (g *Gradient2) Update(limit float64, w Window) float64 {
 	if queue <= 0 {
 		queue = 4
 	}
+	if every == 0 {
+		every = 1000
+	}
+	switch g.probe {
+	case probeDrain:
+		if w.MaxInFlight <= int(math.Ceil(queue)) {
+			g.probe = probeSettle
+		}
+		return queue
+	case probeSettle:
+		g.probe = probeMeasure
+		return queue
+	case probeMeasure:
+		if w.AvgRTT <= 0 { // nothing to measure: try the next window
+			return queue
+		}
+		g.long, g.probe = float64(w.AvgRTT), probeOff
+		return g.saved
+	}
+	if g.windows++; g.windows > 10 && every > 0 && g.windows%every == 0 {
+		g.probe, g.saved = probeDrain, limit
+		return queue
+	}
 	gradient := 0.5
 	if w.Dropped == 0 {
 		if w.AvgRTT <= 0 {
 			return limit
 		}
 		short := float64(w.AvgRTT)
-		g.windows++
 		switch {
 		case g.windows <= 10: // a plain mean until the average has enough weight
 			g.long += (short - g.long) / float64(g.windows)
-		default:
+		case short < g.long:
 			g.long += (short - g.long) * 2 / float64(span+1)
-		}
-		if g.long/short > 2 {
-			g.long *= 0.95
 		}
 		if appLimited(limit, w) {
 			return limit
