@@ -10,20 +10,22 @@ import (
 	"github.com/throttlekit/throttle/throttletest"
 )
 
-var adaptiveAll = flag.Bool("adaptive-all", false, "TestAdaptiveSimulation: run every subject at every load")
+var adaptiveDocs = flag.String("adaptive-docs", "", "TestAdaptiveSimulation: run every load and draw the charts into this directory")
 
 // TestAdaptiveSimulation runs the adaptive simulation of aegis's BBR at 3×
-// load and prints its result. With -adaptive-all it runs every subject of
-// AdaptiveSubjects, aegis's BBR beside this module's limiters, at 0.5×,
-// 1× and 3× load, and prints the tables of docs/adaptive.md:
+// load, prints its result and draws its curves into a temporary
+// directory. With -adaptive-docs DIR it runs every
+// subject of AdaptiveSubjects, aegis's BBR beside this module's limiters,
+// at 0.5×, 1× and 3× load, prints the tables of docs/adaptive.md and
+// draws the curves at 3× load into DIR (see WriteAdaptiveCharts):
 //
-//	cd benchmarks && go test -run TestAdaptiveSimulation -v . -args -adaptive-all
+//	cd benchmarks && go test -run TestAdaptiveSimulation -v . -args -adaptive-docs ../docs
 //
 // It asserts only that aegis served requests, as it is a peer; package
 // adaptive's TestSimulation asserts the goals of this module's limiters.
 func TestAdaptiveSimulation(t *testing.T) {
 	loads, subjects := []float64{3}, AdaptiveSubjects()
-	if *adaptiveAll {
+	if *adaptiveDocs != "" {
 		loads = []float64{0.5, 1, 3}
 	} else { // package adaptive's TestSimulation runs this module's subjects
 		subjects = subjects[len(subjects)-1:]
@@ -56,4 +58,13 @@ func TestAdaptiveSimulation(t *testing.T) {
 	b.WriteString("\nAt 3× load, every 10 s: limit / p99 (ms) / served per second\n\n")
 	adaptivesim.WriteCurves(&b, curves)
 	t.Log("\n" + b.String())
+	dir := *adaptiveDocs
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	files, err := WriteAdaptiveCharts(dir, curves)
+	if err != nil || len(files) != 3 {
+		t.Fatalf("WriteAdaptiveCharts: %v, %v", files, err)
+	}
+	t.Log("wrote", files)
 }
