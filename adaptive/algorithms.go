@@ -106,18 +106,19 @@ func (v *Vegas) Update(limit float64, w Window) float64 {
 // short, clamped to [0.5, 1], plus QueueSize, and smoothed. A window with
 // a drop counts as a gradient of 0.5.
 //
-// The long-term RTT is the RTT without a queue. It starts as the mean of
-// the first 10 windows, falls (an exponential average over LongWindows
-// windows) whenever a window is faster, and never rises from the windows
-// that test the limit: their RTT holds the queue the limit builds, and
-// learning it would let the limit, then the queue, climb without bound
-// under a sustained overload. Instead, every Probe windows it is
-// measured again: the limit drops to QueueSize until a window had no more
-// than that in flight, one more window lets the queue behind it go, the
-// next window's mean RTT becomes the long-term RTT, and the limit goes back
-// to where it was. So a backend that got slower for good is learned within
-// Probe windows. A probe costs about four windows at a limit of QueueSize
-// (in the simulation of docs/adaptive.md, 0.4 s at an eighth of the
+// The long-term RTT is the RTT without a queue. It never rises from a
+// window that tests the limit: that window's RTT holds the queue the limit
+// builds, and learning it would let the limit, then the queue, climb
+// without bound under a sustained overload. It falls (an exponential
+// average over LongWindows windows) whenever a window is faster. And it
+// is measured: after the first 10 windows (whose mean it starts from),
+// then every Probe windows. A probe holds the limit at QueueSize (or
+// Config.Min, if more) until a window had no more than that in flight,
+// lets one more window pass so that the requests queued behind them
+// finish, takes the mean RTT of the next windows, until they hold 50
+// successes, as the long-term RTT, and gives the limit back. So a backend that got slower for good is learned within
+// Probe windows. A probe costs a few windows at a limit of QueueSize (in
+// the simulation of docs/adaptive.md, about 0.5 s of the backend's
 // throughput every 100 s).
 //
 // Use one Gradient2 per Limiter (it keeps the long-term RTT); the zero
@@ -144,7 +145,15 @@ type Gradient2 struct {
 	windows int
 	probe   probeState
 	saved   float64 // the limit before the probe
+	sum     float64 // of the RTTs measured by the probe, ns
+	n       int     // how many
 }
+
+// probeSamples is how many successes a probe measures the long-term RTT
+// over: the mean of 50 log-normal service times of coefficient of
+// variation 0.5 is within ±14% of theirs 95% of the time.
+
+const probeSamples = 50
 
 // probeState is where a Gradient2 is in measuring the long-term RTT.
 type probeState uint8
@@ -175,8 +184,8 @@ func (g *Gradient2) Update(limit float64, w Window) float64 {
 		every = 1000
 	}
 	switch g.probe {
-	case probeDrain:
-		if w.MaxInFlight <= int(math.Ceil(queue)) {
+	case probeDrain: // limit is QueueSize, or Config.Min if that is more
+		if float64(w.MaxInFlight) <= limit {
 			g.probe = probeSettle
 		}
 		return queue
@@ -184,13 +193,15 @@ func (g *Gradient2) Update(limit float64, w Window) float64 {
 		g.probe = probeMeasure
 		return queue
 	case probeMeasure:
-		if w.AvgRTT <= 0 { // nothing to measure: try the next window
+		g.sum += float64(w.AvgRTT) * float64(w.Samples)
+		if g.n += w.Samples; g.n < probeSamples { // too few for a mean: measure on
 			return queue
 		}
-		g.long, g.probe = float64(w.AvgRTT), probeOff
+		g.long, g.probe = g.sum/float64(g.n), probeOff
+		g.sum, g.n = 0, 0
 		return g.saved
 	}
-	if g.windows++; g.windows > 10 && every > 0 && g.windows%every == 0 {
+	if g.windows++; every > 0 && (g.windows == 11 || g.windows%every == 0) {
 		g.probe, g.saved = probeDrain, limit
 		return queue
 	}

@@ -82,3 +82,19 @@ func TestGradient2NoDrift(t *testing.T) {
 		t.Errorf("3000 windows after the service time tripled: limit %.0f, want within [%d, %d]", limit, servers, 2*servers)
 	}
 }
+
+// TestGradient2ProbeAboveMin probes with a Config.Min above QueueSize:
+// the Limiter holds the limit at Min, not QueueSize, and the probe must
+// still end and give the limit back.
+func TestGradient2ProbeAboveMin(t *testing.T) {
+	const minLimit = 10
+	g := &Gradient2{Probe: 50}
+	limit := 30.0
+	for i := range 200 {
+		in := int(limit)
+		limit = max(g.Update(limit, Window{Samples: 100, AvgRTT: 10 * ms, MinRTT: 5 * ms, MaxInFlight: in}), minLimit)
+		if i >= 60 && i < 100 && limit <= minLimit {
+			t.Fatalf("window %d: limit %v, still probing 10 windows after the probe began", i, limit)
+		}
+	}
+}
