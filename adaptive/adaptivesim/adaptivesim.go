@@ -53,7 +53,7 @@ var (
 
 // Result is what one run measured.
 type Result struct {
-	Goodput      float64         // completions / capacity, over the settled spans
+	Goodput      float64         // completions ÷ capacity (or the load offered, if less), over the settled spans
 	P99          time.Duration   // of admitted requests, over the settled spans
 	P99Halved    time.Duration   // over the settled span at half capacity
 	RecoverP99   time.Duration   // from the halving until every later second's p99 is within 2× P99
