@@ -54,3 +54,47 @@ func TestAlgorithms(t *testing.T) {
 		})
 	}
 }
+
+// TestGradient2NoDrift runs Gradient2 at its defaults on a saturated
+// backend of 40 servers (every window's RTT is the service time stretched
+// by the queue of a limit above 40), whose service time triples midway.
+// The limit must settle near Tolerance × 40 rather than climb as the
+// long-term RTT learns the queue, and must find the slower backend again
+// (a limit of 40 or more) instead of staying pinned low.
+func TestGradient2NoDrift(t *testing.T) {
+	const servers = 40
+	g := &Gradient2{}
+	limit := 20.0
+	run := func(windows int, service time.Duration) (most float64) {
+		for range windows {
+			in := int(limit)
+			rtt := service * time.Duration(max(in, servers)) / servers
+			limit = min(max(g.Update(limit, Window{Samples: 100, AvgRTT: rtt, MinRTT: rtt / 2, MaxInFlight: in}), 1), 1000)
+			most = max(most, limit)
+		}
+		return most
+	}
+	if most := run(5000, 10*ms); most > 2*servers {
+		t.Errorf("limit climbed to %.0f over 5000 windows at a fixed service time, want <= %d", most, 2*servers)
+	}
+	run(3000, 30*ms)
+	if limit < servers || limit > 2*servers {
+		t.Errorf("3000 windows after the service time tripled: limit %.0f, want within [%d, %d]", limit, servers, 2*servers)
+	}
+}
+
+// TestGradient2ProbeAboveMin probes with a Config.Min above QueueSize:
+// the Limiter holds the limit at Min, not QueueSize, and the probe must
+// still end and give the limit back.
+func TestGradient2ProbeAboveMin(t *testing.T) {
+	const minLimit = 10
+	g := &Gradient2{Probe: 50}
+	limit := 30.0
+	for i := range 200 {
+		in := int(limit)
+		limit = max(g.Update(limit, Window{Samples: 100, AvgRTT: 10 * ms, MinRTT: 5 * ms, MaxInFlight: in}), minLimit)
+		if i >= 60 && i < 100 && limit <= minLimit {
+			t.Fatalf("window %d: limit %v, still probing 10 windows after the probe began", i, limit)
+		}
+	}
+}

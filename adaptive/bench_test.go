@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"github.com/throttlekit/throttle/counting"
 	"testing"
 	"time"
 )
@@ -74,4 +75,12 @@ func BenchmarkParallel(b *testing.B) {
 			}
 		})
 	})
+}
+
+func mustSemaphore(n int) *counting.Semaphore {
+	s, err := counting.NewSemaphore(n)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }

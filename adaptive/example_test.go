@@ -83,6 +83,29 @@ func ExampleGradient2() {
 	// 92
 }
 
+// Gradient2 measures the RTT without a queue after its first 10 windows,
+// then every Probe windows: it holds the limit at QueueSize until the
+// queue drained, lets one more window pass, takes the next window's mean
+// RTT as the long-term RTT and gives the limit back.
+func ExampleGradient2_probe() {
+	g := &adaptive.Gradient2{Probe: 100}
+	limit := 40.0
+	for i := 1; i <= 15; i++ {
+		in := int(limit)
+		limit = g.Update(limit, adaptive.Window{Samples: 100, AvgRTT: 10 * time.Millisecond, MaxInFlight: in})
+		if i >= 10 {
+			fmt.Printf("window %d: limit %.1f\n", i, limit)
+		}
+	}
+	// Output:
+	// window 10: limit 48.0
+	// window 11: limit 4.0
+	// window 12: limit 4.0
+	// window 13: limit 4.0
+	// window 14: limit 48.0
+	// window 15: limit 48.8
+}
+
 // A client of a backend that refuses most requests: once it has been
 // refused enough, the Throttler drops requests locally, so the backend
 // sees about K = 2 requests for each one it accepts.

@@ -15,6 +15,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// ulule's memory store stops its cleaner from a finalizer only.
 		goleak.IgnoreTopFunction("github.com/ulule/limiter/v3/drivers/store/memory.(*cleaner).Run"),
+		// aegis samples the CPU from goroutines its packages' init start.
+		goleak.IgnoreAnyFunction("github.com/go-kratos/aegis/ratelimit/bbr.cpuproc"),
+		goleak.IgnoreAnyFunction("github.com/go-kratos/aegis/internal/cpu.init.0.func1"),
 	)
 }
 

@@ -1,0 +1,378 @@
+// Package adaptivesim simulates a backend of known capacity under
+// open-loop load, on virtual time, to compare concurrency limiters side by
+// side: package adaptive's algorithms, fixed limits, and any other limiter
+// behind a Gate. It is a test and benchmark aid (package adaptive's
+// TestSimulation and the benchmarks module run it), not for production.
+//
+// A run lasts End (150 s) on a backend of Servers servers whose capacity
+// halves at HalveAt and recovers at RecoverAt. Result holds the goodput,
+// the p99 latency of admitted requests, how soon both come back after each
+// change of capacity, and per-second curves; Goals checks a Result
+// against the goals docs/adaptive.md states.
+package adaptivesim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/adaptive"
+	"github.com/throttlekit/throttle/counting"
+	"github.com/throttlekit/throttle/throttletest"
+)
+
+// The simulated backend: Servers working a FIFO queue, each request's
+// service time drawn from a log-normal distribution (mean Mean,
+// coefficient of variation CV). Half the servers go away at HalveAt and
+// come back at RecoverAt; a run ends at End.
+const (
+	Servers   = 32
+	Mean      = 20 * time.Millisecond
+	CV        = 0.5
+	Capacity  = Servers * float64(time.Second) / float64(Mean) // requests a second
+	HalveAt   = 60 * time.Second
+	RecoverAt = 120 * time.Second
+	End       = 150 * time.Second
+	Warmup    = 10 * time.Second // not counted in goodput and p99
+	Settle    = 10 * time.Second // after a change of capacity
+)
+
+// sigma and mu parametrise the log-normal service time.
+var (
+	sigma = math.Sqrt(math.Log(1 + CV*CV))
+	mu    = math.Log(float64(Mean)) - sigma*sigma/2
+	// P99 is the unloaded p99 latency: the service time's.
+	P99 = time.Duration(math.Exp(mu + 2.3263*sigma))
+)
+
+// Result is what one run measured.
+type Result struct {
+	Goodput      float64         // completions ÷ capacity (or the load offered, if less), over the settled spans
+	P99          time.Duration   // of admitted requests, over the settled spans
+	P99Halved    time.Duration   // over the settled span at half capacity
+	RecoverP99   time.Duration   // from the halving until every later second's p99 is within 2× P99
+	RecoverGood  time.Duration   // from the recovery until every later 3 s span served ≥ 95% of what arrived, up to capacity
+	Limits       []int           // the limit at the end of each second
+	SecondP99    []time.Duration // the p99 of the requests that finished in each second
+	SecondServed []int           // the requests that finished in each second
+}
+
+// Run drives the backend with open-loop Poisson arrivals at load × the
+// full Capacity through g, on virtual time: before each event it calls
+// at with the event's time since the start of the run, and at must move
+// the clock g reads there (see OnClock). Runs with the same seed see the
+// same arrivals and service times.
+func Run(g Gate, load float64, seed uint64, at func(time.Duration)) Result {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	type job struct {
+		arrived, done time.Duration
+		release       func(rtt time.Duration)
+	}
+	var (
+		heap    []job // running jobs, by done
+		queue   []job // admitted, waiting for a server
+		servers = Servers
+		rate    = load * Capacity
+		next    = time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		secs    = int(End / time.Second)
+		lat     = make([][]time.Duration, secs)
+		served  = make([]int, secs)
+		arrived = make([]int, secs)
+		res     = Result{Limits: make([]int, secs)}
+		sec     = 0
+	)
+	push := func(j job) {
+		heap = append(heap, j)
+		for i := len(heap) - 1; i > 0; {
+			p := (i - 1) / 2
+			if heap[p].done <= heap[i].done {
+				break
+			}
+			heap[p], heap[i] = heap[i], heap[p]
+			i = p
+		}
+	}
+	pop := func() job {
+		j := heap[0]
+		last := len(heap) - 1
+		heap[0] = heap[last]
+		heap = heap[:last]
+		for i := 0; ; {
+			c := 2*i + 1
+			if c >= len(heap) {
+				break
+			}
+			if c+1 < len(heap) && heap[c+1].done < heap[c].done {
+				c++
+			}
+			if heap[i].done <= heap[c].done {
+				break
+			}
+			heap[i], heap[c] = heap[c], heap[i]
+			i = c
+		}
+		return j
+	}
+	start := func(now time.Duration, j job) {
+		j.done = now + time.Duration(math.Exp(mu+sigma*rng.NormFloat64()))
+		push(j)
+	}
+	for {
+		now := next
+		if len(heap) > 0 && heap[0].done < now {
+			now = heap[0].done
+		}
+		for ; sec < secs && time.Duration(sec+1)*time.Second <= now; sec++ {
+			res.Limits[sec] = g.Limit()
+		}
+		if now >= End {
+			break
+		}
+		switch {
+		case now >= RecoverAt:
+			servers = Servers
+		case now >= HalveAt:
+			servers = Servers / 2
+		}
+		at(now)
+		if now == next { // an arrival
+			next += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+			arrived[sec]++
+			release := g.Admit()
+			if release == nil {
+				continue
+			}
+			queue = append(queue, job{arrived: now, release: release})
+		} else { // a completion
+			j := pop()
+			rtt := j.done - j.arrived
+			j.release(rtt)
+			lat[sec] = append(lat[sec], rtt)
+			served[sec]++
+		}
+		for len(queue) > 0 && len(heap) < servers {
+			start(now, queue[0])
+			queue = queue[1:]
+		}
+	}
+
+	capAt := func(s int) float64 {
+		if d := time.Duration(s) * time.Second; d >= HalveAt && d < RecoverAt {
+			return Capacity / 2
+		}
+		return Capacity
+	}
+	settled := func(s int) bool {
+		d := time.Duration(s) * time.Second
+		return d >= Warmup && !(d >= HalveAt && d < HalveAt+Settle) && !(d >= RecoverAt && d < RecoverAt+Settle)
+	}
+	var all, halved []time.Duration
+	var done, capacity float64
+	res.SecondP99 = make([]time.Duration, secs)
+	res.SecondServed = served
+	for s := range secs {
+		res.SecondP99[s] = p99(lat[s])
+		if !settled(s) {
+			continue
+		}
+		all = append(all, lat[s]...)
+		done += float64(served[s])
+		capacity += min(capAt(s), load*Capacity)
+		if d := time.Duration(s) * time.Second; d >= HalveAt && d < RecoverAt {
+			halved = append(halved, lat[s]...)
+		}
+	}
+	res.Goodput, res.P99, res.P99Halved = done/capacity, p99(all), p99(halved)
+	// The first second from which every second to the next change is good.
+	settle := func(from, to time.Duration, good func(s int) bool) time.Duration {
+		first := -1
+		for s := int(from / time.Second); s < int(to/time.Second); s++ {
+			if !good(s) {
+				first = -1
+			} else if first < 0 {
+				first = s
+			}
+		}
+		if first < 0 {
+			return to - from
+		}
+		return time.Duration(first)*time.Second + time.Second - from
+	}
+	res.RecoverP99 = settle(HalveAt, RecoverAt, func(s int) bool { return res.SecondP99[s] <= 2*P99 })
+	res.RecoverGood = settle(RecoverAt, End, func(s int) bool { // over 3 s, against what arrived
+		var got, want float64
+		for i := max(s-2, 0); i <= s; i++ {
+			got += float64(served[i])
+			want += min(capAt(i), float64(arrived[i]))
+		}
+		return got >= 0.95*want
+	})
+	return res
+}
+
+func p99(l []time.Duration) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	slices.Sort(l)
+	return l[(len(l)*99-1)/100]
+}
+
+// Gate is the limiter under test. Admit is asked before a request is
+// sent: it returns nil to drop it, or the func Run calls with the
+// request's latency when it finishes. Limit is the current limit, sampled
+// once a second for the curves. Run calls them from one goroutine.
+type Gate interface {
+	Admit() (release func(rtt time.Duration))
+	Limit() int
+}
+
+// LimiterGate is a Gate over an adaptive.Limiter, reporting every request
+// as a Success.
+type LimiterGate struct{ L *adaptive.Limiter }
+
+// Admit implements Gate.
+func (g LimiterGate) Admit() func(time.Duration) {
+	if d, _ := g.L.Allow(context.Background(), "", 1); !d.Allowed {
+		return nil
+	}
+	return g.release
+}
+
+func (g LimiterGate) release(rtt time.Duration) { _ = g.L.Release(1, rtt, adaptive.Success) }
+
+// Limit implements Gate.
+func (g LimiterGate) Limit() int { return g.L.Limit() }
+
+// FixedGate is a Gate over a fixed limit, a counting.Semaphore.
+type FixedGate struct{ S *counting.Semaphore }
+
+// Admit implements Gate.
+func (g FixedGate) Admit() func(time.Duration) {
+	if !g.S.TryAcquire(1) {
+		return nil
+	}
+	return g.release
+}
+
+func (g FixedGate) release(time.Duration) { _ = g.S.Release(1) }
+
+// Limit implements Gate.
+func (g FixedGate) Limit() int { return g.S.Limit() }
+
+// OnClock returns the at of Run for gates that read clk: it sets clk to
+// the run's start, as clk read when OnClock was called, plus d.
+func OnClock(clk *throttletest.Clock) func(d time.Duration) {
+	t0 := clk.Now()
+	return func(d time.Duration) { clk.Set(t0.Add(d)) }
+}
+
+// Subject is a limiter the simulation compares: New builds a fresh Gate
+// reading clk. Fixed marks the fixed limits, which Goals does not bind.
+type Subject struct {
+	Name  string
+	Fixed bool
+	New   func(clk throttle.Clock) Gate
+}
+
+// Subjects returns this module's subjects: AIMD (with Config.Timeout at
+// 2× the unloaded p99, its loss signal), Vegas, Gradient2 at its defaults
+// and with Tolerance 1, and a fixed limit set right (a quarter above the
+// servers) and set twice too high.
+func Subjects() []Subject {
+	lim := func(alg func() adaptive.Algorithm, c adaptive.Config) func(throttle.Clock) Gate {
+		return func(clk throttle.Clock) Gate {
+			l, err := adaptive.New(alg(), c, throttle.WithClock(clk))
+			if err != nil {
+				panic(err)
+			}
+			return LimiterGate{l}
+		}
+	}
+	fixed := func(n int) func(throttle.Clock) Gate {
+		return func(throttle.Clock) Gate {
+			s, err := counting.NewSemaphore(n)
+			if err != nil {
+				panic(err)
+			}
+			return FixedGate{s}
+		}
+	}
+	return []Subject{
+		{Name: "AIMD", New: lim(func() adaptive.Algorithm { return &adaptive.AIMD{} }, adaptive.Config{Timeout: 2 * P99})},
+		{Name: "Vegas", New: lim(func() adaptive.Algorithm { return &adaptive.Vegas{} }, adaptive.Config{})},
+		{Name: "Gradient2", New: lim(func() adaptive.Algorithm { return &adaptive.Gradient2{} }, adaptive.Config{})},
+		{Name: "Gradient2 tol 1", New: lim(func() adaptive.Algorithm { return &adaptive.Gradient2{Tolerance: 1} }, adaptive.Config{})},
+		{Name: fmt.Sprintf("fixed %d", Servers*5/4), Fixed: true, New: fixed(Servers * 5 / 4)},
+		{Name: fmt.Sprintf("fixed %d", Servers*5/2), Fixed: true, New: fixed(Servers * 5 / 2)},
+	}
+}
+
+// Goals returns the goals r misses at load (nil when it meets them all):
+// goodput ≥ 95% of capacity at 1× load and above and, at 3× load and
+// above, goodput back to 95% within 10 s of the recovery, the p99 of
+// admitted requests ≤ 2× the unloaded P99, and back under that bound
+// within 5 s of the halving.
+func (r Result) Goals(load float64) []string {
+	var miss []string
+	if load >= 1 && r.Goodput < 0.95 {
+		miss = append(miss, fmt.Sprintf("goodput %.1f%% < 95%%", 100*r.Goodput))
+	}
+	if load < 3 {
+		return miss
+	}
+	if r.RecoverGood > 10*time.Second {
+		miss = append(miss, fmt.Sprintf("goodput back to 95%% %v after the recovery, > 10s", r.RecoverGood))
+	}
+	if r.P99 > 2*P99 {
+		miss = append(miss, fmt.Sprintf("p99 %v > 2 × %v", r.P99, P99))
+	}
+	if r.RecoverP99 > 5*time.Second {
+		miss = append(miss, fmt.Sprintf("p99 back under the bound %v after the halving, > 5s", r.RecoverP99))
+	}
+	return miss
+}
+
+// Row is one run, for the tables.
+type Row struct {
+	Name   string
+	Load   float64
+	Result Result
+}
+
+// WriteTable writes the Markdown table of rows: a line on the backend,
+// then goodput, p99 and the recovery times of each run.
+func WriteTable(w io.Writer, rows []Row) {
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	fmt.Fprintf(w, "%d servers, service time log-normal mean %v cv %.1f (unloaded p99 %v, bound %v), capacity %.0f/s, halved at %v, back at %v\n\n",
+		Servers, Mean, CV, r(P99), r(2*P99), Capacity, HalveAt, RecoverAt)
+	fmt.Fprintln(w, "| limiter | load | goodput | p99 | p99 at half capacity | p99 back under bound after halving | goodput back ≥ 95% after recovery |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, x := range rows {
+		fmt.Fprintf(w, "| %s | %.1f× | %.1f%% | %v | %v | %v | %v |\n", x.Name, x.Load, 100*x.Result.Goodput,
+			r(x.Result.P99), r(x.Result.P99Halved), x.Result.RecoverP99, x.Result.RecoverGood)
+	}
+}
+
+// WriteCurves writes the Markdown table of the curves of rows (one load):
+// every 10 s, each one's limit / p99 in ms / requests served that second.
+func WriteCurves(w io.Writer, rows []Row) {
+	fmt.Fprint(w, "| t (s) |")
+	for _, x := range rows {
+		fmt.Fprintf(w, " %s |", x.Name)
+	}
+	fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---|", len(rows)))
+	for sec := 5; sec < int(End/time.Second); sec += 10 {
+		fmt.Fprintf(w, "| %d |", sec)
+		for _, x := range rows {
+			fmt.Fprintf(w, " %d / %.0f / %d |", x.Result.Limits[sec], float64(x.Result.SecondP99[sec])/float64(time.Millisecond), x.Result.SecondServed[sec])
+		}
+		fmt.Fprintln(w)
+	}
+}
