@@ -5,7 +5,7 @@ go 1.25.0
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.22.0
-	github.com/throttlekit/throttle v0.0.0
+	github.com/throttlekit/throttle v0.1.0
 )
 
 require (
