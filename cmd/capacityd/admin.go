@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/capacity"
 )
 
@@ -30,10 +32,14 @@ func (a *app) adminHandler() http.Handler {
 }
 
 // healthz answers 200 while this server serves: as the master, or as a
-// follower that knows the master to redirect to; 503 otherwise.
+// follower that knows the master to redirect to; 503 otherwise, and
+// while its parent (in a server tree) refuses its requests. A parent that
+// cannot be reached is reported with a 200: the server then hands out
+// its leases or the safe capacity, as designed.
 func (a *app) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	l := a.lead.Load()
+	perr := a.srv.ParentErr()
 	switch {
 	case a.stopping.Load():
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -41,6 +47,11 @@ func (a *app) healthz(w http.ResponseWriter, _ *http.Request) {
 	case l == nil || (!l.IsMaster && l.Master == ""):
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintln(w, "no master known")
+	case perr != nil && !errors.Is(perr, throttle.ErrUnavailable):
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "parent refuses:", perr)
+	case perr != nil:
+		fmt.Fprintln(w, "ok, parent unreachable:", perr)
 	case l.IsMaster:
 		fmt.Fprintf(w, "ok master %s term %d\n", a.advertise, l.Term)
 	default:

@@ -76,6 +76,7 @@ type Resource struct {
 	apply    func(float64)
 	estimate func(now time.Time) float64
 	has      func() float64 // at least what the client holds (a server in a tree: what its clients hold)
+	err      error          // why the last refresh granted no lease
 	closed   atomic.Bool
 }
 
@@ -225,10 +226,27 @@ func (r *Resource) request(now time.Time) ResourceRequest {
 	return rr
 }
 
+// Err returns why the last refresh got no lease for the resource: its
+// demand was invalid (the client left it out of the request, and the
+// other resources were asked for), or the request was refused or not
+// answered (see Client.Err). It is nil once a lease has been granted.
+func (r *Resource) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+func (r *Resource) setErr(err error) {
+	r.mu.Lock()
+	r.err = err
+	r.mu.Unlock()
+}
+
 // grant applies a lease asked for at sent.
 func (r *Resource) grant(g Grant, sent time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.err = nil
 	if r.closed.Load() {
 		return
 	}

@@ -327,22 +327,31 @@ func validate(req *Request) error {
 	case len(req.Resources) == 0 || len(req.Resources) > MaxRequestResources:
 		return invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(req.Resources))
 	}
-	for i, rr := range req.Resources {
-		switch {
-		case rr.Resource == "" || len(rr.Resource) > MaxIDLen:
-			return invalidf("resource id must have 1 to %d bytes, got %d", MaxIDLen, len(rr.Resource))
-		case !(rr.Wants >= 0) || math.IsInf(rr.Wants, 0):
-			return invalidf("resource %q: wants must be finite and >= 0, got %v", rr.Resource, rr.Wants)
-		case !(rr.Has >= 0) || math.IsInf(rr.Has, 0):
-			return invalidf("resource %q: has must be finite and >= 0, got %v", rr.Resource, rr.Has)
-		case !(rr.Weight >= 0) || rr.Weight > maxWeightValue:
-			return invalidf("resource %q: weight must be in [0, %d], got %v", rr.Resource, maxWeightValue, rr.Weight)
+	for i := range req.Resources {
+		rr := &req.Resources[i]
+		if err := rr.check(); err != nil {
+			return err
 		}
 		for _, o := range req.Resources[:i] {
 			if o.Resource == rr.Resource {
 				return invalidf("resource %q requested twice", rr.Resource)
 			}
 		}
+	}
+	return nil
+}
+
+// check validates one resource's demand. Errors wrap throttle.ErrInvalid.
+func (rr *ResourceRequest) check() error {
+	switch {
+	case rr.Resource == "" || len(rr.Resource) > MaxIDLen:
+		return invalidf("resource id must have 1 to %d bytes, got %d", MaxIDLen, len(rr.Resource))
+	case !(rr.Wants >= 0) || math.IsInf(rr.Wants, 0):
+		return invalidf("resource %q: wants must be finite and >= 0, got %v", rr.Resource, rr.Wants)
+	case !(rr.Has >= 0) || math.IsInf(rr.Has, 0):
+		return invalidf("resource %q: has must be finite and >= 0, got %v", rr.Resource, rr.Has)
+	case !(rr.Weight >= 0) || rr.Weight > maxWeightValue:
+		return invalidf("resource %q: weight must be in [0, %d], got %v", rr.Resource, maxWeightValue, rr.Weight)
 	}
 	return nil
 }

@@ -1,12 +1,15 @@
 package capacity
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/throttlekit/throttle"
 )
 
 // A server tree: a server with a parent (WithParent) holds no capacity of
@@ -171,8 +174,10 @@ func (s *Server) reportUpstream(r *resource) error {
 			b = new(band)
 			bands[h.prio] = b
 		}
-		b.wants += h.wants
-		b.weight += h.weight
+		// Saturated: two finite wants may add up to +Inf, which no
+		// parent accepts.
+		b.wants = addSat(b.wants, h.wants)
+		b.weight = addSat(b.weight, h.weight)
 		b.held += float64(h.counted()) * r.q
 	}
 	if r.up != nil {
@@ -196,6 +201,9 @@ func (s *Server) reportUpstream(r *resource) error {
 	}
 	return nil
 }
+
+// addSat adds two finite values >= 0, saturating at math.MaxFloat64.
+func addSat(a, b float64) float64 { return min(a+b, math.MaxFloat64) }
 
 // demandWeight is the weight of r's demand in band p at the band's
 // current FairShare water level L: the weights of the clients granted less
@@ -258,6 +266,37 @@ func (s *Server) Close() error {
 		return nil
 	}
 	return s.parent.close()
+}
+
+// ParentErr reports a parent that refuses: for a server in a tree, an
+// error wrapping throttle.ErrInvalid or ErrExhausted when the parent
+// refused the last request of one of its priority bands, or
+// throttle.ErrUnavailable when no parent replica answered it (the server
+// then hands out what its unexpired leases, or the safe capacity, allow).
+// nil otherwise, and for a server without a parent.
+func (s *Server) ParentErr() error {
+	if s.parent == nil {
+		return nil
+	}
+	return s.parent.err()
+}
+
+// err returns the first error among the bands' last refreshes, a refusal
+// before unavailability.
+func (l *treeLink) err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first error
+	for _, c := range l.band {
+		switch err := c.Err(); {
+		case err == nil:
+		case !errors.Is(err, throttle.ErrUnavailable):
+			return err
+		case first == nil:
+			first = err
+		}
+	}
+	return first
 }
 
 // parentLease returns the lease the server holds from its parent on

@@ -1,0 +1,151 @@
+package capacity
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/throttlekit/throttle"
+)
+
+// treeNode is one server of a test tree on a Network.
+type treeNode struct{ addr, parent string }
+
+// newTree starts servers of cfg on net, children asking their parent;
+// they are closed when the test ends.
+func newTree(t *testing.T, net *Network, cfg Config, nodes []treeNode, opts ...ServerOption) map[string]*Server {
+	t.Helper()
+	out := map[string]*Server{}
+	for _, n := range nodes {
+		o := append([]ServerOption{WithSeed(uint64(len(out) + 1))}, opts...)
+		if n.parent != "" {
+			o = append(o, WithParent(net, []string{n.parent}, WithClientID(n.addr), WithMinRefreshGap(0)))
+		}
+		s, err := NewServer(cfg, o...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		net.Attach(n.addr, s)
+		out[n.addr] = s
+		t.Cleanup(func() { s.Close() })
+	}
+	return out
+}
+
+// TestTreeHugeWants: two clients of a leaf asking 1e308 each (finite, but
+// their sum is +Inf) neither cut the leaf off from its parent for its
+// other resources nor make the tree's leases exceed the root's capacity:
+// sampled every 100 ms, the leases the clients hold on "db" add up to at
+// most 120.
+func TestTreeHugeWants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const capacity = 120.0
+		net := new(Network)
+		net.SetLatency(5 * time.Millisecond)
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: capacity, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second, SafeCapacity: 60}}}
+		servers := newTree(t, net, cfg, []treeNode{{"root", ""}, {"l0", "root"}, {"l1", "root"}}, WithDecreaseGrace(10*time.Second))
+		open := func(leaf, id, res string, wants float64) *Resource {
+			c, err := NewClient(net, []string{leaf}, WithClientID(id), WithMinRefreshGap(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			r, err := c.Resource(res, wants)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		a, b := open("l0", "a", "db", 50), open("l0", "b", "db", 50)
+		other := open("l0", "c", "other", 10)
+		d := open("l1", "d", "db", 10)
+		worst := 0.0
+		for step := range 900 { // 90 s
+			switch step {
+			case 300:
+				if err := a.SetWants(1e308); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.SetWants(1e308); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.SetWants(capacity); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+			sum := 0.0
+			for _, r := range []*Resource{a, b, d} {
+				sum += r.Capacity() // what the client's limiter enforces now
+			}
+			worst = max(worst, sum)
+			if sum > capacity+1e-9 {
+				t.Fatalf("t=%v: clients use %.2f of db's %v", time.Duration(step+1)*100*time.Millisecond, sum, capacity)
+			}
+		}
+		if l, ok := other.Lease(); !ok || l.Capacity != 10 {
+			t.Errorf("the leaf's other resource: lease %+v %v, want 10 from the parent", l, ok)
+		}
+		if err := servers["l0"].ParentErr(); err != nil {
+			t.Errorf("the parent refuses the leaf: %v", err)
+		}
+		t.Logf("clients used at most %.2f of %v", worst, capacity)
+	})
+}
+
+// TestClientLeavesOutInvalidDemand: a resource whose demand a server would
+// refuse stays out of the client's request, with an error of its own; the
+// client's other resources are still leased.
+func TestClientLeavesOutInvalidDemand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, n := warmServer(t, 100)
+		c := newClient(t, n, "a", WithMinRefreshGap(0))
+		defer c.Close()
+		good, err := c.Resource("r", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad, err := c.Resource("s", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad.setDemand(math.Inf(1), 1, 0) // only a server in a tree sets demands unchecked
+		time.Sleep(10 * time.Second)
+		if l, ok := good.Lease(); !ok || l.Capacity != 10 || good.Err() != nil {
+			t.Errorf("good resource: lease %+v %v, err %v", l, ok, good.Err())
+		}
+		if err := bad.Err(); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("bad resource: err %v, want ErrInvalid", err)
+		}
+		if err := c.Err(); err != nil {
+			t.Errorf("client: %v", err)
+		}
+	})
+}
+
+// TestParentErrReportsRefusal: a parent that refuses a leaf shows in the
+// leaf's ParentErr, with the parent's sentinel.
+func TestParentErrReportsRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := new(Network)
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+		root, err := NewServer(cfg, WithMaxResources(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		net.Attach("root", root)
+		leaf := newTree(t, net, cfg, []treeNode{{"leaf", "root"}})["leaf"]
+		ask(t, leaf, "c", ResourceRequest{Resource: "x", Wants: 1}, ResourceRequest{Resource: "y", Wants: 1})
+		time.Sleep(5 * time.Second)
+		if err := leaf.ParentErr(); !errors.Is(err, ErrExhausted) {
+			t.Fatalf("ParentErr %v, want ErrExhausted", err)
+		}
+		net.SetDown("root", true)
+		time.Sleep(20 * time.Second)
+		if err := leaf.ParentErr(); !errors.Is(err, throttle.ErrUnavailable) {
+			t.Fatalf("ParentErr %v, want ErrUnavailable", err)
+		}
+	})
+}
