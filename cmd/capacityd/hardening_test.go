@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -36,4 +37,29 @@ func TestHealthzParentRefuses(t *testing.T) {
 		code, body := leaf.get(t, leaf.adminURL()+"/healthz")
 		return code == 503 && strings.Contains(body, "parent refuses")
 	})
+}
+
+// TestMetricsBoundedSeries: resource ids that clients make up get no
+// series of their own; they are counted in their template's.
+func TestMetricsBoundedSeries(t *testing.T) {
+	a := startTest(t, testConfig)
+	for i := range 10 {
+		var b strings.Builder
+		for j := range 100 {
+			if j > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `{"resourceId":"made-up-%d-%d","wants":1}`, i, j)
+		}
+		if code := a.call(t, "GetCapacity", `{"clientId":"attacker","resources":[`+b.String()+`]}`, nil); code != 200 {
+			t.Fatalf("request %d: %d", i, code)
+		}
+	}
+	_, m := a.get(t, a.adminURL()+"/metrics")
+	if n := strings.Count(m, "made-up-"); n != 0 {
+		t.Errorf("/metrics has %d series labelled with made-up ids", n)
+	}
+	if !strings.Contains(m, `capacityd_template_resources{template="*"} 1000`) {
+		t.Errorf("/metrics lacks the catch-all template's 1000 resources")
+	}
 }

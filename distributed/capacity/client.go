@@ -228,14 +228,21 @@ func (c *Client) poke() {
 }
 
 func (c *Client) remove(r *Resource) error {
-	c.mu.Lock()
-	if c.closed || c.res[r.id] != r {
-		c.mu.Unlock()
+	if !c.detach(r) {
 		return nil
 	}
-	delete(c.res, r.id)
-	c.mu.Unlock()
 	return c.release([]string{r.id})
+}
+
+// detach stops refreshing r; it returns false if r was not open.
+func (c *Client) detach(r *Resource) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.res[r.id] != r {
+		return false
+	}
+	delete(c.res, r.id)
+	return true
 }
 
 func (c *Client) loop(ctx context.Context) {

@@ -128,7 +128,9 @@ func WithServerClock(c throttle.Clock) ServerOption {
 func WithMaxClients(n int) ServerOption { return func(s *serverSettings) { s.maxClients = n } }
 
 // WithMaxResources bounds the resources a server tracks (default
-// DefaultMaxResources); requests beyond fail with ErrExhausted.
+// DefaultMaxResources); requests beyond fail with ErrExhausted. A
+// resource no client holds or wants any more is forgotten within
+// DropInterval, and frees its place.
 func WithMaxResources(n int) ServerOption { return func(s *serverSettings) { s.maxResources = n } }
 
 // WithJitter spreads refresh intervals uniformly by ±f of their length
@@ -171,6 +173,7 @@ type Server struct {
 	resources map[string]*resource
 	alloc     Allocator
 	parent    *treeLink // the parent level's replicas, in a server tree
+	sweepAt   int64     // when drop next looks for resources nobody holds
 }
 
 type resource struct {
@@ -370,6 +373,7 @@ func (s *Server) GetCapacity(_ context.Context, req *Request) (*Response, error)
 		return &Response{Redirect: true, Master: s.lead.Master}, nil
 	}
 	now := s.now.Now()
+	s.drop(now)
 	// Check bounds and templates first, so a refusal changes nothing.
 	newRes := 0
 	for _, rr := range req.Resources {
@@ -395,6 +399,9 @@ func (s *Server) GetCapacity(_ context.Context, req *Request) (*Response, error)
 		if r == nil {
 			t, _ := s.cfg.match(rr.Resource)
 			r = &resource{id: rr.Resource, holders: map[string]*holder{}}
+			if s.parent != nil {
+				r.up = &upstream{bands: map[int32]*upBand{}} // nothing leased yet
+			}
 			r.setTemplate(t)
 			s.resources[rr.Resource] = r
 		}
@@ -564,6 +571,33 @@ func (r *resource) remove(h *holder) {
 	r.dirty = true
 }
 
+// DropInterval is how often a server looks for resources that no client
+// holds or wants any more, and forgets them: a resource's state, and its
+// place under the bound of resources (WithMaxResources), is freed at most
+// this long after its last lease expired or was released.
+const DropInterval = time.Second
+
+// drop forgets the resources that no client holds or wants any more (all
+// their leases have expired or were released), so that their ids, made
+// up or not, do not fill the bound of resources. It looks at most once
+// per DropInterval. s.mu is held.
+func (s *Server) drop(now int64) {
+	if now < s.sweepAt {
+		return
+	}
+	s.sweepAt = now + int64(DropInterval)
+	for id, r := range s.resources {
+		r.expire(now)
+		if len(r.list) > 0 {
+			continue
+		}
+		delete(s.resources, id)
+		if r.up != nil {
+			r.closeUpstream()
+		}
+	}
+}
+
 // Release gives back the client's leases on the resources of req at
 // once, so that others get them at their next refresh. A server that is
 // not the master returns a redirect. Unknown resources are ignored.
@@ -597,6 +631,7 @@ func (s *Server) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now.Now()
+	s.drop(now)
 	st := Status{Leadership: s.lead, Resources: make([]ResourceStatus, 0, len(s.resources))}
 	for _, r := range s.resources {
 		r.expire(now)

@@ -134,6 +134,18 @@ func (s *Server) openBand(r *resource, b int32) (*upBand, error) {
 	return u, nil
 }
 
+// closeUpstream stops asking the parent for r and gives r's leases back,
+// in the background (the release is a call to the parent); s.mu is held.
+func (r *resource) closeUpstream() {
+	for _, u := range r.up.bands {
+		u.r.shut()
+		if c := u.r.c; c.detach(u.r) {
+			go func() { _ = c.release([]string{r.id}) }() // or the lease expires at the parent
+		}
+	}
+	r.up = nil
+}
+
 // syncUpstream makes r's capacity what the parent grants it now: the sum
 // of its unexpired leases, or, with none, the safe capacity; s.mu is held.
 func (r *resource) syncUpstream() {

@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"testing/synctest"
@@ -146,6 +147,62 @@ func TestParentErrReportsRefusal(t *testing.T) {
 		time.Sleep(20 * time.Second)
 		if err := leaf.ParentErr(); !errors.Is(err, throttle.ErrUnavailable) {
 			t.Fatalf("ParentErr %v, want ErrUnavailable", err)
+		}
+	})
+}
+
+// TestUnheldResourcesAreDropped: made-up resource ids whose leases have
+// expired are forgotten, so that they do not fill the bound of resources
+// for good.
+func TestUnheldResourcesAreDropped(t *testing.T) {
+	s, clk := newTestServer(t, testConfig(100), WithMaxResources(10))
+	var rrs []ResourceRequest
+	for i := range 10 {
+		rrs = append(rrs, ResourceRequest{Resource: fmt.Sprintf("made-up-%d", i), Wants: 1})
+	}
+	ask(t, s, "attacker", rrs...)
+	if _, err := s.GetCapacity(t.Context(), &Request{Client: "a", Resources: []ResourceRequest{{Resource: "r", Wants: 1}}}); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("at the bound: %v, want ErrExhausted", err)
+	}
+	clk.Advance(DefaultLeaseLength + DropInterval) // the attacker's leases expire
+	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 1}); len(g) != 1 {
+		t.Fatalf("grants %+v", g)
+	}
+	if n := len(s.Status().Resources); n != 1 {
+		t.Fatalf("%d resources tracked, want 1", n)
+	}
+	ask(t, s, "b", ResourceRequest{Resource: "s", Wants: 1})
+	if _, err := s.Release(t.Context(), &ReleaseRequest{Client: "b", Resources: []string{"s"}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(DropInterval)
+	if n := len(s.Status().Resources); n != 1 {
+		t.Fatalf("%d resources tracked after a release, want 1", n)
+	}
+}
+
+// TestTreeNewResourceStartsEmpty: a leaf past its learning divides only
+// what its parent granted, also for a resource it has not asked its
+// parent for yet: its first grant is 0, not its template's capacity.
+func TestTreeNewResourceStartsEmpty(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := new(Network)
+		root, err := NewServer(Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		net.Attach("root", root)
+		leafCfg := Config{Resources: []Template{{ID: "*", Capacity: 1000, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+		leaf := newTree(t, net, leafCfg, []treeNode{{"leaf", "root"}})["leaf"]
+		time.Sleep(20 * time.Second) // both past learning
+		if g := ask(t, leaf, "c", ResourceRequest{Resource: "x", Wants: 50}); g[0].Capacity != 0 {
+			t.Fatalf("first grant %v of a resource the parent has granted nothing of yet", g[0].Capacity)
+		}
+		for range 10 {
+			time.Sleep(time.Second)
+			if g := ask(t, leaf, "c", ResourceRequest{Resource: "x", Wants: 50}); g[0].Capacity > 10 {
+				t.Fatalf("grant %v above the root's capacity 10", g[0].Capacity)
+			}
 		}
 	})
 }
