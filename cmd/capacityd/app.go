@@ -46,7 +46,7 @@ type app struct {
 }
 
 func newCapacityServer(s *settings) (*capacity.Server, error) {
-	opts := []capacity.ServerOption{capacity.WithDecreaseGrace(s.grace)}
+	opts := append([]capacity.ServerOption{capacity.WithDecreaseGrace(s.grace)}, s.file.Limits.options()...)
 	if len(s.file.Parent) > 0 {
 		id := s.file.Advertise
 		if id == "" {

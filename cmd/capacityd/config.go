@@ -38,8 +38,52 @@ type fileConfig struct {
 	// size (capacity.WithDecreaseGrace, default 1s). A parent's must be at
 	// least its children's lease length.
 	DecreaseGrace string `json:"decrease_grace,omitempty"`
+	// Limits bound the server's tables; absent fields keep the
+	// package's defaults.
+	Limits *limitsConfig `json:"limits,omitempty"`
 	// Resources are the resource templates.
 	Resources json.RawMessage `json:"resources"`
+}
+
+// limitsConfig bounds what clients can make a server hold
+// (capacity.WithMaxResources, WithMaxClients, WithMaxLeases); 0 keeps the
+// default.
+type limitsConfig struct {
+	// MaxResources bounds the resources tracked (capacity.DefaultMaxResources).
+	MaxResources int `json:"max_resources,omitempty"`
+	// MaxClientsPerResource bounds each resource's clients
+	// (capacity.DefaultMaxClients).
+	MaxClientsPerResource int `json:"max_clients_per_resource,omitempty"`
+	// MaxLeases bounds the client leases in all (capacity.DefaultMaxLeases).
+	MaxLeases int `json:"max_leases,omitempty"`
+	// MaxLeasesPerClient bounds the leases of one client id
+	// (capacity.DefaultMaxLeasesPerClient).
+	MaxLeasesPerClient int `json:"max_leases_per_client,omitempty"`
+}
+
+// options returns the server options of l.
+func (l *limitsConfig) options() []capacity.ServerOption {
+	if l == nil {
+		return nil
+	}
+	var opts []capacity.ServerOption
+	if l.MaxResources > 0 {
+		opts = append(opts, capacity.WithMaxResources(l.MaxResources))
+	}
+	if l.MaxClientsPerResource > 0 {
+		opts = append(opts, capacity.WithMaxClients(l.MaxClientsPerResource))
+	}
+	if l.MaxLeases > 0 || l.MaxLeasesPerClient > 0 {
+		total, per := l.MaxLeases, l.MaxLeasesPerClient
+		if total == 0 {
+			total = capacity.DefaultMaxLeases
+		}
+		if per == 0 {
+			per = capacity.DefaultMaxLeasesPerClient
+		}
+		opts = append(opts, capacity.WithMaxLeases(total, per))
+	}
+	return opts
 }
 
 type etcdConfig struct {
@@ -159,6 +203,9 @@ func (f fileConfig) validate() (*settings, error) {
 		}
 		s.grace = v
 	}
+	if l := f.Limits; l != nil && (l.MaxResources < 0 || l.MaxClientsPerResource < 0 || l.MaxLeases < 0 || l.MaxLeasesPerClient < 0) {
+		return nil, invalidf("limits must be >= 0 (0 keeps the default)")
+	}
 	if len(bytes.TrimSpace(f.Resources)) == 0 {
 		return nil, invalidf(`resources are required (at least the catch-all "*")`)
 	}
@@ -197,6 +244,11 @@ func (s *settings) restartNeeded(next *settings) string {
 	}
 	if !slices.Equal(a.Parent, b.Parent) || a.DecreaseGrace != b.DecreaseGrace {
 		return "parent"
+	}
+	la, _ := json.Marshal(a.Limits)
+	lb, _ := json.Marshal(b.Limits)
+	if !bytes.Equal(la, lb) {
+		return "limits"
 	}
 	return ""
 }

@@ -63,3 +63,17 @@ func TestMetricsBoundedSeries(t *testing.T) {
 		t.Errorf("/metrics lacks the catch-all template's 1000 resources")
 	}
 }
+
+// TestLimitsConfig: the configuration's limits reach the server: a client
+// beyond its bound of leases gets ResourceExhausted naming it.
+func TestLimitsConfig(t *testing.T) {
+	a := startTest(t, `{"listen": "127.0.0.1:0", "limits": {"max_leases_per_client": 2}, "resources": [{"id": "*", "capacity": 10}]}`)
+	var e struct{ Code, Message string }
+	code := a.call(t, "GetCapacity", `{"clientId":"c1","resources":[{"resourceId":"a","wants":1},{"resourceId":"b","wants":1},{"resourceId":"c","wants":1}]}`, &e)
+	if code != 429 || e.Code != "resource_exhausted" || !strings.Contains(e.Message, `client "c1"`) {
+		t.Fatalf("%d %+v", code, e)
+	}
+	if code := a.call(t, "GetCapacity", `{"clientId":"c1","resources":[{"resourceId":"a","wants":1},{"resourceId":"b","wants":1}]}`, nil); code != 200 {
+		t.Fatalf("within the bound: %d", code)
+	}
+}

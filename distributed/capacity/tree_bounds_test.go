@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -164,7 +165,9 @@ func TestUnheldResourcesAreDropped(t *testing.T) {
 	if _, err := s.GetCapacity(t.Context(), &Request{Client: "a", Resources: []ResourceRequest{{Resource: "r", Wants: 1}}}); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("at the bound: %v, want ErrExhausted", err)
 	}
-	clk.Advance(DefaultLeaseLength + DropInterval) // the attacker's leases expire
+	clk.Advance(DefaultLeaseLength) // the attacker's leases expire
+	s.Status()                      // finds the made-up resources unheld
+	clk.Advance(DropInterval)
 	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 1}); len(g) != 1 {
 		t.Fatalf("grants %+v", g)
 	}
@@ -175,6 +178,8 @@ func TestUnheldResourcesAreDropped(t *testing.T) {
 	if _, err := s.Release(t.Context(), &ReleaseRequest{Client: "b", Resources: []string{"s"}}); err != nil {
 		t.Fatal(err)
 	}
+	clk.Advance(DropInterval)
+	s.Status()
 	clk.Advance(DropInterval)
 	if n := len(s.Status().Resources); n != 1 {
 		t.Fatalf("%d resources tracked after a release, want 1", n)
@@ -205,4 +210,45 @@ func TestTreeNewResourceStartsEmpty(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestLeaseBounds: the client leases of a server are bounded in all and
+// per client id: a request beyond fails with ErrExhausted and changes
+// nothing, one client at its own bound leaves room to the others, and
+// expired leases free their places.
+func TestLeaseBounds(t *testing.T) {
+	s, clk := newTestServer(t, testConfig(100), WithMaxLeases(5, 3))
+	req := func(client string, ids ...string) error {
+		var rrs []ResourceRequest
+		for _, id := range ids {
+			rrs = append(rrs, ResourceRequest{Resource: id, Wants: 1})
+		}
+		_, err := s.GetCapacity(t.Context(), &Request{Client: client, Resources: rrs})
+		return err
+	}
+	if err := req("greedy", "a", "b", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := req("greedy", "d"); !errors.Is(err, ErrExhausted) || !strings.Contains(err.Error(), `client "greedy"`) {
+		t.Fatalf("beyond the bound per client: %v", err)
+	}
+	if err := req("greedy", "a", "b", "c"); err != nil {
+		t.Fatalf("refreshing what it holds: %v", err)
+	}
+	if err := req("other", "a", "e"); err != nil {
+		t.Fatalf("another client: %v", err)
+	}
+	if err := req("third", "a"); !errors.Is(err, ErrExhausted) || !strings.Contains(err.Error(), "in all") {
+		t.Fatalf("beyond the bound in all: %v", err)
+	}
+	if n := len(s.Status().Resources); n != 4 {
+		t.Fatalf("a refused request changed the state: %d resources", n)
+	}
+	clk.Advance(DefaultLeaseLength + DropInterval)
+	if err := req("third", "a", "b", "c"); err != nil {
+		t.Fatalf("after the leases expired: %v", err)
+	}
+	if _, err := NewServer(testConfig(1), WithMaxLeases(0, 1)); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("bad bound: %v", err)
+	}
 }
