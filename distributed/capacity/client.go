@@ -234,6 +234,13 @@ func (c *Client) remove(r *Resource) error {
 	return c.release([]string{r.id})
 }
 
+// open returns how many resources the client has open.
+func (c *Client) open() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.res)
+}
+
 // detach stops refreshing r; it returns false if r was not open.
 func (c *Client) detach(r *Resource) bool {
 	c.mu.Lock()

@@ -284,6 +284,7 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 			return nil, err
 		}
 		s.parent = t
+		go s.sweep()
 	}
 	return s, nil
 }
@@ -388,6 +389,15 @@ func validate(req *Request) error {
 	return nil
 }
 
+// priorities returns the priority of each resource of req.
+func (req *Request) priorities() []int32 {
+	out := make([]int32, len(req.Resources))
+	for i, rr := range req.Resources {
+		out[i] = rr.Priority
+	}
+	return out
+}
+
 // check validates one resource's demand. Errors wrap throttle.ErrInvalid.
 func (rr *ResourceRequest) check() error {
 	switch {
@@ -445,6 +455,8 @@ func (s *Server) GetCapacity(_ context.Context, req *Request) (*Response, error)
 		return nil, fmt.Errorf("%w: %d client leases in all", ErrExhausted, s.leases.total)
 	case newLeases > 0 && s.leases.perClient[req.Client]+newLeases > s.set.perClient:
 		return nil, fmt.Errorf("%w: client %q holds leases on %d resources", ErrExhausted, req.Client, s.leases.perClient[req.Client])
+	case s.parent != nil && !s.parent.fits(req.priorities()):
+		return nil, fmt.Errorf("%w: a server in a tree asks its parent in at most %d priority bands", ErrExhausted, MaxParentBands)
 	}
 	resp := &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
 	for i, rr := range req.Resources {
@@ -460,9 +472,7 @@ func (s *Server) GetCapacity(_ context.Context, req *Request) (*Response, error)
 		}
 		r.syncUpstream()
 		resp.Grants[i] = s.grant(r, req.Client, &rr, now)
-		if err := s.reportUpstream(r); err != nil {
-			return nil, err
-		}
+		s.reportUpstream(r)
 	}
 	return resp, nil
 }
@@ -644,10 +654,14 @@ func (s *Server) drop(now int64) {
 	}
 	s.sweepAt = now + int64(DropInterval)
 	for id, r := range s.resources {
+		n := len(r.list)
 		r.expire(now)
 		switch {
 		case len(r.list) > 0:
 			r.idle = 0
+			if len(r.list) < n {
+				s.reportUpstream(r) // clients left: a server in a tree wants less
+			}
 			continue
 		case r.idle == 0:
 			r.idle = now
@@ -655,7 +669,7 @@ func (s *Server) drop(now int64) {
 		}
 		delete(s.resources, id)
 		if r.up != nil {
-			r.closeUpstream()
+			s.closeUpstream(r)
 		}
 	}
 }

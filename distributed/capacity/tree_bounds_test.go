@@ -252,3 +252,98 @@ func TestLeaseBounds(t *testing.T) {
 		t.Fatalf("bad bound: %v", err)
 	}
 }
+
+// bandClients returns how many clients a server in a tree runs at its
+// parent, and in how many bands.
+func bandClients(s *Server) (clients, bands int) {
+	s.parent.mu.Lock()
+	defer s.parent.mu.Unlock()
+	for _, cs := range s.parent.band {
+		clients += len(cs)
+	}
+	return clients, len(s.parent.band)
+}
+
+// TestTreeBandsBounded: clients in ever new priority bands start at most
+// MaxParentBands clients at the parent (a request in one more band is
+// refused and changes nothing), and the bands they leave are closed, so
+// that no upstream client outlives its clients.
+func TestTreeBandsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers := rootAndLeaf(t)
+		leaf := servers["leaf"]
+		refused := 0
+		for p := range int32(100) {
+			_, err := leaf.GetCapacity(t.Context(), &Request{Client: fmt.Sprint("c", p), Resources: []ResourceRequest{{Resource: "db", Wants: 1, Priority: p}}})
+			switch {
+			case errors.Is(err, ErrExhausted):
+				refused++
+			case err != nil:
+				t.Fatal(err)
+			}
+		}
+		if c, b := bandClients(leaf); b > MaxParentBands || c > MaxParentBands || refused != 100-MaxParentBands {
+			t.Fatalf("%d clients in %d bands at the parent, %d requests refused; want at most %d bands", c, b, refused, MaxParentBands)
+		}
+		if st := leaf.Status(); st.Resources[0].Clients != MaxParentBands {
+			t.Fatalf("refused requests changed the state: %d clients", st.Resources[0].Clients)
+		}
+		time.Sleep(60 * time.Second) // the clients are gone
+		if c, b := bandClients(leaf); c > 1 || b > 1 {
+			t.Fatalf("%d clients in %d bands at the parent after every client left", c, b)
+		}
+		if n := leased(root(servers)); n != 0 {
+			t.Fatalf("the root still leases %d resources", n)
+		}
+		if _, err := leaf.GetCapacity(t.Context(), &Request{Client: "late", Resources: []ResourceRequest{{Resource: "db", Wants: 1, Priority: 99}}}); err != nil {
+			t.Fatalf("a newcomer in a new band: %v", err)
+		}
+	})
+}
+
+func root(servers map[string]*Server) *Server { return servers["root"] }
+
+// rootAndLeaf starts a root of capacity 100 and a leaf under it.
+func rootAndLeaf(t *testing.T) map[string]*Server {
+	cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+	return newTree(t, new(Network), cfg, []treeNode{{"root", ""}, {"leaf", "root"}})
+}
+
+// leased returns how many of s's resources have clients.
+func leased(s *Server) int {
+	n := 0
+	for _, r := range s.Status().Resources {
+		if r.Clients > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTreeManyResources: a leaf serves more resources at once than one
+// request to its parent carries, and ever new ones over its lifetime.
+func TestTreeManyResources(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers := rootAndLeaf(t)
+		leaf := servers["leaf"]
+		batch := func(round, client int) []ResourceRequest {
+			rrs := make([]ResourceRequest, 800)
+			for i := range rrs {
+				rrs[i] = ResourceRequest{Resource: fmt.Sprintf("r%d-%d-%d", round, client, i), Wants: 1}
+			}
+			return rrs
+		}
+		for round := range 3 {
+			for client := range 2 {
+				if _, err := leaf.GetCapacity(t.Context(), &Request{Client: fmt.Sprint("c", client), Resources: batch(round, client)}); err != nil {
+					t.Fatalf("round %d client %d: %v", round, client, err)
+				}
+			}
+			time.Sleep(5 * time.Second)
+			if n := leased(root(servers)); n != 1600 {
+				t.Fatalf("round %d: the root leases %d resources to the leaf, want 1600", round, n)
+			}
+			time.Sleep(30 * time.Second) // the clients leave
+		}
+	})
+}
