@@ -67,6 +67,7 @@ type metrics struct {
 	errors   *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	reloads  *prometheus.CounterVec
+	refused  *prometheus.CounterVec
 }
 
 func newMetrics(a *app) *metrics {
@@ -86,10 +87,13 @@ func newMetrics(a *app) *metrics {
 			Name: "capacityd_reloads_total", Help: "Configuration reloads, by result.",
 		}, []string{"result"}),
 	}
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "capacityd_connections_refused_total", Help: "Connections closed at once because the port had its maximum open, by port (api, admin).",
+	}, []string{"listener"})
 	for _, r := range []string{"applied", "refused"} {
 		m.reloads.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.requests, m.errors, m.latency, m.reloads, statusCollector{a},
+	m.reg.MustRegister(m.requests, m.errors, m.latency, m.reloads, m.refused, statusCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

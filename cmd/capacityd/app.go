@@ -98,13 +98,9 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
-	a.api = &http.Server{
-		Handler:           capacity.NewHandler(srv, connect.WithInterceptors(a.met.interceptor())),
-		Protocols:         &protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
+	a.api = newHTTPServer(capacity.NewHandler(srv, connect.WithInterceptors(a.met.interceptor())), s.http, s.http.idle)
+	a.api.Protocols = &protocols
+	a.api.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stop = cancel
 	started := make(chan struct{})
@@ -118,11 +114,11 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 	// Run has made the server a non-master until the election reports:
 	// only now may requests come in.
 	<-started
-	a.serveOn(a.api, a.apiLn)
+	a.serveOn(a.api, a.capped(a.apiLn, "api", s.http.maxConns))
 	if a.adminLn != nil {
-		a.admin = &http.Server{Handler: a.adminHandler(), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-		a.serveOn(a.admin, a.adminLn)
+		a.admin = newHTTPServer(a.adminHandler(), s.http, min(s.http.idle, 30*time.Second))
+		a.admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+		a.serveOn(a.admin, a.capped(a.adminLn, "admin", s.http.adminMaxConns))
 	}
 	if o.configPath != "" && o.watch > 0 {
 		a.bg.Add(1)
@@ -141,6 +137,12 @@ func (a *app) serveOn(srv *http.Server, ln net.Listener) {
 			a.log.Error("serve", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
+}
+
+// capped bounds ln's connections open at once to max.
+func (a *app) capped(ln net.Listener, name string, max int) net.Listener {
+	c := a.met.refused.WithLabelValues(name)
+	return &capListener{Listener: ln, max: int64(max), refused: c.Inc}
 }
 
 func addrOf(ln net.Listener) string {

@@ -41,6 +41,9 @@ type fileConfig struct {
 	// Limits bound the server's tables; absent fields keep the
 	// package's defaults.
 	Limits *limitsConfig `json:"limits,omitempty"`
+	// HTTP bounds the connections of both ports; absent fields keep the
+	// defaults.
+	HTTP *httpConfig `json:"http,omitempty"`
 	// Resources are the resource templates.
 	Resources json.RawMessage `json:"resources"`
 }
@@ -59,6 +62,86 @@ type limitsConfig struct {
 	// MaxLeasesPerClient bounds the leases of one client id
 	// (capacity.DefaultMaxLeasesPerClient).
 	MaxLeasesPerClient int `json:"max_leases_per_client,omitempty"`
+}
+
+// httpConfig bounds what a connection may take of the server: time to
+// send its request, to read the answer, to stay idle, and the number of
+// connections open at once. Durations are Go durations.
+type httpConfig struct {
+	// ReadHeaderTimeout bounds the time to send a request's headers
+	// (default 5s).
+	ReadHeaderTimeout string `json:"read_header_timeout,omitempty"`
+	// ReadTimeout bounds the time to send a whole request, body included
+	// (default 10s); a trickling body is cut off.
+	ReadTimeout string `json:"read_timeout,omitempty"`
+	// WriteTimeout bounds the time to read an answer (default 10s).
+	WriteTimeout string `json:"write_timeout,omitempty"`
+	// IdleTimeout closes a connection idle this long (default 2m).
+	IdleTimeout string `json:"idle_timeout,omitempty"`
+	// MaxHeaderBytes bounds a request's headers (default 16 KiB).
+	MaxHeaderBytes int `json:"max_header_bytes,omitempty"`
+	// MaxConnections bounds the API port's connections open at once;
+	// more are closed as soon as accepted. Default: the open-file limit
+	// less 128 (kept for the admin port, etcd, the parent and files).
+	MaxConnections int `json:"max_connections,omitempty"`
+	// AdminMaxConnections bounds the admin port's (default 32).
+	AdminMaxConnections int `json:"admin_max_connections,omitempty"`
+}
+
+// httpLimits are validated httpConfig values.
+type httpLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes                int
+	maxConns, adminMaxConns       int
+}
+
+// Defaults of the http section.
+const (
+	defaultReadHeaderTimeout = 5 * time.Second
+	defaultReadTimeout       = 10 * time.Second
+	defaultWriteTimeout      = 10 * time.Second
+	defaultIdleTimeout       = 2 * time.Minute
+	defaultMaxHeaderBytes    = 16 << 10
+	defaultAdminMaxConns     = 32
+	reservedFiles            = 128
+)
+
+// limits validates h (nil: all defaults).
+func (h *httpConfig) limits() (httpLimits, error) {
+	l := httpLimits{readHeader: defaultReadHeaderTimeout, read: defaultReadTimeout, write: defaultWriteTimeout,
+		idle: defaultIdleTimeout, maxHeaderBytes: defaultMaxHeaderBytes, adminMaxConns: defaultAdminMaxConns}
+	l.maxConns = max(openFileLimit()-reservedFiles, 16)
+	if h == nil {
+		return l, nil
+	}
+	for _, d := range []struct {
+		name, s string
+		dst     *time.Duration
+	}{{"read_header_timeout", h.ReadHeaderTimeout, &l.readHeader}, {"read_timeout", h.ReadTimeout, &l.read},
+		{"write_timeout", h.WriteTimeout, &l.write}, {"idle_timeout", h.IdleTimeout, &l.idle}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil || v <= 0 {
+			return l, invalidf("http: %s: want a duration > 0, got %q", d.name, d.s)
+		}
+		*d.dst = v
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+		dst  *int
+	}{{"max_header_bytes", h.MaxHeaderBytes, &l.maxHeaderBytes}, {"max_connections", h.MaxConnections, &l.maxConns},
+		{"admin_max_connections", h.AdminMaxConnections, &l.adminMaxConns}} {
+		switch {
+		case n.v < 0:
+			return l, invalidf("http: %s must be >= 0 (0 keeps the default), got %d", n.name, n.v)
+		case n.v > 0:
+			*n.dst = n.v
+		}
+	}
+	return l, nil
 }
 
 // options returns the server options of l.
@@ -106,6 +189,7 @@ type settings struct {
 	ttl       time.Duration
 	dial      time.Duration
 	grace     time.Duration
+	http      httpLimits
 }
 
 //go:embed default.json
@@ -203,6 +287,10 @@ func (f fileConfig) validate() (*settings, error) {
 		}
 		s.grace = v
 	}
+	var err error
+	if s.http, err = f.HTTP.limits(); err != nil {
+		return nil, err
+	}
 	if l := f.Limits; l != nil && (l.MaxResources < 0 || l.MaxClientsPerResource < 0 || l.MaxLeases < 0 || l.MaxLeasesPerClient < 0) {
 		return nil, invalidf("limits must be >= 0 (0 keeps the default)")
 	}
@@ -249,6 +337,11 @@ func (s *settings) restartNeeded(next *settings) string {
 	lb, _ := json.Marshal(b.Limits)
 	if !bytes.Equal(la, lb) {
 		return "limits"
+	}
+	ha, _ := json.Marshal(a.HTTP)
+	hb, _ := json.Marshal(b.HTTP)
+	if !bytes.Equal(ha, hb) {
+		return "http"
 	}
 	return ""
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -75,5 +78,85 @@ func TestLimitsConfig(t *testing.T) {
 	}
 	if code := a.call(t, "GetCapacity", `{"clientId":"c1","resources":[{"resourceId":"a","wants":1},{"resourceId":"b","wants":1}]}`, nil); code != 200 {
 		t.Fatalf("within the bound: %d", code)
+	}
+}
+
+// trickle opens a connection to addr, sends head, then one byte of body
+// every 50ms until the server closes the connection or stop is closed; the
+// returned channel is closed when the server has closed it.
+func trickle(t *testing.T, addr, head string, body byte, stop <-chan struct{}) <-chan struct{} {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_, _ = io.Copy(io.Discard, c) // returns when the server closes
+	}()
+	go func() {
+		defer c.Close()
+		if _, err := io.WriteString(c, head); err != nil {
+			return
+		}
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-closed:
+				return
+			case <-tick.C:
+				if _, err := c.Write([]byte{body}); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return closed
+}
+
+// TestSlowLoris: clients that trickle their requests (a body on the API
+// port, headers on the admin port), more of them than either port takes
+// at once, neither keep their connections beyond the read timeouts nor
+// lock /healthz and GetCapacity out.
+func TestSlowLoris(t *testing.T) {
+	a := startTest(t, `{"listen": "127.0.0.1:0", "admin": "127.0.0.1:0",
+		"http": {"read_header_timeout": "500ms", "read_timeout": "1s", "max_connections": 40, "admin_max_connections": 8},
+		"resources": [{"id": "*", "capacity": 10}]}`)
+	stop := make(chan struct{})
+	defer close(stop)
+	var conns []<-chan struct{}
+	for range 60 {
+		conns = append(conns, trickle(t, a.apiLn.Addr().String(), "POST /throttle.capacity.v1.CapacityService/GetCapacity HTTP/1.1\r\n"+
+			"Host: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n", ' ', stop))
+	}
+	for range 20 {
+		conns = append(conns, trickle(t, a.adminLn.Addr().String(), "GET /healthz HTTP/1.1\r\nX-Slow: ", 'a', stop))
+	}
+	eventually(t, "/healthz answers", func() bool {
+		a.hc.CloseIdleConnections()
+		code, _ := getBody(a.hc, a.adminURL()+"/healthz")
+		return code == 200
+	})
+	eventually(t, "GetCapacity answers", func() bool {
+		a.hc.CloseIdleConnections()
+		resp, err := a.hc.Post(a.apiURL()+"/throttle.capacity.v1.CapacityService/GetCapacity", "application/json",
+			strings.NewReader(`{"clientId":"c1","resources":[{"resourceId":"db","wants":1}]}`))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	deadline := time.After(10 * time.Second)
+	for i, c := range conns {
+		select {
+		case <-c:
+		case <-deadline:
+			t.Fatalf("trickling connection %d (of %d) still open after 10s", i, len(conns))
+		}
 	}
 }

@@ -177,7 +177,7 @@ func TestProcessFailover(t *testing.T) {
 	// confirms what it holds.
 	eventually(t, "b knows the client's lease", func() bool {
 		_, m := getBody(hc, "http://"+b.admin+"/metrics")
-		return strings.Contains(m, `capacityd_resource_granted{resource="db"} 10`)
+		return strings.Contains(m, `capacityd_template_granted{template="*"} 10`)
 	})
 	if c := r.Capacity(); c != 10 {
 		t.Fatalf("client capacity %v after failover, want 10", c)
@@ -208,7 +208,7 @@ func TestProcessFailover(t *testing.T) {
 	}
 	eventually(t, "the client asks c", func() bool {
 		_, m := getBody(hc, "http://"+c.admin+"/metrics")
-		return strings.Contains(m, `capacityd_resource_clients{resource="db"} 1`)
+		return strings.Contains(m, `capacityd_template_clients{template="*"} 1`)
 	})
 	stopProc(t, c, 5*time.Second)
 }
