@@ -196,7 +196,7 @@ type settings struct {
 var defaultJSON []byte
 
 func invalidf(format string, a ...any) error {
-	return fmt.Errorf("%w: capacityd: config: %s", throttle.ErrInvalid, fmt.Sprintf(format, a...))
+	return fmt.Errorf("%w: config: %s", throttle.ErrInvalid, fmt.Sprintf(format, a...))
 }
 
 // parseFile reads a configuration file's JSON strictly (unknown fields
@@ -299,7 +299,7 @@ func (f fileConfig) validate() (*settings, error) {
 	}
 	rc, err := capacity.ParseConfig(append(append([]byte(`{"resources":`), f.Resources...), '}'))
 	if err != nil {
-		return nil, fmt.Errorf("capacityd: %w", err)
+		return nil, err
 	}
 	s.resources = rc
 	return s, nil

@@ -160,3 +160,17 @@ func TestSlowLoris(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorsNameTheCommandOnce: a refused configuration's error does not
+// name the command: the exit path prefixes "capacityd: " once.
+func TestErrorsNameTheCommandOnce(t *testing.T) {
+	for _, cfg := range []string{
+		`{"listen": "127.0.0.1:1", "resources": [{"id": "*", "capacity": -1}]}`,
+		`{"listen": "127.0.0.1:1", "bogus": 1}`,
+	} {
+		err := run([]string{"-check", "-config", writeFile(t, cfg)}, io.Discard, io.Discard)
+		if err == nil || strings.Contains(err.Error(), "capacityd:") {
+			t.Errorf("error %q: want one without the command's name", err)
+		}
+	}
+}

@@ -1,9 +1,12 @@
 package capacity
 
 import (
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -32,13 +35,84 @@ const MaxRequestBytes = 1 << 20
 // gRPC needs HTTP/2: serve it with TLS, or over cleartext with an
 // http.Server whose Protocols allow unencrypted HTTP/2. Bad requests get
 // code InvalidArgument, a full server ResourceExhausted; requests above
-// MaxRequestBytes are refused. opts are added to the handler's options.
+// MaxRequestBytes, as sent or once decompressed, are refused with
+// ErrTooLarge without reading (or inflating) more than that. opts are
+// added to the handler's options.
 func NewHandler(s *Server, opts ...connect.HandlerOption) http.Handler {
 	mux := http.NewServeMux()
 	path, h := capacityv1connect.NewCapacityServiceHandler(wireServer{s},
-		append([]connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithCompressMinBytes(4096)}, opts...)...)
-	mux.Handle(path, http.MaxBytesHandler(h, 2*MaxRequestBytes))
+		// The bounds are boundBody's and boundedGzip's: connect's own
+		// would answer ResourceExhausted, after inflating everything.
+		append([]connect.HandlerOption{connect.WithCompressMinBytes(4096),
+			connect.WithCompression("gzip", newBoundedGzip, func() connect.Compressor { return gzip.NewWriter(nil) })}, opts...)...)
+	mux.Handle(path, boundBody(h))
 	return mux
+}
+
+// maxBodyBytes is the longest body read: a message and a gRPC envelope.
+const maxBodyBytes = MaxRequestBytes + 5
+
+var errTooLarge = connect.NewError(connect.CodeInvalidArgument, ErrTooLarge)
+
+// boundBody refuses a body above maxBodyBytes: at once with 413 for a
+// Connect request that says its length, otherwise when the handler reads
+// past the bound.
+func boundBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxBodyBytes && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			_ = json.NewEncoder(w).Encode(map[string]string{"code": "invalid_argument", "message": ErrTooLarge.Error()})
+			return
+		}
+		r.Body = &boundedReader{r: r.Body, c: r.Body, left: maxBodyBytes}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// boundedReader reads at most left bytes of r; one more is ErrTooLarge.
+type boundedReader struct {
+	r    io.Reader
+	c    io.Closer
+	left int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		n, err := b.r.Read(one[:])
+		if n > 0 {
+			return 0, errTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *boundedReader) Close() error { return b.c.Close() }
+
+// boundedGzip inflates at most MaxRequestBytes: a small body that would
+// inflate to more is refused after that much work, not after all of it.
+type boundedGzip struct {
+	z gzip.Reader
+	boundedReader
+}
+
+func newBoundedGzip() connect.Decompressor {
+	d := &boundedGzip{}
+	d.boundedReader = boundedReader{r: &d.z, c: &d.z}
+	return d
+}
+
+func (d *boundedGzip) Reset(r io.Reader) error {
+	d.left = MaxRequestBytes
+	return d.z.Reset(r)
 }
 
 type wireServer struct{ s *Server }
