@@ -356,7 +356,7 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 		resp, err = c.t.GetCapacity(cctx, addr, req)
 		cancel()
 		if err != nil || resp.Redirect {
-			if errors.Is(err, throttle.ErrInvalid) || errors.Is(err, ErrExhausted) {
+			if errors.Is(err, throttle.ErrInvalid) || errors.Is(err, ErrExhausted) || errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrForbidden) {
 				return // the request itself is refused: retry later
 			}
 			if err == nil {

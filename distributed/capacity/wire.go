@@ -3,6 +3,7 @@ package capacity
 import (
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,6 +133,9 @@ func wireError(err error) error {
 
 func (w wireServer) GetCapacity(ctx context.Context, in *connect.Request[capacityv1.GetCapacityRequest]) (*connect.Response[capacityv1.GetCapacityResponse], error) {
 	m := in.Msg
+	if err := authorize(ctx, m.GetClientId()); err != nil {
+		return nil, err
+	}
 	if len(m.GetResources()) > MaxRequestResources {
 		return nil, wireError(invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(m.GetResources())))
 	}
@@ -154,6 +158,9 @@ func (w wireServer) GetCapacity(ctx context.Context, in *connect.Request[capacit
 }
 
 func (w wireServer) ReleaseCapacity(ctx context.Context, in *connect.Request[capacityv1.ReleaseCapacityRequest]) (*connect.Response[capacityv1.ReleaseCapacityResponse], error) {
+	if err := authorize(ctx, in.Msg.GetClientId()); err != nil {
+		return nil, err
+	}
 	resp, err := w.s.Release(ctx, &ReleaseRequest{Client: in.Msg.GetClientId(), Resources: in.Msg.GetResourceIds()})
 	if err != nil {
 		return nil, wireError(err)
@@ -174,14 +181,16 @@ func (w wireServer) GetStatus(context.Context, *connect.Request[capacityv1.GetSt
 }
 
 // HTTPTransport is the Transport of the wire API: it calls servers served
-// by NewHandler. Addresses are "host:port" (plain HTTP) or URLs
+// by NewHandler. Addresses are "host:port" (plain HTTP, or HTTPS when
+// the transport was made with NewTLSTransport) or URLs
 // ("https://host:port"). The protocol follows the client options: Connect
 // with binary protobuf by default, connect.WithGRPC() for gRPC (HTTP/2
 // needed), connect.WithProtoJSON() for JSON. It is safe for concurrent
 // use.
 type HTTPTransport struct {
-	hc   connect.HTTPClient
-	opts []connect.ClientOption
+	hc     connect.HTTPClient
+	opts   []connect.ClientOption
+	scheme string // of "host:port" addresses
 
 	mu      sync.Mutex
 	clients map[string]capacityv1connect.CapacityServiceClient
@@ -198,7 +207,21 @@ func NewHTTPTransport(hc connect.HTTPClient, opts ...connect.ClientOption) *HTTP
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &HTTPTransport{hc: hc, opts: opts, clients: map[string]capacityv1connect.CapacityServiceClient{}}
+	return &HTTPTransport{hc: hc, opts: opts, scheme: "http://", clients: map[string]capacityv1connect.CapacityServiceClient{}}
+}
+
+// NewTLSTransport returns a transport calling servers over HTTPS (HTTP/2
+// or HTTP/1.1) with cfg: its RootCAs verify the servers, and its
+// Certificates authenticate the client to a handler behind Authenticated
+// with CertificateIdentity (the client's id must then be the
+// certificate's identity, or below it). "host:port" addresses, redirects
+// included, are called over HTTPS. opts are as for NewHTTPTransport, such
+// as WithBearerToken.
+func NewTLSTransport(cfg *tls.Config, opts ...connect.ClientOption) *HTTPTransport {
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg.Clone(), ForceAttemptHTTP2: true}}
+	t := NewHTTPTransport(hc, opts...)
+	t.scheme = "https://"
+	return t
 }
 
 func (t *HTTPTransport) client(addr string) capacityv1connect.CapacityServiceClient {
@@ -213,7 +236,7 @@ func (t *HTTPTransport) client(addr string) capacityv1connect.CapacityServiceCli
 		}
 		url := addr
 		if !strings.Contains(addr, "://") {
-			url = "http://" + addr
+			url = t.scheme + addr
 		}
 		c = capacityv1connect.NewCapacityServiceClient(t.hc, url, t.opts...)
 		t.clients[addr] = c
@@ -228,6 +251,10 @@ func clientError(addr string, err error) error {
 		return fmt.Errorf("%w: capacity: %s: %v", throttle.ErrInvalid, addr, err)
 	case connect.CodeResourceExhausted:
 		return fmt.Errorf("%w: %s: %v", ErrExhausted, addr, err)
+	case connect.CodeUnauthenticated:
+		return fmt.Errorf("%w: %s: %v", ErrUnauthenticated, addr, err)
+	case connect.CodePermissionDenied:
+		return fmt.Errorf("%w: %s: %v", ErrForbidden, addr, err)
 	}
 	return fmt.Errorf("%w: capacity: %s: %v", throttle.ErrUnavailable, addr, err)
 }
