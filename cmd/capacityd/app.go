@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -48,11 +49,15 @@ type app struct {
 func newCapacityServer(s *settings) (*capacity.Server, error) {
 	opts := append([]capacity.ServerOption{capacity.WithDecreaseGrace(s.grace)}, s.file.Limits.options()...)
 	if len(s.file.Parent) > 0 {
-		id := s.file.Advertise
+		id := s.parentID
 		if id == "" {
-			id = s.file.Listen
+			id = s.file.Advertise
+			if id == "" {
+				id = s.file.Listen
+			}
+			id = "capacityd " + id
 		}
-		opts = append(opts, capacity.WithParent(capacity.NewHTTPTransport(nil), s.file.Parent, capacity.WithClientID("capacityd "+id)))
+		opts = append(opts, capacity.WithParent(s.parent, s.file.Parent, capacity.WithClientID(id)))
 	}
 	return capacity.NewServer(s.resources, opts...)
 }
@@ -98,7 +103,17 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
-	a.api = newHTTPServer(capacity.NewHandler(srv, connect.WithInterceptors(a.met.interceptor())), s.http, s.http.idle)
+	var api http.Handler = capacity.NewHandler(srv, connect.WithInterceptors(a.met.interceptor()))
+	if s.auth.auth != nil {
+		api = capacity.Authenticated(api, s.auth.auth)
+	}
+	a.api = newHTTPServer(api, s.http, s.http.idle)
+	if s.auth.tls != nil {
+		protocols = http.Protocols{}
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+		a.api.TLSConfig = s.auth.tls
+	}
 	a.api.Protocols = &protocols
 	a.api.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -114,7 +129,11 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 	// Run has made the server a non-master until the election reports:
 	// only now may requests come in.
 	<-started
-	a.serveOn(a.api, a.capped(a.apiLn, "api", s.http.maxConns))
+	apiLn := a.capped(a.apiLn, "api", s.http.maxConns)
+	if s.auth.tls != nil {
+		apiLn = tls.NewListener(apiLn, s.auth.tls)
+	}
+	a.serveOn(a.api, apiLn)
 	if a.adminLn != nil {
 		a.admin = newHTTPServer(a.adminHandler(), s.http, min(s.http.idle, 30*time.Second))
 		a.admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)

@@ -38,6 +38,12 @@ type fileConfig struct {
 	// size (capacity.WithDecreaseGrace, default 1s). A parent's must be at
 	// least its children's lease length.
 	DecreaseGrace string `json:"decrease_grace,omitempty"`
+	// Auth secures the API port with TLS and client authentication;
+	// without it anyone who reaches the port can act as any client.
+	Auth *authConfig `json:"auth,omitempty"`
+	// ParentAuth is how this server authenticates to its parent (with
+	// Parent); without it the parent is called over plain HTTP.
+	ParentAuth *parentAuthConfig `json:"parent_auth,omitempty"`
 	// Limits bound the server's tables; absent fields keep the
 	// package's defaults.
 	Limits *limitsConfig `json:"limits,omitempty"`
@@ -190,6 +196,9 @@ type settings struct {
 	dial      time.Duration
 	grace     time.Duration
 	http      httpLimits
+	auth      apiAuth
+	parent    capacity.Transport
+	parentID  string
 }
 
 //go:embed default.json
@@ -291,6 +300,15 @@ func (f fileConfig) validate() (*settings, error) {
 	if s.http, err = f.HTTP.limits(); err != nil {
 		return nil, err
 	}
+	if s.auth, err = f.Auth.load(); err != nil {
+		return nil, err
+	}
+	if f.ParentAuth != nil && len(f.Parent) == 0 {
+		return nil, invalidf("parent_auth needs parent")
+	}
+	if s.parent, s.parentID, err = f.ParentAuth.transport(); err != nil {
+		return nil, err
+	}
 	if l := f.Limits; l != nil && (l.MaxResources < 0 || l.MaxClientsPerResource < 0 || l.MaxLeases < 0 || l.MaxLeasesPerClient < 0) {
 		return nil, invalidf("limits must be >= 0 (0 keeps the default)")
 	}
@@ -338,10 +356,12 @@ func (s *settings) restartNeeded(next *settings) string {
 	if !bytes.Equal(la, lb) {
 		return "limits"
 	}
-	ha, _ := json.Marshal(a.HTTP)
-	hb, _ := json.Marshal(b.HTTP)
-	if !bytes.Equal(ha, hb) {
-		return "http"
+	for _, p := range [][2]any{{a.HTTP, b.HTTP}, {a.Auth, b.Auth}, {a.ParentAuth, b.ParentAuth}} {
+		x, _ := json.Marshal(p[0])
+		y, _ := json.Marshal(p[1])
+		if !bytes.Equal(x, y) {
+			return "http, auth or parent_auth"
+		}
 	}
 	return ""
 }

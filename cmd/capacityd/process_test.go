@@ -152,17 +152,7 @@ func TestProcessFailover(t *testing.T) {
 	b := startProc(t, hc, cfg)
 	eventually(t, "b follows a", func() bool { return strings.HasPrefix(health(hc, b), "200 ok follower of "+a.api) })
 
-	client, err := capacity.NewClient(capacity.NewHTTPTransport(hc, connect.WithProtoJSON()), []string{b.api, a.api},
-		capacity.WithClientID("c1"), capacity.WithRetry(100*time.Millisecond), capacity.WithRequestTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	r, err := client.Resource("db", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "lease of 10 from a (after its learning)", func() bool { return r.Capacity() == 10 })
+	client, r := holdLease(t, capacity.NewHTTPTransport(hc, connect.WithProtoJSON()), []string{b.api, a.api}, "c1", 10)
 
 	a.Kill()
 	t0 := time.Now()
@@ -189,7 +179,7 @@ func TestProcessFailover(t *testing.T) {
 	c := startProc(t, hc, cfg)
 	eventually(t, "c follows b", func() bool { return strings.HasPrefix(health(hc, c), "200 ok follower of "+b.api) })
 	client.Close()
-	client, err = capacity.NewClient(capacity.NewHTTPTransport(hc, connect.WithProtoJSON()), []string{a.api, b.api, c.api},
+	client, err := capacity.NewClient(capacity.NewHTTPTransport(hc, connect.WithProtoJSON()), []string{a.api, b.api, c.api},
 		capacity.WithClientID("c1"), capacity.WithRetry(100*time.Millisecond), capacity.WithRequestTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)

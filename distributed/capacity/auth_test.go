@@ -1,91 +1,28 @@
 package capacity
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/certtest"
 )
-
-// testCA issues certificates for tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t testing.TB) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// issue returns a certificate for 127.0.0.1 named cn, with uri as its URI
-// SAN when not empty, good for servers and clients.
-func (ca *testCA) issue(t testing.TB, cn, uri string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	if uri != "" {
-		u, err := url.Parse(uri)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = []*url.URL{u}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // serveMTLS serves h over TLS on loopback, requiring client certificates
 // of ca, and returns the address.
-func serveMTLS(t *testing.T, ca *testCA, h http.Handler) string {
+func serveMTLS(t *testing.T, ca *certtest.CA, h http.Handler) string {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.EnableHTTP2 = true
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.issue(t, "server", "")},
-		ClientCAs: ca.pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "server", "")},
+		ClientCAs: ca.Pool, ClientAuth: tls.RequireAndVerifyClientCert}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().String()
@@ -96,14 +33,14 @@ func serveMTLS(t *testing.T, ca *testCA, h http.Handler) string {
 // or ask in its name, a caller without a certificate gets nothing, and the
 // real client holds its lease throughout.
 func TestMTLSImpostor(t *testing.T) {
-	ca := newTestCA(t)
+	ca := certtest.New(t)
 	s := laterServer(t, testConfig(100))
 	addr := serveMTLS(t, ca, Authenticated(NewHandler(s), CertificateIdentity))
 	as := func(cert tls.Certificate, opts ...connect.ClientOption) *HTTPTransport {
-		return NewTLSTransport(&tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{cert}}, opts...)
+		return NewTLSTransport(&tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{cert}}, opts...)
 	}
-	alice := as(ca.issue(t, "alice", ""))
-	bob := as(ca.issue(t, "ignored", "spiffe://test/bob"), connect.WithGRPC())
+	alice := as(ca.Issue(t, "alice", ""))
+	bob := as(ca.Issue(t, "ignored", "spiffe://test/bob"), connect.WithGRPC())
 
 	c, err := NewClient(alice, []string{addr}, WithClientID("alice"))
 	if err != nil {
@@ -129,7 +66,7 @@ func TestMTLSImpostor(t *testing.T) {
 	if resp, err := bob.GetCapacity(ctx, addr, &Request{Client: "spiffe://test/bob/band1", Resources: []ResourceRequest{{Resource: "r", Wants: 1}}}); err != nil || resp.Grants[0].Capacity != 0 {
 		t.Errorf("bob asking as one of his own ids: %+v, %v", resp, err)
 	}
-	anon := NewTLSTransport(&tls.Config{RootCAs: ca.pool})
+	anon := NewTLSTransport(&tls.Config{RootCAs: ca.Pool})
 	if _, err := anon.Release(ctx, addr, &ReleaseRequest{Client: "alice", Resources: []string{"r"}}); !errors.Is(err, throttle.ErrUnavailable) {
 		t.Errorf("a caller without a certificate: %v, want the handshake refused", err)
 	}
