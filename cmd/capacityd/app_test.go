@@ -143,7 +143,8 @@ func TestReload(t *testing.T) {
 // /status lists resources, clients and their leases, in a real browser.
 func TestStatusPageInChromium(t *testing.T) {
 	b := chromiumtest.Find(t)
-	a := startTest(t, testConfig)
+	// Leases long enough to outlast a browser's start on a busy machine.
+	a := startTest(t, strings.ReplaceAll(strings.ReplaceAll(testConfig, `"2s"`, `"60s"`), `"500ms"`, `"15s"`))
 	for _, c := range []string{"client-alpha", "client-beta"} {
 		a.call(t, "GetCapacity", `{"clientId":"`+c+`","resources":[{"resourceId":"db.writes","wants":20,"has":20},
 			{"resourceId":"queue.jobs","wants":3,"has":3}]}`, nil)
