@@ -95,7 +95,7 @@ func TestBearerTokens(t *testing.T) {
 	if _, err := bob.Release(ctx, addr, &ReleaseRequest{Client: "alice", Resources: []string{"r"}}); !errors.Is(err, ErrForbidden) {
 		t.Errorf("bob releasing alice's lease: %v, want ErrForbidden", err)
 	}
-	for _, tr := range []*HTTPTransport{NewHTTPTransport(nil), NewHTTPTransport(nil, WithBearerToken("guess"))} {
+	for _, tr := range []*HTTPTransport{NewHTTPTransport(nil), NewHTTPTransport(nil, WithBearerToken("guess")), NewHTTPTransport(h2cClient(), connect.WithGRPC())} {
 		if err := ask(tr, "alice", 0); !errors.Is(err, ErrUnauthenticated) {
 			t.Errorf("no or a wrong token: %v, want ErrUnauthenticated", err)
 		}
