@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/capacity"
 )
 
@@ -30,10 +32,14 @@ func (a *app) adminHandler() http.Handler {
 }
 
 // healthz answers 200 while this server serves: as the master, or as a
-// follower that knows the master to redirect to; 503 otherwise.
+// follower that knows the master to redirect to; 503 otherwise, and
+// while its parent (in a server tree) refuses its requests. A parent that
+// cannot be reached is reported with a 200: the server then hands out
+// its leases or the safe capacity, as designed.
 func (a *app) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	l := a.lead.Load()
+	perr := a.srv.ParentErr()
 	switch {
 	case a.stopping.Load():
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -41,6 +47,11 @@ func (a *app) healthz(w http.ResponseWriter, _ *http.Request) {
 	case l == nil || (!l.IsMaster && l.Master == ""):
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintln(w, "no master known")
+	case perr != nil && !errors.Is(perr, throttle.ErrUnavailable):
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "parent refuses:", perr)
+	case perr != nil:
+		fmt.Fprintln(w, "ok, parent unreachable:", perr)
 	case l.IsMaster:
 		fmt.Fprintf(w, "ok master %s term %d\n", a.advertise, l.Term)
 	default:
@@ -56,6 +67,7 @@ type metrics struct {
 	errors   *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	reloads  *prometheus.CounterVec
+	refused  *prometheus.CounterVec
 }
 
 func newMetrics(a *app) *metrics {
@@ -75,10 +87,13 @@ func newMetrics(a *app) *metrics {
 			Name: "capacityd_reloads_total", Help: "Configuration reloads, by result.",
 		}, []string{"result"}),
 	}
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "capacityd_connections_refused_total", Help: "Connections closed at once because the port had its maximum open, by port (api, admin).",
+	}, []string{"listener"})
 	for _, r := range []string{"applied", "refused"} {
 		m.reloads.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.requests, m.errors, m.latency, m.reloads, statusCollector{a},
+	m.reg.MustRegister(m.requests, m.errors, m.latency, m.reloads, m.refused, statusCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -100,12 +115,21 @@ func (m *metrics) interceptor() connect.Interceptor {
 	})
 }
 
+// Resource series are labelled only with ids the operator configured:
+// a resource's own series exist for ids that are a template's exact id;
+// every resource, made-up ids included, is counted in the series of its
+// template. The number of series is thus bounded by the configuration,
+// whatever ids clients send.
 var (
-	descCapacity = prometheus.NewDesc("capacityd_resource_capacity", "Configured capacity of the resource.", []string{"resource"}, nil)
-	descGranted  = prometheus.NewDesc("capacityd_resource_granted", "Sum of the capacity of the resource's unexpired leases.", []string{"resource"}, nil)
-	descWants    = prometheus.NewDesc("capacityd_resource_wants", "Sum of what the resource's clients want.", []string{"resource"}, nil)
-	descClients  = prometheus.NewDesc("capacityd_resource_clients", "Clients with an unexpired lease or demand on the resource.", []string{"resource"}, nil)
-	descLearning = prometheus.NewDesc("capacityd_resource_learning", "1 while the server learns what the resource's clients hold after becoming master.", []string{"resource"}, nil)
+	descCapacity = prometheus.NewDesc("capacityd_resource_capacity", "Configured capacity of the resource (resources configured by exact id).", []string{"resource"}, nil)
+	descGranted  = prometheus.NewDesc("capacityd_resource_granted", "Sum of the capacity of the resource's unexpired leases (resources configured by exact id).", []string{"resource"}, nil)
+	descWants    = prometheus.NewDesc("capacityd_resource_wants", "Sum of what the resource's clients want (resources configured by exact id).", []string{"resource"}, nil)
+	descClients  = prometheus.NewDesc("capacityd_resource_clients", "Clients with an unexpired lease or demand on the resource (resources configured by exact id).", []string{"resource"}, nil)
+	descLearning = prometheus.NewDesc("capacityd_resource_learning", "1 while the server learns what the resource's clients hold after becoming master (resources configured by exact id).", []string{"resource"}, nil)
+	descTmplRes  = prometheus.NewDesc("capacityd_template_resources", "Resources the server tracks whose configuration is the template.", []string{"template"}, nil)
+	descTmplHeld = prometheus.NewDesc("capacityd_template_granted", "Sum of the capacity of the unexpired leases on the template's resources.", []string{"template"}, nil)
+	descTmplWant = prometheus.NewDesc("capacityd_template_wants", "Sum of what clients want of the template's resources.", []string{"template"}, nil)
+	descTmplCli  = prometheus.NewDesc("capacityd_template_clients", "Client leases or demands on the template's resources.", []string{"template"}, nil)
 	descMaster   = prometheus.NewDesc("capacityd_master", "1 while this server is the master.", nil, nil)
 	descTerm     = prometheus.NewDesc("capacityd_term", "Election term of the current master (0 while unknown).", nil, nil)
 )
@@ -115,19 +139,40 @@ var (
 type statusCollector struct{ a *app }
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCapacity, descGranted, descWants, descClients, descLearning, descMaster, descTerm} {
+	for _, d := range []*prometheus.Desc{descCapacity, descGranted, descWants, descClients, descLearning,
+		descTmplRes, descTmplHeld, descTmplWant, descTmplCli, descMaster, descTerm} {
 		ch <- d
 	}
 }
 
 func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.a.srv.Status()
+	type sums struct{ n, held, wants, clients float64 }
+	tmpl := map[string]*sums{}
+	for _, t := range c.a.cur.Load().resources.Resources {
+		tmpl[t.ID] = new(sums)
+	}
 	for _, r := range st.Resources {
+		if t := tmpl[r.Template]; t != nil { // nil only during a reload
+			t.n++
+			t.held += r.Held
+			t.wants += r.Wants
+			t.clients += float64(r.Clients)
+		}
+		if r.ID != r.Template {
+			continue // a client-chosen id: no series of its own
+		}
 		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, r.Capacity, r.ID)
 		ch <- prometheus.MustNewConstMetric(descGranted, prometheus.GaugeValue, r.Held, r.ID)
 		ch <- prometheus.MustNewConstMetric(descWants, prometheus.GaugeValue, r.Wants, r.ID)
 		ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(r.Clients), r.ID)
 		ch <- prometheus.MustNewConstMetric(descLearning, prometheus.GaugeValue, b2f(r.Learning), r.ID)
+	}
+	for id, t := range tmpl {
+		ch <- prometheus.MustNewConstMetric(descTmplRes, prometheus.GaugeValue, t.n, id)
+		ch <- prometheus.MustNewConstMetric(descTmplHeld, prometheus.GaugeValue, t.held, id)
+		ch <- prometheus.MustNewConstMetric(descTmplWant, prometheus.GaugeValue, t.wants, id)
+		ch <- prometheus.MustNewConstMetric(descTmplCli, prometheus.GaugeValue, t.clients, id)
 	}
 	ch <- prometheus.MustNewConstMetric(descMaster, prometheus.GaugeValue, b2f(st.Leadership.IsMaster))
 	ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(st.Leadership.Term))

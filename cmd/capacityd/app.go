@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -46,13 +47,17 @@ type app struct {
 }
 
 func newCapacityServer(s *settings) (*capacity.Server, error) {
-	opts := []capacity.ServerOption{capacity.WithDecreaseGrace(s.grace)}
+	opts := append([]capacity.ServerOption{capacity.WithDecreaseGrace(s.grace)}, s.file.Limits.options()...)
 	if len(s.file.Parent) > 0 {
-		id := s.file.Advertise
+		id := s.parentID
 		if id == "" {
-			id = s.file.Listen
+			id = s.file.Advertise
+			if id == "" {
+				id = s.file.Listen
+			}
+			id = "capacityd " + id
 		}
-		opts = append(opts, capacity.WithParent(capacity.NewHTTPTransport(nil), s.file.Parent, capacity.WithClientID("capacityd "+id)))
+		opts = append(opts, capacity.WithParent(s.parent, s.file.Parent, capacity.WithClientID(id)))
 	}
 	return capacity.NewServer(s.resources, opts...)
 }
@@ -98,13 +103,19 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
-	a.api = &http.Server{
-		Handler:           capacity.NewHandler(srv, connect.WithInterceptors(a.met.interceptor())),
-		Protocols:         &protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	var api http.Handler = capacity.NewHandler(srv, connect.WithInterceptors(a.met.interceptor()))
+	if s.auth.auth != nil {
+		api = capacity.Authenticated(api, s.auth.auth)
 	}
+	a.api = newHTTPServer(api, s.http, s.http.idle)
+	if s.auth.tls != nil {
+		protocols = http.Protocols{}
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+		a.api.TLSConfig = s.auth.tls
+	}
+	a.api.Protocols = &protocols
+	a.api.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stop = cancel
 	started := make(chan struct{})
@@ -118,11 +129,15 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 	// Run has made the server a non-master until the election reports:
 	// only now may requests come in.
 	<-started
-	a.serveOn(a.api, a.apiLn)
+	apiLn := a.capped(a.apiLn, "api", s.http.maxConns)
+	if s.auth.tls != nil {
+		apiLn = tls.NewListener(apiLn, s.auth.tls)
+	}
+	a.serveOn(a.api, apiLn)
 	if a.adminLn != nil {
-		a.admin = &http.Server{Handler: a.adminHandler(), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-		a.serveOn(a.admin, a.adminLn)
+		a.admin = newHTTPServer(a.adminHandler(), s.http, min(s.http.idle, 30*time.Second))
+		a.admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+		a.serveOn(a.admin, a.capped(a.adminLn, "admin", s.http.adminMaxConns))
 	}
 	if o.configPath != "" && o.watch > 0 {
 		a.bg.Add(1)
@@ -141,6 +156,12 @@ func (a *app) serveOn(srv *http.Server, ln net.Listener) {
 			a.log.Error("serve", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
+}
+
+// capped bounds ln's connections open at once to max.
+func (a *app) capped(ln net.Listener, name string, max int) net.Listener {
+	c := a.met.refused.WithLabelValues(name)
+	return &capListener{Listener: ln, max: int64(max), refused: c.Inc}
 }
 
 func addrOf(ln net.Listener) string {

@@ -55,8 +55,9 @@ func TestGetCapacityJSON(t *testing.T) {
 		`capacityd_resource_granted{resource="db.writes"} 50`,
 		`capacityd_resource_wants{resource="db.writes"} 80`,
 		`capacityd_resource_capacity{resource="db.writes"} 50`,
-		`capacityd_resource_clients{resource="cache"} 1`,
-		`capacityd_resource_learning{resource="cache"} 1`,
+		`capacityd_resource_learning{resource="db.writes"} 1`,
+		`capacityd_template_clients{template="*"} 1`,
+		`capacityd_template_resources{template="*"} 1`,
 		`capacityd_master 1`,
 		`capacityd_term 1`,
 		`capacityd_reloads_total{result="refused"} 0`,
@@ -142,8 +143,8 @@ func TestReload(t *testing.T) {
 // /status lists resources, clients and their leases, in a real browser.
 func TestStatusPageInChromium(t *testing.T) {
 	b := chromiumtest.Find(t)
-	// Leases long enough to outlast the browser's start on a busy machine.
-	a := startTest(t, strings.ReplaceAll(testConfig, `"lease_length": "2s"`, `"lease_length": "5m"`))
+	// Leases long enough to outlast a browser's start on a busy machine.
+	a := startTest(t, strings.ReplaceAll(strings.ReplaceAll(testConfig, `"2s"`, `"60s"`), `"500ms"`, `"15s"`))
 	for _, c := range []string{"client-alpha", "client-beta"} {
 		a.call(t, "GetCapacity", `{"clientId":"`+c+`","resources":[{"resourceId":"db.writes","wants":20,"has":20},
 			{"resourceId":"queue.jobs","wants":3,"has":3}]}`, nil)
@@ -174,6 +175,21 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 }
 
+// leafGets asks leaf for 50 of "db" as client c1 until it is granted
+// want, the root's capacity.
+func leafGets(t *testing.T, leaf *testApp, want float64) {
+	t.Helper()
+	var got float64
+	eventually(t, "the leaf's client gets the root's capacity", func() bool {
+		var r grantsResponse
+		if leaf.call(t, "GetCapacity", `{"clientId":"c1","resources":[{"resourceId":"db","wants":50,"has":`+fmt.Sprint(got)+`}]}`, &r) != 200 || len(r.Grants) != 1 {
+			return false
+		}
+		got = r.Grants[0].Capacity
+		return got == want
+	})
+}
+
 // TestTree: a leaf capacityd with a parent leases its capacity from the
 // root capacityd over the wire and divides it: a client of the leaf gets
 // capacity once both have learned, never more than the root's.
@@ -182,15 +198,7 @@ func TestTree(t *testing.T) {
 		{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
 	leaf := startTest(t, `{"listen": "127.0.0.1:0", "parent": ["`+root.apiLn.Addr().String()+`"], "resources": [
 		{"id": "*", "capacity": 1000, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
-	var got float64
-	eventually(t, "the leaf's client gets the root's capacity", func() bool {
-		var r grantsResponse
-		if leaf.call(t, "GetCapacity", `{"clientId":"c1","resources":[{"resourceId":"db","wants":50,"has":`+fmt.Sprint(got)+`}]}`, &r) != 200 || len(r.Grants) != 1 {
-			return false
-		}
-		got = r.Grants[0].Capacity
-		return got == 30
-	})
+	leafGets(t, leaf, 30)
 	var r grantsResponse
 	if root.call(t, "GetCapacity", `{"clientId":"other","resources":[{"resourceId":"db","wants":50}]}`, &r); r.Grants[0].Capacity != 0 {
 		t.Fatalf("the root granted %v more while its child holds all 30", r.Grants[0].Capacity)

@@ -38,8 +38,141 @@ type fileConfig struct {
 	// size (capacity.WithDecreaseGrace, default 1s). A parent's must be at
 	// least its children's lease length.
 	DecreaseGrace string `json:"decrease_grace,omitempty"`
+	// Auth secures the API port with TLS and client authentication;
+	// without it anyone who reaches the port can act as any client.
+	Auth *authConfig `json:"auth,omitempty"`
+	// ParentAuth is how this server authenticates to its parent (with
+	// Parent); without it the parent is called over plain HTTP.
+	ParentAuth *parentAuthConfig `json:"parent_auth,omitempty"`
+	// Limits bound the server's tables; absent fields keep the
+	// package's defaults.
+	Limits *limitsConfig `json:"limits,omitempty"`
+	// HTTP bounds the connections of both ports; absent fields keep the
+	// defaults.
+	HTTP *httpConfig `json:"http,omitempty"`
 	// Resources are the resource templates.
 	Resources json.RawMessage `json:"resources"`
+}
+
+// limitsConfig bounds what clients can make a server hold
+// (capacity.WithMaxResources, WithMaxClients, WithMaxLeases); 0 keeps the
+// default.
+type limitsConfig struct {
+	// MaxResources bounds the resources tracked (capacity.DefaultMaxResources).
+	MaxResources int `json:"max_resources,omitempty"`
+	// MaxClientsPerResource bounds each resource's clients
+	// (capacity.DefaultMaxClients).
+	MaxClientsPerResource int `json:"max_clients_per_resource,omitempty"`
+	// MaxLeases bounds the client leases in all (capacity.DefaultMaxLeases).
+	MaxLeases int `json:"max_leases,omitempty"`
+	// MaxLeasesPerClient bounds the leases of one client id
+	// (capacity.DefaultMaxLeasesPerClient).
+	MaxLeasesPerClient int `json:"max_leases_per_client,omitempty"`
+}
+
+// httpConfig bounds what a connection may take of the server: time to
+// send its request, to read the answer, to stay idle, and the number of
+// connections open at once. Durations are Go durations.
+type httpConfig struct {
+	// ReadHeaderTimeout bounds the time to send a request's headers
+	// (default 5s).
+	ReadHeaderTimeout string `json:"read_header_timeout,omitempty"`
+	// ReadTimeout bounds the time to send a whole request, body included
+	// (default 10s); a trickling body is cut off.
+	ReadTimeout string `json:"read_timeout,omitempty"`
+	// WriteTimeout bounds the time to read an answer (default 10s).
+	WriteTimeout string `json:"write_timeout,omitempty"`
+	// IdleTimeout closes a connection idle this long (default 2m).
+	IdleTimeout string `json:"idle_timeout,omitempty"`
+	// MaxHeaderBytes bounds a request's headers (default 16 KiB).
+	MaxHeaderBytes int `json:"max_header_bytes,omitempty"`
+	// MaxConnections bounds the API port's connections open at once;
+	// more are closed as soon as accepted. Default: the open-file limit
+	// less 128 (kept for the admin port, etcd, the parent and files).
+	MaxConnections int `json:"max_connections,omitempty"`
+	// AdminMaxConnections bounds the admin port's (default 32).
+	AdminMaxConnections int `json:"admin_max_connections,omitempty"`
+}
+
+// httpLimits are validated httpConfig values.
+type httpLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes                int
+	maxConns, adminMaxConns       int
+}
+
+// Defaults of the http section.
+const (
+	defaultReadHeaderTimeout = 5 * time.Second
+	defaultReadTimeout       = 10 * time.Second
+	defaultWriteTimeout      = 10 * time.Second
+	defaultIdleTimeout       = 2 * time.Minute
+	defaultMaxHeaderBytes    = 16 << 10
+	defaultAdminMaxConns     = 32
+	reservedFiles            = 128
+)
+
+// limits validates h (nil: all defaults).
+func (h *httpConfig) limits() (httpLimits, error) {
+	l := httpLimits{readHeader: defaultReadHeaderTimeout, read: defaultReadTimeout, write: defaultWriteTimeout,
+		idle: defaultIdleTimeout, maxHeaderBytes: defaultMaxHeaderBytes, adminMaxConns: defaultAdminMaxConns}
+	l.maxConns = max(openFileLimit()-reservedFiles, 16)
+	if h == nil {
+		return l, nil
+	}
+	for _, d := range []struct {
+		name, s string
+		dst     *time.Duration
+	}{{"read_header_timeout", h.ReadHeaderTimeout, &l.readHeader}, {"read_timeout", h.ReadTimeout, &l.read},
+		{"write_timeout", h.WriteTimeout, &l.write}, {"idle_timeout", h.IdleTimeout, &l.idle}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil || v <= 0 {
+			return l, invalidf("http: %s: want a duration > 0, got %q", d.name, d.s)
+		}
+		*d.dst = v
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+		dst  *int
+	}{{"max_header_bytes", h.MaxHeaderBytes, &l.maxHeaderBytes}, {"max_connections", h.MaxConnections, &l.maxConns},
+		{"admin_max_connections", h.AdminMaxConnections, &l.adminMaxConns}} {
+		switch {
+		case n.v < 0:
+			return l, invalidf("http: %s must be >= 0 (0 keeps the default), got %d", n.name, n.v)
+		case n.v > 0:
+			*n.dst = n.v
+		}
+	}
+	return l, nil
+}
+
+// options returns the server options of l.
+func (l *limitsConfig) options() []capacity.ServerOption {
+	if l == nil {
+		return nil
+	}
+	var opts []capacity.ServerOption
+	if l.MaxResources > 0 {
+		opts = append(opts, capacity.WithMaxResources(l.MaxResources))
+	}
+	if l.MaxClientsPerResource > 0 {
+		opts = append(opts, capacity.WithMaxClients(l.MaxClientsPerResource))
+	}
+	if l.MaxLeases > 0 || l.MaxLeasesPerClient > 0 {
+		total, per := l.MaxLeases, l.MaxLeasesPerClient
+		if total == 0 {
+			total = capacity.DefaultMaxLeases
+		}
+		if per == 0 {
+			per = capacity.DefaultMaxLeasesPerClient
+		}
+		opts = append(opts, capacity.WithMaxLeases(total, per))
+	}
+	return opts
 }
 
 type etcdConfig struct {
@@ -62,13 +195,17 @@ type settings struct {
 	ttl       time.Duration
 	dial      time.Duration
 	grace     time.Duration
+	http      httpLimits
+	auth      apiAuth
+	parent    capacity.Transport
+	parentID  string
 }
 
 //go:embed default.json
 var defaultJSON []byte
 
 func invalidf(format string, a ...any) error {
-	return fmt.Errorf("%w: capacityd: config: %s", throttle.ErrInvalid, fmt.Sprintf(format, a...))
+	return fmt.Errorf("%w: config: %s", throttle.ErrInvalid, fmt.Sprintf(format, a...))
 }
 
 // parseFile reads a configuration file's JSON strictly (unknown fields
@@ -159,12 +296,28 @@ func (f fileConfig) validate() (*settings, error) {
 		}
 		s.grace = v
 	}
+	var err error
+	if s.http, err = f.HTTP.limits(); err != nil {
+		return nil, err
+	}
+	if s.auth, err = f.Auth.load(); err != nil {
+		return nil, err
+	}
+	if f.ParentAuth != nil && len(f.Parent) == 0 {
+		return nil, invalidf("parent_auth needs parent")
+	}
+	if s.parent, s.parentID, err = f.ParentAuth.transport(); err != nil {
+		return nil, err
+	}
+	if l := f.Limits; l != nil && (l.MaxResources < 0 || l.MaxClientsPerResource < 0 || l.MaxLeases < 0 || l.MaxLeasesPerClient < 0) {
+		return nil, invalidf("limits must be >= 0 (0 keeps the default)")
+	}
 	if len(bytes.TrimSpace(f.Resources)) == 0 {
 		return nil, invalidf(`resources are required (at least the catch-all "*")`)
 	}
 	rc, err := capacity.ParseConfig(append(append([]byte(`{"resources":`), f.Resources...), '}'))
 	if err != nil {
-		return nil, fmt.Errorf("capacityd: %w", err)
+		return nil, err
 	}
 	s.resources = rc
 	return s, nil
@@ -197,6 +350,18 @@ func (s *settings) restartNeeded(next *settings) string {
 	}
 	if !slices.Equal(a.Parent, b.Parent) || a.DecreaseGrace != b.DecreaseGrace {
 		return "parent"
+	}
+	la, _ := json.Marshal(a.Limits)
+	lb, _ := json.Marshal(b.Limits)
+	if !bytes.Equal(la, lb) {
+		return "limits"
+	}
+	for _, p := range [][2]any{{a.HTTP, b.HTTP}, {a.Auth, b.Auth}, {a.ParentAuth, b.ParentAuth}} {
+		x, _ := json.Marshal(p[0])
+		y, _ := json.Marshal(p[1])
+		if !bytes.Equal(x, y) {
+			return "http, auth or parent_auth"
+		}
 	}
 	return ""
 }

@@ -75,6 +75,9 @@ func TestConfigValidation(t *testing.T) {
 		{"etcd bad ttl", `{"listen": "127.0.0.1:1", "etcd": {"endpoints": ["127.0.0.1:2379"], "ttl": "soon"}, ` + res + `}`, "etcd: ttl"},
 		{"etcd bad dial timeout", `{"listen": "127.0.0.1:1", "etcd": {"endpoints": ["127.0.0.1:2379"], "dial_timeout": "-1s"}, ` + res + `}`, "dial_timeout must be > 0"},
 		{"etcd wildcard listen", `{"listen": "0.0.0.0:7400", "etcd": {"endpoints": ["127.0.0.1:2379"]}, ` + res + `}`, "advertise is required"},
+		{"http bad timeout", `{"listen": "127.0.0.1:1", "http": {"read_timeout": "0s"}, ` + res + `}`, "read_timeout: want a duration > 0"},
+		{"http negative bound", `{"listen": "127.0.0.1:1", "http": {"max_connections": -1}, ` + res + `}`, "max_connections must be >= 0"},
+		{"negative limit", `{"listen": "127.0.0.1:1", "limits": {"max_leases": -1}, ` + res + `}`, "limits must be >= 0"},
 		{"etcd port 0", `{"listen": "127.0.0.1:0", "etcd": {"endpoints": ["127.0.0.1:2379"]}, ` + res + `}`, "advertise is required"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -152,17 +152,7 @@ func TestProcessFailover(t *testing.T) {
 	b := startProc(t, hc, cfg)
 	eventually(t, "b follows a", func() bool { return strings.HasPrefix(health(hc, b), "200 ok follower of "+a.api) })
 
-	client, err := capacity.NewClient(capacity.NewHTTPTransport(hc, connect.WithProtoJSON()), []string{b.api, a.api},
-		capacity.WithClientID("c1"), capacity.WithRetry(100*time.Millisecond), capacity.WithRequestTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	r, err := client.Resource("db", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "lease of 10 from a (after its learning)", func() bool { return r.Capacity() == 10 })
+	client, r := holdLease(t, capacity.NewHTTPTransport(hc, connect.WithProtoJSON()), []string{b.api, a.api}, "c1", 10)
 
 	a.Kill()
 	t0 := time.Now()
@@ -177,7 +167,7 @@ func TestProcessFailover(t *testing.T) {
 	// confirms what it holds.
 	eventually(t, "b knows the client's lease", func() bool {
 		_, m := getBody(hc, "http://"+b.admin+"/metrics")
-		return strings.Contains(m, `capacityd_resource_granted{resource="db"} 10`)
+		return strings.Contains(m, `capacityd_template_granted{template="*"} 10`)
 	})
 	if c := r.Capacity(); c != 10 {
 		t.Fatalf("client capacity %v after failover, want 10", c)
@@ -189,7 +179,7 @@ func TestProcessFailover(t *testing.T) {
 	c := startProc(t, hc, cfg)
 	eventually(t, "c follows b", func() bool { return strings.HasPrefix(health(hc, c), "200 ok follower of "+b.api) })
 	client.Close()
-	client, err = capacity.NewClient(capacity.NewHTTPTransport(hc, connect.WithProtoJSON()), []string{a.api, b.api, c.api},
+	client, err := capacity.NewClient(capacity.NewHTTPTransport(hc, connect.WithProtoJSON()), []string{a.api, b.api, c.api},
 		capacity.WithClientID("c1"), capacity.WithRetry(100*time.Millisecond), capacity.WithRequestTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +198,7 @@ func TestProcessFailover(t *testing.T) {
 	}
 	eventually(t, "the client asks c", func() bool {
 		_, m := getBody(hc, "http://"+c.admin+"/metrics")
-		return strings.Contains(m, `capacityd_resource_clients{resource="db"} 1`)
+		return strings.Contains(m, `capacityd_template_clients{template="*"} 1`)
 	})
 	stopProc(t, c, 5*time.Second)
 }

@@ -81,8 +81,9 @@ type Client struct {
 	next     int
 	due      time.Time // next refresh
 	lastTrip time.Time
-	early    bool // a refresh was asked for before due
-	failures int  // refreshes in a row that got no lease
+	early    bool  // a refresh was asked for before due
+	failures int   // refreshes in a row that got no lease
+	err      error // of the last refresh
 	closed   bool
 
 	kick   chan struct{}
@@ -128,6 +129,16 @@ func NewClient(t Transport, addrs []string, opts ...ClientOption) (*Client, erro
 
 // ID returns the client's id.
 func (c *Client) ID() string { return c.set.id }
+
+// Err returns why the last refresh got no answer: an error wrapping
+// throttle.ErrInvalid or ErrExhausted when a server refused it,
+// throttle.ErrUnavailable when none answered; nil after a refresh that
+// got leases, and before the first.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
 
 // Close stops refreshing and gives back every lease. It returns an error
 // wrapping throttle.ErrUnavailable when no server took the release (the
@@ -217,14 +228,28 @@ func (c *Client) poke() {
 }
 
 func (c *Client) remove(r *Resource) error {
-	c.mu.Lock()
-	if c.closed || c.res[r.id] != r {
-		c.mu.Unlock()
+	if !c.detach(r) {
 		return nil
 	}
-	delete(c.res, r.id)
-	c.mu.Unlock()
 	return c.release([]string{r.id})
+}
+
+// open returns how many resources the client has open.
+func (c *Client) open() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.res)
+}
+
+// detach stops refreshing r; it returns false if r was not open.
+func (c *Client) detach(r *Resource) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.res[r.id] != r {
+		return false
+	}
+	delete(c.res, r.id)
+	return true
 }
 
 func (c *Client) loop(ctx context.Context) {
@@ -286,6 +311,19 @@ func (c *Client) step(ctx context.Context) time.Duration {
 // moving through the addresses on failure. Each attempt reports what the
 // client holds when it is sent, and a grant counts from then.
 func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
+	req := &Request{Client: c.set.id, Resources: make([]ResourceRequest, 0, len(rs))}
+	asked := make([]*Resource, 0, len(rs))
+	for _, r := range rs {
+		// A resource whose demand a server would refuse stays out of
+		// the request, so that it cannot fail the others'.
+		rr := r.request(now)
+		if err := rr.check(); err != nil {
+			r.setErr(err)
+			continue
+		}
+		req.Resources = append(req.Resources, rr)
+		asked = append(asked, r)
+	}
 	c.mu.Lock()
 	c.lastTrip = now
 	c.early = false
@@ -295,17 +333,27 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 	c.failures++
 	c.due = now.Add(c.set.retry << min(c.failures-1, 4))
 	c.mu.Unlock()
-	req := &Request{Client: c.set.id, Resources: make([]ResourceRequest, len(rs))}
-	for i, r := range rs {
-		req.Resources[i] = r.request(now)
+	if len(req.Resources) == 0 {
+		return
 	}
+	var err error
+	defer func() {
+		if err != nil {
+			for _, r := range asked {
+				r.setErr(err)
+			}
+		}
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+	}()
 	for try := range 2*len(c.addrs) + 1 {
 		if ctx.Err() != nil {
 			return
 		}
 		sent := time.Now()
 		if try > 0 {
-			for i, r := range rs {
+			for i, r := range asked {
 				req.Resources[i].Has = r.holds(sent)
 			}
 		}
@@ -313,15 +361,20 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 		addr := c.target
 		c.mu.Unlock()
 		cctx, cancel := context.WithTimeout(ctx, c.set.timeout)
-		resp, err := c.t.GetCapacity(cctx, addr, req)
+		var resp *Response
+		resp, err = c.t.GetCapacity(cctx, addr, req)
 		cancel()
 		if err != nil || resp.Redirect {
-			if errors.Is(err, throttle.ErrInvalid) {
+			if errors.Is(err, throttle.ErrInvalid) || errors.Is(err, ErrExhausted) || errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrForbidden) {
 				return // the request itself is refused: retry later
+			}
+			if err == nil {
+				err = fmt.Errorf("%w: capacity: %s is not the master", throttle.ErrUnavailable, addr)
 			}
 			c.follow(addr, resp)
 			continue
 		}
+		err = nil
 		refresh := time.Duration(math.MaxInt64)
 		for _, g := range resp.Grants {
 			c.mu.Lock()

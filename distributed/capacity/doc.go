@@ -81,4 +81,16 @@
 // an in-memory Network for tests and simulations, and the wire API:
 // NewHandler serves a Server over gRPC, gRPC-Web and JSON (Connect), and
 // HTTPTransport calls it.
+//
+// Trust: a server believes what a request says — which client sends it,
+// what it wants and holds. NewHandler alone authenticates nobody: whoever
+// reaches it can act as any client (release its leases, ask nothing in
+// its name), so serve it bare only on a network where every peer is
+// trusted. Authenticated binds each request to the client id its caller
+// proved, with a TLS client certificate (CertificateIdentity: the
+// certificate's URI SAN or common name) or a bearer token (BearerTokens);
+// NewTLSTransport and WithBearerToken are the client's side. An
+// authenticated client still chooses its own demand and resource ids,
+// within the server's bounds (WithMaxResources, WithMaxClients,
+// WithMaxLeases, MaxParentBands), but cannot touch another client's lease.
 package capacity

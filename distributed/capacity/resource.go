@@ -77,6 +77,7 @@ type Resource struct {
 	estimate func(now time.Time) float64
 	has      func() float64 // at least what the client holds (a server in a tree: what its clients hold)
 	timer    *time.Timer    // ends the lease at its expiry
+	err      error          // why the last refresh granted no lease
 	closed   atomic.Bool
 }
 
@@ -226,6 +227,22 @@ func (r *Resource) request(now time.Time) ResourceRequest {
 	return ResourceRequest{Resource: r.id, Wants: r.wants, Priority: r.set.prio, Weight: r.set.weight, Has: r.holdsLocked(now)}
 }
 
+// Err returns why the last refresh got no lease for the resource: its
+// demand was invalid (the client left it out of the request, and the
+// other resources were asked for), or the request was refused or not
+// answered (see Client.Err). It is nil once a lease has been granted.
+func (r *Resource) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+func (r *Resource) setErr(err error) {
+	r.mu.Lock()
+	r.err = err
+	r.mu.Unlock()
+}
+
 // holds returns what the client holds at now, for a request's Has.
 func (r *Resource) holds(now time.Time) float64 {
 	r.mu.Lock()
@@ -251,6 +268,7 @@ func (r *Resource) holdsLocked(now time.Time) float64 {
 func (r *Resource) grant(g Grant, sent time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.err = nil
 	if r.closed.Load() {
 		return
 	}

@@ -23,6 +23,13 @@ const (
 	DefaultMaxClients = 100_000
 	// DefaultMaxResources is the default bound on resources per server.
 	DefaultMaxResources = 10_000
+	// DefaultMaxLeases is the default bound on the client leases (a
+	// client's lease or demand on a resource) a server holds in all: a
+	// few hundred bytes each.
+	DefaultMaxLeases = 200_000
+	// DefaultMaxLeasesPerClient is the default bound on the resources
+	// one client id holds leases on, as many as a Client can ask for.
+	DefaultMaxLeasesPerClient = MaxRequestResources
 	// DefaultJitter is the default spread of refresh intervals: ±10%.
 	DefaultJitter = 0.1
 	// maxWeightValue bounds ResourceRequest.Weight.
@@ -113,6 +120,8 @@ type serverSettings struct {
 	clock        throttle.Clock
 	maxClients   int
 	maxResources int
+	maxLeases    int
+	perClient    int
 	jitter       float64
 	seed         uint64
 	grace        time.Duration
@@ -130,8 +139,22 @@ func WithServerClock(c throttle.Clock) ServerOption {
 func WithMaxClients(n int) ServerOption { return func(s *serverSettings) { s.maxClients = n } }
 
 // WithMaxResources bounds the resources a server tracks (default
-// DefaultMaxResources); requests beyond fail with ErrExhausted.
+// DefaultMaxResources); requests beyond fail with ErrExhausted. A
+// resource no client holds or wants any more is forgotten within
+// DropInterval, and frees its place.
 func WithMaxResources(n int) ServerOption { return func(s *serverSettings) { s.maxResources = n } }
+
+// WithMaxLeases bounds the client leases (a client's lease or demand on
+// one resource) the server holds in all, and those of one client id
+// (defaults DefaultMaxLeases and DefaultMaxLeasesPerClient): a request
+// that would need more fails with an error wrapping ErrExhausted, and
+// nothing changes. The bound per client keeps one client id from taking
+// the whole table; with unauthenticated clients, which can pick any id,
+// only the total bounds memory. Leases free their place when they expire
+// or are released.
+func WithMaxLeases(total, perClient int) ServerOption {
+	return func(s *serverSettings) { s.maxLeases, s.perClient = total, perClient }
+}
 
 // WithJitter spreads refresh intervals uniformly by ±f of their length
 // (default DefaultJitter), so that clients do not refresh in lockstep.
@@ -176,6 +199,23 @@ type Server struct {
 	resources map[string]*resource
 	alloc     Allocator
 	parent    *treeLink // the parent level's replicas, in a server tree
+	sweepAt   int64     // when drop next looks for resources nobody holds
+	leases    *leaseCount
+}
+
+// leaseCount counts the holders of all of a server's resources.
+type leaseCount struct {
+	total     int
+	perClient map[string]int
+}
+
+func (c *leaseCount) add(client string, d int) {
+	c.total += d
+	if n := c.perClient[client] + d; n > 0 {
+		c.perClient[client] = n
+	} else {
+		delete(c.perClient, client)
+	}
 }
 
 type resource struct {
@@ -186,8 +226,10 @@ type resource struct {
 	holders map[string]*holder
 	list    []*holder
 	held    uint64 // Σ holder.counted(), in quanta
-	dirty   bool   // demands changed since the last division
-	next    int64  // earliest expiry among holders
+	leases  *leaseCount
+	idle    int64 // when drop found r without holders, 0 if it has some
+	dirty   bool  // demands changed since the last division
+	next    int64 // earliest expiry among holders
 	demands []Demand
 	shares  []float64
 	up      *upstream // the lease from the parent, in a server tree
@@ -221,13 +263,16 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	set := serverSettings{maxClients: DefaultMaxClients, maxResources: DefaultMaxResources, jitter: DefaultJitter, grace: time.Second}
+	set := serverSettings{maxClients: DefaultMaxClients, maxResources: DefaultMaxResources, maxLeases: DefaultMaxLeases,
+		perClient: DefaultMaxLeasesPerClient, jitter: DefaultJitter, grace: time.Second}
 	for _, o := range opts {
 		o(&set)
 	}
 	switch {
 	case set.maxClients <= 0 || set.maxClients > 1<<20 || set.maxResources <= 0:
 		return nil, invalidf("max clients must be in [1, 2^20] and max resources > 0")
+	case set.maxLeases <= 0 || set.perClient <= 0:
+		return nil, invalidf("max leases and max leases per client must be > 0, got %d and %d", set.maxLeases, set.perClient)
 	case set.grace < 0:
 		return nil, invalidf("decrease grace must be >= 0, got %v", set.grace)
 	case !(set.jitter >= 0 && set.jitter < 1):
@@ -237,6 +282,7 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 		set.seed = rand.Uint64()
 	}
 	s := &Server{cfg: c, set: set, now: clock.New(set.clock), rng: rand.New(rand.NewPCG(set.seed, 0x6c65617365)), resources: map[string]*resource{}}
+	s.leases = &leaseCount{perClient: map[string]int{}}
 	s.lead = Leadership{IsMaster: true, Term: 1}
 	s.since = s.now.Now()
 	if p := set.parent; p != nil {
@@ -245,6 +291,7 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 			return nil, err
 		}
 		s.parent = t
+		go s.sweep()
 	}
 	return s, nil
 }
@@ -265,6 +312,7 @@ func (s *Server) Run(ctx context.Context, e Election, address string) error {
 		defer s.mu.Unlock()
 		if l.IsMaster && l.Term != s.stateTerm {
 			s.resources = map[string]*resource{}
+			s.leases = &leaseCount{perClient: map[string]int{}}
 			s.since = s.now.Now()
 			s.stateTerm = l.Term
 		}
@@ -337,22 +385,40 @@ func validate(req *Request) error {
 	case len(req.Resources) == 0 || len(req.Resources) > MaxRequestResources:
 		return invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(req.Resources))
 	}
-	for i, rr := range req.Resources {
-		switch {
-		case rr.Resource == "" || len(rr.Resource) > MaxIDLen:
-			return invalidf("resource id must have 1 to %d bytes, got %d", MaxIDLen, len(rr.Resource))
-		case !(rr.Wants >= 0) || math.IsInf(rr.Wants, 0):
-			return invalidf("resource %q: wants must be finite and >= 0, got %v", rr.Resource, rr.Wants)
-		case !(rr.Has >= 0) || math.IsInf(rr.Has, 0):
-			return invalidf("resource %q: has must be finite and >= 0, got %v", rr.Resource, rr.Has)
-		case !(rr.Weight >= 0) || rr.Weight > maxWeightValue:
-			return invalidf("resource %q: weight must be in [0, %d], got %v", rr.Resource, maxWeightValue, rr.Weight)
+	for i := range req.Resources {
+		rr := &req.Resources[i]
+		if err := rr.check(); err != nil {
+			return err
 		}
 		for _, o := range req.Resources[:i] {
 			if o.Resource == rr.Resource {
 				return invalidf("resource %q requested twice", rr.Resource)
 			}
 		}
+	}
+	return nil
+}
+
+// priorities returns the priority of each resource of req.
+func (req *Request) priorities() []int32 {
+	out := make([]int32, len(req.Resources))
+	for i, rr := range req.Resources {
+		out[i] = rr.Priority
+	}
+	return out
+}
+
+// check validates one resource's demand. Errors wrap throttle.ErrInvalid.
+func (rr *ResourceRequest) check() error {
+	switch {
+	case rr.Resource == "" || len(rr.Resource) > MaxIDLen:
+		return invalidf("resource id must have 1 to %d bytes, got %d", MaxIDLen, len(rr.Resource))
+	case !(rr.Wants >= 0) || math.IsInf(rr.Wants, 0):
+		return invalidf("resource %q: wants must be finite and >= 0, got %v", rr.Resource, rr.Wants)
+	case !(rr.Has >= 0) || math.IsInf(rr.Has, 0):
+		return invalidf("resource %q: has must be finite and >= 0, got %v", rr.Resource, rr.Has)
+	case !(rr.Weight >= 0) || rr.Weight > maxWeightValue:
+		return invalidf("resource %q: weight must be in [0, %d], got %v", rr.Resource, maxWeightValue, rr.Weight)
 	}
 	return nil
 }
@@ -378,8 +444,9 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 		return &Response{Redirect: true, Master: s.lead.Master}, nil
 	}
 	now := s.now.Now()
+	s.drop(now)
 	// Check bounds and templates first, so a refusal changes nothing.
-	newRes := 0
+	newRes, newLeases := 0, 0
 	for _, rr := range req.Resources {
 		r := s.resources[rr.Resource]
 		if r == nil {
@@ -387,30 +454,42 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 				return nil, invalidf("unknown resource %q", rr.Resource)
 			}
 			newRes++
+			newLeases++
 			continue
 		}
 		r.expire(now)
-		if r.holders[req.Client] == nil && len(r.list) >= s.set.maxClients {
-			return nil, fmt.Errorf("%w: resource %q has %d clients", ErrExhausted, rr.Resource, len(r.list))
+		if r.holders[req.Client] == nil {
+			if len(r.list) >= s.set.maxClients {
+				return nil, fmt.Errorf("%w: resource %q has %d clients", ErrExhausted, rr.Resource, len(r.list))
+			}
+			newLeases++
 		}
 	}
-	if newRes > 0 && len(s.resources)+newRes > s.set.maxResources {
+	switch {
+	case newRes > 0 && len(s.resources)+newRes > s.set.maxResources:
 		return nil, fmt.Errorf("%w: %d resources", ErrExhausted, len(s.resources))
+	case newLeases > 0 && s.leases.total+newLeases > s.set.maxLeases:
+		return nil, fmt.Errorf("%w: %d client leases in all", ErrExhausted, s.leases.total)
+	case newLeases > 0 && s.leases.perClient[req.Client]+newLeases > s.set.perClient:
+		return nil, fmt.Errorf("%w: client %q holds leases on %d resources", ErrExhausted, req.Client, s.leases.perClient[req.Client])
+	case s.parent != nil && !s.parent.fits(req.priorities()):
+		return nil, fmt.Errorf("%w: a server in a tree asks its parent in at most %d priority bands", ErrExhausted, MaxParentBands)
 	}
 	resp := &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
 	for i, rr := range req.Resources {
 		r := s.resources[rr.Resource]
 		if r == nil {
 			t, _ := s.cfg.match(rr.Resource)
-			r = &resource{id: rr.Resource, holders: map[string]*holder{}}
+			r = &resource{id: rr.Resource, holders: map[string]*holder{}, leases: s.leases}
+			if s.parent != nil {
+				r.up = &upstream{bands: map[int32]*upBand{}} // nothing leased yet
+			}
 			r.setTemplate(t)
 			s.resources[rr.Resource] = r
 		}
 		r.syncUpstream()
 		resp.Grants[i] = s.grant(r, req.Client, &rr, now)
-		if err := s.reportUpstream(r); err != nil {
-			return nil, err
-		}
+		s.reportUpstream(r)
 	}
 	return resp, nil
 }
@@ -422,6 +501,7 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	if h == nil {
 		h = &holder{client: client, idx: len(r.list)}
 		r.holders[client] = h
+		r.leases.add(client, 1)
 		r.list = append(r.list, h)
 		r.dirty = true
 	}
@@ -576,7 +656,46 @@ func (r *resource) remove(h *holder) {
 	r.list[len(r.list)-1] = nil
 	r.list = r.list[:len(r.list)-1]
 	delete(r.holders, h.client)
+	r.leases.add(h.client, -1)
 	r.dirty = true
+}
+
+// DropInterval is how often a server looks for resources that no client
+// holds or wants any more: it forgets a resource it finds so twice in a
+// row, so that its state, and its place under the bound of resources
+// (WithMaxResources), is freed one to two DropIntervals after its last
+// lease expired or was released, while a client whose refresh arrives
+// just after its lease expired finds the resource as it was.
+const DropInterval = time.Second
+
+// drop forgets the resources that no client holds or wants any more (all
+// their leases have expired or were released), so that their ids, made
+// up or not, do not fill the bound of resources. It looks at most once
+// per DropInterval. s.mu is held.
+func (s *Server) drop(now int64) {
+	if now < s.sweepAt {
+		return
+	}
+	s.sweepAt = now + int64(DropInterval)
+	for id, r := range s.resources {
+		n := len(r.list)
+		r.expire(now)
+		switch {
+		case len(r.list) > 0:
+			r.idle = 0
+			if len(r.list) < n {
+				s.reportUpstream(r) // clients left: a server in a tree wants less
+			}
+			continue
+		case r.idle == 0:
+			r.idle = now
+			continue
+		}
+		delete(s.resources, id)
+		if r.up != nil {
+			s.closeUpstream(r)
+		}
+	}
 }
 
 // Release gives back the client's leases on the resources of req at
@@ -611,6 +730,7 @@ func (s *Server) Release(_ context.Context, req *ReleaseRequest) (*Response, err
 func (s *Server) Status() Status {
 	s.mu.Lock()
 	now := s.now.Now()
+	s.drop(now)
 	st := Status{Leadership: s.lead, Resources: make([]ResourceStatus, 0, len(s.resources))}
 	for _, r := range s.resources {
 		r.expire(now)

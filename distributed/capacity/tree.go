@@ -1,12 +1,16 @@
 package capacity
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/throttlekit/throttle"
 )
 
 // A server tree: a server with a parent (WithParent) holds no capacity of
@@ -53,12 +57,22 @@ type parentSettings struct {
 	opts  []ClientOption
 }
 
-// treeLink is a server's link to its parent: one Client per priority band.
+// MaxParentBands bounds the priority bands a server in a tree asks its
+// parent in at once: a request in one more band fails with ErrExhausted.
+// A band none of the server's clients is in any more is given up once
+// its lease from the parent has run out or come down to 0.
+const MaxParentBands = 16
+
+// treeLink is a server's link to its parent: per priority band, clients
+// of at most MaxRequestResources resources each. s.mu is held to use it,
+// except for close and err.
 type treeLink struct {
 	set  *parentSettings
-	base *Client // band 0, and the name of the others
+	base *Client // band 0's first, and the name of the others
 	mu   sync.Mutex
-	band map[int32]*Client
+	band map[int32][]*Client
+	stop chan struct{} // closed by Close: ends sweep
+	once sync.Once
 }
 
 func newTreeLink(p *parentSettings) (*treeLink, error) {
@@ -66,31 +80,90 @@ func newTreeLink(p *parentSettings) (*treeLink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &treeLink{set: p, base: c, band: map[int32]*Client{0: c}}, nil
+	return &treeLink{set: p, base: c, band: map[int32][]*Client{0: {c}}, stop: make(chan struct{})}, nil
 }
 
-// client returns the client of band b, starting it on first use.
-func (l *treeLink) client(b int32) (*Client, error) {
+// fits reports whether requests in the bands of prios fit under
+// MaxParentBands.
+func (l *treeLink) fits(prios []int32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c := l.band[b]; c != nil {
-		return c, nil
+	n := len(l.band)
+	for i, p := range prios {
+		if l.band[p] == nil && !slices.Contains(prios[:i], p) {
+			n++
+		}
 	}
-	opts := append([]ClientOption{WithMode(Safe)}, l.set.opts...)
-	opts = append(opts, WithClientID(l.base.ID()+"/band"+strconv.Itoa(int(b))))
-	c, err := NewClient(l.set.t, l.set.addrs, opts...)
-	if err != nil {
-		return nil, err
+	return n <= MaxParentBands
+}
+
+// open opens resource id in band b at the parent, on a client of the band
+// with room, starting one if none has.
+func (l *treeLink) open(id string, b int32) (*Resource, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cs := l.band[b]
+	var c *Client
+	for _, x := range cs {
+		if x.open() < MaxRequestResources {
+			c = x
+			break
+		}
 	}
-	l.band[b] = c
-	return c, nil
+	if c == nil {
+		if len(cs) == 0 && len(l.band) >= MaxParentBands {
+			return nil, fmt.Errorf("%w: %d priority bands at the parent", ErrExhausted, len(l.band))
+		}
+		name := l.base.ID() + "/band" + strconv.Itoa(int(b))
+		if len(cs) > 0 {
+			name += "/" + strconv.Itoa(len(cs))
+		}
+		opts := append([]ClientOption{WithMode(Safe)}, l.set.opts...)
+		var err error
+		if c, err = NewClient(l.set.t, l.set.addrs, append(opts, WithClientID(name))...); err != nil {
+			return nil, err
+		}
+		l.band[b] = append(cs, c)
+	}
+	return c.Resource(id, 0, WithPriority(b))
+}
+
+// giveUp stops asking the parent for res and gives its lease back in the
+// background; a client left without resources is closed (but for the
+// base client).
+func (l *treeLink) giveUp(res *Resource) {
+	res.shut()
+	c := res.c
+	if c.detach(res) {
+		go func() { _ = c.release([]string{res.id}) }() // or the lease expires at the parent
+	}
+	if c == l.base || c.open() > 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for b, cs := range l.band {
+		if i := slices.Index(cs, c); i >= 0 {
+			if cs = slices.Delete(cs, i, i+1); len(cs) == 0 {
+				delete(l.band, b)
+			} else {
+				l.band[b] = cs
+			}
+			go c.Close() // it has nothing to give back; Close waits for its loop
+			return
+		}
+	}
 }
 
 func (l *treeLink) close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	var cs []*Client
+	for _, band := range l.band {
+		cs = append(cs, band...)
+	}
+	l.mu.Unlock()
 	var err error
-	for _, c := range l.band {
+	for _, c := range cs {
 		if e := c.Close(); e != nil {
 			err = e
 		}
@@ -116,11 +189,7 @@ func (s *Server) openBand(r *resource, b int32) (*upBand, error) {
 	if u := r.up.bands[b]; u != nil {
 		return u, nil
 	}
-	c, err := s.parent.client(b)
-	if err != nil {
-		return nil, err
-	}
-	res, err := c.Resource(r.id, 0, WithPriority(b))
+	res, err := s.parent.open(r.id, b)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +199,15 @@ func (s *Server) openBand(r *resource, b int32) (*upBand, error) {
 	res.mu.Unlock()
 	r.up.bands[b] = u
 	return u, nil
+}
+
+// closeUpstream stops asking the parent for r and gives r's leases back;
+// s.mu is held.
+func (s *Server) closeUpstream(r *resource) {
+	for _, u := range r.up.bands {
+		s.parent.giveUp(u.r)
+	}
+	r.up = nil
 }
 
 // syncUpstream makes r's capacity what the parent grants it now: the sum
@@ -159,10 +237,13 @@ func (r *resource) syncUpstream() {
 }
 
 // reportUpstream tells the parent, per band, r's demand and what r's
-// clients hold; s.mu is held.
-func (s *Server) reportUpstream(r *resource) error {
+// clients hold, and gives up the bands r's clients have left once their
+// lease is down to 0; s.mu is held. A band it cannot open (the server is
+// closed, or at MaxParentBands) stays without a lease, so that r has
+// none of its capacity.
+func (s *Server) reportUpstream(r *resource) {
 	if s.parent == nil {
-		return nil
+		return
 	}
 	type band struct{ wants, weight, held float64 }
 	bands := map[int32]*band{}
@@ -172,21 +253,29 @@ func (s *Server) reportUpstream(r *resource) error {
 			b = new(band)
 			bands[h.prio] = b
 		}
-		b.wants += h.wants
-		b.weight += h.weight
+		// Saturated: two finite wants may add up to +Inf, which no
+		// parent accepts.
+		b.wants = addSat(b.wants, h.wants)
+		b.weight = addSat(b.weight, h.weight)
 		b.held += float64(h.counted()) * r.q
 	}
 	if r.up != nil {
-		for p := range r.up.bands {
-			if bands[p] == nil {
-				bands[p] = new(band) // no client left in the band: want nothing
+		for p, u := range r.up.bands {
+			if bands[p] != nil {
+				continue
 			}
+			if l, ok := u.r.Lease(); !ok || l.Capacity == 0 {
+				s.parent.giveUp(u.r) // no client left, no capacity held
+				delete(r.up.bands, p)
+				continue
+			}
+			bands[p] = new(band) // no client left in the band: want nothing
 		}
 	}
 	for p, b := range bands {
 		u, err := s.openBand(r, p)
 		if err != nil {
-			return err
+			continue
 		}
 		weight := b.weight
 		if r.tmpl.Algorithm == FairShare {
@@ -195,8 +284,10 @@ func (s *Server) reportUpstream(r *resource) error {
 		u.held.Store(math.Float64bits(b.held))
 		u.r.setDemand(b.wants, min(max(weight, 1), maxWeightValue), p)
 	}
-	return nil
 }
+
+// addSat adds two finite values >= 0, saturating at math.MaxFloat64.
+func addSat(a, b float64) float64 { return min(a+b, math.MaxFloat64) }
 
 // demandWeight is the weight of r's demand in band p at the band's
 // current FairShare water level L: the weights of the clients granted less
@@ -258,7 +349,59 @@ func (s *Server) Close() error {
 	if s.parent == nil {
 		return nil
 	}
+	s.parent.once.Do(func() { close(s.parent.stop) })
 	return s.parent.close()
+}
+
+// sweep drops the resources the server's clients left every DropInterval
+// until Close, so that a server in a tree stops asking its parent for
+// them even when no request comes in.
+func (s *Server) sweep() {
+	t := time.NewTicker(DropInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.parent.stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		s.drop(s.now.Now())
+		s.mu.Unlock()
+	}
+}
+
+// ParentErr reports a parent that refuses: for a server in a tree, an
+// error wrapping throttle.ErrInvalid or ErrExhausted when the parent
+// refused the last request of one of its priority bands, or
+// throttle.ErrUnavailable when no parent replica answered it (the server
+// then hands out what its unexpired leases, or the safe capacity, allow).
+// nil otherwise, and for a server without a parent.
+func (s *Server) ParentErr() error {
+	if s.parent == nil {
+		return nil
+	}
+	return s.parent.err()
+}
+
+// err returns the first error among the bands' last refreshes, a refusal
+// before unavailability.
+func (l *treeLink) err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first error
+	for _, cs := range l.band {
+		for _, c := range cs {
+			switch err := c.Err(); {
+			case err == nil:
+			case !errors.Is(err, throttle.ErrUnavailable):
+				return err
+			case first == nil:
+				first = err
+			}
+		}
+	}
+	return first
 }
 
 // parentLease returns the lease the server holds from its parent on

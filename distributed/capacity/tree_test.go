@@ -178,8 +178,11 @@ func TestChildLeaseWithinParentLease(t *testing.T) {
 			}
 			return resp.Grants[0]
 		}
-		ask()                        // opens the resource at the parent
-		time.Sleep(30 * time.Second) // both have learned, and the parent has granted
+		ask() // opens the resource at the parent
+		for range 6 {
+			time.Sleep(5 * time.Second) // both learn, and the parent grants
+			ask()                       // the client keeps its lease
+		}
 		if g := ask(); g.Capacity <= 0 || g.Refresh > 4*time.Second {
 			t.Fatalf("grant %+v: want capacity from the parent, refresh at most half the parent's 8s", g)
 		}
@@ -203,19 +206,7 @@ func TestTreeBands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		net := new(Network)
 		cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
-		var servers []*Server
-		for _, n := range []struct{ addr, parent string }{{"root", ""}, {"l0", "root"}, {"l1", "root"}} {
-			opts := []ServerOption{WithDecreaseGrace(10 * time.Second)}
-			if n.parent != "" {
-				opts = append(opts, WithParent(net, []string{n.parent}, WithClientID(n.addr), WithMinRefreshGap(0)))
-			}
-			s, err := NewServer(cfg, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			net.Attach(n.addr, s)
-			servers = append(servers, s)
-		}
+		servers := newTree(t, net, cfg, []treeNode{{"root", ""}, {"l0", "root"}, {"l1", "root"}}, WithDecreaseGrace(10*time.Second))
 		var rs []*Resource
 		for i, c := range []struct {
 			leaf  string
@@ -233,20 +224,15 @@ func TestTreeBands(t *testing.T) {
 			}
 			rs = append(rs, r)
 		}
-		defer func() {
-			for _, s := range servers {
-				s.Close()
-			}
-		}()
 		time.Sleep(60 * time.Second)
 		for i, want := range []float64{40, 10, 40, 10} {
 			if l, _ := rs[i].Lease(); math.Abs(l.Capacity-want) > 0.01 {
 				t.Errorf("client %d holds %v, want %v", i, l.Capacity, want)
 			}
 		}
-		servers[1].mu.Lock()
-		bands := servers[1].resources["db"].bands()
-		servers[1].mu.Unlock()
+		servers["l0"].mu.Lock()
+		bands := servers["l0"].resources["db"].bands()
+		servers["l0"].mu.Unlock()
 		if len(bands) != 2 {
 			t.Errorf("leaf asks its parent in bands %v, want [0 1]", bands)
 		}

@@ -1,9 +1,13 @@
 package capacity
 
 import (
+	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -32,13 +36,84 @@ const MaxRequestBytes = 1 << 20
 // gRPC needs HTTP/2: serve it with TLS, or over cleartext with an
 // http.Server whose Protocols allow unencrypted HTTP/2. Bad requests get
 // code InvalidArgument, a full server ResourceExhausted; requests above
-// MaxRequestBytes are refused. opts are added to the handler's options.
+// MaxRequestBytes, as sent or once decompressed, are refused with
+// ErrTooLarge without reading (or inflating) more than that. opts are
+// added to the handler's options.
 func NewHandler(s *Server, opts ...connect.HandlerOption) http.Handler {
 	mux := http.NewServeMux()
 	path, h := capacityv1connect.NewCapacityServiceHandler(wireServer{s},
-		append([]connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithCompressMinBytes(4096)}, opts...)...)
-	mux.Handle(path, http.MaxBytesHandler(h, 2*MaxRequestBytes))
+		// The bounds are boundBody's and boundedGzip's: connect's own
+		// would answer ResourceExhausted, after inflating everything.
+		append([]connect.HandlerOption{connect.WithCompressMinBytes(4096),
+			connect.WithCompression("gzip", newBoundedGzip, func() connect.Compressor { return gzip.NewWriter(nil) })}, opts...)...)
+	mux.Handle(path, boundBody(h))
 	return mux
+}
+
+// maxBodyBytes is the longest body read: a message and a gRPC envelope.
+const maxBodyBytes = MaxRequestBytes + 5
+
+var errTooLarge = connect.NewError(connect.CodeInvalidArgument, ErrTooLarge)
+
+// boundBody refuses a body above maxBodyBytes: at once with 413 for a
+// Connect request that says its length, otherwise when the handler reads
+// past the bound.
+func boundBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxBodyBytes && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			_ = json.NewEncoder(w).Encode(map[string]string{"code": "invalid_argument", "message": ErrTooLarge.Error()})
+			return
+		}
+		r.Body = &boundedReader{r: r.Body, c: r.Body, left: maxBodyBytes}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// boundedReader reads at most left bytes of r; one more is ErrTooLarge.
+type boundedReader struct {
+	r    io.Reader
+	c    io.Closer
+	left int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		n, err := b.r.Read(one[:])
+		if n > 0 {
+			return 0, errTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *boundedReader) Close() error { return b.c.Close() }
+
+// boundedGzip inflates at most MaxRequestBytes: a small body that would
+// inflate to more is refused after that much work, not after all of it.
+type boundedGzip struct {
+	z gzip.Reader
+	boundedReader
+}
+
+func newBoundedGzip() connect.Decompressor {
+	d := &boundedGzip{}
+	d.boundedReader = boundedReader{r: &d.z, c: &d.z}
+	return d
+}
+
+func (d *boundedGzip) Reset(r io.Reader) error {
+	d.left = MaxRequestBytes
+	return d.z.Reset(r)
 }
 
 type wireServer struct{ s *Server }
@@ -58,6 +133,9 @@ func wireError(err error) error {
 
 func (w wireServer) GetCapacity(ctx context.Context, in *connect.Request[capacityv1.GetCapacityRequest]) (*connect.Response[capacityv1.GetCapacityResponse], error) {
 	m := in.Msg
+	if err := authorize(ctx, m.GetClientId()); err != nil {
+		return nil, err
+	}
 	if len(m.GetResources()) > MaxRequestResources {
 		return nil, wireError(invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(m.GetResources())))
 	}
@@ -80,6 +158,9 @@ func (w wireServer) GetCapacity(ctx context.Context, in *connect.Request[capacit
 }
 
 func (w wireServer) ReleaseCapacity(ctx context.Context, in *connect.Request[capacityv1.ReleaseCapacityRequest]) (*connect.Response[capacityv1.ReleaseCapacityResponse], error) {
+	if err := authorize(ctx, in.Msg.GetClientId()); err != nil {
+		return nil, err
+	}
 	resp, err := w.s.Release(ctx, &ReleaseRequest{Client: in.Msg.GetClientId(), Resources: in.Msg.GetResourceIds()})
 	if err != nil {
 		return nil, wireError(err)
@@ -100,14 +181,16 @@ func (w wireServer) GetStatus(context.Context, *connect.Request[capacityv1.GetSt
 }
 
 // HTTPTransport is the Transport of the wire API: it calls servers served
-// by NewHandler. Addresses are "host:port" (plain HTTP) or URLs
+// by NewHandler. Addresses are "host:port" (plain HTTP, or HTTPS when
+// the transport was made with NewTLSTransport) or URLs
 // ("https://host:port"). The protocol follows the client options: Connect
 // with binary protobuf by default, connect.WithGRPC() for gRPC (HTTP/2
 // needed), connect.WithProtoJSON() for JSON. It is safe for concurrent
 // use.
 type HTTPTransport struct {
-	hc   connect.HTTPClient
-	opts []connect.ClientOption
+	hc     connect.HTTPClient
+	opts   []connect.ClientOption
+	scheme string // of "host:port" addresses
 
 	mu      sync.Mutex
 	clients map[string]capacityv1connect.CapacityServiceClient
@@ -124,7 +207,21 @@ func NewHTTPTransport(hc connect.HTTPClient, opts ...connect.ClientOption) *HTTP
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &HTTPTransport{hc: hc, opts: opts, clients: map[string]capacityv1connect.CapacityServiceClient{}}
+	return &HTTPTransport{hc: hc, opts: opts, scheme: "http://", clients: map[string]capacityv1connect.CapacityServiceClient{}}
+}
+
+// NewTLSTransport returns a transport calling servers over HTTPS (HTTP/2
+// or HTTP/1.1) with cfg: its RootCAs verify the servers, and its
+// Certificates authenticate the client to a handler behind Authenticated
+// with CertificateIdentity (the client's id must then be the
+// certificate's identity, or below it). "host:port" addresses, redirects
+// included, are called over HTTPS. opts are as for NewHTTPTransport, such
+// as WithBearerToken.
+func NewTLSTransport(cfg *tls.Config, opts ...connect.ClientOption) *HTTPTransport {
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg.Clone(), ForceAttemptHTTP2: true}}
+	t := NewHTTPTransport(hc, opts...)
+	t.scheme = "https://"
+	return t
 }
 
 func (t *HTTPTransport) client(addr string) capacityv1connect.CapacityServiceClient {
@@ -139,7 +236,7 @@ func (t *HTTPTransport) client(addr string) capacityv1connect.CapacityServiceCli
 		}
 		url := addr
 		if !strings.Contains(addr, "://") {
-			url = "http://" + addr
+			url = t.scheme + addr
 		}
 		c = capacityv1connect.NewCapacityServiceClient(t.hc, url, t.opts...)
 		t.clients[addr] = c
@@ -154,6 +251,10 @@ func clientError(addr string, err error) error {
 		return fmt.Errorf("%w: capacity: %s: %v", throttle.ErrInvalid, addr, err)
 	case connect.CodeResourceExhausted:
 		return fmt.Errorf("%w: %s: %v", ErrExhausted, addr, err)
+	case connect.CodeUnauthenticated:
+		return fmt.Errorf("%w: %s: %v", ErrUnauthenticated, addr, err)
+	case connect.CodePermissionDenied:
+		return fmt.Errorf("%w: %s: %v", ErrForbidden, addr, err)
 	}
 	return fmt.Errorf("%w: capacity: %s: %v", throttle.ErrUnavailable, addr, err)
 }

@@ -2,12 +2,14 @@ package capacity
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -229,3 +231,64 @@ func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 func (r *recorder) WriteHeader(c int)           { r.code = c }
 
 var _ io.Writer = (*recorder)(nil)
+
+const getCapacityPath = "/throttle.capacity.v1.CapacityService/GetCapacity"
+
+// TestWireGzipBomb: a small gzip body that would inflate to 8 MiB is
+// refused with ErrTooLarge after inflating about MaxRequestBytes, not after
+// inflating all of it: the bomb's checksum is wrong, which only a handler
+// that inflated it to the end would find.
+func TestWireGzipBomb(t *testing.T) {
+	var bomb bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestSpeed)
+	zw.Write(make([]byte, 8*MaxRequestBytes))
+	zw.Close()
+	b := bomb.Bytes()
+	b[len(b)-8] ^= 0xff // the CRC-32 of the trailer
+	for _, ct := range []string{"application/json", "application/proto"} {
+		t.Run(ct, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodPost, getCapacityPath, bytes.NewReader(b))
+			req.Header.Set("Content-Type", ct)
+			req.Header.Set("Content-Encoding", "gzip")
+			rec := httptest.NewRecorder()
+			NewHandler(laterServer(t, testConfig(100))).ServeHTTP(rec, req)
+			if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "larger than") {
+				t.Errorf("%d-byte bomb: answer %d %s, want 400 request too large", len(b), rec.Code, rec.Body)
+			}
+		})
+	}
+}
+
+// TestWireOversized: an oversized body gets a size error, not the code of
+// a full server: 413 at once when its length is known, InvalidArgument
+// naming the bound otherwise (also over gRPC).
+func TestWireOversized(t *testing.T) {
+	_, addr := warmWireServer(t, 100)
+	big := bytes.Repeat([]byte(" "), 2*MaxRequestBytes)
+	resp, err := http.Post("http://"+addr+getCapacityPath, "application/json", bytes.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "larger than") {
+		t.Errorf("with a length: %d %s, want 413", resp.StatusCode, body)
+	}
+	// No length: the body is streamed (chunked).
+	resp, err = http.Post("http://"+addr+getCapacityPath, "application/json", io.MultiReader(bytes.NewReader(big)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "larger than") {
+		t.Errorf("streamed: %d %s, want 400 request too large", resp.StatusCode, body)
+	}
+	// gRPC, through the transport: the id is far too long, and so is the
+	// request.
+	tr := NewHTTPTransport(h2cClient(), connect.WithGRPC())
+	_, err = tr.GetCapacity(context.Background(), addr, &Request{Client: strings.Repeat("x", 2*MaxRequestBytes), Resources: []ResourceRequest{{Resource: "r", Wants: 1}}})
+	if !(errors.Is(err, throttle.ErrInvalid) && strings.Contains(err.Error(), "larger than")) {
+		t.Errorf("gRPC: %v, want a request too large", err)
+	}
+}

@@ -1,0 +1,6 @@
+//go:build !unix
+
+package main
+
+// openFileLimit returns 0: unknown.
+func openFileLimit() int { return 0 }
