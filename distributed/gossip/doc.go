@@ -102,9 +102,9 @@
 // again, until the peer's report of the key, or its whole round, arrives.
 // If the nodes disagree on the last round (reports lost, so that a peer
 // is unheard for more than a round), shares may add up to more than one
-// and the bound degrades, at worst to N x burst; such a peer is assumed to
-// have kept spending at its recent hit rate, which removes most of that
-// error once a key has a history. Measured (capdelay_test.go: a fresh key
+// and the bound degrades, at worst to the bound without the cap; such a
+// peer is assumed to have kept spending at its recent hit rate, which
+// removes most of that error once a key has a history. Measured (capdelay_test.go: a fresh key
 // flooded on every node, 50/s, burst 100, 1 s interval): peak burst 100
 // with 4 and 8 nodes and reports delayed 10 ms, and with 4 nodes and 100
 // ms (before pending peers were set aside: 123, 144 and 478). A flood on 1
