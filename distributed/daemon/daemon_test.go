@@ -521,6 +521,17 @@ func TestClusterOverUDP(t *testing.T) {
 	}
 	defer c2.Close()
 	cl[2] = c2
+	// Introductions: the restarted daemon's hellos reach the survivors;
+	// their datagrams of this round still name its previous life, which
+	// it refuses (identity only moves forward).
+	before := []uint64{srv[0].Stats().Gossip.PacketsReceived, srv[1].Stats().Gossip.PacketsReceived}
+	clk.Advance(time.Second)
+	for _, s := range srv {
+		s.Node().Tick()
+	}
+	eventually(t, func() bool {
+		return srv[0].Stats().Gossip.PacketsReceived >= before[0]+2 && srv[1].Stats().Gossip.PacketsReceived >= before[1]+2 // from each other and from it
+	})
 	// The restarted daemon's buckets are fresh; the next rounds send it
 	// the survivors' bucket levels, so it refuses alice again.
 	round()

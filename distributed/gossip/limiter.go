@@ -36,9 +36,16 @@ type Limiter struct {
 	burst  int
 	bucket *gcra.Config // every key's bucket; each entry holds its key's state
 	table  table
+	dirty  dirty // entries changed since the last round took them
 	retain int64 // rounds an idle counter is kept (and sent in full dumps)
+
 	demand int64 // with the spend cap, the most demand a round counts (see demandRounds)
 	closed atomic.Bool
+
+	histMu   sync.Mutex // guards the fields below (Tick's)
+	hist     []changes  // the entries each of the latest rounds took from dirty, oldest first
+	histFrom int64      // hist holds every entry whose counters changed in this round or later
+	sweep    int        // the slot of the table the next expiry sweep starts at
 }
 
 // NewLimiter returns a limiter of buckets of burst tokens refilled at
@@ -58,6 +65,8 @@ func (n *Node) NewLimiter(name string, rate throttle.Rate, burst int) (*Limiter,
 	l := &Limiter{node: n, name: name, rate: rate, burst: burst, bucket: bucket, retain: retain}
 	l.demand = demandCeiling(rate, burst, n.interval)
 	l.table.init(n.settings.MaxKeys)
+	l.dirty.init()
+	l.histFrom = math.MinInt64
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -149,13 +158,13 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 	e, key := l.entry(asked, false)
 	now := l.node.clk.Now() // the decision's one clock reading
 	t := l.node.tick.Load()
-	e.touch(now, t)
+	e.touch(now, t, &l.dirty)
 	if u := e.full.Load(); n == 1 && now < u {
 		limiterkit.Fill(d, false, int64(l.burst), 0, u-now, untilFull(now, e.tat()))
 		e.ask(1, e.unmetMax.Load())
 		if !l.table.kept(key, e) {
 			e, _ = l.entry(key, true)
-			e.touch(now, t)
+			e.touch(now, t, &l.dirty)
 			e.unmet.Add(1)
 			e.unpin()
 		}
@@ -224,7 +233,7 @@ func (l *Limiter) lock(e *entry, asked, key string, now, t int64) (*entry, strin
 			continue
 		}
 		e, key = l.entry(asked, false)
-		e.touch(now, t)
+		e.touch(now, t, &l.dirty)
 	}
 }
 
@@ -253,7 +262,7 @@ func (l *Limiter) allow(d *throttle.Decision, key string, n int) error {
 	e, key := l.entry(key, false)
 	now := l.node.clk.Now() // the decision's one clock reading
 	t := l.node.tick.Load()
-	e.touch(now, t)
+	e.touch(now, t, &l.dirty)
 	if err := l.bucket.Decide(d, &e.bucket, now, n); err != nil || !d.Allowed {
 		return err
 	}
@@ -262,7 +271,7 @@ func (l *Limiter) allow(d *throttle.Decision, key string, n int) error {
 		// The units were taken from a bucket dropped meanwhile (a full
 		// one, but for them): take them from the key's new bucket.
 		e, _ = l.entry(key, true)
-		e.touch(now, t)
+		e.touch(now, t, &l.dirty)
 		e.bucket.Debit(now, l.bucket.Cost(int64(n)))
 		e.hits.Add(int64(n))
 		e.unpin()
@@ -716,20 +725,110 @@ func (l *Limiter) levels(r int64, peer string, inc uint64) [][]byte {
 // acknowledged (minAck), whose peer records are gone and whose bucket is
 // full: records are kept until their sender can no longer resend them,
 // and a bucket below full (peers' debits may leave it in debt for longer
-// than the retention) until it has refilled.
+// than the retention) until it has refilled. A round sweeps 1/expireRounds
+// of the table, so that its work does not grow with every key held: an
+// idle entry goes up to expireRounds rounds after it could.
 func (l *Limiter) expire(r, minAck int64) {
 	now := l.node.clk.Now()
 	idle := func(e *entry) bool {
 		ch := e.changed.Load()
 		return ch < r-l.retain && ch < minAck && e.tat() <= now
 	}
-	l.table.each(func(key string, e *entry) {
-		if idle(e) && e.pruneRemote(r-l.retain) {
+	l.histMu.Lock()
+	from := l.sweep
+	l.histMu.Unlock()
+	next := l.table.sweep(from, expireRounds, func(key string, e *entry) {
+		// A peer's record is kept for a sweep longer than its counter
+		// could be idle and still be sent (the peer's own sweep may keep
+		// it that much longer): a record dropped while its counter lives
+		// on would have that counter's hits charged again.
+		if idle(e) && e.pruneRemote(r-l.retain-expireRounds) {
 			// A decision or report may have come and gone between the
 			// look and the drop: look again once no new one can pin e.
 			l.table.drop(key, e, func() bool { return idle(e) && e.noRemote() })
 		}
 	})
+	l.histMu.Lock()
+	l.sweep = next
+	l.histMu.Unlock()
+}
+
+// expireRounds is how many rounds an expiry sweep of the whole table
+// takes.
+const expireRounds = 8
+
+// changes is what one round took from a limiter's dirty entries.
+type changes struct {
+	round int64
+	es    []*entry
+}
+
+// histRounds is how many rounds of changes beyond Config.Resend a limiter
+// keeps, for peers that acknowledged a round or two late: a peer further
+// behind gets its reports from a scan of the whole table.
+const histRounds = 4
+
+// rotate takes the entries changed since the last round, prev, at the
+// start of round r, and keeps them with those of the latest rounds. An
+// entry added with a round older than prev (by a decision that read the
+// round just before it moved on) is moved forward to prev, so that a peer
+// that acknowledged everything before prev still gets it.
+func (l *Limiter) rotate(r, prev int64) {
+	es := l.dirty.take(nil)
+	for _, e := range es {
+		for c := e.changed.Load(); c < prev && !e.changed.CompareAndSwap(c, prev); c = e.changed.Load() {
+		}
+	}
+	l.histMu.Lock()
+	defer l.histMu.Unlock()
+	l.hist = append(l.hist, changes{r, es})
+	keep := r - int64(l.node.cfg.Resend) - histRounds
+	k := 0
+	for k < len(l.hist) && l.hist[k].round < keep {
+		l.histFrom = l.hist[k].round + 1
+		k++
+	}
+	l.hist = append(l.hist[:0], l.hist[k:]...)
+}
+
+// changedSince returns the entries (not dropped) whose counters changed
+// in round ch or later, and true; or false if the rounds kept do not go
+// back that far.
+func (l *Limiter) changedSince(ch int64) ([]*entry, bool) {
+	l.histMu.Lock()
+	defer l.histMu.Unlock()
+	if ch < l.histFrom {
+		return nil, false
+	}
+	var out []*entry
+	var seen map[*entry]struct{}
+	lists := 0
+	for _, h := range l.hist {
+		if h.round >= ch {
+			lists++
+		}
+	}
+	if lists > 1 {
+		seen = map[*entry]struct{}{}
+	}
+	for _, h := range l.hist {
+		if h.round < ch {
+			continue
+		}
+		for _, e := range h.es {
+			if e.pin.Load() < 0 || e.changed.Load() < ch {
+				continue // dropped, or changed before ch
+			}
+			if seen != nil {
+				if _, dup := seen[e]; dup {
+					continue
+				}
+				seen[e] = struct{}{}
+			}
+			out = append(out, e)
+		}
+	}
+	return out, true
 }
 
 // allowance returns the most units a node could have admitted for one
@@ -1016,12 +1115,14 @@ func (e *entry) pinned() bool {
 
 // touch notes a decision at now in round t: the counter is born at its
 // first, and changed in t.
-func (e *entry) touch(now, t int64) {
+// The first to move changed forward to t adds e to d, the changes the
+// next round looks at.
+func (e *entry) touch(now, t int64, d *dirty) {
 	if e.born.Load() == 0 {
 		e.born.CompareAndSwap(0, now)
 	}
-	if e.changed.Load() != t {
-		e.changed.Store(t)
+	if c := e.changed.Load(); c < t && e.changed.CompareAndSwap(c, t) {
+		d.add(e)
 	}
 }
 

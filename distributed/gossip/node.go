@@ -457,6 +457,7 @@ func (n *Node) Tick() bool {
 		n.mu.Unlock()
 		return false
 	}
+	prev := n.round
 	n.round = r
 	n.tick.Store(r)
 	type dest struct {
@@ -519,6 +520,9 @@ func (n *Node) Tick() bool {
 	}
 	n.mu.Unlock()
 	slices.SortFunc(lims, func(a, b *Limiter) int { return strings.Compare(a.name, b.name) })
+	for _, l := range lims {
+		l.rotate(r, prev)
+	}
 	order := slices.SortedFunc(maps.Keys(groups), func(a, b group) int {
 		return cmp.Or(a.from.cmp(b.from), cmp.Compare(a.budget, b.budget))
 	})
@@ -575,7 +579,7 @@ func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bo
 	}
 	var ps []pend
 	for i, l := range lims {
-		l.table.each(func(key string, e *entry) {
+		collect := func(key string, e *entry) {
 			ch := e.changed.Load()
 			hits := uint64(e.hits.Load())
 			if (pos{ch, l.name, hits, key}).cmp(from) < 0 || (silent && ch < r-l.retain) {
@@ -584,7 +588,16 @@ func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bo
 			if demand := hits + uint64(e.unmet.Load()); demand > 0 { // hits read first: never more hits than demand
 				ps = append(ps, pend{i, ch, reportEntry{key: key, born: e.born.Load(), hits: hits, demand: demand}})
 			}
-		})
+		}
+		// The entries changed since from, if the limiter kept the
+		// rounds back to it; else the whole table.
+		if es, ok := l.changedSince(from.ch); ok {
+			for _, e := range es {
+				collect(e.key, e)
+			}
+		} else {
+			l.table.each(collect)
+		}
 	}
 	slices.SortFunc(ps, func(a, b pend) int { // lims are sorted by name
 		return cmp.Or(cmp.Compare(a.ch, b.ch), cmp.Compare(a.l, b.l), cmp.Compare(b.e.hits, a.e.hits), strings.Compare(a.e.key, b.e.key))

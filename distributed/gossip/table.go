@@ -142,3 +142,23 @@ func (t *table) each(f func(string, *entry)) {
 		}
 	}
 }
+
+// sweep calls f for the live entries of 1/parts of the slots, starting at
+// slot from, and returns the slot the next sweep starts at.
+func (t *table) sweep(from, parts int, f func(string, *entry)) int {
+	s := t.slots.Load()
+	n := (len(s.s) + parts - 1) / parts
+	if from >= len(s.s) {
+		from = 0 // the table was rebuilt smaller meanwhile
+	}
+	end := min(from+n, len(s.s))
+	for i := from; i < end; i++ {
+		if e := s.s[i].Load(); e != nil && e != tombstone {
+			f(e.key, e)
+		}
+	}
+	if end == len(s.s) {
+		return 0
+	}
+	return end
+}
