@@ -253,9 +253,9 @@ func (ta *testApp) call(t *testing.T, method, body string, out any) int {
 // eventually polls cond every 10ms for up to 5s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+	for deadline := time.Now().Add(30 * time.Second); !cond(); {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
+			t.Fatalf("not within 30s: %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
