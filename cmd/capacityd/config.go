@@ -34,9 +34,9 @@ type fileConfig struct {
 	// API addresses of the parent level's replicas, from which it leases
 	// the capacity it divides (capacity.WithParent).
 	Parent []string `json:"parent,omitempty"`
-	// DecreaseGrace is how long a lowered lease still counts at its old
-	// size (capacity.WithDecreaseGrace, default 1s). A parent's must be at
-	// least its children's lease length.
+	// DecreaseGrace is accepted for compatibility and has no effect: a
+	// lowered lease counts at its old size until the client confirms the
+	// lower one or the old lease expires (capacity.WithDecreaseGrace).
 	DecreaseGrace string `json:"decrease_grace,omitempty"`
 	// Auth secures the API port with TLS and client authentication;
 	// without it anyone who reaches the port can act as any client.

@@ -146,7 +146,7 @@ func newConfig(l throttle.Limiter, defaultKey KeyFunc, opts []Option) config {
 	return c
 }
 
-// WithKey sets how a call's key is found. Default: PeerAddress on the
+// WithKey sets how a call's key is found. Default: ClientIP() on the
 // server, Method on the client.
 func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
