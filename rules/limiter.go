@@ -115,9 +115,9 @@ func WithReloadHook(f func(error)) Option { return func(c *config) { c.onReload 
 
 // Limiter routes each key to the limit its rules give it. Allow and
 // Reserve are safe for concurrent use with each other and with Update,
-// Reload, Watch and Close; routing a key to its limit takes no lock and
-// allocates nothing, and tries only the patterns that could match the key
-// (they are indexed by their literal head or tail). The zero value is not
+// Reload, Watch, Refresh, Follow and Close; routing a key to its limit
+// takes no lock and allocates nothing, and tries only the patterns that
+// could match the key (they are indexed by their literal head or tail). The zero value is not
 // usable: its methods fail with an error wrapping throttle.ErrInvalid.
 //
 // For a key, in order: the deny list refuses it (an error wrapping

@@ -112,7 +112,9 @@ func (l *Limiter) Version() string {
 // build, is rejected: the rules in force stay, the error is returned and
 // reported to WithReloadHook and WithObserver (a version already rejected
 // is not reported again). A success is reported to WithReloadHook with a
-// nil error. Decisions never wait for a fetch.
+// nil error. Decisions never wait for a fetch. Refreshes running at once
+// put their documents in force in the order their fetches end: follow a
+// source from one goroutine (Follow).
 func (l *Limiter) Refresh(ctx context.Context, src Source, timeout time.Duration) error {
 	d, err := fetch(ctx, src, timeout)
 	return l.take(d, err)

@@ -42,3 +42,27 @@ func ExampleHTTPSource() {
 	fmt.Println("version", l.Version(), "burst", q.Limit)
 	// Output: version "v1" burst 20
 }
+
+// A file replaced atomically by a deployment tool, as a Source: Refresh
+// reloads it when its content changed.
+func ExampleFileSource() {
+	dir, _ := os.MkdirTemp("", "rules")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "rules.json")
+	os.WriteFile(path, []byte(`{"default": {"rate": "10/s", "burst": 20}}`), 0o600)
+
+	src := rules.FileSource(path)
+	l, err := rules.OpenSource(context.Background(), src, 0)
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	os.WriteFile(path+".new", []byte(`{"default": {"rate": "10/s", "burst": 50}}`), 0o600)
+	os.Rename(path+".new", path)
+	if err := l.Refresh(context.Background(), src, time.Second); err != nil {
+		panic(err)
+	}
+	q, _, _ := l.KeyQuota("alice")
+	fmt.Println("burst", q.Limit)
+	// Output: burst 50
+}

@@ -33,3 +33,13 @@ func ExampleNew() {
 	go l.Follow(ctx, src, 0)
 	// Use l as any throttle.Limiter.
 }
+
+// A shorter pause before the watch is set up again after etcd failed it.
+func ExampleWithRetry() {
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://127.0.0.1:2379"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	_ = rulesetcd.New(client, "/config/rules", rulesetcd.WithRetry(200*time.Millisecond))
+}
