@@ -34,12 +34,14 @@ func ExampleNew() {
 	// Use l as any throttle.Limiter.
 }
 
-// A shorter pause before the watch is set up again after etcd failed it.
-func ExampleWithRetry() {
+// An outage noticed within 2s (a Get every 2s while nothing changes),
+// and the watch set up again 500ms after etcd failed it.
+func ExampleWithCheckInterval() {
 	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://127.0.0.1:2379"}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	_ = rulesetcd.New(client, "/config/rules", rulesetcd.WithRetry(200*time.Millisecond))
+	_ = rulesetcd.New(client, "/config/rules",
+		rulesetcd.WithCheckInterval(2*time.Second), rulesetcd.WithRetry(500*time.Millisecond))
 }

@@ -32,6 +32,7 @@ type Source struct {
 	client *clientv3.Client
 	key    string
 	retry  time.Duration
+	check  time.Duration
 }
 
 // Option configures New.
@@ -48,10 +49,22 @@ func WithRetry(d time.Duration) Option {
 	}
 }
 
+// WithCheckInterval sets how often Watch, while nothing changes, checks
+// that etcd still answers (a watch alone does not notice that etcd is
+// gone: the client waits for it), so that an outage is reported to the
+// Limiter; the default is 10s, and d <= 0 keeps it.
+func WithCheckInterval(d time.Duration) Option {
+	return func(s *Source) {
+		if d > 0 {
+			s.check = d
+		}
+	}
+}
+
 // New returns the document at key, read with client (which the caller
 // keeps and closes).
 func New(client *clientv3.Client, key string, opts ...Option) *Source {
-	s := &Source{client: client, key: key, retry: time.Second}
+	s := &Source{client: client, key: key, retry: time.Second, check: 10 * time.Second}
 	for _, o := range opts {
 		o(s)
 	}
@@ -91,7 +104,9 @@ func doc(data []byte, rev int64) rules.Document {
 // Watch calls f with the key's document, then with each change of it
 // (a deletion is an error), until ctx is done; it returns ctx's error.
 // When etcd cannot be read or ends the watch, f is told and Watch tries
-// again after the retry interval.
+// again after the retry interval; while etcd does not answer the checks
+// (see WithCheckInterval), f is told at each one, and the watch catches
+// up from the last revision it saw once etcd is back.
 func (s *Source) Watch(ctx context.Context, f func(rules.Document, error)) error {
 	for {
 		if err := s.watchOnce(ctx, f); ctx.Err() == nil {
@@ -108,26 +123,43 @@ func (s *Source) Watch(ctx context.Context, f func(rules.Document, error)) error
 // watchOnce reads the key, then follows it from the revision read until
 // the watch fails.
 func (s *Source) watchOnce(ctx context.Context, f func(rules.Document, error)) error {
-	gctx, cancel := context.WithTimeout(ctx, s.retry)
-	d, rev, err := s.get(gctx)
-	cancel()
+	d, rev, err := s.getWithin(ctx)
 	if rev == 0 {
 		return err
 	}
 	f(d, err)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for wr := range s.client.Watch(clientv3.WithRequireLeader(wctx), s.key, clientv3.WithRev(rev+1)) {
-		if err := wr.Err(); err != nil {
-			return fmt.Errorf("rulesetcd: watch %q: %w: %w", s.key, throttle.ErrUnavailable, err)
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				f(rules.Document{}, s.missing())
-			} else {
-				f(doc(ev.Kv.Value, ev.Kv.ModRevision), nil)
+	ch := s.client.Watch(clientv3.WithRequireLeader(wctx), s.key, clientv3.WithRev(rev+1))
+	tick := time.NewTicker(s.check)
+	defer tick.Stop()
+	for {
+		select {
+		case wr, ok := <-ch:
+			if !ok {
+				return fmt.Errorf("rulesetcd: watch %q: %w: the watch ended", s.key, throttle.ErrUnavailable)
+			}
+			if err := wr.Err(); err != nil {
+				return fmt.Errorf("rulesetcd: watch %q: %w: %w", s.key, throttle.ErrUnavailable, err)
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					f(rules.Document{}, s.missing())
+				} else {
+					f(doc(ev.Kv.Value, ev.Kv.ModRevision), nil)
+				}
+			}
+		case <-tick.C:
+			if _, rev, err := s.getWithin(ctx); rev == 0 && ctx.Err() == nil {
+				f(rules.Document{}, err) // the watch waits for etcd; say it is gone
 			}
 		}
 	}
-	return fmt.Errorf("rulesetcd: watch %q: %w: the watch ended", s.key, throttle.ErrUnavailable)
+}
+
+// getWithin is get with the retry interval as its deadline.
+func (s *Source) getWithin(ctx context.Context) (rules.Document, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.retry)
+	defer cancel()
+	return s.get(ctx)
 }

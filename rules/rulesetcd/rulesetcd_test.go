@@ -76,7 +76,7 @@ func TestFollowKey(t *testing.T) {
 	c := newClient(t, srv.Endpoints[0])
 	put(t, c, bucketDoc(10))
 	cache := filepath.Join(t.TempDir(), "rules.json")
-	src := rules.Cached(New(c, key, WithRetry(200*time.Millisecond)), cache)
+	src := rules.Cached(New(c, key, WithRetry(200*time.Millisecond), WithCheckInterval(100*time.Millisecond)), cache)
 	r := make(reloads, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -115,6 +115,9 @@ func TestFollowKey(t *testing.T) {
 	}
 
 	srv.Kill()
+	if err := r.next(t); !errors.Is(err, throttle.ErrUnavailable) {
+		t.Fatalf("with etcd killed: %v, want the outage reported", err)
+	}
 	if _, err := l.Allow(ctx, "other", 1); err != nil || burst(l) != 6 {
 		t.Fatalf("with etcd killed: %v, burst %d", err, burst(l))
 	}
