@@ -62,4 +62,23 @@
 // has used is kept; a limit that changes form or window length, a window
 // limit raised past its limiter's Capacity, or a limiter without those
 // methods, is rebuilt empty.
+//
+// # Sources
+//
+// A Source delivers the document from elsewhere than a local file: a
+// config service (HTTPSource: a conditional GET with If-None-Match, so an
+// unchanged document costs a 304, and a bounded body) or a key of a store
+// (the rulesetcd module watches an etcd key). OpenSource starts a Limiter
+// on its document; Refresh fetches it once, Follow keeps following it
+// (polling every interval, or as a Watcher delivers changes). Each
+// Document has a Version (an ETag, a revision, a Hash); an unchanged
+// Version is not reloaded, and Limiter.Version names the one in force. A
+// failed fetch (an error wrapping throttle.ErrUnavailable) or a document
+// the strict parser refuses (throttle.ErrInvalid) is rejected like a bad
+// file: the rules in force stay, and the outcome goes to WithReloadHook
+// and WithObserver. Fetches run outside the decision path: a hanging
+// service delays only the fetch, which the timeout given to Refresh ends.
+//
+// Cached(src, path) keeps the last document that parsed in a file and,
+// when the service is down at start-up, starts from it.
 package rules

@@ -107,15 +107,17 @@ func WithObserver(name string, o throttle.Observer) Option {
 }
 
 // WithReloadHook calls f after each reload from the file (Reload and
-// Watch) with its outcome: nil when the new rules are in force, else why
-// they were rejected (the old rules stay).
+// Watch) or a Source (Refresh and Follow) with its outcome: nil when the
+// new rules are in force (Limiter.Version names them), else why they were
+// rejected (the old rules stay). f is called with the Limiter's reload
+// lock held: it must not call Update, Reload or Refresh.
 func WithReloadHook(f func(error)) Option { return func(c *config) { c.onReload = f } }
 
 // Limiter routes each key to the limit its rules give it. Allow and
 // Reserve are safe for concurrent use with each other and with Update,
-// Reload, Watch and Close; routing a key to its limit takes no lock and
-// allocates nothing, and tries only the patterns that could match the key
-// (they are indexed by their literal head or tail). The zero value is not
+// Reload, Watch, Refresh, Follow and Close; routing a key to its limit
+// takes no lock and allocates nothing, and tries only the patterns that
+// could match the key (they are indexed by their literal head or tail). The zero value is not
 // usable: its methods fail with an error wrapping throttle.ErrInvalid.
 //
 // For a key, in order: the deny list refuses it (an error wrapping
@@ -137,9 +139,11 @@ type Limiter struct {
 	cfg config
 	set limiterkit.Settings
 
-	mu   sync.Mutex // serializes changes; never taken to decide
-	live map[string]*live
-	file fileState
+	mu      sync.Mutex // serializes changes; never taken to decide
+	live    map[string]*live
+	file    fileState
+	version atomic.Pointer[string] // of the document in force
+	refused string                 // the version last rejected by take
 }
 
 // live is one limit's limiter across reloads.
@@ -224,7 +228,11 @@ func (l *Limiter) Update(c *Config) error {
 	if t := l.cur.Load(); t != nil && t.closed {
 		return errClosed
 	}
-	return l.apply(c)
+	if err := l.apply(c); err != nil {
+		return err
+	}
+	l.version.Store(nil)
+	return nil
 }
 
 // change is one limit adjusted in place, kept to undo it.

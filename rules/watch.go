@@ -49,6 +49,8 @@ func Open(path string, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l.file = fileState{path: path, seen: data}
+	v := Hash(data)
+	l.version.Store(&v)
 	return l, nil
 }
 
@@ -64,7 +66,7 @@ func (l *Limiter) Reload() error {
 	}
 	data, err := readFile(l.file.path)
 	if err != nil {
-		return l.reject(err)
+		return l.reject(l.file.path, err)
 	}
 	return l.use(data)
 }
@@ -88,15 +90,18 @@ func (l *Limiter) use(data []byte) error {
 		err = l.apply(c)
 	}
 	if err != nil {
-		return l.reject(err)
+		return l.reject(l.file.path, err)
 	}
+	v := Hash(data)
+	l.version.Store(&v)
 	l.report(nil)
 	return nil
 }
 
-// reject reports that the file was not put in force, and returns why.
-func (l *Limiter) reject(err error) error {
-	err = fmt.Errorf("%s: rejected, the previous rules stay in force: %w", l.file.path, err)
+// reject reports that what is named by what was not put in force, and
+// returns why.
+func (l *Limiter) reject(what string, err error) error {
+	err = fmt.Errorf("%s: rejected, the previous rules stay in force: %w", what, err)
 	if o := l.cfg.observer; o != nil {
 		o.Observe(throttle.Event{Kind: throttle.EventWarning, Limiter: l.cfg.name, Err: err})
 	}
@@ -120,7 +125,7 @@ func (l *Limiter) poll() {
 	if err != nil {
 		l.file.pending, l.file.waiting = nil, false
 		if l.file.failed {
-			_ = l.reject(err)
+			_ = l.reject(l.file.path, err)
 		}
 		l.file.failed = true
 		return
@@ -157,6 +162,17 @@ func (l *Limiter) Watch(ctx context.Context, interval time.Duration) error {
 	if err != nil {
 		return err
 	}
+	return l.every(ctx, interval, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if !l.isClosed() {
+			l.poll()
+		}
+	})
+}
+
+// every calls f every interval until ctx is done or l is closed.
+func (l *Limiter) every(ctx context.Context, interval time.Duration, f func()) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -164,13 +180,10 @@ func (l *Limiter) Watch(ctx context.Context, interval time.Duration) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
-			l.mu.Lock()
-			if t := l.cur.Load(); t != nil && t.closed {
-				l.mu.Unlock()
+			if l.isClosed() {
 				return errClosed
 			}
-			l.poll()
-			l.mu.Unlock()
+			f()
 		}
 	}
 }

@@ -14,6 +14,19 @@
 //	throttle_fallbacks_total{limiter, outcome}  calls a failure policy decided, "allowed" or "denied"
 //	throttle_breaker_open{limiter}              1 while the circuit breaker is open, else 0
 //	throttle_warnings_total{limiter}            conditions an operator should see
+//	throttle_errors_total{limiter, class}       failures by class (below)
+//	throttle_backend_latency_seconds{limiter}   round trips of backends that measure them
+//
+// An error's class tells the callers' mistakes from the backend's
+// failures: "client" for an error wrapping throttle.ErrInvalid or
+// ErrExceedsLimit (retrying cannot help), "backend" for
+// throttle.ErrUnavailable, "other" for the rest (a closed limiter, a
+// cancelled context). It counts failed calls (outcome "error") and the
+// backend failures a failure policy decided (fallbacks). The latency
+// histogram gets the Event.Latency of each call a backend measured (a
+// non-zero Latency; an EventLimit's, a window's mean, is not a call's);
+// its buckets run from 100µs to 2.5s unless WithLatencyBuckets says
+// otherwise.
 //
 // Labels are the limiter's name and the outcome only: never the key, so
 // the number of series stays that of the limiters. A call refused by a
@@ -37,6 +50,16 @@ type Option func(*config)
 type config struct {
 	namespace   string
 	constLabels prometheus.Labels
+	buckets     []float64
+}
+
+// defaultBuckets are backend round trips in seconds, 100µs to 2.5s.
+var defaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+
+// WithLatencyBuckets sets the upper bounds, in seconds, of the backend
+// latency histogram's buckets (see prometheus.HistogramOpts).
+func WithLatencyBuckets(b ...float64) Option {
+	return func(c *config) { c.buckets = append([]float64(nil), b...) }
 }
 
 // WithNamespace prefixes the metric names with ns instead of "throttle".
@@ -54,19 +77,23 @@ type Observer struct {
 	fallbacks *prometheus.CounterVec
 	breaker   *prometheus.GaugeVec
 	warnings  *prometheus.CounterVec
+	errs      *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
 
 	byName *obskit.Cache[*series]
 }
 
 // series are one limiter's metrics, resolved once.
 type series struct {
-	count   [obskit.NumOutcomes]prometheus.Counter // nil for the breaker outcomes
+	count   [obskit.NumOutcomes]prometheus.Counter     // nil for the breaker outcomes
+	class   [obskit.NumErrorClasses]prometheus.Counter // nil for NoError
 	breaker prometheus.Gauge
+	latency prometheus.Observer
 }
 
 // New returns an Observer; register it with a prometheus.Registerer.
 func New(opts ...Option) *Observer {
-	c := config{namespace: "throttle"}
+	c := config{namespace: "throttle", buckets: defaultBuckets}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -82,7 +109,13 @@ func New(opts ...Option) *Observer {
 			"1 while the limiter's circuit breaker is open, else 0.")), []string{"limiter"}),
 		warnings: prometheus.NewCounterVec(prometheus.CounterOpts(opt("warnings_total",
 			"Conditions an operator should see (an unsafe backend, a rejected reload).")), []string{"limiter"}),
+		errs: prometheus.NewCounterVec(prometheus.CounterOpts(opt("errors_total",
+			"Failed calls and backend failures a failure policy decided, by class: client, backend or other.")),
+			[]string{"limiter", "class"}),
 	}
+	lat := opt("backend_latency_seconds", "Round trips to the limiter's backend, where it measures them.")
+	o.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: lat.Namespace, Name: lat.Name,
+		Help: lat.Help, ConstLabels: lat.ConstLabels, Buckets: c.buckets}, []string{"limiter"})
 	o.byName = obskit.NewCache(func(name string) *series {
 		s := &series{breaker: o.breaker.WithLabelValues(name)}
 		s.count[obskit.Allowed] = o.decisions.WithLabelValues(name, "allowed")
@@ -91,6 +124,10 @@ func New(opts ...Option) *Observer {
 		s.count[obskit.FallbackAllowed] = o.fallbacks.WithLabelValues(name, "allowed")
 		s.count[obskit.FallbackDenied] = o.fallbacks.WithLabelValues(name, "denied")
 		s.count[obskit.Warning] = o.warnings.WithLabelValues(name)
+		s.class[obskit.ClientError] = o.errs.WithLabelValues(name, "client")
+		s.class[obskit.BackendError] = o.errs.WithLabelValues(name, "backend")
+		s.class[obskit.OtherError] = o.errs.WithLabelValues(name, "other")
+		s.latency = o.latency.WithLabelValues(name)
 		return s
 	})
 	return o
@@ -105,8 +142,16 @@ func (o *Observer) Observe(e throttle.Event) {
 		s.breaker.Set(1)
 	case obskit.BreakerClosed:
 		s.breaker.Set(0)
+	case obskit.Errored, obskit.FallbackAllowed, obskit.FallbackDenied:
+		s.count[out].Inc()
+		if c := obskit.ClassOf(e); c != obskit.NoError {
+			s.class[c].Inc()
+		}
 	default:
 		s.count[out].Inc()
+	}
+	if e.Latency > 0 && e.Kind != throttle.EventLimit { // EventLimit's is a window's mean
+		s.latency.Observe(e.Latency.Seconds())
 	}
 }
 
@@ -116,6 +161,8 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.fallbacks.Describe(ch)
 	o.breaker.Describe(ch)
 	o.warnings.Describe(ch)
+	o.errs.Describe(ch)
+	o.latency.Describe(ch)
 }
 
 // Collect sends the current values.
@@ -124,4 +171,6 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.fallbacks.Collect(ch)
 	o.breaker.Collect(ch)
 	o.warnings.Collect(ch)
+	o.errs.Collect(ch)
+	o.latency.Collect(ch)
 }

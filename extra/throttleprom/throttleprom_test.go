@@ -3,6 +3,7 @@ package throttleprom_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -87,17 +88,60 @@ throttle_breaker_open{limiter="rules",service="api"} 0
 	if strings.Contains(string(body), "user-secret-key") {
 		t.Error("a key leaked into a label")
 	}
-	if n := testutil.CollectAndCount(obs); n != 3*3+3*2+3+3 {
-		t.Errorf("%d series, want 21 (7 per limiter)", n)
+	if n := testutil.CollectAndCount(obs); n != 3*3+3*2+3+3+3*3+3 {
+		t.Errorf("%d series, want 33 (11 per limiter)", n)
+	}
+}
+
+// Failures are split into the callers' mistakes and the backend's
+// failures; measured round trips go to the latency histogram.
+func TestErrorClassesAndLatency(t *testing.T) {
+	obs := throttleprom.New(throttleprom.WithLatencyBuckets(0.001, 0.01))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(obs)
+	wrap := func(err error) error { return fmt.Errorf("redis: %w", err) }
+	for _, e := range []throttle.Event{
+		{Kind: throttle.EventError, Err: wrap(throttle.ErrInvalid), Latency: 500 * time.Microsecond},
+		{Kind: throttle.EventError, Err: wrap(throttle.ErrExceedsLimit)},
+		{Kind: throttle.EventError, Err: wrap(throttle.ErrUnavailable), Latency: 5 * time.Millisecond},
+		{Kind: throttle.EventFallback, Err: wrap(throttle.ErrUnavailable), Latency: 50 * time.Millisecond},
+		{Kind: throttle.EventError, Err: wrap(throttle.ErrClosed)},
+		{Kind: throttle.EventError, Err: wrap(throttle.ErrDenied)},
+		{Kind: throttle.EventDecision, Decision: throttle.Decision{Allowed: true}, Latency: 700 * time.Microsecond},
+		{Kind: throttle.EventLimit, Latency: time.Second}, // a window's mean, not a call
+	} {
+		e.Limiter = "redis"
+		obs.Observe(e)
+	}
+	want := `
+# HELP throttle_errors_total Failed calls and backend failures a failure policy decided, by class: client, backend or other.
+# TYPE throttle_errors_total counter
+throttle_errors_total{class="backend",limiter="redis"} 2
+throttle_errors_total{class="client",limiter="redis"} 2
+throttle_errors_total{class="other",limiter="redis"} 1
+# HELP throttle_backend_latency_seconds Round trips to the limiter's backend, where it measures them.
+# TYPE throttle_backend_latency_seconds histogram
+throttle_backend_latency_seconds_bucket{limiter="redis",le="0.001"} 2
+throttle_backend_latency_seconds_bucket{limiter="redis",le="0.01"} 3
+throttle_backend_latency_seconds_bucket{limiter="redis",le="+Inf"} 4
+throttle_backend_latency_seconds_sum{limiter="redis"} 0.0562
+throttle_backend_latency_seconds_count{limiter="redis"} 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "throttle_errors_total", "throttle_backend_latency_seconds"); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func TestObserveAllocs(t *testing.T) {
 	obs := throttleprom.New()
-	e := throttle.Event{Kind: throttle.EventDecision, Limiter: "api", Key: "k", N: 1, Decision: throttle.Decision{Allowed: true}}
-	obs.Observe(e)
-	if n := testing.AllocsPerRun(1000, func() { obs.Observe(e) }); n != 0 {
-		t.Fatalf("Observe: %v allocs", n)
+	for _, e := range []throttle.Event{
+		{Kind: throttle.EventDecision, Limiter: "api", Key: "k", N: 1, Decision: throttle.Decision{Allowed: true}},
+		{Kind: throttle.EventError, Limiter: "api", Key: "k", N: 1, Err: throttle.ErrUnavailable, Latency: time.Millisecond},
+	} {
+		obs.Observe(e)
+		if n := testing.AllocsPerRun(1000, func() { obs.Observe(e) }); n != 0 {
+			t.Fatalf("Observe(%v): %v allocs", e.Kind, n)
+		}
 	}
 }
 

@@ -58,6 +58,36 @@ func Of(e throttle.Event) Outcome {
 	return None
 }
 
+// ErrorClass is what a failure counts as, for a dashboard to tell the
+// callers' mistakes from the backend's failures.
+type ErrorClass uint8
+
+// Error classes.
+const (
+	NoError      ErrorClass = iota // not a failure (or a deny list: Denied)
+	ClientError                    // throttle.ErrInvalid or ErrExceedsLimit: the call was wrong
+	BackendError                   // throttle.ErrUnavailable: the backend failed
+	OtherError                     // anything else (a closed limiter, a cancelled context)
+	NumErrorClasses
+)
+
+// ClassOf returns the class of the error of an EventError, or of the
+// backend's error an EventFallback reports; NoError for other Events and
+// for a deny list (an error wrapping throttle.ErrDenied).
+func ClassOf(e throttle.Event) ErrorClass {
+	if e.Err == nil || (e.Kind != throttle.EventError && e.Kind != throttle.EventFallback) ||
+		errors.Is(e.Err, throttle.ErrDenied) {
+		return NoError
+	}
+	switch {
+	case errors.Is(e.Err, throttle.ErrUnavailable):
+		return BackendError
+	case errors.Is(e.Err, throttle.ErrInvalid), errors.Is(e.Err, throttle.ErrExceedsLimit):
+		return ClientError
+	}
+	return OtherError
+}
+
 // Cache maps limiter names to values built once by a func. Get is safe
 // for concurrent use; for a name already seen it takes no lock and does
 // not allocate. Names are few (one per limiter), so the map is copied on

@@ -55,3 +55,24 @@ func TestCache(t *testing.T) {
 		t.Fatalf("Get: %v allocs", n)
 	}
 }
+
+func TestClassOf(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("redis: %w", err) }
+	for _, c := range []struct {
+		e    throttle.Event
+		want obskit.ErrorClass
+	}{
+		{throttle.Event{Kind: throttle.EventDecision}, obskit.NoError},
+		{throttle.Event{Kind: throttle.EventWarning, Err: throttle.ErrUnavailable}, obskit.NoError},
+		{throttle.Event{Kind: throttle.EventError, Err: wrap(throttle.ErrDenied)}, obskit.NoError},
+		{throttle.Event{Kind: throttle.EventError, Err: wrap(throttle.ErrInvalid)}, obskit.ClientError},
+		{throttle.Event{Kind: throttle.EventError, Err: wrap(throttle.ErrExceedsLimit)}, obskit.ClientError},
+		{throttle.Event{Kind: throttle.EventError, Err: wrap(throttle.ErrUnavailable)}, obskit.BackendError},
+		{throttle.Event{Kind: throttle.EventFallback, Err: wrap(throttle.ErrUnavailable)}, obskit.BackendError},
+		{throttle.Event{Kind: throttle.EventError, Err: wrap(throttle.ErrClosed)}, obskit.OtherError},
+	} {
+		if got := obskit.ClassOf(c.e); got != c.want {
+			t.Errorf("ClassOf(%v %v) = %d, want %d", c.e.Kind, c.e.Err, got, c.want)
+		}
+	}
+}
