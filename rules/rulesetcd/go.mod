@@ -3,7 +3,7 @@ module github.com/throttlekit/throttle/rules/rulesetcd
 go 1.25.0
 
 require (
-	github.com/throttlekit/throttle v0.0.0
+	github.com/throttlekit/throttle v0.1.0
 	go.etcd.io/etcd/client/v3 v3.6.14
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.0
