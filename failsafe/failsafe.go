@@ -3,8 +3,8 @@
 // a failure policy that decides the calls the store could not (refuse,
 // admit, or ask a local limiter), a circuit breaker that stops sending to
 // a dead store, and events for each of them through the throttle.Observer
-// hook. The backends of this module use its Breaker; Limiter wraps any
-// other throttle.Limiter in all of it.
+// hook. The backends of this module use its Breaker; New wraps any other
+// throttle.Limiter in all of it.
 //
 //	l, err := failsafe.New(storeLimiter,
 //		failsafe.WithTimeout(50*time.Millisecond),
@@ -29,6 +29,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/internal/deadline"
 )
 
 // Policy decides the requests a store could not.
@@ -121,7 +122,7 @@ type guard struct {
 	observer throttle.Observer
 	clk      clock.Source
 	br       Breaker
-	dl       Deadlines
+	dl       deadline.Shared
 }
 
 // ErrOpen is the store failure of a call the open breaker refused to

@@ -13,6 +13,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/internal/deadline"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -177,7 +178,7 @@ type core struct {
 	observer  throttle.Observer
 	evictSeen atomic.Bool // the eviction policy was checked
 	br        failsafe.Breaker
-	deadlines failsafe.Deadlines
+	deadlines deadline.Shared
 	batch     batcher
 	closed    atomic.Bool
 	closers   []func()
@@ -338,7 +339,7 @@ func (c *core) eval(ctx context.Context, s *luaScript, keys []string, args []any
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	probe, ok := c.br.Allow(failsafe.Mono())
+	probe, ok := c.br.Allow(deadline.Mono())
 	if !ok {
 		return nil, failsafe.ErrOpen
 	}
@@ -429,7 +430,7 @@ func (c *core) failedCall(ctx context.Context, err error, probe bool) error {
 	// Redis did not answer before the earlier of the caller's deadline and
 	// WithTimeout: an outage either way, counted by the breaker and
 	// answered by the failure policy.
-	opened := c.br.Failure(failsafe.Mono(), probe)
+	opened := c.br.Failure(deadline.Mono(), probe)
 	if cerr := ctx.Err(); cerr != nil {
 		err = cerr
 	}
@@ -499,7 +500,7 @@ func (c *core) fail(ctx context.Context, key string, n int, err error) (throttle
 			return d, ferr
 		}
 	default:
-		return throttle.Decision{Limit: c.limit, RetryAfter: c.br.RetryAfter(failsafe.Mono())}, err
+		return throttle.Decision{Limit: c.limit, RetryAfter: c.br.RetryAfter(deadline.Mono())}, err
 	}
 	c.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Decision: d, Err: err})
 	return d, nil

@@ -1,4 +1,4 @@
-package failsafe
+package deadline
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 func TestDeadlines(t *testing.T) { synctest.Test(t, testDeadlines) }
 
 func testDeadlines(t *testing.T) {
-	var d Deadlines
+	var d Shared
 	d.Init(20 * time.Millisecond)
 	start := time.Now()
 	ctx, cancel := d.With(context.Background())

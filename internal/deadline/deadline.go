@@ -1,4 +1,6 @@
-package failsafe
+// Package deadline gives calls to a store a per-call deadline without a
+// timer per call, and the monotonic clock the breakers read.
+package deadline
 
 import (
 	"context"
@@ -7,7 +9,7 @@ import (
 	"time"
 )
 
-// Deadlines gives each call a context that ends after the per-call
+// Shared gives each call a context that ends after the per-call
 // timeout without arming a timer per call: context.WithTimeout costs a
 // timer and a channel per decision, about a tenth of the client's CPU per
 // round trip. Calls whose deadlines fall in the same tick (timeout/8)
@@ -18,7 +20,7 @@ import (
 //
 // It serves only parents that can never be cancelled (Done() == nil, as
 // context.Background); others get context.WithTimeout.
-type Deadlines struct {
+type Shared struct {
 	timeout int64
 	tick    int64
 	mu      sync.Mutex
@@ -32,7 +34,7 @@ type tickEnd struct {
 }
 
 // Init sets the per-call timeout; it must be called before With.
-func (d *Deadlines) Init(timeout time.Duration) {
+func (d *Shared) Init(timeout time.Duration) {
 	d.timeout = int64(timeout)
 	d.tick = max(d.timeout/8, int64(time.Millisecond))
 }
@@ -63,7 +65,7 @@ func (c *callCtx) Err() error {
 
 // With returns ctx bounded by the timeout, and its cancel function (nil
 // when there is nothing to cancel).
-func (d *Deadlines) With(ctx context.Context) (context.Context, context.CancelFunc) {
+func (d *Shared) With(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() != nil {
 		return context.WithTimeout(ctx, time.Duration(d.timeout))
 	}
@@ -77,7 +79,7 @@ func (d *Deadlines) With(ctx context.Context) (context.Context, context.CancelFu
 }
 
 // next installs the tick ending after at.
-func (d *Deadlines) next(at int64) *tickEnd {
+func (d *Shared) next(at int64) *tickEnd {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if t := d.cur.Load(); t != nil && t.end >= at && t.end-d.tick <= at {
