@@ -28,7 +28,8 @@ var (
 // keys, a new key is refused with an error wrapping throttle.ErrInvalid,
 // and the known keys go on as before.
 type Keyed struct {
-	m      sync.Map // key → *Limiter
+	m      sync.Map   // key → *Limiter
+	mu     sync.Mutex // held while a new key is made, so the key count is exact
 	n      atomic.Int64
 	newAlg func() Algorithm
 	cfg    Config
@@ -62,21 +63,24 @@ func (k *Keyed) Limiter(key string) (*Limiter, error) {
 	if err := k.s.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if k.n.Add(1) > int64(k.s.MaxKeys) { // a place for the key, given back if it is not taken
-		k.n.Add(-1)
+	// A new key: made under the lock, so that goroutines racing to make
+	// the same key neither make it twice nor take the place of another.
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if l, ok := k.m.Load(key); ok {
+		return l.(*Limiter), nil
+	}
+	if k.n.Load() >= int64(k.s.MaxKeys) {
 		return nil, fmt.Errorf("%w: adaptive: %d keys, the most WithMaxKeys allows", throttle.ErrInvalid, k.s.MaxKeys)
 	}
 	l, err := New(k.newAlg(), k.cfg, k.opts...)
 	if err != nil {
-		k.n.Add(-1)
 		return nil, err
 	}
 	l.key = key
-	got, loaded := k.m.LoadOrStore(key, l)
-	if loaded {
-		k.n.Add(-1)
-	}
-	return got.(*Limiter), nil
+	k.m.Store(key, l)
+	k.n.Add(1)
+	return l, nil
 }
 
 // Allow is Limiter.Allow on key's limiter.
