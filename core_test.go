@@ -139,8 +139,9 @@ func TestObserveKeepsAbilities(t *testing.T) {
 	_, _ = ob.Allow(ctx, "", 1)
 	_, release, _ := h.TryHold(ctx, "k", 1)
 	release()
-	if len(rec.events) != 5 {
-		t.Fatalf("%d events, want 5", len(rec.events))
+	release() // a second call gives back nothing and reports nothing
+	if len(rec.events) != 6 {
+		t.Fatalf("%d events, want 6", len(rec.events))
 	}
 	allowed, denied, errs := 0, 0, 0
 	for _, e := range rec.events[:4] {
@@ -159,8 +160,30 @@ func TestObserveKeepsAbilities(t *testing.T) {
 	if allowed != 2 || denied != 1 || errs != 1 {
 		t.Fatalf("allowed %d denied %d errors %d", allowed, denied, errs)
 	}
-	if rec.events[4].Limiter != "jobs" || !rec.events[4].Decision.Allowed {
-		t.Fatalf("hold event %+v", rec.events[4])
+	if e := rec.events[4]; e.Limiter != "jobs" || !e.Decision.Allowed || e.Method != throttle.MethodTryHold {
+		t.Fatalf("hold event %+v", e)
+	}
+	if e := rec.events[5]; e.Kind != throttle.EventRelease || e.Limiter != "jobs" || e.N != 1 || c.InFlight("k") != 0 {
+		t.Fatalf("release event %+v, %d in flight", e, c.InFlight("k"))
+	}
+}
+
+// timing observes calls and asks Observe to time them.
+type timing struct{ recorder }
+
+func (*timing) ObservesLatency() bool { return true }
+
+func TestObserveTimesCallsForALatencyObserver(t *testing.T) {
+	slow := throttle.LimiterFunc(func(context.Context, string, int) (throttle.Decision, error) {
+		time.Sleep(2 * time.Millisecond)
+		return throttle.Decision{Allowed: true}, nil
+	})
+	rec := &timing{}
+	_, _ = throttle.Observe(slow, "store", rec).Allow(context.Background(), "k", 1)
+	plain := &recorder{}
+	_, _ = throttle.Observe(slow, "store", plain).Allow(context.Background(), "k", 1)
+	if rec.events[0].Latency < 2*time.Millisecond || plain.events[0].Latency != 0 {
+		t.Fatalf("latency %v with a LatencyObserver, %v without", rec.events[0].Latency, plain.events[0].Latency)
 	}
 }
 

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,9 +36,12 @@ const (
 	// retry budget or the attempt cap refused), Decision.RetryAfter is
 	// the back-off, N the attempt that failed (1 for the first).
 	EventRetry
+	// EventRelease reports that the N units an allowed TryHold or Hold
+	// held (an EventDecision of that Method) were given back.
+	EventRelease
 )
 
-var kindNames = [...]string{"decision", "error", "fallback", "breaker_open", "breaker_closed", "warning", "limit", "retry"}
+var kindNames = [...]string{"decision", "error", "fallback", "breaker_open", "breaker_closed", "warning", "limit", "retry", "release"}
 
 // String returns the kind's name in lower case, as metrics label it.
 func (k EventKind) String() string {
@@ -55,9 +59,23 @@ type Event struct {
 	N        int
 	Decision Decision
 	Err      error
-	// Latency is how long the call took; it is set by backends that
-	// measure their round trips, and 0 where it is not measured.
+	// Latency is how long the call took: set by Observe for an Observer
+	// that asks for it (LatencyObserver) and by backends that measure
+	// their round trips; 0 where it is not measured.
 	Latency time.Duration
+	// Method is the method the call came through, for the Events of
+	// Observe: an allowed TryHold or Hold holds its units until an
+	// EventRelease.
+	Method Method
+}
+
+// LatencyObserver is an Observer that wants each call timed: Observe then
+// reads the clock before and after every call and sets Event.Latency.
+// Ask for it on limiters backed by a store, where the round trip is what
+// a dashboard watches; an in-process decision takes tens of nanoseconds.
+type LatencyObserver interface {
+	Observer
+	ObservesLatency() bool
 }
 
 // Observer receives Events, synchronously, on the goroutine of the call
@@ -81,13 +99,37 @@ func Observe(l Limiter, name string, o Observer) Limiter {
 	if o == nil {
 		return l
 	}
+	lo, timed := o.(LatencyObserver)
+	timed = timed && lo.ObservesLatency()
 	return Decorate(l, func(ctx context.Context, c Call, next Next) (Result, error) {
+		var start time.Time
+		if timed {
+			start = time.Now()
+		}
 		r, err := next(ctx, c)
-		e := Event{Kind: EventDecision, Limiter: name, Key: c.Key, N: c.N, Decision: r.Decision, Err: err}
+		e := Event{Kind: EventDecision, Limiter: name, Key: c.Key, N: c.N, Decision: r.Decision, Err: err, Method: c.Method}
+		if timed {
+			e.Latency = time.Since(start)
+		}
 		if err != nil {
 			e.Kind = EventError
 		}
 		o.Observe(e)
+		if r.Release != nil && err == nil && r.Decision.Allowed && (c.Method == MethodTryHold || c.Method == MethodHold) {
+			r.Release = releaseReported(r.Release, o, Event{Kind: EventRelease, Limiter: name, Key: c.Key, N: c.N, Method: c.Method})
+		}
 		return r, err
 	})
+}
+
+// releaseReported returns release that also reports e, once, however
+// often it is called.
+func releaseReported(release func(), o Observer, e Event) func() {
+	var done atomic.Bool
+	return func() {
+		if done.CompareAndSwap(false, true) {
+			release()
+			o.Observe(e)
+		}
+	}
 }

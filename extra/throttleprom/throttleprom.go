@@ -15,7 +15,8 @@
 //	throttle_breaker_open{limiter}              1 while the circuit breaker is open, else 0
 //	throttle_warnings_total{limiter}            conditions an operator should see
 //	throttle_errors_total{limiter, class}       failures by class (below)
-//	throttle_backend_latency_seconds{limiter}   round trips of backends that measure them
+//	throttle_backend_latency_seconds{limiter}   how long calls took, with WithLatency (below)
+//	throttle_in_flight{limiter}                 units held by concurrency limits, not yet released
 //
 // An error's class tells the callers' mistakes from the backend's
 // failures: "client" for an error wrapping throttle.ErrInvalid or
@@ -23,10 +24,11 @@
 // throttle.ErrUnavailable, "other" for the rest (a closed limiter, a
 // cancelled context). It counts failed calls (outcome "error") and the
 // backend failures a failure policy decided (fallbacks). The latency
-// histogram gets the Event.Latency of each call a backend measured (a
-// non-zero Latency; an EventLimit's, a window's mean, is not a call's);
-// its buckets run from 100µs to 2.5s unless WithLatencyBuckets says
-// otherwise.
+// histogram gets the Event.Latency of each call that has one: with
+// WithLatency, throttle.Observe times every call (use it on limiters
+// backed by a store: Redis, PostgreSQL, the daemon); an EventLimit's, a
+// window's mean, is not a call's. Its buckets run from 100µs to 2.5s
+// unless WithLatencyBuckets says otherwise.
 //
 // Labels are the limiter's name and the outcome only: never the key, so
 // the number of series stays that of the limiters. A call refused by a
@@ -40,8 +42,9 @@ import (
 )
 
 var (
-	_ throttle.Observer    = (*Observer)(nil)
-	_ prometheus.Collector = (*Observer)(nil)
+	_ throttle.Observer        = (*Observer)(nil)
+	_ throttle.LatencyObserver = (*Observer)(nil)
+	_ prometheus.Collector     = (*Observer)(nil)
 )
 
 // Option configures New.
@@ -51,7 +54,13 @@ type config struct {
 	namespace   string
 	constLabels prometheus.Labels
 	buckets     []float64
+	timed       bool
 }
+
+// WithLatency makes the Observer a throttle.LatencyObserver: the limiters
+// observed through throttle.Observe time each call, which fills the
+// latency histogram at the cost of two clock reads per call.
+func WithLatency() Option { return func(c *config) { c.timed = true } }
 
 // defaultBuckets are backend round trips in seconds, 100µs to 2.5s.
 var defaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
@@ -79,16 +88,19 @@ type Observer struct {
 	warnings  *prometheus.CounterVec
 	errs      *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	inFlight  *prometheus.GaugeVec
+	timed     bool
 
 	byName *obskit.Cache[*series]
 }
 
 // series are one limiter's metrics, resolved once.
 type series struct {
-	count   [obskit.NumOutcomes]prometheus.Counter     // nil for the breaker outcomes
-	class   [obskit.NumErrorClasses]prometheus.Counter // nil for NoError
-	breaker prometheus.Gauge
-	latency prometheus.Observer
+	count    [obskit.NumOutcomes]prometheus.Counter     // nil for the breaker outcomes
+	class    [obskit.NumErrorClasses]prometheus.Counter // nil for NoError
+	breaker  prometheus.Gauge
+	latency  prometheus.Observer
+	inFlight prometheus.Gauge
 }
 
 // New returns an Observer; register it with a prometheus.Registerer.
@@ -112,8 +124,11 @@ func New(opts ...Option) *Observer {
 		errs: prometheus.NewCounterVec(prometheus.CounterOpts(opt("errors_total",
 			"Failed calls and backend failures a failure policy decided, by class: client, backend or other.")),
 			[]string{"limiter", "class"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts(opt("in_flight",
+			"Units held by a concurrency limit and not yet released.")), []string{"limiter"}),
+		timed: c.timed,
 	}
-	lat := opt("backend_latency_seconds", "Round trips to the limiter's backend, where it measures them.")
+	lat := opt("backend_latency_seconds", "How long calls to the limiter took, where they are timed: round trips to its backend.")
 	o.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: lat.Namespace, Name: lat.Name,
 		Help: lat.Help, ConstLabels: lat.ConstLabels, Buckets: c.buckets}, []string{"limiter"})
 	o.byName = obskit.NewCache(func(name string) *series {
@@ -128,6 +143,7 @@ func New(opts ...Option) *Observer {
 		s.class[obskit.BackendError] = o.errs.WithLabelValues(name, "backend")
 		s.class[obskit.OtherError] = o.errs.WithLabelValues(name, "other")
 		s.latency = o.latency.WithLabelValues(name)
+		s.inFlight = o.inFlight.WithLabelValues(name)
 		return s
 	})
 	return o
@@ -153,7 +169,16 @@ func (o *Observer) Observe(e throttle.Event) {
 	if e.Latency > 0 && e.Kind != throttle.EventLimit { // EventLimit's is a window's mean
 		s.latency.Observe(e.Latency.Seconds())
 	}
+	switch {
+	case e.Kind == throttle.EventRelease:
+		s.inFlight.Sub(float64(e.N))
+	case e.Kind == throttle.EventDecision && e.Decision.Allowed && (e.Method == throttle.MethodTryHold || e.Method == throttle.MethodHold):
+		s.inFlight.Add(float64(e.N))
+	}
 }
+
+// ObservesLatency reports whether WithLatency was given.
+func (o *Observer) ObservesLatency() bool { return o.timed }
 
 // Describe sends the descriptors of the metrics.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
@@ -163,6 +188,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.warnings.Describe(ch)
 	o.errs.Describe(ch)
 	o.latency.Describe(ch)
+	o.inFlight.Describe(ch)
 }
 
 // Collect sends the current values.
@@ -173,4 +199,5 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.warnings.Collect(ch)
 	o.errs.Collect(ch)
 	o.latency.Collect(ch)
+	o.inFlight.Collect(ch)
 }

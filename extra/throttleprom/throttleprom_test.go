@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/extra/throttleprom"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -88,8 +89,8 @@ throttle_breaker_open{limiter="rules",service="api"} 0
 	if strings.Contains(string(body), "user-secret-key") {
 		t.Error("a key leaked into a label")
 	}
-	if n := testutil.CollectAndCount(obs); n != 3*3+3*2+3+3+3*3+3 {
-		t.Errorf("%d series, want 33 (11 per limiter)", n)
+	if n := testutil.CollectAndCount(obs); n != 3*3+3*2+3+3+3*3+3+3 {
+		t.Errorf("%d series, want 36 (12 per limiter)", n)
 	}
 }
 
@@ -119,7 +120,7 @@ func TestErrorClassesAndLatency(t *testing.T) {
 throttle_errors_total{class="backend",limiter="redis"} 2
 throttle_errors_total{class="client",limiter="redis"} 2
 throttle_errors_total{class="other",limiter="redis"} 1
-# HELP throttle_backend_latency_seconds Round trips to the limiter's backend, where it measures them.
+# HELP throttle_backend_latency_seconds How long calls to the limiter took, where they are timed: round trips to its backend.
 # TYPE throttle_backend_latency_seconds histogram
 throttle_backend_latency_seconds_bucket{limiter="redis",le="0.001"} 2
 throttle_backend_latency_seconds_bucket{limiter="redis",le="0.01"} 3
@@ -129,6 +130,60 @@ throttle_backend_latency_seconds_count{limiter="redis"} 4
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "throttle_errors_total", "throttle_backend_latency_seconds"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Units held through throttle.Observe show in throttle_in_flight until
+// released, and WithLatency times each call.
+func TestInFlightAndTimedCalls(t *testing.T) {
+	obs := throttleprom.New(throttleprom.WithLatency())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(obs)
+	sem, err := counting.NewSemaphore(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := throttle.Observe(sem, "db", obs).(throttle.Holder)
+	ctx := context.Background()
+	_, r1, _ := h.TryHold(ctx, "", 2)
+	_, r2, _ := h.TryHold(ctx, "", 1)
+	_, r3, _ := h.TryHold(ctx, "", 1) // full: holds nothing
+	// value is the gauge's value, or the histogram's count, of the
+	// metric name of limiter "db".
+	value := func(name string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			m := mf.GetMetric()[0]
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
+			return m.GetGauge().GetValue()
+		}
+		t.Fatalf("no %s", name)
+		return 0
+	}
+	if v := value("throttle_in_flight"); v != 3 {
+		t.Fatalf("in flight %v after holding 2 and 1, want 3", v)
+	}
+	r1()
+	r1() // a second release gives back nothing
+	r3()
+	if v := value("throttle_in_flight"); v != 1 {
+		t.Fatalf("in flight %v after releasing the 2, want 1", v)
+	}
+	r2()
+	if v := value("throttle_in_flight"); v != 0 {
+		t.Fatalf("in flight %v after releasing all, want 0", v)
+	}
+	if v := value("throttle_backend_latency_seconds"); v != 3 {
+		t.Fatalf("%v calls timed, want 3", v)
 	}
 }
 
