@@ -39,9 +39,13 @@ const (
 	// EventRelease reports that the N units an allowed TryHold or Hold
 	// held (an EventDecision of that Method) were given back.
 	EventRelease
+	// EventReload reports that a new configuration (a rules document) was
+	// put in force: Key names its version. A rejected one is an
+	// EventWarning.
+	EventReload
 )
 
-var kindNames = [...]string{"decision", "error", "fallback", "breaker_open", "breaker_closed", "warning", "limit", "retry", "release"}
+var kindNames = [...]string{"decision", "error", "fallback", "breaker_open", "breaker_closed", "warning", "limit", "retry", "release", "reload"}
 
 // String returns the kind's name in lower case, as metrics label it.
 func (k EventKind) String() string {

@@ -100,8 +100,9 @@ func WithTierMap(m map[string]string) Option {
 	return WithTierFunc(func(key string) string { return cp[key] })
 }
 
-// WithObserver reports each rejected reload to o as an EventWarning under
-// name, with the error in Err.
+// WithObserver reports, under name, each reload to o: rules put in force
+// as an EventReload with their version in Key, a rejected document as an
+// EventWarning with the error in Err.
 func WithObserver(name string, o throttle.Observer) Option {
 	return func(c *config) { c.name, c.observer = name, o }
 }

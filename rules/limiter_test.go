@@ -271,6 +271,14 @@ func TestReloadRejectsBadFile(t *testing.T) {
 	if len(events) != 4 || events[0].Kind != throttle.EventWarning || events[0].Limiter != "api" || events[0].Err == nil {
 		t.Fatalf("events = %+v", events)
 	}
+	// A good file is put in force and reported with its version.
+	write(t, path, bucketDoc("1/m", 5))
+	if err := l.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if e := events[len(events)-1]; len(events) != 5 || e.Kind != throttle.EventReload || e.Limiter != "api" || e.Key == "" || e.Key != l.Version() {
+		t.Fatalf("after a good reload: events = %+v, version %q", events, l.Version())
+	}
 }
 
 // A limiter replaced by a reload (the limit changed form) is closed, and a

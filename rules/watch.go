@@ -109,8 +109,12 @@ func (l *Limiter) reject(what string, err error) error {
 	return err
 }
 
-// report calls the WithReloadHook function.
+// report calls the WithReloadHook function and, for rules put in force,
+// reports an EventReload naming their version.
 func (l *Limiter) report(err error) {
+	if o := l.cfg.observer; o != nil && err == nil {
+		o.Observe(throttle.Event{Kind: throttle.EventReload, Limiter: l.cfg.name, Key: l.Version()})
+	}
 	if l.cfg.onReload != nil {
 		l.cfg.onReload(err)
 	}

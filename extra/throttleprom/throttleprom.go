@@ -17,6 +17,8 @@
 //	throttle_errors_total{limiter, class}       failures by class (below)
 //	throttle_backend_latency_seconds{limiter}   how long calls took, with WithLatency (below)
 //	throttle_in_flight{limiter}                 units held by concurrency limits, not yet released
+//	throttle_reloads_total{limiter}             configurations put in force (rules documents)
+//	throttle_config_info{limiter, version}      1 for the version in force, the only series per limiter
 //
 // An error's class tells the callers' mistakes from the backend's
 // failures: "client" for an error wrapping throttle.ErrInvalid or
@@ -89,6 +91,8 @@ type Observer struct {
 	errs      *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	inFlight  *prometheus.GaugeVec
+	reloads   *prometheus.CounterVec
+	version   *prometheus.GaugeVec
 	timed     bool
 
 	byName *obskit.Cache[*series]
@@ -101,6 +105,7 @@ type series struct {
 	breaker  prometheus.Gauge
 	latency  prometheus.Observer
 	inFlight prometheus.Gauge
+	reloads  prometheus.Counter
 }
 
 // New returns an Observer; register it with a prometheus.Registerer.
@@ -126,6 +131,10 @@ func New(opts ...Option) *Observer {
 			[]string{"limiter", "class"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts(opt("in_flight",
 			"Units held by a concurrency limit and not yet released.")), []string{"limiter"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts(opt("reloads_total",
+			"Configurations put in force (a rejected one is a warning).")), []string{"limiter"}),
+		version: prometheus.NewGaugeVec(prometheus.GaugeOpts(opt("config_info",
+			"1 for the version of the configuration in force.")), []string{"limiter", "version"}),
 		timed: c.timed,
 	}
 	lat := opt("backend_latency_seconds", "How long calls to the limiter took, where they are timed: round trips to its backend.")
@@ -144,6 +153,7 @@ func New(opts ...Option) *Observer {
 		s.class[obskit.OtherError] = o.errs.WithLabelValues(name, "other")
 		s.latency = o.latency.WithLabelValues(name)
 		s.inFlight = o.inFlight.WithLabelValues(name)
+		s.reloads = o.reloads.WithLabelValues(name)
 		return s
 	})
 	return o
@@ -170,6 +180,10 @@ func (o *Observer) Observe(e throttle.Event) {
 		s.latency.Observe(e.Latency.Seconds())
 	}
 	switch {
+	case e.Kind == throttle.EventReload:
+		s.reloads.Inc()
+		o.version.DeletePartialMatch(prometheus.Labels{"limiter": e.Limiter})
+		o.version.WithLabelValues(e.Limiter, e.Key).Set(1)
 	case e.Kind == throttle.EventRelease:
 		s.inFlight.Sub(float64(e.N))
 	case e.Kind == throttle.EventDecision && e.Decision.Allowed && (e.Method == throttle.MethodTryHold || e.Method == throttle.MethodHold):
@@ -189,6 +203,8 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.errs.Describe(ch)
 	o.latency.Describe(ch)
 	o.inFlight.Describe(ch)
+	o.reloads.Describe(ch)
+	o.version.Describe(ch)
 }
 
 // Collect sends the current values.
@@ -200,4 +216,6 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.errs.Collect(ch)
 	o.latency.Collect(ch)
 	o.inFlight.Collect(ch)
+	o.reloads.Collect(ch)
+	o.version.Collect(ch)
 }

@@ -89,8 +89,8 @@ throttle_breaker_open{limiter="rules",service="api"} 0
 	if strings.Contains(string(body), "user-secret-key") {
 		t.Error("a key leaked into a label")
 	}
-	if n := testutil.CollectAndCount(obs); n != 3*3+3*2+3+3+3*3+3+3 {
-		t.Errorf("%d series, want 36 (12 per limiter)", n)
+	if n := testutil.CollectAndCount(obs); n != 3*3+3*2+3+3+3*3+3+3+3 {
+		t.Errorf("%d series, want 39 (13 per limiter)", n)
 	}
 }
 
@@ -184,6 +184,29 @@ func TestInFlightAndTimedCalls(t *testing.T) {
 	}
 	if v := value("throttle_backend_latency_seconds"); v != 3 {
 		t.Fatalf("%v calls timed, want 3", v)
+	}
+}
+
+// A rules limiter's reloads are counted, and throttle_config_info names
+// the version in force, one series per limiter.
+func TestReloads(t *testing.T) {
+	obs := throttleprom.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(obs)
+	for _, v := range []string{"v1", "v2"} {
+		obs.Observe(throttle.Event{Kind: throttle.EventReload, Limiter: "tiers", Key: v})
+	}
+	obs.Observe(throttle.Event{Kind: throttle.EventWarning, Limiter: "tiers", Err: errors.New("rejected")})
+	want := `
+# HELP throttle_config_info 1 for the version of the configuration in force.
+# TYPE throttle_config_info gauge
+throttle_config_info{limiter="tiers",version="v2"} 1
+# HELP throttle_reloads_total Configurations put in force (a rejected one is a warning).
+# TYPE throttle_reloads_total counter
+throttle_reloads_total{limiter="tiers"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "throttle_config_info", "throttle_reloads_total"); err != nil {
+		t.Fatal(err)
 	}
 }
 
