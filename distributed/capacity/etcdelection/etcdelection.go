@@ -200,7 +200,13 @@ func (e *Election) round(ctx context.Context, address string, rep *reporter) err
 		}
 		stop()
 		<-done
-		for range observed { // wait for the observer to end
+		// Wait for the observer to end. It is nil when it had failed and
+		// its restart was pending: ranging over nil would block for ever,
+		// as it did when the caller's cancellation closed the observer
+		// just before the round saw it.
+		if observed != nil {
+			for range observed {
+			}
 		}
 		// Revoking deletes the key: the next replica is elected at once.
 		// If etcd cannot be reached the lease expires by itself.
