@@ -67,8 +67,13 @@ type Decorator func(ctx context.Context, c Call, next Next) (Result, error)
 //
 // Every wrapper in this module (Observe, failsafe) is a Decorator, so a
 // wrapper never hides what the limiter it wraps can do.
-func Decorate(l Limiter, d Decorator) Limiter {
-	b := &decorated{l: l, d: d}
+func Decorate(l Limiter, d Decorator) Limiter { return decorate(l, d, nil) }
+
+// decorate is Decorate with, when allow is not nil, a direct Allow: the
+// same decision as d's for MethodAllow, without building a Call and a
+// Result (Observe's, on the path every decision takes).
+func decorate(l Limiter, d Decorator, allow func(ctx context.Context, key string, n int) (Decision, error)) Limiter {
+	b := &decorated{l: l, d: d, allow: allow}
 	b.next = b.invoke
 	var mask int
 	if _, ok := l.(Reserver); ok {
@@ -132,12 +137,17 @@ type decorated struct {
 	l    Limiter
 	d    Decorator
 	next Next // invoke, made once so that a call allocates no closure
+	// allow, when set, decides Allow as d would, directly.
+	allow func(ctx context.Context, key string, n int) (Decision, error)
 }
 
 func (b *decorated) invoke(ctx context.Context, c Call) (Result, error) { return Invoke(ctx, b.l, c) }
 
 // Allow makes the call through the decorator.
 func (b *decorated) Allow(ctx context.Context, key string, n int) (Decision, error) {
+	if b.allow != nil {
+		return b.allow(ctx, key, n)
+	}
 	r, err := b.d(ctx, Call{Method: MethodAllow, Key: key, N: n}, b.next)
 	return r.Decision, err
 }

@@ -105,13 +105,8 @@ func Observe(l Limiter, name string, o Observer) Limiter {
 	}
 	lo, timed := o.(LatencyObserver)
 	timed = timed && lo.ObservesLatency()
-	return Decorate(l, func(ctx context.Context, c Call, next Next) (Result, error) {
-		var start time.Time
-		if timed {
-			start = time.Now()
-		}
-		r, err := next(ctx, c)
-		e := Event{Kind: EventDecision, Limiter: name, Key: c.Key, N: c.N, Decision: r.Decision, Err: err, Method: c.Method}
+	report := func(c *Call, d Decision, err error, start time.Time) {
+		e := Event{Kind: EventDecision, Limiter: name, Key: c.Key, N: c.N, Decision: d, Err: err, Method: c.Method}
 		if timed {
 			e.Latency = time.Since(start)
 		}
@@ -119,11 +114,36 @@ func Observe(l Limiter, name string, o Observer) Limiter {
 			e.Kind = EventError
 		}
 		o.Observe(e)
+	}
+	// Allow, the path of every decision, reports without a Call's trip
+	// through the Decorator.
+	allow := func(ctx context.Context, key string, n int) (Decision, error) {
+		if timed {
+			start := time.Now()
+			d, err := l.Allow(ctx, key, n)
+			report(&Call{Method: MethodAllow, Key: key, N: n}, d, err, start)
+			return d, err
+		}
+		d, err := l.Allow(ctx, key, n)
+		e := Event{Kind: EventDecision, Limiter: name, Key: key, N: n, Decision: d, Err: err}
+		if err != nil {
+			e.Kind = EventError
+		}
+		o.Observe(e)
+		return d, err
+	}
+	return decorate(l, func(ctx context.Context, c Call, next Next) (Result, error) {
+		var start time.Time
+		if timed {
+			start = time.Now()
+		}
+		r, err := next(ctx, c)
+		report(&c, r.Decision, err, start)
 		if r.Release != nil && err == nil && r.Decision.Allowed && (c.Method == MethodTryHold || c.Method == MethodHold) {
 			r.Release = releaseReported(r.Release, o, Event{Kind: EventRelease, Limiter: name, Key: c.Key, N: c.N, Method: c.Method})
 		}
 		return r, err
-	})
+	}, allow)
 }
 
 // releaseReported returns release that also reports e, once, however
