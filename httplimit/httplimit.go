@@ -251,12 +251,14 @@ func (c *config) allowQuota(r *http.Request, qa throttle.QuotaAllower, key strin
 // RateLimit-Policy and RateLimit fields (Add, not Set: stacked
 // middlewares each add their own item).
 func (c *config) setFields(h http.Header, q throttle.Quota, t time.Duration, d throttle.Decision) {
-	h.Add("RateLimit-Policy", PolicyField(c.name, q))
-	h.Add("RateLimit", LimitField(c.name, d.Remaining, t))
+	// The keys are written in canonical form (as Add and Set would make
+	// them), which saves canonicalizing five keys per request.
+	h["Ratelimit-Policy"] = append(h["Ratelimit-Policy"], PolicyField(c.name, q))
+	h["Ratelimit"] = append(h["Ratelimit"], LimitField(c.name, d.Remaining, t))
 	if c.legacy && legacyFirst(h, d.Remaining) {
-		h.Set("X-RateLimit-Limit", strconv.Itoa(q.Limit))
-		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(d.Remaining, 0)))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(seconds(t), 10))
+		h["X-Ratelimit-Limit"] = []string{strconv.Itoa(q.Limit)}
+		h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(max(d.Remaining, 0))}
+		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(seconds(t), 10)}
 	}
 }
 
