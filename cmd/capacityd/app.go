@@ -59,6 +59,9 @@ func newCapacityServer(s *settings) (*capacity.Server, error) {
 		}
 		opts = append(opts, capacity.WithParent(s.parent, s.file.Parent, capacity.WithClientID(id)))
 	}
+	if s.leaseKeys != nil {
+		opts = append(opts, capacity.WithLeaseKeys(s.leaseKeys...))
+	}
 	return capacity.NewServer(s.resources, opts...)
 }
 

@@ -44,6 +44,12 @@ type fileConfig struct {
 	// ParentAuth is how this server authenticates to its parent (with
 	// Parent); without it the parent is called over plain HTTP.
 	ParentAuth *parentAuthConfig `json:"parent_auth,omitempty"`
+	// LeaseKeysFile, when set, is a JSON array of base64 keys (16 bytes
+	// or more each) that all replicas share: the first signs each grant,
+	// any verifies the grants clients report while a new master learns
+	// (capacity.WithLeaseKeys). Without it a learning master takes the
+	// clients' word for what they hold.
+	LeaseKeysFile string `json:"lease_keys_file,omitempty"`
 	// Limits bound the server's tables; absent fields keep the
 	// package's defaults.
 	Limits *limitsConfig `json:"limits,omitempty"`
@@ -199,6 +205,7 @@ type settings struct {
 	auth      apiAuth
 	parent    capacity.Transport
 	parentID  string
+	leaseKeys [][]byte
 }
 
 //go:embed default.json
@@ -309,6 +316,9 @@ func (f fileConfig) validate() (*settings, error) {
 	if s.parent, s.parentID, err = f.ParentAuth.transport(); err != nil {
 		return nil, err
 	}
+	if s.leaseKeys, err = loadLeaseKeys(f.LeaseKeysFile); err != nil {
+		return nil, err
+	}
 	if l := f.Limits; l != nil && (l.MaxResources < 0 || l.MaxClientsPerResource < 0 || l.MaxLeases < 0 || l.MaxLeasesPerClient < 0) {
 		return nil, invalidf("limits must be >= 0 (0 keeps the default)")
 	}
@@ -321,6 +331,31 @@ func (f fileConfig) validate() (*settings, error) {
 	}
 	s.resources = rc
 	return s, nil
+}
+
+// loadLeaseKeys reads the lease keys file at path ("" is none): a JSON
+// array of base64 keys of capacity.MinLeaseKeyLen bytes or more.
+func loadLeaseKeys(path string) ([][]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, invalidf("lease_keys_file: %v", err)
+	}
+	var keys [][]byte // encoding/json decodes base64 strings into []byte
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return nil, invalidf("lease_keys_file: want a JSON array of base64 keys: %v", err)
+	}
+	if len(keys) == 0 {
+		return nil, invalidf("lease_keys_file: no key")
+	}
+	for i, k := range keys {
+		if len(k) < capacity.MinLeaseKeyLen {
+			return nil, invalidf("lease_keys_file: key %d has %d bytes, at least %d are needed", i, len(k), capacity.MinLeaseKeyLen)
+		}
+	}
+	return keys, nil
 }
 
 // prefix is the election's key prefix.
@@ -350,6 +385,9 @@ func (s *settings) restartNeeded(next *settings) string {
 	}
 	if !slices.Equal(a.Parent, b.Parent) || a.DecreaseGrace != b.DecreaseGrace {
 		return "parent"
+	}
+	if a.LeaseKeysFile != b.LeaseKeysFile || !slices.EqualFunc(s.leaseKeys, next.leaseKeys, bytes.Equal) {
+		return "lease_keys_file"
 	}
 	la, _ := json.Marshal(a.Limits)
 	lb, _ := json.Marshal(b.Limits)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -89,6 +90,9 @@ type Client struct {
 	kick   chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	inc atomic.Int64  // incarnation: the start time, or past a server's
+	seq atomic.Uint64 // of the last call sent
 }
 
 // NewClient returns a client calling the servers at addrs through t, and
@@ -123,6 +127,7 @@ func NewClient(t Transport, addrs []string, opts ...ClientOption) (*Client, erro
 		res: map[string]*Resource{}, target: addrs[0],
 		kick: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}),
 	}
+	c.inc.Store(time.Now().UnixNano())
 	go c.loop(ctx)
 	return c, nil
 }
@@ -138,6 +143,19 @@ func (c *Client) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
+}
+
+// refusal returns the first refusal of one of the client's resources by
+// the last refresh (an error wrapping ErrResourceRefused), nil if none.
+func (c *Client) refusal() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.res {
+		if err := r.Err(); errors.Is(err, ErrResourceRefused) {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close stops refreshing and gives back every lease. It returns an error
@@ -165,11 +183,27 @@ func (c *Client) Close() error {
 	return c.release(ids)
 }
 
+// stamp returns the incarnation and the sequence number of a new call.
+func (c *Client) stamp() (int64, uint64) { return c.inc.Load(), c.seq.Add(1) }
+
+// adopt moves the client's incarnation past inc, a server's newest for
+// the client's id (a previous process under the same id, on a clock that
+// was ahead): the client's calls are then newer than that process's.
+func (c *Client) adopt(inc int64) {
+	for {
+		old := c.inc.Load()
+		if old > inc || c.inc.CompareAndSwap(old, inc+1) {
+			return
+		}
+	}
+}
+
 // release tells the master that the client gives back ids.
 func (c *Client) release(ids []string) error {
 	req := &ReleaseRequest{Client: c.set.id, Resources: ids}
 	var err error
 	for range 2*len(c.addrs) + 1 {
+		req.Incarnation, req.Sequence = c.stamp()
 		c.mu.Lock()
 		addr := c.target
 		c.mu.Unlock()
@@ -354,9 +388,10 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 		sent := time.Now()
 		if try > 0 {
 			for i, r := range asked {
-				req.Resources[i].Has = r.holds(sent)
+				req.Resources[i].Has, req.Resources[i].Token = r.holds(sent)
 			}
 		}
+		req.Incarnation, req.Sequence = c.stamp()
 		c.mu.Lock()
 		addr := c.target
 		c.mu.Unlock()
@@ -364,6 +399,13 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 		var resp *Response
 		resp, err = c.t.GetCapacity(cctx, addr, req)
 		cancel()
+		if err == nil && resp.Stale {
+			// An older process under this id was heard later than this
+			// one: move past it, and ask again.
+			c.adopt(resp.Incarnation)
+			err = fmt.Errorf("%w: capacity: %s: %w", throttle.ErrUnavailable, addr, ErrStale)
+			continue
+		}
 		if err != nil || resp.Redirect {
 			if errors.Is(err, throttle.ErrInvalid) || errors.Is(err, ErrExhausted) || errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrForbidden) {
 				return // the request itself is refused: retry later
@@ -380,7 +422,14 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 			c.mu.Lock()
 			r := c.res[g.Resource]
 			c.mu.Unlock()
-			if r == nil || !validGrant(g) {
+			if r == nil {
+				continue
+			}
+			if g.Err != nil {
+				r.setErr(g.Err) // refused alone: the others were served
+				continue
+			}
+			if !validGrant(g) {
 				continue
 			}
 			r.grant(g, sent)

@@ -34,27 +34,31 @@
 //     new capacity) or the old lease has expired: a refresh reporting
 //     more means the answer never arrived.
 //   - A server applies no request whose caller has given up on it (its
-//     context is done), so an old request cannot undo a newer one.
+//     context is done), and none older than one it has applied for the
+//     same client: each call carries the client's incarnation (its start
+//     time) and a sequence number, and an older call held up in the
+//     network is answered Stale and changes nothing, so it cannot undo a
+//     newer one (a demand rolled back, or a lease taken again released).
 //   - A new master learns for at least the template's MaxLeaseLength,
 //     confirming only what clients say they hold, at most the capacity in
 //     total, and granting newcomers nothing: every lease an earlier master
-//     gave out has then been reported or has expired.
+//     gave out has then been reported or has expired. With lease keys
+//     (WithLeaseKeys) it confirms a claim only up to a grant signed by a
+//     replica for that client and resource and not yet expired.
 //   - After a configuration change the sum stays within the larger of the
 //     old and the new capacity, and within the new one once the leases
 //     granted before the change have been confirmed lower or expired
 //     (one old lease length at the most).
 //
-// It assumes that clients uphold their leases and report truthfully what
-// they hold (while learning a server takes their word for it: a client
-// claiming a lease it does not have takes capacity that others hold and
-// have not yet reported), that client ids are unique, that clocks run at
-// the same rate (their settings may differ), and that a request the
-// client gave up on is not applied after the client's next one: the
-// in-memory Network ensures it; over HTTP the server drops a request once
-// the client's cancellation or deadline reaches it, but one held up in
-// the network past the client's timeout and then handled just behind the
-// client's next request could still be applied. Every lease any master
-// gave out must be at most MaxLeaseLength long. A client without a lease
+// It assumes that clients uphold their leases, that client ids are unique
+// and that clocks run at the same rate (their settings may differ). It
+// assumes that clients report truthfully what they hold unless the
+// servers have lease keys: without them a learning server takes their
+// word for it, and a client claiming a lease it does not have takes
+// capacity that others hold and have not yet reported (with them, a
+// client can claim at most its own largest grant that has not expired,
+// and the replicas' wall clocks must agree to well within a lease). Every
+// lease any master gave out must be at most MaxLeaseLength long. A client without a lease
 // uses its Mode's capacity: Pessimistic 0, so the guarantee covers all it
 // enforces; Safe (the default) the resource's safe capacity, 0 unless
 // configured, so the guarantee covers all it enforces too, while a
@@ -75,6 +79,12 @@
 // has expired, and weighs its demand so that FairShare divides among all
 // the clients of the tree as one server would.
 //
+// A request asks for many resources at once; one whose demand is bad (a
+// NaN, infinite or negative wants, an id too long or repeated) or that is
+// at its bound of clients is refused on its own, with a Grant.Err (and
+// Resource.Err at the client) wrapping ErrResourceRefused, and the others
+// are served.
+//
 // The pieces: Allocate (pure), Server (in process, transport
 // independent; Run takes part in an Election), Client with Resource,
 // RateResource and GaugeResource handles, the Transport interface with
@@ -93,4 +103,7 @@
 // authenticated client still chooses its own demand and resource ids,
 // within the server's bounds (WithMaxResources, WithMaxClients,
 // WithMaxLeases, MaxParentBands), but cannot touch another client's lease.
+// Lease keys (WithLeaseKeys, capacityd's lease_keys_file) are the other
+// half: they bound what a client, authenticated or not, can claim to hold
+// when a new master learns.
 package capacity

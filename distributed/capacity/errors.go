@@ -22,3 +22,36 @@ func invalidf(format string, args ...any) error {
 // InvalidArgument, or HTTP 413 for a Connect request whose
 // Content-Length is above the bound.
 var ErrTooLarge = fmt.Errorf("%w: capacity: request larger than %d bytes", throttle.ErrInvalid, MaxRequestBytes)
+
+// ErrResourceRefused reports that a server refused one resource of a
+// request (Grant.Err, Resource.Err) while it served the others. The
+// error also wraps throttle.ErrInvalid (the resource's demand or id is
+// invalid) or ErrExhausted (the resource is at its bound of clients).
+var ErrResourceRefused = errors.New("capacity: resource refused")
+
+// ErrStale reports an answer saying that the server had already applied
+// a newer call of the client (Response.Stale): the call changed nothing.
+// A Client then takes up a newer incarnation and asks again; its Err
+// wraps ErrStale and throttle.ErrUnavailable while no server answered
+// otherwise.
+var ErrStale = errors.New("capacity: the server applied a newer call of this client")
+
+// resourceError is the refusal of one resource of a request: it wraps
+// ErrResourceRefused and kind, throttle.ErrInvalid or ErrExhausted.
+type resourceError struct {
+	kind error
+	msg  string
+}
+
+func (e *resourceError) Error() string   { return e.msg }
+func (e *resourceError) Unwrap() []error { return []error{ErrResourceRefused, e.kind} }
+
+// refused makes err, which wraps throttle.ErrInvalid or ErrExhausted,
+// the refusal of one resource.
+func refused(err error) error {
+	kind := throttle.ErrInvalid
+	if errors.Is(err, ErrExhausted) {
+		kind = ErrExhausted
+	}
+	return &resourceError{kind: kind, msg: err.Error()}
+}

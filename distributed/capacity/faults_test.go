@@ -18,6 +18,10 @@ type fault struct {
 	drop bool          // the server acts on the call; the answer is lost
 	late time.Duration // the answer arrives this much later
 	hang bool          // the call never arrives and no answer comes
+	// The call reaches the server this much later, whether or not the
+	// caller still waits: its cancellation does not reach the server, as
+	// over a network that holds a request up.
+	slowIn time.Duration
 }
 
 // faultNet is a Network whose calls suffer faults: by client id, and by
@@ -42,11 +46,11 @@ func (f *faultNet) get(client, addr string) fault {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a, b := f.faults[client], f.faults["@"+addr]
-	return fault{drop: a.drop || b.drop, late: max(a.late, b.late), hang: a.hang || b.hang}
+	return fault{drop: a.drop || b.drop, late: max(a.late, b.late), hang: a.hang || b.hang, slowIn: max(a.slowIn, b.slowIn)}
 }
 
 // call runs do on the far side of the faults.
-func call(ctx context.Context, fl fault, do func() (*Response, error)) (*Response, error) {
+func call(ctx context.Context, fl fault, do func(context.Context) (*Response, error)) (*Response, error) {
 	lost := func() (*Response, error) {
 		<-ctx.Done()
 		return nil, fmt.Errorf("%w: %v", throttle.ErrUnavailable, ctx.Err())
@@ -54,7 +58,25 @@ func call(ctx context.Context, fl fault, do func() (*Response, error)) (*Respons
 	if fl.hang {
 		return lost()
 	}
-	resp, err := do()
+	if fl.slowIn > 0 {
+		type answer struct {
+			resp *Response
+			err  error
+		}
+		ch := make(chan answer, 1)
+		go func() {
+			time.Sleep(fl.slowIn)
+			resp, err := do(context.WithoutCancel(ctx))
+			ch <- answer{resp, err}
+		}()
+		select {
+		case a := <-ch:
+			return a.resp, a.err
+		case <-ctx.Done():
+			return lost()
+		}
+	}
+	resp, err := do(ctx)
 	if fl.drop {
 		return lost()
 	}
@@ -71,11 +93,20 @@ func call(ctx context.Context, fl fault, do func() (*Response, error)) (*Respons
 }
 
 func (f *faultNet) GetCapacity(ctx context.Context, addr string, req *Request) (*Response, error) {
-	return call(ctx, f.get(req.Client, addr), func() (*Response, error) { return f.Network.GetCapacity(ctx, addr, req) })
+	req = clone(req) // the caller reuses it for its next try
+	return call(ctx, f.get(req.Client, addr), func(ctx context.Context) (*Response, error) { return f.Network.GetCapacity(ctx, addr, req) })
 }
 
 func (f *faultNet) Release(ctx context.Context, addr string, req *ReleaseRequest) (*Response, error) {
-	return call(ctx, f.get(req.Client, addr), func() (*Response, error) { return f.Network.Release(ctx, addr, req) })
+	r := *req
+	return call(ctx, f.get(req.Client, addr), func(ctx context.Context) (*Response, error) { return f.Network.Release(ctx, addr, &r) })
+}
+
+// clone copies req, as a network delivers a copy.
+func clone(req *Request) *Request {
+	c := *req
+	c.Resources = append([]ResourceRequest(nil), req.Resources...)
+	return &c
 }
 
 // testElection is an Election whose master the test picks.
@@ -185,7 +216,14 @@ func (g *rig) server(addr string, cfg Config, e Election, opts ...ServerOption) 
 // client opens resource "r" wanting wants on a new client id.
 func (g *rig) client(id string, addrs []string, wants float64, opts ...ClientOption) *RateResource {
 	g.t.Helper()
-	c, err := NewClient(g.net, addrs, append([]ClientOption{WithClientID(id), WithMode(g.mode)}, opts...)...)
+	_, r := g.clientVia(g.net, id, addrs, wants, opts...)
+	return r
+}
+
+// clientVia is client, calling the servers through t.
+func (g *rig) clientVia(t Transport, id string, addrs []string, wants float64, opts ...ClientOption) (*Client, *RateResource) {
+	g.t.Helper()
+	c, err := NewClient(t, addrs, append([]ClientOption{WithClientID(id), WithMode(g.mode)}, opts...)...)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -193,6 +231,12 @@ func (g *rig) client(id string, addrs []string, wants float64, opts ...ClientOpt
 		g.net.set(id, fault{})
 		c.Close()
 	})
+	return c, g.rate(c, wants)
+}
+
+// rate opens resource "r" on c, its capacity sampled by run.
+func (g *rig) rate(c *Client, wants float64) *RateResource {
+	g.t.Helper()
 	r, err := c.Rate("r", wants)
 	if err != nil {
 		g.t.Fatal(err)

@@ -77,6 +77,7 @@ type Resource struct {
 	estimate func(now time.Time) float64
 	has      func() float64 // at least what the client holds (a server in a tree: what its clients hold)
 	timer    *time.Timer    // ends the lease at its expiry
+	token    []byte         // the lease's Grant.Token
 	err      error          // why the last refresh granted no lease
 	closed   atomic.Bool
 }
@@ -224,7 +225,8 @@ func (r *Resource) request(now time.Time) ResourceRequest {
 	if r.estimate != nil {
 		r.wants = r.estimate(now)
 	}
-	return ResourceRequest{Resource: r.id, Wants: r.wants, Priority: r.set.prio, Weight: r.set.weight, Has: r.holdsLocked(now)}
+	has, tok := r.holdsLocked(now)
+	return ResourceRequest{Resource: r.id, Wants: r.wants, Priority: r.set.prio, Weight: r.set.weight, Has: has, Token: tok}
 }
 
 // Err returns why the last refresh got no lease for the resource: its
@@ -243,22 +245,24 @@ func (r *Resource) setErr(err error) {
 	r.mu.Unlock()
 }
 
-// holds returns what the client holds at now, for a request's Has.
-func (r *Resource) holds(now time.Time) float64 {
+// holds returns what the client holds at now, for a request's Has, and
+// the token of its lease (nil without one).
+func (r *Resource) holds(now time.Time) (float64, []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.holdsLocked(now)
 }
 
-func (r *Resource) holdsLocked(now time.Time) float64 {
+func (r *Resource) holdsLocked(now time.Time) (float64, []byte) {
 	var has float64
+	var tok []byte
 	if r.leased && now.Before(r.lease.Expiry) {
-		has = r.lease.Capacity
+		has, tok = r.lease.Capacity, r.token
 	}
 	if r.has != nil {
 		has = max(has, r.has())
 	}
-	return has
+	return has, tok
 }
 
 // grant applies a lease asked for at sent, and arms the timer that ends
@@ -273,6 +277,7 @@ func (r *Resource) grant(g Grant, sent time.Time) {
 		return
 	}
 	r.lease = Lease{Capacity: g.Capacity, Expiry: sent.Add(g.Lease), Refresh: g.Refresh}
+	r.token = g.Token
 	r.leased, r.hadLease = true, true
 	r.safe = g.SafeCapacity
 	left := time.Until(r.lease.Expiry)

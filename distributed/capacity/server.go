@@ -42,6 +42,14 @@ type Request struct {
 	Client string
 	// Resources are the client's demands, at most one per resource.
 	Resources []ResourceRequest
+	// Incarnation and Sequence order a client's calls: Incarnation is
+	// the client's start time (Unix nanoseconds), Sequence increases with
+	// each call it sends. A server ignores a call older, in (Incarnation,
+	// Sequence) order, than the newest it applied for the client on one
+	// of the call's resources, answering Stale. Sequence 0 is never
+	// refused (and orders nothing).
+	Incarnation int64
+	Sequence    uint64
 }
 
 // ResourceRequest is a client's demand on one resource.
@@ -60,6 +68,10 @@ type ResourceRequest struct {
 	// Weight is the client's weight in sharing: 0 means 1, otherwise in
 	// (0, 2²⁰].
 	Weight float64
+	// Token is the Grant.Token of the lease reported in Has, nil if
+	// none. A server with lease keys (WithLeaseKeys) credits Has, while
+	// it learns, only up to what a valid token proves.
+	Token []byte
 }
 
 // Response answers a Request.
@@ -71,6 +83,12 @@ type Response struct {
 	Master string
 	// Grants hold one lease per requested resource, in request order.
 	Grants []Grant
+	// Stale reports that the server had already applied a newer call of
+	// this client (see Request.Sequence) and ignored this one: nothing
+	// was granted and nothing changed. Incarnation is then the newest
+	// incarnation of the client the server applied a call of.
+	Stale       bool
+	Incarnation int64
 }
 
 // Grant is a lease on the capacity of one resource.
@@ -87,12 +105,24 @@ type Grant struct {
 	// SafeCapacity is what the client may use once the lease has expired
 	// without a refresh (in Safe mode).
 	SafeCapacity float64
+	// Err, when not nil, reports that this resource was refused while
+	// the others of the request were served: it wraps ErrResourceRefused
+	// and throttle.ErrInvalid (a bad demand) or ErrExhausted (the
+	// resource is at its bound of clients). Capacity and Lease are then 0.
+	Err error
+	// Token proves the grant to the server's replicas, nil without lease
+	// keys: the client sends it back with Has (ResourceRequest.Token).
+	Token []byte
 }
 
 // ReleaseRequest gives back a client's leases.
 type ReleaseRequest struct {
 	Client    string
 	Resources []string
+	// As in Request: a release older than the newest call the server
+	// applied for the client on a resource leaves that resource be.
+	Incarnation int64
+	Sequence    uint64
 }
 
 // Status is a snapshot of a server.
@@ -126,6 +156,7 @@ type serverSettings struct {
 	seed         uint64
 	grace        time.Duration
 	parent       *parentSettings
+	keys         leaseKeys
 }
 
 // WithServerClock makes the server read time from c (for tests on virtual
@@ -245,6 +276,10 @@ type holder struct {
 	heldF  float64
 	expiry int64 // lease expiry (also of the demand), server clock
 	share  float64
+	// The newest call of the client applied to this lease, in
+	// (incarnation, sequence) order; seq 0 before any sequenced call.
+	inc int64
+	seq uint64
 	// A lowered lease still counts at its old size, prev, until the
 	// client confirms the lower one or the old lease expires at
 	// prevUntil: until then the answer may be late or lost, and the
@@ -277,6 +312,9 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 		return nil, invalidf("decrease grace must be >= 0, got %v", set.grace)
 	case !(set.jitter >= 0 && set.jitter < 1):
 		return nil, invalidf("jitter must be in [0, 1), got %v", set.jitter)
+	}
+	if err := set.keys.check(); err != nil {
+		return nil, err
 	}
 	if set.seed == 0 {
 		set.seed = rand.Uint64()
@@ -385,18 +423,36 @@ func validate(req *Request) error {
 	case len(req.Resources) == 0 || len(req.Resources) > MaxRequestResources:
 		return invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(req.Resources))
 	}
+	return nil
+}
+
+// refusals checks each resource of req on its own: the error of each
+// one refused (a bad demand, an id requested twice), nil if none is.
+func refusals(req *Request) []error {
+	var errs []error
 	for i := range req.Resources {
 		rr := &req.Resources[i]
-		if err := rr.check(); err != nil {
-			return err
-		}
+		err := rr.check()
 		for _, o := range req.Resources[:i] {
-			if o.Resource == rr.Resource {
-				return invalidf("resource %q requested twice", rr.Resource)
+			if err == nil && o.Resource == rr.Resource {
+				err = invalidf("resource %q requested twice", rr.Resource)
 			}
 		}
+		errs = refuse(errs, len(req.Resources), i, err)
 	}
-	return nil
+	return errs
+}
+
+// refuse records err (if not nil) as the refusal of resource i of n.
+func refuse(errs []error, n, i int, err error) []error {
+	if err == nil {
+		return errs
+	}
+	if errs == nil {
+		errs = make([]error, n)
+	}
+	errs[i] = refused(err)
+	return errs
 }
 
 // priorities returns the priority of each resource of req.
@@ -424,14 +480,19 @@ func (rr *ResourceRequest) check() error {
 }
 
 // GetCapacity grants leases on the resources of req. A server that is not
-// the master returns a redirect and grants nothing. Errors wrap
-// throttle.ErrInvalid (bad request), ErrExhausted (bounds reached) or
+// the master returns a redirect and grants nothing; a call older than
+// one it applied for the client is answered Stale and changes nothing.
+// A resource with a bad demand, or at its bound of clients, gets a Grant
+// whose Err wraps ErrResourceRefused, and the others are served. Errors
+// wrap throttle.ErrInvalid (bad request: client id, number of
+// resources), ErrExhausted (bounds of resources or leases reached) or
 // throttle.ErrUnavailable (ctx was done before the request was applied:
 // the caller gave up on it); then nothing is granted and no state changes.
 func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, error) {
 	if err := validate(req); err != nil {
 		return nil, err
 	}
+	errs := refusals(req)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A caller that gave up may have sent a later request already: this
@@ -445,13 +506,20 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 	}
 	now := s.now.Now()
 	s.drop(now)
+	if inc, ok := s.stale(req, errs, now); ok {
+		return &Response{Master: s.lead.Master, Stale: true, Incarnation: inc}, nil
+	}
 	// Check bounds and templates first, so a refusal changes nothing.
 	newRes, newLeases := 0, 0
-	for _, rr := range req.Resources {
+	for i, rr := range req.Resources {
+		if errs != nil && errs[i] != nil {
+			continue
+		}
 		r := s.resources[rr.Resource]
 		if r == nil {
 			if _, ok := s.cfg.match(rr.Resource); !ok {
-				return nil, invalidf("unknown resource %q", rr.Resource)
+				errs = refuse(errs, len(req.Resources), i, invalidf("unknown resource %q", rr.Resource))
+				continue
 			}
 			newRes++
 			newLeases++
@@ -460,7 +528,8 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 		r.expire(now)
 		if r.holders[req.Client] == nil {
 			if len(r.list) >= s.set.maxClients {
-				return nil, fmt.Errorf("%w: resource %q has %d clients", ErrExhausted, rr.Resource, len(r.list))
+				errs = refuse(errs, len(req.Resources), i, fmt.Errorf("%w: resource %q has %d clients", ErrExhausted, rr.Resource, len(r.list)))
+				continue
 			}
 			newLeases++
 		}
@@ -477,6 +546,10 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 	}
 	resp := &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
 	for i, rr := range req.Resources {
+		if errs != nil && errs[i] != nil {
+			resp.Grants[i] = Grant{Resource: rr.Resource, Err: errs[i]}
+			continue
+		}
 		r := s.resources[rr.Resource]
 		if r == nil {
 			t, _ := s.cfg.match(rr.Resource)
@@ -489,9 +562,40 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 		}
 		r.syncUpstream()
 		resp.Grants[i] = s.grant(r, req.Client, &rr, now)
+		if req.Sequence != 0 {
+			h := r.holders[req.Client]
+			h.inc, h.seq = req.Incarnation, req.Sequence
+		}
 		s.reportUpstream(r)
 	}
 	return resp, nil
+}
+
+// stale reports whether the server applied a call of req's client newer
+// than req on one of req's resources (all but those refused in errs), and
+// the newest incarnation of the client it applied. s.mu is held.
+func (s *Server) stale(req *Request, errs []error, now int64) (int64, bool) {
+	if req.Sequence == 0 {
+		return 0, false
+	}
+	inc, stale := req.Incarnation, false
+	for i, rr := range req.Resources {
+		r := s.resources[rr.Resource]
+		if r == nil || errs != nil && errs[i] != nil {
+			continue
+		}
+		r.expire(now)
+		if h := r.holders[req.Client]; h != nil && h.newer(req.Incarnation, req.Sequence) {
+			inc, stale = max(inc, h.inc), true
+		}
+	}
+	return inc, stale
+}
+
+// newer reports whether h's lease was last changed by a call newer than
+// (or the same as) the call inc, seq.
+func (h *holder) newer(inc int64, seq uint64) bool {
+	return h.seq != 0 && (h.inc > inc || h.inc == inc && h.seq >= seq)
 }
 
 // grant updates the client's demand on r and returns its new lease.
@@ -538,8 +642,13 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 		var want float64
 		if learning {
 			// Confirm at most what the client says it holds: the
-			// previous master may have given it out.
-			want = min(rr.Has, rr.Wants)
+			// previous master may have given it out. With lease keys,
+			// at most what a valid token proves it was granted.
+			has := rr.Has
+			if s.set.keys != nil {
+				has = min(has, s.set.keys.credit(rr.Token, client, r.id, now))
+			}
+			want = min(has, rr.Wants)
 		} else {
 			if r.dirty {
 				s.divide(r)
@@ -572,7 +681,8 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	lease, refresh := r.capLease(t.LeaseLength, refresh)
 	h.expiry = now + int64(lease)
 	r.wakeAt(h.expiry)
-	return Grant{Resource: r.id, Capacity: g, Lease: lease, Refresh: max(refresh, time.Millisecond), SafeCapacity: t.SafeCapacity}
+	return Grant{Resource: r.id, Capacity: g, Lease: lease, Refresh: max(refresh, time.Millisecond), SafeCapacity: t.SafeCapacity,
+		Token: s.set.keys.sign(s.lead.Term, client, r.id, g, h.expiry)}
 }
 
 // setHeld records that h now holds u quanta (f in capacity). A lowered
@@ -718,7 +828,7 @@ func (s *Server) Release(_ context.Context, req *ReleaseRequest) (*Response, err
 	}
 	for _, id := range req.Resources {
 		if r := s.resources[id]; r != nil {
-			if h := r.holders[req.Client]; h != nil {
+			if h := r.holders[req.Client]; h != nil && (req.Sequence == 0 || !h.newer(req.Incarnation, req.Sequence)) {
 				r.remove(h)
 			}
 		}

@@ -301,17 +301,17 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		"long client":  {Client: strings.Repeat("c", MaxIDLen+1), Resources: []ResourceRequest{{Resource: "r", Wants: 1}}},
 		"no resources": {Client: "b"},
 		"too many":     {Client: "b", Resources: many},
-		"NaN wants":    {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 1}, {Resource: "s", Wants: math.NaN()}}},
-		"Inf wants":    {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: math.Inf(1)}}},
-		"neg wants":    {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: -1}}},
-		"neg has":      {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 1, Has: -1}}},
-		"NaN weight":   {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 1, Weight: math.NaN()}}},
-		"huge weight":  {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 1, Weight: 1e9}}},
-		"empty id":     {Client: "b", Resources: []ResourceRequest{{Wants: 1}}},
-		"twice":        {Client: "b", Resources: []ResourceRequest{{Resource: "r", Wants: 1}, {Resource: "r", Wants: 2}}},
 	} {
 		if _, err := s.GetCapacity(context.Background(), req); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	// A request whose every resource is bad refuses each, and changes
+	// nothing either.
+	for name, rr := range badResources() {
+		resp, err := s.GetCapacity(context.Background(), &Request{Client: "b", Resources: []ResourceRequest{rr}})
+		if err != nil || len(resp.Grants) != 1 || !errors.Is(resp.Grants[0].Err, ErrResourceRefused) || !errors.Is(resp.Grants[0].Err, throttle.ErrInvalid) {
+			t.Errorf("%s: %+v, %v; want the resource refused as invalid", name, resp, err)
 		}
 	}
 	for name, req := range map[string]*ReleaseRequest{"nil": nil, "empty client": {Resources: []string{"r"}}} {
@@ -324,12 +324,58 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	}
 }
 
+// badResources are demands a server refuses, each on its own.
+func badResources() map[string]ResourceRequest {
+	return map[string]ResourceRequest{
+		"NaN wants":   {Resource: "s", Wants: math.NaN()},
+		"Inf wants":   {Resource: "r", Wants: math.Inf(1)},
+		"max wants":   {Resource: "r", Wants: math.MaxFloat64, Has: math.Inf(1)},
+		"neg wants":   {Resource: "r", Wants: -1},
+		"neg has":     {Resource: "r", Wants: 1, Has: -1},
+		"NaN weight":  {Resource: "r", Wants: 1, Weight: math.NaN()},
+		"huge weight": {Resource: "r", Wants: 1, Weight: 1e9},
+		"empty id":    {Wants: 1},
+		"long id":     {Resource: strings.Repeat("r", MaxIDLen+1), Wants: 1},
+	}
+}
+
+// TestOneBadResourceServesTheOthers: a request with bad resources among
+// good ones gets the good ones granted and each bad one refused with an
+// error of its own.
+func TestOneBadResourceServesTheOthers(t *testing.T) {
+	s, _ := pastLearning(t, 100)
+	for name, bad := range badResources() {
+		good := ResourceRequest{Resource: "r", Wants: 10}
+		if bad.Resource == "r" {
+			bad.Resource = "bad"
+		}
+		resp, err := s.GetCapacity(context.Background(), &Request{Client: "a", Resources: []ResourceRequest{bad, good, good}})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		g := resp.Grants
+		if len(g) != 3 || g[1].Err != nil || g[1].Capacity != 10 || g[0].Capacity != 0 || g[0].Lease != 0 || g[0].Resource != bad.Resource {
+			t.Fatalf("%s: grants %+v", name, g)
+		}
+		for _, i := range []int{0, 2} { // the bad one, and the second "good"
+			if !errors.Is(g[i].Err, ErrResourceRefused) || !errors.Is(g[i].Err, throttle.ErrInvalid) || errors.Is(g[i].Err, ErrExhausted) {
+				t.Errorf("%s: grant %d: err %v, want ErrResourceRefused and ErrInvalid", name, i, g[i].Err)
+			}
+		}
+	}
+	if st := s.Status(); len(st.Resources) != 1 || st.Resources[0].ID != "r" {
+		t.Fatalf("bad resources left state: %+v", st)
+	}
+}
+
 func TestBounds(t *testing.T) {
 	s, _ := newTestServer(t, testConfig(100), WithMaxClients(2), WithMaxResources(2))
 	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 1})
 	ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 1})
-	if _, err := s.GetCapacity(context.Background(), &Request{Client: "c", Resources: []ResourceRequest{{Resource: "r", Wants: 1}}}); !errors.Is(err, ErrExhausted) {
-		t.Fatalf("third client: %v", err)
+	// The resource at its bound of clients is refused, the other served.
+	resp, err := s.GetCapacity(context.Background(), &Request{Client: "c", Resources: []ResourceRequest{{Resource: "r", Wants: 1}, {Resource: "s", Wants: 1}}})
+	if err != nil || !errors.Is(resp.Grants[0].Err, ErrExhausted) || !errors.Is(resp.Grants[0].Err, ErrResourceRefused) || resp.Grants[1].Err != nil || resp.Grants[1].Lease == 0 {
+		t.Fatalf("third client: %+v, %v", resp, err)
 	}
 	ask(t, s, "a", ResourceRequest{Resource: "s", Wants: 1})
 	if _, err := s.GetCapacity(context.Background(), &Request{Client: "a", Resources: []ResourceRequest{{Resource: "t", Wants: 1}}}); !errors.Is(err, ErrExhausted) {

@@ -373,7 +373,8 @@ func (s *Server) sweep() {
 
 // ParentErr reports a parent that refuses: for a server in a tree, an
 // error wrapping throttle.ErrInvalid or ErrExhausted when the parent
-// refused the last request of one of its priority bands, or
+// refused the last request of one of its priority bands or one resource
+// in it (then also wrapping ErrResourceRefused), or
 // throttle.ErrUnavailable when no parent replica answered it (the server
 // then hands out what its unexpired leases, or the safe capacity, allow).
 // nil otherwise, and for a server without a parent.
@@ -392,7 +393,11 @@ func (l *treeLink) err() error {
 	var first error
 	for _, cs := range l.band {
 		for _, c := range cs {
-			switch err := c.Err(); {
+			err := c.Err()
+			if err == nil {
+				err = c.refusal()
+			}
+			switch {
 			case err == nil:
 			case !errors.Is(err, throttle.ErrUnavailable):
 				return err

@@ -139,19 +139,23 @@ func (w wireServer) GetCapacity(ctx context.Context, in *connect.Request[capacit
 	if len(m.GetResources()) > MaxRequestResources {
 		return nil, wireError(invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(m.GetResources())))
 	}
-	req := &Request{Client: m.GetClientId(), Resources: make([]ResourceRequest, len(m.GetResources()))}
+	req := &Request{Client: m.GetClientId(), Resources: make([]ResourceRequest, len(m.GetResources())), Incarnation: m.GetIncarnation(), Sequence: m.GetSequence()}
 	for i, r := range m.GetResources() {
-		req.Resources[i] = ResourceRequest{Resource: r.GetResourceId(), Wants: r.GetWants(), Has: r.GetHas(), Priority: r.GetPriority(), Weight: r.GetWeight()}
+		req.Resources[i] = ResourceRequest{Resource: r.GetResourceId(), Wants: r.GetWants(), Has: r.GetHas(), Priority: r.GetPriority(), Weight: r.GetWeight(), Token: r.GetLeaseToken()}
 	}
 	resp, err := w.s.GetCapacity(ctx, req)
 	if err != nil {
 		return nil, wireError(err)
 	}
-	out := &capacityv1.GetCapacityResponse{Redirect: resp.Redirect, MasterAddress: resp.Master, Grants: make([]*capacityv1.Grant, len(resp.Grants))}
+	out := &capacityv1.GetCapacityResponse{Redirect: resp.Redirect, MasterAddress: resp.Master, Grants: make([]*capacityv1.Grant, len(resp.Grants)),
+		Stale: resp.Stale, Incarnation: resp.Incarnation}
 	for i, g := range resp.Grants {
 		out.Grants[i] = &capacityv1.Grant{
 			ResourceId: g.Resource, Capacity: g.Capacity, SafeCapacity: g.SafeCapacity,
-			Lease: durationpb.New(g.Lease), RefreshInterval: durationpb.New(g.Refresh),
+			Lease: durationpb.New(g.Lease), RefreshInterval: durationpb.New(g.Refresh), LeaseToken: g.Token,
+		}
+		if g.Err != nil {
+			out.Grants[i].Code, out.Grants[i].Error = wireResourceCode(g.Err), g.Err.Error()
 		}
 	}
 	return connect.NewResponse(out), nil
@@ -161,7 +165,8 @@ func (w wireServer) ReleaseCapacity(ctx context.Context, in *connect.Request[cap
 	if err := authorize(ctx, in.Msg.GetClientId()); err != nil {
 		return nil, err
 	}
-	resp, err := w.s.Release(ctx, &ReleaseRequest{Client: in.Msg.GetClientId(), Resources: in.Msg.GetResourceIds()})
+	resp, err := w.s.Release(ctx, &ReleaseRequest{Client: in.Msg.GetClientId(), Resources: in.Msg.GetResourceIds(),
+		Incarnation: in.Msg.GetIncarnation(), Sequence: in.Msg.GetSequence()})
 	if err != nil {
 		return nil, wireError(err)
 	}
@@ -244,6 +249,28 @@ func (t *HTTPTransport) client(addr string) capacityv1connect.CapacityServiceCli
 	return c
 }
 
+// wireResourceCode is the wire code of the refusal of one resource.
+func wireResourceCode(err error) capacityv1.ResourceCode {
+	if errors.Is(err, ErrExhausted) {
+		return capacityv1.ResourceCode_RESOURCE_CODE_RESOURCE_EXHAUSTED
+	}
+	return capacityv1.ResourceCode_RESOURCE_CODE_INVALID_ARGUMENT
+}
+
+// grantError maps the refusal of one resource on the wire back to an
+// error wrapping ErrResourceRefused and the matching sentinel; nil for
+// a grant.
+func grantError(addr string, g *capacityv1.Grant) error {
+	kind := throttle.ErrInvalid // and for a code this version does not know
+	switch g.GetCode() {
+	case capacityv1.ResourceCode_RESOURCE_CODE_OK:
+		return nil
+	case capacityv1.ResourceCode_RESOURCE_CODE_RESOURCE_EXHAUSTED:
+		kind = ErrExhausted
+	}
+	return &resourceError{kind: kind, msg: fmt.Sprintf("capacity: %s: resource %q refused: %s", addr, g.GetResourceId(), g.GetError())}
+}
+
 // clientError maps a wire error back to this package's sentinels.
 func clientError(addr string, err error) error {
 	switch connect.CodeOf(err) {
@@ -261,17 +288,20 @@ func clientError(addr string, err error) error {
 
 // GetCapacity calls GetCapacity on the server at addr.
 func (t *HTTPTransport) GetCapacity(ctx context.Context, addr string, req *Request) (*Response, error) {
-	m := &capacityv1.GetCapacityRequest{ClientId: req.Client, Resources: make([]*capacityv1.ResourceRequest, len(req.Resources))}
+	m := &capacityv1.GetCapacityRequest{ClientId: req.Client, Resources: make([]*capacityv1.ResourceRequest, len(req.Resources)),
+		Incarnation: req.Incarnation, Sequence: req.Sequence}
 	for i, r := range req.Resources {
-		m.Resources[i] = &capacityv1.ResourceRequest{ResourceId: r.Resource, Wants: r.Wants, Has: r.Has, Priority: r.Priority, Weight: r.Weight}
+		m.Resources[i] = &capacityv1.ResourceRequest{ResourceId: r.Resource, Wants: r.Wants, Has: r.Has, Priority: r.Priority, Weight: r.Weight, LeaseToken: r.Token}
 	}
 	out, err := t.client(addr).GetCapacity(ctx, connect.NewRequest(m))
 	if err != nil {
 		return nil, clientError(addr, err)
 	}
-	resp := &Response{Redirect: out.Msg.GetRedirect(), Master: out.Msg.GetMasterAddress(), Grants: make([]Grant, len(out.Msg.GetGrants()))}
+	resp := &Response{Redirect: out.Msg.GetRedirect(), Master: out.Msg.GetMasterAddress(), Grants: make([]Grant, len(out.Msg.GetGrants())),
+		Stale: out.Msg.GetStale(), Incarnation: out.Msg.GetIncarnation()}
 	for i, g := range out.Msg.GetGrants() {
-		resp.Grants[i] = Grant{Resource: g.GetResourceId(), Capacity: g.GetCapacity(), SafeCapacity: g.GetSafeCapacity(), Lease: wireDuration(g.GetLease()), Refresh: wireDuration(g.GetRefreshInterval())}
+		resp.Grants[i] = Grant{Resource: g.GetResourceId(), Capacity: g.GetCapacity(), SafeCapacity: g.GetSafeCapacity(), Lease: wireDuration(g.GetLease()), Refresh: wireDuration(g.GetRefreshInterval()),
+			Err: grantError(addr, g), Token: g.GetLeaseToken()}
 	}
 	return resp, nil
 }
@@ -287,7 +317,8 @@ func wireDuration(d *durationpb.Duration) time.Duration {
 
 // Release calls ReleaseCapacity on the server at addr.
 func (t *HTTPTransport) Release(ctx context.Context, addr string, req *ReleaseRequest) (*Response, error) {
-	out, err := t.client(addr).ReleaseCapacity(ctx, connect.NewRequest(&capacityv1.ReleaseCapacityRequest{ClientId: req.Client, ResourceIds: req.Resources}))
+	out, err := t.client(addr).ReleaseCapacity(ctx, connect.NewRequest(&capacityv1.ReleaseCapacityRequest{ClientId: req.Client, ResourceIds: req.Resources,
+		Incarnation: req.Incarnation, Sequence: req.Sequence}))
 	if err != nil {
 		return nil, clientError(addr, err)
 	}

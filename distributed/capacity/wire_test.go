@@ -80,9 +80,10 @@ func TestWireProtocols(t *testing.T) {
 			if len(resp.Grants) != 2 || resp.Grants[0].Capacity != 10 || resp.Grants[0].Lease != 20*time.Second || resp.Grants[1].Capacity != 3 || resp.Grants[0].Refresh <= 0 {
 				t.Fatalf("response %+v", resp)
 			}
-			_, err = tr.GetCapacity(ctx, addr, &Request{Client: name, Resources: []ResourceRequest{{Resource: "r", Wants: -1}}})
-			if !errors.Is(err, throttle.ErrInvalid) {
-				t.Fatalf("bad wants: %v", err)
+			// One bad resource is refused alone.
+			resp, err = tr.GetCapacity(ctx, addr, &Request{Client: name, Resources: []ResourceRequest{{Resource: "r", Wants: -1}, {Resource: "other", Wants: 3}}})
+			if err != nil || !errors.Is(resp.Grants[0].Err, ErrResourceRefused) || !errors.Is(resp.Grants[0].Err, throttle.ErrInvalid) || resp.Grants[1].Err != nil || resp.Grants[1].Capacity != 3 {
+				t.Fatalf("bad wants: %+v, %v", resp, err)
 			}
 			if _, err := tr.Release(ctx, addr, &ReleaseRequest{Client: name, Resources: []string{"r", "other"}}); err != nil {
 				t.Fatal(err)
@@ -118,14 +119,25 @@ func TestWireCurlJSON(t *testing.T) {
 		t.Fatalf("status %d %v", code, m)
 	}
 	for body, want := range map[string]string{
-		`{"clientId":"","resources":[{"resourceId":"r","wants":1}]}`:      "invalid_argument",
-		`{"clientId":"c","resources":[{"resourceId":"r","wants":"NaN"}]}`: "invalid_argument",
-		`{"clientId":"c","resources":[{"resourceId":"r","wants":-1}]}`:    "invalid_argument",
-		`{"clientId":"c","resources":[{"resourceId":"","wants":1}]}`:      "invalid_argument",
+		`{"clientId":"","resources":[{"resourceId":"r","wants":1}]}`: "invalid_argument",
 		`{"clientId":`: "invalid_argument",
 	} {
 		if code, m := post("GetCapacity", body); code != 400 || m["code"] != want {
 			t.Errorf("%s: status %d %v, want %s", body, code, m, want)
+		}
+	}
+	// A bad resource is refused in its grant; the others are served.
+	for _, bad := range []string{`{"resourceId":"r","wants":"NaN"}`, `{"resourceId":"r","wants":"Infinity"}`, `{"resourceId":"r","wants":-1}`, `{"resourceId":"","wants":1}`} {
+		body := `{"clientId":"c","resources":[` + bad + `,{"resourceId":"s","wants":1}]}`
+		code, m := post("GetCapacity", body)
+		gs, _ := m["grants"].([]any)
+		if code != 200 || len(gs) != 2 {
+			t.Errorf("%s: status %d %v", body, code, m)
+			continue
+		}
+		g0, g1 := gs[0].(map[string]any), gs[1].(map[string]any)
+		if g0["code"] != "RESOURCE_CODE_INVALID_ARGUMENT" || g0["error"] == nil || g1["code"] != nil || g1["lease"] == nil {
+			t.Errorf("%s: grants %v", body, gs)
 		}
 	}
 	big := `{"clientId":"c","resources":[{"resourceId":"` + strings.Repeat("x", 3*MaxRequestBytes) + `","wants":1}]}`
@@ -135,7 +147,7 @@ func TestWireCurlJSON(t *testing.T) {
 }
 
 func TestWireExhausted(t *testing.T) {
-	s := laterServer(t, testConfig(100), WithMaxClients(1))
+	s := laterServer(t, testConfig(100), WithMaxClients(1), WithMaxResources(1))
 	addr := serveLoopback(t, NewHandler(s))
 	tr := NewHTTPTransport(nil)
 	req := func(c string) *Request {
@@ -144,7 +156,11 @@ func TestWireExhausted(t *testing.T) {
 	if _, err := tr.GetCapacity(context.Background(), addr, req("a")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.GetCapacity(context.Background(), addr, req("b")); !errors.Is(err, ErrExhausted) {
+	if resp, err := tr.GetCapacity(context.Background(), addr, req("b")); err != nil || !errors.Is(resp.Grants[0].Err, ErrExhausted) || !errors.Is(resp.Grants[0].Err, ErrResourceRefused) {
+		t.Fatalf("resource at its bound of clients: %+v, %v", resp, err)
+	}
+	// A new resource on a full server: the whole request is refused.
+	if _, err := tr.GetCapacity(context.Background(), addr, &Request{Client: "a", Resources: []ResourceRequest{{Resource: "new", Wants: 1}}}); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("full server: %v", err)
 	}
 	if _, err := tr.GetCapacity(context.Background(), "127.0.0.1:1", req("b")); !errors.Is(err, throttle.ErrUnavailable) {
@@ -290,5 +306,42 @@ func TestWireOversized(t *testing.T) {
 	_, err = tr.GetCapacity(context.Background(), addr, &Request{Client: strings.Repeat("x", 2*MaxRequestBytes), Resources: []ResourceRequest{{Resource: "r", Wants: 1}}})
 	if !(errors.Is(err, throttle.ErrInvalid) && strings.Contains(err.Error(), "larger than")) {
 		t.Errorf("gRPC: %v, want a request too large", err)
+	}
+}
+
+// TestWireResourceRefused: over gRPC on loopback HTTP/2, a Client whose
+// request holds a resource the server refuses (at its bound of clients)
+// gets the other resources, and sees the refusal on that resource alone.
+func TestWireResourceRefused(t *testing.T) {
+	s := laterServer(t, testConfig(100), WithMaxClients(1))
+	addr := serveLoopback(t, NewHandler(s))
+	if _, err := s.GetCapacity(context.Background(), &Request{Client: "first", Resources: []ResourceRequest{{Resource: "r", Wants: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(NewHTTPTransport(h2cClient(), connect.WithGRPC()), []string{addr}, WithClientID("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	full, err := c.Resource("r", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Resource("other", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, leased := other.Lease(); (full.Err() == nil || !leased) && time.Now().Before(deadline); _, leased = other.Lease() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := full.Err(); !errors.Is(err, ErrResourceRefused) || !errors.Is(err, ErrExhausted) {
+		t.Fatalf("refused resource: Err %v", err)
+	}
+	if l, ok := other.Lease(); !ok || l.Capacity != 3 || other.Err() != nil || c.Err() != nil {
+		t.Fatalf("other resource: %+v %v, errs %v %v", l, ok, other.Err(), c.Err())
+	}
+	if _, ok := full.Lease(); ok {
+		t.Fatal("the refused resource has a lease")
 	}
 }

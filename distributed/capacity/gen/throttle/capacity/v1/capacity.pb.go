@@ -25,6 +25,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ResourceCode says why a resource of a request got no grant.
+type ResourceCode int32
+
+const (
+	ResourceCode_RESOURCE_CODE_OK ResourceCode = 0
+	// The resource's demand is invalid, or the resource unknown.
+	ResourceCode_RESOURCE_CODE_INVALID_ARGUMENT ResourceCode = 1
+	// The resource is at the server's bound of clients.
+	ResourceCode_RESOURCE_CODE_RESOURCE_EXHAUSTED ResourceCode = 2
+)
+
+// Enum value maps for ResourceCode.
+var (
+	ResourceCode_name = map[int32]string{
+		0: "RESOURCE_CODE_OK",
+		1: "RESOURCE_CODE_INVALID_ARGUMENT",
+		2: "RESOURCE_CODE_RESOURCE_EXHAUSTED",
+	}
+	ResourceCode_value = map[string]int32{
+		"RESOURCE_CODE_OK":                 0,
+		"RESOURCE_CODE_INVALID_ARGUMENT":   1,
+		"RESOURCE_CODE_RESOURCE_EXHAUSTED": 2,
+	}
+)
+
+func (x ResourceCode) Enum() *ResourceCode {
+	p := new(ResourceCode)
+	*p = x
+	return p
+}
+
+func (x ResourceCode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ResourceCode) Descriptor() protoreflect.EnumDescriptor {
+	return file_throttle_capacity_v1_capacity_proto_enumTypes[0].Descriptor()
+}
+
+func (ResourceCode) Type() protoreflect.EnumType {
+	return &file_throttle_capacity_v1_capacity_proto_enumTypes[0]
+}
+
+func (x ResourceCode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ResourceCode.Descriptor instead.
+func (ResourceCode) EnumDescriptor() ([]byte, []int) {
+	return file_throttle_capacity_v1_capacity_proto_rawDescGZIP(), []int{0}
+}
+
 // ResourceRequest is a client's demand on one resource.
 type ResourceRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -36,7 +88,11 @@ type ResourceRequest struct {
 	// Priority band: higher bands are served first.
 	Priority int32 `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
 	// Weight in sharing: 0 means 1.
-	Weight        float64 `protobuf:"fixed64,5,opt,name=weight,proto3" json:"weight,omitempty"`
+	Weight float64 `protobuf:"fixed64,5,opt,name=weight,proto3" json:"weight,omitempty"`
+	// The lease_token of the grant of the lease reported in has, empty if
+	// none: a server configured with lease keys credits has, while it
+	// learns, only up to a lease token proves.
+	LeaseToken    []byte `protobuf:"bytes,6,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -106,11 +162,25 @@ func (x *ResourceRequest) GetWeight() float64 {
 	return 0
 }
 
+func (x *ResourceRequest) GetLeaseToken() []byte {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return nil
+}
+
 type GetCapacityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique id of the client process.
-	ClientId      string             `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Resources     []*ResourceRequest `protobuf:"bytes,2,rep,name=resources,proto3" json:"resources,omitempty"`
+	ClientId  string             `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Resources []*ResourceRequest `protobuf:"bytes,2,rep,name=resources,proto3" json:"resources,omitempty"`
+	// The client's incarnation (its start time in Unix nanoseconds) and a
+	// sequence number, increasing with each call the incarnation sends.
+	// A server ignores a call older, in (incarnation, sequence) order,
+	// than the newest it applied for the client (answering stale); a
+	// sequence of 0 is never refused.
+	Incarnation   int64  `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Sequence      uint64 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -159,6 +229,20 @@ func (x *GetCapacityRequest) GetResources() []*ResourceRequest {
 	return nil
 }
 
+func (x *GetCapacityRequest) GetIncarnation() int64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *GetCapacityRequest) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 // Grant is a lease on one resource.
 type Grant struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -170,7 +254,14 @@ type Grant struct {
 	// When the client should ask again.
 	RefreshInterval *durationpb.Duration `protobuf:"bytes,4,opt,name=refresh_interval,json=refreshInterval,proto3" json:"refresh_interval,omitempty"`
 	// What the client may use once the lease expired without a refresh.
-	SafeCapacity  float64 `protobuf:"fixed64,5,opt,name=safe_capacity,json=safeCapacity,proto3" json:"safe_capacity,omitempty"`
+	SafeCapacity float64 `protobuf:"fixed64,5,opt,name=safe_capacity,json=safeCapacity,proto3" json:"safe_capacity,omitempty"`
+	// Not OK: this resource was refused (the others of the request were
+	// served); capacity and lease are then 0.
+	Code  ResourceCode `protobuf:"varint,6,opt,name=code,proto3,enum=throttle.capacity.v1.ResourceCode" json:"code,omitempty"`
+	Error string       `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// Proof of this grant, signed with a key the server's replicas share
+	// (empty when none is configured): the client echoes it with has.
+	LeaseToken    []byte `protobuf:"bytes,8,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -240,6 +331,27 @@ func (x *Grant) GetSafeCapacity() float64 {
 	return 0
 }
 
+func (x *Grant) GetCode() ResourceCode {
+	if x != nil {
+		return x.Code
+	}
+	return ResourceCode_RESOURCE_CODE_OK
+}
+
+func (x *Grant) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Grant) GetLeaseToken() []byte {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return nil
+}
+
 type GetCapacityResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One grant per requested resource, in request order; empty when
@@ -248,6 +360,12 @@ type GetCapacityResponse struct {
 	// This server is not the master: ask master_address (when not empty).
 	Redirect      bool   `protobuf:"varint,2,opt,name=redirect,proto3" json:"redirect,omitempty"`
 	MasterAddress string `protobuf:"bytes,3,opt,name=master_address,json=masterAddress,proto3" json:"master_address,omitempty"`
+	// The server had applied a newer call of this client (see
+	// GetCapacityRequest.sequence) and ignored this one: nothing was
+	// granted and nothing changed. incarnation is the newest incarnation
+	// of the client it applied.
+	Stale         bool  `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
+	Incarnation   int64 `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -303,10 +421,28 @@ func (x *GetCapacityResponse) GetMasterAddress() string {
 	return ""
 }
 
+func (x *GetCapacityResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *GetCapacityResponse) GetIncarnation() int64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
 type ReleaseCapacityRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	ResourceIds   []string               `protobuf:"bytes,2,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClientId    string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ResourceIds []string               `protobuf:"bytes,2,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
+	// As in GetCapacityRequest: a release older than the newest call the
+	// server applied for the client on a resource leaves that resource be.
+	Incarnation   int64  `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Sequence      uint64 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -353,6 +489,20 @@ func (x *ReleaseCapacityRequest) GetResourceIds() []string {
 		return x.ResourceIds
 	}
 	return nil
+}
+
+func (x *ReleaseCapacityRequest) GetIncarnation() int64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *ReleaseCapacityRequest) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
 }
 
 type ReleaseCapacityResponse struct {
@@ -617,31 +767,43 @@ var File_throttle_capacity_v1_capacity_proto protoreflect.FileDescriptor
 
 const file_throttle_capacity_v1_capacity_proto_rawDesc = "" +
 	"\n" +
-	"#throttle/capacity/v1/capacity.proto\x12\x14throttle.capacity.v1\x1a\x1egoogle/protobuf/duration.proto\"\x8e\x01\n" +
+	"#throttle/capacity/v1/capacity.proto\x12\x14throttle.capacity.v1\x1a\x1egoogle/protobuf/duration.proto\"\xaf\x01\n" +
 	"\x0fResourceRequest\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12\x14\n" +
 	"\x05wants\x18\x02 \x01(\x01R\x05wants\x12\x10\n" +
 	"\x03has\x18\x03 \x01(\x01R\x03has\x12\x1a\n" +
 	"\bpriority\x18\x04 \x01(\x05R\bpriority\x12\x16\n" +
-	"\x06weight\x18\x05 \x01(\x01R\x06weight\"v\n" +
+	"\x06weight\x18\x05 \x01(\x01R\x06weight\x12\x1f\n" +
+	"\vlease_token\x18\x06 \x01(\fR\n" +
+	"leaseToken\"\xb4\x01\n" +
 	"\x12GetCapacityRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12C\n" +
-	"\tresources\x18\x02 \x03(\v2%.throttle.capacity.v1.ResourceRequestR\tresources\"\xe0\x01\n" +
+	"\tresources\x18\x02 \x03(\v2%.throttle.capacity.v1.ResourceRequestR\tresources\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\x12\x1a\n" +
+	"\bsequence\x18\x04 \x01(\x04R\bsequence\"\xcf\x02\n" +
 	"\x05Grant\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\x12/\n" +
 	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12D\n" +
 	"\x10refresh_interval\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0frefreshInterval\x12#\n" +
-	"\rsafe_capacity\x18\x05 \x01(\x01R\fsafeCapacity\"\x8d\x01\n" +
+	"\rsafe_capacity\x18\x05 \x01(\x01R\fsafeCapacity\x126\n" +
+	"\x04code\x18\x06 \x01(\x0e2\".throttle.capacity.v1.ResourceCodeR\x04code\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x1f\n" +
+	"\vlease_token\x18\b \x01(\fR\n" +
+	"leaseToken\"\xc5\x01\n" +
 	"\x13GetCapacityResponse\x123\n" +
 	"\x06grants\x18\x01 \x03(\v2\x1b.throttle.capacity.v1.GrantR\x06grants\x12\x1a\n" +
 	"\bredirect\x18\x02 \x01(\bR\bredirect\x12%\n" +
-	"\x0emaster_address\x18\x03 \x01(\tR\rmasterAddress\"X\n" +
+	"\x0emaster_address\x18\x03 \x01(\tR\rmasterAddress\x12\x14\n" +
+	"\x05stale\x18\x04 \x01(\bR\x05stale\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\x03R\vincarnation\"\x96\x01\n" +
 	"\x16ReleaseCapacityRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12!\n" +
-	"\fresource_ids\x18\x02 \x03(\tR\vresourceIds\"\\\n" +
+	"\fresource_ids\x18\x02 \x03(\tR\vresourceIds\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\x12\x1a\n" +
+	"\bsequence\x18\x04 \x01(\x04R\bsequence\"\\\n" +
 	"\x17ReleaseCapacityResponse\x12\x1a\n" +
 	"\bredirect\x18\x01 \x01(\bR\bredirect\x12%\n" +
 	"\x0emaster_address\x18\x02 \x01(\tR\rmasterAddress\"\x12\n" +
@@ -659,7 +821,11 @@ const file_throttle_capacity_v1_capacity_proto_rawDesc = "" +
 	"\x0emaster_address\x18\x01 \x01(\tR\rmasterAddress\x12\x1b\n" +
 	"\tis_master\x18\x02 \x01(\bR\bisMaster\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x03R\x04term\x12B\n" +
-	"\tresources\x18\x04 \x03(\v2$.throttle.capacity.v1.ResourceStatusR\tresources2\xc3\x02\n" +
+	"\tresources\x18\x04 \x03(\v2$.throttle.capacity.v1.ResourceStatusR\tresources*n\n" +
+	"\fResourceCode\x12\x14\n" +
+	"\x10RESOURCE_CODE_OK\x10\x00\x12\"\n" +
+	"\x1eRESOURCE_CODE_INVALID_ARGUMENT\x10\x01\x12$\n" +
+	" RESOURCE_CODE_RESOURCE_EXHAUSTED\x10\x022\xc3\x02\n" +
 	"\x0fCapacityService\x12b\n" +
 	"\vGetCapacity\x12(.throttle.capacity.v1.GetCapacityRequest\x1a).throttle.capacity.v1.GetCapacityResponse\x12n\n" +
 	"\x0fReleaseCapacity\x12,.throttle.capacity.v1.ReleaseCapacityRequest\x1a-.throttle.capacity.v1.ReleaseCapacityResponse\x12\\\n" +
@@ -677,36 +843,39 @@ func file_throttle_capacity_v1_capacity_proto_rawDescGZIP() []byte {
 	return file_throttle_capacity_v1_capacity_proto_rawDescData
 }
 
+var file_throttle_capacity_v1_capacity_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_throttle_capacity_v1_capacity_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_throttle_capacity_v1_capacity_proto_goTypes = []any{
-	(*ResourceRequest)(nil),         // 0: throttle.capacity.v1.ResourceRequest
-	(*GetCapacityRequest)(nil),      // 1: throttle.capacity.v1.GetCapacityRequest
-	(*Grant)(nil),                   // 2: throttle.capacity.v1.Grant
-	(*GetCapacityResponse)(nil),     // 3: throttle.capacity.v1.GetCapacityResponse
-	(*ReleaseCapacityRequest)(nil),  // 4: throttle.capacity.v1.ReleaseCapacityRequest
-	(*ReleaseCapacityResponse)(nil), // 5: throttle.capacity.v1.ReleaseCapacityResponse
-	(*GetStatusRequest)(nil),        // 6: throttle.capacity.v1.GetStatusRequest
-	(*ResourceStatus)(nil),          // 7: throttle.capacity.v1.ResourceStatus
-	(*GetStatusResponse)(nil),       // 8: throttle.capacity.v1.GetStatusResponse
-	(*durationpb.Duration)(nil),     // 9: google.protobuf.Duration
+	(ResourceCode)(0),               // 0: throttle.capacity.v1.ResourceCode
+	(*ResourceRequest)(nil),         // 1: throttle.capacity.v1.ResourceRequest
+	(*GetCapacityRequest)(nil),      // 2: throttle.capacity.v1.GetCapacityRequest
+	(*Grant)(nil),                   // 3: throttle.capacity.v1.Grant
+	(*GetCapacityResponse)(nil),     // 4: throttle.capacity.v1.GetCapacityResponse
+	(*ReleaseCapacityRequest)(nil),  // 5: throttle.capacity.v1.ReleaseCapacityRequest
+	(*ReleaseCapacityResponse)(nil), // 6: throttle.capacity.v1.ReleaseCapacityResponse
+	(*GetStatusRequest)(nil),        // 7: throttle.capacity.v1.GetStatusRequest
+	(*ResourceStatus)(nil),          // 8: throttle.capacity.v1.ResourceStatus
+	(*GetStatusResponse)(nil),       // 9: throttle.capacity.v1.GetStatusResponse
+	(*durationpb.Duration)(nil),     // 10: google.protobuf.Duration
 }
 var file_throttle_capacity_v1_capacity_proto_depIdxs = []int32{
-	0, // 0: throttle.capacity.v1.GetCapacityRequest.resources:type_name -> throttle.capacity.v1.ResourceRequest
-	9, // 1: throttle.capacity.v1.Grant.lease:type_name -> google.protobuf.Duration
-	9, // 2: throttle.capacity.v1.Grant.refresh_interval:type_name -> google.protobuf.Duration
-	2, // 3: throttle.capacity.v1.GetCapacityResponse.grants:type_name -> throttle.capacity.v1.Grant
-	7, // 4: throttle.capacity.v1.GetStatusResponse.resources:type_name -> throttle.capacity.v1.ResourceStatus
-	1, // 5: throttle.capacity.v1.CapacityService.GetCapacity:input_type -> throttle.capacity.v1.GetCapacityRequest
-	4, // 6: throttle.capacity.v1.CapacityService.ReleaseCapacity:input_type -> throttle.capacity.v1.ReleaseCapacityRequest
-	6, // 7: throttle.capacity.v1.CapacityService.GetStatus:input_type -> throttle.capacity.v1.GetStatusRequest
-	3, // 8: throttle.capacity.v1.CapacityService.GetCapacity:output_type -> throttle.capacity.v1.GetCapacityResponse
-	5, // 9: throttle.capacity.v1.CapacityService.ReleaseCapacity:output_type -> throttle.capacity.v1.ReleaseCapacityResponse
-	8, // 10: throttle.capacity.v1.CapacityService.GetStatus:output_type -> throttle.capacity.v1.GetStatusResponse
-	8, // [8:11] is the sub-list for method output_type
-	5, // [5:8] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	1,  // 0: throttle.capacity.v1.GetCapacityRequest.resources:type_name -> throttle.capacity.v1.ResourceRequest
+	10, // 1: throttle.capacity.v1.Grant.lease:type_name -> google.protobuf.Duration
+	10, // 2: throttle.capacity.v1.Grant.refresh_interval:type_name -> google.protobuf.Duration
+	0,  // 3: throttle.capacity.v1.Grant.code:type_name -> throttle.capacity.v1.ResourceCode
+	3,  // 4: throttle.capacity.v1.GetCapacityResponse.grants:type_name -> throttle.capacity.v1.Grant
+	8,  // 5: throttle.capacity.v1.GetStatusResponse.resources:type_name -> throttle.capacity.v1.ResourceStatus
+	2,  // 6: throttle.capacity.v1.CapacityService.GetCapacity:input_type -> throttle.capacity.v1.GetCapacityRequest
+	5,  // 7: throttle.capacity.v1.CapacityService.ReleaseCapacity:input_type -> throttle.capacity.v1.ReleaseCapacityRequest
+	7,  // 8: throttle.capacity.v1.CapacityService.GetStatus:input_type -> throttle.capacity.v1.GetStatusRequest
+	4,  // 9: throttle.capacity.v1.CapacityService.GetCapacity:output_type -> throttle.capacity.v1.GetCapacityResponse
+	6,  // 10: throttle.capacity.v1.CapacityService.ReleaseCapacity:output_type -> throttle.capacity.v1.ReleaseCapacityResponse
+	9,  // 11: throttle.capacity.v1.CapacityService.GetStatus:output_type -> throttle.capacity.v1.GetStatusResponse
+	9,  // [9:12] is the sub-list for method output_type
+	6,  // [6:9] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_throttle_capacity_v1_capacity_proto_init() }
@@ -719,13 +888,14 @@ func file_throttle_capacity_v1_capacity_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_throttle_capacity_v1_capacity_proto_rawDesc), len(file_throttle_capacity_v1_capacity_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_throttle_capacity_v1_capacity_proto_goTypes,
 		DependencyIndexes: file_throttle_capacity_v1_capacity_proto_depIdxs,
+		EnumInfos:         file_throttle_capacity_v1_capacity_proto_enumTypes,
 		MessageInfos:      file_throttle_capacity_v1_capacity_proto_msgTypes,
 	}.Build()
 	File_throttle_capacity_v1_capacity_proto = out.File
