@@ -17,6 +17,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/capacity"
+	capacityv1 "github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1"
 )
 
 // adminHandler serves /healthz, /metrics and /status.
@@ -68,6 +69,7 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 	reloads  *prometheus.CounterVec
 	refused  *prometheus.CounterVec
+	answers  *prometheus.CounterVec // refused resources and stale calls
 }
 
 func newMetrics(a *app) *metrics {
@@ -90,10 +92,13 @@ func newMetrics(a *app) *metrics {
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "capacityd_connections_refused_total", Help: "Connections closed at once because the port had its maximum open, by port (api, admin).",
 	}, []string{"listener"})
+	m.answers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "capacityd_refusals_total", Help: "Resources of GetCapacity requests refused on their own (invalid_argument, resource_exhausted), and requests ignored as older than one applied for their client (stale).",
+	}, []string{"reason"})
 	for _, r := range []string{"applied", "refused"} {
 		m.reloads.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.requests, m.errors, m.latency, m.reloads, m.refused, statusCollector{a},
+	m.reg.MustRegister(m.requests, m.errors, m.latency, m.reloads, m.refused, m.answers, statusCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -110,9 +115,31 @@ func (m *metrics) interceptor() connect.Interceptor {
 			if err != nil {
 				m.errors.WithLabelValues(method, connect.CodeOf(err).String()).Inc()
 			}
+			m.countRefusals(resp)
 			return resp, err
 		}
 	})
+}
+
+// countRefusals counts the resources a GetCapacity answer refused, and a
+// stale answer.
+func (m *metrics) countRefusals(resp connect.AnyResponse) {
+	r, ok := resp.(*connect.Response[capacityv1.GetCapacityResponse])
+	if !ok || r == nil {
+		return
+	}
+	if r.Msg.GetStale() {
+		m.answers.WithLabelValues("stale").Inc()
+	}
+	for _, g := range r.Msg.GetGrants() {
+		switch g.GetCode() {
+		case capacityv1.ResourceCode_RESOURCE_CODE_OK:
+		case capacityv1.ResourceCode_RESOURCE_CODE_RESOURCE_EXHAUSTED:
+			m.answers.WithLabelValues("resource_exhausted").Inc()
+		default:
+			m.answers.WithLabelValues("invalid_argument").Inc()
+		}
+	}
 }
 
 // Resource series are labelled only with ids the operator configured:

@@ -39,19 +39,26 @@ func TestGetCapacityJSON(t *testing.T) {
 	if g := r.Grants[1]; g.ResourceID != "cache" || g.Capacity != 5 {
 		t.Fatalf("cache grant %+v", g)
 	}
-	// Bad input is refused with a clear code, and counted.
-	var e struct{ Code, Message string }
-	if code := a.call(t, "GetCapacity", `{"clientId":"c1","resources":[{"resourceId":"db.writes","wants":-1}]}`, &e); code != 400 || e.Code != "invalid_argument" || !strings.Contains(e.Message, "wants must be finite") {
+	// A bad resource is refused on its own with a clear code, and counted.
+	var e struct {
+		Grants []struct{ Code, Error string }
+	}
+	if code := a.call(t, "GetCapacity", `{"clientId":"c1","resources":[{"resourceId":"db.writes","wants":-1}]}`, &e); code != 200 || len(e.Grants) != 1 || e.Grants[0].Code != "RESOURCE_CODE_INVALID_ARGUMENT" || !strings.Contains(e.Grants[0].Error, "wants must be finite") {
 		t.Fatalf("negative wants: %d %+v", code, e)
+	}
+	var bad struct{ Code, Message string }
+	if code := a.call(t, "GetCapacity", `{"clientId":"","resources":[{"resourceId":"db.writes","wants":1}]}`, &bad); code != 400 || bad.Code != "invalid_argument" || !strings.Contains(bad.Message, "client id") {
+		t.Fatalf("no client id: %d %+v", code, bad)
 	}
 	if code := a.call(t, "GetCapacity", `{"clientId":`, nil); code != 400 {
 		t.Fatalf("malformed JSON: %d", code)
 	}
 	_, m := a.get(t, a.adminURL()+"/metrics")
 	for _, want := range []string{
-		`capacityd_requests_total{method="GetCapacity"} 2`,
+		`capacityd_requests_total{method="GetCapacity"} 3`,
 		`capacityd_request_errors_total{code="invalid_argument",method="GetCapacity"} 1`,
-		`capacityd_request_duration_seconds_count{method="GetCapacity"} 2`,
+		`capacityd_refusals_total{reason="invalid_argument"} 1`,
+		`capacityd_request_duration_seconds_count{method="GetCapacity"} 3`,
 		`capacityd_resource_granted{resource="db.writes"} 50`,
 		`capacityd_resource_wants{resource="db.writes"} 80`,
 		`capacityd_resource_capacity{resource="db.writes"} 50`,

@@ -345,3 +345,45 @@ func TestWireResourceRefused(t *testing.T) {
 		t.Fatal("the refused resource has a lease")
 	}
 }
+
+// TestWireLeaseTokenAndStale: over gRPC on loopback HTTP/2, a lease
+// token granted by one replica proves the lease to the next master while
+// it learns, and a call older than one applied is answered stale.
+func TestWireLeaseTokenAndStale(t *testing.T) {
+	key := bytes.Repeat([]byte{9}, 32)
+	clk := throttletest.NewClock()
+	replica := func() string {
+		s, err := NewServer(testConfig(100), WithLeaseKeys(key), WithServerClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return serveLoopback(t, NewHandler(s))
+	}
+	issuer := replica()
+	clk.Advance(time.Hour) // past learning
+	learner := replica()   // a new master: learning
+	tr := NewHTTPTransport(h2cClient(), connect.WithGRPC())
+	ctx := context.Background()
+	get := func(addr string, seq uint64, rr ResourceRequest) *Response {
+		t.Helper()
+		rr.Resource = "r"
+		resp, err := tr.GetCapacity(ctx, addr, &Request{Client: "a", Incarnation: 5, Sequence: seq, Resources: []ResourceRequest{rr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	g := get(issuer, 9, ResourceRequest{Wants: 30}).Grants[0]
+	if g.Capacity != 30 || len(g.Token) != tokenLen {
+		t.Fatalf("grant %+v", g)
+	}
+	if r := get(issuer, 8, ResourceRequest{Wants: 1}); !r.Stale || r.Incarnation != 5 || len(r.Grants) != 0 {
+		t.Fatalf("older call: %+v, want stale", r)
+	}
+	if c := get(learner, 10, ResourceRequest{Wants: 100, Has: 30, Token: g.Token}).Grants[0].Capacity; c != 30 {
+		t.Fatalf("learner confirmed %v of the 30 the token proves", c)
+	}
+	if c := get(learner, 11, ResourceRequest{Wants: 100, Has: 100}).Grants[0].Capacity; c != 0 {
+		t.Fatalf("learner confirmed %v without a token", c)
+	}
+}
