@@ -2,7 +2,9 @@ package capacity_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/throttlekit/throttle/distributed/capacity"
@@ -69,4 +71,57 @@ func ExampleSolo() {
 	// Output:
 	// master 127.0.0.1:7000, this replica: true, term 1
 	// context canceled
+}
+
+// Replicas sharing lease keys: a new master, while it learns, confirms
+// what a client says it holds only up to the signed grant it echoes.
+func ExampleWithLeaseKeys() {
+	cfg := capacity.Config{Resources: []capacity.Template{{ID: "*", Capacity: 100, LeaseLength: time.Minute}}}
+	key := []byte("32 random bytes shared by all...") // from a secret store
+	clock := throttletest.NewClock()
+	replica := func() *capacity.Server {
+		s, err := capacity.NewServer(cfg, capacity.WithLeaseKeys(key), capacity.WithServerClock(clock))
+		if err != nil {
+			panic(err)
+		}
+		return s
+	}
+	ask := func(s *capacity.Server, client string, rr capacity.ResourceRequest) capacity.Grant {
+		rr.Resource = "db"
+		resp, err := s.GetCapacity(context.Background(), &capacity.Request{Client: client, Resources: []capacity.ResourceRequest{rr}})
+		if err != nil {
+			panic(err)
+		}
+		return resp.Grants[0]
+	}
+	old := replica()
+	clock.Advance(time.Minute) // past learning
+	lease := ask(old, "honest", capacity.ResourceRequest{Wants: 60})
+
+	next := replica() // the master fails over: the next one learns
+	fmt.Println(ask(next, "liar", capacity.ResourceRequest{Wants: 100, Has: 100}).Capacity)
+	fmt.Println(ask(next, "honest", capacity.ResourceRequest{Wants: 60, Has: 60, Token: lease.Token}).Capacity)
+	// Output:
+	// 0
+	// 60
+}
+
+// One bad resource of a request is refused on its own.
+func ExampleErrResourceRefused() {
+	s, err := capacity.NewServer(capacity.Config{Resources: []capacity.Template{{ID: "*", Capacity: 100}}})
+	if err != nil {
+		panic(err)
+	}
+	resp, err := s.GetCapacity(context.Background(), &capacity.Request{Client: "c", Resources: []capacity.ResourceRequest{
+		{Resource: "db", Wants: math.NaN()}, {Resource: "cache", Wants: 5},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	for _, g := range resp.Grants {
+		fmt.Println(g.Resource, errors.Is(g.Err, capacity.ErrResourceRefused))
+	}
+	// Output:
+	// db true
+	// cache false
 }
