@@ -66,17 +66,16 @@ type Membership interface {
 type StaticMembership struct {
 	local Member
 
-	mu      sync.Mutex        // guards the fields below, and orders the calls to subscribers
+	mu      sync.Mutex        // guards the fields below, and orders the events
 	members map[string]Member // the peers...
 	dead    map[string]bool   // ...and those of them declared dead
-	subs    map[int]func(MemberEvent)
-	next    int
+	subs    Subscribers
 }
 
 // NewStaticMembership returns a membership of local and the peers with
 // the given IDs.
 func NewStaticMembership(local Member, peers ...string) *StaticMembership {
-	s := &StaticMembership{local: local, members: map[string]Member{}, dead: map[string]bool{}, subs: map[int]func(MemberEvent){}}
+	s := &StaticMembership{local: local, members: map[string]Member{}, dead: map[string]bool{}}
 	s.Set(peers...)
 	return s
 }
@@ -98,18 +97,7 @@ func (s *StaticMembership) Members() []Member {
 }
 
 // Subscribe implements Membership.
-func (s *StaticMembership) Subscribe(f func(MemberEvent)) (stop func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	id := s.next
-	s.next++
-	s.subs[id] = f
-	return func() {
-		s.mu.Lock()
-		delete(s.subs, id)
-		s.mu.Unlock()
-	}
-}
+func (s *StaticMembership) Subscribe(f func(MemberEvent)) (stop func()) { return s.subs.Subscribe(f) }
 
 // Set makes peers the members: those new join, those missing leave.
 func (s *StaticMembership) Set(peers ...string) {
@@ -152,6 +140,39 @@ func (s *StaticMembership) emit(e MemberEvent) {
 	if !s.dead[id] {
 		delete(s.dead, id)
 	}
+	s.subs.Emit(e)
+}
+
+// Subscribers keeps the subscribers of a Membership implementation. The
+// zero value has none; it is safe for concurrent use.
+type Subscribers struct {
+	mu   sync.Mutex // guards the fields below, and serializes Emit
+	subs map[int]func(MemberEvent)
+	next int
+}
+
+// Subscribe adds f, called by Emit until stop is called.
+func (s *Subscribers) Subscribe(f func(MemberEvent)) (stop func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs == nil {
+		s.subs = map[int]func(MemberEvent){}
+	}
+	id := s.next
+	s.next++
+	s.subs[id] = f
+	return func() {
+		s.mu.Lock()
+		delete(s.subs, id)
+		s.mu.Unlock()
+	}
+}
+
+// Emit calls every subscriber with e, in the order they subscribed, one
+// Emit at a time.
+func (s *Subscribers) Emit(e MemberEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, id := range slices.Sorted(maps.Keys(s.subs)) {
 		s.subs[id](e)
 	}

@@ -152,6 +152,7 @@ type Node struct {
 	closed   bool
 	stop     chan struct{}
 	started  bool
+	ms       Membership
 	unsub    func() // stops the membership's events
 
 	rmu     sync.Mutex // guards recvSig
@@ -289,17 +290,22 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	// previous life; the first peer that still knows that life names it
 	// in its datagrams, and the node moves past it (see handle).
 	n.incarnation.Store(cmp.Or(local.Incarnation, uint64(max(n.created, 1))))
-	n.unsub = ms.Subscribe(n.memberEvent)
-	for _, m := range ms.Members() {
+	// Events may arrive from here on, concurrently with Members.
+	n.ms, n.unsub = ms, ms.Subscribe(n.memberEvent)
+	members := ms.Members() // not under n.mu: the membership may hold its lock while it calls memberEvent
+	n.mu.Lock()
+	for _, m := range members {
 		if err := n.addPeer(m.ID); err != nil {
+			n.mu.Unlock()
 			n.unsub()
 			return nil, err
 		}
 		if p := n.peers[m.ID]; p != nil {
-			p.floor = m.Incarnation
+			p.floor = max(p.floor, m.Incarnation)
 		}
 	}
 	n.publishMembers()
+	n.mu.Unlock()
 	if cfg.Transport != nil {
 		if err := cfg.Transport.Listen(n.handle); err != nil {
 			n.unsub()
@@ -524,6 +530,10 @@ func (n *Node) Tick() bool {
 	prev := n.round
 	n.round = r
 	n.tick.Store(r)
+	if inc := n.ms.Local().Incarnation; inc > n.incarnation.Load() {
+		// The membership moved this node's life past an older one.
+		n.incarnation.Store(inc)
+	}
 	type dest struct {
 		addr  string
 		ack   uint64
