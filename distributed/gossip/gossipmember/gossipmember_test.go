@@ -30,7 +30,11 @@ type recorder struct {
 	events []gossip.MemberEvent
 }
 
-func (r *recorder) add(e gossip.MemberEvent) { r.mu.Lock(); r.events = append(r.events, e); r.mu.Unlock() }
+func (r *recorder) add(e gossip.MemberEvent) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
 
 // wait waits up to d for an event of kind about id, and returns how long
 // it took.
