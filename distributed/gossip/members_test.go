@@ -1,11 +1,14 @@
 package gossip
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/throttletest"
 )
 
 // withMembership gives each node a StaticMembership of the others,
@@ -129,4 +132,50 @@ func TestMembershipLocal(t *testing.T) {
 	if _, err := NewNode(Config{Transport: net.Endpoint("z"), Secret: secret, Membership: m, ID: "other:1"}); err == nil {
 		t.Fatal("a Config.ID that differs from the membership's accepted")
 	}
+}
+
+// A cluster on a membership: a reloaded static list here; a failure
+// detector's (gossipmember, on memberlist) reports dead members too.
+func ExampleStaticMembership() {
+	clk := throttletest.NewClock()
+	net := NewNetwork(clk, 1)
+	secret := []byte("a shared secret, 16+ bytes long")
+	members := NewStaticMembership(Member{}, "b")
+	a, _ := NewNode(Config{Transport: net.Endpoint("a"), Secret: secret, Membership: members}, throttle.WithClock(clk))
+	defer a.Close()
+	fmt.Println(a.Peers())
+	members.Set("b", "c") // the list reloaded: c joins
+	fmt.Println(a.Peers())
+	members.Update(MemberEvent{Kind: MemberDead, Member: Member{ID: "b"}}) // out of the shares, still a peer
+	members.Set("c")                                                       // b removed from the list: it leaves
+	fmt.Println(a.Peers())
+	// Output:
+	// [b]
+	// [b c]
+	// [c]
+}
+
+// Datagrams sealed with AES-GCM under a keyring (a *memberlist.Keyring
+// fits), rotated without a restart; no Secret is needed.
+func ExampleSeal() {
+	clk := throttletest.NewClock()
+	net := NewNetwork(clk, 1)
+	ring := newRing(key1) // the same keys on every node
+	ta, _ := Seal(net.Endpoint("a"), ring)
+	tb, _ := Seal(net.Endpoint("b"), ring)
+	a, _ := NewNode(Config{Transport: ta, Peers: []string{"b"}}, throttle.WithClock(clk))
+	b, _ := NewNode(Config{Transport: tb, Peers: []string{"a"}}, throttle.WithClock(clk))
+	defer a.Close()
+	defer b.Close()
+	la, _ := a.NewLimiter("api", throttle.PerMinute(60), 10)
+	lb, _ := b.NewLimiter("api", throttle.PerMinute(60), 10)
+	la.Allow(context.Background(), "alice", 8)
+	ring.set(key1, key2) // rotation: add the new key everywhere...
+	ring.set(key2, key1) // ...make it primary everywhere...
+	ring.set(key2)       // ...remove the old one
+	clk.Advance(time.Second)
+	a.Tick()
+	net.Deliver()
+	fmt.Println("b holds", lb.Tokens("alice"), "refused", tb.Refused())
+	// Output: b holds 2 refused 0
 }
