@@ -23,7 +23,6 @@
 package gossipmember
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -170,7 +169,8 @@ func New(cfg Config) (*Membership, error) {
 	if m.ml, err = memberlist.Create(mc); err != nil {
 		return nil, fmt.Errorf("gossipmember: %w", err)
 	}
-	m.self = net.JoinHostPort(cmp.Or(mc.AdvertiseAddr, host), strconv.Itoa(mc.AdvertisePort))
+	// Read before the first join: until then nothing else writes it.
+	m.self = m.ml.LocalNode().Address()
 	m.Join(context.Background())
 	m.wg.Add(1)
 	go m.rejoin()

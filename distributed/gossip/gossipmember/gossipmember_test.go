@@ -110,9 +110,14 @@ func TestJoinDeadLeave(t *testing.T) {
 
 // A node found by discovery (an injected resolver: what a DNS query
 // would return) joins without restarting the others; the rejoin loop
-// finds it later too.
+// finds it later too. On memberlist's in-memory network.
 func TestDiscoverJoins(t *testing.T) {
-	a := start(t, "a", nil)
+	mnet := &memberlist.MockNetwork{}
+	onMock := func(c *Config) {
+		c.Memberlist = fast()
+		c.Memberlist.Transport = mnet.NewTransport(c.Name)
+	}
+	a := start(t, "a", nil, onMock)
 	var mu sync.Mutex
 	var found []string
 	discover := func(context.Context) ([]string, error) {
@@ -121,7 +126,7 @@ func TestDiscoverJoins(t *testing.T) {
 		return found, nil
 	}
 	var rec recorder
-	b := start(t, "b", nil, func(c *Config) { c.Discover = discover })
+	b := start(t, "b", nil, onMock, func(c *Config) { c.Discover = discover })
 	b.Subscribe(rec.add)
 	mu.Lock()
 	found = []string{addr(a)} // the name now resolves to a
