@@ -259,8 +259,12 @@ func check(cfg daemon.Config, log *slog.Logger, out io.Writer) error {
 	if err := selfTest(srv, out); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "configuration valid: %d listener(s), %d rule(s), gossip %s with %d peer(s)\n",
-		len(cfg.Listen), len(cfg.Rules), orNone(cfg.Gossip.Listen), len(cfg.Gossip.Peers))
+	peers := fmt.Sprintf("%d peer(s)", len(cfg.Gossip.Peers))
+	if m := cfg.Gossip.Members; m != nil {
+		peers = fmt.Sprintf("memberlist on %s and %d seed(s)", m.Bind, len(m.Seeds))
+	}
+	fmt.Fprintf(out, "configuration valid: %d listener(s), %d rule(s), gossip %s with %s\n",
+		len(cfg.Listen), len(cfg.Rules), orNone(cfg.Gossip.Listen), peers)
 	return nil
 }
 
