@@ -153,10 +153,9 @@ func New(cfg Config) (*Membership, error) {
 		}
 	}
 	mc.Keyring = cfg.Keyring
+	mc.Logger = log.New(io.Discard, "", 0)
 	if cfg.Logger != nil {
-		mc.Logger = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
-	} else {
-		mc.Logger = log.New(io.Discard, "", 0)
+		mc.Logger = log.New(logWriter{cfg.Logger}, "", 0)
 	}
 	m := &Membership{
 		cfg:   cfg,
@@ -187,6 +186,21 @@ func splitPort(hostport string) (string, int, error) {
 		return "", 0, fmt.Errorf("%w: gossipmember: port of %q", throttle.ErrInvalid, hostport)
 	}
 	return host, port, nil
+}
+
+// logWriter passes memberlist's log lines to a slog.Logger at the level
+// their prefix names ("[ERR] ", "[WARN] ", "[INFO] ", else debug).
+type logWriter struct{ l *slog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	msg, level := strings.TrimSpace(string(p)), slog.LevelDebug
+	for prefix, l := range map[string]slog.Level{"[ERR] ": slog.LevelError, "[WARN] ": slog.LevelWarn, "[INFO] ": slog.LevelInfo} {
+		if m, ok := strings.CutPrefix(msg, prefix); ok {
+			msg, level = m, l
+		}
+	}
+	w.l.Log(context.Background(), level, msg)
+	return len(p), nil
 }
 
 // Memberlist returns the underlying memberlist, to read its state.

@@ -3,7 +3,10 @@ package gossipmember
 import (
 	"context"
 	"fmt"
+	"log"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,4 +181,14 @@ func Example() {
 	defer m.Close()
 	fmt.Println(m.Local().ID, len(m.Members()))
 	// Output: 127.0.0.1:7946 0
+}
+
+func TestLogLevels(t *testing.T) {
+	var b strings.Builder
+	w := logWriter{slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	log.New(w, "", 0).Printf("[WARN] memberlist: Refuting a suspect message")
+	log.New(w, "", 0).Printf("[DEBUG] memberlist: Stream connection")
+	if got := b.String(); !strings.Contains(got, `level=WARN msg="memberlist: Refuting`) || !strings.Contains(got, `level=DEBUG msg="[DEBUG] memberlist`) {
+		t.Fatalf("log %q", got)
+	}
 }
