@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,4 +179,41 @@ func ExampleSeal() {
 	net.Deliver()
 	fmt.Println("b holds", lb.Tokens("alice"), "refused", tb.Refused())
 	// Output: b holds 2 refused 0
+}
+
+// moving is a membership whose Local incarnation a test moves.
+type moving struct {
+	*StaticMembership
+	inc atomic.Uint64
+}
+
+func (m *moving) Local() Member { return Member{Incarnation: m.inc.Load()} }
+
+// A node follows its membership's incarnation when it moves (the
+// membership found an older life above this one), and its peers go on
+// charging its counters once: no hit is charged twice or lost.
+func TestNodeFollowsLocalIncarnation(t *testing.T) {
+	var mv *moving
+	c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, false, 1, func(cfg *Config) {
+		if cfg.Transport.Addr() == "n1" {
+			mv = &moving{StaticMembership: NewStaticMembership(Member{}, cfg.Peers...)}
+			mv.inc.Store(uint64(time.Now().UnixNano()))
+			cfg.Membership, cfg.Peers = mv, nil
+		}
+	})
+	c.lims[1].Allow(ctx, "k", 3)
+	c.runTo(c.clk.Now().Add(3 * time.Second))
+	if tok := c.lims[0].Tokens("k"); tok != 7 {
+		t.Fatalf("before the move n0 holds %d tokens, want 7", tok)
+	}
+	moved := mv.inc.Add(1000)
+	c.runTo(c.clk.Now().Add(2 * time.Second))
+	if got := c.nodes[1].incarnation.Load(); got != moved {
+		t.Fatalf("n1's incarnation %d, the membership's %d", got, moved)
+	}
+	c.lims[1].Allow(ctx, "k", 1)
+	c.runTo(c.clk.Now().Add(3 * time.Second))
+	if tok := c.lims[0].Tokens("k"); tok != 6 {
+		t.Fatalf("after the move and one more hit n0 holds %d tokens, want 6", tok)
+	}
 }
