@@ -21,9 +21,16 @@
 // at once, and a changed limit keeps its tags' usage; an invalid file, or
 // one that changes what needs a restart (listeners, gossip, admin), is
 // refused with a log line and the running configuration stays.
+//
+// Peers are a static list (-peers, gossip.peers), or found and watched by
+// memberlist (-members, gossip.members: seeds, DNS names, SWIM failure
+// detection); with a key file (-key-file, gossip.key_file) the counters
+// and memberlist's traffic are encrypted under its keys, which SIGHUP
+// reads again, so keys rotate without a restart.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -51,10 +58,11 @@ func (l *listFlag) Set(s string) error { *l = append(*l, strings.Split(s, ",")..
 // options are the command line.
 type options struct {
 	configPath, rate, gossipAddr, advertise, secretFile, logLevel, query, admin string
+	keyFile, membersBind                                                        string
 	burst                                                                       int
 	interval                                                                    time.Duration
 	printConfig, check, spendCap, logJSON                                       bool
-	listen, peers                                                               listFlag
+	listen, peers, seeds                                                        listFlag
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -77,6 +85,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.query, "query", "", "client mode: ask the daemon at the first listen address about these comma-separated tags, print the replies, and exit")
 	fs.Var(&o.listen, "listen", "socket to serve on, tcp:HOST:PORT or unix:PATH (repeatable; overrides the config)")
 	fs.Var(&o.peers, "peers", "gossip peers, comma separated HOST:PORT (overrides the config)")
+	fs.StringVar(&o.keyFile, "key-file", "", "gossip key file: one base64 AES key a line, the primary first (overrides the config)")
+	fs.StringVar(&o.membersBind, "members", "", "memberlist address to find the peers by, e.g. 0.0.0.0:7947, instead of -peers (overrides the config)")
+	fs.Var(&o.seeds, "seeds", "memberlist addresses or DNS names to join through, comma separated HOST:PORT (overrides the config)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -123,6 +134,20 @@ func (o *options) config() (daemon.Config, error) {
 	if o.spendCap {
 		cfg.Gossip.SpendCap = true
 	}
+	if o.keyFile != "" {
+		cfg.Gossip.KeyFile = o.keyFile
+	}
+	if o.membersBind != "" || len(o.seeds) > 0 {
+		m := daemon.Members{}
+		if cfg.Gossip.Members != nil {
+			m = *cfg.Gossip.Members
+		}
+		m.Bind = cmp.Or(o.membersBind, m.Bind)
+		if len(o.seeds) > 0 {
+			m.Seeds = o.seeds
+		}
+		cfg.Gossip.Members = &m
+	}
 	if o.admin != "" {
 		cfg.Admin = o.admin
 	}
@@ -138,10 +163,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	mb := &members{log: log}
 	cfg, err := o.config()
 	if err != nil {
 		return err
 	}
+	cfg.Gossip.Membership = mb.start
 	switch {
 	case o.printConfig:
 		if cfg.Gossip.Secret != "" {
@@ -162,19 +189,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log.Info("throttled running", "default_rate", cfg.Default.Rate, "default_burst", cfg.Default.Burst,
-		"rules", len(cfg.Rules), "gossip", cfg.Gossip.Listen, "peers", len(cfg.Gossip.Peers), "max_conns", cfg.MaxConns)
+		"rules", len(cfg.Rules), "gossip", cfg.Gossip.Listen, "peers", len(cfg.Gossip.Peers), "members", cfg.Gossip.Members != nil,
+		"max_conns", cfg.MaxConns)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	return serve(srv, o, log, sigs)
+	return serve(srv, o, mb, log, sigs)
 }
 
 // serve runs until SIGINT or SIGTERM, reloading on SIGHUP, then shuts
 // the server down.
-func serve(srv *daemon.Server, o *options, log *slog.Logger, sigs <-chan os.Signal) error {
+func serve(srv *daemon.Server, o *options, mb *members, log *slog.Logger, sigs <-chan os.Signal) error {
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
-			reload(srv, o, log)
+			reload(srv, o, mb, log)
 			continue
 		}
 		break
@@ -189,12 +217,19 @@ func serve(srv *daemon.Server, o *options, log *slog.Logger, sigs <-chan os.Sign
 	return nil
 }
 
-// reload rereads the configuration (file and flags) and applies it; on
-// any error the running configuration stays.
-func reload(srv *daemon.Server, o *options, log *slog.Logger) {
+// reload rereads the configuration (file and flags) and the key file,
+// and applies them; on any error the running configuration stays.
+func reload(srv *daemon.Server, o *options, mb *members, log *slog.Logger) {
 	cfg, err := o.config()
+	cfg.Gossip.Membership = mb.start
 	if err == nil {
 		err = srv.Reload(cfg)
+	}
+	if err == nil && cfg.Gossip.KeyFile != "" {
+		var keys [][]byte
+		if keys, err = daemon.LoadKeys(cfg.Gossip.KeyFile); err == nil {
+			err = mb.rekey(keys)
+		}
 	}
 	if err != nil {
 		log.Error("SIGHUP: configuration refused, keeping the running one", "err", err)
@@ -224,8 +259,12 @@ func check(cfg daemon.Config, log *slog.Logger, out io.Writer) error {
 	if err := selfTest(srv, out); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "configuration valid: %d listener(s), %d rule(s), gossip %s with %d peer(s)\n",
-		len(cfg.Listen), len(cfg.Rules), orNone(cfg.Gossip.Listen), len(cfg.Gossip.Peers))
+	peers := fmt.Sprintf("%d peer(s)", len(cfg.Gossip.Peers))
+	if m := cfg.Gossip.Members; m != nil {
+		peers = fmt.Sprintf("memberlist on %s and %d seed(s)", m.Bind, len(m.Seeds))
+	}
+	fmt.Fprintf(out, "configuration valid: %d listener(s), %d rule(s), gossip %s with %s\n",
+		len(cfg.Listen), len(cfg.Rules), orNone(cfg.Gossip.Listen), peers)
 	return nil
 }
 

@@ -106,6 +106,19 @@ type Gossip struct {
 	// gossip.DefaultCopies): more survives more packet loss, at a traffic
 	// cost in proportion.
 	Copies int `json:"copies,omitempty"`
+	// KeyFile is a key file (see LoadKeys). With it every gossip
+	// datagram is encrypted and authenticated with AES-GCM under its
+	// first key and accepted under any of them (gossip.Seal), so tags do
+	// not travel in clear, and the secret is optional. Reload reads it
+	// again: keys rotate without a restart (add the new key on every
+	// daemon, then move it first on every daemon, then remove the old).
+	KeyFile string `json:"key_file,omitempty"`
+	// Members replaces Peers by a membership with failure detection,
+	// which Membership starts.
+	Members *Members `json:"members,omitempty"`
+	// Membership starts the membership of Members: set by the program
+	// (cmd/throttled runs memberlist), not by the file.
+	Membership MembershipFunc `json:"-"`
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string
@@ -287,6 +300,30 @@ func (c *Config) Validate() error {
 	if g.Interval < 0 || (g.Interval > 0 && time.Duration(g.Interval) < time.Millisecond) {
 		return bad("gossip.interval %v: must be at least 1ms", time.Duration(g.Interval))
 	}
+	return g.Members.check(g, bad)
+}
+
+// check validates the membership settings, if any.
+func (m *Members) check(g *Gossip, bad func(string, ...any) error) error {
+	if m == nil {
+		return nil
+	}
+	switch {
+	case g.Listen == "":
+		return bad("gossip.members needs gossip.listen")
+	case len(g.Peers) > 0:
+		return bad("gossip.members and gossip.peers: list the seeds in gossip.members.seeds")
+	case m.Rejoin < 0:
+		return bad("gossip.members.rejoin %v is negative", time.Duration(m.Rejoin))
+	}
+	if err := conffile.CheckHostPort(m.Bind, true); err != nil {
+		return bad("gossip.members.bind %q: %v", m.Bind, err)
+	}
+	for _, a := range append([]string{m.Advertise}, m.Seeds...) {
+		if err := conffile.CheckHostPort(a, false); a != "" && err != nil {
+			return bad("gossip.members address %q: %v", a, err)
+		}
+	}
 	return nil
 }
 
@@ -338,6 +375,11 @@ func (c Config) CheckSecret() error {
 	secret, err := c.Gossip.secret()
 	if err != nil {
 		return fmt.Errorf("%w: gossip secret: %v", throttle.ErrInvalid, err)
+	}
+	if c.Gossip.KeyFile != "" {
+		if _, err := LoadKeys(c.Gossip.KeyFile); err != nil || len(secret) == 0 {
+			return err
+		}
 	}
 	if len(secret) < gossip.MinSecretLen {
 		return fmt.Errorf("%w: gossip needs a secret of %d bytes or more (gossip.secret, gossip.secret_file or THROTTLED_SECRET)",

@@ -66,7 +66,7 @@ func (s *Server) WriteMetrics(w io.Writer) error {
 		sample{`cause="malformed"`, g.Malformed}, sample{`cause="bad_mac"`, g.BadMAC},
 		sample{`cause="unknown_sender"`, g.UnknownSender}, sample{`cause="stale"`, g.Stale},
 		sample{`cause="duplicate"`, g.Duplicate}, sample{`cause="wrong_source"`, g.WrongSource},
-		sample{`cause="unknown_table"`, g.UnknownTable})
+		sample{`cause="unknown_table"`, g.UnknownTable}, sample{`cause="unsealed"`, st.Unsealed})
 	metric("throttled_gossip_hits_applied_total", "counter", "Units debited because peers reported them.", one(g.HitsApplied))
 	metric("throttled_gossip_hits_capped_total", "counter", "Reported units not debited: more than the peer could have admitted.", one(g.Capped))
 	metric("throttled_gossip_overflow_total", "counter", "Keys not tracked on their own because max_keys was reached.", one(g.Overflow))

@@ -55,6 +55,7 @@ package daemon
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,6 +91,9 @@ type Server struct {
 	cfg   Config // the listeners and gossip settings; limits are in lim
 	log   *slog.Logger
 	node  *gossip.Node
+	keys  *keyring                // gossip.key_file's keys; nil without
+	seal  *gossip.SealedTransport // nil without a key file
+	ms    io.Closer               // the membership of gossip.members; nil without
 	lim   atomic.Pointer[limits]
 	conf  atomic.Pointer[connLimits]
 	relMu sync.Mutex // serializes Reload
@@ -160,6 +164,10 @@ type Stats struct {
 	Reloads      uint64 // configurations applied by Reload
 	ReloadErrors uint64 // configurations Reload refused
 	Gossip       gossip.Stats
+	// Unsealed counts gossip datagrams refused because they opened under
+	// no key of gossip.key_file: forged, or sealed under a key this
+	// daemon lacks (a rotation done out of order).
+	Unsealed uint64
 }
 
 // New validates cfg, creates the gossip node and its limiters, and binds
@@ -176,15 +184,9 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 	s.conf.Store(connLimitsOf(cfg))
 	gc := gossip.Config{ID: cfg.Gossip.Advertise, Peers: cfg.Gossip.Peers, Interval: time.Duration(cfg.Gossip.Interval), SpendCap: cfg.Gossip.SpendCap, Copies: cfg.Gossip.Copies}
 	if cfg.Gossip.Listen != "" {
-		if err := cfg.CheckSecret(); err != nil {
+		if err := s.gossipTransport(&gc); err != nil {
 			return nil, err
 		}
-		secret, _ := cfg.Gossip.secret()
-		tr, err := gossip.ListenUDP(cfg.Gossip.Listen)
-		if err != nil {
-			return nil, fmt.Errorf("gossip listen: %w", err)
-		}
-		gc.Transport, gc.Secret = tr, secret
 	}
 	opts = append([]throttle.Option{throttle.WithMaxKeyLen(cfg.MaxTagLen), throttle.WithMaxKeys(cfg.MaxKeys)}, opts...)
 	node, err := gossip.NewNode(gc, opts...)
@@ -192,6 +194,7 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 		if gc.Transport != nil {
 			gc.Transport.Close()
 		}
+		s.closeMembership()
 		return nil, err
 	}
 	s.node = node
@@ -200,6 +203,7 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 			l.Close()
 		}
 		node.Close()
+		s.closeMembership()
 		return nil, err
 	}
 	lim, err := s.buildLimits(cfg, nil)
@@ -228,6 +232,51 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 			ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	}
 	return s, nil
+}
+
+// gossipTransport binds the gossip socket into gc, sealed under the key
+// file if there is one, and starts the membership of gossip.members if
+// configured.
+func (s *Server) gossipTransport(gc *gossip.Config) error {
+	g := s.cfg.Gossip
+	if err := s.cfg.CheckSecret(); err != nil {
+		return err
+	}
+	if g.Members != nil && g.Membership == nil {
+		return fmt.Errorf("%w: gossip.members needs a program that runs a membership (cmd/throttled)", throttle.ErrInvalid)
+	}
+	gc.Secret, _ = g.secret()
+	udp, err := gossip.ListenUDP(g.Listen)
+	if err != nil {
+		return fmt.Errorf("gossip listen: %w", err)
+	}
+	gc.Transport = udp
+	var keys [][]byte
+	if g.KeyFile != "" {
+		keys, _ = LoadKeys(g.KeyFile) // checked by CheckSecret
+		s.keys = &keyring{keys: keys}
+		if s.seal, err = gossip.Seal(udp, s.keys); err != nil {
+			udp.Close()
+			return err
+		}
+		gc.Transport = s.seal
+	}
+	if g.Members != nil {
+		ms, closer, err := g.Membership(g, cmp.Or(g.Advertise, udp.Addr()), keys)
+		if err != nil {
+			udp.Close()
+			return fmt.Errorf("gossip membership: %w", err)
+		}
+		gc.Membership, s.ms = ms, closer
+	}
+	return nil
+}
+
+// closeMembership stops the membership of gossip.members, if any.
+func (s *Server) closeMembership() {
+	if s.ms != nil {
+		s.ms.Close()
+	}
 }
 
 func connLimitsOf(cfg Config) *connLimits {
@@ -331,15 +380,29 @@ func (s *Server) reload(cfg Config) error {
 	fixed := func(c Config) string {
 		g := c.Gossip
 		g.Interval = 0
-		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Peers, g.Secret, g.SecretFile, g.SpendCap, g.Copies, c.MaxTagLen, c.MaxKeys, c.Admin)
+		var members Members
+		if g.Members != nil {
+			members = *g.Members
+		}
+		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Peers, g.Secret, g.SecretFile, g.SpendCap, g.Copies, g.KeyFile, members, c.MaxTagLen, c.MaxKeys, c.Admin)
 	}
 	if fixed(cfg) != fixed(s.cfg) || cfg.Gossip.Interval != s.cfg.Gossip.Interval {
 		return fmt.Errorf("%w: reload: listen, gossip, max_tag_len, max_keys and admin need a restart", throttle.ErrInvalid)
+	}
+	var keys [][]byte
+	if cfg.Gossip.KeyFile != "" && s.keys != nil {
+		var err error
+		if keys, err = LoadKeys(cfg.Gossip.KeyFile); err != nil {
+			return err
+		}
 	}
 	old := s.lim.Load()
 	l, err := s.buildLimits(cfg, old)
 	if err != nil {
 		return err
+	}
+	if keys != nil {
+		s.keys.set(keys)
 	}
 	// The previous configurations stay open, in a chain of at most
 	// maxChain, while their usage may carry over: for the longest refill
@@ -454,7 +517,14 @@ func (s *Server) Stats() Stats {
 	return Stats{Conns: n, Accepted: s.st.conns.Load(), Rejected: s.st.rejected.Load(), Queries: s.st.ok.Load() + s.st.no.Load(),
 		Allowed: s.st.ok.Load(), Throttled: s.st.no.Load(), BadQueries: s.st.bad.Load(), Pings: s.st.pings.Load(),
 		WriteTimeouts: s.st.writeTimeouts.Load(), ReplyResets: s.st.replyResets.Load(), Reloads: s.st.reloads.Load(), ReloadErrors: s.st.reloadErrors.Load(),
-		Gossip: s.node.Stats()}
+		Gossip: s.node.Stats(), Unsealed: s.unsealed()}
+}
+
+func (s *Server) unsealed() uint64 {
+	if s.seal == nil {
+		return 0
+	}
+	return s.seal.Refused()
 }
 
 // Start accepts connections on every listener and starts the gossip
@@ -956,6 +1026,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 	}
 	s.node.Close()
+	s.closeMembership()
 	s.log.Info("stopped", "queries", s.st.ok.Load()+s.st.no.Load())
 	return err
 }
@@ -968,17 +1039,19 @@ func (s *Server) watchGossip(stop <-chan struct{}, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var last gossip.Stats
+	var lastUnsealed uint64
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 		}
-		g := s.node.Stats()
+		g, unsealed := s.node.Stats(), s.unsealed()
 		for _, c := range []struct {
 			n    uint64
 			what string
 		}{
+			{unsealed - lastUnsealed, "unsealed: opened under no key of gossip.key_file (a key rotation out of order, or forged)"},
 			{g.BadMAC - last.BadMAC, "bad_mac: authentication failed (peers with another gossip secret, or forged)"},
 			{g.UnknownSender - last.UnknownSender, "unknown_sender: authentic, from a node not in gossip.peers (its advertise address differs from our peers list?)"},
 			{g.WrongSource - last.WrongSource, "wrong_source: authentic, from another address than the peer is listed under (NAT, or a wildcard bind sending from another interface?)"},
@@ -993,6 +1066,6 @@ func (s *Server) watchGossip(stop <-chan struct{}, every time.Duration) {
 		if g.PacketsReceived == last.PacketsReceived && len(s.node.Peers()) > 0 && g.Rounds > 10 {
 			s.log.Warn("no gossip received from any peer lately", "peers", s.node.Peers(), "advertise", s.node.ID())
 		}
-		last = g
+		last, lastUnsealed = g, unsealed
 	}
 }

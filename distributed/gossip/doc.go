@@ -16,7 +16,8 @@
 // counts as cumulative counters; a peer debits the growth from its own
 // buckets, which may go negative, so a client that burst on every node
 // pays it back on every node. Datagrams are authenticated with
-// HMAC-SHA256 under Config.Secret, bound to their receiver and its
+// HMAC-SHA256 under Config.Secret (or encrypted and authenticated with
+// AES-GCM under a rotating keyring: Seal), bound to their receiver and its
 // incarnation, and numbered; forged, malformed and replayed ones are
 // dropped and counted (Stats). The protocol, its simulations and its
 // measurements are described in docs/design/gossip.md in the repository.
@@ -40,7 +41,8 @@
 // at most burst + rate x d + N-1 in any window of length d. If a peer is
 // unheard for more than a round (reports lost) the bound degrades, at
 // worst to the bound without the cap. A peer unheard for Resend+3
-// intervals leaves the shares until it speaks again. While demand shifts
+// intervals leaves the shares until it speaks again; one the
+// Config.Membership declares dead leaves them at once. While demand shifts
 // between nodes, or until the peers' reports of a round arrive, a node
 // may refuse although tokens are left on others; they are not lost.
 //

@@ -298,27 +298,19 @@ func TestSharesFollowReports(t *testing.T) {
 func TestDeadPeerLeavesShares(t *testing.T) {
 	c := newCluster(t, 3, throttle.PerHour(1), 9, time.Second, true, 1)
 	c.settle()
-	flood := func(key string) (admitted int) {
-		for range 20 {
-			if d, _ := c.lims[0].Allow(ctx, key, 1); d.Allowed {
-				admitted++
-			}
-		}
-		return admitted
-	}
-	if got := flood("a"); got != 3 {
+	if got := c.flood("a"); got != 3 {
 		t.Fatalf("three live members: admitted %d of 9, want 3", got)
 	}
 	c.net.Partition([]string{"n2"})
 	c.runTo(c.clk.Now().Add(time.Duration(c.nodes[0].deadAfter()) + 2*time.Second))
 	c.settle()
-	if got := flood("b"); got < 4 {
+	if got := c.flood("b"); got < 4 {
 		t.Fatalf("n2 unheard for %v: admitted %d of 9 on a fresh key, want half of it (n2's share goes to the live)", time.Duration(c.nodes[0].deadAfter()), got)
 	}
 	c.net.Heal()
 	c.runTo(c.clk.Now().Add(2 * time.Second))
 	c.settle()
-	if got := flood("c"); got != 3 {
+	if got := c.flood("c"); got != 3 {
 		t.Fatalf("n2 back: admitted %d of 9, want 3", got)
 	}
 }

@@ -41,6 +41,10 @@ type Config struct {
 	Transport Transport
 	// Secret is the shared key that authenticates every datagram with
 	// HMAC-SHA256: at least MinSecretLen bytes, the same on every node.
+	// It may be empty if the Transport authenticates every datagram
+	// itself (it has a method Authenticated() bool that returns true, as
+	// a SealedTransport does): the MAC then still binds each datagram to
+	// its receiver.
 	Secret []byte
 	// ID is the address the peers send to and know this node by: it must
 	// be the string in their Peers lists. Default Transport.Addr(), which
@@ -50,6 +54,12 @@ type Config struct {
 	// Peers are the addresses of the other nodes (their IDs). Join and
 	// Leave change the set at run time.
 	Peers []string
+	// Membership tells the node who its peers are and when they join,
+	// die or leave (a failure detector's dead members leave the
+	// spend-cap shares at once), and may set the node's ID and
+	// incarnation (Membership.Local). Nil: a StaticMembership of Peers.
+	// With a Membership, Peers must be empty. Join and Leave still work.
+	Membership Membership
 	// Interval is the gossip period: every Interval, aligned on multiples
 	// of Interval since the Unix epoch, each node reports its hits to
 	// every peer. Default DefaultInterval, at least MinInterval.
@@ -113,6 +123,7 @@ type Stats struct {
 type stats struct {
 	rounds, sent, bytes, sendErr, recv, malformed, badMAC, unknown, stale, unknownTable, applied, overflow, resent atomic.Uint64
 	dup, wrongSource, capped                                                                                       atomic.Uint64
+	closing                                                                                                        atomic.Uint64 // datagrams that arrived while closing (not in Stats)
 }
 
 // Node is one member of a gossip cluster. It owns a Transport and any
@@ -141,6 +152,8 @@ type Node struct {
 	closed   bool
 	stop     chan struct{}
 	started  bool
+	ms       Membership
+	unsub    func() // stops the membership's events
 
 	rmu     sync.Mutex // guards recvSig
 	recvSig *signer
@@ -187,6 +200,8 @@ type peer struct {
 	added       int64  // ns: when it became a peer
 	lastHeard   int64  // ns; 0 before the first datagram
 	dead        bool   // unheard for deadAfter: out of the spend-cap shares until it speaks
+	down        bool   // declared dead by the membership: out of the shares until it joins again
+	floor       uint64 // the incarnation the membership reported: older ones are stale
 	needState   bool   // send bucket levels next round (peer is new or restarted)
 	acked       uint64 // the peer has every counter changed before this round...
 	ackedPos    pos    // ...and those up to this position (ch == acked) of the round acked
@@ -238,7 +253,9 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 		return nil, fmt.Errorf("%w: Copies %d out of [1, %d]", throttle.ErrInvalid, cfg.Copies, MaxCopies)
 	case cfg.Transport == nil && len(cfg.Peers) > 0:
 		return nil, fmt.Errorf("%w: peers need a Transport", throttle.ErrInvalid)
-	case cfg.Transport != nil && len(cfg.Secret) < MinSecretLen:
+	case cfg.Membership != nil && len(cfg.Peers) > 0:
+		return nil, fmt.Errorf("%w: Peers and a Membership: list the peers in the Membership", throttle.ErrInvalid)
+	case cfg.Transport != nil && len(cfg.Secret) < MinSecretLen && (len(cfg.Secret) > 0 || !authenticated(cfg.Transport)):
 		return nil, fmt.Errorf("%w: gossip secret must be at least %d bytes", throttle.ErrInvalid, MinSecretLen)
 	}
 	n := &Node{
@@ -248,35 +265,87 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	}
 	n.created = n.clk.Now()
 	n.tick.Store(n.created / n.interval)
-	n.id = cfg.ID
+	ms := cfg.Membership
+	if ms == nil {
+		ms = NewStaticMembership(Member{}, cfg.Peers...)
+	}
+	local := ms.Local()
+	n.id = cmp.Or(local.ID, cfg.ID)
 	if n.id == "" && cfg.Transport != nil {
 		n.id = cfg.Transport.Addr()
 	}
 	if n.id == "" {
 		n.id = "standalone"
 	}
-	if len(n.id) > maxName {
+	switch {
+	case local.ID != "" && cfg.ID != "" && local.ID != cfg.ID:
+		return nil, fmt.Errorf("%w: Config.ID %q differs from the membership's %q", throttle.ErrInvalid, cfg.ID, local.ID)
+	case len(n.id) > maxName:
 		return nil, fmt.Errorf("%w: node ID longer than %d bytes", throttle.ErrInvalid, maxName)
 	}
-	// The incarnation is the start time, so that a node's lives are
-	// ordered: a peer adopts only a newer incarnation than the one it
-	// knows, and refuses whatever names an older one. A node restarted
-	// after its clock was set back starts below its previous life; the
-	// first peer that still knows that life names it in its datagrams,
-	// and the node moves past it (see handle).
-	n.incarnation.Store(uint64(max(n.created, 1)))
-	for _, p := range cfg.Peers {
-		if err := n.addPeer(p); err != nil {
+	// The incarnation is the membership's, else the start time, so that
+	// a node's lives are ordered: a peer adopts only a newer incarnation
+	// than the one it knows, and refuses whatever names an older one. A
+	// node restarted after its clock was set back starts below its
+	// previous life; the first peer that still knows that life names it
+	// in its datagrams, and the node moves past it (see handle).
+	n.incarnation.Store(cmp.Or(local.Incarnation, uint64(max(n.created, 1))))
+	// Events may arrive from here on, concurrently with Members.
+	n.ms, n.unsub = ms, ms.Subscribe(n.memberEvent)
+	members := ms.Members() // not under n.mu: the membership may hold its lock while it calls memberEvent
+	n.mu.Lock()
+	for _, m := range members {
+		if err := n.addPeer(m.ID); err != nil {
+			n.mu.Unlock()
+			n.unsub()
 			return nil, err
+		}
+		if p := n.peers[m.ID]; p != nil {
+			p.floor = max(p.floor, m.Incarnation)
 		}
 	}
 	n.publishMembers()
+	n.mu.Unlock()
 	if cfg.Transport != nil {
 		if err := cfg.Transport.Listen(n.handle); err != nil {
+			n.unsub()
 			return nil, err
 		}
 	}
 	return n, nil
+}
+
+// memberEvent applies one change of the membership.
+func (n *Node) memberEvent(e MemberEvent) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || n.cfg.Transport == nil {
+		return
+	}
+	id := e.Member.ID
+	switch e.Kind {
+	case MemberJoin:
+		if n.addPeer(id) != nil {
+			return
+		}
+		if p := n.peers[id]; p != nil {
+			p.down, p.floor = false, max(p.floor, e.Member.Incarnation)
+		}
+	case MemberDead:
+		if p := n.peers[id]; p != nil {
+			p.down = true
+		}
+	case MemberLeave:
+		delete(n.peers, id)
+	}
+	n.publishMembers()
+}
+
+// authenticated reports whether tr authenticates the datagrams it
+// delivers (see Config.Secret).
+func authenticated(tr Transport) bool {
+	a, ok := tr.(interface{ Authenticated() bool })
+	return ok && a.Authenticated()
 }
 
 // ID returns the node's ID: Config.ID, or its transport address.
@@ -308,7 +377,7 @@ func (n *Node) publishMembers() {
 	m := []string{n.id}
 	live := map[string]*peer{}
 	for a, p := range n.peers {
-		if !p.dead {
+		if !p.dead && !p.down {
 			m = append(m, a)
 			live[a] = p
 		}
@@ -428,6 +497,7 @@ func (n *Node) Close() error {
 		lims = append(lims, l)
 	}
 	n.mu.Unlock()
+	n.unsub()
 	n.wg.Wait()
 	var err error
 	if n.cfg.Transport != nil {
@@ -460,6 +530,10 @@ func (n *Node) Tick() bool {
 	prev := n.round
 	n.round = r
 	n.tick.Store(r)
+	if inc := n.ms.Local().Incarnation; inc > n.incarnation.Load() {
+		// The membership moved this node's life past an older one.
+		n.incarnation.Store(inc)
+	}
 	type dest struct {
 		addr  string
 		ack   uint64
@@ -483,8 +557,8 @@ func (n *Node) Tick() bool {
 		if dead := now-max(p.lastHeard, p.added) > deadAfter; dead != p.dead {
 			p.dead, changed = dead, true
 		}
-		if p.dead {
-			// Not heard from (yet, or lately): hello only, until it
+		if p.dead || p.down {
+			// Not heard from (yet, or lately), or declared dead: hello only, until it
 			// speaks; then it gets all it has not acknowledged. Its
 			// share of the tokens goes to the live members.
 			silent = append(silent, d)
@@ -730,148 +804,186 @@ func (n *Node) encode(typ byte, table string, r int64, fill func(*encoder)) [][]
 }
 
 // handle receives one datagram from the transport, sent from address
-// from ("" if the transport does not know).
+// from ("" if the transport does not know): it authenticates it, admits
+// it from a peer, and applies what it carries.
 func (n *Node) handle(p []byte, from string) {
+	m, drop := n.open(p)
+	if drop == nil {
+		var l *Limiter
+		var acceptFrom int64
+		if l, acceptFrom, drop = n.admit(m, from); drop == nil {
+			n.st.recv.Add(1)
+			drop = n.apply(m, l, acceptFrom)
+		}
+	}
+	if drop != nil {
+		drop.Add(1)
+	}
+}
+
+// open authenticates and parses a datagram. If it is refused, it returns
+// the counter of the reason.
+func (n *Node) open(p []byte) (*message, *atomic.Uint64) {
 	n.rmu.Lock()
 	m, err := decode(n.recvSig, p, MaxKeyLen, n.id)
 	n.rmu.Unlock()
 	switch {
 	case errors.Is(err, errMAC):
-		n.st.badMAC.Add(1)
-		return
+		return nil, &n.st.badMAC
 	case err != nil:
-		n.st.malformed.Add(1)
-		return
+		return nil, &n.st.malformed
 	}
+	return m, nil
+}
+
+// admit takes an authentic datagram as news from a peer: from a member,
+// at its address, of its current life, addressed to this node's, and not
+// seen before. It records what the datagram acknowledges and completes,
+// and returns the limiter it is for (nil for a hello) and the time from
+// which the sender's counters are debited; or, if the datagram is
+// refused, the counter of the reason.
+func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, drop *atomic.Uint64) {
 	now := n.clk.Now()
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	if n.closed {
-		n.mu.Unlock()
-		return
+		return nil, 0, &n.st.closing
 	}
 	pr := n.peers[m.sender]
-	if pr == nil {
-		n.mu.Unlock()
-		n.st.unknown.Add(1)
-		return
-	}
-	if from != "" && !n.matchAddr(pr.addr, from) {
+	switch {
+	case pr == nil:
+		return nil, 0, &n.st.unknown
+	case from != "" && !n.matchAddr(pr.addr, from):
 		pr.wrongSrc++
-		n.mu.Unlock()
-		n.st.wrongSource.Add(1)
-		return
+		return nil, 0, &n.st.wrongSource
+	case !n.current(pr, m):
+		return nil, 0, &n.st.stale
 	}
+	if m.incarnation > pr.incarnation {
+		pr.adopt(m, n.created+n.interval)
+	}
+	if fresh, old := pr.accept(m.seq); !fresh {
+		if old {
+			return nil, 0, &n.st.stale
+		}
+		return nil, 0, &n.st.dup
+	}
+	pr.acknowledged(m)
+	pr.received(m)
+	pr.lastHeard = now
+	if pr.dead {
+		pr.dead = false // back in the shares
+		n.publishMembers()
+	}
+	if m.typ != msgHello {
+		l = n.limiters[m.table]
+	}
+	return l, pr.acceptFrom, nil
+}
+
+// current reports whether m belongs to the current lives of its sender pr
+// and of this node: not older than either. Called with n.mu held.
+func (n *Node) current(pr *peer, m *message) bool {
 	self := n.incarnation.Load()
 	switch {
-	case m.incarnation < pr.incarnation:
+	case m.incarnation < max(pr.incarnation, pr.floor):
 		// From an earlier life of the peer: replayed, or late.
-		n.mu.Unlock()
-		n.st.stale.Add(1)
-		return
+		return false
 	case m.dstInc > self:
 		// The peer knows a later life of this node than this one: its
 		// clock was set back across a restart. Move past it, so that
 		// the peers adopt this life; the datagram, addressed to the
 		// other life, is dropped (what it carries is sent again).
 		n.incarnation.Store(m.dstInc + 1)
-		n.mu.Unlock()
-		n.st.stale.Add(1)
-		return
+		return false
 	case m.dstInc != self && (m.dstInc != 0 || m.typ == msgState):
 		// Addressed to an earlier life of this node: replayed, or late.
 		// Reports and hellos sent before the sender knew this node's
 		// incarnation (0) are accepted: the counters of reports born
 		// before this node listened to the sender are baselines, not
 		// debits, so replaying old ones charges nothing.
-		n.mu.Unlock()
-		n.st.stale.Add(1)
-		return
+		return false
 	}
-	if m.incarnation > pr.incarnation {
-		// A new peer, or one that restarted: forget what it acknowledged.
-		// If it restarted, or started well after this node, it missed
-		// history that its fresh buckets lack: send it our bucket levels.
-		// (Nodes of a cluster started together do not exchange levels,
-		// which would count hits twice.)
-		if pr.incarnation != 0 || m.start > n.created+n.interval {
-			pr.needState = true
-		}
-		pr.incarnation = m.incarnation
-		pr.acked, pr.ackedPos, pr.rxRound, pr.rxComplete, pr.sent = 0, pos{}, 0, 0, nil
-		pr.done.Store(0)
-		pr.rxSeq, pr.rxWin = 0, [replayWindow / 64]uint64{}
-		pr.ackSeen, pr.budget = 0, 0
+	return true
+}
+
+// adopt takes m's incarnation as the peer's, newer than the one known:
+// a new peer, or one that restarted. It forgets what the peer
+// acknowledged. If the peer restarted, or started after late (ns, this
+// node's start plus an interval), it missed history that its fresh
+// buckets lack: it is sent bucket levels. (Nodes of a cluster started
+// together do not exchange levels, which would count hits twice.)
+// Called with n.mu held.
+func (p *peer) adopt(m *message, late int64) {
+	if p.incarnation != 0 || m.start > late {
+		p.needState = true
 	}
-	if fresh, old := pr.accept(m.seq); !fresh {
-		n.mu.Unlock()
-		if old {
-			n.st.stale.Add(1)
-		} else {
-			n.st.dup.Add(1)
-		}
-		return
-	}
-	// An acknowledged round brings the peer up to date only if it carried
-	// everything since what the peer had already acknowledged (a round
-	// with only a hello does not).
-	pr.ackSeen = max(pr.ackSeen, m.ack)
-	cur := pr.ackedPos
-	cur.ch = int64(pr.acked)
-	if sr, ok := pr.sent[m.pround]; ok && m.prefix > 0 && int(m.prefix) < len(sr.parts) && sr.from.cmp(cur) <= 0 && sr.parts[m.prefix].cmp(cur) > 0 {
+	p.incarnation = m.incarnation
+	p.acked, p.ackedPos, p.rxRound, p.rxComplete, p.sent = 0, pos{}, 0, 0, nil
+	p.done.Store(0)
+	p.rxSeq, p.rxWin = 0, [replayWindow / 64]uint64{}
+	p.ackSeen, p.budget = 0, 0
+}
+
+// acknowledged records what of our rounds m says the peer received. An
+// acknowledged round brings the peer up to date only if it carried
+// everything since what the peer had already acknowledged (a round with
+// only a hello does not). Called with n.mu held.
+func (p *peer) acknowledged(m *message) {
+	p.ackSeen = max(p.ackSeen, m.ack)
+	cur := p.ackedPos
+	cur.ch = int64(p.acked)
+	if sr, ok := p.sent[m.pround]; ok && m.prefix > 0 && int(m.prefix) < len(sr.parts) && sr.from.cmp(cur) <= 0 && sr.parts[m.prefix].cmp(cur) > 0 {
 		// The leading datagrams of a round arrived: the counters before
 		// the first missing one are delivered.
-		pr.acked, pr.ackedPos = uint64(sr.parts[m.prefix].ch), sr.parts[m.prefix]
+		p.acked, p.ackedPos = uint64(sr.parts[m.prefix].ch), sr.parts[m.prefix]
 		cur = sr.parts[m.prefix]
 	}
-	if sr, ok := pr.sent[m.ack]; ok && sr.from.cmp(cur) <= 0 && sr.to.cmp(cur) > 0 {
-		pr.acked, pr.ackedPos = uint64(sr.to.ch), sr.to
-		for r := range pr.sent {
+	if sr, ok := p.sent[m.ack]; ok && sr.from.cmp(cur) <= 0 && sr.to.cmp(cur) > 0 {
+		p.acked, p.ackedPos = uint64(sr.to.ch), sr.to
+		for r := range p.sent {
 			if r <= m.ack {
-				delete(pr.sent, r)
+				delete(p.sent, r)
 			}
 		}
 	}
-	if m.round > pr.rxRound {
-		pr.rxRound, pr.rxParts, pr.rxCount, pr.rxPrefix = m.round, m.parts, 0, 0
-		pr.rxGot = make([]uint64, (int(m.parts)+63)/64)
+}
+
+// received records that m, one datagram of the peer's round, arrived,
+// to acknowledge the round. Called with n.mu held.
+func (p *peer) received(m *message) {
+	if m.round > p.rxRound {
+		p.rxRound, p.rxParts, p.rxCount, p.rxPrefix = m.round, m.parts, 0, 0
+		p.rxGot = make([]uint64, (int(m.parts)+63)/64)
 	}
-	if m.round == pr.rxRound && m.parts == pr.rxParts && pr.rxGot[m.part/64]&(1<<(m.part%64)) == 0 {
-		pr.rxGot[m.part/64] |= 1 << (m.part % 64)
-		if pr.rxCount++; pr.rxCount == pr.rxParts {
-			pr.rxComplete = max(pr.rxComplete, pr.rxRound)
-			pr.done.Store(pr.rxComplete)
-		}
-		for pr.rxPrefix < pr.rxParts && pr.rxGot[pr.rxPrefix/64]&(1<<(pr.rxPrefix%64)) != 0 {
-			pr.rxPrefix++
-		}
-	}
-	pr.lastHeard = now
-	if pr.dead {
-		pr.dead = false // back in the shares
-		n.publishMembers()
-	}
-	acceptFrom := pr.acceptFrom
-	var l *Limiter
-	if m.typ != msgHello {
-		l = n.limiters[m.table]
-	}
-	n.mu.Unlock()
-	n.st.recv.Add(1)
-	if m.typ == msgHello {
+	if m.round != p.rxRound || m.parts != p.rxParts || p.rxGot[m.part/64]&(1<<(m.part%64)) != 0 {
 		return
 	}
-	if l == nil {
-		n.st.unknownTable.Add(1)
-		return
+	p.rxGot[m.part/64] |= 1 << (m.part % 64)
+	if p.rxCount++; p.rxCount == p.rxParts {
+		p.rxComplete = max(p.rxComplete, p.rxRound)
+		p.done.Store(p.rxComplete)
 	}
-	switch m.typ {
-	case msgReport:
+	for p.rxPrefix < p.rxParts && p.rxGot[p.rxPrefix/64]&(1<<(p.rxPrefix%64)) != 0 {
+		p.rxPrefix++
+	}
+}
+
+// apply debits what an admitted report or state carries from l. It
+// returns the counter of why it could not (a limiter this node lacks).
+func (n *Node) apply(m *message, l *Limiter, acceptFrom int64) *atomic.Uint64 {
+	switch {
+	case m.typ == msgHello:
+	case l == nil:
+		return &n.st.unknownTable
+	case m.typ == msgReport:
 		applied, capped := l.applyReport(m, acceptFrom, n.tick.Load())
 		n.st.applied.Add(uint64(applied))
 		addSat(&n.st.capped, capped)
-	case msgState:
+	case m.typ == msgState:
 		addSat(&n.st.capped, l.applyState(m, n.tick.Load()))
 	}
+	return nil
 }
 
 // addSat adds v >= 0 to c, saturating at math.MaxUint64.

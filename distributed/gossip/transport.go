@@ -295,7 +295,7 @@ func (n *Network) send(from, to string, p []byte) error {
 	defer n.mu.Unlock()
 	n.stats.Sent++
 	n.stats.Bytes += uint64(len(p))
-	if len(p) > MaxPacket {
+	if len(p) > MaxPacket+SealOverhead {
 		n.stats.Lost++
 		return nil
 	}

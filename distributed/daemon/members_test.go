@@ -1,0 +1,81 @@
+package daemon_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/distributed/daemon"
+	"github.com/throttlekit/throttle/distributed/gossip"
+)
+
+func keyFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadKeys(t *testing.T) {
+	k16, k32 := base64.StdEncoding.EncodeToString(make([]byte, 16)), base64.StdEncoding.EncodeToString(make([]byte, 32))
+	keys, err := daemon.LoadKeys(keyFile(t, "# primary first\n"+k32+"\n\n  "+k16+"  \n"))
+	if err != nil || len(keys) != 2 || len(keys[0]) != 32 || len(keys[1]) != 16 {
+		t.Fatalf("LoadKeys: %d keys, %v", len(keys), err)
+	}
+	for _, body := range []string{"", "# none\n", "not base64!\n", base64.StdEncoding.EncodeToString(make([]byte, 20)) + "\n"} {
+		if _, err := daemon.LoadKeys(keyFile(t, body)); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("LoadKeys(%q): %v", body, err)
+		}
+	}
+	if _, err := daemon.LoadKeys(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("a missing key file: %v", err)
+	}
+}
+
+// gossip.members is validated, and needs a program that starts the
+// membership; a key file stands for the secret.
+func TestMembersConfig(t *testing.T) {
+	base := `{"listen":["tcp:127.0.0.1:0"],"default":{"rate":"1/s","burst":1},"gossip":`
+	for _, g := range []string{
+		`{"members":{"bind":"127.0.0.1:0"}}`,
+		`{"listen":"127.0.0.1:0","peers":["127.0.0.1:9"],"members":{"bind":"127.0.0.1:0"}}`,
+		`{"listen":"127.0.0.1:0","members":{"bind":"nonsense"}}`,
+		`{"listen":"127.0.0.1:0","members":{"bind":"127.0.0.1:0","seeds":["no port"]}}`,
+	} {
+		if _, err := daemon.ParseConfig([]byte(base + g + "}")); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("%s: %v", g, err)
+		}
+	}
+	keys := keyFile(t, base64.StdEncoding.EncodeToString(make([]byte, 32)))
+	cfg, err := daemon.ParseConfig([]byte(base + `{"listen":"127.0.0.1:0","key_file":"` + keys + `","members":{"bind":"127.0.0.1:0","seeds":["localhost:7947"]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("THROTTLED_SECRET", "")
+	if _, err := daemon.New(cfg, nil); !errors.Is(err, throttle.ErrInvalid) || !strings.Contains(err.Error(), "membership") {
+		t.Fatalf("gossip.members without a MembershipFunc: %v", err)
+	}
+	var got [][]byte
+	cfg.Gossip.Membership = func(g daemon.Gossip, id string, k [][]byte) (gossip.Membership, io.Closer, error) {
+		got = k
+		return gossip.NewStaticMembership(gossip.Member{}, "127.0.0.1:9"), io.NopCloser(nil), nil
+	}
+	srv, err := daemon.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(t.Context())
+	if len(got) != 1 || len(got[0]) != 32 {
+		t.Fatalf("the membership got %d keys", len(got))
+	}
+	if p := srv.Node().Peers(); len(p) != 1 || p[0] != "127.0.0.1:9" {
+		t.Fatalf("peers %v: want the membership's", p)
+	}
+}
