@@ -310,11 +310,11 @@ func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 // Reload applies the limits (default and rules) and the connection
 // settings (max_conns, max_conns_per_addr, idle_timeout, idle_budget,
 // write_timeout) of cfg. Buckets of limits whose rate and burst are
-// unchanged keep their state. A tag whose limit changed keeps its usage: its new bucket holds
-// at most the new burst less what the old bucket has used, until the old
-// one has refilled (at most maxCarry; over gossip, every node charges
-// the usage it saw, so carried usage may count more than once meanwhile:
-// stricter, never looser).
+// unchanged keep their state. A tag whose limit changed keeps its usage:
+// its new bucket holds at most the new burst less what the old bucket has
+// used, until the old one has refilled (at most maxCarry; over gossip,
+// every node charges the usage it saw, so carried usage may count more
+// than once meanwhile: stricter, never looser).
 // Queries racing a reload are answered by the old or the new limits,
 // never "ER". Settings that need a restart (listeners, gossip, max_tag_len,
 // max_keys, admin) must be unchanged. If cfg is invalid, the running
