@@ -25,6 +25,10 @@
 //
 //	cd benchmarks/gubernator && GOWORK=off go run . -rounds 5
 //
+// Its test is a short run of the whole comparison, skipped without a flag:
+//
+//	GOWORK=off go test -v -args -compare
+//
 // See docs/performance.md for the results and what they mean.
 package main
 
