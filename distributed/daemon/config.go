@@ -31,26 +31,41 @@ type Config struct {
 	// MaxTagLen bounds a tag in bytes (default 256, at most 1024). A
 	// longer line gets "ER\n" and the connection is closed.
 	MaxTagLen int `json:"max_tag_len,omitempty"`
-	// MaxConns bounds concurrent client connections; connections beyond
-	// it are closed at once. Default: the open-file limit (RLIMIT_NOFILE,
+	// MaxConns bounds concurrent client connections; a connection beyond
+	// it takes the place of the longest-idle one (see IdleBudget), or is
+	// sent "RF\n" and closed. Default: the open-file limit (RLIMIT_NOFILE,
 	// whose soft limit is raised to the hard one where allowed) less 64
 	// descriptors kept for listeners, gossip and logs, at most 65536.
 	MaxConns int `json:"max_conns,omitempty"`
 	// MaxConnsPerAddr bounds the connections of one client: one IP
 	// address over TCP, one process (user and process id of the peer,
 	// SO_PEERCRED on Linux) over a Unix socket, so that one host or one
-	// local process cannot take them all. Connections beyond it are sent
-	// "RF\n" and closed. Default: MaxConns less a sixteenth of it, kept
+	// local process cannot take them all. A connection beyond it takes
+	// the place of the client's longest-idle one (see IdleBudget), or is
+	// sent "RF\n" and closed. Default: MaxConns less a sixteenth of it, kept
 	// for other clients, and on Linux at most what keeps the kernel
 	// memory one client can pin (unread replies and socket buffers, about
 	// 300 KB per connection) under half the host's TCP memory-pressure
 	// threshold (net.ipv4.tcp_mem). Local workers all connect from the
-	// same loopback address over TCP: give them the Unix socket, where
-	// each process has its own cap.
+	// same loopback address over TCP, so they share a cap (idle
+	// connections make room for active workers); on the Unix socket each
+	// process has its own.
 	MaxConnsPerAddr int `json:"max_conns_per_addr,omitempty"`
 	// IdleTimeout closes a connection that sends nothing for this long
 	// (default 5m).
 	IdleTimeout Duration `json:"idle_timeout,omitempty"`
+	// IdleBudget lets a new connection take the place of an idle one at
+	// a cap: when it would exceed MaxConnsPerAddr, the client's
+	// connection that has received nothing for the longest time is
+	// closed instead, if that is IdleBudget or longer (at MaxConns, the
+	// longest-idle connection of any client). Only when none has been
+	// idle so long is the new connection refused ("RF\n"). A connection
+	// that sent a byte within IdleBudget is never closed for another. So
+	// a process holding idle connections cannot lock out the others that
+	// share its cap (local workers on TCP loopback share one address).
+	// Default 10s, or IdleTimeout if shorter; at IdleTimeout or above,
+	// no connection is reclaimed before it times out.
+	IdleBudget Duration `json:"idle_budget,omitempty"`
 	// WriteTimeout closes a connection whose replies cannot be written
 	// for this long: a client that pipelines queries and never reads its
 	// replies. Default 10s, or IdleTimeout if shorter.
@@ -240,6 +255,12 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleTimeout < Duration(MinTimeout) {
 		return bad("idle_timeout %v: must be at least %v", time.Duration(c.IdleTimeout), MinTimeout)
+	}
+	if c.IdleBudget == 0 {
+		c.IdleBudget = min(Duration(10*time.Second), c.IdleTimeout)
+	}
+	if c.IdleBudget < Duration(MinTimeout) {
+		return bad("idle_budget %v: must be at least %v", time.Duration(c.IdleBudget), MinTimeout)
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = min(Duration(10*time.Second), c.IdleTimeout)

@@ -592,11 +592,14 @@ func TestConfigDerivedAndTimeouts(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.WriteTimeout != daemon.Duration(time.Second) || c.MaxTagLen != 256 {
-		t.Fatalf("DefaultConfig with idle_timeout 1s, validated: write_timeout %v, max_tag_len %d; want 1s, 256",
-			time.Duration(c.WriteTimeout), c.MaxTagLen)
+	if c.WriteTimeout != daemon.Duration(time.Second) || c.IdleBudget != daemon.Duration(time.Second) || c.MaxTagLen != 256 {
+		t.Fatalf("DefaultConfig with idle_timeout 1s, validated: write_timeout %v, idle_budget %v, max_tag_len %d; want 1s, 1s, 256",
+			time.Duration(c.WriteTimeout), time.Duration(c.IdleBudget), c.MaxTagLen)
 	}
-	for _, f := range []string{"idle_timeout", "write_timeout"} {
+	if c := daemon.DefaultConfig(); c.Validate() != nil || c.IdleBudget != daemon.Duration(10*time.Second) {
+		t.Fatalf("default idle_budget %v, want 10s", time.Duration(c.IdleBudget))
+	}
+	for _, f := range []string{"idle_timeout", "write_timeout", "idle_budget"} {
 		for _, v := range []string{"1ns", "1ms", "-1s"} {
 			js := fmt.Sprintf(`{"listen":["x:1"],"default":{"rate":"1/s","burst":1},%q:%q}`, f, v)
 			if _, err := daemon.ParseConfig([]byte(js)); !errors.Is(err, throttle.ErrInvalid) {

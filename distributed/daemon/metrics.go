@@ -49,6 +49,7 @@ func (s *Server) WriteMetrics(w io.Writer) error {
 	metric("throttled_connections", "gauge", "Client connections open now.", one(uint64(st.Conns)))
 	metric("throttled_connections_accepted_total", "counter", "Client connections accepted.", one(st.Accepted))
 	metric("throttled_connections_rejected_total", "counter", "Connections closed at once: max_conns or max_conns_per_addr reached.", one(st.Rejected))
+	metric("throttled_connections_reclaimed_total", "counter", "Idle connections closed to make room for a new one at max_conns or max_conns_per_addr.", one(st.Reclaimed))
 	metric("throttled_write_timeouts_total", "counter", "Connections reset because their replies were not read.", one(st.WriteTimeouts))
 	metric("throttled_reply_resets_total", "counter", "Idle connections reset because their replies waited write_timeout untaken.", one(st.ReplyResets))
 	metric("throttled_decisions_total", "counter", "Queries answered, by decision.",

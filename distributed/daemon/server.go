@@ -41,11 +41,16 @@
 // never reads pins at most its send buffer and the receive buffers for
 // WriteTimeout.
 //
-// Connections beyond Config.MaxConns, or beyond Config.MaxConnsPerAddr
+// A connection beyond Config.MaxConns, or beyond Config.MaxConnsPerAddr
 // from one client (one IP address over TCP, one process over a Unix
-// socket, known by SO_PEERCRED), get "RF\n" and are closed: the Go
-// client reports them as client.ErrRefused, apart from a daemon that is
-// down.
+// socket, known by SO_PEERCRED), takes the place of the longest-idle
+// connection under that cap if one has received nothing for
+// Config.IdleBudget: that one is closed (after answering any query
+// that arrived meanwhile), as an idle timeout would; the Go client
+// retries on a fresh connection. Otherwise the new connection gets
+// "RF\n" and is closed: the Go client reports it as client.ErrRefused,
+// apart from a daemon that is down. A connection that sent anything
+// within Config.IdleBudget is never closed for another.
 //
 // On Shutdown (SIGTERM for throttled) the server stops accepting, answers
 // every query a connection had received before it (read or still in the
@@ -104,8 +109,9 @@ type Server struct {
 	adminLn   net.Listener
 
 	mu        sync.Mutex
-	conns     map[net.Conn]struct{}
-	perAddr   map[string]int // TCP connections per client IP
+	all       connList             // every connection
+	peers     map[string]*connList // the connections of each client (peerKey)
+	epoch     time.Time            // of conn.last
 	closing   bool
 	started   bool
 	stopped   atomic.Bool  // closing, readable without mu
@@ -113,7 +119,7 @@ type Server struct {
 	wg        sync.WaitGroup
 
 	st struct {
-		conns, rejected, queries, ok, no, bad, pings, writeTimeouts, replyResets, reloads, reloadErrors atomic.Uint64
+		conns, rejected, reclaimed, queries, ok, no, bad, pings, writeTimeouts, replyResets, reloads, reloadErrors atomic.Uint64
 	}
 }
 
@@ -136,8 +142,8 @@ const maxCarry = 10 * time.Minute
 
 // connLimits are the connection settings Reload may change.
 type connLimits struct {
-	maxConns, perAddr int
-	idle, write       time.Duration
+	maxConns, perAddr   int
+	idle, write, budget time.Duration
 }
 
 type globRule struct {
@@ -147,9 +153,12 @@ type globRule struct {
 
 // Stats counts what a Server did.
 type Stats struct {
-	Conns      int    // connections open now
-	Accepted   uint64 // connections accepted in all
-	Rejected   uint64 // connections closed at once: MaxConns or MaxConnsPerAddr reached
+	Conns    int    // connections open now
+	Accepted uint64 // connections accepted in all
+	Rejected uint64 // connections closed at once: MaxConns or MaxConnsPerAddr reached
+	// Reclaimed counts idle connections closed to make room for a new
+	// one at MaxConns or MaxConnsPerAddr (see Config.IdleBudget).
+	Reclaimed  uint64
 	Queries    uint64 // well-formed queries answered
 	Allowed    uint64 // of which "OK"
 	Throttled  uint64 // of which "NO"
@@ -180,7 +189,7 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}, perAddr: map[string]int{}}
+	s := &Server{cfg: cfg, log: log, all: connList{k: 0}, peers: map[string]*connList{}, epoch: time.Now()}
 	s.conf.Store(connLimitsOf(cfg))
 	gc := gossip.Config{ID: cfg.Gossip.Advertise, Peers: cfg.Gossip.Peers, Interval: time.Duration(cfg.Gossip.Interval), SpendCap: cfg.Gossip.SpendCap, Copies: cfg.Gossip.Copies}
 	if cfg.Gossip.Listen != "" {
@@ -281,7 +290,7 @@ func (s *Server) closeMembership() {
 
 func connLimitsOf(cfg Config) *connLimits {
 	return &connLimits{maxConns: cfg.MaxConns, perAddr: cfg.MaxConnsPerAddr,
-		idle: time.Duration(cfg.IdleTimeout), write: time.Duration(cfg.WriteTimeout)}
+		idle: time.Duration(cfg.IdleTimeout), write: time.Duration(cfg.WriteTimeout), budget: time.Duration(cfg.IdleBudget)}
 }
 
 // limitName is the gossip name of a limit: its rate and burst are part
@@ -348,13 +357,13 @@ func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 }
 
 // Reload applies the limits (default and rules) and the connection
-// settings (max_conns, max_conns_per_addr, idle_timeout, write_timeout)
-// of cfg. Buckets of limits whose rate and burst are unchanged keep their
-// state. A tag whose limit changed keeps its usage: its new bucket holds
-// at most the new burst less what the old bucket has used, until the old
-// one has refilled (at most maxCarry; over gossip, every node charges
-// the usage it saw, so carried usage may count more than once meanwhile:
-// stricter, never looser).
+// settings (max_conns, max_conns_per_addr, idle_timeout, idle_budget,
+// write_timeout) of cfg. Buckets of limits whose rate and burst are
+// unchanged keep their state. A tag whose limit changed keeps its usage:
+// its new bucket holds at most the new burst less what the old bucket has
+// used, until the old one has refilled (at most maxCarry; over gossip,
+// every node charges the usage it saw, so carried usage may count more
+// than once meanwhile: stricter, never looser).
 // Queries racing a reload are answered by the old or the new limits,
 // never "ER". Settings that need a restart (listeners, gossip, max_tag_len,
 // max_keys, admin) must be unchanged. If cfg is invalid, the running
@@ -512,9 +521,9 @@ func (s *Server) Node() *gossip.Node { return s.node }
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
-	n := len(s.conns)
+	n := s.all.n
 	s.mu.Unlock()
-	return Stats{Conns: n, Accepted: s.st.conns.Load(), Rejected: s.st.rejected.Load(), Queries: s.st.ok.Load() + s.st.no.Load(),
+	return Stats{Conns: n, Accepted: s.st.conns.Load(), Rejected: s.st.rejected.Load(), Reclaimed: s.st.reclaimed.Load(), Queries: s.st.ok.Load() + s.st.no.Load(),
 		Allowed: s.st.ok.Load(), Throttled: s.st.no.Load(), BadQueries: s.st.bad.Load(), Pings: s.st.pings.Load(),
 		WriteTimeouts: s.st.writeTimeouts.Load(), ReplyResets: s.st.replyResets.Load(), Reloads: s.st.reloads.Load(), ReloadErrors: s.st.reloadErrors.Load(),
 		Gossip: s.node.Stats(), Unsealed: s.unsealed()}
@@ -624,14 +633,20 @@ func (s *Server) accept(ln net.Listener) {
 		}
 		delay = 0
 		cl := s.conf.Load()
-		peer := peerKey(c)
+		sc := &conn{c: c, peer: peerKey(c)}
+		sc.last.Store(s.now())
 		s.mu.Lock()
-		if s.closing || len(s.conns) >= cl.maxConns || (peer != "" && s.perAddr[peer] >= cl.perAddr) {
+		var victim *conn
+		ok := !s.closing
+		if ok {
+			victim, ok = s.admit(sc, cl)
+		}
+		if !ok {
 			closing := s.closing
 			s.mu.Unlock()
 			if s.st.rejected.Add(1)%1000 == 1 {
 				s.log.Warn("connection limit reached, refusing new connections", "max_conns", cl.maxConns,
-					"max_conns_per_addr", cl.perAddr, "client", peer)
+					"max_conns_per_addr", cl.perAddr, "client", sc.peer)
 			}
 			if closing {
 				c.Close()
@@ -640,14 +655,13 @@ func (s *Server) accept(ln net.Listener) {
 			}
 			continue
 		}
-		if peer != "" {
-			s.perAddr[peer]++
-		}
-		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
+		if victim != nil {
+			s.reclaim(victim)
+		}
 		s.st.conns.Add(1)
-		go s.serve(c, peer)
+		go s.serve(sc)
 	}
 }
 
@@ -671,7 +685,8 @@ func connMemory() uint64 {
 // line read are flushed before the next read, and the read deadline is
 // renewed before each read, so that a connection is idle only when no
 // byte arrives for IdleTimeout.
-func (s *Server) serve(c net.Conn, peer string) {
+func (s *Server) serve(sc *conn) {
+	c := sc.c
 	reset := false
 	defer func() {
 		if reset {
@@ -681,12 +696,7 @@ func (s *Server) serve(c net.Conn, peer string) {
 		}
 		c.Close()
 		s.mu.Lock()
-		delete(s.conns, c)
-		if peer != "" {
-			if s.perAddr[peer]--; s.perAddr[peer] <= 0 {
-				delete(s.perAddr, peer)
-			}
-		}
+		s.unlink(sc)
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
@@ -702,8 +712,10 @@ func (s *Server) serve(c net.Conn, peer string) {
 		last       bool         // the last read is done: answer it, then close
 		quietSince = time.Now() // when the last byte arrived
 	)
+	// stopping: Shutdown, or the connection was reclaimed.
+	stopping := func() bool { return s.stopped.Load() || sc.reclaimed.Load() }
 	writeTimeout := func() time.Duration {
-		if s.stopped.Load() {
+		if stopping() {
 			return min(s.conf.Load().write, shutdownWrite)
 		}
 		return s.conf.Load().write
@@ -761,8 +773,9 @@ func (s *Server) serve(c net.Conn, peer string) {
 			}
 			return
 		}
-		if drain < 0 && s.stopped.Load() {
-			// Shutdown: answer what the client sent before it, no more.
+		if drain < 0 && stopping() {
+			// Shutdown or reclaimed: answer what the client sent before
+			// it, no more.
 			drain = 0
 			if n, ok := pending(c); ok {
 				drain = n
@@ -784,8 +797,8 @@ func (s *Server) serve(c net.Conn, peer string) {
 				wake = idle
 			}
 			c.SetReadDeadline(wake)
-			if s.stopped.Load() {
-				continue // Shutdown came before the deadline was set
+			if stopping() {
+				continue // Shutdown or reclaim came before the deadline was set
 			}
 		}
 		n, err := c.Read(buf[end:limit])
@@ -794,11 +807,12 @@ func (s *Server) serve(c net.Conn, peer string) {
 			drain -= n
 		} else if n > 0 {
 			quietSince = time.Now()
+			sc.last.Store(int64(quietSince.Sub(s.epoch)))
 		}
 		if err != nil {
 			timeout := errors.Is(err, os.ErrDeadlineExceeded)
-			if timeout && drain < 0 && s.stopped.Load() {
-				continue // woken by Shutdown
+			if timeout && drain < 0 && stopping() {
+				continue // woken by Shutdown or reclaim
 			}
 			if timeout && drain < 0 && time.Since(quietSince) < s.conf.Load().idle {
 				if n, ok := unsent(c); !ok || n == 0 {
@@ -1001,9 +1015,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	// Wake every reader: it answers what it has buffered and stops. A
 	// writer blocked on a client that does not read gives up soon.
-	for c := range s.conns {
-		c.SetReadDeadline(time.Now())
-		c.SetWriteDeadline(time.Now().Add(shutdownWrite))
+	for c := s.all.head; c != nil; c = c.links[0].next {
+		c.c.SetReadDeadline(time.Now())
+		c.c.SetWriteDeadline(time.Now().Add(shutdownWrite))
 	}
 	s.mu.Unlock()
 	if s.admin != nil {
@@ -1019,8 +1033,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 		s.mu.Lock()
-		for c := range s.conns {
-			c.Close()
+		for c := s.all.head; c != nil; c = c.links[0].next {
+			c.c.Close()
 		}
 		s.mu.Unlock()
 		<-done

@@ -11,10 +11,14 @@
 // answers for real again at most one maximum backoff after the daemon
 // comes back.
 //
-// A daemon at its connection limits answers a new connection "RF" and
-// closes it: such a query fails with an error wrapping ErrRefused (and
-// throttle.ErrUnavailable), so that a caller can tell "the daemon refused
-// me" from "the daemon is down"; it counts as a failure too.
+// A daemon at its connection limits closes an idle connection to make
+// room for a new one (see the daemon's idle_budget), and idle connections
+// time out: a query on a pooled connection the daemon closed is sent
+// again on a fresh connection, once, and the caller sees no error. A
+// daemon with no idle connection to close answers a new connection "RF"
+// and closes it: such a query fails with an error wrapping ErrRefused
+// (and throttle.ErrUnavailable), so that a caller can tell "the daemon
+// refused me" from "the daemon is down"; it counts as a failure too.
 //
 // Only the daemon's failures count towards the backoff. A tag the daemon
 // cannot take (checked before sending against WithMaxTagLen, or refused
@@ -322,7 +326,8 @@ func (c *Client) query(ctx context.Context, tags []string, out []bool, decide bo
 		var rej *rejectedError
 		if err != nil && !errors.As(err, &rej) && !errors.Is(err, ErrRefused) && pooled && time.Now().Before(deadline) && ctx.Err() == nil {
 			// The daemon may have closed an idle pooled connection (it
-			// restarted, or timed it out): try once on a fresh one.
+			// restarted, timed it out, or gave its place to a new one at
+			// a cap): try once on a fresh one.
 			cn.c.Close()
 			if cn, _, err = c.dialConn(ctx, deadline); err == nil {
 				err = c.roundTrip(cn, deadline, tags, out)
