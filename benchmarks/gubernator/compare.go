@@ -86,8 +86,11 @@ func compareMain(args []string, out io.Writer) error {
 		return err
 	}
 	throttled := filepath.Join(o.workDir, "throttled")
-	build := exec.Command("go", "build", "-o", throttled, "./cmd/throttled")
-	build.Dir, build.Stdout, build.Stderr = o.repo, os.Stderr, os.Stderr
+	// cmd/throttled is a module of its own: built in its directory, it
+	// resolves the rest of the tree through its replace directives, with or
+	// without the workspace.
+	build := exec.Command("go", "build", "-o", throttled, ".")
+	build.Dir, build.Stdout, build.Stderr = filepath.Join(o.repo, "cmd", "throttled"), os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("building cmd/throttled in %s: %w", o.repo, err)
 	}
