@@ -104,15 +104,19 @@ func (m *metrics) interceptor() connect.Interceptor {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			t0 := time.Now()
 			resp, err := next(ctx, req)
-			method := path.Base(req.Spec().Procedure)
-			m.latency.WithLabelValues(method).Observe(time.Since(t0).Seconds())
-			m.requests.WithLabelValues(method).Inc()
-			if err != nil {
-				m.errors.WithLabelValues(method, connect.CodeOf(err).String()).Inc()
-			}
+			m.observe(path.Base(req.Spec().Procedure), t0, err)
 			return resp, err
 		}
 	})
+}
+
+// observe counts and times a request of method that started at t0.
+func (m *metrics) observe(method string, t0 time.Time, err error) {
+	m.latency.WithLabelValues(method).Observe(time.Since(t0).Seconds())
+	m.requests.WithLabelValues(method).Inc()
+	if err != nil {
+		m.errors.WithLabelValues(method, connect.CodeOf(err).String()).Inc()
+	}
 }
 
 // Resource series are labelled only with ids the operator configured:
