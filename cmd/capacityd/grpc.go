@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime"
 	"time"
 
 	"connectrpc.com/connect"
@@ -47,6 +48,9 @@ func newGRPCServer(srv *capacity.Server, s *settings, met *metrics) *grpc.Server
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
 		grpc.SharedWriteBuffer(true),
+		// Calls run on a pool of goroutines instead of one new
+		// goroutine (and stack) each.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 	if s.auth.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.auth.tls)))
