@@ -156,7 +156,7 @@ func startDoorman(t *testing.T, bin, dir string) *subject {
 
 // startCapacityd runs capacityd, and returns a subject for its
 // grpc_listen port (gRPC with grpc-go's transport; a version without it
-// has none) and one, name+"/listen", for its listen port (gRPC through
+// has none) and one, name+"-listen", for its listen port (gRPC through
 // net/http and connect-go).
 func startCapacityd(t *testing.T, name, bin, dir string) []*subject {
 	ports, err := testproc.FreePorts(2)
@@ -164,7 +164,7 @@ func startCapacityd(t *testing.T, name, bin, dir string) []*subject {
 		t.Fatal(err)
 	}
 	addr, grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
-	cfg := filepath.Join(dir, strings.ReplaceAll(name, "/", "-")+".json")
+	cfg := filepath.Join(dir, name+".json")
 	write := func(extra string) {
 		if err := os.WriteFile(cfg, []byte(fmt.Sprintf(capacitydConfig, addr, extra)), 0o600); err != nil {
 			t.Fatal(err)
@@ -177,7 +177,7 @@ func startCapacityd(t *testing.T, name, bin, dir string) []*subject {
 	}
 	cmd := exec.Command(bin, "-config", cfg, "-log-level", "warn", "-watch", "0")
 	listen := start(t, "capacityd", cmd, addr)
-	listen.name = name + "/listen"
+	listen.name = name + "-listen"
 	if grpcAddr == "" {
 		return []*subject{listen}
 	}

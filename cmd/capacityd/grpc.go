@@ -41,7 +41,11 @@ func newGRPCServer(srv *capacity.Server, s *settings, met *metrics) *grpc.Server
 		// The time a new connection has for its TLS handshake and
 		// HTTP/2 preface.
 		grpc.ConnectionTimeout(s.http.readHeader),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.http.idle}),
+		// grpc-go bounds no call's time to send its request: a
+		// connection lives at most idle_timeout (then is told to go
+		// away), and its calls in flight read_timeout more.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.http.idle,
+			MaxConnectionAge: s.http.idle, MaxConnectionAgeGrace: s.http.read}),
 		grpc.MaxConcurrentStreams(maxGRPCStreams),
 		// Fixed flow-control windows turn off grpc-go's bandwidth
 		// probing, a ping per burst of data: the messages are small.
