@@ -112,3 +112,38 @@ func TestConcurrentResources(t *testing.T) {
 		}
 	}
 }
+
+// TestRefreshBesideBusyResource: while one resource is locked (as during a
+// long division, or while Status reads it), a refresh on another resource
+// and Status's reading of the others go on.
+func TestRefreshBesideBusyResource(t *testing.T) {
+	s := laterServer(t, Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: time.Minute, RefreshInterval: time.Second}}})
+	for _, id := range []string{"big", "small"} {
+		for range 2 { // the second is a refresh: the sweep is done
+			if _, err := s.GetCapacity(context.Background(), &Request{Client: "c", Resources: []ResourceRequest{{Resource: id, Wants: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	big := s.resources["big"]
+	big.mu.Lock()
+	status := make(chan Status)
+	go func() { status <- s.Status() }() // waits for big
+	done := make(chan error)
+	go func() {
+		_, err := s.GetCapacity(context.Background(), &Request{Client: "c", Resources: []ResourceRequest{{Resource: "small", Wants: 2}}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a refresh on another resource waited for the busy one")
+	}
+	big.mu.Unlock()
+	if st := <-status; len(st.Resources) != 2 {
+		t.Fatalf("status: %+v", st)
+	}
+}
