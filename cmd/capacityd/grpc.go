@@ -51,7 +51,6 @@ func newGRPCServer(srv *capacity.Server, s *settings, met *metrics) *grpc.Server
 		// probing, a ping per burst of data: the messages are small.
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
-		grpc.SharedWriteBuffer(true),
 		// Calls run on a pool of goroutines instead of one new
 		// goroutine (and stack) each.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
