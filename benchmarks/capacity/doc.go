@@ -25,10 +25,13 @@
 //
 //	go test ... | tee out.txt; benchstat -col /server out.txt
 //
-// Doorman's server listens on every interface (its -port and
-// -debug_port); run the comparison on a host where that is acceptable, or
-// in a network namespace of its own (unshare -rn). capacityd listens on
-// loopback only. The load generator speaks Doorman's wire format with a
-// minimal encoder of its own (protowire), and capacityd's with its
-// generated messages, both over grpc-go.
+// Doorman is started standalone (no etcd: no master election, its
+// configuration from a file), with its minimum refresh interval lowered to
+// the configuration's 1 s and its logs in a temporary directory. Its
+// server binds its gRPC and debug ports on every interface unless built to
+// bind loopback; run the comparison where that is acceptable, or in a
+// network namespace of its own. capacityd listens on loopback only. The
+// load generator speaks Doorman's wire format with a minimal encoder of its
+// own (protowire), and capacityd's with its generated messages, both over
+// grpc-go; every client has its own connection.
 package capacity
