@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -110,6 +111,18 @@ func TestConcurrentResources(t *testing.T) {
 		if r.Held > 100 {
 			t.Errorf("%s: %v held of at most 100", r.ID, r.Held)
 		}
+	}
+	// The lease counts, kept by requests on different resources at
+	// once, match the holders.
+	total, per := 0, map[string]int{}
+	for _, r := range s.resources {
+		total += len(r.list)
+		for _, h := range r.list {
+			per[h.client]++
+		}
+	}
+	if s.leases.total != total || !maps.Equal(s.leases.perClient, per) {
+		t.Errorf("lease counts %d %v, holders %d %v", s.leases.total, s.leases.perClient, total, per)
 	}
 }
 

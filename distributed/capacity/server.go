@@ -189,12 +189,12 @@ func WithSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.see
 // (see the package doc for the conditions), also while shares move or a
 // configuration changes.
 //
-// Requests on resources the server has and the client already holds (a
-// refresh, the common case) take the server's lock only for reading and
-// then the lock of each of their resources, so that requests on different
-// resources do not wait for each other; the rest (new clients, new
-// resources, configuration, leadership, a server in a tree) take the
-// server's lock for writing. A resource's division is recomputed only
+// Requests on resources the server has (refreshes and new clients, the
+// common case) take the server's lock only for reading and then the lock
+// of each of their resources, so that requests on different resources do
+// not wait for each other; the rest (new resources, releases,
+// configuration, leadership, a server in a tree) take the server's lock
+// for writing. A resource's division is recomputed only
 // when its demands changed and do not all fit in its capacity.
 type Server struct {
 	// mu guards the server's state. Holding it for writing gives access
@@ -220,6 +220,25 @@ type leaseCount struct {
 	mu        sync.Mutex
 	total     int
 	perClient map[string]int
+}
+
+// reserve counts n new leases of client, or fails with an error wrapping
+// ErrExhausted, counting nothing, when they would pass the bounds of set.
+func (c *leaseCount) reserve(client string, n int, set *serverSettings) error {
+	if n == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.total+n > set.maxLeases:
+		return fmt.Errorf("%w: %d client leases in all", ErrExhausted, c.total)
+	case c.perClient[client]+n > set.perClient:
+		return fmt.Errorf("%w: client %q holds leases on %d resources", ErrExhausted, client, c.perClient[client])
+	}
+	c.total += n
+	c.perClient[client] += n
+	return nil
 }
 
 func (c *leaseCount) add(client string, d int) {
@@ -505,12 +524,11 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 	switch {
 	case newRes > 0 && len(s.resources)+newRes > s.set.maxResources:
 		return nil, fmt.Errorf("%w: %d resources", ErrExhausted, len(s.resources))
-	case newLeases > 0 && s.leases.total+newLeases > s.set.maxLeases:
-		return nil, fmt.Errorf("%w: %d client leases in all", ErrExhausted, s.leases.total)
-	case newLeases > 0 && s.leases.perClient[req.Client]+newLeases > s.set.perClient:
-		return nil, fmt.Errorf("%w: client %q holds leases on %d resources", ErrExhausted, req.Client, s.leases.perClient[req.Client])
 	case s.parent != nil && !s.parent.fits(req.priorities()):
 		return nil, fmt.Errorf("%w: a server in a tree asks its parent in at most %d priority bands", ErrExhausted, MaxParentBands)
+	}
+	if err := s.leases.reserve(req.Client, newLeases, &s.set); err != nil {
+		return nil, err
 	}
 	resp := &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
 	for i, rr := range req.Resources {
@@ -535,8 +553,8 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 // refresh answers req holding the server's lock for reading and the
 // locks of req's resources, when that is enough: the server is the master
 // and not in a tree, no sweep for unheld resources is due, and every
-// resource exists and has the client already. ok is false otherwise, and
-// nothing changed but the expiry of leases.
+// resource exists. ok is false otherwise, and nothing changed but the
+// expiry of leases.
 func (s *Server) refresh(ctx context.Context, req *Request) (resp *Response, ok bool, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -577,11 +595,19 @@ func (s *Server) refresh(ctx context.Context, req *Request) (resp *Response, ok 
 	if err := ctx.Err(); err != nil {
 		return nil, true, fmt.Errorf("%w: capacity: the caller gave up: %w", throttle.ErrUnavailable, err)
 	}
+	// Bounds first, so that a refusal changes nothing.
+	newLeases := 0
 	for _, r := range rs {
 		r.expire(now)
 		if r.holders[req.Client] == nil {
-			return nil, false, nil
+			if len(r.list) >= s.set.maxClients {
+				return nil, true, fmt.Errorf("%w: resource %q has %d clients", ErrExhausted, r.id, len(r.list))
+			}
+			newLeases++
 		}
+	}
+	if err := s.leases.reserve(req.Client, newLeases, &s.set); err != nil {
+		return nil, true, err
 	}
 	resp = &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
 	for i := range req.Resources {
@@ -596,8 +622,7 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	h := r.holders[client]
 	if h == nil {
 		h = &holder{client: client, idx: len(r.list)}
-		r.holders[client] = h
-		r.leases.add(client, 1)
+		r.holders[client] = h // counted by reserve
 		r.list = append(r.list, h)
 		r.dirty = true
 	}
