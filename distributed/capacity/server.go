@@ -194,8 +194,8 @@ func WithSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.see
 // of each of their resources, so that requests on different resources do
 // not wait for each other; the rest (new resources, releases,
 // configuration, leadership, a server in a tree) take the server's lock
-// for writing. A resource's division is recomputed only
-// when its demands changed and do not all fit in its capacity.
+// for writing. A resource's division is recomputed only when its demands
+// changed and do not all fit in its capacity.
 type Server struct {
 	// mu guards the server's state. Holding it for writing gives access
 	// to all of it; holding it for reading gives access to the fields
