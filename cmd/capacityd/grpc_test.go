@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +94,43 @@ func TestGRPCAuth(t *testing.T) {
 	if _, err := getCapacity(plain, "alice", 10); err == nil {
 		t.Fatal("a plain-text caller was answered")
 	}
+
+	// Bearer tokens, as authorization metadata, without client certificates.
+	tokens := filepath.Join(dir, "tokens.json")
+	if err := os.WriteFile(tokens, []byte(`{"carol": "carol-token-0123456789"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startTest(t, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0",
+		"auth": {"cert_file": "`+srvCert+`", "key_file": "`+srvKey+`", "tokens_file": "`+tokens+`"},
+		"resources": [{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
+	dial := func(token string) *grpc.ClientConn {
+		conn, err := grpc.NewClient(b.grpcLn.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool})),
+			grpc.WithPerRPCCredentials(bearer(token)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	if _, err := getCapacity(dial("carol-token-0123456789"), "carol", 10); err != nil {
+		t.Fatalf("carol's token as carol: %v", err)
+	}
+	if _, err := getCapacity(dial("carol-token-0123456789"), "dave", 10); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("carol's token as dave: %v, want PermissionDenied", err)
+	}
+	if _, err := getCapacity(dial("forged-token-0123456789"), "carol", 10); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a forged token: %v, want Unauthenticated", err)
+	}
 }
+
+// bearer sends a bearer token with every call.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return true }
 
 // TestGRPCSharesConnectionBound: the connections of both API ports count
 // toward one max_connections, so the second port cannot take file
