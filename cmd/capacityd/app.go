@@ -143,10 +143,13 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 	if s.auth.tls != nil {
 		apiLn = tls.NewListener(apiLn, s.auth.tls)
 	}
+	if a.grpcLn != nil {
+		// grpc-go does its own TLS handshake, with a copy of the TLS
+		// configuration made before the API's server starts changing it.
+		a.grpc = newGRPCServer(srv, s, a.met)
+	}
 	a.serveOn(a.api, apiLn)
 	if a.grpcLn != nil {
-		// grpc-go does its own TLS handshake (newGRPCServer).
-		a.grpc = newGRPCServer(srv, s, a.met)
 		ln := a.capped(a.grpcLn, "grpc", s.http.maxConns, apiConns)
 		a.bg.Go(func() {
 			if err := a.grpc.Serve(ln); err != nil {
