@@ -22,7 +22,7 @@ type fileConfig struct {
 	// Listen is the API address (gRPC, gRPC-Web and Connect JSON).
 	Listen string `json:"listen"`
 	// GRPCListen, when set, is a second API address that serves gRPC
-	// only, with grpc-go's transport, at about half the CPU per call of
+	// only, with grpc-go's transport, at about a third of the CPU per call of
 	// listen's; the same authentication, bounds (the http section's
 	// timeouts and one max_connections for both ports) and metrics apply.
 	GRPCListen string `json:"grpc_listen,omitempty"`

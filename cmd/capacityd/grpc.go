@@ -21,7 +21,7 @@ import (
 )
 
 // The grpc_listen port serves the wire API over gRPC only, with grpc-go's
-// own HTTP/2 transport: about half the CPU per call of the listen port's
+// own HTTP/2 transport: about a third of the CPU per call of the listen port's
 // handler (which serves gRPC, gRPC-Web and Connect through net/http).
 // Requests, answers, authentication, bounds and metrics are the listen
 // port's.
