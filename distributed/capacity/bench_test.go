@@ -86,6 +86,10 @@ func bigServer(b *testing.B, n int, capacity float64) (*Server, *throttletest.Cl
 		clk.Advance(time.Hour)
 	}
 	clk.Advance(time.Second) // learning is over
+	// The first division, of everyone's demand at once.
+	if _, err := s.GetCapacity(context.Background(), &Request{Client: "c000000", Resources: []ResourceRequest{{Resource: "big", Wants: 10}}}); err != nil {
+		b.Fatal(err)
+	}
 	return s, clk
 }
 
@@ -109,7 +113,7 @@ func BenchmarkServerDemandChange(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				req := reqs[i%len(reqs)]
-				req.Resources[0].Wants = float64(10 + i%2 + 1) // 11 or 12: always a change
+				req.Resources[0].Wants = float64(11 + i/len(reqs)%2) // 11 or 12: always a change
 				if _, err := s.GetCapacity(context.Background(), req); err != nil {
 					b.Fatal(err)
 				}

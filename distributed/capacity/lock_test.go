@@ -18,7 +18,7 @@ func TestShareMatchesAllocate(t *testing.T) {
 	for _, alg := range []Algorithm{FairShare, ProportionalShare, Static, None} {
 		for _, capacity := range []float64{0, 7, 100, 1e6} {
 			s := laterServer(t, Config{Resources: []Template{{ID: "*", Capacity: capacity, Algorithm: alg}}})
-			for step := range 300 {
+			for step := range 1000 {
 				rr := ResourceRequest{Resource: "r", Wants: float64(rng.IntN(40)) / 4, Weight: float64(rng.IntN(3)), Priority: int32(rng.IntN(2))}
 				if _, err := s.GetCapacity(context.Background(), &Request{Client: fmt.Sprintf("c%d", rng.IntN(12)), Resources: []ResourceRequest{rr}}); err != nil {
 					t.Fatal(err)

@@ -631,11 +631,14 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 		weight = 1
 	}
 	if h.wants != rr.Wants || h.weight != weight || h.prio != rr.Priority {
+		u := r.quanta(rr.Wants)
+		still := h.weight == weight && h.prio == rr.Priority && r.stillCut(h, u)
 		h.wants, h.weight, h.prio = rr.Wants, weight, rr.Priority
-		u := r.quanta(h.wants)
 		r.sumU = r.sumU - h.u + u
 		h.u = u
-		r.dirty = true
+		if !still {
+			r.dirty = true
+		}
 	}
 	learnEnd := s.since + int64(t.LearningDuration)
 	learning := now < learnEnd
@@ -743,6 +746,19 @@ func (r *resource) share(h *holder) float64 {
 		r.divide()
 	}
 	return h.share
+}
+
+// stillCut reports whether wanting u quanta instead of h.u leaves every
+// share of r as it is: under FairShare, for a client cut below its wants
+// that still wants more than its share. Its band's water level λ is then
+// the same (the client counts at w·λ < u either way), and so is every
+// share. Its share g = ⌊w·λ⌋ < u was cut, and u >= g+1 > w·λ.
+func (r *resource) stillCut(h *holder, u uint64) bool {
+	if r.dirty || r.tmpl.Algorithm != FairShare || r.q == 0 {
+		return false
+	}
+	g := uint64(h.share / r.q) // exact: shares are whole quanta
+	return g < h.u && g < u
 }
 
 // divide recomputes the shares of r's clients.
