@@ -109,29 +109,36 @@ func (m *metrics) interceptor() connect.Interceptor {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			t0 := time.Now()
 			resp, err := next(ctx, req)
-			method := path.Base(req.Spec().Procedure)
-			m.latency.WithLabelValues(method).Observe(time.Since(t0).Seconds())
-			m.requests.WithLabelValues(method).Inc()
-			if err != nil {
-				m.errors.WithLabelValues(method, connect.CodeOf(err).String()).Inc()
+			var msg any
+			if err == nil && resp != nil {
+				msg = resp.Any()
 			}
-			m.countRefusals(resp)
+			m.observe(path.Base(req.Spec().Procedure), t0, msg, err)
 			return resp, err
 		}
 	})
 }
 
+// observe counts and times a request of method that started at t0, and
+// the refusals in its answer msg.
+func (m *metrics) observe(method string, t0 time.Time, msg any, err error) {
+	m.latency.WithLabelValues(method).Observe(time.Since(t0).Seconds())
+	m.requests.WithLabelValues(method).Inc()
+	if err != nil {
+		m.errors.WithLabelValues(method, connect.CodeOf(err).String()).Inc()
+	}
+	if r, ok := msg.(*capacityv1.GetCapacityResponse); ok {
+		m.countRefusals(r)
+	}
+}
+
 // countRefusals counts the resources a GetCapacity answer refused, and a
 // stale answer.
-func (m *metrics) countRefusals(resp connect.AnyResponse) {
-	r, ok := resp.(*connect.Response[capacityv1.GetCapacityResponse])
-	if !ok || r == nil {
-		return
-	}
-	if r.Msg.GetStale() {
+func (m *metrics) countRefusals(r *capacityv1.GetCapacityResponse) {
+	if r.GetStale() {
 		m.answers.WithLabelValues("stale").Inc()
 	}
-	for _, g := range r.Msg.GetGrants() {
+	for _, g := range r.GetGrants() {
 		switch g.GetCode() {
 		case capacityv1.ResourceCode_RESOURCE_CODE_OK:
 		case capacityv1.ResourceCode_RESOURCE_CODE_RESOURCE_EXHAUSTED:

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/throttlekit/throttle/distributed/capacity"
 	"github.com/throttlekit/throttle/distributed/capacity/etcdelection"
@@ -35,7 +36,9 @@ type app struct {
 	stopping atomic.Bool
 
 	api, admin     *http.Server
+	grpc           *grpc.Server // nil without grpc_listen
 	apiLn, adminLn net.Listener
+	grpcLn         net.Listener
 	etcd           *clientv3.Client
 
 	stop    context.CancelFunc // ends the election and the watcher
@@ -88,6 +91,11 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 			return nil, err
 		}
 	}
+	if s.file.GRPCListen != "" {
+		if a.grpcLn, err = net.Listen("tcp", s.file.GRPCListen); err != nil {
+			return nil, err
+		}
+	}
 	a.advertise = s.file.Advertise
 	if a.advertise == "" {
 		a.advertise = a.apiLn.Addr().String()
@@ -132,22 +140,37 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 	// Run has made the server a non-master until the election reports:
 	// only now may requests come in.
 	<-started
-	apiLn := a.capped(a.apiLn, "api", s.http.maxConns)
+	// Both API ports count toward one bound of connections.
+	apiConns := new(atomic.Int64)
+	apiLn := a.capped(a.apiLn, "api", s.http.maxConns, apiConns)
 	if s.auth.tls != nil {
 		apiLn = tls.NewListener(apiLn, s.auth.tls)
 	}
+	if a.grpcLn != nil {
+		// grpc-go does its own TLS handshake, with a copy of the TLS
+		// configuration made before the API's server starts changing it.
+		a.grpc = newGRPCServer(srv, s, a.met)
+	}
 	a.serveOn(a.api, apiLn)
+	if a.grpcLn != nil {
+		ln := a.capped(a.grpcLn, "grpc", s.http.maxConns, apiConns)
+		a.bg.Go(func() {
+			if err := a.grpc.Serve(ln); err != nil {
+				a.log.Error("serve", "addr", ln.Addr().String(), "err", err)
+			}
+		})
+	}
 	if a.adminLn != nil {
 		a.admin = newHTTPServer(a.adminHandler(), s.http, min(s.http.idle, 30*time.Second))
 		a.admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-		a.serveOn(a.admin, a.capped(a.adminLn, "admin", s.http.adminMaxConns))
+		a.serveOn(a.admin, a.capped(a.adminLn, "admin", s.http.adminMaxConns, new(atomic.Int64)))
 	}
 	if o.configPath != "" && o.watch > 0 {
 		a.bg.Add(1)
 		go a.watch(ctx, o.watch)
 	}
 	log.Info("capacityd serving", "listen", a.apiLn.Addr().String(), "advertise", a.advertise,
-		"admin", addrOf(a.adminLn), "templates", len(s.resources.Resources), "election", electionName(s))
+		"grpc", addrOf(a.grpcLn), "admin", addrOf(a.adminLn), "templates", len(s.resources.Resources), "election", electionName(s))
 	return a, nil
 }
 
@@ -161,10 +184,10 @@ func (a *app) serveOn(srv *http.Server, ln net.Listener) {
 	}()
 }
 
-// capped bounds ln's connections open at once to max.
-func (a *app) capped(ln net.Listener, name string, max int) net.Listener {
+// capped bounds ln's connections open at once, counted in open, to max.
+func (a *app) capped(ln net.Listener, name string, max int, open *atomic.Int64) net.Listener {
 	c := a.met.refused.WithLabelValues(name)
-	return &capListener{Listener: ln, max: int64(max), refused: c.Inc}
+	return &capListener{Listener: ln, max: int64(max), open: open, refused: c.Inc}
 }
 
 func addrOf(ln net.Listener) string {
@@ -217,6 +240,9 @@ func (a *app) shutdown(ctx context.Context) {
 		a.log.Warn("shutdown: requests still in flight were cut off", "err", err)
 		a.api.Close()
 	}
+	if a.grpc != nil {
+		stopGRPC(ctx, a.grpc)
+	}
 	a.stop()
 	<-a.runDone
 	a.lead.Store(nil)
@@ -237,7 +263,7 @@ func (a *app) closeAll() {
 		a.stop()
 		<-a.runDone
 	}
-	for _, ln := range []net.Listener{a.apiLn, a.adminLn} {
+	for _, ln := range []net.Listener{a.apiLn, a.adminLn, a.grpcLn} {
 		if ln != nil {
 			ln.Close()
 		}

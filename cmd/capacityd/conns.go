@@ -10,12 +10,12 @@ import (
 
 // capListener closes the connections beyond max open at once as soon as
 // it accepts them, so that a flood of connections on one port cannot take
-// the file descriptors the other port, etcd and the parent need. It is
-// safe for concurrent use.
+// the file descriptors the other port, etcd and the parent need. Listeners
+// that share open share the bound. It is safe for concurrent use.
 type capListener struct {
 	net.Listener
 	max     int64
-	open    atomic.Int64
+	open    *atomic.Int64
 	refused func() // counts a refused connection
 }
 

@@ -62,6 +62,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no listen", `{` + res + `}`, `listen ""`},
 		{"bad listen port", `{"listen": "127.0.0.1:http", ` + res + `}`, `listen "127.0.0.1:http"`},
 		{"bad admin", `{"listen": "127.0.0.1:1", "admin": "nowhere", ` + res + `}`, `admin "nowhere"`},
+		{"bad grpc_listen", `{"listen": "127.0.0.1:1", "grpc_listen": "127.0.0.1", ` + res + `}`, `grpc_listen "127.0.0.1"`},
 		{"advertise port 0", `{"listen": "127.0.0.1:1", "advertise": "10.0.0.1:0", ` + res + `}`, `advertise "10.0.0.1:0"`},
 		{"no resources", `{"listen": "127.0.0.1:1"}`, "resources are required"},
 		{"no catch-all", `{"listen": "127.0.0.1:1", "resources": [{"id": "db", "capacity": 10}]}`, `catch-all template with id "*"`},

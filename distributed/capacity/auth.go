@@ -125,3 +125,10 @@ func WithBearerToken(token string) connect.ClientOption {
 		}
 	}))
 }
+
+// WithIdentity returns ctx saying that its caller proved it is client id,
+// as Authenticated does for the requests it accepts: WireService's methods
+// then act only for id (or one below it, "id/...").
+func WithIdentity(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/throttlekit/throttle/throttletest"
 )
 
 // BenchmarkWireGetCapacity measures GetCapacity calls per second over
@@ -57,4 +59,114 @@ func BenchmarkServerGetCapacity(b *testing.B) {
 			}
 		}
 	})
+}
+
+// bigServer returns a server past learning whose resource "big" has n
+// clients wanting 10 each of capacity, with an hour of lease left; and
+// its clock.
+func bigServer(b *testing.B, n int, capacity float64) (*Server, *throttletest.Clock) {
+	b.Helper()
+	clk := throttletest.NewClock()
+	cfg := Config{Resources: []Template{
+		{ID: "big", Capacity: capacity, LeaseLength: 2 * time.Hour, RefreshInterval: time.Minute},
+		{ID: "*", Capacity: 100, LeaseLength: 2 * time.Hour, RefreshInterval: time.Minute},
+	}}
+	s, err := NewServer(cfg, WithServerClock(clk), WithSeed(1), WithMaxClients(n), WithMaxLeases(2*n+100, 10))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fill while learning, which divides nothing; refresh halfway so
+	// that the leases outlive learning.
+	for range 2 {
+		for i := range n {
+			if _, err := s.GetCapacity(context.Background(), &Request{Client: fmt.Sprintf("c%06d", i), Resources: []ResourceRequest{{Resource: "big", Wants: 10}}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		clk.Advance(time.Hour)
+	}
+	clk.Advance(time.Second) // learning is over
+	// The first division, of everyone's demand at once.
+	if _, err := s.GetCapacity(context.Background(), &Request{Client: "c000000", Resources: []ResourceRequest{{Resource: "big", Wants: 10}}}); err != nil {
+		b.Fatal(err)
+	}
+	return s, clk
+}
+
+// BenchmarkServerDemandChange measures a request that changes its
+// client's demand on a resource of 100,000 clients, which makes the
+// server divide the resource anew: uncontended (everyone gets what it
+// wants) and contended (FairShare cuts everyone to half).
+func BenchmarkServerDemandChange(b *testing.B) {
+	const n = 100_000
+	for _, tc := range []struct {
+		name     string
+		capacity float64
+	}{{"uncontended", 1e9}, {"contended", 5 * n}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, _ := bigServer(b, n, tc.capacity)
+			reqs := make([]*Request, 64)
+			for i := range reqs {
+				reqs[i] = &Request{Client: fmt.Sprintf("c%06d", i*(n/len(reqs))), Resources: []ResourceRequest{{Resource: "big"}}}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				req := reqs[i%len(reqs)]
+				req.Resources[0].Wants = float64(11 + i/len(reqs)%2) // 11 or 12: always a change
+				if _, err := s.GetCapacity(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkServerBesideRecompute measures GetCapacity on a small resource
+// while another goroutine changes a demand on a contended resource of
+// 100,000 clients every 2 ms, across the client's share (each change
+// divides it anew, which takes about as long): with one lock for the whole
+// server the small resource's requests wait for those divisions.
+// ns/refresh is the time of a small resource's request (ns/op includes the
+// pauses between them).
+func BenchmarkServerBesideRecompute(b *testing.B) {
+	const n = 100_000
+	s, _ := bigServer(b, n, 5*n)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req := &Request{Client: "c000000", Resources: []ResourceRequest{{Resource: "big"}}}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			req.Resources[0].Wants = float64(3 + 9*(i%2)) // across its share of 5: a division
+			if _, err := s.GetCapacity(context.Background(), req); err != nil {
+				b.Error(err)
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	req := &Request{Client: "small", Resources: []ResourceRequest{{Resource: "small", Wants: 1}}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	// Requests spread over time, 200 µs apart, so that they fall both
+	// during and between divisions; only their own time is counted.
+	var took time.Duration
+	for range b.N {
+		time.Sleep(200 * time.Microsecond)
+		t0 := time.Now()
+		if _, err := s.GetCapacity(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+		took += time.Since(t0)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(took.Nanoseconds())/float64(b.N), "ns/refresh")
+	close(stop)
+	<-done
 }

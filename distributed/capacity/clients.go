@@ -23,15 +23,16 @@ type ClientStatus struct {
 // resource id, sorted by client id: at most limit of them when limit > 0,
 // and how many there are in all. An unknown resource has none. It is
 // safe to call concurrently with the other methods; it copies the
-// resource's clients under the server's lock and sorts them after
-// releasing it, so bound limit when a resource may have many.
+// resource's clients under the resource's lock and sorts them after
+// releasing it.
 func (s *Server) Clients(id string, limit int) ([]ClientStatus, int) {
-	s.mu.Lock()
+	s.mu.RLock()
 	r := s.resources[id]
 	if r == nil {
-		s.mu.Unlock()
+		s.mu.RUnlock()
 		return nil, 0
 	}
+	r.mu.Lock()
 	now := s.now.Now()
 	r.expire(now)
 	out := make([]ClientStatus, 0, len(r.list))
@@ -41,7 +42,8 @@ func (s *Server) Clients(id string, limit int) ([]ClientStatus, int) {
 			Held: max(h.heldF, h.prevF), Expires: time.Duration(h.expiry - now),
 		})
 	}
-	s.mu.Unlock()
+	r.mu.Unlock()
+	s.mu.RUnlock()
 	slices.SortFunc(out, func(a, b ClientStatus) int { return strings.Compare(a.Client, b.Client) })
 	n := len(out)
 	if limit > 0 && n > limit {

@@ -7,7 +7,10 @@ import (
 	"math"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/throttlekit/throttle/distributed/capacity"
+	capacityv1 "github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -124,4 +127,35 @@ func ExampleErrResourceRefused() {
 	// Output:
 	// db true
 	// cache false
+}
+
+// WireService's methods take the wire API's generated messages, for a
+// gRPC server of one's own; WithIdentity says whom the caller proved to
+// be, as Authenticated does for NewHandler.
+func ExampleWireService() {
+	cfg, err := capacity.ParseConfig([]byte(`{"resources": [{"id": "*", "capacity": 10}]}`))
+	if err != nil {
+		panic(err)
+	}
+	svc := capacity.WireService(must(capacity.NewServer(cfg)))
+	ctx := capacity.WithIdentity(context.Background(), "alice")
+	for _, client := range []string{"alice", "bob"} {
+		_, err := svc.GetCapacity(ctx, connect.NewRequest(&capacityv1.GetCapacityRequest{ClientId: client,
+			Resources: []*capacityv1.ResourceRequest{{ResourceId: "db", Wants: 5}}}))
+		if err != nil {
+			fmt.Println(client, connect.CodeOf(err), errors.Is(err, capacity.ErrForbidden))
+			continue
+		}
+		fmt.Println(client, "answered")
+	}
+	// Output:
+	// alice answered
+	// bob permission_denied true
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

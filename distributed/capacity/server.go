@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,29 +219,62 @@ func WithSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.see
 // it expires, so the sum of unexpired leases never exceeds the capacity
 // (see the package doc for the conditions), also while shares move or a
 // configuration changes.
+//
+// Requests on resources the server has (refreshes and new clients, the
+// common case) take the server's lock only for reading and then the lock
+// of each of their resources, so that requests on different resources do
+// not wait for each other; the rest (new resources, releases,
+// configuration, leadership, a server in a tree) take the server's lock
+// for writing. A resource's division is recomputed only when its demands
+// changed and do not all fit in its capacity.
 type Server struct {
-	mu        sync.Mutex
+	// mu guards the server's state. Holding it for writing gives access
+	// to all of it; holding it for reading gives access to the fields
+	// below and, with a resource's own lock (taken in order of id), to
+	// that resource.
+	mu        sync.RWMutex
 	cfg       Config
 	set       serverSettings
 	now       clock.Source
-	rng       *rand.Rand
 	lead      Leadership
 	stateTerm int64 // the term in which the state was built; 0 before Run
 	since     int64 // when this server became master
 	resources map[string]*resource
-	alloc     Allocator
 	parent    *treeLink // the parent level's replicas, in a server tree
 	sweepAt   int64     // when drop next looks for resources nobody holds
 	leases    *leaseCount
 }
 
-// leaseCount counts the holders of all of a server's resources.
+// leaseCount counts the holders of all of a server's resources. mu
+// guards it when the server's lock is held only for reading.
 type leaseCount struct {
+	mu        sync.Mutex
 	total     int
 	perClient map[string]int
 }
 
+// reserve counts n new leases of client, or fails with an error wrapping
+// ErrExhausted, counting nothing, when they would pass the bounds of set.
+func (c *leaseCount) reserve(client string, n int, set *serverSettings) error {
+	if n == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.total+n > set.maxLeases:
+		return fmt.Errorf("%w: %d client leases in all", ErrExhausted, c.total)
+	case c.perClient[client]+n > set.perClient:
+		return fmt.Errorf("%w: client %q holds leases on %d resources", ErrExhausted, client, c.perClient[client])
+	}
+	c.total += n
+	c.perClient[client] += n
+	return nil
+}
+
 func (c *leaseCount) add(client string, d int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.total += d
 	if n := c.perClient[client] + d; n > 0 {
 		c.perClient[client] = n
@@ -250,6 +284,7 @@ func (c *leaseCount) add(client string, d int) {
 }
 
 type resource struct {
+	mu      sync.Mutex // see Server.mu
 	id      string
 	tmpl    Template
 	q       float64 // quantum of held capacity
@@ -257,19 +292,23 @@ type resource struct {
 	holders map[string]*holder
 	list    []*holder
 	held    uint64 // Σ holder.counted(), in quanta
+	sumU    uint64 // Σ holder.u: while <= units, every share is its wants
 	leases  *leaseCount
 	idle    int64 // when drop found r without holders, 0 if it has some
 	dirty   bool  // demands changed since the last division
 	next    int64 // earliest expiry among holders
 	demands []Demand
 	shares  []float64
-	up      *upstream // the lease from the parent, in a server tree
+	up      *upstream  // the lease from the parent, in a server tree
+	rng     *rand.Rand // jitter
+	alloc   Allocator
 }
 
 type holder struct {
 	client string
 	idx    int
 	wants  float64
+	u      uint64 // wants as the division counts it, in quanta
 	weight float64
 	prio   int32
 	held   uint64 // capacity of the unexpired lease, in quanta
@@ -319,7 +358,7 @@ func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 	if set.seed == 0 {
 		set.seed = rand.Uint64()
 	}
-	s := &Server{cfg: c, set: set, now: clock.New(set.clock), rng: rand.New(rand.NewPCG(set.seed, 0x6c65617365)), resources: map[string]*resource{}}
+	s := &Server{cfg: c, set: set, now: clock.New(set.clock), resources: map[string]*resource{}}
 	s.leases = &leaseCount{perClient: map[string]int{}}
 	s.lead = Leadership{IsMaster: true, Term: 1}
 	s.since = s.now.Now()
@@ -410,7 +449,21 @@ func (r *resource) setTemplate(t Template) {
 		r.held += h.counted()
 	}
 	r.q = q
+	r.sumU = 0
+	for _, h := range r.list {
+		h.u = r.quanta(h.wants)
+		r.sumU += h.u
+	}
 	r.dirty = true
+}
+
+// quanta returns wants as the division counts it: at most the capacity,
+// in whole quanta.
+func (r *resource) quanta(wants float64) uint64 {
+	if r.q == 0 {
+		return 0
+	}
+	return uint64(math.Floor(min(cleanWants(wants), r.tmpl.Capacity) / r.q))
 }
 
 // validate checks a request before anything is changed.
@@ -493,6 +546,11 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 		return nil, err
 	}
 	errs := refusals(req)
+	if errs == nil {
+		if resp, ok, err := s.refresh(ctx, req); ok {
+			return resp, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A caller that gave up may have sent a later request already: this
@@ -537,12 +595,11 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 	switch {
 	case newRes > 0 && len(s.resources)+newRes > s.set.maxResources:
 		return nil, fmt.Errorf("%w: %d resources", ErrExhausted, len(s.resources))
-	case newLeases > 0 && s.leases.total+newLeases > s.set.maxLeases:
-		return nil, fmt.Errorf("%w: %d client leases in all", ErrExhausted, s.leases.total)
-	case newLeases > 0 && s.leases.perClient[req.Client]+newLeases > s.set.perClient:
-		return nil, fmt.Errorf("%w: client %q holds leases on %d resources", ErrExhausted, req.Client, s.leases.perClient[req.Client])
 	case s.parent != nil && !s.parent.fits(req.priorities()):
 		return nil, fmt.Errorf("%w: a server in a tree asks its parent in at most %d priority bands", ErrExhausted, MaxParentBands)
+	}
+	if err := s.leases.reserve(req.Client, newLeases, &s.set); err != nil {
+		return nil, err
 	}
 	resp := &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
 	for i, rr := range req.Resources {
@@ -553,7 +610,8 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 		r := s.resources[rr.Resource]
 		if r == nil {
 			t, _ := s.cfg.match(rr.Resource)
-			r = &resource{id: rr.Resource, holders: map[string]*holder{}, leases: s.leases}
+			r = &resource{id: rr.Resource, holders: map[string]*holder{}, leases: s.leases,
+				rng: rand.New(rand.NewPCG(s.set.seed, uint64(len(s.resources))))}
 			if s.parent != nil {
 				r.up = &upstream{bands: map[int32]*upBand{}} // nothing leased yet
 			}
@@ -598,14 +656,89 @@ func (h *holder) newer(inc int64, seq uint64) bool {
 	return h.seq != 0 && (h.inc > inc || h.inc == inc && h.seq >= seq)
 }
 
+// refresh answers req holding the server's lock for reading and the
+// locks of req's resources, when that is enough: the server is the master
+// and not in a tree, no sweep for unheld resources is due, every resource
+// exists and none is at its bound of clients. ok is false otherwise, and
+// nothing changed but the expiry of leases. req has no refused resource.
+func (s *Server) refresh(ctx context.Context, req *Request) (resp *Response, ok bool, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.parent != nil || !s.lead.IsMaster {
+		return nil, false, nil
+	}
+	now := s.now.Now()
+	if now >= s.sweepAt {
+		return nil, false, nil
+	}
+	var one [1]*resource
+	rs := one[:0]
+	if len(req.Resources) > 1 {
+		rs = make([]*resource, 0, len(req.Resources))
+	}
+	for _, rr := range req.Resources {
+		r := s.resources[rr.Resource]
+		if r == nil {
+			return nil, false, nil
+		}
+		rs = append(rs, r)
+	}
+	locked := rs
+	if len(rs) > 1 {
+		// In order of id, so that requests sharing resources cannot
+		// deadlock.
+		locked = slices.Clone(rs)
+		slices.SortFunc(locked, func(a, b *resource) int { return strings.Compare(a.id, b.id) })
+	}
+	for _, r := range locked {
+		r.mu.Lock()
+	}
+	defer func() {
+		for _, r := range locked {
+			r.mu.Unlock()
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return nil, true, fmt.Errorf("%w: capacity: the caller gave up: %w", throttle.ErrUnavailable, err)
+	}
+	// Order and bounds first, so that a refusal changes nothing.
+	newLeases, inc, stale := 0, req.Incarnation, false
+	for _, r := range rs {
+		r.expire(now)
+		h := r.holders[req.Client]
+		switch {
+		case h == nil && len(r.list) >= s.set.maxClients:
+			return nil, false, nil // refused on its own, by GetCapacity
+		case h == nil:
+			newLeases++
+		case req.Sequence != 0 && h.newer(req.Incarnation, req.Sequence):
+			inc, stale = max(inc, h.inc), true
+		}
+	}
+	if stale {
+		return &Response{Master: s.lead.Master, Stale: true, Incarnation: inc}, true, nil
+	}
+	if err := s.leases.reserve(req.Client, newLeases, &s.set); err != nil {
+		return nil, true, err
+	}
+	resp = &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
+	for i := range req.Resources {
+		resp.Grants[i] = s.grant(rs[i], req.Client, &req.Resources[i], now)
+		if req.Sequence != 0 {
+			h := rs[i].holders[req.Client]
+			h.inc, h.seq = req.Incarnation, req.Sequence
+		}
+	}
+	return resp, true, nil
+}
+
 // grant updates the client's demand on r and returns its new lease.
 func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int64) Grant {
 	t := r.tmpl
 	h := r.holders[client]
 	if h == nil {
 		h = &holder{client: client, idx: len(r.list)}
-		r.holders[client] = h
-		r.leases.add(client, 1)
+		r.holders[client] = h // counted by reserve
 		r.list = append(r.list, h)
 		r.dirty = true
 	}
@@ -614,8 +747,14 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 		weight = 1
 	}
 	if h.wants != rr.Wants || h.weight != weight || h.prio != rr.Priority {
+		u := r.quanta(rr.Wants)
+		still := h.weight == weight && h.prio == rr.Priority && r.stillCut(h, u)
 		h.wants, h.weight, h.prio = rr.Wants, weight, rr.Priority
-		r.dirty = true
+		r.sumU = r.sumU - h.u + u
+		h.u = u
+		if !still {
+			r.dirty = true
+		}
 	}
 	learnEnd := s.since + int64(t.LearningDuration)
 	learning := now < learnEnd
@@ -628,10 +767,7 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	var g float64
 	switch {
 	case !t.Algorithm.shares():
-		if r.dirty {
-			s.divide(r)
-		}
-		g = h.share
+		g = r.share(h)
 		r.setHeld(h, 0, g)
 	default:
 		othersHeld := r.held - h.counted()
@@ -650,10 +786,7 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 			}
 			want = min(has, rr.Wants)
 		} else {
-			if r.dirty {
-				s.divide(r)
-			}
-			want = min(h.share, rr.Wants)
+			want = min(r.share(h), rr.Wants)
 		}
 		u := uint64(0)
 		if r.q > 0 {
@@ -676,7 +809,7 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 		g = h.heldF
 	}
 	if j := s.set.jitter; j > 0 {
-		refresh = time.Duration(float64(refresh) * (1 + j*(2*s.rng.Float64()-1)))
+		refresh = time.Duration(float64(refresh) * (1 + j*(2*r.rng.Float64()-1)))
 	}
 	lease, refresh := r.capLease(t.LeaseLength, refresh)
 	h.expiry = now + int64(lease)
@@ -715,15 +848,50 @@ func (r *resource) wakeAt(t int64) {
 	}
 }
 
+// share returns h's share of r. Outside a tree (where the parent is told
+// every client's share) only a sharing algorithm whose demands do not all
+// fit divides r, and only when its demands changed: each grant of Static
+// and None depends on its own wants alone, and demands that fit each get
+// their wants in full, whatever the algorithm, priorities and weights.
+func (r *resource) share(h *holder) float64 {
+	if r.up == nil {
+		switch {
+		case r.tmpl.Algorithm == Static:
+			return min(cleanWants(h.wants), max(r.tmpl.Capacity, 0))
+		case r.tmpl.Algorithm == None:
+			return cleanWants(h.wants)
+		case r.sumU <= r.units:
+			return float64(h.u) * r.q
+		}
+	}
+	if r.dirty {
+		r.divide()
+	}
+	return h.share
+}
+
+// stillCut reports whether wanting u quanta instead of h.u leaves every
+// share of r as it is: under FairShare, for a client cut below its wants
+// that still wants more than its share. Its band's water level λ is then
+// the same (the client counts at w·λ < u either way), and so is every
+// share. Its share g = ⌊w·λ⌋ < u was cut, and u >= g+1 > w·λ.
+func (r *resource) stillCut(h *holder, u uint64) bool {
+	if r.dirty || r.tmpl.Algorithm != FairShare || r.q == 0 {
+		return false
+	}
+	g := uint64(h.share / r.q) // exact: shares are whole quanta
+	return g < h.u && g < u
+}
+
 // divide recomputes the shares of r's clients.
-func (s *Server) divide(r *resource) {
+func (r *resource) divide() {
 	n := len(r.list)
 	r.demands = slices.Grow(r.demands[:0], n)[:n]
 	r.shares = slices.Grow(r.shares[:0], n)[:n]
 	for i, h := range r.list {
 		r.demands[i] = Demand{Wants: h.wants, Weight: h.weight, Priority: int(h.prio)}
 	}
-	s.alloc.AllocateInto(r.shares, r.tmpl.Algorithm, r.tmpl.Capacity, r.demands)
+	r.alloc.AllocateInto(r.shares, r.tmpl.Algorithm, r.tmpl.Capacity, r.demands)
 	for i, h := range r.list {
 		h.share = r.shares[i]
 	}
@@ -760,6 +928,7 @@ func (r *resource) expire(now int64) {
 
 func (r *resource) remove(h *holder) {
 	r.held -= h.counted()
+	r.sumU -= h.u
 	last := r.list[len(r.list)-1]
 	r.list[h.idx] = last
 	last.idx = h.idx
@@ -841,8 +1010,13 @@ func (s *Server) Status() Status {
 	s.mu.Lock()
 	now := s.now.Now()
 	s.drop(now)
+	s.mu.Unlock()
+	// Each resource is locked only while it is read: requests on the
+	// others go on.
+	s.mu.RLock()
 	st := Status{Leadership: s.lead, Resources: make([]ResourceStatus, 0, len(s.resources))}
 	for _, r := range s.resources {
+		r.mu.Lock()
 		r.expire(now)
 		r.syncUpstream() // in a tree: the parent's current grant
 		rs := ResourceStatus{
@@ -853,9 +1027,10 @@ func (s *Server) Status() Status {
 			rs.Wants += h.wants
 			rs.Held += max(h.heldF, h.prevF)
 		}
+		r.mu.Unlock()
 		st.Resources = append(st.Resources, rs)
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	slices.SortFunc(st.Resources, func(a, b ResourceStatus) int {
 		switch {
 		case a.ID < b.ID:

@@ -324,3 +324,10 @@ func (t *HTTPTransport) Release(ctx context.Context, addr string, req *ReleaseRe
 	}
 	return &Response{Redirect: out.Msg.GetRedirect(), Master: out.Msg.GetMasterAddress()}, nil
 }
+
+// WireService returns the wire API's methods on s, on the generated
+// messages, for serving them with a gRPC server other than NewHandler's
+// (capacityd serves them with grpc-go too). Errors are *connect.Error,
+// whose codes are gRPC's. Behind authentication, call them with a context
+// from WithIdentity.
+func WireService(s *Server) capacityv1connect.CapacityServiceHandler { return wireServer{s} }

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	capacityv1 "github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1"
+	"github.com/throttlekit/throttle/internal/certtest"
+)
+
+const getCapacityMethod = "/throttle.capacity.v1.CapacityService/GetCapacity"
+
+// grpcConn dials addr with grpc-go; it closes with the test.
+func grpcConn(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// getCapacity asks for wants of resource "db" as client.
+func getCapacity(conn *grpc.ClientConn, client string, wants float64) (*capacityv1.GetCapacityResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out := new(capacityv1.GetCapacityResponse)
+	err := conn.Invoke(ctx, getCapacityMethod, &capacityv1.GetCapacityRequest{ClientId: client,
+		Resources: []*capacityv1.ResourceRequest{{ResourceId: "db", Wants: wants}}}, out)
+	return out, err
+}
+
+// TestGRPCListen: the grpc_listen port serves the wire API with grpc-go:
+// grants once learning is over, InvalidArgument for a bad request,
+// counted in the metrics like the listen port's calls.
+func TestGRPCListen(t *testing.T) {
+	a := startTest(t, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0", "admin": "127.0.0.1:0",
+		"resources": [{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
+	conn := grpcConn(t, a.grpcLn.Addr().String(), insecure.NewCredentials())
+	eventually(t, "a grant of 10 over gRPC", func() bool {
+		out, err := getCapacity(conn, "alice", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(out.GetGrants()) == 1 && out.GetGrants()[0].GetCapacity() == 10 && out.GetGrants()[0].GetLease().AsDuration() == time.Second
+	})
+	if _, err := getCapacity(conn, "alice", -1); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("wants -1: %v, want InvalidArgument", err)
+	}
+	_, body := a.get(t, a.adminURL()+"/metrics")
+	for _, want := range []string{`capacityd_requests_total{method="GetCapacity"}`, `capacityd_request_errors_total{code="invalid_argument",method="GetCapacity"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+}
+
+// TestGRPCAuth: behind mTLS the grpc_listen port acts only for the
+// certificate's client id, and refuses callers without a certificate.
+func TestGRPCAuth(t *testing.T) {
+	ca := certtest.New(t)
+	dir := t.TempDir()
+	caFile := ca.WriteCA(t, dir, "ca")
+	srvCert, srvKey := certtest.WriteFiles(t, dir, "server", ca.Issue(t, "server", ""))
+	a := startTest(t, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0",
+		"auth": {"cert_file": "`+srvCert+`", "key_file": "`+srvKey+`", "client_ca_file": "`+caFile+`"},
+		"resources": [{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
+	addr := a.grpcLn.Addr().String()
+	alice := grpcConn(t, addr, credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{ca.Issue(t, "alice", "")}}))
+	if _, err := getCapacity(alice, "alice", 10); err != nil {
+		t.Fatalf("alice as alice: %v", err)
+	}
+	if _, err := getCapacity(alice, "bob", 10); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("alice as bob: %v, want PermissionDenied", err)
+	}
+	anon := grpcConn(t, addr, credentials.NewTLS(&tls.Config{RootCAs: ca.Pool}))
+	if _, err := getCapacity(anon, "alice", 10); err == nil {
+		t.Fatal("a caller without a certificate was answered")
+	}
+	plain := grpcConn(t, addr, insecure.NewCredentials())
+	if _, err := getCapacity(plain, "alice", 10); err == nil {
+		t.Fatal("a plain-text caller was answered")
+	}
+
+	// Bearer tokens, as authorization metadata, without client certificates.
+	tokens := filepath.Join(dir, "tokens.json")
+	if err := os.WriteFile(tokens, []byte(`{"carol": "carol-token-0123456789"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startTest(t, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0",
+		"auth": {"cert_file": "`+srvCert+`", "key_file": "`+srvKey+`", "tokens_file": "`+tokens+`"},
+		"resources": [{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
+	dial := func(token string) *grpc.ClientConn {
+		conn, err := grpc.NewClient(b.grpcLn.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool})),
+			grpc.WithPerRPCCredentials(bearer(token)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	if _, err := getCapacity(dial("carol-token-0123456789"), "carol", 10); err != nil {
+		t.Fatalf("carol's token as carol: %v", err)
+	}
+	if _, err := getCapacity(dial("carol-token-0123456789"), "dave", 10); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("carol's token as dave: %v, want PermissionDenied", err)
+	}
+	if _, err := getCapacity(dial("forged-token-0123456789"), "carol", 10); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a forged token: %v, want Unauthenticated", err)
+	}
+}
+
+// bearer sends a bearer token with every call.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return true }
+
+// TestGRPCSharesConnectionBound: the connections of both API ports count
+// toward one max_connections, so the second port cannot take file
+// descriptors beyond it.
+func TestGRPCSharesConnectionBound(t *testing.T) {
+	a := startTest(t, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0", "http": {"max_connections": 4},
+		"resources": [{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
+	var held []net.Conn
+	for range 4 {
+		c, err := net.Dial("tcp", a.apiLn.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	time.Sleep(100 * time.Millisecond) // accepted
+	conn := grpcConn(t, a.grpcLn.Addr().String(), insecure.NewCredentials())
+	if _, err := getCapacity(conn, "alice", 10); err == nil {
+		t.Fatal("answered over a fifth connection")
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	eventually(t, "an answer once the others closed", func() bool {
+		_, err := getCapacity(conn, "alice", 10)
+		return err == nil
+	})
+}
