@@ -44,8 +44,9 @@ func getCapacity(conn *grpc.ClientConn, client string, wants float64) (*capacity
 }
 
 // TestGRPCListen: the grpc_listen port serves the wire API with grpc-go:
-// grants once learning is over, InvalidArgument for a bad request,
-// counted in the metrics like the listen port's calls.
+// grants once learning is over, InvalidArgument for a bad request, a
+// refusal of a bad resource on its own, all counted in the metrics like
+// the listen port's calls.
 func TestGRPCListen(t *testing.T) {
 	a := startTest(t, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0", "admin": "127.0.0.1:0",
 		"resources": [{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
@@ -57,11 +58,16 @@ func TestGRPCListen(t *testing.T) {
 		}
 		return len(out.GetGrants()) == 1 && out.GetGrants()[0].GetCapacity() == 10 && out.GetGrants()[0].GetLease().AsDuration() == time.Second
 	})
-	if _, err := getCapacity(conn, "alice", -1); status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("wants -1: %v, want InvalidArgument", err)
+	if _, err := getCapacity(conn, "", 1); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("no client id: %v, want InvalidArgument", err)
+	}
+	out, err := getCapacity(conn, "alice", -1)
+	if err != nil || len(out.GetGrants()) != 1 || out.GetGrants()[0].GetCode() != capacityv1.ResourceCode_RESOURCE_CODE_INVALID_ARGUMENT {
+		t.Fatalf("wants -1: %v, %v; want the resource refused as invalid", out, err)
 	}
 	_, body := a.get(t, a.adminURL()+"/metrics")
-	for _, want := range []string{`capacityd_requests_total{method="GetCapacity"}`, `capacityd_request_errors_total{code="invalid_argument",method="GetCapacity"} 1`} {
+	for _, want := range []string{`capacityd_requests_total{method="GetCapacity"}`, `capacityd_request_errors_total{code="invalid_argument",method="GetCapacity"} 1`,
+		`capacityd_refusals_total{reason="invalid_argument"} 1`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics has no %s", want)
 		}
