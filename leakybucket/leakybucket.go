@@ -59,6 +59,9 @@ var (
 	_ throttle.Reserver = (*Bucket)(nil)
 	_ throttle.Limiter  = (*Limiter)(nil)
 	_ throttle.Reserver = (*Limiter)(nil)
+
+	_ throttle.QuotaReporter = (*Bucket)(nil)
+	_ throttle.QuotaReporter = (*Limiter)(nil)
 )
 
 // The method sets this package shares with tokenbucket, which runs the

@@ -110,7 +110,10 @@ func (p *Pacer) Take(ctx context.Context) error {
 	}
 }
 
-var _ throttle.Limiter = (*Pacer)(nil)
+var (
+	_ throttle.Limiter       = (*Pacer)(nil)
+	_ throttle.QuotaReporter = (*Pacer)(nil)
+)
 
 // Allow takes n slots if they are all due now, without waiting or queueing,
 // and otherwise takes nothing and reports in RetryAfter when they will be.
