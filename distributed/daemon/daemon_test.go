@@ -592,8 +592,12 @@ func TestConfigDerivedAndTimeouts(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	if c.WriteTimeout != 0 {
+		t.Fatalf("Validate filled in write_timeout %v", time.Duration(c.WriteTimeout))
+	}
+	c = c.WithDefaults()
 	if c.WriteTimeout != daemon.Duration(time.Second) || c.MaxTagLen != 256 {
-		t.Fatalf("DefaultConfig with idle_timeout 1s, validated: write_timeout %v, max_tag_len %d; want 1s, 256",
+		t.Fatalf("DefaultConfig with idle_timeout 1s, with its defaults: write_timeout %v, max_tag_len %d; want 1s, 256",
 			time.Duration(c.WriteTimeout), c.MaxTagLen)
 	}
 	for _, f := range []string{"idle_timeout", "write_timeout"} {
