@@ -22,9 +22,92 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestMemory: the in-memory Store passes the conformance test.
+// TestMemory: the in-memory Store passes the conformance test, as a
+// LoadingStore and as a plain Store (read, then swap).
 func TestMemory(t *testing.T) {
 	storetest.Run(t, storetest.Config{New: func(testing.TB) throttle.Store { return new(storelimit.Memory) }})
+	t.Run("plain", func(t *testing.T) {
+		storetest.Run(t, storetest.Config{New: func(testing.TB) throttle.Store { return plain{new(storelimit.Memory)} }})
+	})
+}
+
+// plain hides the Memory's CompareAndSwapLoad: a Store only.
+type plain struct{ m *storelimit.Memory }
+
+func (p plain) Load(ctx context.Context, key string, now int64) (int64, error) {
+	return p.m.Load(ctx, key, now)
+}
+func (p plain) CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (bool, error) {
+	return p.m.CompareAndSwap(ctx, key, old, next, now, expires)
+}
+
+// counting counts the calls to a Memory.
+type counting struct {
+	storelimit.Memory
+	calls atomic.Int64
+}
+
+func (c *counting) Load(ctx context.Context, key string, now int64) (int64, error) {
+	c.calls.Add(1)
+	return c.Memory.Load(ctx, key, now)
+}
+func (c *counting) CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (bool, error) {
+	c.calls.Add(1)
+	return c.Memory.CompareAndSwap(ctx, key, old, next, now, expires)
+}
+func (c *counting) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
+	c.calls.Add(1)
+	return c.Memory.CompareAndSwapLoad(ctx, key, old, next, now, expires)
+}
+
+// TestOneCallPerAdmission: on a LoadingStore an admission takes one call
+// to the store once the limiter has seen the key's state; a denial one
+// call; a state changed by another writer one call more, and the
+// decisions stay exact (100 units of a bucket of 100, both limiters
+// together).
+func TestOneCallPerAdmission(t *testing.T) {
+	a, err := tokenbucket.NewAlgorithm(throttle.Every(time.Hour), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := new(counting)
+	clk := throttletest.NewClock()
+	l := storetest.NewLimiter(t, s, a, clk)
+	other := storetest.NewLimiter(t, s, a, clk)
+	ctx := context.Background()
+	allow := func(l *storelimit.Limiter) bool {
+		t.Helper()
+		d, err := l.Allow(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+	allow(l) // learns the key
+	s.calls.Store(0)
+	for range 49 {
+		allow(l)
+	}
+	if got := s.calls.Load(); got != 49 {
+		t.Fatalf("49 admissions took %d calls to the store, want 49", got)
+	}
+	s.calls.Store(0)
+	allow(other) // a guess of a fresh key: the swap fails and returns the state
+	allow(l)     // its guess is stale now
+	if got := s.calls.Load(); got != 4 {
+		t.Fatalf("two admissions on stale guesses took %d calls, want 4", got)
+	}
+	admitted := 52
+	for allow(l) {
+		admitted++
+	}
+	if admitted != 100 {
+		t.Fatalf("admitted %d of a bucket of 100", admitted)
+	}
+	s.calls.Store(0)
+	if allow(l) || allow(other) || s.calls.Load() != 2 {
+		t.Fatalf("two denials took %d calls, want 2", s.calls.Load())
+	}
 }
 
 // faulty fails every call with err, or, with err nil, loses every
