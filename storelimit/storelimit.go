@@ -20,8 +20,8 @@
 // error wrapping throttle.ErrUnavailable).
 //
 // On a throttle.LoadingStore the Limiter first decides on the state it
-// last saw of the key (kept in a table of 4096 guesses by a hash of the
-// key, 64 KiB): an admission whose guess holds is then one call to the
+// last saw of the key (kept in a two-way table of 4096 guesses by a hash
+// of the key, 64 KiB): an admission whose guess holds is then one call to the
 // store, and a wrong guess costs nothing but the call that corrects it,
 // since the swap fails and returns the state. A denial is decided on a
 // state read from the store in the same call, as above.
@@ -184,8 +184,8 @@ func (l *Limiter) guess(ctx context.Context, key string, n int, now int64) (thro
 // guessSlots is the size of a Limiter's table of guesses.
 const guessSlots = 4096
 
-// guesses are the states a Limiter last saw of its keys, in a
-// direct-mapped table by a hash of the key. A guess is only a guess: a
+// guesses are the states a Limiter last saw of its keys, in a two-way
+// set-associative table by a hash of the key. A guess is only a guess: a
 // wrong one (another writer since, another key in the slot, a tag and a
 // state read from two writes racing) costs one call to the store, never a
 // wrong decision, since a swap from it fails. Safe for concurrent use.
@@ -203,15 +203,18 @@ type slot struct {
 	tag uint64
 }
 
-// get returns key's slot and its guess, 0 (the fresh state) if the slot
-// holds another key.
+// get returns key's slot and its guess, 0 (the fresh state) if neither
+// way of its set holds the key; then the slot is a way picked by the
+// hash.
 func (g *guesses) get(key string) (slot, int64) {
 	h := maphash.String(g.seed, key) | 1 // never 0, the tag of an empty slot
-	s := slot{int(h % guessSlots), h}
-	if g.slots[s.i].tag.Load() != h {
-		return s, 0
+	set := int(h%(guessSlots/2)) * 2
+	for i := set; i < set+2; i++ {
+		if g.slots[i].tag.Load() == h {
+			return slot{i, h}, g.slots[i].state.Load()
+		}
 	}
-	return s, g.slots[s.i].state.Load()
+	return slot{set + int(h>>63), h}, 0
 }
 
 // put records state as the guess of the key of s.
