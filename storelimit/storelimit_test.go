@@ -41,25 +41,6 @@ func (p plain) CompareAndSwap(ctx context.Context, key string, old, next, now, e
 	return p.m.CompareAndSwap(ctx, key, old, next, now, expires)
 }
 
-// counting counts the calls to a Memory.
-type counting struct {
-	storelimit.Memory
-	calls atomic.Int64
-}
-
-func (c *counting) Load(ctx context.Context, key string, now int64) (int64, error) {
-	c.calls.Add(1)
-	return c.Memory.Load(ctx, key, now)
-}
-func (c *counting) CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (bool, error) {
-	c.calls.Add(1)
-	return c.Memory.CompareAndSwap(ctx, key, old, next, now, expires)
-}
-func (c *counting) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
-	c.calls.Add(1)
-	return c.Memory.CompareAndSwapLoad(ctx, key, old, next, now, expires)
-}
-
 // TestOneCallPerAdmission: on a LoadingStore an admission takes one call
 // to the store once the limiter has seen the key's state; a denial one
 // call; a state changed by another writer one call more, and the
@@ -70,7 +51,8 @@ func TestOneCallPerAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := new(counting)
+	var calls atomic.Int64
+	s := storetest.Counted(new(storelimit.Memory), &calls)
 	clk := throttletest.NewClock()
 	l := storetest.NewLimiter(t, s, a, clk)
 	other := storetest.NewLimiter(t, s, a, clk)
@@ -84,17 +66,17 @@ func TestOneCallPerAdmission(t *testing.T) {
 		return d.Allowed
 	}
 	allow(l) // learns the key
-	s.calls.Store(0)
+	calls.Store(0)
 	for range 49 {
 		allow(l)
 	}
-	if got := s.calls.Load(); got != 49 {
+	if got := calls.Load(); got != 49 {
 		t.Fatalf("49 admissions took %d calls to the store, want 49", got)
 	}
-	s.calls.Store(0)
+	calls.Store(0)
 	allow(other) // a guess of a fresh key: the swap fails and returns the state
 	allow(l)     // its guess is stale now
-	if got := s.calls.Load(); got != 4 {
+	if got := calls.Load(); got != 4 {
 		t.Fatalf("two admissions on stale guesses took %d calls, want 4", got)
 	}
 	admitted := 52
@@ -104,9 +86,9 @@ func TestOneCallPerAdmission(t *testing.T) {
 	if admitted != 100 {
 		t.Fatalf("admitted %d of a bucket of 100", admitted)
 	}
-	s.calls.Store(0)
-	if allow(l) || allow(other) || s.calls.Load() != 2 {
-		t.Fatalf("two denials took %d calls, want 2", s.calls.Load())
+	calls.Store(0)
+	if allow(l) || allow(other) || calls.Load() != 2 {
+		t.Fatalf("two denials took %d calls, want 2", calls.Load())
 	}
 }
 
