@@ -204,17 +204,22 @@ type slot struct {
 }
 
 // get returns key's slot and its guess, 0 (the fresh state) if neither
-// way of its set holds the key; then the slot is a way picked by the
-// hash.
+// way of its set holds the key; then the slot is an empty way, or one
+// picked by the hash.
 func (g *guesses) get(key string) (slot, int64) {
-	h := maphash.String(g.seed, key) | 1 // never 0, the tag of an empty slot
+	h := maphash.String(g.seed, key)
 	set := int(h%(guessSlots/2)) * 2
+	tag := h>>1 | 1<<63 // never 0, the tag of an empty slot
+	victim := set + int(h>>63)
 	for i := set; i < set+2; i++ {
-		if g.slots[i].tag.Load() == h {
-			return slot{i, h}, g.slots[i].state.Load()
+		switch g.slots[i].tag.Load() {
+		case tag:
+			return slot{i, tag}, g.slots[i].state.Load()
+		case 0:
+			victim = i
 		}
 	}
-	return slot{set + int(h>>63), h}, 0
+	return slot{victim, tag}, 0
 }
 
 // put records state as the guess of the key of s.
