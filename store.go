@@ -50,3 +50,17 @@ type Store interface {
 	// (inclusive), if its state at now is old, and reports whether it did.
 	CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (swapped bool, err error)
 }
+
+// LoadingStore is a Store whose compare-and-swap also returns the key's
+// state when it does not swap. A Store-backed limiter (package
+// storelimit) then decides on the state it last saw of a key, without
+// reading it first: an admission whose guess holds takes one call to the
+// store, and one that does not learns the state from the failed swap.
+type LoadingStore interface {
+	Store
+	// CompareAndSwapLoad is CompareAndSwap that, when it does not swap,
+	// returns key's state at now (as Load would; a state written by a
+	// racing writer just before may be missed, costing the caller one
+	// more try).
+	CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (state int64, swapped bool, err error)
+}

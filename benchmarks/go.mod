@@ -2,7 +2,10 @@ module github.com/throttlekit/throttle/benchmarks
 
 go 1.25.0
 
-replace github.com/throttlekit/throttle => ../
+replace (
+	github.com/throttlekit/throttle => ../
+	github.com/throttlekit/throttle/distributed/redislimit => ../distributed/redislimit
+)
 
 require (
 	github.com/RussellLuo/slidingwindow v0.0.0-20200528002341-535bb99d338b
@@ -14,6 +17,7 @@ require (
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/throttled/throttled/v2 v2.15.0
 	github.com/throttlekit/throttle v0.1.0
+	github.com/throttlekit/throttle/distributed/redislimit v0.1.0
 	github.com/ulule/limiter/v3 v3.11.2
 	go.uber.org/goleak v1.3.0
 	go.uber.org/ratelimit v0.3.1

@@ -84,8 +84,10 @@ const (
 )
 
 var (
-	_ throttle.Limiter = (*Window)(nil)
-	_ throttle.Limiter = (*Limiter)(nil)
+	_ throttle.QuotaReporter = (*Window)(nil)
+	_ throttle.QuotaReporter = (*Limiter)(nil)
+	_ throttle.Limiter       = (*Window)(nil)
+	_ throttle.Limiter       = (*Limiter)(nil)
 )
 
 // errZero is returned by the methods of a limiter not made by its
@@ -103,6 +105,18 @@ type config struct {
 	shift    uint  // anchored: the opening instant is kept in ticks of 1<<shift ns
 	skew     int64 // see window.Layout.Skew: in windows (aligned) or ticks (anchored)
 }
+
+// Params is what the shared Limits and Algorithm read of c.
+func (c *config) Params() window.Params {
+	return window.Params{Limit: c.limit, Window: c.window, Max: c.lay.Max()}
+}
+
+// The configuration as the keyed limiter's Limits and the Algorithm see
+// it: the parts this package shares with the other window package.
+type (
+	limits    = window.Limits[config, *config]
+	algorithm = window.Algorithm[config, *config]
+)
 
 func newConfig(limit int, w time.Duration, anchored bool) (*config, error) {
 	switch {
@@ -187,8 +201,8 @@ func (c *config) stepAnchored(old, now, n int64) (next int64, ok bool, count, en
 	return c.lay.Pack1(open, count+n), true, count + n, end
 }
 
-// stepDecision is step filling the Decision, for Algorithm.
-func (c *config) stepDecision(d *throttle.Decision, old, now, n int64) int64 {
+// StepDecision is step filling the Decision, for Algorithm.
+func (c *config) StepDecision(d *throttle.Decision, old, now, n int64) int64 {
 	next, ok, count, end := c.step(old, now, n)
 	c.fill(d, now, ok, count, end)
 	return next
@@ -220,9 +234,9 @@ func (c *config) full(w, now int64) bool {
 	return open-tick > c.skew || now-open<<c.shift >= c.window
 }
 
-// withLimit returns a copy of c with another limit, in the same layout,
+// WithLimit returns a copy of c with another limit, in the same layout,
 // so that the words c wrote keep their meaning.
-func (c *config) withLimit(limit int) (*config, error) {
+func (c *config) WithLimit(limit int) (*config, error) {
 	if limit <= 0 || int64(limit) > c.lay.Max() {
 		return nil, fmt.Errorf("%w: fixedwindow: SetLimit(%d): want 1 to %d, what the counters sized at New hold", throttle.ErrInvalid, limit, c.lay.Max())
 	}
@@ -231,7 +245,7 @@ func (c *config) withLimit(limit int) (*config, error) {
 	return &nc, nil
 }
 
-func (c *config) checkN(n int) error {
+func (c *config) CheckN(n int) error {
 	if n <= 0 || int64(n) > c.limit {
 		return limiterkit.CheckN(n, int(c.limit))
 	}
@@ -298,7 +312,7 @@ func (w *Window) allow(d *throttle.Decision, n int) error {
 	if c == nil {
 		return errZero
 	}
-	if err := c.checkN(n); err != nil {
+	if err := c.CheckN(n); err != nil {
 		return err
 	}
 	now := w.clk.Now()
@@ -308,12 +322,10 @@ func (w *Window) allow(d *throttle.Decision, n int) error {
 }
 
 // Limit returns the limit per window (0 on a zero Window).
-func (w *Window) Limit() int {
-	if w.c == nil {
-		return 0
-	}
-	return int(w.c.limit)
-}
+func (w *Window) Limit() int { return int(window.ParamsOf(w.c).Limit) }
+
+// Quota reports the limit per window (zero on a zero Window).
+func (w *Window) Quota() throttle.Quota { return window.ParamsOf(w.c).Quota() }
 
 // state is the per-key state of a Limiter: the packed word, and the
 // configuration, which Retire needs. The zero value is a fresh key.
@@ -369,8 +381,8 @@ func (s *state) full(w, now int64) bool { return s.cfg.Load().full(w, now) }
 // fail with an error wrapping throttle.ErrInvalid; create it with New or
 // NewAnchored.
 type Limiter struct {
-	c atomic.Pointer[config] // replaced by SetLimit
-	m *keyed.Map[state, *state]
+	limits // replaced by SetLimit
+	m      *keyed.Map[state, *state]
 }
 
 // New returns a keyed limiter admitting up to limit units per window for
@@ -399,7 +411,7 @@ func newLimiter(limit int, w time.Duration, anchored bool, opts []throttle.Optio
 	m := keyed.New[state](s)
 	m.SetDebts(c)
 	l := &Limiter{m: m}
-	l.c.Store(c)
+	window.Store(&l.limits, c)
 	return l, nil
 }
 
@@ -410,47 +422,18 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decisi
 	if l.m == nil {
 		return d, errZero
 	}
-	c := l.c.Load()
-	s, now, err := l.m.Begin(key, n, int(c.limit))
-	if err != nil {
-		return d, err
-	}
-	for {
+	c := window.Load(&l.limits)
+	err = l.m.Decide(key, n, int(c.limit), func(s *state, now int64) (bool, error) {
 		if s.cfg.Load() == nil {
 			s.cfg.Store(c)
 		}
-		if ok, count, end, live := c.decide(&s.w, now, int64(n)); live {
+		ok, count, end, live := c.decide(&s.w, now, int64(n))
+		if live {
 			c.fill(&d, now, ok, count, end)
-			return d, nil
 		}
-		s, now = l.m.Again(key, now)
-	}
-}
-
-// Limit returns the limit per window (0 on a zero Limiter).
-func (l *Limiter) Limit() int {
-	if c := l.c.Load(); c != nil {
-		return int(c.limit)
-	}
-	return 0
-}
-
-// SetLimit changes the limit per window, keeping what each key has used in
-// its window: a key over a lowered limit is denied until its window
-// closes. The counters are sized for the limit given to New: limit may be
-// up to Capacity(). A decision racing with SetLimit is judged against
-// either limit. Errors wrap throttle.ErrInvalid.
-func (l *Limiter) SetLimit(limit int) error {
-	return window.SetLimit(&l.c, limit, (*config).withLimit, errZero)
-}
-
-// Capacity returns the largest limit SetLimit accepts: what the counters
-// sized at New hold (0 on a zero Limiter).
-func (l *Limiter) Capacity() int {
-	if c := l.c.Load(); c != nil {
-		return int(c.lay.Max())
-	}
-	return 0
+		return live, nil
+	})
+	return d, err
 }
 
 // Len returns the number of keys tracked.

@@ -8,6 +8,9 @@ import (
 // Empty is the state of a key never seen: a bucket empty at any instant.
 const Empty = gcra.Full
 
+// algorithm is the step this package shares with tokenbucket.
+type algorithm = gcra.Algorithm
+
 // Algorithm is the meter's decision as a pure function, for a store that
 // keeps each key's state itself (see throttle.Store and package
 // storelimit): read the state, Decide, and write the next state back only
@@ -18,10 +21,19 @@ const Empty = gcra.Full
 // decisions are theirs on the same trace (and those of
 // tokenbucket.Algorithm of the same rate and burst).
 //
+// Its methods are throttle.Algorithm's. Decide(state, now, n) pours n
+// units into a bucket whose state is state, if they fit, and returns the
+// state to store (state itself when denied) and the Decision (see
+// Bucket.AllowN); errors wrap throttle.ErrInvalid (n <= 0, a zero
+// Algorithm, a bucket that would be empty only after 2262) or
+// throttle.ErrExceedsLimit (n > capacity). Fresh returns Empty. Quota
+// reports the capacity and the time to drain it (zero on a zero
+// Algorithm).
+//
 // An Algorithm is immutable and safe for concurrent use. The zero value
 // is not usable: Decide fails with an error wrapping throttle.ErrInvalid;
 // create it with NewAlgorithm.
-type Algorithm struct{ g gcra.Algorithm }
+type Algorithm struct{ algorithm }
 
 var _ throttle.Algorithm = Algorithm{}
 
@@ -31,19 +43,3 @@ func NewAlgorithm(rate throttle.Rate, capacity int) (Algorithm, error) {
 	g, err := gcra.NewAlgorithm(rate, capacity)
 	return Algorithm{g}, err
 }
-
-// Decide pours n units at now into a bucket whose state is state, if they
-// fit. It returns the state to store (state itself when denied) and the
-// Decision (see Bucket.AllowN). Errors wrap throttle.ErrInvalid (n <= 0,
-// a zero Algorithm, a bucket that would be empty only after 2262) or
-// throttle.ErrExceedsLimit (n > capacity).
-func (a Algorithm) Decide(state, now int64, n int) (next int64, d throttle.Decision, err error) {
-	return a.g.Decide("leakybucket", state, now, n)
-}
-
-// Fresh returns Empty.
-func (Algorithm) Fresh() int64 { return Empty }
-
-// Quota reports the capacity and the time to drain it (zero on a zero
-// Algorithm).
-func (a Algorithm) Quota() throttle.Quota { return a.g.Quota() }

@@ -50,9 +50,6 @@
 package leakybucket
 
 import (
-	"context"
-	"time"
-
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/gcra"
 )
@@ -62,13 +59,42 @@ var (
 	_ throttle.Reserver = (*Bucket)(nil)
 	_ throttle.Limiter  = (*Limiter)(nil)
 	_ throttle.Reserver = (*Limiter)(nil)
+
+	_ throttle.QuotaReporter = (*Bucket)(nil)
+	_ throttle.QuotaReporter = (*Limiter)(nil)
+)
+
+// The method sets this package shares with tokenbucket, which runs the
+// same GCRA and differs only in its names.
+type (
+	bucket  = gcra.Bucket
+	limiter = gcra.Limiter
 )
 
 // Bucket is a single leaky bucket (meter) guarding one resource. All
 // methods are safe for concurrent use. The zero value is not usable: its
 // methods fail with an error wrapping throttle.ErrInvalid; create it with
 // NewBucket.
-type Bucket struct{ g gcra.Single }
+//
+// Its methods:
+//   - AllowN(n) pours n units in if they fit now. In the Decision, Limit is
+//     the capacity, Remaining the free capacity left, RetryAfter the exact
+//     time until n units fit, ResetAfter the time until the bucket is empty.
+//     Errors: n <= 0 wraps ErrInvalid, n > capacity wraps ErrExceedsLimit.
+//     Allow(ctx, key, n) is AllowN(n), ignoring ctx and key.
+//   - ReserveN(n, maxWait) books room for n units at the earliest instant
+//     they fit, provided that is at most maxWait from now, in arrival order.
+//     Cancel on the Reservation takes the units out again if nothing was
+//     poured in since; otherwise it does nothing. Reserve(ctx, key, n,
+//     maxWait) is ReserveN, ignoring ctx and key.
+//   - Debit(n) pours n units in without checking; the level may exceed the
+//     capacity (up to about 73 years of drain). n <= 0 fails with
+//     ErrInvalid.
+//   - SetRate(r) changes the drain rate, keeping the instant at which the
+//     bucket is empty (see the package documentation); Rate() returns it
+//     (the zero Rate on a zero Bucket). Errors wrap ErrInvalid.
+//   - Quota() reports the capacity and the time to drain it.
+type Bucket struct{ bucket }
 
 // NewBucket returns an empty bucket of the given capacity draining at
 // rate. The only Option it reads is WithClock. Errors wrap
@@ -76,72 +102,23 @@ type Bucket struct{ g gcra.Single }
 // capacity·rate.Interval() above 36 years.
 func NewBucket(rate throttle.Rate, capacity int, opts ...throttle.Option) (*Bucket, error) {
 	b := new(Bucket)
-	if err := b.g.Init(rate, capacity, opts...); err != nil {
+	if err := gcra.InitBucket(&b.bucket, rate, capacity, opts); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-// AllowN pours n units in if they fit now. In the Decision, Limit is the
-// capacity, Remaining the free capacity left, RetryAfter the exact time
-// until n units fit, ResetAfter the time until the bucket is empty.
-// Errors: n <= 0 wraps ErrInvalid, n > capacity wraps ErrExceedsLimit.
-func (b *Bucket) AllowN(n int) (d throttle.Decision, err error) {
-	err = b.g.AllowN(&d, n)
-	return d, err
-}
-
-// Allow is AllowN(n); it ignores ctx and key.
-func (b *Bucket) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
-	err = b.g.AllowN(&d, n)
-	return d, err
-}
-
-// ReserveN books room for n units at the earliest instant they fit,
-// provided that is at most maxWait from now, in arrival order. Cancel on
-// the Reservation takes the units out again if nothing was poured in
-// since; otherwise it does nothing.
-func (b *Bucket) ReserveN(n int, maxWait time.Duration) (throttle.Reservation, error) {
-	return b.g.Reserve(n, maxWait)
-}
-
-// Reserve is ReserveN(n, maxWait); it ignores ctx and key.
-func (b *Bucket) Reserve(_ context.Context, _ string, n int, maxWait time.Duration) (throttle.Reservation, error) {
-	return b.g.Reserve(n, maxWait)
-}
-
-// Debit pours n units in without checking; the level may exceed the
-// capacity (up to about 73 years of drain). n <= 0 fails with ErrInvalid.
-func (b *Bucket) Debit(n int64) error { return b.g.Debit(n) }
-
 // Level returns the units in the bucket now, rounded up: 0 when empty,
 // above the capacity after debits. A request of n fits now when
 // Level()+n <= Capacity(), unless someone else pours in meanwhile.
-func (b *Bucket) Level() int64 { return b.g.Level() }
-
-// SetRate changes the drain rate, keeping the instant at which the bucket
-// is empty (see the package documentation). Errors wrap ErrInvalid.
-func (b *Bucket) SetRate(r throttle.Rate) error { return b.g.SetRate(r) }
+func (b *Bucket) Level() int64 { return gcra.SingleOf(&b.bucket).Level() }
 
 // SetCapacity changes the capacity, keeping the level. Errors wrap
 // ErrInvalid.
-func (b *Bucket) SetCapacity(capacity int) error { return b.g.SetBurst(capacity) }
-
-// Rate returns the drain rate (the zero Rate on a zero Bucket).
-func (b *Bucket) Rate() throttle.Rate {
-	if c := b.g.Config(); c != nil {
-		return c.Rate
-	}
-	return throttle.Rate{}
-}
+func (b *Bucket) SetCapacity(capacity int) error { return gcra.SingleOf(&b.bucket).SetBurst(capacity) }
 
 // Capacity returns the capacity (0 on a zero Bucket).
-func (b *Bucket) Capacity() int {
-	if c := b.g.Config(); c != nil {
-		return c.Burst
-	}
-	return 0
-}
+func (b *Bucket) Capacity() int { return gcra.BurstOf(gcra.SingleOf(&b.bucket).Config()) }
 
 // Limiter is a set of leaky buckets (meters), one per key, all with the
 // same rate and capacity. A key seen for the first time starts empty; a
@@ -152,72 +129,33 @@ func (b *Bucket) Capacity() int {
 // tokenbucket.Limiter. All methods are safe for concurrent use.
 // The zero value is not usable: its methods fail with an error wrapping
 // throttle.ErrInvalid; create it with New.
-type Limiter struct{ g gcra.Keyed }
+//
+// Its methods, per key, are those of Bucket: Allow (errors wrap
+// ErrInvalid for a bad key or n, ErrExceedsLimit for n > capacity, or
+// ErrClosed), Reserve, Debit, SetRate and Rate, and Quota, all ignoring
+// ctx; SetRate changes every key. Len returns the number of keys tracked
+// (keys whose bucket has drained are dropped lazily, so it may count some
+// of them). Close stops the background sweeper, if any; later calls to
+// Allow, Reserve and Debit fail with ErrClosed; Close is idempotent.
+type Limiter struct{ limiter }
 
 // New returns a keyed limiter of buckets of the given capacity draining
 // at rate. Errors wrap throttle.ErrInvalid. If the options start a
 // sweeper (WithSweepInterval), Close stops it.
 func New(rate throttle.Rate, capacity int, opts ...throttle.Option) (*Limiter, error) {
 	l := new(Limiter)
-	if err := l.g.Init(rate, capacity, opts...); err != nil {
+	if err := gcra.InitLimiter(&l.limiter, rate, capacity, opts); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// Allow pours n units into key's bucket if they fit now. It ignores ctx.
-// See Bucket.AllowN for the Decision; errors wrap ErrInvalid (bad key or
-// n), ErrExceedsLimit (n > capacity) or ErrClosed.
-func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
-	err = l.g.Allow(&d, key, n)
-	return d, err
-}
-
-// Reserve books room for n units in key's bucket at the earliest instant
-// they fit, if within maxWait; see Bucket.ReserveN. It ignores ctx.
-func (l *Limiter) Reserve(_ context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
-	return l.g.Reserve(key, n, maxWait)
-}
-
-// Debit pours n units into key's bucket without checking; see
-// Bucket.Debit.
-func (l *Limiter) Debit(key string, n int64) error { return l.g.Debit(key, n) }
-
 // Level returns the units in key's bucket now (0 for an unknown key); see
 // Bucket.Level.
-func (l *Limiter) Level(key string) int64 { return l.g.Level(key) }
-
-// SetRate changes the drain rate of every key; see Bucket.SetRate.
-func (l *Limiter) SetRate(r throttle.Rate) error { return l.g.SetRate(r) }
+func (l *Limiter) Level(key string) int64 { return gcra.KeyedOf(&l.limiter).Level(key) }
 
 // SetCapacity changes the capacity of every key; see Bucket.SetCapacity.
-func (l *Limiter) SetCapacity(capacity int) error { return l.g.SetBurst(capacity) }
-
-// Rate returns the drain rate (the zero Rate on a zero Limiter).
-func (l *Limiter) Rate() throttle.Rate {
-	if c := l.g.Config(); c != nil {
-		return c.Rate
-	}
-	return throttle.Rate{}
-}
+func (l *Limiter) SetCapacity(capacity int) error { return gcra.KeyedOf(&l.limiter).SetBurst(capacity) }
 
 // Capacity returns the capacity (0 on a zero Limiter).
-func (l *Limiter) Capacity() int {
-	if c := l.g.Config(); c != nil {
-		return c.Burst
-	}
-	return 0
-}
-
-// Len returns the number of keys tracked. Keys whose bucket has drained
-// are dropped lazily, so it may count some of them.
-func (l *Limiter) Len() int {
-	if m := l.g.Map(); m != nil {
-		return m.Len()
-	}
-	return 0
-}
-
-// Close stops the background sweeper, if any. Later calls to Allow,
-// Reserve and Debit fail with ErrClosed. Close is idempotent.
-func (l *Limiter) Close() error { return l.g.Close() }
+func (l *Limiter) Capacity() int { return gcra.BurstOf(gcra.KeyedOf(&l.limiter).Config()) }

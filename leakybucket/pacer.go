@@ -110,7 +110,10 @@ func (p *Pacer) Take(ctx context.Context) error {
 	}
 }
 
-var _ throttle.Limiter = (*Pacer)(nil)
+var (
+	_ throttle.Limiter       = (*Pacer)(nil)
+	_ throttle.QuotaReporter = (*Pacer)(nil)
+)
 
 // Allow takes n slots if they are all due now, without waiting or queueing,
 // and otherwise takes nothing and reports in RetryAfter when they will be.
@@ -123,18 +126,12 @@ func (p *Pacer) Allow(_ context.Context, _ string, n int) (d throttle.Decision, 
 }
 
 // Rate returns the pacing rate (the zero Rate on a zero Pacer).
-func (p *Pacer) Rate() throttle.Rate {
-	if c := p.g.Config(); c != nil {
-		return c.Rate
-	}
-	return throttle.Rate{}
-}
+func (p *Pacer) Rate() throttle.Rate { return gcra.RateOf(p.g.Config()) }
 
 // Slack returns the number of missed slots that may be caught up (0 on a
 // zero Pacer).
-func (p *Pacer) Slack() int {
-	if c := p.g.Config(); c != nil {
-		return c.Burst - 1
-	}
-	return 0
-}
+func (p *Pacer) Slack() int { return max(gcra.BurstOf(p.g.Config())-1, 0) }
+
+// Quota reports slack+1 slots (the most granted at once) and the time they
+// take at the pacer's rate.
+func (p *Pacer) Quota() throttle.Quota { return gcra.QuotaOf(p.g.Config()) }

@@ -229,21 +229,17 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 // throttle.ErrInvalid (n <= 0, empty or oversized key),
 // throttle.ErrExceedsLimit (n > limit) or throttle.ErrClosed.
 func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
-	s, now, err := l.m.Begin(key, n, int(l.p.limit))
-	if err != nil {
-		return d, err
-	}
-	for ; ; s, now = l.m.Again(key, now) {
+	err = l.m.Decide(key, n, int(l.p.limit), func(s *state, now int64) (bool, error) {
 		if retry, reset, ok := s.denyFast(now, n); ok {
 			l.p.fill(&d, false, 0, retry, reset)
-			return d, nil
+			return true, nil
 		}
 		s.mu.Lock()
 		if s.dead() {
 			// Retired or moved: look the key up again (Get lifts now to the
 			// instant the log was judged empty at).
 			s.mu.Unlock()
-			continue
+			return false, nil
 		}
 		if s.p == nil {
 			s.p = &l.p // first use: no store, and no write barrier, on later ones
@@ -251,8 +247,9 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decisi
 		ok, rem, retry, reset := s.decide(&l.p, now, int64(n))
 		s.mu.Unlock()
 		l.p.fill(&d, ok, rem, retry, reset)
-		return d, nil
-	}
+		return true, nil
+	})
+	return d, err
 }
 
 // Limit returns the most units admitted per key in any window.

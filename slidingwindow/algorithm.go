@@ -17,9 +17,20 @@ import (
 // Decide's decisions are theirs on the same trace. (The slotted form keeps
 // a ring of slots, not one word, and has no Algorithm.)
 //
+// Its methods are throttle.Algorithm's. Decide(state, now, n) decides n
+// units at now (nanoseconds since the Unix epoch) on a key whose state is
+// state, and returns the state to store (state itself when denied) and
+// the Decision; errors wrap throttle.ErrInvalid (n <= 0, a zero
+// Algorithm, a state no Algorithm of this limit wrote) or
+// throttle.ErrExceedsLimit (n > limit). Fresh returns 0, the state of a
+// key never seen. Quota reports the limit per window (zero on a zero
+// Algorithm).
+//
 // An Algorithm is immutable and safe for concurrent use. The zero value
 // is not usable: Decide fails with an error wrapping throttle.ErrInvalid.
-type Algorithm struct{ c *config }
+type Algorithm struct{ algorithm }
+
+var _ throttle.Algorithm = Algorithm{}
 
 // NewAlgorithm returns the decision of the weighted window of limit units
 // per window (see New). Errors wrap throttle.ErrInvalid.
@@ -28,25 +39,7 @@ func NewAlgorithm(limit int, window time.Duration) (Algorithm, error) {
 	if err != nil {
 		return Algorithm{}, err
 	}
-	return Algorithm{c}, nil
+	return Algorithm{newAlgorithm(c)}, nil
 }
 
-// Decide decides n units at now (nanoseconds since the Unix epoch) on a
-// key whose state is state. It returns the state to store (state itself
-// when denied) and the Decision. Errors wrap throttle.ErrInvalid (n <= 0,
-// a zero Algorithm, a state no Algorithm of this limit wrote) or
-// throttle.ErrExceedsLimit (n > limit).
-func (a Algorithm) Decide(state, now int64, n int) (next int64, d throttle.Decision, err error) {
-	if a.c == nil {
-		return state, d, errZero
-	}
-	return window.Decide("slidingwindow", state, now, n, a.c.checkN, a.c.stepDecision)
-}
-
-var _ throttle.Algorithm = Algorithm{}
-
-// Fresh returns 0, the state of a key never seen.
-func (Algorithm) Fresh() int64 { return 0 }
-
-// Quota reports the limit per window (zero on a zero Algorithm).
-func (a Algorithm) Quota() throttle.Quota { return a.c.quota() }
+func newAlgorithm(c *config) algorithm { return window.NewAlgorithm[config]("slidingwindow", c) }

@@ -109,8 +109,10 @@ const (
 )
 
 var (
-	_ throttle.Limiter = (*Window)(nil)
-	_ throttle.Limiter = (*Limiter)(nil)
+	_ throttle.QuotaReporter = (*Window)(nil)
+	_ throttle.QuotaReporter = (*Limiter)(nil)
+	_ throttle.Limiter       = (*Window)(nil)
+	_ throttle.Limiter       = (*Limiter)(nil)
 )
 
 var errZero = fmt.Errorf("%w: zero slidingwindow limiter: use the constructor", throttle.ErrInvalid)
@@ -127,6 +129,18 @@ type config struct {
 	rlay   window.Layout  // slotted ring entries: slot, count
 	skew   int64          // see window.Layout.Skew, in windows or slots
 }
+
+// Params is what the shared Limits and Algorithm read of c.
+func (c *config) Params() window.Params {
+	return window.Params{Limit: c.limit, Window: c.window, Max: c.lay.Max()}
+}
+
+// The configuration as the keyed limiter's Limits and the Algorithm see
+// it: the parts this package shares with the other window package.
+type (
+	limits    = window.Limits[config, *config]
+	algorithm = window.Algorithm[config, *config]
+)
 
 func newConfig(limit int, w time.Duration, slots int) (*config, error) {
 	switch {
@@ -153,9 +167,9 @@ func newConfig(limit int, w time.Duration, slots int) (*config, error) {
 	return c, nil
 }
 
-// withLimit returns a copy of c with another limit, in the same layout,
+// WithLimit returns a copy of c with another limit, in the same layout,
 // so that the words c wrote keep their meaning.
-func (c *config) withLimit(limit int) (*config, error) {
+func (c *config) WithLimit(limit int) (*config, error) {
 	if limit <= 0 || int64(limit) > c.lay.Max() {
 		return nil, fmt.Errorf("%w: slidingwindow: SetLimit(%d): want 1 to %d, what the counters sized at New hold", throttle.ErrInvalid, limit, c.lay.Max())
 	}
@@ -164,7 +178,7 @@ func (c *config) withLimit(limit int) (*config, error) {
 	return &nc, nil
 }
 
-func (c *config) checkN(n int) error {
+func (c *config) CheckN(n int) error {
 	if n <= 0 || int64(n) > c.limit {
 		return limiterkit.CheckN(n, int(c.limit))
 	}
@@ -226,8 +240,8 @@ func (c *config) fillWeighted(d *throttle.Decision, now, n int64, ok bool, start
 	limiterkit.Fill(d, true, c.limit, max(c.limit-used-n, 0), 0, start+2*c.window-now)
 }
 
-// stepDecision is stepWeighted filling the Decision, for Algorithm.
-func (c *config) stepDecision(d *throttle.Decision, old, now, n int64) int64 {
+// StepDecision is stepWeighted filling the Decision, for Algorithm.
+func (c *config) StepDecision(d *throttle.Decision, old, now, n int64) int64 {
 	next, ok, start, prev, cur, used := c.stepWeighted(old, now, n)
 	c.fillWeighted(d, now, n, ok, start, prev, cur, used)
 	return next
@@ -460,7 +474,7 @@ func (w *Window) allow(d *throttle.Decision, n int) error {
 	if c == nil {
 		return errZero
 	}
-	if err := c.checkN(n); err != nil {
+	if err := c.CheckN(n); err != nil {
 		return err
 	}
 	now := w.clk.Now()
@@ -474,12 +488,10 @@ func (w *Window) allow(d *throttle.Decision, n int) error {
 }
 
 // Limit returns the limit (0 on a zero Window).
-func (w *Window) Limit() int {
-	if w.c == nil {
-		return 0
-	}
-	return int(w.c.limit)
-}
+func (w *Window) Limit() int { return int(window.ParamsOf(w.c).Limit) }
+
+// Quota reports the limit per window (zero on a zero Window).
+func (w *Window) Quota() throttle.Quota { return window.ParamsOf(w.c).Quota() }
 
 // weighted is the per-key state of a weighted Limiter. The zero value is a
 // fresh key.
@@ -539,9 +551,9 @@ func (s *slotted) full(w, now int64) bool { return s.cfg.Load().fullSlotted(w, n
 // usable: its methods fail with an error wrapping throttle.ErrInvalid;
 // create it with New or NewSlotted.
 type Limiter struct {
-	c  atomic.Pointer[config]          // replaced by SetLimit
-	wm *keyed.Map[weighted, *weighted] // weighted form
-	sm *keyed.Map[slotted, *slotted]   // slotted form
+	limits                                 // replaced by SetLimit
+	wm     *keyed.Map[weighted, *weighted] // weighted form
+	sm     *keyed.Map[slotted, *slotted]   // slotted form
 }
 
 // New returns a keyed weighted sliding-window limiter: each key may use up
@@ -572,7 +584,7 @@ func newLimiter(limit int, w time.Duration, slots int, opts []throttle.Option) (
 		return nil, err
 	}
 	l := &Limiter{}
-	l.c.Store(c)
+	window.Store(&l.limits, c)
 	if slots == 0 {
 		l.wm = keyed.New[weighted](s)
 		l.wm.SetDebts(weightedDebts{c})
@@ -587,66 +599,30 @@ func newLimiter(limit int, w time.Duration, slots int, opts []throttle.Option) (
 // Window.AllowN for the Decision. It ignores ctx. Errors wrap ErrInvalid
 // (bad key or n), ErrExceedsLimit (n > limit) or ErrClosed.
 func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
-	c := l.c.Load()
+	c := window.Load(&l.limits)
 	if c == nil {
 		return d, errZero
 	}
-	if m := l.wm; m != nil {
-		s, now, err := m.Begin(key, n, int(c.limit))
-		if err != nil {
-			return d, err
-		}
-		for {
+	if l.wm != nil {
+		err = l.wm.Decide(key, n, int(c.limit), func(s *weighted, now int64) (bool, error) {
 			if s.cfg.Load() == nil {
 				s.cfg.Store(c)
 			}
-			if ok, start, prev, cur, used, live := c.decideWeighted(&s.w, now, int64(n)); live {
+			ok, start, prev, cur, used, live := c.decideWeighted(&s.w, now, int64(n))
+			if live {
 				c.fillWeighted(&d, now, int64(n), ok, start, prev, cur, used)
-				return d, nil
 			}
-			s, now = m.Again(key, now)
-		}
-	}
-	m := l.sm
-	s, now, err := m.Begin(key, n, int(c.limit))
-	if err != nil {
+			return live, nil
+		})
 		return d, err
 	}
-	for {
+	err = l.sm.Decide(key, n, int(c.limit), func(s *slotted, now int64) (bool, error) {
 		if s.cfg.Load() == nil {
 			s.cfg.Store(c)
 		}
-		if c.decideSlotted(&d, &s.w, &s.ring, now, int64(n)) {
-			return d, nil
-		}
-		s, now = m.Again(key, now)
-	}
-}
-
-// Limit returns the limit (0 on a zero Limiter).
-func (l *Limiter) Limit() int {
-	if c := l.c.Load(); c != nil {
-		return int(c.limit)
-	}
-	return 0
-}
-
-// SetLimit changes the limit per window, keeping what each key has used:
-// a key over a lowered limit is denied until enough of its units have
-// left the window. The counters are sized for the limit given to New:
-// limit may be up to Capacity(). A decision racing with SetLimit is
-// judged against either limit. Errors wrap throttle.ErrInvalid.
-func (l *Limiter) SetLimit(limit int) error {
-	return window.SetLimit(&l.c, limit, (*config).withLimit, errZero)
-}
-
-// Capacity returns the largest limit SetLimit accepts: what the counters
-// sized at New hold (0 on a zero Limiter).
-func (l *Limiter) Capacity() int {
-	if c := l.c.Load(); c != nil {
-		return int(c.lay.Max())
-	}
-	return 0
+		return c.decideSlotted(&d, &s.w, &s.ring, now, int64(n)), nil
+	})
+	return d, err
 }
 
 // Len returns the number of keys tracked.

@@ -7,7 +7,7 @@ import (
 	"github.com/throttlekit/throttle"
 )
 
-var _ throttle.Store = (*Memory)(nil)
+var _ throttle.LoadingStore = (*Memory)(nil)
 
 // Memory is a throttle.Store in the process's memory: the reference
 // implementation of the contract, for tests and for a single process
@@ -34,7 +34,14 @@ func (s *Memory) Load(_ context.Context, key string, now int64) (int64, error) {
 
 // CompareAndSwap sets key's state to next, live until expires, if its
 // state at now is old.
-func (s *Memory) CompareAndSwap(_ context.Context, key string, old, next, now, expires int64) (bool, error) {
+func (s *Memory) CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (bool, error) {
+	_, ok, err := s.CompareAndSwapLoad(ctx, key, old, next, now, expires)
+	return ok, err
+}
+
+// CompareAndSwapLoad is CompareAndSwap that returns key's state at now
+// when it does not swap.
+func (s *Memory) CompareAndSwapLoad(_ context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.m[key]
@@ -42,17 +49,17 @@ func (s *Memory) CompareAndSwap(_ context.Context, key string, old, next, now, e
 		e = entry{}
 	}
 	if e.state != old {
-		return false, nil
+		return e.state, false, nil
 	}
 	if next == 0 || expires < now {
 		delete(s.m, key)
-		return true, nil
+		return 0, true, nil
 	}
 	if s.m == nil {
 		s.m = make(map[string]entry)
 	}
 	s.m[key] = entry{next, expires}
-	return true, nil
+	return 0, true, nil
 }
 
 // Sweep drops the states expired before now and returns how many it dropped.

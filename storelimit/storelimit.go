@@ -19,6 +19,13 @@
 // writer changed the key in between (at most MaxAttempts tries, then an
 // error wrapping throttle.ErrUnavailable).
 //
+// On a throttle.LoadingStore the Limiter first decides on the state it
+// last saw of the key (kept in a two-way table of 4096 guesses by a hash
+// of the key, 64 KiB): an admission whose guess holds is then one call to the
+// store, and a wrong guess costs nothing but the call that corrects it,
+// since the swap fails and returns the state. A denial is decided on a
+// state read from the store in the same call, as above.
+//
 // Each process decides with its own clock, passed to the store with every
 // call (a store reads no clock), so processes sharing a store need
 // synchronised clocks: a process whose clock is behind sees keys as more
@@ -35,7 +42,9 @@ package storelimit
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math"
+	"sync/atomic"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
@@ -52,11 +61,13 @@ var (
 )
 
 // Limiter decides with an Algorithm over the states of a Store, one per
-// key. It is safe for concurrent use and holds nothing per key itself. The
-// zero value is not usable: Allow fails with an error wrapping
-// throttle.ErrInvalid; create it with New.
+// key. It is safe for concurrent use and holds nothing per key itself but
+// guesses, over a LoadingStore. The zero value is not usable: Allow fails
+// with an error wrapping throttle.ErrInvalid; create it with New.
 type Limiter struct {
 	s     throttle.Store
+	ls    throttle.LoadingStore // s, when it is one
+	g     *guesses              // with ls
 	a     throttle.Algorithm
 	fresh int64
 	limit int
@@ -83,7 +94,11 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 	if limit <= 0 {
 		return nil, fmt.Errorf("%w: storelimit.New: the Algorithm has no limit (a zero Algorithm?)", throttle.ErrInvalid)
 	}
-	return &Limiter{s: s, a: a, fresh: a.Fresh(), limit: limit, clk: clock.New(set.Clock), keys: set}, nil
+	l := &Limiter{s: s, a: a, fresh: a.Fresh(), limit: limit, clk: clock.New(set.Clock), keys: set}
+	if ls, ok := s.(throttle.LoadingStore); ok {
+		l.ls, l.g = ls, &guesses{seed: maphash.MakeSeed()}
+	}
+	return l, nil
 }
 
 // Allow decides n units for key now. It reads the key's state from the
@@ -104,6 +119,9 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Deci
 		return d, err
 	}
 	now := l.clk.Now()
+	if l.ls != nil {
+		return l.guess(ctx, key, n, now)
+	}
 	for range MaxAttempts {
 		old, err := l.s.Load(ctx, key, now)
 		if err != nil {
@@ -123,7 +141,91 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Deci
 			return d, nil
 		}
 	}
-	return throttle.Decision{}, fmt.Errorf("%w: storelimit: key still contended after %d attempts", throttle.ErrUnavailable, MaxAttempts)
+	return throttle.Decision{}, errContended
+}
+
+var errContended = fmt.Errorf("%w: storelimit: key still contended after %d attempts", throttle.ErrUnavailable, MaxAttempts)
+
+// guess is Allow on a LoadingStore: it decides on the state last seen of
+// key, and swaps and learns the state in one call. A denial, or an error,
+// on a guess is decided again on the state read from the store.
+func (l *Limiter) guess(ctx context.Context, key string, n int, now int64) (throttle.Decision, error) {
+	slot, old := l.g.get(key)
+	read := false // old is the store's state, read in this call
+	for range MaxAttempts {
+		// Stored states are offset by the fresh state, so that the 0 a
+		// store reads for a missing key is the fresh state.
+		next, d, err := l.a.Decide(old+l.fresh, now, n)
+		if !read && (err != nil || !d.Allowed) {
+			if old, err = l.s.Load(ctx, key, now); err != nil {
+				return throttle.Decision{}, unavailable(err)
+			}
+			read = true
+			l.g.put(slot, old)
+			continue
+		}
+		if err != nil || !d.Allowed {
+			return d, err
+		}
+		cur, ok, err := l.ls.CompareAndSwapLoad(ctx, key, old, next-l.fresh, now, expires(now, int64(d.ResetAfter)))
+		if err != nil {
+			return throttle.Decision{}, unavailable(err)
+		}
+		if ok {
+			l.g.put(slot, next-l.fresh)
+			return d, nil
+		}
+		old, read = cur, true
+		l.g.put(slot, old)
+	}
+	return throttle.Decision{}, errContended
+}
+
+// guessSlots is the size of a Limiter's table of guesses.
+const guessSlots = 4096
+
+// guesses are the states a Limiter last saw of its keys, in a two-way
+// set-associative table by a hash of the key. A guess is only a guess: a
+// wrong one (another writer since, another key in the slot, a tag and a
+// state read from two writes racing) costs one call to the store, never a
+// wrong decision, since a swap from it fails. Safe for concurrent use.
+type guesses struct {
+	seed  maphash.Seed
+	slots [guessSlots]struct {
+		tag   atomic.Uint64
+		state atomic.Int64
+	}
+}
+
+// slot is a key's place in the table: its index and its tag.
+type slot struct {
+	i   int
+	tag uint64
+}
+
+// get returns key's slot and its guess, 0 (the fresh state) if neither
+// way of its set holds the key; then the slot is an empty way, or one
+// picked by the hash.
+func (g *guesses) get(key string) (slot, int64) {
+	h := maphash.String(g.seed, key)
+	set := int(h%(guessSlots/2)) * 2
+	tag := h>>1 | 1<<63 // never 0, the tag of an empty slot
+	victim := set + int(h>>63)
+	for i := set; i < set+2; i++ {
+		switch g.slots[i].tag.Load() {
+		case tag:
+			return slot{i, tag}, g.slots[i].state.Load()
+		case 0:
+			victim = i
+		}
+	}
+	return slot{victim, tag}, 0
+}
+
+// put records state as the guess of the key of s.
+func (g *guesses) put(s slot, state int64) {
+	g.slots[s.i].state.Store(state)
+	g.slots[s.i].tag.Store(s.tag)
 }
 
 // Quota reports the Algorithm's Quota.

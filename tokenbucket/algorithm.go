@@ -8,6 +8,9 @@ import (
 // Full is the state of a key never seen: a bucket full at any instant.
 const Full = gcra.Full
 
+// algorithm is the step this package shares with leakybucket.
+type algorithm = gcra.Algorithm
+
 // Algorithm is the token bucket's decision as a pure function, for a store
 // that keeps each key's state itself (a SQL row, a Memcached item): read
 // the state, Decide, and write the next state back only if the stored one
@@ -17,10 +20,17 @@ const Full = gcra.Full
 // The buckets of this package run the same step in their
 // compare-and-swap loop; Decide's decisions are theirs on the same trace.
 //
+// Its methods are throttle.Algorithm's. Decide(state, now, n) returns the
+// state to store (state itself when denied) and the Decision; errors wrap
+// throttle.ErrInvalid (n <= 0, a zero Algorithm, a bucket that would be
+// full again only after 2262) or throttle.ErrExceedsLimit (n > burst).
+// Fresh returns Full. Quota reports the burst and the time to refill it
+// from empty (zero on a zero Algorithm).
+//
 // An Algorithm is immutable and safe for concurrent use. The zero value
 // is not usable: Decide fails with an error wrapping throttle.ErrInvalid;
 // create it with NewAlgorithm.
-type Algorithm struct{ g gcra.Algorithm }
+type Algorithm struct{ algorithm }
 
 var _ throttle.Algorithm = Algorithm{}
 
@@ -30,18 +40,3 @@ func NewAlgorithm(rate throttle.Rate, burst int) (Algorithm, error) {
 	g, err := gcra.NewAlgorithm(rate, burst)
 	return Algorithm{g}, err
 }
-
-// Decide decides n units at now on a key whose state is state. It returns
-// the state to store (state itself when denied) and the Decision. Errors
-// wrap throttle.ErrInvalid (n <= 0, a zero Algorithm, a bucket that would
-// be full again only after 2262) or throttle.ErrExceedsLimit (n > burst).
-func (a Algorithm) Decide(state, now int64, n int) (next int64, d throttle.Decision, err error) {
-	return a.g.Decide("tokenbucket", state, now, n)
-}
-
-// Fresh returns Full.
-func (Algorithm) Fresh() int64 { return Full }
-
-// Quota reports the burst and the time to refill it from empty (zero on a
-// zero Algorithm).
-func (a Algorithm) Quota() throttle.Quota { return a.g.Quota() }

@@ -55,7 +55,6 @@ package tokenbucket
 
 import (
 	"context"
-	"time"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/gcra"
@@ -66,86 +65,68 @@ var (
 	_ throttle.Reserver = (*Bucket)(nil)
 	_ throttle.Limiter  = (*Limiter)(nil)
 	_ throttle.Reserver = (*Limiter)(nil)
+
+	_ throttle.QuotaAllower  = (*Limiter)(nil)
+	_ throttle.QuotaReporter = (*Bucket)(nil)
+	_ throttle.QuotaReporter = (*Limiter)(nil)
+)
+
+// The method sets this package shares with leakybucket, which runs the
+// same GCRA and differs only in its names.
+type (
+	bucket  = gcra.Bucket
+	limiter = gcra.Limiter
 )
 
 // Bucket is a single token bucket guarding one resource. All methods are
 // safe for concurrent use. The zero value is not usable: its methods fail
 // with an error wrapping throttle.ErrInvalid; create it with NewBucket.
-type Bucket struct{ g gcra.Single }
+//
+// Its methods:
+//   - AllowN(n) takes n tokens if the bucket holds them now, and reports
+//     the outcome: Remaining is the whole tokens left, RetryAfter the exact
+//     wait until n tokens are there, ResetAfter the time until the bucket is
+//     full. Errors: n <= 0 wraps ErrInvalid, n > burst wraps
+//     ErrExceedsLimit. Allow(ctx, key, n) is AllowN(n), ignoring ctx and key.
+//   - ReserveN(n, maxWait) books n tokens at the earliest instant the bucket
+//     holds them, provided that is at most maxWait from now; reservations
+//     are served in arrival order. Cancel on the Reservation gives the
+//     tokens back if no later reservation or admission was made since;
+//     otherwise it does nothing (the tokens are consumed, as if the work had
+//     been done). Reserve(ctx, key, n, maxWait) is ReserveN, ignoring ctx
+//     and key.
+//   - Debit(n) takes n tokens without checking, letting the bucket go below
+//     empty (down to about 73 years of debt). n <= 0 fails with ErrInvalid.
+//   - SetRate(r) changes the refill rate, keeping the instant at which the
+//     bucket is full (see the package documentation); Rate() returns it (the
+//     zero Rate on a zero Bucket). Errors wrap ErrInvalid.
+//   - Quota() reports the burst and the time to refill it from empty; it
+//     follows SetRate and SetBurst.
+type Bucket struct{ bucket }
 
 // NewBucket returns a full bucket of burst tokens refilled at rate. The
 // only Options it reads is WithClock. Errors wrap throttle.ErrInvalid: an
 // invalid rate, burst <= 0, or burst·rate.Interval() above 36 years.
 func NewBucket(rate throttle.Rate, burst int, opts ...throttle.Option) (*Bucket, error) {
 	b := new(Bucket)
-	if err := b.g.Init(rate, burst, opts...); err != nil {
+	if err := gcra.InitBucket(&b.bucket, rate, burst, opts); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-// AllowN takes n tokens if the bucket holds them now, and reports the
-// outcome: Remaining is the whole tokens left, RetryAfter the exact wait
-// until n tokens are there, ResetAfter the time until the bucket is full.
-// Errors: n <= 0 wraps ErrInvalid, n > burst wraps ErrExceedsLimit.
-func (b *Bucket) AllowN(n int) (d throttle.Decision, err error) {
-	err = b.g.AllowN(&d, n)
-	return d, err
-}
-
-// Allow is AllowN(n); it ignores ctx and key.
-func (b *Bucket) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
-	err = b.g.AllowN(&d, n)
-	return d, err
-}
-
-// ReserveN books n tokens at the earliest instant the bucket holds them,
-// provided that is at most maxWait from now; reservations are served in
-// arrival order. Cancel on the Reservation gives the tokens back if no
-// later reservation or admission was made since; otherwise it does
-// nothing (the tokens are consumed, as if the work had been done).
-func (b *Bucket) ReserveN(n int, maxWait time.Duration) (throttle.Reservation, error) {
-	return b.g.Reserve(n, maxWait)
-}
-
-// Reserve is ReserveN(n, maxWait); it ignores ctx and key.
-func (b *Bucket) Reserve(_ context.Context, _ string, n int, maxWait time.Duration) (throttle.Reservation, error) {
-	return b.g.Reserve(n, maxWait)
-}
-
-// Debit takes n tokens without checking, letting the bucket go below empty
-// (down to about 73 years of debt). n <= 0 fails with ErrInvalid.
-func (b *Bucket) Debit(n int64) error { return b.g.Debit(n) }
-
 // Tokens returns the whole tokens in the bucket now: burst when full,
 // negative after debits took it below empty. It is floor of the exact
 // fractional count, so AllowN(Tokens()) succeeds when Tokens() > 0 and no
 // one else takes tokens meanwhile.
-func (b *Bucket) Tokens() int64 { return b.g.Tokens() }
-
-// SetRate changes the refill rate, keeping the instant at which the bucket
-// is full (see the package documentation). Errors wrap ErrInvalid.
-func (b *Bucket) SetRate(r throttle.Rate) error { return b.g.SetRate(r) }
+func (b *Bucket) Tokens() int64 { return gcra.SingleOf(&b.bucket).Tokens() }
 
 // SetBurst changes the capacity, keeping the tokens in use. Errors wrap
 // ErrInvalid.
-func (b *Bucket) SetBurst(burst int) error { return b.g.SetBurst(burst) }
-
-// Rate returns the current refill rate (the zero Rate on a zero Bucket).
-func (b *Bucket) Rate() throttle.Rate {
-	if c := b.g.Config(); c != nil {
-		return c.Rate
-	}
-	return throttle.Rate{}
-}
+func (b *Bucket) SetBurst(burst int) error { return gcra.SingleOf(&b.bucket).SetBurst(burst) }
 
 // Burst returns the current capacity (0 on a zero Bucket).
-func (b *Bucket) Burst() int {
-	if c := b.g.Config(); c != nil {
-		return c.Burst
-	}
-	return 0
-}
+func (b *Bucket) Burst() int { return gcra.BurstOf(gcra.SingleOf(&b.bucket).Config()) }
 
 // Limiter is a set of token buckets, one per key, all with the same rate
 // and burst. A key seen for the first time starts full; a key whose
@@ -155,74 +136,46 @@ func (b *Bucket) Burst() int {
 // table) starts from, so eviction never refills a bucket. A key takes
 // about 42 bytes: its 8-byte state and two hashes of the key (the key
 // itself is not kept) in a table slot. All methods are safe for
-// concurrent use. The zero value is not usable: its methods fail with an error wrapping
-// throttle.ErrInvalid; create it with New.
-type Limiter struct{ g gcra.Keyed }
+// concurrent use. The zero value is not usable: its methods fail with an
+// error wrapping throttle.ErrInvalid; create it with New.
+//
+// Its methods, per key, are those of Bucket: Allow (errors wrap
+// ErrInvalid for a bad key or n, ErrExceedsLimit for n > burst, or
+// ErrClosed), Reserve, Debit, SetRate and Rate, and Quota, all ignoring
+// ctx; SetRate changes every key. Len returns the number of keys tracked
+// (keys whose bucket is full again are dropped lazily, so it may count
+// some of them). Close stops the background sweeper, if any; later calls
+// to Allow, Reserve and Debit fail with ErrClosed; Close is idempotent.
+type Limiter struct{ limiter }
 
 // New returns a keyed limiter of buckets of burst tokens refilled at
 // rate. Errors wrap throttle.ErrInvalid. If the options start a sweeper
 // (WithSweepInterval), Close stops it.
 func New(rate throttle.Rate, burst int, opts ...throttle.Option) (*Limiter, error) {
 	l := new(Limiter)
-	if err := l.g.Init(rate, burst, opts...); err != nil {
+	if err := gcra.InitLimiter(&l.limiter, rate, burst, opts); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// Allow takes n tokens from key's bucket if it holds them now. It ignores
-// ctx. See Bucket.AllowN for the Decision; errors wrap ErrInvalid (bad key
-// or n), ErrExceedsLimit (n > burst) or ErrClosed.
-func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decision, err error) {
-	err = l.g.Allow(&d, key, n)
-	return d, err
-}
-
-// Reserve books n tokens of key's bucket at the earliest instant they are
-// there, if within maxWait; see Bucket.ReserveN. It ignores ctx.
-func (l *Limiter) Reserve(_ context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
-	return l.g.Reserve(key, n, maxWait)
-}
-
-// Debit takes n tokens from key's bucket without checking, letting it go
-// below empty; see Bucket.Debit.
-func (l *Limiter) Debit(key string, n int64) error { return l.g.Debit(key, n) }
-
 // Tokens returns the whole tokens in key's bucket now (burst for an
 // unknown key, negative below empty); see Bucket.Tokens.
-func (l *Limiter) Tokens(key string) int64 { return l.g.Tokens(key) }
-
-// SetRate changes the refill rate of every key; see Bucket.SetRate.
-func (l *Limiter) SetRate(r throttle.Rate) error { return l.g.SetRate(r) }
+func (l *Limiter) Tokens(key string) int64 { return gcra.KeyedOf(&l.limiter).Tokens(key) }
 
 // SetBurst changes the capacity of every key; see Bucket.SetBurst.
-func (l *Limiter) SetBurst(burst int) error { return l.g.SetBurst(burst) }
-
-// Rate returns the current refill rate (the zero Rate on a zero Limiter).
-func (l *Limiter) Rate() throttle.Rate {
-	if c := l.g.Config(); c != nil {
-		return c.Rate
-	}
-	return throttle.Rate{}
-}
+func (l *Limiter) SetBurst(burst int) error { return gcra.KeyedOf(&l.limiter).SetBurst(burst) }
 
 // Burst returns the current capacity (0 on a zero Limiter).
-func (l *Limiter) Burst() int {
-	if c := l.g.Config(); c != nil {
-		return c.Burst
-	}
-	return 0
-}
+func (l *Limiter) Burst() int { return gcra.BurstOf(gcra.KeyedOf(&l.limiter).Config()) }
 
-// Len returns the number of keys tracked. Keys whose bucket is full again
-// are dropped lazily, so it may count some of them.
-func (l *Limiter) Len() int {
-	if m := l.g.Map(); m != nil {
-		return m.Len()
-	}
-	return 0
+// AllowQuota is Allow under a limit given with the call, rate and burst,
+// instead of the limiter's own: one Limiter can serve keys of different
+// tiers. A key keeps what it has used when its limit changes, read under
+// the new limit (as after SetRate and SetBurst). Errors wrap
+// throttle.ErrInvalid (a bad key, n, rate or burst) or
+// throttle.ErrExceedsLimit (n > burst).
+func (l *Limiter) AllowQuota(_ context.Context, key string, n int, rate throttle.Rate, burst int) (d throttle.Decision, err error) {
+	err = gcra.KeyedOf(&l.limiter).AllowWith(&d, key, n, rate, burst)
+	return d, err
 }
-
-// Close stops the background sweeper, if any. Later calls to Allow,
-// Reserve and Debit fail with ErrClosed. Close is idempotent.
-func (l *Limiter) Close() error { return l.g.Close() }

@@ -62,11 +62,11 @@ func (c *authConfig) load() (apiAuth, error) {
 		return apiAuth{}, nil
 	}
 	if c.CertFile == "" || c.KeyFile == "" {
-		return apiAuth{}, invalidf("auth: cert_file and key_file are required (tokens and client certificates need TLS)")
+		return apiAuth{}, conffile.Invalid("auth: cert_file and key_file are required (tokens and client certificates need TLS)")
 	}
 	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
-		return apiAuth{}, invalidf("auth: %v", err)
+		return apiAuth{}, conffile.Invalid("auth: %v", err)
 	}
 	a := apiAuth{tls: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}}
 	var auths []capacity.Authenticator
@@ -81,15 +81,15 @@ func (c *authConfig) load() (apiAuth, error) {
 	if c.TokensFile != "" {
 		b, err := os.ReadFile(c.TokensFile)
 		if err != nil {
-			return apiAuth{}, invalidf("auth: %v", err)
+			return apiAuth{}, conffile.Invalid("auth: %v", err)
 		}
 		var tokens map[string]string
 		if err := conffile.Decode(b, &tokens); err != nil {
-			return apiAuth{}, invalidf("auth: tokens_file: %v", err)
+			return apiAuth{}, conffile.Invalid("auth: tokens_file: %v", err)
 		}
 		for id, tok := range tokens {
 			if id == "" || len(tok) < 16 {
-				return apiAuth{}, invalidf("auth: tokens_file: client %q: ids must not be empty and tokens must have 16 bytes or more", id)
+				return apiAuth{}, conffile.Invalid("auth: tokens_file: client %q: ids must not be empty and tokens must have 16 bytes or more", id)
 			}
 		}
 		auths = append(auths, capacity.BearerTokens(tokens))
@@ -116,11 +116,11 @@ func (c *authConfig) load() (apiAuth, error) {
 func loadPool(path string) (*x509.CertPool, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, invalidf("auth: %v", err)
+		return nil, conffile.Invalid("auth: %v", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(b) {
-		return nil, invalidf("auth: %s holds no PEM certificate", path)
+		return nil, conffile.Invalid("auth: %s holds no PEM certificate", path)
 	}
 	return pool, nil
 }
@@ -139,7 +139,7 @@ func (c *parentAuthConfig) transport() (capacity.Transport, string, error) {
 	if c.CertFile != "" || c.KeyFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
-			return nil, "", invalidf("parent_auth: %v", err)
+			return nil, "", conffile.Invalid("parent_auth: %v", err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
@@ -151,7 +151,7 @@ func (c *parentAuthConfig) transport() (capacity.Transport, string, error) {
 			err = json.Unmarshal(b, &tok)
 		}
 		if err != nil || tok == "" {
-			return nil, "", invalidf("parent_auth: token_file must hold a JSON string: %v", err)
+			return nil, "", conffile.Invalid("parent_auth: token_file must hold a JSON string: %v", err)
 		}
 		opts = append(opts, capacity.WithBearerToken(tok))
 	}

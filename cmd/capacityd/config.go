@@ -4,13 +4,11 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/json"
-	"fmt"
 	"net"
 	"os"
 	"slices"
 	"time"
 
-	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/capacity"
 	"github.com/throttlekit/throttle/distributed/capacity/etcdelection"
 	"github.com/throttlekit/throttle/internal/conffile"
@@ -141,7 +139,7 @@ func (h *httpConfig) limits() (httpLimits, error) {
 		}
 		v, err := time.ParseDuration(d.s)
 		if err != nil || v <= 0 {
-			return l, invalidf("http: %s: want a duration > 0, got %q", d.name, d.s)
+			return l, conffile.Invalid("http: %s: want a duration > 0, got %q", d.name, d.s)
 		}
 		*d.dst = v
 	}
@@ -153,7 +151,7 @@ func (h *httpConfig) limits() (httpLimits, error) {
 		{"admin_max_connections", h.AdminMaxConnections, &l.adminMaxConns}} {
 		switch {
 		case n.v < 0:
-			return l, invalidf("http: %s must be >= 0 (0 keeps the default), got %d", n.name, n.v)
+			return l, conffile.Invalid("http: %s must be >= 0 (0 keeps the default), got %d", n.name, n.v)
 		case n.v > 0:
 			*n.dst = n.v
 		}
@@ -216,16 +214,12 @@ type settings struct {
 //go:embed default.json
 var defaultJSON []byte
 
-func invalidf(format string, a ...any) error {
-	return fmt.Errorf("%w: config: %s", throttle.ErrInvalid, fmt.Sprintf(format, a...))
-}
-
 // parseFile reads a configuration file's JSON strictly (unknown fields
 // and duplicate keys are errors). Errors wrap throttle.ErrInvalid.
 func parseFile(b []byte) (fileConfig, error) {
 	var f fileConfig
 	if err := conffile.Decode(b, &f); err != nil {
-		return f, invalidf("%v", err)
+		return f, conffile.Invalid("%v", err)
 	}
 	return f, nil
 }
@@ -243,97 +237,35 @@ func loadFile(path string) (fileConfig, []byte, error) {
 	return f, b, err
 }
 
-// validate checks f and returns its settings. Errors wrap
-// throttle.ErrInvalid.
+// validate checks f and returns its settings, with the defaults of what
+// it leaves out. It does not modify f. Errors wrap throttle.ErrInvalid.
 func (f fileConfig) validate() (*settings, error) {
-	s := &settings{file: f, ttl: etcdelection.DefaultTTL, dial: 5 * time.Second}
-	if err := conffile.CheckHostPort(f.Listen, true); err != nil {
-		return nil, invalidf("listen %q: %v", f.Listen, err)
+	if err := f.checkAddrs(); err != nil {
+		return nil, err
 	}
-	if f.Admin != "" {
-		if err := conffile.CheckHostPort(f.Admin, true); err != nil {
-			return nil, invalidf("admin %q: %v", f.Admin, err)
-		}
+	s := &settings{file: f, ttl: etcdelection.DefaultTTL, dial: 5 * time.Second, grace: time.Second}
+	if err := s.readEtcd(); err != nil {
+		return nil, err
 	}
-	if f.GRPCListen != "" {
-		if err := conffile.CheckHostPort(f.GRPCListen, true); err != nil {
-			return nil, invalidf("grpc_listen %q: %v", f.GRPCListen, err)
-		}
-	}
-	if f.Advertise != "" {
-		if err := conffile.CheckHostPort(f.Advertise, false); err != nil {
-			return nil, invalidf("advertise %q: %v", f.Advertise, err)
-		}
-	}
-	if e := f.Etcd; e != nil {
-		if len(e.Endpoints) == 0 {
-			return nil, invalidf("etcd: endpoints are required (leave etcd out for a single server)")
-		}
-		for _, ep := range e.Endpoints {
-			if ep == "" {
-				return nil, invalidf("etcd: empty endpoint")
-			}
-		}
-		for _, d := range []struct {
-			name, s string
-			dst     *time.Duration
-		}{{"ttl", e.TTL, &s.ttl}, {"dial_timeout", e.DialTimeout, &s.dial}} {
-			if d.s == "" {
-				continue
-			}
-			v, err := time.ParseDuration(d.s)
-			if err != nil {
-				return nil, invalidf("etcd: %s: %v", d.name, err)
-			}
-			*d.dst = v
-		}
-		if s.ttl < time.Second || s.ttl%time.Second != 0 {
-			return nil, invalidf("etcd: ttl must be a whole number of seconds >= 1s, got %v", s.ttl)
-		}
-		if s.dial <= 0 {
-			return nil, invalidf("etcd: dial_timeout must be > 0, got %v", s.dial)
-		}
-		if f.Advertise == "" {
-			host, port, _ := net.SplitHostPort(f.Listen)
-			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) || port == "0" {
-				return nil, invalidf("advertise is required when etcd is set and listen (%q) is a wildcard or port 0", f.Listen)
-			}
-		}
-	}
-	for _, p := range f.Parent {
-		if err := conffile.CheckHostPort(p, false); err != nil {
-			return nil, invalidf("parent %q: %v", p, err)
-		}
-	}
-	s.grace = time.Second
 	if f.DecreaseGrace != "" {
 		v, err := time.ParseDuration(f.DecreaseGrace)
 		if err != nil || v < 0 {
-			return nil, invalidf("decrease_grace: want a duration >= 0, got %q", f.DecreaseGrace)
+			return nil, conffile.Invalid("decrease_grace: want a duration >= 0, got %q", f.DecreaseGrace)
 		}
 		s.grace = v
 	}
+	if err := s.readAccess(); err != nil {
+		return nil, err
+	}
 	var err error
-	if s.http, err = f.HTTP.limits(); err != nil {
-		return nil, err
-	}
-	if s.auth, err = f.Auth.load(); err != nil {
-		return nil, err
-	}
-	if f.ParentAuth != nil && len(f.Parent) == 0 {
-		return nil, invalidf("parent_auth needs parent")
-	}
-	if s.parent, s.parentID, err = f.ParentAuth.transport(); err != nil {
-		return nil, err
-	}
 	if s.leaseKeys, err = loadLeaseKeys(f.LeaseKeysFile); err != nil {
 		return nil, err
 	}
 	if l := f.Limits; l != nil && (l.MaxResources < 0 || l.MaxClientsPerResource < 0 || l.MaxLeases < 0 || l.MaxLeasesPerClient < 0) {
-		return nil, invalidf("limits must be >= 0 (0 keeps the default)")
+		return nil, conffile.Invalid("limits must be >= 0 (0 keeps the default)")
 	}
 	if len(bytes.TrimSpace(f.Resources)) == 0 {
-		return nil, invalidf(`resources are required (at least the catch-all "*")`)
+		return nil, conffile.Invalid(`resources are required (at least the catch-all "*")`)
 	}
 	rc, err := capacity.ParseConfig(append(append([]byte(`{"resources":`), f.Resources...), '}'))
 	if err != nil {
@@ -351,21 +283,99 @@ func loadLeaseKeys(path string) ([][]byte, error) {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, invalidf("lease_keys_file: %v", err)
+		return nil, conffile.Invalid("lease_keys_file: %v", err)
 	}
 	var keys [][]byte // encoding/json decodes base64 strings into []byte
 	if err := json.Unmarshal(b, &keys); err != nil {
-		return nil, invalidf("lease_keys_file: want a JSON array of base64 keys: %v", err)
+		return nil, conffile.Invalid("lease_keys_file: want a JSON array of base64 keys: %v", err)
 	}
 	if len(keys) == 0 {
-		return nil, invalidf("lease_keys_file: no key")
+		return nil, conffile.Invalid("lease_keys_file: no key")
 	}
 	for i, k := range keys {
 		if len(k) < capacity.MinLeaseKeyLen {
-			return nil, invalidf("lease_keys_file: key %d has %d bytes, at least %d are needed", i, len(k), capacity.MinLeaseKeyLen)
+			return nil, conffile.Invalid("lease_keys_file: key %d has %d bytes, at least %d are needed", i, len(k), capacity.MinLeaseKeyLen)
 		}
 	}
 	return keys, nil
+}
+
+// checkAddrs checks the addresses f listens on, advertises and asks.
+func (f fileConfig) checkAddrs() error {
+	if err := conffile.CheckAddr("listen", f.Listen, true); err != nil {
+		return err
+	}
+	if f.Admin != "" {
+		if err := conffile.CheckAddr("admin", f.Admin, true); err != nil {
+			return err
+		}
+	}
+	if f.GRPCListen != "" {
+		if err := conffile.CheckAddr("grpc_listen", f.GRPCListen, true); err != nil {
+			return err
+		}
+	}
+	if f.Advertise != "" {
+		if err := conffile.CheckAddr("advertise", f.Advertise, false); err != nil {
+			return err
+		}
+	}
+	return conffile.CheckAddrs("parent", f.Parent)
+}
+
+// readEtcd checks the etcd section, if any, and reads its durations.
+func (s *settings) readEtcd() error {
+	e := s.file.Etcd
+	if e == nil {
+		return nil
+	}
+	if len(e.Endpoints) == 0 {
+		return conffile.Invalid("etcd: endpoints are required (leave etcd out for a single server)")
+	}
+	if slices.Contains(e.Endpoints, "") {
+		return conffile.Invalid("etcd: empty endpoint")
+	}
+	for _, d := range []struct {
+		name, s string
+		dst     *time.Duration
+	}{{"ttl", e.TTL, &s.ttl}, {"dial_timeout", e.DialTimeout, &s.dial}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil {
+			return conffile.Invalid("etcd: %s: %v", d.name, err)
+		}
+		*d.dst = v
+	}
+	if s.ttl < time.Second || s.ttl%time.Second != 0 {
+		return conffile.Invalid("etcd: ttl must be a whole number of seconds >= 1s, got %v", s.ttl)
+	}
+	if s.dial <= 0 {
+		return conffile.Invalid("etcd: dial_timeout must be > 0, got %v", s.dial)
+	}
+	if _, port, _ := net.SplitHostPort(s.file.Listen); s.file.Advertise == "" && (conffile.Wildcard(s.file.Listen) || port == "0") {
+		return conffile.Invalid("advertise is required when etcd is set and listen (%q) is a wildcard or port 0", s.file.Listen)
+	}
+	return nil
+}
+
+// readAccess reads the HTTP limits, the authentication of clients and
+// the credentials for the parent.
+func (s *settings) readAccess() error {
+	f := s.file
+	var err error
+	if s.http, err = f.HTTP.limits(); err != nil {
+		return err
+	}
+	if s.auth, err = f.Auth.load(); err != nil {
+		return err
+	}
+	if f.ParentAuth != nil && len(f.Parent) == 0 {
+		return conffile.Invalid("parent_auth needs parent")
+	}
+	s.parent, s.parentID, err = f.ParentAuth.transport()
+	return err
 }
 
 // prefix is the election's key prefix.

@@ -151,6 +151,7 @@ func (o *options) config() (daemon.Config, error) {
 	if o.admin != "" {
 		cfg.Admin = o.admin
 	}
+	cfg = cfg.WithDefaults()
 	return cfg, cfg.Validate()
 }
 

@@ -80,7 +80,9 @@ type jsonTemplate struct {
 //	]}
 //
 // refusing unknown fields, and validates it. Durations are Go durations.
-// Errors wrap throttle.ErrInvalid.
+// It returns the templates as written: their defaults are filled in by
+// WithDefaults, which NewServer and SetConfig apply. Errors wrap
+// throttle.ErrInvalid.
 func ParseConfig(data []byte) (Config, error) {
 	var raw struct {
 		Resources []jsonTemplate `json:"resources"`
@@ -111,14 +113,18 @@ func ParseConfig(data []byte) (Config, error) {
 		}
 		c.Resources = append(c.Resources, t)
 	}
-	return c.withDefaults()
+	return c, c.Validate()
 }
 
-// withDefaults returns c validated, with defaults in place of zero
-// durations. It does not modify c's templates.
-func (c Config) withDefaults() (Config, error) {
+// Validate checks c as NewServer would run it, with its defaults filled
+// in. It does not modify c. Errors wrap throttle.ErrInvalid.
+func (c Config) Validate() error { return c.WithDefaults().check() }
+
+// WithDefaults returns a copy of c whose templates have the default of
+// every zero duration (see Template). It does not validate, and does not
+// modify c's templates.
+func (c Config) WithDefaults() Config {
 	out := Config{Resources: make([]Template, len(c.Resources))}
-	seen := make(map[string]bool, len(c.Resources))
 	for i, t := range c.Resources {
 		if t.LeaseLength == 0 {
 			t.LeaseLength = DefaultLeaseLength
@@ -132,36 +138,53 @@ func (c Config) withDefaults() (Config, error) {
 		if t.LearningDuration == 0 {
 			t.LearningDuration = t.MaxLeaseLength
 		}
-		switch {
-		case t.ID == "" || len(t.ID) > MaxIDLen:
-			return Config{}, invalidf("config: resource id must have 1 to %d bytes, got %q", MaxIDLen, t.ID)
-		case seen[t.ID]:
-			return Config{}, invalidf("config: resource %q configured twice", t.ID)
-		case !(t.Capacity >= 0) || math.IsInf(t.Capacity, 0):
-			return Config{}, invalidf("config: resource %q: capacity must be finite and >= 0, got %v", t.ID, t.Capacity)
-		case t.Algorithm < FairShare || t.Algorithm > None:
-			return Config{}, invalidf("config: resource %q: unknown algorithm %d", t.ID, int(t.Algorithm))
-		case t.LeaseLength < time.Second || t.LeaseLength > MaxLease:
-			return Config{}, invalidf("config: resource %q: lease length must be in [1s, %v], got %v", t.ID, MaxLease, t.LeaseLength)
-		case t.RefreshInterval <= 0 || t.RefreshInterval >= t.LeaseLength:
-			return Config{}, invalidf("config: resource %q: refresh interval must be in (0, lease length %v), got %v", t.ID, t.LeaseLength, t.RefreshInterval)
-		case t.MaxLeaseLength < t.LeaseLength || t.MaxLeaseLength > MaxLease:
-			return Config{}, invalidf("config: resource %q: max lease length must be in [lease length %v, %v], got %v", t.ID, t.LeaseLength, MaxLease, t.MaxLeaseLength)
-		case t.LearningDuration < t.MaxLeaseLength:
-			return Config{}, invalidf("config: resource %q: learning duration %v is shorter than the max lease length %v", t.ID, t.LearningDuration, t.MaxLeaseLength)
-		case !(t.SafeCapacity >= 0) || t.SafeCapacity > t.Capacity:
-			return Config{}, invalidf("config: resource %q: safe capacity must be in [0, capacity], got %v", t.ID, t.SafeCapacity)
-		}
-		if _, err := path.Match(t.ID, ""); err != nil {
-			return Config{}, invalidf("config: resource %q: bad pattern: %v", t.ID, err)
-		}
-		seen[t.ID] = true
 		out.Resources[i] = t
 	}
-	if !seen["*"] {
-		return Config{}, invalidf(`config: a catch-all template with id "*" is required`)
+	return out
+}
+
+// check validates a Config with its defaults filled in.
+func (c Config) check() error {
+	seen := make(map[string]bool, len(c.Resources))
+	for _, t := range c.Resources {
+		if err := t.check(seen); err != nil {
+			return err
+		}
+		seen[t.ID] = true
 	}
-	return out, nil
+	if !seen["*"] {
+		return invalidf(`config: a catch-all template with id "*" is required`)
+	}
+	return nil
+}
+
+// check validates a template with its defaults filled in; seen holds the
+// ids of the templates before it.
+func (t Template) check(seen map[string]bool) error {
+	switch {
+	case t.ID == "" || len(t.ID) > MaxIDLen:
+		return invalidf("config: resource id must have 1 to %d bytes, got %q", MaxIDLen, t.ID)
+	case seen[t.ID]:
+		return invalidf("config: resource %q configured twice", t.ID)
+	case !(t.Capacity >= 0) || math.IsInf(t.Capacity, 0):
+		return invalidf("config: resource %q: capacity must be finite and >= 0, got %v", t.ID, t.Capacity)
+	case t.Algorithm < FairShare || t.Algorithm > None:
+		return invalidf("config: resource %q: unknown algorithm %d", t.ID, int(t.Algorithm))
+	case t.LeaseLength < time.Second || t.LeaseLength > MaxLease:
+		return invalidf("config: resource %q: lease length must be in [1s, %v], got %v", t.ID, MaxLease, t.LeaseLength)
+	case t.RefreshInterval <= 0 || t.RefreshInterval >= t.LeaseLength:
+		return invalidf("config: resource %q: refresh interval must be in (0, lease length %v), got %v", t.ID, t.LeaseLength, t.RefreshInterval)
+	case t.MaxLeaseLength < t.LeaseLength || t.MaxLeaseLength > MaxLease:
+		return invalidf("config: resource %q: max lease length must be in [lease length %v, %v], got %v", t.ID, t.LeaseLength, MaxLease, t.MaxLeaseLength)
+	case t.LearningDuration < t.MaxLeaseLength:
+		return invalidf("config: resource %q: learning duration %v is shorter than the max lease length %v", t.ID, t.LearningDuration, t.MaxLeaseLength)
+	case !(t.SafeCapacity >= 0) || t.SafeCapacity > t.Capacity:
+		return invalidf("config: resource %q: safe capacity must be in [0, capacity], got %v", t.ID, t.SafeCapacity)
+	}
+	if _, err := path.Match(t.ID, ""); err != nil {
+		return invalidf("config: resource %q: bad pattern: %v", t.ID, err)
+	}
+	return nil
 }
 
 // match returns the template of resource id: an exact id first, then the

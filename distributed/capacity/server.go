@@ -333,8 +333,8 @@ func (h *holder) counted() uint64 { return max(h.held, h.prev) }
 
 // NewServer returns a server of cfg. Errors wrap throttle.ErrInvalid.
 func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
-	c, err := cfg.withDefaults()
-	if err != nil {
+	c := cfg.WithDefaults()
+	if err := c.check(); err != nil {
 		return nil, err
 	}
 	set := serverSettings{maxClients: DefaultMaxClients, maxResources: DefaultMaxResources, maxLeases: DefaultMaxLeases,
@@ -408,8 +408,8 @@ func (s *Server) Run(ctx context.Context, e Election, address string) error {
 // capacity. Errors wrap throttle.ErrInvalid, and leave the old
 // configuration in place.
 func (s *Server) SetConfig(cfg Config) error {
-	c, err := cfg.withDefaults()
-	if err != nil {
+	c := cfg.WithDefaults()
+	if err := c.check(); err != nil {
 		return err
 	}
 	s.mu.Lock()

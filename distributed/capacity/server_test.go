@@ -60,6 +60,10 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if tm, _ := cfg.match("db.writes"); tm.MaxLeaseLength != 0 {
+		t.Errorf("ParseConfig filled in defaults: %+v", tm)
+	}
+	cfg = cfg.WithDefaults()
 	for id, want := range map[string]float64{"db.writes": 500, "db.reads": 10, "other": 100} {
 		if tm, ok := cfg.match(id); !ok || tm.Capacity != want {
 			t.Errorf("match(%q) = %+v, want capacity %v", id, tm, want)

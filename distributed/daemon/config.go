@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -178,16 +177,15 @@ func DefaultJSON() []byte { return bytes.Clone(defaultJSON) }
 // ParseConfig reads a JSON configuration strictly (unknown fields and
 // duplicate keys are errors) and validates it. It returns the settings
 // as written: defaults and derived settings (such as WriteTimeout from
-// IdleTimeout) are filled in by Validate, which New and Reload call, so
-// they follow what a caller changes in between. Errors wrap
+// IdleTimeout) are filled in by WithDefaults, which New and Reload apply,
+// so they follow what a caller changes in between. Errors wrap
 // throttle.ErrInvalid.
 func ParseConfig(b []byte) (Config, error) {
 	var c Config
 	if err := conffile.Decode(b, &c); err != nil {
-		return c, fmt.Errorf("%w: config: %v", throttle.ErrInvalid, err)
+		return c, conffile.Invalid("%v", err)
 	}
-	v := c
-	return c, v.Validate()
+	return c, c.Validate()
 }
 
 // LoadConfig reads and validates a JSON configuration file.
@@ -203,15 +201,56 @@ func LoadConfig(path string) (Config, error) {
 // connection could not be served at all.
 const MinTimeout = 10 * time.Millisecond
 
-// Validate checks c and fills in defaults: after it, c holds derived
-// values, so change settings before validating, not after. Errors wrap
-// throttle.ErrInvalid.
-func (c *Config) Validate() error {
-	bad := func(f string, a ...any) error {
-		return fmt.Errorf("%w: config: %s", throttle.ErrInvalid, fmt.Sprintf(f, a...))
+// Validate checks c as New would run it, with its defaults filled in. It
+// does not modify c. Errors wrap throttle.ErrInvalid.
+func (c Config) Validate() error { return c.WithDefaults().check() }
+
+// WithDefaults returns c with the default of every zero setting that has
+// one, derived settings (WriteTimeout from IdleTimeout) included. It does
+// not validate: values out of range are kept, for Validate to refuse.
+func (c Config) WithDefaults() Config {
+	if c.MaxTagLen == 0 {
+		c.MaxTagLen = 256
 	}
+	if c.MaxConns == 0 {
+		c.MaxConns = defaultMaxConns(fileLimit())
+	}
+	if c.MaxConnsPerAddr == 0 && c.MaxConns > 0 {
+		c.MaxConnsPerAddr = defaultPerAddr(c.MaxConns, tcpMemPressure(), connMemory())
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = Duration(5 * time.Minute)
+	}
+	if c.IdleBudget == 0 {
+		c.IdleBudget = min(Duration(10*time.Second), c.IdleTimeout)
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = min(Duration(10*time.Second), c.IdleTimeout)
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = 1_000_000
+	}
+	return c
+}
+
+// check validates a Config with its defaults filled in.
+func (c Config) check() error {
+	if err := c.checkSockets(); err != nil {
+		return err
+	}
+	if err := c.checkBounds(); err != nil {
+		return err
+	}
+	if err := c.checkLimits(); err != nil {
+		return err
+	}
+	return c.Gossip.check()
+}
+
+// checkSockets checks the listeners and the admin address.
+func (c *Config) checkSockets() error {
 	if len(c.Listen) == 0 {
-		return bad("listen: no socket to listen on")
+		return conffile.Invalid("listen: no socket to listen on")
 	}
 	seen := map[string]bool{}
 	for _, l := range c.Listen {
@@ -220,129 +259,107 @@ func (c *Config) Validate() error {
 			err = conffile.CheckHostPort(addr, true)
 		}
 		if err != nil {
-			return bad("listen %q: %v", l, err)
+			return conffile.Invalid("listen %q: %v", l, err)
 		}
 		if seen[network+":"+addr] {
-			return bad("listen %q: listed twice", l)
+			return conffile.Invalid("listen %q: listed twice", l)
 		}
 		seen[network+":"+addr] = true
 	}
-	if c.Admin != "" {
-		if err := conffile.CheckHostPort(c.Admin, true); err != nil {
-			return bad("admin %q: %v", c.Admin, err)
-		}
+	if c.Admin == "" {
+		return nil
 	}
-	if c.MaxTagLen == 0 {
-		c.MaxTagLen = 256
+	return conffile.CheckAddr("admin", c.Admin, true)
+}
+
+// checkBounds checks the bounds on tags, connections, timeouts and keys.
+func (c *Config) checkBounds() error {
+	switch {
+	case c.MaxTagLen < 1 || c.MaxTagLen > 1024:
+		return conffile.Invalid("max_tag_len %d: must be in [1, 1024]", c.MaxTagLen)
+	case c.MaxConns < 1:
+		return conffile.Invalid("max_conns %d: must be positive", c.MaxConns)
+	case c.MaxConnsPerAddr < 1:
+		return conffile.Invalid("max_conns_per_addr %d: must be positive", c.MaxConnsPerAddr)
+	case c.IdleTimeout < Duration(MinTimeout):
+		return conffile.Invalid("idle_timeout %v: must be at least %v", time.Duration(c.IdleTimeout), MinTimeout)
+	case c.IdleBudget < Duration(MinTimeout):
+		return conffile.Invalid("idle_budget %v: must be at least %v", time.Duration(c.IdleBudget), MinTimeout)
+	case c.WriteTimeout < Duration(MinTimeout):
+		return conffile.Invalid("write_timeout %v: must be at least %v", time.Duration(c.WriteTimeout), MinTimeout)
+	case c.MaxKeys < 1:
+		return conffile.Invalid("max_keys %d: must be positive", c.MaxKeys)
 	}
-	if c.MaxTagLen < 1 || c.MaxTagLen > 1024 {
-		return bad("max_tag_len %d: must be in [1, 1024]", c.MaxTagLen)
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = defaultMaxConns(fileLimit())
-	}
-	if c.MaxConns < 1 {
-		return bad("max_conns %d: must be positive", c.MaxConns)
-	}
-	if c.MaxConnsPerAddr == 0 {
-		c.MaxConnsPerAddr = defaultPerAddr(c.MaxConns, tcpMemPressure(), connMemory())
-	}
-	if c.MaxConnsPerAddr < 1 {
-		return bad("max_conns_per_addr %d: must be positive", c.MaxConnsPerAddr)
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = Duration(5 * time.Minute)
-	}
-	if c.IdleTimeout < Duration(MinTimeout) {
-		return bad("idle_timeout %v: must be at least %v", time.Duration(c.IdleTimeout), MinTimeout)
-	}
-	if c.IdleBudget == 0 {
-		c.IdleBudget = min(Duration(10*time.Second), c.IdleTimeout)
-	}
-	if c.IdleBudget < Duration(MinTimeout) {
-		return bad("idle_budget %v: must be at least %v", time.Duration(c.IdleBudget), MinTimeout)
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = min(Duration(10*time.Second), c.IdleTimeout)
-	}
-	if c.WriteTimeout < Duration(MinTimeout) {
-		return bad("write_timeout %v: must be at least %v", time.Duration(c.WriteTimeout), MinTimeout)
-	}
-	if c.MaxKeys == 0 {
-		c.MaxKeys = 1_000_000
-	}
-	if c.MaxKeys < 1 {
-		return bad("max_keys %d: must be positive", c.MaxKeys)
-	}
+	return nil
+}
+
+// checkLimits checks the default limit and the rules.
+func (c *Config) checkLimits() error {
 	if err := c.Default.check(); err != nil {
-		return bad("default: %v", err)
+		return conffile.Invalid("default: %v", err)
 	}
 	patterns := map[string]bool{}
 	for i, r := range c.Rules {
 		if r.Pattern == "" || len(r.Pattern) > 200 {
-			return bad("rules[%d]: pattern must have 1 to 200 bytes", i)
+			return conffile.Invalid("rules[%d]: pattern must have 1 to 200 bytes", i)
 		}
 		if patterns[r.Pattern] {
-			return bad("rules[%d]: pattern %q listed twice (the first would always win)", i, r.Pattern)
+			return conffile.Invalid("rules[%d]: pattern %q listed twice (the first would always win)", i, r.Pattern)
 		}
 		patterns[r.Pattern] = true
 		if err := r.Limit.check(); err != nil {
-			return bad("rules[%d] (%q): %v", i, r.Pattern, err)
+			return conffile.Invalid("rules[%d] (%q): %v", i, r.Pattern, err)
 		}
 	}
-	g := &c.Gossip
+	return nil
+}
+
+// check checks the gossip addresses and interval.
+func (g *Gossip) check() error {
 	if g.Listen == "" && len(g.Peers) > 0 {
-		return bad("gossip: peers need gossip.listen")
+		return conffile.Invalid("gossip: peers need gossip.listen")
 	}
 	if g.Listen != "" {
-		if err := conffile.CheckHostPort(g.Listen, true); err != nil {
-			return bad("gossip.listen %q: %v", g.Listen, err)
+		if err := conffile.CheckAddr("gossip.listen", g.Listen, true); err != nil {
+			return err
 		}
-		host, _, _ := net.SplitHostPort(g.Listen)
-		if ip := net.ParseIP(host); g.Advertise == "" && (host == "" || (ip != nil && ip.IsUnspecified())) {
-			return bad("gossip.listen %q is a wildcard: set gossip.advertise to the address the peers list for this daemon", g.Listen)
+		if g.Advertise == "" && conffile.Wildcard(g.Listen) {
+			return conffile.Invalid("gossip.listen %q is a wildcard: set gossip.advertise to the address the peers list for this daemon", g.Listen)
 		}
 	}
 	if g.Advertise != "" {
-		if err := conffile.CheckHostPort(g.Advertise, false); err != nil {
-			return bad("gossip.advertise %q: %v", g.Advertise, err)
+		if err := conffile.CheckAddr("gossip.advertise", g.Advertise, false); err != nil {
+			return err
 		}
 	}
-	peers := map[string]bool{}
-	for _, p := range g.Peers {
-		if err := conffile.CheckHostPort(p, false); err != nil {
-			return bad("gossip.peers %q: %v", p, err)
-		}
-		if peers[p] {
-			return bad("gossip.peers %q: listed twice", p)
-		}
-		peers[p] = true
+	if err := conffile.CheckAddrs("gossip.peers", g.Peers); err != nil {
+		return err
 	}
 	if g.Interval < 0 || (g.Interval > 0 && time.Duration(g.Interval) < time.Millisecond) {
-		return bad("gossip.interval %v: must be at least 1ms", time.Duration(g.Interval))
+		return conffile.Invalid("gossip.interval %v: must be at least 1ms", time.Duration(g.Interval))
 	}
-	return g.Members.check(g, bad)
+	return g.Members.check(g)
 }
 
 // check validates the membership settings, if any.
-func (m *Members) check(g *Gossip, bad func(string, ...any) error) error {
+func (m *Members) check(g *Gossip) error {
 	if m == nil {
 		return nil
 	}
 	switch {
 	case g.Listen == "":
-		return bad("gossip.members needs gossip.listen")
+		return conffile.Invalid("gossip.members needs gossip.listen")
 	case len(g.Peers) > 0:
-		return bad("gossip.members and gossip.peers: list the seeds in gossip.members.seeds")
+		return conffile.Invalid("gossip.members and gossip.peers: list the seeds in gossip.members.seeds")
 	case m.Rejoin < 0:
-		return bad("gossip.members.rejoin %v is negative", time.Duration(m.Rejoin))
+		return conffile.Invalid("gossip.members.rejoin %v is negative", time.Duration(m.Rejoin))
 	}
-	if err := conffile.CheckHostPort(m.Bind, true); err != nil {
-		return bad("gossip.members.bind %q: %v", m.Bind, err)
+	if err := conffile.CheckAddr("gossip.members.bind", m.Bind, true); err != nil {
+		return err
 	}
 	for _, a := range append([]string{m.Advertise}, m.Seeds...) {
 		if err := conffile.CheckHostPort(a, false); a != "" && err != nil {
-			return bad("gossip.members address %q: %v", a, err)
+			return conffile.Invalid("gossip.members address %q: %v", a, err)
 		}
 	}
 	return nil

@@ -21,7 +21,7 @@ func TestDefaultPerAddrBoundedByMemory(t *testing.T) {
 		}
 	}
 	if p := tcpMemPressure(); p > 0 {
-		cfg := Config{Listen: []string{"127.0.0.1:1"}, Default: Limit{Rate: "1/s", Burst: 1}}
+		cfg := Config{Listen: []string{"127.0.0.1:1"}, Default: Limit{Rate: "1/s", Burst: 1}}.WithDefaults()
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}

@@ -592,11 +592,15 @@ func TestConfigDerivedAndTimeouts(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	if c.WriteTimeout != 0 {
+		t.Fatalf("Validate filled in write_timeout %v", time.Duration(c.WriteTimeout))
+	}
+	c = c.WithDefaults()
 	if c.WriteTimeout != daemon.Duration(time.Second) || c.IdleBudget != daemon.Duration(time.Second) || c.MaxTagLen != 256 {
-		t.Fatalf("DefaultConfig with idle_timeout 1s, validated: write_timeout %v, idle_budget %v, max_tag_len %d; want 1s, 1s, 256",
+		t.Fatalf("DefaultConfig with idle_timeout 1s, with its defaults: write_timeout %v, idle_budget %v, max_tag_len %d; want 1s, 1s, 256",
 			time.Duration(c.WriteTimeout), time.Duration(c.IdleBudget), c.MaxTagLen)
 	}
-	if c := daemon.DefaultConfig(); c.Validate() != nil || c.IdleBudget != daemon.Duration(10*time.Second) {
+	if c := daemon.DefaultConfig().WithDefaults(); c.Validate() != nil || c.IdleBudget != daemon.Duration(10*time.Second) {
 		t.Fatalf("default idle_budget %v, want 10s", time.Duration(c.IdleBudget))
 	}
 	for _, f := range []string{"idle_timeout", "write_timeout", "idle_budget"} {

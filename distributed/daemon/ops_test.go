@@ -90,7 +90,7 @@ func TestDefaultMaxConnsFitsFileLimit(t *testing.T) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Skip(err)
 	}
-	cfg := config("tcp:127.0.0.1:0")
+	cfg := config("tcp:127.0.0.1:0").WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

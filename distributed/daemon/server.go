@@ -179,11 +179,12 @@ type Stats struct {
 	Unsealed uint64
 }
 
-// New validates cfg, creates the gossip node and its limiters, and binds
+// New validates cfg with its defaults (WithDefaults), creates the gossip node and its limiters, and binds
 // every listener (so Addrs is known before Start). opts (throttle.WithClock,
 // WithMaxKeys, ...) apply to the limiters. log may be nil (discard).
 func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	if log == nil {
@@ -383,7 +384,8 @@ func (s *Server) Reload(cfg Config) error {
 }
 
 func (s *Server) reload(cfg Config) error {
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.check(); err != nil {
 		return err
 	}
 	fixed := func(c Config) string {

@@ -6,6 +6,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/throttlekit/throttle v0.1.0
+	github.com/throttlekit/throttle/distributed/redislimit v0.1.0
 )
 
 require (
@@ -20,4 +21,7 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 )
 
-replace github.com/throttlekit/throttle => ../..
+replace (
+	github.com/throttlekit/throttle => ../..
+	github.com/throttlekit/throttle/distributed/redislimit => ../redislimit
+)

@@ -23,23 +23,31 @@
 //
 // # Round trips and contention
 //
-// A decision is one SELECT (by primary key); a denial ends there and
-// writes nothing. An admission then writes with one statement that
-// succeeds only if the row is still what was read: an UPDATE ... WHERE
-// state = old, or, for a key without a live row, an INSERT ... ON CONFLICT
-// DO UPDATE ... WHERE the row expired. Under PostgreSQL's default READ
-// COMMITTED isolation a concurrent writer of the same row is waited for
-// and the condition re-checked on its result, so a write that raced
-// another affects no row and storelimit reads and decides again: no
-// explicit transaction, no lock held across a round trip. Under a stricter
-// default isolation (REPEATABLE READ, SERIALIZABLE) the raced write fails
-// with a serialization failure instead; the Store takes that, and a
-// deadlock, for a lost race too. Different keys never wait for each other.
+// The Store is a throttle.LoadingStore, so storelimit decides on the state
+// it last saw of a key and writes with one statement that swaps only if
+// the row is still that state, and otherwise returns the row's state: an
+// admission whose guess holds (a key this process wrote last) is one
+// round trip, one whose guess is stale two. The swap is an UPDATE ...
+// WHERE state = old, or, for a key without a live row, an INSERT ... ON
+// CONFLICT DO UPDATE ... WHERE the row expired, with the row's state
+// read in the same statement when it affects none. A denial is one
+// SELECT (by primary key) and writes nothing.
+//
+// Under PostgreSQL's default READ COMMITTED isolation a concurrent writer
+// of the same row is waited for and the condition re-checked on its
+// result, so a write that raced another affects no row and storelimit
+// decides again on the state returned: no explicit transaction, no lock
+// held across a round trip. (The state returned is read in the
+// statement's snapshot, so it may miss the write that was just waited
+// for: that costs one more try.) Under a stricter default isolation
+// (REPEATABLE READ, SERIALIZABLE) the raced write fails with a
+// serialization failure instead; the Store takes that, and a deadlock,
+// for a lost race too, and reads the state with a SELECT. Different keys
+// never wait for each other.
 //
 // The decision is not made by a function in the database on purpose:
 // it would be a second implementation of every algorithm (in PL/pgSQL),
-// where the Go steps are tested against the in-process limiters; the
-// price is a second round trip for admissions.
+// where the Go steps are tested against the in-process limiters.
 //
 // # Expiry and sweeping
 //
@@ -88,7 +96,7 @@ const DefaultTable = "throttle_state"
 // otherwise.
 const DefaultTimeout = time.Second
 
-var _ throttle.Store = (*Store)(nil)
+var _ throttle.LoadingStore = (*Store)(nil)
 
 // Store is a throttle.Store in one PostgreSQL table. It is safe for
 // concurrent use when its DB is (a pool). The zero value is not usable;
@@ -136,10 +144,19 @@ func New(db DB, opts ...Option) (*Store, error) {
 	}
 	t := s.table
 	s.load = "SELECT state FROM " + t + " WHERE key = $1 AND expires >= $2"
-	s.update = "UPDATE " + t + " SET state = $3, expires = $4 WHERE key = $1 AND state = $2 AND expires >= $5"
-	s.insert = "INSERT INTO " + t + " AS t (key, state, expires) VALUES ($1, $2, $3)" +
+	// Each swap returns one row: whether it swapped, and if not the
+	// key's state at now, read in the statement's snapshot.
+	orState := func(now string) string {
+		return " SELECT true, 0::bigint FROM w UNION ALL SELECT false, COALESCE((SELECT state FROM " + t +
+			" WHERE key = $1 AND expires >= " + now + "), 0) WHERE NOT EXISTS (SELECT FROM w)"
+	}
+	// $1 key, $2 old, $3 next, $4 now, $5 expires
+	s.update = "WITH w AS (UPDATE " + t + " SET state = $3, expires = $5" +
+		" WHERE key = $1 AND state = $2 AND expires >= $4 RETURNING 1)" + orState("$4")
+	// $1 key, $2 next, $3 now, $4 expires
+	s.insert = "WITH w AS (INSERT INTO " + t + " AS t (key, state, expires) VALUES ($1, $2, $4)" +
 		" ON CONFLICT (key) DO UPDATE SET state = excluded.state, expires = excluded.expires" +
-		" WHERE t.expires < $4 OR t.state = 0"
+		" WHERE t.expires < $3 OR t.state = 0 RETURNING 1)" + orState("$3")
 	s.sweep = "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t +
 		" WHERE expires < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
 	return s, nil
@@ -170,19 +187,30 @@ func (s *Store) Load(ctx context.Context, key string, now int64) (int64, error) 
 // CompareAndSwap sets key's state to next, live until expires, if its
 // state at now is old: one statement.
 func (s *Store) CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (bool, error) {
-	ctx, cancel := s.bound(ctx)
+	_, ok, err := s.CompareAndSwapLoad(ctx, key, old, next, now, expires)
+	return ok, err
+}
+
+// CompareAndSwapLoad is CompareAndSwap that returns key's state at now
+// when it does not swap: one statement, and a SELECT after a
+// serialization failure or a deadlock.
+func (s *Store) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
+	bctx, cancel := s.bound(ctx)
 	defer cancel()
-	var tag pgconn.CommandTag
-	var err error
+	var row pgx.Row
 	if old == 0 {
-		tag, err = s.db.Exec(ctx, s.insert, []byte(key), next, ceilMicro(expires), floorMicro(now))
+		row = s.db.QueryRow(bctx, s.insert, []byte(key), next, floorMicro(now), ceilMicro(expires))
 	} else {
-		tag, err = s.db.Exec(ctx, s.update, []byte(key), old, next, ceilMicro(expires), floorMicro(now))
+		row = s.db.QueryRow(bctx, s.update, []byte(key), old, next, floorMicro(now), ceilMicro(expires))
 	}
+	var swapped bool
+	var state int64
+	err := row.Scan(&swapped, &state)
 	if conflict(err) {
-		return false, nil
+		state, err = s.Load(ctx, key, now)
+		return state, false, err
 	}
-	return err == nil && tag.RowsAffected() == 1, err
+	return state, err == nil && swapped, err
 }
 
 // conflict reports whether err is PostgreSQL refusing the statement

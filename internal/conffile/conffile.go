@@ -1,6 +1,10 @@
-// Package conffile holds what the daemons' JSON configuration files share:
-// strict decoding (unknown fields, duplicate keys and trailing data are
-// errors) and address checks.
+// Package conffile holds what the daemons' configurations share: strict
+// decoding of JSON files (unknown fields, duplicate keys and trailing data
+// are errors), address checks, and the error of a bad setting.
+//
+// Both daemons' configurations follow one pattern: Validate checks and
+// never modifies; defaults are filled by one step of their own
+// (WithDefaults), which the constructors apply before they check.
 package conffile
 
 import (
@@ -11,7 +15,49 @@ import (
 	"io"
 	"net"
 	"strconv"
+
+	"github.com/throttlekit/throttle"
 )
+
+// Invalid returns the error of a bad setting: "config: " and the
+// message, wrapping throttle.ErrInvalid.
+func Invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: config: %s", throttle.ErrInvalid, fmt.Sprintf(format, a...))
+}
+
+// CheckAddr checks the host:port addr of the setting name (see
+// CheckHostPort); the error, from Invalid, names both.
+func CheckAddr(name, addr string, zeroOK bool) error {
+	if err := CheckHostPort(addr, zeroOK); err != nil {
+		return Invalid("%s %q: %v", name, addr, err)
+	}
+	return nil
+}
+
+// CheckAddrs is CheckAddr, port 0 refused, for each address a list of
+// peers holds, and refuses an address listed twice.
+func CheckAddrs(name string, addrs []string) error {
+	seen := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		if err := CheckAddr(name, a, false); err != nil {
+			return err
+		}
+		if seen[a] {
+			return Invalid("%s %q: listed twice", name, a)
+		}
+		seen[a] = true
+	}
+	return nil
+}
+
+// Wildcard reports whether the host of hostport is empty or an
+// unspecified IP address ("0.0.0.0", "::"): an address to listen on that
+// others cannot reach this host by.
+func Wildcard(hostport string) bool {
+	host, _, _ := net.SplitHostPort(hostport)
+	ip := net.ParseIP(host)
+	return host == "" || (ip != nil && ip.IsUnspecified())
+}
 
 // Decode decodes the JSON object b into v strictly: a key that appears
 // twice in an object (which encoding/json would silently resolve to the

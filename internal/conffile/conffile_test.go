@@ -1,8 +1,11 @@
 package conffile
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/throttlekit/throttle"
 )
 
 func TestDecode(t *testing.T) {
@@ -40,5 +43,31 @@ func TestCheckHostPort(t *testing.T) {
 	}
 	if err := CheckHostPort("127.0.0.1:0", true); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestAddrs(t *testing.T) {
+	for _, c := range []struct {
+		addrs []string
+		ok    bool
+	}{
+		{nil, true},
+		{[]string{"a:1", "b:2"}, true},
+		{[]string{"a:1", "a:1"}, false},
+		{[]string{"a:0"}, false},
+		{[]string{"a"}, false},
+	} {
+		err := CheckAddrs("peers", c.addrs)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, throttle.ErrInvalid)) {
+			t.Errorf("CheckAddrs(%q) = %v, want ok %v (else ErrInvalid)", c.addrs, err, c.ok)
+		}
+	}
+	if err := CheckAddr("listen", "127.0.0.1:0", true); err != nil {
+		t.Errorf("listen on port 0: %v", err)
+	}
+	for hp, want := range map[string]bool{":7946": true, "0.0.0.0:1": true, "[::]:1": true, "10.0.0.1:1": false, "host:1": false} {
+		if got := Wildcard(hp); got != want {
+			t.Errorf("Wildcard(%q) = %v, want %v", hp, got, want)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package etcdtest
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -66,22 +65,4 @@ func TestStartPauseResumeKillRestart(t *testing.T) {
 	s.Pause(t)
 	s.Kill() // kills a paused server too
 	s.Kill() // and is idempotent
-}
-
-func TestProxyBlock(t *testing.T) {
-	s := Start(t)
-	p := NewProxy(t, s.Endpoints[0])
-	if err := Healthy(p.Endpoint, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	p.Block()
-	if err := Healthy(p.Endpoint, 300*time.Millisecond); err == nil {
-		t.Fatal("blocked proxy passed /health")
-	}
-	p.Unblock()
-	if err := Healthy(p.Endpoint, time.Second); err != nil {
-		t.Fatal(fmt.Errorf("after Unblock: %w", err))
-	}
-	p.Block()
-	p.Close() // closes while blocked
 }

@@ -12,9 +12,10 @@ import (
 // bucket) at any instant.
 const Full = math.MinInt64
 
-// Algorithm is the pure step of tokenbucket.Algorithm and
-// leakybucket.Algorithm, which differ only in their names. The zero value
-// fails with ErrInvalid, naming pkg.
+// Algorithm is the pure step that tokenbucket.Algorithm and
+// leakybucket.Algorithm embed: they differ only in their names. It is
+// throttle.Algorithm on the TAT state. The zero value fails with
+// ErrInvalid.
 type Algorithm struct{ c *Config }
 
 // NewAlgorithm validates rate and burst. Errors wrap throttle.ErrInvalid.
@@ -26,11 +27,16 @@ func NewAlgorithm(rate throttle.Rate, burst int) (Algorithm, error) {
 	return Algorithm{c}, nil
 }
 
-// Decide is throttle.Algorithm's Decide on the TAT state; pkg names the
-// Algorithm in the error of a zero one.
-func (a Algorithm) Decide(pkg string, state, now int64, n int) (next int64, d throttle.Decision, err error) {
+// errZeroAlgorithm is the error of a zero Algorithm's Decide.
+var errZeroAlgorithm = fmt.Errorf("%w: zero Algorithm: use NewAlgorithm", throttle.ErrInvalid)
+
+// Decide decides n units at now on a key whose state is state. It
+// returns the state to store (state itself when denied) and the
+// Decision. Errors wrap throttle.ErrInvalid (n <= 0, a zero Algorithm, a
+// TAT past 2262) or throttle.ErrExceedsLimit (n > burst).
+func (a Algorithm) Decide(state, now int64, n int) (next int64, d throttle.Decision, err error) {
 	if a.c == nil {
-		return state, d, fmt.Errorf("%w: zero %s.Algorithm: use NewAlgorithm", throttle.ErrInvalid, pkg)
+		return state, d, errZeroAlgorithm
 	}
 	if err := limiterkit.CheckN(n, a.c.Burst); err != nil {
 		return state, d, err
@@ -46,10 +52,8 @@ func (a Algorithm) Decide(pkg string, state, now int64, n int) (next int64, d th
 	return next, d, nil
 }
 
+// Fresh returns Full, the state of a key never seen.
+func (Algorithm) Fresh() int64 { return Full }
+
 // Quota is the burst and the time to earn it (zero on a zero Algorithm).
-func (a Algorithm) Quota() throttle.Quota {
-	if a.c == nil {
-		return throttle.Quota{}
-	}
-	return throttle.Quota{Limit: a.c.Burst, Window: a.c.Rate.Duration(int64(a.c.Burst))}
-}
+func (a Algorithm) Quota() throttle.Quota { return QuotaOf(a.c) }

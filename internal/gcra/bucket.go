@@ -247,17 +247,14 @@ func (l *Keyed) allow(d *throttle.Decision, key string, n int, c *Config) error 
 	if l.m == nil {
 		return errZero
 	}
-	s, now, err := l.m.Begin(key, n, c.Burst)
-	if err != nil {
-		return err
-	}
 	cost := int64(n) * c.Interval
-	for {
-		if tat, ok, live := s.Take(now, cost, c.Tau); live {
-			return c.Fill(d, now, tat, cost, ok)
+	return l.m.Decide(key, n, c.Burst, func(s *State, now int64) (bool, error) {
+		tat, ok, live := s.Take(now, cost, c.Tau)
+		if !live {
+			return false, nil
 		}
-		s, now = l.m.Again(key, now)
-	}
+		return true, c.Fill(d, now, tat, cost, ok)
+	})
 }
 
 // Reserve books n units for key at the earliest time they fit, if within
@@ -273,13 +270,13 @@ func (l *Keyed) Reserve(key string, n int, maxWait time.Duration) (throttle.Rese
 	if maxWait < 0 {
 		return throttle.Reservation{}, fmt.Errorf("%w: negative maxWait %v", throttle.ErrInvalid, maxWait)
 	}
+	var res throttle.Reservation
 	s, now := l.m.GetNow(key)
-	for {
-		if res, live, err := reserve(s, c, now, n, maxWait); live {
-			return res, err
-		}
-		s, now = l.m.Again(key, now)
-	}
+	err := l.m.Retry(key, s, now, func(s *State, now int64) (live bool, err error) {
+		res, live, err = reserve(s, c, now, n, maxWait)
+		return live, err
+	})
+	return res, err
 }
 
 // Debit charges n units to key without checking.
@@ -292,10 +289,9 @@ func (l *Keyed) Debit(key string, n int64) error {
 	}
 	cost := l.cfg.Load().Cost(n)
 	s, now := l.m.GetNow(key)
-	for !s.Debit(now, cost) {
-		s, now = l.m.Again(key, now)
-	}
-	return nil
+	return l.m.Retry(key, s, now, func(s *State, now int64) (bool, error) {
+		return s.Debit(now, cost), nil
+	})
 }
 
 // tat returns the TAT of key, that of a full bucket if absent.

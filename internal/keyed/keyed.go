@@ -521,6 +521,30 @@ func (m *Map[S, P]) Begin(key string, n, limit int) (P, int64, error) {
 	return p, now, nil
 }
 
+// Decide is a keyed decision whole: Begin, then step on key's state
+// until step finds it live, taking the state again (Again) each time it
+// was dead. step reports whether the state was live, and the decision's
+// error; it must decide nothing on a dead state. Errors are Begin's or
+// step's.
+func (m *Map[S, P]) Decide(key string, n, limit int, step func(s P, now int64) (live bool, err error)) error {
+	s, now, err := m.Begin(key, n, limit)
+	if err != nil {
+		return err
+	}
+	return m.Retry(key, s, now, step)
+}
+
+// Retry calls step on s at now, then, while step finds the state dead,
+// on key's state taken again (Again); it returns step's error.
+func (m *Map[S, P]) Retry(key string, s P, now int64, step func(s P, now int64) (live bool, err error)) error {
+	for {
+		if live, err := step(s, now); live {
+			return err
+		}
+		s, now = m.Again(key, now)
+	}
+}
+
 // Load returns the state of key, or nil if the key is absent.
 func (m *Map[S, P]) Load(key string) P {
 	sh, tag := m.locate(key)

@@ -14,13 +14,10 @@
 package window
 
 import (
-	"fmt"
 	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
-
-	"github.com/throttlekit/throttle"
 )
 
 // Dead is the word of a state retired from a keyed map. No live word has
@@ -54,25 +51,6 @@ func NewLayout(limit int64, counts uint) (Layout, bool) {
 
 // Max returns the largest count a word of l holds.
 func (l Layout) Max() int64 { return l.cmask }
-
-// SetLimit replaces the configuration in p by with(c, limit), a copy of
-// it with another limit, retrying when p changed meanwhile: the
-// SetLimit of the keyed window limiters. zero is the error of an empty p.
-func SetLimit[C any](p *atomic.Pointer[C], limit int, with func(*C, int) (*C, error), zero error) error {
-	for {
-		c := p.Load()
-		if c == nil {
-			return zero
-		}
-		nc, err := with(c, limit)
-		if err != nil {
-			return err
-		}
-		if p.CompareAndSwap(c, nc) {
-			return nil
-		}
-	}
-}
 
 // TagBits returns the width of the tag.
 func (l Layout) TagBits() uint { return l.tb }
@@ -287,22 +265,4 @@ func WeightedRetry(limit, w, prev, cur, n int64) (retry, reset int64) {
 		reset += w
 	}
 	return retry, reset
-}
-
-// Decide is the Algorithm.Decide of the window limiters: it checks n and
-// the state (what a store hands back must be a live word an Algorithm
-// wrote: not negative), runs the pure step, and keeps state when the
-// request is denied. pkg names the package in errors.
-func Decide(pkg string, state, now int64, n int, checkN func(int) error, step func(d *throttle.Decision, old, now, n int64) int64) (next int64, d throttle.Decision, err error) {
-	if err := checkN(n); err != nil {
-		return state, d, err
-	}
-	if state < 0 {
-		return state, d, fmt.Errorf("%w: %s: state %#x was not written by an Algorithm", throttle.ErrInvalid, pkg, state)
-	}
-	next = step(&d, state, now, int64(n))
-	if !d.Allowed {
-		next = state
-	}
-	return next, d, nil
 }

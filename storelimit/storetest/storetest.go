@@ -160,3 +160,38 @@ func Contention(t *testing.T, l throttle.Limiter, limit, workers int) {
 		t.Fatalf("%d goroutines on one key admitted %d units with time standing still, want exactly %d", workers, got, limit)
 	}
 }
+
+// Counted returns s counting the calls made to it into calls: a
+// throttle.LoadingStore if s is one, else a throttle.Store.
+func Counted(s throttle.Store, calls *atomic.Int64) throttle.Store {
+	c := counted{s, calls}
+	if ls, ok := s.(throttle.LoadingStore); ok {
+		return countedLoading{c, ls}
+	}
+	return c
+}
+
+type counted struct {
+	s     throttle.Store
+	calls *atomic.Int64
+}
+
+func (c counted) Load(ctx context.Context, key string, now int64) (int64, error) {
+	c.calls.Add(1)
+	return c.s.Load(ctx, key, now)
+}
+
+func (c counted) CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (bool, error) {
+	c.calls.Add(1)
+	return c.s.CompareAndSwap(ctx, key, old, next, now, expires)
+}
+
+type countedLoading struct {
+	counted
+	ls throttle.LoadingStore
+}
+
+func (c countedLoading) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
+	c.calls.Add(1)
+	return c.ls.CompareAndSwapLoad(ctx, key, old, next, now, expires)
+}

@@ -175,128 +175,200 @@ type elected struct {
 // round campaigns with one lease until it is lost, etcd fails the
 // campaign, or ctx is done.
 func (e *Election) round(ctx context.Context, address string, rep *reporter) error {
+	r, err := e.grant(ctx, address, rep)
+	if err != nil {
+		return err
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer r.end(ctx, stop)
+	if err := r.start(rctx); err != nil {
+		return err
+	}
+	for {
+		r.report()
+		if err := r.next(rctx); err != nil {
+			return err
+		}
+	}
+}
+
+// round is the state of one round: one lease, its campaign, and what the
+// replica knows of its standing.
+type round struct {
+	e       *Election
+	address string
+	rep     *reporter
+
+	lease      clientv3.LeaseID
+	key        string        // the replica's key under the prefix
+	ttl        time.Duration // the TTL etcd granted
+	margin     time.Duration // the step-down margin, scaled to ttl
+	validUntil time.Time     // the lease is alive at etcd at least until then
+	timer      *time.Timer   // fires a margin before validUntil
+
+	election  *concurrency.Election
+	observed  <-chan clientv3.GetResponse // nil while a restart is pending
+	reobserve <-chan time.Time            // restarts a failed observer
+	renewals  chan renewal
+	won       chan elected
+	done      chan struct{} // closed when the round's goroutines are done
+
+	isElected bool
+	term      int64
+	keyEvents clientv3.WatchChan
+}
+
+// grant takes a lease for a new round, timing its TTL from when it asked.
+func (e *Election) grant(ctx context.Context, address string, rep *reporter) (*round, error) {
 	sent := time.Now()
 	gctx, cancel := context.WithTimeout(ctx, e.ttl)
-	grant, err := e.client.Grant(gctx, int64(e.ttl/time.Second))
+	g, err := e.client.Grant(gctx, int64(e.ttl/time.Second))
 	cancel()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	validUntil := sent.Add(time.Duration(grant.TTL) * time.Second)
-	ttl := time.Duration(grant.TTL) * time.Second
-	margin := e.margin
-	if ttl > e.ttl { // etcd raised the TTL to its minimum
-		margin = e.margin * ttl / e.ttl
+	r := &round{
+		e: e, address: address, rep: rep,
+		lease: g.ID, key: fmt.Sprintf("%s%x", e.prefix, int64(g.ID)),
+		ttl: time.Duration(g.TTL) * time.Second, margin: e.margin,
+		renewals: make(chan renewal), won: make(chan elected, 1), done: make(chan struct{}),
 	}
+	if r.ttl > e.ttl { // etcd raised the TTL to its minimum
+		r.margin = e.margin * r.ttl / e.ttl
+	}
+	r.validUntil = sent.Add(r.ttl)
+	r.timer = time.NewTimer(time.Until(r.validUntil.Add(-r.margin)))
+	return r, nil
+}
 
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{}) // closed when the round's goroutines are done
-	var observed <-chan clientv3.GetResponse
-	defer func() {
-		// Step down before anything else: once the lease is revoked
-		// another replica may be elected at once.
-		if rep.last.IsMaster {
-			rep.set(capacity.Leadership{Term: rep.last.Term})
-		}
-		stop()
-		<-done
-		// Wait for the observer to end. It is nil when it had failed and
-		// its restart was pending: ranging over nil would block for ever,
-		// as it did when the caller's cancellation closed the observer
-		// just before the round saw it.
-		if observed != nil {
-			for range observed {
-			}
-		}
-		// Revoking deletes the key: the next replica is elected at once.
-		// If etcd cannot be reached the lease expires by itself.
-		vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 2*time.Second))
-		_, _ = e.client.Revoke(vctx, grant.ID)
-		cancel()
-	}()
-	sess, err := concurrency.NewSession(e.client, concurrency.WithLease(grant.ID), concurrency.WithContext(rctx))
+// start opens the round's session and observer, and starts its campaign
+// and renewals.
+func (r *round) start(ctx context.Context) error {
+	sess, err := concurrency.NewSession(r.e.client, concurrency.WithLease(r.lease), concurrency.WithContext(ctx))
 	if err != nil {
-		close(done)
+		close(r.done)
 		return err
 	}
-	election := concurrency.NewElection(sess, strings.TrimSuffix(e.prefix, "/"))
-	observed = election.Observe(rctx)
-	var reobserve <-chan time.Time // restarts a failed observer
-	key := fmt.Sprintf("%s%x", e.prefix, int64(grant.ID))
-
-	renewals := make(chan renewal)
-	won := make(chan elected, 1)
+	r.election = concurrency.NewElection(sess, strings.TrimSuffix(r.e.prefix, "/"))
+	r.observed = r.election.Observe(ctx)
 	go func() {
-		defer close(done)
+		defer close(r.done)
 		wonDone := make(chan struct{})
 		go func() {
 			defer close(wonDone)
-			rev, hdr, err := e.campaign(rctx, address, grant.ID)
-			won <- elected{rev, hdr, err}
+			rev, hdr, err := r.e.campaign(ctx, r.address, r.lease)
+			r.won <- elected{rev, hdr, err}
 		}()
-		e.renewLoop(rctx, grant.ID, renewals)
+		r.e.renewLoop(ctx, r.lease, r.renewals)
 		<-wonDone
 		<-sess.Done()
 	}()
+	return nil
+}
 
-	var (
-		isElected bool
-		term      int64
-		keyEvents clientv3.WatchChan
-		timer     = time.NewTimer(time.Until(validUntil.Add(-margin)))
-	)
-	defer timer.Stop()
-	for {
-		// The master's standing: elected, key present, lease surely alive.
-		if isElected {
-			if time.Now().Before(validUntil.Add(-margin)) {
-				rep.set(capacity.Leadership{Master: address, IsMaster: true, Term: term})
-			} else {
-				rep.set(capacity.Leadership{Term: term})
-			}
+// end steps down, stops the round's goroutines and revokes its lease.
+func (r *round) end(ctx context.Context, stop context.CancelFunc) {
+	r.timer.Stop()
+	// Step down before anything else: once the lease is revoked another
+	// replica may be elected at once.
+	if r.rep.last.IsMaster {
+		r.rep.set(capacity.Leadership{Term: r.rep.last.Term})
+	}
+	stop()
+	<-r.done
+	// Wait for the observer to end. It is nil when it had failed and its
+	// restart was pending: ranging over nil would block for ever, as it
+	// did when the caller's cancellation closed the observer just before
+	// the round saw it.
+	if r.observed != nil {
+		for range r.observed {
 		}
-		select {
-		case <-rctx.Done():
-			return rctx.Err()
-		case r := <-renewals:
-			if errors.Is(r.err, rpctypes.ErrLeaseNotFound) {
-				return errLost
-			}
-			if r.err == nil && r.sent.Add(r.ttl).After(validUntil) {
-				validUntil = r.sent.Add(r.ttl)
-				timer.Reset(time.Until(validUntil.Add(-margin)))
-				if e.onRenew != nil {
-					e.onRenew(grant.ID, validUntil)
-				}
-			}
-		case w := <-won:
-			if w.err != nil {
-				return w.err
-			}
-			isElected, term = true, w.rev
-			keyEvents = e.client.Watch(rctx, key, clientv3.WithRev(w.hdrRev+1))
-		case wr, ok := <-keyEvents:
-			if !ok || wr.Err() != nil {
-				return errLost // cannot tell whether the key is still there
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					rep.set(capacity.Leadership{Term: term}) // step down at once
-					return errLost
-				}
-			}
-		case o, ok := <-observed:
-			if !ok { // etcd failed it: observe again a little later
-				observed, reobserve = nil, time.After(e.retry)
-				continue
-			}
-			if !isElected && len(o.Kvs) > 0 && string(o.Kvs[0].Key) != key {
-				rep.set(capacity.Leadership{Master: string(o.Kvs[0].Value), Term: o.Kvs[0].CreateRevision})
-			}
-		case <-reobserve:
-			observed, reobserve = election.Observe(rctx), nil
-		case <-timer.C:
+	}
+	// Revoking deletes the key: the next replica is elected at once. If
+	// etcd cannot be reached the lease expires by itself.
+	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(r.ttl, 2*time.Second))
+	_, _ = r.e.client.Revoke(vctx, r.lease)
+	cancel()
+}
+
+// report reports the master's standing: elected, key present, lease
+// surely alive.
+func (r *round) report() {
+	if !r.isElected {
+		return
+	}
+	if time.Now().Before(r.validUntil.Add(-r.margin)) {
+		r.rep.set(capacity.Leadership{Master: r.address, IsMaster: true, Term: r.term})
+	} else {
+		r.rep.set(capacity.Leadership{Term: r.term})
+	}
+}
+
+// next waits for the next event of the round and takes it in; an error
+// ends the round.
+func (r *round) next(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case rn := <-r.renewals:
+		return r.renewed(rn)
+	case w := <-r.won:
+		if w.err != nil {
+			return w.err
 		}
+		r.isElected, r.term = true, w.rev
+		r.keyEvents = r.e.client.Watch(ctx, r.key, clientv3.WithRev(w.hdrRev+1))
+	case wr, ok := <-r.keyEvents:
+		return r.keyChanged(wr, ok)
+	case o, ok := <-r.observed:
+		r.observe(o, ok)
+	case <-r.reobserve:
+		r.observed, r.reobserve = r.election.Observe(ctx), nil
+	case <-r.timer.C:
+	}
+	return nil
+}
+
+// renewed takes in a renewal: a lease etcd no longer has ends the round;
+// a success moves the bound of the lease's life.
+func (r *round) renewed(rn renewal) error {
+	if errors.Is(rn.err, rpctypes.ErrLeaseNotFound) {
+		return errLost
+	}
+	if rn.err == nil && rn.sent.Add(rn.ttl).After(r.validUntil) {
+		r.validUntil = rn.sent.Add(rn.ttl)
+		r.timer.Reset(time.Until(r.validUntil.Add(-r.margin)))
+		if r.e.onRenew != nil {
+			r.e.onRenew(r.lease, r.validUntil)
+		}
+	}
+	return nil
+}
+
+// keyChanged takes in the watch of the master's own key: its deletion,
+// or a watch that failed, ends the round.
+func (r *round) keyChanged(wr clientv3.WatchResponse, ok bool) error {
+	if !ok || wr.Err() != nil {
+		return errLost // cannot tell whether the key is still there
+	}
+	for _, ev := range wr.Events {
+		if ev.Type == mvccpb.DELETE {
+			r.rep.set(capacity.Leadership{Term: r.term}) // step down at once
+			return errLost
+		}
+	}
+	return nil
+}
+
+// observe takes in who the master is, as a replica not elected sees it;
+// a failed observer is restarted a little later.
+func (r *round) observe(o clientv3.GetResponse, ok bool) {
+	if !ok { // etcd failed it: observe again a little later
+		r.observed, r.reobserve = nil, time.After(r.e.retry)
+		return
+	}
+	if !r.isElected && len(o.Kvs) > 0 && string(o.Kvs[0].Key) != r.key {
+		r.rep.set(capacity.Leadership{Master: string(o.Kvs[0].Value), Term: o.Kvs[0].CreateRevision})
 	}
 }
 

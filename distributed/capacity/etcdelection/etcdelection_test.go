@@ -12,6 +12,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/capacity"
 	"github.com/throttlekit/throttle/internal/etcdtest"
+	"github.com/throttlekit/throttle/internal/faultproxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -269,10 +270,10 @@ func TestElectAndResign(t *testing.T) {
 // once.
 func TestMasterCutOff(t *testing.T) {
 	srv := etcdtest.Start(t)
-	proxies := map[*replica]*etcdtest.Proxy{}
+	proxies := map[*replica]*faultproxy.Proxy{}
 	var rs []*replica
 	for i := range 3 {
-		p := etcdtest.NewProxy(t, srv.Endpoints[0])
+		p := faultproxy.New(t, srv.Endpoints[0])
 		r := startReplica(t, p.Endpoint, fmt.Sprintf("10.0.0.%d:7000", i+1))
 		proxies[r] = p
 		rs = append(rs, r)
@@ -281,7 +282,7 @@ func TestMasterCutOff(t *testing.T) {
 	term := m.last().Term
 
 	t0 := time.Now()
-	proxies[m].Block()
+	proxies[m].Set(faultproxy.Hang)
 	bound := m.lastBound()
 	down := waitFor(t, testTTL, "step-down", func() bool { return !m.last().IsMaster })
 	rest := others(rs, m)
@@ -301,7 +302,7 @@ func TestMasterCutOff(t *testing.T) {
 	checkOneMaster(t, rs...)
 
 	// Back in reach, the old master follows the new one.
-	proxies[m].Unblock()
+	proxies[m].Set(faultproxy.Pass)
 	waitAgreed(t, testTTL+2*time.Second, rs...)
 	checkOneMaster(t, rs...)
 }
