@@ -74,7 +74,7 @@ func ExampleWait() {
 }
 
 // A wrapper made with Decorate keeps what the wrapped limiter can do: here
-// a concurrency limit stays a Holder, so Acquire holds units through the
+// a concurrency limit stays a Holder, so TryHold holds units through the
 // wrapper and release gives them back.
 func ExampleDecorate() {
 	sem, _ := counting.NewSemaphore(1)
@@ -83,8 +83,8 @@ func ExampleDecorate() {
 		fmt.Println(c.Method, c.Key, r.Decision.Allowed)
 		return r, err
 	})
-	_, release, _ := throttle.Acquire(context.Background(), logged, "db", 1)
-	_, _, _ = throttle.Acquire(context.Background(), logged, "db", 1) // full
+	_, release, _ := throttle.TryHold(context.Background(), logged, "db", 1)
+	_, _, _ = throttle.TryHold(context.Background(), logged, "db", 1) // full
 	release()
 	fmt.Println("in flight:", sem.InFlight())
 	// Output:

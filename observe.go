@@ -132,7 +132,7 @@ func Observe(l Limiter, name string, o Observer) Limiter {
 		o.Observe(e)
 		return d, err
 	}
-	return decorate(l, func(ctx context.Context, c Call, next Next) (Result, error) {
+	return DecorateAllow(l, func(ctx context.Context, c Call, next Next) (Result, error) {
 		var start time.Time
 		if timed {
 			start = time.Now()

@@ -166,7 +166,7 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 			if lim != nil {
 				d, err = c.allowQuota(r, qa, key, lim)
 			} else {
-				d, release, err = throttle.Acquire(r.Context(), l, key, c.cost(r))
+				d, release, err = throttle.TryHold(r.Context(), l, key, c.cost(r))
 			}
 			defer release()
 			if err != nil {

@@ -484,14 +484,14 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxWait time.D
 			if n <= 0 {
 				return res, fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
 			}
-			return limiterkit.NewReservation(0, 0, nil), nil
+			return throttle.NewReservation(0, 0, nil), nil
 		case ok:
 			res, err = r.Reserve(ctx, key, n, maxWait)
 		default:
 			var d throttle.Decision
 			if d, err = s.allow(ctx, key, n); err == nil {
 				if d.Allowed {
-					res = limiterkit.NewReservation(0, d.Limit, nil)
+					res = throttle.NewReservation(0, d.Limit, nil)
 				} else {
 					res = throttle.Reservation{Delay: d.RetryAfter, Limit: d.Limit}
 				}

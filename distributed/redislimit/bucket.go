@@ -206,7 +206,7 @@ func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Du
 		if b.policy == FailOpen && errorsIsUnavailable(err) {
 			b.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Err: err,
 				Decision: throttle.Decision{Allowed: true, Limit: b.limit, Remaining: b.limit - n}})
-			return limiterkit.NewReservation(0, b.limit, nil), nil
+			return throttle.NewReservation(0, b.limit, nil), nil
 		}
 		return throttle.Reservation{Limit: b.limit}, err
 	}
@@ -216,7 +216,7 @@ func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Du
 	}
 	booked, _ := r[2].(string)
 	delay := time.Duration(max(debt-b.cfg.Tau, 0))
-	return limiterkit.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
+	return throttle.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
 }
 
 // refund gives a booking back (best effort, bounded by the timeout).

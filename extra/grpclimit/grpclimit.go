@@ -194,7 +194,7 @@ func (c *config) acquire(ctx context.Context, l throttle.Limiter, method string)
 	if err != nil {
 		return release, nil, err
 	}
-	d, release, err := throttle.Acquire(ctx, l, key, c.cost(ctx, method))
+	d, release, err := throttle.TryHold(ctx, l, key, c.cost(ctx, method))
 	if err != nil {
 		if c.failOpen && errors.Is(err, throttle.ErrUnavailable) {
 			return release, nil, nil
