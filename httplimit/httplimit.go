@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/report"
 )
 
 // KeyFunc returns the key a request is limited under. An error wrapping
@@ -37,6 +38,7 @@ type config struct {
 	passOnErr bool
 	denied    http.Handler
 	onError   func(http.ResponseWriter, *http.Request, error)
+	obsName   string
 	observer  throttle.Observer
 	skip      func(*http.Request) bool
 	shadow    bool
@@ -92,13 +94,19 @@ func WithPassOnUnavailable() Option { return func(c *config) { c.passOnErr = tru
 func WithDeniedHandler(h http.Handler) Option { return func(c *config) { c.denied = h } }
 
 // WithErrorHandler answers requests whose key or decision failed, instead
-// of the default status for the error (see New).
+// of the default status for the error (see New): it writes the response.
+// To log the failures, observe them (WithObserver's EventError).
 func WithErrorHandler(f func(http.ResponseWriter, *http.Request, error)) Option {
 	return func(c *config) { c.onError = f }
 }
 
-// WithObserver reports every decision to o under the policy name.
-func WithObserver(o throttle.Observer) Option { return func(c *config) { c.observer = o } }
+// WithObserver reports to o, under name, every decision of the
+// middleware as throttle.Observe does: an EventDecision, or an EventError
+// for a decision that failed. name is the limiter's label in metrics; it
+// need not be the policy name of WithName. Nil turns it off.
+func WithObserver(name string, o throttle.Observer) Option {
+	return func(c *config) { c.obsName, c.observer = name, o }
+}
 
 // New returns middleware that asks l for each request's cost under its
 // key before calling the next handler.
@@ -145,7 +153,8 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 		return nil, fmt.Errorf("%w: httplimit: WithLimitFromContext needs a limiter that takes the limit with each call (a throttle.QuotaAllower), not %T", throttle.ErrInvalid, l)
 	}
 	rep := NewReporter(l)
-	l = throttle.Observe(l, c.name, c.observer)
+	obs := report.New(c.obsName, c.observer)
+	l = throttle.Observe(l, c.obsName, c.observer)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if c.skip != nil && c.skip(r) {
@@ -164,7 +173,7 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 			var d throttle.Decision
 			release := func() {}
 			if lim != nil {
-				d, err = c.allowQuota(r, qa, key, lim)
+				d, err = c.allowQuota(r, qa, key, lim, &obs)
 			} else {
 				d, release, err = throttle.TryHold(r.Context(), l, key, c.cost(r))
 			}
@@ -233,17 +242,12 @@ func (c *config) fail(w http.ResponseWriter, r *http.Request, next http.Handler,
 }
 
 // allowQuota decides r under the limit its context states, and reports
-// the decision to the observer.
-func (c *config) allowQuota(r *http.Request, qa throttle.QuotaAllower, key string, lim *requestLimit) (throttle.Decision, error) {
+// the decision to rep.
+func (c *config) allowQuota(r *http.Request, qa throttle.QuotaAllower, key string, lim *requestLimit, rep *report.To) (throttle.Decision, error) {
 	n := c.cost(r)
+	start := rep.Start()
 	d, err := qa.AllowQuota(r.Context(), key, n, lim.rate, lim.burst)
-	if c.observer != nil {
-		e := throttle.Event{Kind: throttle.EventDecision, Limiter: c.name, Key: key, N: n, Decision: d, Err: err}
-		if err != nil {
-			e.Kind = throttle.EventError
-		}
-		c.observer.Observe(e)
-	}
+	rep.Call(throttle.MethodAllowQuota, key, n, d, err, start)
 	return d, err
 }
 

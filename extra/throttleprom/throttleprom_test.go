@@ -115,9 +115,9 @@ func TestErrorClassesAndLatency(t *testing.T) {
 		obs.Observe(e)
 	}
 	want := `
-# HELP throttle_errors_total Failed calls and backend failures a failure policy decided, by class: client, backend or other.
+# HELP throttle_errors_total Failed calls by class: client, backend or other.
 # TYPE throttle_errors_total counter
-throttle_errors_total{class="backend",limiter="redis"} 2
+throttle_errors_total{class="backend",limiter="redis"} 1
 throttle_errors_total{class="client",limiter="redis"} 2
 throttle_errors_total{class="other",limiter="redis"} 1
 # HELP throttle_backend_latency_seconds How long calls to the limiter took, where they are timed: round trips to its backend.
