@@ -6,6 +6,7 @@ package report
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -70,6 +71,22 @@ func (r *To) Reserved(key string, n int, res throttle.Reservation, err error, st
 	if r.o != nil {
 		d := throttle.Decision{Allowed: res.OK, Limit: res.Limit, RetryAfter: res.Delay}
 		r.Call(throttle.MethodReserve, key, n, d, err, start)
+	}
+}
+
+// Held returns release, for the n units of key that a call of method m
+// (TryHold or Hold) holds, reporting an EventRelease when it first gives
+// them back, as throttle.Observe does.
+func (r *To) Held(release func(), m throttle.Method, key string, n int) func() {
+	if r.o == nil {
+		return release
+	}
+	var done atomic.Bool
+	return func() {
+		if done.CompareAndSwap(false, true) {
+			release()
+			r.Event(throttle.Event{Kind: throttle.EventRelease, Key: key, N: n, Method: m})
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/adaptive"
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/httplimit"
@@ -105,6 +106,20 @@ func TestEveryCallReported(t *testing.T) {
 		{Name: "failsafe-fallback", Calls: 10, Fallbacks: 10, Refused: 7, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
 			l := failsafeOf(t, down, failsafe.WithFallback(bucket(t)), failsafe.WithObserver(name, o))
 			return func(int) error { _, err := l.Allow(ctx, "k", 1); return err }
+		}},
+		{Name: "adaptive", Calls: 12, Releases: 3, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := adaptive.New(&adaptive.AIMD{}, adaptive.Config{Initial: 100, Min: 100, Max: 100, Name: name, Observer: o})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return every(l)
+		}},
+		{Name: "adaptive-keyed", Calls: 12, Releases: 3, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := adaptive.NewKeyed(func() adaptive.Algorithm { return &adaptive.AIMD{} }, adaptive.Config{Initial: 100, Min: 100, Max: 100, Name: name, Observer: o})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return every(l)
 		}},
 		{Name: "rules", Calls: 12, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
 			c, err := rules.Parse([]byte(`{"default": {"rate": "1/h", "burst": 3}, "deny": {"keys": ["bad"]}}`))
