@@ -2,7 +2,7 @@
 // Prometheus metrics.
 //
 // An Observer is a throttle.Observer and a prometheus.Collector: register
-// it, and hand it to throttle.Observe (or a backend's observer option):
+// it, and hand it to throttle.Observe (or a WithObserver option):
 //
 //	obs := throttleprom.New()
 //	prometheus.MustRegister(obs)
@@ -11,7 +11,7 @@
 // Metrics (the namespace defaults to "throttle"):
 //
 //	throttle_decisions_total{limiter, outcome}  calls, outcome "allowed", "denied" or "error"
-//	throttle_fallbacks_total{limiter, outcome}  calls a failure policy decided, "allowed" or "denied"
+//	throttle_fallbacks_total{limiter, outcome}  calls a failure policy decided, "allowed" or "denied" (a FailClosed refusal)
 //	throttle_breaker_open{limiter}              1 while the circuit breaker is open, else 0
 //	throttle_warnings_total{limiter}            conditions an operator should see
 //	throttle_errors_total{limiter, class}       failures by class (below)
