@@ -174,10 +174,7 @@ func New(inner throttle.Limiter, opts ...Option) (throttle.Limiter, error) {
 		return nil, fmt.Errorf("failsafe: %w", err)
 	}
 	g := &guard{inner: inner, policy: s.policy, fallback: s.fallback, clk: clock.New(ts.Clock),
-		quota: func() throttle.Quota { return throttle.Quota{} }}
-	if s.observer != nil {
-		g.report = report.New(s.name, s.observer)
-	}
+		quota: func() throttle.Quota { return throttle.Quota{} }, report: report.New(s.name, s.observer)}
 	if err := g.br.Init(s.failures, s.cooldown, s.maxCool); err != nil {
 		return nil, err
 	}
@@ -218,7 +215,7 @@ func (g *guard) allow(ctx context.Context, key string, n int) (throttle.Decision
 	if cancel != nil {
 		cancel()
 	}
-	err, failed := g.settle(ctx, cctx, err, false)
+	failed, err := g.settle(ctx, cctx, err, false)
 	if !failed {
 		return d, err
 	}
@@ -240,7 +237,7 @@ func (g *guard) through(ctx context.Context, c throttle.Call, next throttle.Next
 	if cancel != nil {
 		cancel()
 	}
-	err, failed := g.settle(ctx, cctx, err, probe)
+	failed, err := g.settle(ctx, cctx, err, probe)
 	if !failed {
 		return r, err
 	}
@@ -251,17 +248,17 @@ func (g *guard) through(ctx context.Context, c throttle.Call, next throttle.Next
 // err (ctx is the caller's context, cctx the call's) and returns the
 // call's error, with failed true when the store failed: the error then
 // wraps throttle.ErrUnavailable, and the policy decides the call.
-func (g *guard) settle(ctx, cctx context.Context, err error, probe bool) (_ error, failed bool) {
+func (g *guard) settle(ctx, cctx context.Context, err error, probe bool) (failed bool, _ error) {
 	switch {
 	case err == nil:
 		g.success(probe)
-		return nil, false
+		return false, nil
 	case callerEnded(ctx, cctx):
 		g.br.Release(probe) // the caller gave up, or its own deadline passed: not the store's fault
-		return err, false
+		return false, err
 	case !errors.Is(err, throttle.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		g.success(probe) // the store answered: this request's own error
-		return err, false
+		return false, err
 	}
 	if !errors.Is(err, throttle.ErrUnavailable) {
 		err = fmt.Errorf("%w: %w", throttle.ErrUnavailable, err)
@@ -269,7 +266,7 @@ func (g *guard) settle(ctx, cctx context.Context, err error, probe bool) (_ erro
 	if g.br.Failure(g.clk.Now(), probe) {
 		g.report.Event(throttle.Event{Kind: throttle.EventBreakerOpen, Err: err})
 	}
-	return err, true
+	return true, err
 }
 
 // ask passes c on to the store. A probe that panics lets the next caller
