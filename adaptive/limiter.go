@@ -201,15 +201,21 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Deci
 	if l.rep.On() {
 		return l.rep.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
 	}
-	return l.allow(ctx, key, n)
+	return d, l.fill(&d, n) // d filled in place: see limiterkit.Fill
 }
 
+// allow is Allow without the report.
 func (l *Limiter) allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
+	return d, l.fill(&d, n)
+}
+
+// fill takes n units if they fit and fills d.
+func (l *Limiter) fill(d *throttle.Decision, n int) error {
 	if n <= 0 || n > l.cfg.Max {
-		return d, limiterkit.CheckN(n, l.cfg.Max)
+		return limiterkit.CheckN(n, l.cfg.Max)
 	}
-	l.try(&d, uint64(n))
-	return d, nil
+	l.try(d, uint64(n))
+	return nil
 }
 
 // try takes n units if they fit and fills d.
@@ -352,8 +358,10 @@ func (l *Limiter) signal() {
 // cancelled, Success otherwise. When denied, release does nothing.
 func (l *Limiter) TryHold(ctx context.Context, key string, n int) (d throttle.Decision, release func(), err error) {
 	start := l.rep.Start()
-	d, err = l.allow(ctx, key, n)
-	l.rep.Call(throttle.MethodTryHold, key, n, d, err, start)
+	err = l.fill(&d, n)
+	if l.rep.On() {
+		l.rep.Call(throttle.MethodTryHold, key, n, d, err, start)
+	}
 	if err != nil || !d.Allowed {
 		return d, noRelease, err
 	}
