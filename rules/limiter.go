@@ -442,34 +442,44 @@ func (l *Limiter) route(t *table, key string) (*slot, *ruleEntry, error) {
 // Allow asks key's limit for n units; see Limiter for how the limit is
 // chosen. An allow-listed key gets Decision{Allowed: true} (Limit 0: no
 // limit); a deny-listed one gets ErrDenied.
-func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if !l.rep.On() {
-		return l.allow(ctx, key, n)
+func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
+	if l.rep.On() {
+		return l.rep.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
 	}
-	return l.rep.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+	err = l.decide(ctx, &d, key, n) // d filled in place: see limiterkit.Fill
+	return d, err
 }
 
-func (l *Limiter) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+// allow is Allow without the report.
+func (l *Limiter) allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
+	err = l.decide(ctx, &d, key, n)
+	return d, err
+}
+
+// decide is Allow filling *d.
+func (l *Limiter) decide(ctx context.Context, d *throttle.Decision, key string, n int) error {
 	for {
 		t := l.cur.Load()
 		if t == nil {
-			return throttle.Decision{}, errZero
+			return errZero
 		}
 		s, _, err := l.route(t, key)
 		if err != nil {
-			return throttle.Decision{}, err
+			return err
 		}
 		if s == nil {
 			if n <= 0 {
-				return throttle.Decision{}, fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
+				return fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
 			}
-			return throttle.Decision{Allowed: true}, nil
+			d.Allowed = true
+			return nil
 		}
-		d, err := s.allow(ctx, key, n)
+		*d, err = s.allow(ctx, key, n)
 		if err != nil && l.replaced(t, err) {
+			*d = throttle.Decision{}
 			continue // a reload closed this limiter under us
 		}
-		return d, err
+		return err
 	}
 }
 
