@@ -12,7 +12,6 @@ import (
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/leakybucket"
-	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/slidinglog"
 	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/throttletest"
@@ -22,7 +21,7 @@ import (
 // A copy of a Reservation shares its booking: cancelling both refunds once.
 func TestReservationCopiesCancelOnce(t *testing.T) {
 	var refunds int
-	r := limiterkit.NewReservation(time.Second, 3, func() { refunds++ })
+	r := throttle.NewReservation(time.Second, 3, func() { refunds++ })
 	c := r
 	r.Cancel()
 	c.Cancel()
@@ -33,7 +32,7 @@ func TestReservationCopiesCancelOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	n := 0
-	r = limiterkit.NewReservation(0, 1, func() { mu.Lock(); n++; mu.Unlock() })
+	r = throttle.NewReservation(0, 1, func() { mu.Lock(); n++; mu.Unlock() })
 	for range 8 {
 		wg.Go(func() { c := r; c.Cancel() })
 	}
@@ -73,15 +72,15 @@ func TestWrapReleasesHeldUnits(t *testing.T) {
 	}
 }
 
-func TestAcquire(t *testing.T) {
+func TestTryHold(t *testing.T) {
 	l, _ := counting.New(1)
 	defer l.Close()
 	ctx := context.Background()
-	d, release, err := throttle.Acquire(ctx, l, "k", 1)
+	d, release, err := throttle.TryHold(ctx, l, "k", 1)
 	if err != nil || !d.Allowed {
 		t.Fatal(d, err)
 	}
-	if d, rel2, _ := throttle.Acquire(ctx, l, "k", 1); d.Allowed {
+	if d, rel2, _ := throttle.TryHold(ctx, l, "k", 1); d.Allowed {
 		t.Fatal("second unit admitted over a limit of 1")
 	} else {
 		rel2() // a no-op, never nil
@@ -92,7 +91,7 @@ func TestAcquire(t *testing.T) {
 		t.Fatal("release did not give the unit back")
 	}
 	b, _ := tokenbucket.NewBucket(throttle.PerSecond(1), 1)
-	if d, rel, err := throttle.Acquire(ctx, b, "", 1); err != nil || !d.Allowed || rel == nil {
+	if d, rel, err := throttle.TryHold(ctx, b, "", 1); err != nil || !d.Allowed || rel == nil {
 		t.Fatal(d, err)
 	}
 }

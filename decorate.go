@@ -60,19 +60,20 @@ type Decorator func(ctx context.Context, c Call, next Next) (Result, error)
 
 // Decorate returns l with d around each of its calls. The result keeps
 // exactly l's abilities: it implements Reserver, Holder, QuotaReporter and
-// QuotaAllower when l does, and only then, so generic code (Wait, Acquire,
+// QuotaAllower when l does, and only then, so generic code (Wait, TryHold,
 // Wrap, the HTTP middleware) books, holds and releases through it as it
 // would through l. Allow, AllowQuota, TryHold, Hold and Reserve go through
 // d; Quota is l's. Unwrap returns l.
 //
 // Every wrapper in this module (Observe, failsafe) is a Decorator, so a
 // wrapper never hides what the limiter it wraps can do.
-func Decorate(l Limiter, d Decorator) Limiter { return decorate(l, d, nil) }
+func Decorate(l Limiter, d Decorator) Limiter { return DecorateAllow(l, d, nil) }
 
-// decorate is Decorate with, when allow is not nil, a direct Allow: the
-// same decision as d's for MethodAllow, without building a Call and a
-// Result (Observe's, on the path every decision takes).
-func decorate(l Limiter, d Decorator, allow func(ctx context.Context, key string, n int) (Decision, error)) Limiter {
+// DecorateAllow is Decorate whose Allow, the path every decision takes,
+// calls allow instead of d, without building a Call and a Result. allow
+// must decide as d does for a MethodAllow Call (Observe and failsafe.New
+// give theirs); a nil allow makes DecorateAllow Decorate.
+func DecorateAllow(l Limiter, d Decorator, allow func(ctx context.Context, key string, n int) (Decision, error)) Limiter {
 	b := &decorated{l: l, d: d, allow: allow}
 	b.next = b.invoke
 	var mask int
@@ -103,7 +104,7 @@ func Invoke(ctx context.Context, l Limiter, c Call) (Result, error) {
 			return Result{Decision: d}, err
 		}
 	case MethodTryHold:
-		d, release, err := Acquire(ctx, l, c.Key, c.N)
+		d, release, err := TryHold(ctx, l, c.Key, c.N)
 		return Result{Decision: d, Release: release}, err
 	case MethodHold:
 		if h, ok := l.(Holder); ok {

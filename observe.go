@@ -17,7 +17,10 @@ const (
 	EventError
 	// EventFallback is a call decided by a failure policy (fail open,
 	// fail closed or a fallback limiter) because the backend failed: both
-	// Decision and Err (the backend's error) are set.
+	// Decision and Err (the backend's error) are set. It comes in addition
+	// to the call's EventDecision (or EventError, for a refusal that
+	// returns the backend's error): every call is one decision, and some
+	// decisions are fallbacks too.
 	EventFallback
 	// EventBreakerOpen reports that a circuit breaker opened: calls stop
 	// reaching the backend until it has cooled down.
@@ -85,6 +88,11 @@ type LatencyObserver interface {
 // Observer receives Events, synchronously, on the goroutine of the call
 // they describe: it must be safe for concurrent use and quick. An Event is
 // passed by value; an Observer that keeps nothing allocates nothing.
+//
+// Observe gives any limiter one; a limiter or wrapper with an observer of
+// its own takes it as WithObserver(name, o), and then reports every call
+// as Observe would (one EventDecision or EventError each) plus its own
+// events (breaker, fallback, warning, reload).
 type Observer interface {
 	Observe(Event)
 }
@@ -132,7 +140,7 @@ func Observe(l Limiter, name string, o Observer) Limiter {
 		o.Observe(e)
 		return d, err
 	}
-	return decorate(l, func(ctx context.Context, c Call, next Next) (Result, error) {
+	return DecorateAllow(l, func(ctx context.Context, c Call, next Next) (Result, error) {
 		var start time.Time
 		if timed {
 			start = time.Now()

@@ -31,8 +31,12 @@ type QuotaAllower interface {
 }
 
 // Holder is implemented by limiters whose units are held until released
-// (concurrency limits) rather than spent. Generic code (Acquire, Wrap, the
+// (concurrency limits) rather than spent. Generic code (TryHold, Wrap, the
 // HTTP middleware) uses it so that what is held is always given back.
+//
+// Held units have one vocabulary in this module: TryHold takes them if
+// they fit now, Hold waits for them, and both return the func that gives
+// them back.
 //
 // For a Holder, a plain Allow takes units that only the limiter's own
 // Release method returns; prefer TryHold.
@@ -49,14 +53,21 @@ type Holder interface {
 
 func noRelease() {}
 
-// Acquire asks l for n units of key without blocking and returns a func
-// that gives back whatever the call holds: for a Holder the held units, for
-// any other limiter nothing (spent units are not refunded). release is
-// never nil and may be called more than once.
-func Acquire(ctx context.Context, l Limiter, key string, n int) (d Decision, release func(), err error) {
+// TryHold asks l for n units of key without blocking and returns a func
+// that gives back whatever the call holds: for a Holder the held units
+// (its TryHold), for any other limiter nothing (spent units are not
+// refunded). release is never nil and may be called more than once.
+func TryHold(ctx context.Context, l Limiter, key string, n int) (d Decision, release func(), err error) {
 	if h, ok := l.(Holder); ok {
 		return h.TryHold(ctx, key, n)
 	}
 	d, err = l.Allow(ctx, key, n)
 	return d, noRelease, err
+}
+
+// Acquire is TryHold.
+//
+// Deprecated: use TryHold, the name held units go by everywhere.
+func Acquire(ctx context.Context, l Limiter, key string, n int) (d Decision, release func(), err error) {
+	return TryHold(ctx, l, key, n)
 }

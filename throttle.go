@@ -35,8 +35,6 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-
-	"github.com/throttlekit/throttle/internal/bridge"
 )
 
 // Limiter decides whether n units of work for key may proceed now.
@@ -110,14 +108,16 @@ type booking struct {
 	done   atomic.Bool
 }
 
-func init() {
-	bridge.NewReservation = func(delay time.Duration, limit int, cancel func()) Reservation {
-		r := Reservation{OK: true, Delay: delay, Limit: limit}
-		if cancel != nil {
-			r.b = &booking{cancel: cancel}
-		}
-		return r
+// NewReservation returns a granted reservation, to be honoured after
+// delay, of a limiter of capacity limit: what a Reserver returns when it
+// books. cancel, which may be nil, gives the booked capacity back; the
+// Reservation and all its copies call it at most once.
+func NewReservation(delay time.Duration, limit int, cancel func()) Reservation {
+	r := Reservation{OK: true, Delay: delay, Limit: limit}
+	if cancel != nil {
+		r.b = &booking{cancel: cancel}
 	}
+	return r
 }
 
 // Cancel gives the booked capacity back to the limiter, as far as the

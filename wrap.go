@@ -74,7 +74,7 @@ func Wrap[T any](l Limiter, key string, f func(context.Context) (T, error), opts
 			}
 			return f(ctx)
 		}
-		d, release, err := Acquire(ctx, l, k, c.cost)
+		d, release, err := TryHold(ctx, l, k, c.cost)
 		if err != nil {
 			return zero, err
 		}

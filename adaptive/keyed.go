@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -83,9 +84,21 @@ func (k *Keyed) Limiter(key string) (*Limiter, error) {
 	return l, nil
 }
 
+// limiter is Limiter for a call of method m for n units of key: a key
+// refused is reported as the call's EventError (key's limiter reports the
+// others).
+func (k *Keyed) limiter(m throttle.Method, key string, n int) (*Limiter, error) {
+	l, err := k.Limiter(key)
+	if err != nil && k.cfg.Observer != nil {
+		rep := report.New(k.cfg.Name, k.cfg.Observer)
+		rep.Call(m, key, n, throttle.Decision{}, err, time.Time{})
+	}
+	return l, err
+}
+
 // Allow is Limiter.Allow on key's limiter.
 func (k *Keyed) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	l, err := k.Limiter(key)
+	l, err := k.limiter(throttle.MethodAllow, key, n)
 	if err != nil {
 		return throttle.Decision{}, err
 	}
@@ -103,7 +116,7 @@ func (k *Keyed) Release(key string, n int, rtt time.Duration, o Outcome) error {
 
 // TryHold is Limiter.TryHold on key's limiter.
 func (k *Keyed) TryHold(ctx context.Context, key string, n int) (throttle.Decision, func(), error) {
-	l, err := k.Limiter(key)
+	l, err := k.limiter(throttle.MethodTryHold, key, n)
 	if err != nil {
 		return throttle.Decision{}, noRelease, err
 	}
@@ -112,7 +125,7 @@ func (k *Keyed) TryHold(ctx context.Context, key string, n int) (throttle.Decisi
 
 // Hold is Limiter.Hold on key's limiter.
 func (k *Keyed) Hold(ctx context.Context, key string, n int) (func(), error) {
-	l, err := k.Limiter(key)
+	l, err := k.limiter(throttle.MethodHold, key, n)
 	if err != nil {
 		return nil, err
 	}

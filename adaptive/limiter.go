@@ -11,6 +11,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -88,8 +89,10 @@ type Config struct {
 	WindowSamples int
 	// Timeout, when positive, counts a success slower than it as Dropped.
 	Timeout time.Duration
-	// Name and Observer, when Observer is set, report each change of the
-	// limit as a throttle.EventLimit.
+	// Name and Observer, when Observer is set, report to it under Name
+	// every call as throttle.Observe does (an EventDecision, or an
+	// EventError, and an EventRelease when units held by TryHold or Hold
+	// are given back) and each change of the limit as an EventLimit.
 	Name     string
 	Observer throttle.Observer
 }
@@ -130,7 +133,8 @@ type Limiter struct {
 	limit float64 // the unrounded limit: only the closer of a window uses it
 	alg   Algorithm
 	cfg   Config
-	key   string // the key of a Keyed limiter, for its events
+	rep   report.To // of cfg's Observer
+	key   string    // the key of a Keyed limiter, for its events
 	clock clock.Source
 
 	waiters atomic.Int64 // goroutines in Hold's wait
@@ -170,7 +174,8 @@ func New(alg Algorithm, c Config, opts ...throttle.Option) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: adaptive: Config %+v: want 1 <= Min <= Initial <= Max <= %d, Window, WindowSamples, Timeout positive",
 			throttle.ErrInvalid, c, MaxLimit)
 	}
-	l := &Limiter{alg: alg, cfg: c, clock: clock.New(s.Clock), limit: float64(c.Initial), wake: make(chan struct{})}
+	l := &Limiter{alg: alg, cfg: c, clock: clock.New(s.Clock), limit: float64(c.Initial), wake: make(chan struct{}),
+		rep: report.New(c.Name, c.Observer)}
 	l.word.Store(uint64(c.Initial) << limitShift)
 	l.minRTT.Store(math.MaxInt64)
 	l.start.Store(l.clock.Now())
@@ -192,12 +197,25 @@ func (l *Limiter) Quota() throttle.Quota { return throttle.Quota{Limit: l.Limit(
 // denied, as the limit may grow. The key is ignored and ctx is not waited
 // on. Errors wrap throttle.ErrInvalid (n <= 0) or throttle.ErrExceedsLimit
 // (n above Config.Max).
-func (l *Limiter) Allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
-	if n <= 0 || n > l.cfg.Max {
-		return d, limiterkit.CheckN(n, l.cfg.Max)
+func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
+	if l.rep.On() {
+		return l.rep.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
 	}
-	l.try(&d, uint64(n))
-	return d, nil
+	return d, l.fill(&d, n) // d filled in place: see limiterkit.Fill
+}
+
+// allow is Allow without the report.
+func (l *Limiter) allow(_ context.Context, _ string, n int) (d throttle.Decision, err error) {
+	return d, l.fill(&d, n)
+}
+
+// fill takes n units if they fit and fills d.
+func (l *Limiter) fill(d *throttle.Decision, n int) error {
+	if n <= 0 || n > l.cfg.Max {
+		return limiterkit.CheckN(n, l.cfg.Max)
+	}
+	l.try(d, uint64(n))
+	return nil
 }
 
 // try takes n units if they fit and fills d.
@@ -318,9 +336,9 @@ func (l *Limiter) close(now int64) {
 	if lim > old && l.waiters.Load() > 0 {
 		l.signal()
 	}
-	if l.cfg.Observer != nil && lim != old {
+	if l.rep.On() && lim != old {
 		cur := int(l.word.Load() & inMask)
-		l.cfg.Observer.Observe(throttle.Event{Kind: throttle.EventLimit, Limiter: l.cfg.Name, Key: l.key, N: cur,
+		l.rep.Event(throttle.Event{Kind: throttle.EventLimit, Key: l.key, N: cur,
 			Decision: throttle.Decision{Allowed: true, Limit: int(lim), Remaining: max(int(lim)-cur, 0)}, Latency: w.AvgRTT})
 	}
 }
@@ -339,17 +357,35 @@ func (l *Limiter) signal() {
 // context's state implies: Dropped past its deadline, Ignored when it was
 // cancelled, Success otherwise. When denied, release does nothing.
 func (l *Limiter) TryHold(ctx context.Context, key string, n int) (d throttle.Decision, release func(), err error) {
-	if d, err = l.Allow(ctx, key, n); err != nil || !d.Allowed {
+	start := l.rep.Start()
+	err = l.fill(&d, n)
+	if l.rep.On() {
+		l.rep.Call(throttle.MethodTryHold, key, n, d, err, start)
+	}
+	if err != nil || !d.Allowed {
 		return d, noRelease, err
 	}
-	return d, l.releaser(ctx, n), nil
+	return d, l.rep.Held(l.releaser(ctx, n), throttle.MethodTryHold, key, n), nil
 }
 
 // Hold waits until n units fit or ctx is done, and returns their release
 // (see TryHold). Waiters are woken together when units come free or the
 // limit rises, and race for them: there is no queue order. Errors wrap
 // ctx.Err(), throttle.ErrInvalid or throttle.ErrExceedsLimit.
-func (l *Limiter) Hold(ctx context.Context, _ string, n int) (func(), error) {
+func (l *Limiter) Hold(ctx context.Context, key string, n int) (func(), error) {
+	if !l.rep.On() {
+		return l.hold(ctx, n)
+	}
+	start := l.rep.Start()
+	release, err := l.hold(ctx, n)
+	l.rep.Call(throttle.MethodHold, key, n, throttle.Decision{Allowed: err == nil}, err, start)
+	if err != nil {
+		return nil, err
+	}
+	return l.rep.Held(release, throttle.MethodHold, key, n), nil
+}
+
+func (l *Limiter) hold(ctx context.Context, n int) (func(), error) {
 	if err := limiterkit.CheckN(n, l.cfg.Max); err != nil {
 		return nil, err
 	}

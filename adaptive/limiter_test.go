@@ -236,11 +236,16 @@ func TestOutcomeOf(t *testing.T) {
 	}
 }
 
-// TestObserver: a change of the limit is reported as an EventLimit.
+// TestObserver: a change of the limit is reported as an EventLimit (the
+// decisions beside it: TestEveryCallReported in internal/report).
 func TestObserver(t *testing.T) {
 	clk := throttletest.NewClock()
 	var events []throttle.Event
-	o := throttle.ObserverFunc(func(e throttle.Event) { events = append(events, e) })
+	o := throttle.ObserverFunc(func(e throttle.Event) {
+		if e.Kind == throttle.EventLimit {
+			events = append(events, e)
+		}
+	})
 	l := mustNew(t, &fixed{to: 5}, Config{Initial: 10, Window: time.Second, WindowSamples: 1, Name: "db", Observer: o}, clk)
 	l.Allow(bg, "", 1)
 	l.Allow(bg, "", 1)

@@ -7,15 +7,15 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// BenchmarkTryAcquireRelease is the uncontended fast path: take one unit
+// BenchmarkTakeRelease is the uncontended fast path: take one unit
 // and give it back. golang.org/x/sync/semaphore runs beside for the ratio.
-func BenchmarkTryAcquireRelease(b *testing.B) {
+func BenchmarkTakeRelease(b *testing.B) {
 	b.Run("Semaphore", func(b *testing.B) {
 		s := mustSem(b, 100)
 		b.ReportAllocs()
 		for b.Loop() {
-			if !s.TryAcquire(1) {
-				b.Fatal("TryAcquire failed")
+			if d, _ := s.AllowN(1); !d.Allowed {
+				b.Fatal("AllowN denied")
 			}
 			s.Release(1)
 		}
@@ -42,13 +42,13 @@ func BenchmarkTryAcquireRelease(b *testing.B) {
 	})
 }
 
-// BenchmarkAcquireRelease is the blocking Acquire when the units are free.
-func BenchmarkAcquireRelease(b *testing.B) {
+// BenchmarkHoldRelease is the blocking Hold when the units are free.
+func BenchmarkHoldRelease(b *testing.B) {
 	b.Run("Semaphore", func(b *testing.B) {
 		s := mustSem(b, 100)
 		b.ReportAllocs()
 		for b.Loop() {
-			rel, err := s.Acquire(bg, 1)
+			rel, err := s.Hold(bg, "", 1)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -75,7 +75,7 @@ func BenchmarkParallel(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				s.TryAcquire(1)
+				s.AllowN(1)
 				s.Release(1)
 			}
 		})

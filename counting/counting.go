@@ -4,7 +4,7 @@
 // counting semaphores, or "gauge" resources in Doorman's terms.
 //
 //	sem, err := counting.NewSemaphore(8) // at most 8 jobs at once
-//	release, err := sem.Acquire(ctx, 1) // waits its turn, FIFO
+//	release, err := sem.Hold(ctx, "", 1) // waits its turn, FIFO
 //	if err != nil {
 //		return err
 //	}
@@ -29,8 +29,8 @@
 //
 // # Cost and memory
 //
-// Non-blocking acquire (TryAcquire, Allow) and release with nobody queued
-// are one compare-and-swap each, lock-free, with no allocation. Acquire
+// A non-blocking take (Allow, TryHold) and release with nobody queued
+// are one compare-and-swap each, lock-free, with no allocation. Hold
 // takes the same path when the units are free, and allocates only its
 // idempotent release function (two small objects); when it must queue it
 // takes a mutex and allocates a waiter.
@@ -79,26 +79,24 @@ func NewSemaphore(limit int) (*Semaphore, error) {
 	return s, nil
 }
 
-// TryAcquire takes n units if they are free and nobody is waiting in
-// Acquire, without blocking, and reports whether it did. It returns false
-// for n <= 0 or n above the limit. Give the units back with Release.
+// TryAcquire reports whether AllowN(n) took the units.
+//
+// Deprecated: use AllowN (units given back by Release) or TryHold (units
+// given back by the func it returns).
 func (s *Semaphore) TryAcquire(n int) bool {
-	lim := s.limit.Load()
-	if n <= 0 || int64(n) > lim {
-		return false
-	}
-	ok, _, _ := s.s.tryAcquire(uint64(n), uint64(lim))
-	return ok
+	d, err := s.AllowN(n)
+	return err == nil && d.Allowed
 }
 
-// Acquire takes n units, waiting until they are free and every earlier
-// waiter has been served. On success it returns a release function that
-// gives the units back; calling it more than once does nothing, so it can
-// be deferred and also called early. On failure nothing is held and the
-// error wraps ctx.Err() (returned even if the units were free, when ctx is
-// already done), throttle.ErrInvalid (n <= 0) or throttle.ErrExceedsLimit
-// (n above the limit, or above a limit lowered while waiting).
-func (s *Semaphore) Acquire(ctx context.Context, n int) (release func(), err error) {
+// Hold takes n units, waiting until they are free and every earlier
+// waiter has been served; the key is ignored. On success it returns a
+// release function that gives the units back; calling it more than once
+// does nothing, so it can be deferred and also called early. On failure
+// nothing is held and the error wraps ctx.Err() (returned even if the
+// units were free, when ctx is already done), throttle.ErrInvalid (n <= 0)
+// or throttle.ErrExceedsLimit (n above the limit, or above a limit lowered
+// while waiting).
+func (s *Semaphore) Hold(ctx context.Context, _ string, n int) (release func(), err error) {
 	if err := limiterkit.CheckN(n, int(s.limit.Load())); err != nil {
 		return nil, err
 	}
@@ -108,7 +106,14 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (release func(), err err
 	return releaser(&s.s, uint64(n), &s.limit), nil
 }
 
-// Release gives back n units taken with TryAcquire, Acquire or Allow, and
+// Acquire is Hold.
+//
+// Deprecated: use Hold, the name held units go by everywhere.
+func (s *Semaphore) Acquire(ctx context.Context, n int) (release func(), err error) {
+	return s.Hold(ctx, "", n)
+}
+
+// Release gives back n units taken with Allow or AllowN, and
 // wakes the waiters that now fit. Releasing more than is held returns an
 // error wrapping throttle.ErrInvalid and releases nothing.
 func (s *Semaphore) Release(n int) error {
@@ -124,9 +129,10 @@ func (s *Semaphore) Allow(_ context.Context, _ string, n int) (d throttle.Decisi
 	return d, err
 }
 
-// AllowN is TryAcquire reported as a Decision: Allowed says whether n
-// units were taken (give them back with Release), Remaining how many are
-// free for a non-blocking acquire. RetryAfter and ResetAfter are 0:
+// AllowN takes n units if they are free and nobody is waiting in Hold,
+// without blocking: Allowed says whether it did (give them back with
+// Release, or take them with TryHold, whose release func does), Remaining
+// how many are free for a non-blocking take. RetryAfter and ResetAfter are 0:
 // capacity comes back by release, not by time. Errors wrap
 // throttle.ErrInvalid (n <= 0) or throttle.ErrExceedsLimit (n > limit).
 func (s *Semaphore) AllowN(n int) (d throttle.Decision, err error) {
@@ -235,10 +241,10 @@ func (l *Limiter) check(key string, n int) (lim int64, err error) {
 }
 
 // Allow takes n units for key if they are free and nobody is waiting for
-// key in Acquire, without blocking: Allowed says whether it did, Remaining
+// key in Hold, without blocking: Allowed says whether it did, Remaining
 // how many units are free for key. The units stay held until Release:
 // code that sees the limiter only as a throttle.Limiter cannot give them
-// back, so generic code should use TryHold (throttle.Acquire, Wrap and the
+// back, so generic code should use TryHold (throttle.TryHold, Wrap and the
 // HTTP middleware do). RetryAfter and ResetAfter are 0: capacity comes
 // back by release, not by time. Errors wrap throttle.ErrInvalid (n <= 0,
 // empty or oversized key), throttle.ErrExceedsLimit (n > limit) or
@@ -248,7 +254,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decisi
 	return d, err
 }
 
-// Acquire takes n units for key, waiting until they are free and every
+// Hold takes n units for key, waiting until they are free and every
 // earlier waiter for key has been served. On success it returns a release
 // function that gives the units back; calling it more than once does
 // nothing, so it can be deferred and also called early. On failure nothing
@@ -256,7 +262,7 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decisi
 // free, when ctx is already done), throttle.ErrInvalid (n <= 0, bad key),
 // throttle.ErrExceedsLimit (n above the limit, or above a limit lowered
 // while waiting) or throttle.ErrClosed (also when Close ends the wait).
-func (l *Limiter) Acquire(ctx context.Context, key string, n int) (release func(), err error) {
+func (l *Limiter) Hold(ctx context.Context, key string, n int) (release func(), err error) {
 	if _, err := l.check(key, n); err != nil {
 		return nil, err
 	}
@@ -273,6 +279,13 @@ func (l *Limiter) Acquire(ctx context.Context, key string, n int) (release func(
 	}
 }
 
+// Acquire is Hold.
+//
+// Deprecated: use Hold, the name held units go by everywhere.
+func (l *Limiter) Acquire(ctx context.Context, key string, n int) (release func(), err error) {
+	return l.Hold(ctx, key, n)
+}
+
 func (l *Limiter) closedErr() error {
 	if l.m.Closed() {
 		return errClosed
@@ -280,7 +293,7 @@ func (l *Limiter) closedErr() error {
 	return nil
 }
 
-// Release gives back n units held for key (taken with Allow or Acquire)
+// Release gives back n units held for key (taken with Allow)
 // and wakes the waiters for key that now fit. Releasing more than is held
 // returns an error wrapping throttle.ErrInvalid and releases nothing.
 // Release works after Close, so holders can finish.
@@ -331,9 +344,9 @@ func (l *Limiter) Len() int { return l.m.Len() }
 // idle keys are also dropped as new keys arrive.
 func (l *Limiter) Sweep() int { return l.m.Sweep() }
 
-// Close stops the sweeper, if any, and fails every waiting Acquire with an
-// error wrapping throttle.ErrClosed. Allow and Acquire then fail the same
-// way; Release still works. Close is idempotent and returns nil.
+// Close stops the sweeper, if any, and fails every waiting Hold with an
+// error wrapping throttle.ErrClosed. Allow, TryHold and Hold then fail the
+// same way; Release still works. Close is idempotent and returns nil.
 func (l *Limiter) Close() error {
 	err := l.m.Close()
 	l.m.Range(func(b *box) bool {

@@ -94,14 +94,14 @@ type iface interface {
 
 type semI struct{ *Semaphore }
 
-func (s semI) try(n int) bool                                     { return s.TryAcquire(n) }
-func (s semI) acquire(ctx context.Context, n int) (func(), error) { return s.Acquire(ctx, n) }
+func (s semI) try(n int) bool                                     { d, err := s.AllowN(n); return err == nil && d.Allowed }
+func (s semI) acquire(ctx context.Context, n int) (func(), error) { return s.Hold(ctx, "", n) }
 func (s semI) release(n int) error                                { return s.Release(n) }
 func (s semI) setLimit(n int) error                               { return s.SetLimit(n) }
 func (s semI) inFlight() int                                      { return s.InFlight() }
 func (s semI) allow(n int) (throttle.Decision, error)             { return s.AllowN(n) }
 func (l limI) try(n int) bool                                     { d, err := l.Allow(bg, "k", n); return err == nil && d.Allowed }
-func (l limI) acquire(ctx context.Context, n int) (func(), error) { return l.Acquire(ctx, "k", n) }
+func (l limI) acquire(ctx context.Context, n int) (func(), error) { return l.Hold(ctx, "k", n) }
 func (l limI) release(n int) error                                { return l.Release("k", n) }
 func (l limI) setLimit(n int) error                               { return l.SetLimit(n) }
 func (l limI) inFlight() int                                      { return l.InFlight("k") }
@@ -129,7 +129,7 @@ func TestFIFO(t *testing.T) {
 	both(t, 10, func(t *testing.T, s iface) {
 		synctest.Test(t, func(t *testing.T) {
 			if !s.try(9) {
-				t.Fatal("TryAcquire(9) failed on an empty semaphore")
+				t.Fatal("AllowN(9) failed on an empty semaphore")
 			}
 			big := started(func() error { _, err := s.acquire(bg, 5); return err })
 			small := started(func() error { _, err := s.acquire(bg, 1); return err })
@@ -138,7 +138,7 @@ func TestFIFO(t *testing.T) {
 			}
 			// 1 unit is free, but the big waiter is first: nobody overtakes it.
 			if s.try(1) {
-				t.Fatal("TryAcquire(1) overtook a queued waiter")
+				t.Fatal("AllowN(1) overtook a queued waiter")
 			}
 			if d, err := s.allow(1); err != nil || d.Allowed || d.Remaining != 0 {
 				t.Fatalf("Allow with a queue = %+v, %v; want denied, Remaining 0", d, err)
@@ -162,7 +162,7 @@ func TestFIFO(t *testing.T) {
 			}
 			// Queue empty again: the fast path is back.
 			if err := s.release(10); err != nil || !s.try(10) {
-				t.Fatalf("release all, TryAcquire(10): %v", err)
+				t.Fatalf("release all, AllowN(10): %v", err)
 			}
 		})
 	})
@@ -186,7 +186,7 @@ func TestCancel(t *testing.T) {
 			// A done ctx fails even when the units are free.
 			s.release(10)
 			if _, err := s.acquire(ctx, 1); !errors.Is(err, context.Canceled) || s.inFlight() != 0 {
-				t.Fatalf("Acquire with a done ctx: %v, in flight %d", err, s.inFlight())
+				t.Fatalf("Hold with a done ctx: %v, in flight %d", err, s.inFlight())
 			}
 		})
 	})
@@ -260,7 +260,7 @@ func TestSetLimit(t *testing.T) {
 				t.Fatalf("%v, in flight %d", err, s.inFlight())
 			}
 			if _, err := s.acquire(bg, 6); !errors.Is(err, throttle.ErrExceedsLimit) {
-				t.Fatalf("Acquire above the limit: %v", err)
+				t.Fatalf("Hold above the limit: %v", err)
 			}
 			for _, bad := range badLimits {
 				if err := s.setLimit(bad); !errors.Is(err, throttle.ErrInvalid) {
@@ -274,15 +274,15 @@ func TestSetLimit(t *testing.T) {
 func TestClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := mustNew(t, 2)
-		rel, _ := l.Acquire(bg, "k", 2)
-		w := started(func() error { _, err := l.Acquire(bg, "k", 1); return err })
+		rel, _ := l.Hold(bg, "k", 2)
+		w := started(func() error { _, err := l.Hold(bg, "k", 1); return err })
 		l.Close()
 		synctest.Wait()
 		if err := <-w; !errors.Is(err, throttle.ErrClosed) {
 			t.Fatalf("waiter at Close: %v", err)
 		}
-		if _, err := l.Acquire(bg, "k", 1); !errors.Is(err, throttle.ErrClosed) {
-			t.Fatalf("Acquire after Close: %v", err)
+		if _, err := l.Hold(bg, "k", 1); !errors.Is(err, throttle.ErrClosed) {
+			t.Fatalf("Hold after Close: %v", err)
 		}
 		rel() // holders can still give back
 		if l.InFlight("k") != 0 {
@@ -309,10 +309,10 @@ func TestBadInput(t *testing.T) {
 			want error
 		}{{0, throttle.ErrInvalid}, {-1, throttle.ErrInvalid}, {4, throttle.ErrExceedsLimit}} {
 			if _, err := s.acquire(bg, c.n); !errors.Is(err, c.want) {
-				t.Errorf("Acquire(%d): %v, want %v", c.n, err, c.want)
+				t.Errorf("Hold(%d): %v, want %v", c.n, err, c.want)
 			}
 			if s.try(c.n) {
-				t.Errorf("TryAcquire(%d) succeeded", c.n)
+				t.Errorf("AllowN(%d) succeeded", c.n)
 			}
 		}
 		if s.inFlight() != 0 {
@@ -320,11 +320,11 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 	l := mustNew(t, 3, throttle.WithMaxKeyLen(4))
-	if _, err := l.Acquire(bg, "", 1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("Acquire with an empty key: %v", err)
+	if _, err := l.Hold(bg, "", 1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("Hold with an empty key: %v", err)
 	}
-	if _, err := l.Acquire(bg, "12345", 1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("Acquire with a long key: %v", err)
+	if _, err := l.Hold(bg, "12345", 1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("Hold with a long key: %v", err)
 	}
 }
 
@@ -425,7 +425,8 @@ func TestStress(t *testing.T) {
 				case 0: // non-blocking
 					var ok bool
 					if k == 3 {
-						ok = sem.TryAcquire(n)
+						d, err := sem.AllowN(n)
+						ok = err == nil && d.Allowed
 					} else {
 						d, err := l.Allow(bg, keys[k], n)
 						ok = err == nil && d.Allowed
@@ -458,9 +459,9 @@ func TestStress(t *testing.T) {
 					}
 					var err error
 					if k == 3 {
-						rel, err = sem.Acquire(ctx, n)
+						rel, err = sem.Hold(ctx, "", n)
 					} else {
-						rel, err = l.Acquire(ctx, keys[k], n)
+						rel, err = l.Hold(ctx, keys[k], n)
 					}
 					cancel()
 					if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, throttle.ErrExceedsLimit) {
@@ -503,9 +504,9 @@ func TestNoAllocs(t *testing.T) {
 	l := mustNew(t, 2)
 	l.Allow(bg, "k", 1)
 	step := func() {
-		sem.TryAcquire(2)
-		sem.TryAcquire(1) // denied
-		sem.AllowN(1)     // denied
+		sem.AllowN(2)
+		sem.AllowN(1) // denied
+		sem.AllowN(1) // denied
 		sem.Release(2)
 		l.Allow(bg, "k", 1)
 		l.Allow(bg, "k", 1) // denied

@@ -36,14 +36,14 @@ func Example() {
 	// allowed: true
 }
 
-// Acquire waits its turn; the release function is safe to defer and to
+// Hold waits its turn; the release function is safe to defer and to
 // call early.
-func ExampleSemaphore_Acquire() {
+func ExampleSemaphore_Hold() {
 	sem, err := counting.NewSemaphore(10)
 	if err != nil {
 		panic(err)
 	}
-	release, err := sem.Acquire(context.Background(), 4)
+	release, err := sem.Hold(context.Background(), "", 4)
 	if err != nil {
 		panic(err)
 	}

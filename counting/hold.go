@@ -26,11 +26,6 @@ func (s *Semaphore) TryHold(_ context.Context, _ string, n int) (d throttle.Deci
 	return d, releaser(&s.s, uint64(n), &s.limit), nil
 }
 
-// Hold is Acquire; the key is ignored.
-func (s *Semaphore) Hold(ctx context.Context, _ string, n int) (func(), error) {
-	return s.Acquire(ctx, n)
-}
-
 // Quota reports the limit with a zero Window: units come back by release.
 func (s *Semaphore) Quota() throttle.Quota { return throttle.Quota{Limit: s.Limit()} }
 
@@ -66,11 +61,6 @@ func (l *Limiter) try(d *throttle.Decision, key string, n int) (*state, error) {
 		limiterkit.Fill(d, true, lim, max(lim-int64(cur), 0), 0, 0)
 		return s, nil
 	}
-}
-
-// Hold is Acquire.
-func (l *Limiter) Hold(ctx context.Context, key string, n int) (func(), error) {
-	return l.Acquire(ctx, key, n)
 }
 
 // Quota reports the limit per key with a zero Window: units come back by

@@ -30,6 +30,8 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/deadline"
+	"github.com/throttlekit/throttle/internal/report"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Policy decides the requests a store could not.
@@ -79,7 +81,7 @@ type settings struct {
 	maxCool  time.Duration
 	name     string
 	observer throttle.Observer
-	clock    throttle.Clock
+	throttle []throttle.Option
 }
 
 // WithPolicy sets the failure policy (default Closed).
@@ -103,23 +105,33 @@ func WithBreaker(failures int, cooldown, maxCooldown time.Duration) Option {
 	return func(s *settings) { s.failures, s.cooldown, s.maxCool = failures, cooldown, maxCooldown }
 }
 
-// WithObserver reports, under name, the breaker opening and closing and
-// each request the policy decided (EventFallback, with its decision and
-// the store's error). o must not block.
+// WithObserver reports to o, under name, every call as throttle.Observe
+// does (an EventDecision, or an EventError for a call that failed), and
+// the wrapper's own events: the breaker opening and closing
+// (EventBreakerOpen, EventBreakerClosed) and each call the policy decided
+// because the store failed (EventFallback, with its decision and the
+// store's error: a Closed refusal is a denied fallback, reported beside
+// the call's EventError). o must not block. Nil turns it off.
 func WithObserver(name string, o throttle.Observer) Option {
 	return func(s *settings) { s.name, s.observer = name, o }
 }
 
-// WithClock sets the clock the breaker's cooldowns are measured on
-// (default: the monotonic system clock).
-func WithClock(c throttle.Clock) Option { return func(s *settings) { s.clock = c } }
+// WithOptions passes options of the throttle package: WithClock, the
+// clock the breaker's cooldowns are measured on (default: the monotonic
+// system clock). The options of keyed limiters (WithMaxKeys, ...) are
+// rejected: the wrapper keeps no state per key.
+func WithOptions(opts ...throttle.Option) Option {
+	return func(s *settings) { s.throttle = append(s.throttle, opts...) }
+}
 
 // guard is the deadline, policy and breaker of one limiter made by New.
 type guard struct {
+	inner    throttle.Limiter
+	next     throttle.Next // inner's methods, for the direct Allow's slow paths
+	quota    func() throttle.Quota
 	policy   Policy
 	fallback throttle.Limiter
-	name     string
-	observer throttle.Observer
+	report   report.To
 	clk      clock.Source
 	br       Breaker
 	dl       deadline.Shared
@@ -131,7 +143,7 @@ var ErrOpen = fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
 
 // New wraps inner, a limiter backed by a store, in a deadline per call, a
 // failure policy and a circuit breaker. The result is safe for concurrent
-// use and keeps inner's abilities (throttle.Decorate): a Holder's units
+// use and keeps inner's abilities (throttle.DecorateAllow): a Holder's units
 // are held and released through it, a Reserver's bookings made, a
 // QuotaAllower's limits passed and a Quota reported. The deadline bounds
 // each call but Hold, which waits for capacity until the caller's context
@@ -157,29 +169,65 @@ func New(inner throttle.Limiter, opts ...Option) (throttle.Limiter, error) {
 	case s.timeout <= 0:
 		return nil, fmt.Errorf("%w: failsafe: timeout %v must be positive", throttle.ErrInvalid, s.timeout)
 	}
-	g := &guard{policy: s.policy, fallback: s.fallback, name: s.name, observer: s.observer, clk: clock.New(s.clock)}
+	ts, err := limiterkit.NewSingleSettings(s.throttle...)
+	if err != nil {
+		return nil, fmt.Errorf("failsafe: %w", err)
+	}
+	g := &guard{inner: inner, policy: s.policy, fallback: s.fallback, clk: clock.New(ts.Clock),
+		quota: func() throttle.Quota { return throttle.Quota{} }, report: report.New(s.name, s.observer)}
 	if err := g.br.Init(s.failures, s.cooldown, s.maxCool); err != nil {
 		return nil, err
 	}
 	g.dl.Init(s.timeout)
-	quota := func() throttle.Quota { return throttle.Quota{} }
 	if q, ok := inner.(throttle.QuotaReporter); ok {
-		quota = q.Quota
+		g.quota = q.Quota
 	}
-	return throttle.Decorate(inner, func(ctx context.Context, c throttle.Call, next throttle.Next) (throttle.Result, error) {
-		return g.call(ctx, c, next, quota)
-	}), nil
+	g.next = func(ctx context.Context, c throttle.Call) (throttle.Result, error) {
+		return throttle.Invoke(ctx, inner, c)
+	}
+	l := throttle.DecorateAllow(inner, g.call, g.allow)
+	return throttle.Observe(l, s.name, s.observer), nil
 }
 
 // call asks the store within the deadline, unless the breaker is open;
 // when the store fails, the policy decides.
-func (g *guard) call(ctx context.Context, c throttle.Call, next throttle.Next, quota func() throttle.Quota) (throttle.Result, error) {
+func (g *guard) call(ctx context.Context, c throttle.Call, next throttle.Next) (throttle.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return throttle.Result{}, err
 	}
 	probe, ok := g.br.Allow(g.clk.Now())
+	return g.through(ctx, c, next, probe, ok)
+}
+
+// allow is call for an Allow, the path of every decision, without a
+// Call's trip through the Decorator while the store is healthy.
+func (g *guard) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return throttle.Decision{}, err
+	}
+	probe, ok := g.br.Allow(g.clk.Now())
+	if !ok || probe {
+		r, err := g.through(ctx, throttle.Call{Method: throttle.MethodAllow, Key: key, N: n}, g.next, probe, ok)
+		return r.Decision, err
+	}
+	cctx, cancel := g.dl.With(ctx)
+	d, err := g.inner.Allow(cctx, key, n)
+	if cancel != nil {
+		cancel()
+	}
+	failed, err := g.settle(ctx, cctx, err, false)
+	if !failed {
+		return d, err
+	}
+	r, err := g.decide(ctx, throttle.Call{Method: throttle.MethodAllow, Key: key, N: n}, err)
+	return r.Decision, err
+}
+
+// through is call once the breaker has answered: ok, and probe when the
+// call is its probe.
+func (g *guard) through(ctx context.Context, c throttle.Call, next throttle.Next, probe, ok bool) (throttle.Result, error) {
 	if !ok {
-		return g.decide(ctx, c, ErrOpen, quota)
+		return g.decide(ctx, c, ErrOpen)
 	}
 	cctx, cancel := ctx, context.CancelFunc(nil)
 	if c.Method != throttle.MethodHold {
@@ -189,24 +237,36 @@ func (g *guard) call(ctx context.Context, c throttle.Call, next throttle.Next, q
 	if cancel != nil {
 		cancel()
 	}
+	failed, err := g.settle(ctx, cctx, err, probe)
+	if !failed {
+		return r, err
+	}
+	return g.decide(ctx, c, err)
+}
+
+// settle tells the breaker how the store answered a call that returned
+// err (ctx is the caller's context, cctx the call's) and returns the
+// call's error, with failed true when the store failed: the error then
+// wraps throttle.ErrUnavailable, and the policy decides the call.
+func (g *guard) settle(ctx, cctx context.Context, err error, probe bool) (failed bool, _ error) {
 	switch {
 	case err == nil:
 		g.success(probe)
-		return r, nil
+		return false, nil
 	case callerEnded(ctx, cctx):
 		g.br.Release(probe) // the caller gave up, or its own deadline passed: not the store's fault
-		return r, err
+		return false, err
 	case !errors.Is(err, throttle.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		g.success(probe) // the store answered: this request's own error
-		return r, err
+		return false, err
 	}
 	if !errors.Is(err, throttle.ErrUnavailable) {
 		err = fmt.Errorf("%w: %w", throttle.ErrUnavailable, err)
 	}
 	if g.br.Failure(g.clk.Now(), probe) {
-		g.observe(throttle.Event{Kind: throttle.EventBreakerOpen, Err: err})
+		g.report.Event(throttle.Event{Kind: throttle.EventBreakerOpen, Err: err})
 	}
-	return g.decide(ctx, c, err, quota)
+	return true, err
 }
 
 // ask passes c on to the store. A probe that panics lets the next caller
@@ -243,16 +303,16 @@ func callerEnded(ctx, cctx context.Context) bool {
 
 func (g *guard) success(probe bool) {
 	if g.br.Success(probe) {
-		g.observe(throttle.Event{Kind: throttle.EventBreakerClosed})
+		g.report.Event(throttle.Event{Kind: throttle.EventBreakerClosed})
 	}
 }
 
 // decide applies the policy to a call the store failed with err.
-func (g *guard) decide(ctx context.Context, c throttle.Call, err error, quota func() throttle.Quota) (throttle.Result, error) {
+func (g *guard) decide(ctx context.Context, c throttle.Call, err error) (throttle.Result, error) {
 	var r throttle.Result
 	switch g.policy {
 	case Open:
-		limit := quota().Limit
+		limit := g.quota().Limit
 		if limit == 0 {
 			limit = c.N
 		}
@@ -263,16 +323,12 @@ func (g *guard) decide(ctx context.Context, c throttle.Call, err error, quota fu
 		if r, ferr = throttle.Invoke(ctx, g.fallback, c); ferr != nil {
 			return r, ferr
 		}
-	default:
-		return throttle.Result{Decision: throttle.Decision{RetryAfter: g.br.RetryAfter(g.clk.Now())}}, err
+	default: // Closed: refused, with the store's error
+		r.Decision.RetryAfter = g.br.RetryAfter(g.clk.Now())
 	}
-	g.observe(throttle.Event{Kind: throttle.EventFallback, Key: c.Key, N: c.N, Decision: r.Decision, Err: err})
+	g.report.Event(throttle.Event{Kind: throttle.EventFallback, Key: c.Key, N: c.N, Decision: r.Decision, Err: err, Method: c.Method})
+	if g.policy == Closed {
+		return r, err
+	}
 	return r, nil
-}
-
-func (g *guard) observe(e throttle.Event) {
-	if g.observer != nil {
-		e.Limiter = g.name
-		g.observer.Observe(e)
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/failsafe"
+	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
@@ -188,6 +189,8 @@ func TestBadOptions(t *testing.T) {
 		"fallback nil":      {failsafe.WithFallback(nil)},
 		"zero timeout":      {failsafe.WithTimeout(0)},
 		"negative failures": {failsafe.WithBreaker(-1, time.Second, time.Second)},
+		"keyed option":      {failsafe.WithOptions(throttle.WithMaxKeys(5))},
+		"nil clock":         {failsafe.WithOptions(throttle.WithClock(nil))},
 	} {
 		if _, err := failsafe.New(s, opts...); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
@@ -311,4 +314,23 @@ func TestCallerDeadlineIsNotAStoreFailure(t *testing.T) {
 			t.Fatalf("another caller: %+v, %v", d, err)
 		}
 	})
+}
+
+// The breaker's cooldown runs on the clock of throttle.WithClock.
+func TestClockOption(t *testing.T) {
+	s := &store{mode: "down"}
+	clk := throttletest.NewClock()
+	l, err := failsafe.New(s, failsafe.WithBreaker(1, time.Minute, time.Minute), failsafe.WithOptions(throttle.WithClock(clk)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Allow(context.Background(), "k", 1) // opens the breaker
+	s.set("")
+	if _, err := l.Allow(context.Background(), "k", 1); !errors.Is(err, failsafe.ErrOpen) {
+		t.Fatalf("within the cooldown: %v, want ErrOpen", err)
+	}
+	clk.Advance(time.Minute)
+	if d, err := l.Allow(context.Background(), "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("after the cooldown on the injected clock: %+v, %v", d, err)
+	}
 }

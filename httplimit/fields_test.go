@@ -137,7 +137,7 @@ func TestShadowAndSkip(t *testing.T) {
 	l, _ := fixedwindow.New(2, time.Hour)
 	defer l.Close()
 	var ev events
-	h := mw(t, l, httplimit.WithShadow(), httplimit.WithObserver(&ev), httplimit.WithKey(httplimit.Header("X-Key")),
+	h := mw(t, l, httplimit.WithShadow(), httplimit.WithObserver("default", &ev), httplimit.WithKey(httplimit.Header("X-Key")),
 		httplimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/skip" }))(ok)
 	for i := range 5 {
 		w := get(h, "192.0.2.1:1", "X-Key", "a")
@@ -172,7 +172,7 @@ func TestLimitFromContext(t *testing.T) {
 	l, _ := tokenbucket.New(throttle.PerSecond(100), 100, throttle.WithClock(clk))
 	defer l.Close()
 	var ev events
-	limit := mw(t, l, httplimit.WithLimitFromContext(), httplimit.WithObserver(&ev), httplimit.WithKey(httplimit.Header("X-Key")))
+	limit := mw(t, l, httplimit.WithLimitFromContext(), httplimit.WithObserver("default", &ev), httplimit.WithKey(httplimit.Header("X-Key")))
 	plans := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get("X-Key") == "free" {

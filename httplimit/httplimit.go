@@ -12,13 +12,13 @@ package httplimit
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/ratefields"
+	"github.com/throttlekit/throttle/internal/report"
 )
 
 // KeyFunc returns the key a request is limited under. An error wrapping
@@ -37,6 +37,7 @@ type config struct {
 	passOnErr bool
 	denied    http.Handler
 	onError   func(http.ResponseWriter, *http.Request, error)
+	obsName   string
 	observer  throttle.Observer
 	skip      func(*http.Request) bool
 	shadow    bool
@@ -92,13 +93,19 @@ func WithPassOnUnavailable() Option { return func(c *config) { c.passOnErr = tru
 func WithDeniedHandler(h http.Handler) Option { return func(c *config) { c.denied = h } }
 
 // WithErrorHandler answers requests whose key or decision failed, instead
-// of the default status for the error (see New).
+// of the default status for the error (see New): it writes the response.
+// To log the failures, observe them (WithObserver's EventError).
 func WithErrorHandler(f func(http.ResponseWriter, *http.Request, error)) Option {
 	return func(c *config) { c.onError = f }
 }
 
-// WithObserver reports every decision to o under the policy name.
-func WithObserver(o throttle.Observer) Option { return func(c *config) { c.observer = o } }
+// WithObserver reports to o, under name, every decision of the
+// middleware as throttle.Observe does: an EventDecision, or an EventError
+// for a decision that failed. name is the limiter's label in metrics; it
+// need not be the policy name of WithName. Nil turns it off.
+func WithObserver(name string, o throttle.Observer) Option {
+	return func(c *config) { c.obsName, c.observer = name, o }
+}
 
 // New returns middleware that asks l for each request's cost under its
 // key before calling the next handler.
@@ -108,7 +115,7 @@ func WithObserver(o throttle.Observer) Option { return func(c *config) { c.obser
 // available: when the next unit returns to a bucket, or the window ends)
 // fields, stating the key's own quota when l's limit depends on the key
 // (a KeyQuotaReporter, such as rules.Limiter), else l's Quota; a key l
-// does not limit (an allow list) gets none (see Reporter). Denied
+// does not limit (an allow list) gets none. Denied
 // requests get 429 with Retry-After in whole seconds, rounded up. Errors
 // answer 400 (bad key, ErrInvalid), 403 (ErrDenied), 413 (a cost above
 // the limit, ErrExceedsLimit) or 503 (ErrUnavailable, unless
@@ -137,15 +144,16 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 		return nil, fmt.Errorf("%w: httplimit: nil limiter", throttle.ErrInvalid)
 	case c.key == nil || c.cost == nil:
 		return nil, fmt.Errorf("%w: httplimit: nil key or cost func", throttle.ErrInvalid)
-	case !validName(c.name):
+	case !ratefields.ValidName(c.name):
 		return nil, fmt.Errorf("%w: httplimit: policy name %q must be 1 to 64 printable ASCII characters", throttle.ErrInvalid, c.name)
 	}
 	qa, _ := l.(throttle.QuotaAllower)
 	if c.ctxLimit && qa == nil {
 		return nil, fmt.Errorf("%w: httplimit: WithLimitFromContext needs a limiter that takes the limit with each call (a throttle.QuotaAllower), not %T", throttle.ErrInvalid, l)
 	}
-	rep := NewReporter(l)
-	l = throttle.Observe(l, c.name, c.observer)
+	rep := ratefields.NewReporter(l)
+	obs := report.New(c.obsName, c.observer)
+	l = throttle.Observe(l, c.obsName, c.observer)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if c.skip != nil && c.skip(r) {
@@ -164,9 +172,9 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 			var d throttle.Decision
 			release := func() {}
 			if lim != nil {
-				d, err = c.allowQuota(r, qa, key, lim)
+				d, err = c.allowQuota(r, qa, key, lim, &obs)
 			} else {
-				d, release, err = throttle.Acquire(r.Context(), l, key, c.cost(r))
+				d, release, err = throttle.TryHold(r.Context(), l, key, c.cost(r))
 			}
 			defer release()
 			if err != nil {
@@ -176,20 +184,20 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 				}
 				if !c.shadow && d.RetryAfter > 0 && errors.Is(err, throttle.ErrUnavailable) {
 					// An open breaker knows when it will try the store again.
-					w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
+					w.Header().Set("Retry-After", strconv.FormatInt(max(ratefields.Seconds(d.RetryAfter), 1), 10))
 				}
 				c.fail(w, r, next, err)
 				return
 			}
 			q, t, limited := rep.State(key, d)
 			if lim != nil {
-				q, t, limited = lim.quota(), until(d, lim.rate), true
+				q, t, limited = lim.quota(), ratefields.Until(d, lim.rate), true
 			}
 			if limited {
 				c.setFields(w.Header(), q, t, d)
 			}
 			if !d.Allowed && !c.shadow {
-				w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
+				w.Header().Set("Retry-After", strconv.FormatInt(max(ratefields.Seconds(d.RetryAfter), 1), 10))
 				if c.denied != nil {
 					c.denied.ServeHTTP(w, r.WithContext(withDecision(r.Context(), d)))
 					return
@@ -233,17 +241,12 @@ func (c *config) fail(w http.ResponseWriter, r *http.Request, next http.Handler,
 }
 
 // allowQuota decides r under the limit its context states, and reports
-// the decision to the observer.
-func (c *config) allowQuota(r *http.Request, qa throttle.QuotaAllower, key string, lim *requestLimit) (throttle.Decision, error) {
+// the decision to rep.
+func (c *config) allowQuota(r *http.Request, qa throttle.QuotaAllower, key string, lim *requestLimit, rep *report.To) (throttle.Decision, error) {
 	n := c.cost(r)
+	start := rep.Start()
 	d, err := qa.AllowQuota(r.Context(), key, n, lim.rate, lim.burst)
-	if c.observer != nil {
-		e := throttle.Event{Kind: throttle.EventDecision, Limiter: c.name, Key: key, N: n, Decision: d, Err: err}
-		if err != nil {
-			e.Kind = throttle.EventError
-		}
-		c.observer.Observe(e)
-	}
+	rep.Call(throttle.MethodAllowQuota, key, n, d, err, start)
 	return d, err
 }
 
@@ -253,12 +256,12 @@ func (c *config) allowQuota(r *http.Request, qa throttle.QuotaAllower, key strin
 func (c *config) setFields(h http.Header, q throttle.Quota, t time.Duration, d throttle.Decision) {
 	// The keys are written in canonical form (as Add and Set would make
 	// them), which saves canonicalizing five keys per request.
-	h["Ratelimit-Policy"] = append(h["Ratelimit-Policy"], PolicyField(c.name, q))
-	h["Ratelimit"] = append(h["Ratelimit"], LimitField(c.name, d.Remaining, t))
+	h["Ratelimit-Policy"] = append(h["Ratelimit-Policy"], ratefields.Policy(c.name, q))
+	h["Ratelimit"] = append(h["Ratelimit"], ratefields.Limit(c.name, d.Remaining, t))
 	if c.legacy && legacyFirst(h, d.Remaining) {
 		h["X-Ratelimit-Limit"] = []string{strconv.Itoa(q.Limit)}
 		h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(max(d.Remaining, 0))}
-		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(seconds(t), 10)}
+		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(ratefields.Seconds(t), 10)}
 	}
 }
 
@@ -273,66 +276,4 @@ func legacyFirst(h http.Header, remaining int) bool {
 	}
 	n, err := strconv.Atoi(prev[0])
 	return err != nil || max(remaining, 0) < n
-}
-
-// PolicyField formats one RateLimit-Policy item: "name";q=limit;w=seconds
-// (w is left out for a limit with no window, such as a concurrency cap).
-func PolicyField(name string, q throttle.Quota) string {
-	var b strings.Builder
-	b.Grow(len(name) + 24)
-	b.WriteString(quoteSF(name))
-	b.WriteString(";q=")
-	b.WriteString(strconv.Itoa(max(q.Limit, 0)))
-	if q.Window > 0 {
-		b.WriteString(";w=")
-		b.WriteString(strconv.FormatInt(max(seconds(q.Window), 1), 10))
-	}
-	return b.String()
-}
-
-// LimitField formats one RateLimit item: "name";r=remaining;t=seconds.
-func LimitField(name string, remaining int, t time.Duration) string {
-	return quoteSF(name) + ";r=" + strconv.Itoa(max(remaining, 0)) + ";t=" + strconv.FormatInt(seconds(t), 10)
-}
-
-// seconds rounds d up to whole seconds, saturating.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 && s < math.MaxInt64 {
-		s++
-	}
-	return s
-}
-
-func validName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
-// quoteSF writes s as a structured-field string (RFC 8941): quoted, with
-// backslash and double quote escaped. s is printable ASCII.
-func quoteSF(s string) string {
-	if !strings.ContainsAny(s, `"\`) {
-		return `"` + s + `"`
-	}
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	b.WriteByte('"')
-	return b.String()
 }

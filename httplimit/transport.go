@@ -51,7 +51,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	default:
-		d, rel, err := throttle.Acquire(r.Context(), t.Limiter, key, 1)
+		d, rel, err := throttle.TryHold(r.Context(), t.Limiter, key, 1)
 		if err != nil {
 			return nil, err
 		}

@@ -1,7 +1,7 @@
 // Package limiterkit is for those who implement a throttle.Limiter: it
 // turns the shared throttle.Options into Settings, checks keys and request
-// sizes the way every limiter of this module does, and builds Decisions
-// and Reservations. Users of the limiters never need it.
+// sizes the way every limiter of this module does, and builds Decisions.
+// Users of the limiters never need it.
 package limiterkit
 
 import (
@@ -100,13 +100,11 @@ func CheckN(n, limit int) error {
 	return nil
 }
 
-var newReservation = bridge.NewReservation.(func(time.Duration, int, func()) throttle.Reservation)
-
-// NewReservation returns a granted reservation that must be honoured after
-// delay. cancel, which may be nil, gives the booked capacity back to the
-// limiter; the Reservation and all its copies call it at most once.
+// NewReservation is throttle.NewReservation.
+//
+// Deprecated: use throttle.NewReservation.
 func NewReservation(delay time.Duration, limit int, cancel func()) throttle.Reservation {
-	return newReservation(delay, limit, cancel)
+	return throttle.NewReservation(delay, limit, cancel)
 }
 
 // Fill sets every field of *d; durations are in nanoseconds. A limiter's

@@ -56,7 +56,7 @@
 // Watch whenever its content changes and has read the same for one
 // interval, so a file caught half written is not acted on. A version that does not parse or
 // build is rejected as a whole and the rules in force stay; the error goes
-// to WithReloadHook and to WithObserver as a throttle.EventWarning. When a
+// to WithErrorFunc and to WithObserver as a throttle.EventWarning. When a
 // rule's limit changes, its limiter is adjusted in place (SetRate and
 // SetBurst, or SetLimit for a window of the same length), so what each key
 // has used is kept; a limit that changes form or window length, a window
@@ -75,7 +75,7 @@
 // Version is not reloaded, and Limiter.Version names the one in force. A
 // failed fetch (an error wrapping throttle.ErrUnavailable) or a document
 // the strict parser refuses (throttle.ErrInvalid) is rejected like a bad
-// file: the rules in force stay, and the outcome goes to WithReloadHook
+// file: the rules in force stay, and the error goes to WithErrorFunc
 // and WithObserver. Fetches run outside the decision path: a hanging
 // service delays only the fetch, which the timeout given to Refresh ends.
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -64,7 +65,7 @@ type config struct {
 	tierOf   func(string) string
 	name     string
 	observer throttle.Observer
-	onReload func(error)
+	onError  func(error)
 }
 
 // WithFactory builds each limit's limiter with f. The default builds a
@@ -100,19 +101,24 @@ func WithTierMap(m map[string]string) Option {
 	return WithTierFunc(func(key string) string { return cp[key] })
 }
 
-// WithObserver reports, under name, each reload to o: rules put in force
-// as an EventReload with their version in Key, a rejected document as an
-// EventWarning with the error in Err.
+// WithObserver reports to o, under name, every call of Allow and Reserve
+// as throttle.Observe does (an EventDecision, or an EventError for a call
+// that failed, a deny list's included), and each reload: rules put in
+// force as an EventReload with their version in Key, a rejected document
+// as an EventWarning with the error in Err. o must not block; it is
+// called with the Limiter's reload lock held for the reload events, so
+// it must not call Update, Reload or Refresh.
 func WithObserver(name string, o throttle.Observer) Option {
 	return func(c *config) { c.name, c.observer = name, o }
 }
 
-// WithReloadHook calls f after each reload from the file (Reload and
-// Watch) or a Source (Refresh and Follow) with its outcome: nil when the
-// new rules are in force (Limiter.Version names them), else why they were
-// rejected (the old rules stay). f is called with the Limiter's reload
-// lock held: it must not call Update, Reload or Refresh.
-func WithReloadHook(f func(error)) Option { return func(c *config) { c.onReload = f } }
+// WithErrorFunc calls f with each failure an operator may want to log: a
+// reload from the file (Reload and Watch) or a Source (Refresh and
+// Follow) that was rejected, and why (the rules in force stay). Rules put
+// in force are seen as WithObserver's EventReload, or Version. f is
+// called with the Limiter's reload lock held: it must not call Update,
+// Reload or Refresh.
+func WithErrorFunc(f func(error)) Option { return func(c *config) { c.onError = f } }
 
 // Limiter routes each key to the limit its rules give it. Allow and
 // Reserve are safe for concurrent use with each other and with Update,
@@ -138,6 +144,7 @@ func WithReloadHook(f func(error)) Option { return func(c *config) { c.onReload 
 type Limiter struct {
 	cur atomic.Pointer[table]
 	cfg config
+	rep report.To // of cfg's observer
 	set limiterkit.Settings
 
 	mu      sync.Mutex // serializes changes; never taken to decide
@@ -201,6 +208,7 @@ func New(c *Config, opts ...Option) (*Limiter, error) {
 	if l.set, err = limiterkit.NewSettings(l.cfg.limOpts...); err != nil {
 		return nil, err
 	}
+	l.rep = report.New(l.cfg.name, l.cfg.observer)
 	if l.cfg.factory == nil {
 		l.cfg.factory = l.defaultFactory
 	}
@@ -434,27 +442,44 @@ func (l *Limiter) route(t *table, key string) (*slot, *ruleEntry, error) {
 // Allow asks key's limit for n units; see Limiter for how the limit is
 // chosen. An allow-listed key gets Decision{Allowed: true} (Limit 0: no
 // limit); a deny-listed one gets ErrDenied.
-func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
+	if l.rep.On() {
+		return l.rep.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+	}
+	err = l.decide(ctx, &d, key, n) // d filled in place: see limiterkit.Fill
+	return d, err
+}
+
+// allow is Allow without the report.
+func (l *Limiter) allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
+	err = l.decide(ctx, &d, key, n)
+	return d, err
+}
+
+// decide is Allow filling *d.
+func (l *Limiter) decide(ctx context.Context, d *throttle.Decision, key string, n int) error {
 	for {
 		t := l.cur.Load()
 		if t == nil {
-			return throttle.Decision{}, errZero
+			return errZero
 		}
 		s, _, err := l.route(t, key)
 		if err != nil {
-			return throttle.Decision{}, err
+			return err
 		}
 		if s == nil {
 			if n <= 0 {
-				return throttle.Decision{}, fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
+				return fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
 			}
-			return throttle.Decision{Allowed: true}, nil
+			d.Allowed = true
+			return nil
 		}
-		d, err := s.allow(ctx, key, n)
+		*d, err = s.allow(ctx, key, n)
 		if err != nil && l.replaced(t, err) {
+			*d = throttle.Decision{}
 			continue // a reload closed this limiter under us
 		}
-		return d, err
+		return err
 	}
 }
 
@@ -469,6 +494,13 @@ func (l *Limiter) replaced(t *table, err error) bool {
 // granted with the RetryAfter as Delay. An allow-listed key is granted at
 // once; a deny-listed one gets ErrDenied.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
+	start := l.rep.Start()
+	res, err := l.reserve(ctx, key, n, maxWait)
+	l.rep.Reserved(key, n, res, err, start)
+	return res, err
+}
+
+func (l *Limiter) reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
 	for {
 		t := l.cur.Load()
 		if t == nil {
@@ -484,14 +516,14 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxWait time.D
 			if n <= 0 {
 				return res, fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
 			}
-			return limiterkit.NewReservation(0, 0, nil), nil
+			return throttle.NewReservation(0, 0, nil), nil
 		case ok:
 			res, err = r.Reserve(ctx, key, n, maxWait)
 		default:
 			var d throttle.Decision
 			if d, err = s.allow(ctx, key, n); err == nil {
 				if d.Allowed {
-					res = limiterkit.NewReservation(0, d.Limit, nil)
+					res = throttle.NewReservation(0, d.Limit, nil)
 				} else {
 					res = throttle.Reservation{Delay: d.RetryAfter, Limit: d.Limit}
 				}

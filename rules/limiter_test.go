@@ -216,7 +216,7 @@ func TestReloadKeepsUsage(t *testing.T) {
 	clk := throttletest.NewClock()
 	var hooks []error
 	l, err := rules.Open(path, rules.WithLimiterOptions(throttle.WithClock(clk)),
-		rules.WithReloadHook(func(err error) { hooks = append(hooks, err) }))
+		reloads(func(err error) { hooks = append(hooks, err) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,11 @@ func TestReloadRejectsBadFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.json")
 	write(t, path, bucketDoc("1/m", 3))
 	var events []throttle.Event
-	l, err := rules.Open(path, rules.WithObserver("api", throttle.ObserverFunc(func(e throttle.Event) { events = append(events, e) })))
+	l, err := rules.Open(path, rules.WithObserver("api", throttle.ObserverFunc(func(e throttle.Event) {
+		if e.Kind != throttle.EventDecision && e.Kind != throttle.EventError {
+			events = append(events, e)
+		}
+	})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +454,7 @@ func TestWatch(t *testing.T) {
 			mu      sync.Mutex
 			results []error
 		)
-		l, err := rules.Open(path, rules.WithReloadHook(func(err error) {
+		l, err := rules.Open(path, reloads(func(err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, err)

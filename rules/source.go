@@ -97,8 +97,8 @@ func fetch(ctx context.Context, src Source, timeout time.Duration) (Document, er
 
 // Version returns the version of the document in force: its Document
 // Version, the Hash of a file's content (Open, Reload, Watch), or "" for
-// rules given to New or Update. It takes no lock; in a WithReloadHook
-// function it is the version just put in force.
+// rules given to New or Update. It takes no lock; in an Observer's
+// EventReload it is the version just put in force.
 func (l *Limiter) Version() string {
 	if v := l.version.Load(); v != nil {
 		return *v
@@ -110,9 +110,9 @@ func (l *Limiter) Version() string {
 // timeout <= 0) and puts it in force if its Version is not the one in
 // force (see Update). A failed fetch, or a document that does not parse or
 // build, is rejected: the rules in force stay, the error is returned and
-// reported to WithReloadHook and WithObserver (a version already rejected
-// is not reported again). A success is reported to WithReloadHook with a
-// nil error. Decisions never wait for a fetch. Refreshes running at once
+// reported to WithErrorFunc and WithObserver (a version already rejected
+// is not reported again). A success is reported to WithObserver as an
+// EventReload. Decisions never wait for a fetch. Refreshes running at once
 // put their documents in force in the order their fetches end: follow a
 // source from one goroutine (Follow).
 func (l *Limiter) Refresh(ctx context.Context, src Source, timeout time.Duration) error {
@@ -182,7 +182,7 @@ func (l *Limiter) take(d Document, err error) error {
 	}
 	l.refused = ""
 	l.version.Store(&d.Version)
-	l.report(nil)
+	l.reloaded()
 	return nil
 }
 

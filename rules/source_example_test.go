@@ -25,10 +25,8 @@ func ExampleHTTPSource() {
 
 	src := rules.Cached(&rules.HTTPSource{URL: svc.URL}, filepath.Join(dir, "rules.json"))
 	l, err := rules.OpenSource(context.Background(), src, 5*time.Second,
-		rules.WithReloadHook(func(err error) {
-			if err != nil {
-				fmt.Println("rules rejected, the previous ones stay:", err)
-			}
+		rules.WithErrorFunc(func(err error) {
+			fmt.Println("rules rejected, the previous ones stay:", err)
 		}))
 	if err != nil {
 		panic(err)

@@ -95,6 +95,19 @@ type hookLog struct {
 
 func (h *hookLog) hook(err error) { h.mu.Lock(); h.errs = append(h.errs, err); h.mu.Unlock() }
 
+// reloads observes the outcome of each reload: f(nil) for rules put in
+// force (EventReload), f(err) for a rejected document (EventWarning).
+func reloads(f func(error)) rules.Option {
+	return rules.WithObserver("api", throttle.ObserverFunc(func(e throttle.Event) {
+		switch e.Kind {
+		case throttle.EventReload:
+			f(nil)
+		case throttle.EventWarning:
+			f(e.Err)
+		}
+	}))
+}
+
 func (h *hookLog) all() []error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -111,8 +124,8 @@ func TestHTTPSource(t *testing.T) {
 	var hooks hookLog
 	var warnings atomic.Int32
 	l, err := rules.OpenSource(ctx, src, time.Second, rules.WithLimiterOptions(throttle.WithClock(clk)),
-		rules.WithReloadHook(hooks.hook),
-		rules.WithObserver("api", throttle.ObserverFunc(func(e throttle.Event) { warnings.Add(1) })))
+		rules.WithErrorFunc(func(err error) { warnings.Add(1) }),
+		reloads(hooks.hook))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +168,7 @@ func TestHTTPSource(t *testing.T) {
 		}
 	}
 	if n := len(hooks.all()); n != 6 || warnings.Load() != 6 {
-		t.Fatalf("%d hook calls, %d warnings, want 6 each", n, warnings.Load())
+		t.Fatalf("%d observed rejections, %d error func calls, want 6 each", n, warnings.Load())
 	}
 
 	// The same bad document again is not reported again.
@@ -245,7 +258,7 @@ func TestFollowPolls(t *testing.T) {
 	srv := newConfigServer(t, bucketDoc("1/m", 10))
 	src := &rules.HTTPSource{URL: srv.URL}
 	reloaded := make(chan error, 10)
-	l, err := rules.OpenSource(ctx, src, time.Second, rules.WithReloadHook(func(err error) { reloaded <- err }))
+	l, err := rules.OpenSource(ctx, src, time.Second, reloads(func(err error) { reloaded <- err }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +306,7 @@ func TestFollowWatcher(t *testing.T) {
 	write(t, path, bucketDoc("1/m", 10))
 	w := chanWatcher{FileSource: rules.FileSource(path), c: make(chan func() (rules.Document, error))}
 	reloaded := make(chan error)
-	l, err := rules.OpenSource(ctx, w, 0, rules.WithReloadHook(func(err error) { reloaded <- err }))
+	l, err := rules.OpenSource(ctx, w, 0, reloads(func(err error) { reloaded <- err }))
 	if err != nil {
 		t.Fatal(err)
 	}

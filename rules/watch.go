@@ -56,7 +56,7 @@ func Open(path string, opts ...Option) (*Limiter, error) {
 
 // Reload reads the rules file again and puts it in force (see Update). A
 // file that cannot be read, parsed or built is rejected: the rules in force
-// stay, the error is returned and reported to the WithReloadHook function
+// stay, the error is returned and reported to the WithErrorFunc function
 // and the WithObserver observer. Reload is for a Limiter made by Open.
 func (l *Limiter) Reload() error {
 	l.mu.Lock()
@@ -94,7 +94,7 @@ func (l *Limiter) use(data []byte) error {
 	}
 	v := Hash(data)
 	l.version.Store(&v)
-	l.report(nil)
+	l.reloaded()
 	return nil
 }
 
@@ -102,22 +102,17 @@ func (l *Limiter) use(data []byte) error {
 // returns why.
 func (l *Limiter) reject(what string, err error) error {
 	err = fmt.Errorf("%s: rejected, the previous rules stay in force: %w", what, err)
-	if o := l.cfg.observer; o != nil {
-		o.Observe(throttle.Event{Kind: throttle.EventWarning, Limiter: l.cfg.name, Err: err})
+	l.rep.Event(throttle.Event{Kind: throttle.EventWarning, Err: err})
+	if l.cfg.onError != nil {
+		l.cfg.onError(err)
 	}
-	l.report(err)
 	return err
 }
 
-// report calls the WithReloadHook function and, for rules put in force,
-// reports an EventReload naming their version.
-func (l *Limiter) report(err error) {
-	if o := l.cfg.observer; o != nil && err == nil {
-		o.Observe(throttle.Event{Kind: throttle.EventReload, Limiter: l.cfg.name, Key: l.Version()})
-	}
-	if l.cfg.onReload != nil {
-		l.cfg.onReload(err)
-	}
+// reloaded reports an EventReload naming the version of the rules put in
+// force.
+func (l *Limiter) reloaded() {
+	l.rep.Event(throttle.Event{Kind: throttle.EventReload, Key: l.Version()})
 }
 
 // poll is one look of Watch at the file. A new content is acted on only

@@ -255,7 +255,7 @@ type FixedGate struct{ S *counting.Semaphore }
 
 // Admit implements Gate.
 func (g FixedGate) Admit() func(time.Duration) {
-	if !g.S.TryAcquire(1) {
+	if d, err := g.S.AllowN(1); err != nil || !d.Allowed {
 		return nil
 	}
 	return g.release

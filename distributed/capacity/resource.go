@@ -511,7 +511,11 @@ func (g *GaugeResource) applyLimit(v float64) {
 
 // TryAcquire takes n units if they fit under the limit now.
 func (g *GaugeResource) TryAcquire(n int) bool {
-	return !g.closed.Load() && !g.zero.Load() && g.s.TryAcquire(n)
+	if g.closed.Load() || g.zero.Load() {
+		return false
+	}
+	d, err := g.s.AllowN(n)
+	return err == nil && d.Allowed
 }
 
 // Acquire waits until n units fit, or ctx is done. The returned release
@@ -524,7 +528,7 @@ func (g *GaugeResource) Acquire(ctx context.Context, n int) (release func(), err
 		}
 		wake := g.wakeCh()
 		if !g.zero.Load() {
-			return g.s.Acquire(ctx, n)
+			return g.s.Hold(ctx, "", n)
 		}
 		select {
 		case <-wake:

@@ -105,6 +105,10 @@ func newBucket(client redis.UniversalClient, alg string, rate throttle.Rate, bur
 
 // Allow admits n units for key now or denies them, in one round trip.
 func (b *Bucket) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	return b.report.Decide(ctx, throttle.MethodAllow, key, n, b.allow)
+}
+
+func (b *Bucket) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if err := b.check(key, n); err != nil {
 		return throttle.Decision{}, err
 	}
@@ -149,6 +153,13 @@ func (b *Bucket) Quota() throttle.Quota {
 // MaxSpan), throttle.ErrExceedsLimit (n > burst) or
 // throttle.ErrUnavailable.
 func (b *Bucket) AllowQuota(ctx context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error) {
+	start := b.report.Start()
+	d, err := b.allowQuota(ctx, key, n, rate, burst)
+	b.report.Call(throttle.MethodAllowQuota, key, n, d, err, start)
+	return d, err
+}
+
+func (b *Bucket) allowQuota(ctx context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error) {
 	var cfg gcra.Config
 	if err := cfg.Set(rate, burst); err != nil {
 		return throttle.Decision{}, err
@@ -193,6 +204,13 @@ func (b *Bucket) take(ctx context.Context, key string, cost int64, limit any) ([
 // an error wrapping throttle.ErrUnavailable under every failure policy
 // except FailOpen, which grants a reservation without delay.
 func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
+	start := b.report.Start()
+	res, err := b.reserve(ctx, key, n, maxWait)
+	b.report.Reserved(key, n, res, err, start)
+	return res, err
+}
+
+func (b *Bucket) reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
 	if err := b.check(key, n); err != nil {
 		return throttle.Reservation{}, err
 	}
@@ -203,10 +221,17 @@ func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Du
 	limit := min(b.cfg.Limit(maxWait), int64(MaxSpan)) // bookings stay exact
 	r, err := b.take(ctx, key, cost, limit)
 	if err != nil {
-		if b.policy == FailOpen && errorsIsUnavailable(err) {
-			b.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Err: err,
-				Decision: throttle.Decision{Allowed: true, Limit: b.limit, Remaining: b.limit - n}})
-			return limiterkit.NewReservation(0, b.limit, nil), nil
+		if !errorsIsUnavailable(err) {
+			return throttle.Reservation{Limit: b.limit}, err
+		}
+		open := b.policy == FailOpen
+		d := throttle.Decision{Allowed: open, Limit: b.limit}
+		if open {
+			d.Remaining = b.limit - n
+		}
+		b.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Err: err, Decision: d, Method: throttle.MethodReserve})
+		if open {
+			return throttle.NewReservation(0, b.limit, nil), nil
 		}
 		return throttle.Reservation{Limit: b.limit}, err
 	}
@@ -216,7 +241,7 @@ func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Du
 	}
 	booked, _ := r[2].(string)
 	delay := time.Duration(max(debt-b.cfg.Tau, 0))
-	return limiterkit.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
+	return throttle.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
 }
 
 // refund gives a booking back (best effort, bounded by the timeout).

@@ -125,7 +125,7 @@
 // them as readily as allkeys-* do. On its first answered call a limiter
 // reads the server's maxmemory settings (CONFIG GET, skipped where the
 // command is disabled) and, when eviction is possible, warns through
-// WithErrorHandler and WithObserver (EventWarning).
+// WithErrorFunc and WithObserver (EventWarning).
 //
 // # Token leasing
 //

@@ -160,7 +160,8 @@ func TestFaultClientPause(t *testing.T) {
 	waitHealthy(t, l, "k")
 }
 
-func TestFaultConnectionRefused(t *testing.T) {
+// refusingClient returns a client of an address where nothing listens.
+func refusingClient(t *testing.T) *redis.Client {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -168,10 +169,15 @@ func TestFaultConnectionRefused(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestFaultConnectionRefused(t *testing.T) {
+	c := refusingClient(t)
 	var seen int
 	l, err := NewFixedWindow(c, 10, time.Second, WithTimeout(faultTimeout), WithBreaker(2, time.Hour),
-		WithErrorHandler(func(error) { seen++ }))
+		WithErrorFunc(func(error) { seen++ }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +191,7 @@ func TestFaultConnectionRefused(t *testing.T) {
 		}
 	}
 	if seen != 2 {
-		t.Errorf("error handler saw %d errors, want 2 (then the breaker is open)", seen)
+		t.Errorf("error func saw %d errors, want 2 (then the breaker is open)", seen)
 	}
 }
 

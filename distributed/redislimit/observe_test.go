@@ -8,6 +8,8 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/internal/report/reporttest"
+	"github.com/throttlekit/throttle/tokenbucket"
 )
 
 // events is an Observer that records events.
@@ -76,7 +78,7 @@ func TestObserverBreakerAndFallback(t *testing.T) {
 
 // TestEvictionPolicyWarning: a server that may evict limiter keys
 // (maxmemory with allkeys-lru) is reported once, on the first call, to the
-// observer and the error handler; a server that never evicts is not.
+// observer and the error func; a server that never evicts is not.
 func TestEvictionPolicyWarning(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -94,7 +96,7 @@ func TestEvictionPolicyWarning(t *testing.T) {
 		var obs events
 		var handled []string
 		l, err := NewFixedWindow(c, 10, 60e9, WithPrefix(uniquePrefix()), WithObserver("w", &obs),
-			WithErrorHandler(func(err error) { handled = append(handled, err.Error()) }))
+			WithErrorFunc(func(err error) { handled = append(handled, err.Error()) }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,8 +109,109 @@ func TestEvictionPolicyWarning(t *testing.T) {
 			t.Errorf("%v: %d warnings, want %d", tc.args, n, tc.want)
 		}
 		if len(handled) != tc.want || tc.want > 0 && !strings.Contains(handled[0], "allkeys-lru") {
-			t.Errorf("%v: error handler got %q", tc.args, handled)
+			t.Errorf("%v: error func got %q", tc.args, handled)
 		}
 		l.Close()
 	}
+}
+
+// TestEveryCallReported: every limiter of the package reports each of its
+// calls to its observer once, as throttle.Observe does, and each call its
+// failure policy decided as a fallback too (a FailClosed refusal
+// included), with Redis up and with Redis refusing connections.
+func TestEveryCallReported(t *testing.T) {
+	srv := redistest.Start(t)
+	up := newClient(t, srv)
+	down := refusingClient(t)
+	ctx := t.Context()
+
+	type closer interface {
+		throttle.Limiter
+		Close() error
+	}
+	// limiter makes l with the observer, closed at the test's end.
+	limiter := func(t *testing.T, l closer, err error) closer {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	// A timeout generous for a loaded machine: a call to the Redis that
+	// is up must not fail (the cases of the one that is down set theirs).
+	opts := func(name string, o throttle.Observer, more ...Option) []Option {
+		return append([]Option{WithPrefix(uniquePrefix()), WithObserver(name, o), WithTimeout(5 * time.Second)}, more...)
+	}
+	// every makes call i through each method l has, in turn; key "" for
+	// i = 1, a call that fails.
+	every := func(l throttle.Limiter) func(int) error {
+		return func(i int) error {
+			key := "k"
+			if i == 1 {
+				key = ""
+			}
+			m := []throttle.Method{throttle.MethodAllow, throttle.MethodAllowQuota, throttle.MethodReserve}[i%3]
+			_, err := throttle.Invoke(ctx, l, throttle.Call{Method: m, Key: key, N: 1, Rate: throttle.PerHour(1), Burst: 3, MaxWait: time.Hour})
+			return err
+		}
+	}
+	allow := func(l throttle.Limiter) func(int) error {
+		return func(int) error { _, err := l.Allow(ctx, "k", 1); return err }
+	}
+	local, err := tokenbucket.New(throttle.PerHour(1), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	reporttest.Run(t, []reporttest.Case{
+		{Name: "Bucket", Calls: 12, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := NewTokenBucket(up, throttle.PerHour(1), 3, opts(name, o)...)
+			return every(limiter(t, l, err))
+		}},
+		{Name: "Bucket-leasing", Calls: 12, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := NewTokenBucket(up, throttle.PerHour(1), 3, opts(name, o, WithLeasing(2, time.Second))...)
+			return every(limiter(t, l, err))
+		}},
+		{Name: "FixedWindow", Calls: 6, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := NewFixedWindow(up, 3, time.Hour, opts(name, o)...)
+			return allow(limiter(t, l, err))
+		}},
+		{Name: "SlidingWindow", Calls: 6, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := NewSlidingWindow(up, 3, time.Hour, opts(name, o)...)
+			return allow(limiter(t, l, err))
+		}},
+		{Name: "SlidingLog", Calls: 6, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := NewSlidingLog(up, 3, time.Hour, opts(name, o)...)
+			return allow(limiter(t, l, err))
+		}},
+		{Name: "Concurrency", Calls: 6, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			c, err := NewConcurrency(up, 2, time.Minute, opts(name, o)...)
+			l := limiter(t, c, err)
+			return func(i int) error {
+				d, err := l.Allow(ctx, "k", 1)
+				if d.Allowed && i%2 == 0 {
+					err = c.Release(ctx, "k", 1)
+				}
+				return err
+			}
+		}},
+		{Name: "FailClosed", Calls: 10, Fallbacks: 10, Refused: 10, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := NewFixedWindow(down, 3, time.Hour, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout))...)
+			return allow(limiter(t, l, err))
+		}},
+		{Name: "FailClosed-Reserve", Calls: 10, Fallbacks: 10, Refused: 10, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			b, err := NewTokenBucket(down, throttle.PerHour(1), 3, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout))...)
+			l := limiter(t, b, err)
+			return func(int) error { _, err := l.(throttle.Reserver).Reserve(ctx, "k", 1, time.Hour); return err }
+		}},
+		{Name: "FailOpen", Calls: 10, Fallbacks: 10, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := NewSlidingWindow(down, 3, time.Hour, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout), WithPolicy(FailOpen))...)
+			return allow(limiter(t, l, err))
+		}},
+		{Name: "FailFallback", Calls: 10, Fallbacks: 10, Refused: 7, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := NewTokenBucket(down, throttle.PerHour(1), 3, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout), WithFallback(local))...)
+			return allow(limiter(t, l, err))
+		}},
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/deadline"
+	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -135,18 +136,22 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) { c.replicas, c.replicaTimeout = n, timeout }
 }
 
-// WithErrorHandler sets a function called with every error of Redis (not
-// with errors of bad input), for logging and metrics. It must be safe for
+// WithErrorFunc sets a function called with each failure an operator
+// may want to log: every error of Redis (not errors of bad input) and a
+// server configured to evict limiter state. It must be safe for
 // concurrent use and fast.
-func WithErrorHandler(f func(error)) Option { return func(c *config) { c.onError = f } }
+func WithErrorFunc(f func(error)) Option { return func(c *config) { c.onError = f } }
 
-// WithObserver reports, under name, what an operator must see besides the
-// decisions (observe those with throttle.Observe): the circuit breaker
-// opening and closing (EventBreakerOpen, EventBreakerClosed), a request
-// that the failure policy decided while Redis was unavailable
-// (EventFallback, with the decision and the error), and a server whose
-// eviction policy can drop limiter state (EventWarning). o is called from
-// the calling goroutine and must not block. Nil turns it off.
+// WithObserver reports to o, under name, every call as throttle.Observe
+// does (an EventDecision, or an EventError for a call that failed, timed
+// for a throttle.LatencyObserver), and the limiter's own events: the
+// circuit breaker opening and closing (EventBreakerOpen,
+// EventBreakerClosed), each call the failure policy decided while Redis
+// was unavailable (EventFallback, with the decision and the error: a
+// FailClosed refusal is a denied fallback, reported beside the call's
+// EventError), and a server whose eviction policy can drop limiter state
+// (EventWarning). o is called from the calling goroutine and must not
+// block. Nil turns it off.
 func WithObserver(name string, o throttle.Observer) Option {
 	return func(c *config) { c.obsName, c.observer = name, o }
 }
@@ -174,8 +179,7 @@ type core struct {
 	policy    Policy
 	fallback  throttle.Limiter
 	onError   func(error)
-	obsName   string
-	observer  throttle.Observer
+	report    report.To
 	evictSeen atomic.Bool // the eviction policy was checked
 	br        failsafe.Breaker
 	deadlines deadline.Shared
@@ -242,8 +246,7 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 		policy:   cfg.policy,
 		fallback: cfg.fallback,
 		onError:  cfg.onError,
-		obsName:  cfg.obsName,
-		observer: cfg.observer,
+		report:   report.New(cfg.obsName, cfg.observer),
 		replicas: cfg.replicas,
 		waitFor:  cfg.replicaTimeout,
 	}
@@ -455,15 +458,11 @@ func (c *core) succeeded(ctx context.Context, probe bool) {
 	}
 }
 
-// observe reports e to the observer, if any.
-func (c *core) observe(e throttle.Event) {
-	if c.observer != nil {
-		e.Limiter = c.obsName
-		c.observer.Observe(e)
-	}
-}
+// observe reports e, an event of the limiter's own, to the observer, if
+// any.
+func (c *core) observe(e throttle.Event) { c.report.Event(e) }
 
-// checkEviction warns (EventWarning, and the error handler) when the
+// checkEviction warns (EventWarning, and the error func) when the
 // server may evict limiter state: a memory limit with any policy but
 // noeviction. Every limiter key carries a TTL, so volatile-* policies
 // evict them too. A server that refuses CONFIG (renamed or disabled, a
@@ -499,10 +498,13 @@ func (c *core) fail(ctx context.Context, key string, n int, err error) (throttle
 		if d, ferr = c.fallback.Allow(ctx, key, n); ferr != nil {
 			return d, ferr
 		}
-	default:
-		return throttle.Decision{Limit: c.limit, RetryAfter: c.br.RetryAfter(deadline.Mono())}, err
+	default: // FailClosed: refused, with the error
+		d = throttle.Decision{Limit: c.limit, RetryAfter: c.br.RetryAfter(deadline.Mono())}
 	}
 	c.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Decision: d, Err: err})
+	if c.policy == FailClosed {
+		return d, err
+	}
 	return d, nil
 }
 

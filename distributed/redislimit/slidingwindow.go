@@ -58,6 +58,10 @@ func NewSlidingWindow(client redis.UniversalClient, limit int, w time.Duration, 
 
 // Allow admits n units for key now or denies them, in one round trip.
 func (l *SlidingWindow) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	return l.report.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+}
+
+func (l *SlidingWindow) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if err := l.check(key, n); err != nil {
 		return throttle.Decision{}, err
 	}

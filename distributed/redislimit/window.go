@@ -107,6 +107,10 @@ func NewSlidingLog(client redis.UniversalClient, limit int, window time.Duration
 
 // Allow admits n units for key now or denies them, in one round trip.
 func (l *FixedWindow) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	return l.report.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+}
+
+func (l *FixedWindow) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if err := l.check(key, n); err != nil {
 		return throttle.Decision{}, err
 	}
@@ -127,6 +131,10 @@ func (l *FixedWindow) Allow(ctx context.Context, key string, n int) (throttle.De
 
 // Allow admits n units for key now or denies them, in one round trip.
 func (l *SlidingLog) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
+	return l.report.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+}
+
+func (l *SlidingLog) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if err := l.check(key, n); err != nil {
 		return throttle.Decision{}, err
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/httplimit"
 	"github.com/throttlekit/throttle/internal/clientip"
+	"github.com/throttlekit/throttle/internal/ratefields"
 )
 
 // KeyFunc returns the key a call is limited under. fullMethod is the
@@ -135,11 +136,11 @@ type config struct {
 	noHeaders bool
 	legacy    bool
 	name      string
-	rep       httplimit.Reporter
+	rep       ratefields.Reporter
 }
 
 func newConfig(l throttle.Limiter, defaultKey KeyFunc, opts []Option) config {
-	c := config{key: defaultKey, cost: func(context.Context, string) int { return 1 }, name: "default", rep: httplimit.NewReporter(l)}
+	c := config{key: defaultKey, cost: func(context.Context, string) int { return 1 }, name: "default", rep: ratefields.NewReporter(l)}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -194,7 +195,7 @@ func (c *config) acquire(ctx context.Context, l throttle.Limiter, method string)
 	if err != nil {
 		return release, nil, err
 	}
-	d, release, err := throttle.Acquire(ctx, l, key, c.cost(ctx, method))
+	d, release, err := throttle.TryHold(ctx, l, key, c.cost(ctx, method))
 	if err != nil {
 		if c.failOpen && errors.Is(err, throttle.ErrUnavailable) {
 			return release, nil, nil
@@ -261,16 +262,16 @@ func (c *config) headers(key string, d throttle.Decision) metadata.MD {
 		return nil
 	}
 	md := metadata.MD{
-		"ratelimit-policy": {httplimit.PolicyField(c.name, q)},
-		"ratelimit":        {httplimit.LimitField(c.name, d.Remaining, t)},
+		"ratelimit-policy": {ratefields.Policy(c.name, q)},
+		"ratelimit":        {ratefields.Limit(c.name, d.Remaining, t)},
 	}
 	if c.legacy {
 		md["x-ratelimit-limit"] = []string{strconv.Itoa(q.Limit)}
 		md["x-ratelimit-remaining"] = []string{strconv.Itoa(max(d.Remaining, 0))}
-		md["x-ratelimit-reset"] = []string{strconv.FormatInt(ceilSeconds(t), 10)}
+		md["x-ratelimit-reset"] = []string{strconv.FormatInt(ratefields.Seconds(t), 10)}
 	}
 	if !d.Allowed {
-		md["retry-after"] = []string{strconv.FormatInt(ceilSeconds(retryAfter(d)), 10)}
+		md["retry-after"] = []string{strconv.FormatInt(ratefields.Seconds(retryAfter(d)), 10)}
 	}
 	return md
 }
@@ -282,13 +283,6 @@ func retryAfter(d throttle.Decision) time.Duration {
 		return time.Second
 	}
 	return d.RetryAfter
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 // RetryDelay returns the retry delay a refused call's status carries, and

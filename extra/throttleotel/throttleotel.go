@@ -3,7 +3,7 @@
 //
 //	obs, err := throttleotel.New(otel.GetMeterProvider())
 //	...
-//	l = throttle.Observe(l, "api", obs)
+//	l = throttle.Observe(l, "api", obs) // or a WithObserver("api", obs) option
 //
 // Instruments (of the meter named by ScopeName):
 //

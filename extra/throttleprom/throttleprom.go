@@ -2,7 +2,7 @@
 // Prometheus metrics.
 //
 // An Observer is a throttle.Observer and a prometheus.Collector: register
-// it, and hand it to throttle.Observe (or a backend's observer option):
+// it, and hand it to throttle.Observe (or a WithObserver option):
 //
 //	obs := throttleprom.New()
 //	prometheus.MustRegister(obs)
@@ -11,7 +11,7 @@
 // Metrics (the namespace defaults to "throttle"):
 //
 //	throttle_decisions_total{limiter, outcome}  calls, outcome "allowed", "denied" or "error"
-//	throttle_fallbacks_total{limiter, outcome}  calls a failure policy decided, "allowed" or "denied"
+//	throttle_fallbacks_total{limiter, outcome}  calls a failure policy decided, "allowed" or "denied" (a FailClosed refusal)
 //	throttle_breaker_open{limiter}              1 while the circuit breaker is open, else 0
 //	throttle_warnings_total{limiter}            conditions an operator should see
 //	throttle_errors_total{limiter, class}       failures by class (below)
@@ -24,8 +24,11 @@
 // failures: "client" for an error wrapping throttle.ErrInvalid or
 // ErrExceedsLimit (retrying cannot help), "backend" for
 // throttle.ErrUnavailable, "other" for the rest (a closed limiter, a
-// cancelled context). It counts failed calls (outcome "error") and the
-// backend failures a failure policy decided (fallbacks). The latency
+// cancelled context). It counts failed calls (outcome "error"), each
+// once. A call a failure policy decided is a decision and a fallback: a
+// FailClosed refusal returns the backend's error (outcome "error",
+// class "backend", and a "denied" fallback); a fail-open or fallback
+// limiter's answer returns none (its outcome, and a fallback). The latency
 // histogram gets the Event.Latency of each call that has one: with
 // WithLatency, throttle.Observe times every call (use it on limiters
 // backed by a store: Redis, PostgreSQL, the daemon); an EventLimit's, a
@@ -127,7 +130,7 @@ func New(opts ...Option) *Observer {
 		warnings: prometheus.NewCounterVec(prometheus.CounterOpts(opt("warnings_total",
 			"Conditions an operator should see (an unsafe backend, a rejected reload).")), []string{"limiter"}),
 		errs: prometheus.NewCounterVec(prometheus.CounterOpts(opt("errors_total",
-			"Failed calls and backend failures a failure policy decided, by class: client, backend or other.")),
+			"Failed calls by class: client, backend or other.")),
 			[]string{"limiter", "class"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts(opt("in_flight",
 			"Units held by a concurrency limit and not yet released.")), []string{"limiter"}),

@@ -17,6 +17,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/extra/throttleprom"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 	"go.uber.org/goleak"
@@ -115,9 +116,9 @@ func TestErrorClassesAndLatency(t *testing.T) {
 		obs.Observe(e)
 	}
 	want := `
-# HELP throttle_errors_total Failed calls and backend failures a failure policy decided, by class: client, backend or other.
+# HELP throttle_errors_total Failed calls by class: client, backend or other.
 # TYPE throttle_errors_total counter
-throttle_errors_total{class="backend",limiter="redis"} 2
+throttle_errors_total{class="backend",limiter="redis"} 1
 throttle_errors_total{class="client",limiter="redis"} 2
 throttle_errors_total{class="other",limiter="redis"} 1
 # HELP throttle_backend_latency_seconds How long calls to the limiter took, where they are timed: round trips to its backend.
@@ -247,4 +248,45 @@ func BenchmarkObservedAllow(b *testing.B) {
 			l.Allow(ctx, "k", 1)
 		}
 	})
+}
+
+// A store that is down, behind failsafe's default FailClosed policy with
+// the Observer given to WithObserver: each refused call counts once as an
+// "error" decision, once as a "denied" fallback, and once as a backend
+// error, as the package documents.
+func TestFailClosedCountsAsFallback(t *testing.T) {
+	obs := throttleprom.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(obs)
+	down := throttle.LimiterFunc(func(context.Context, string, int) (throttle.Decision, error) {
+		return throttle.Decision{}, fmt.Errorf("%w: connection refused", throttle.ErrUnavailable)
+	})
+	l, err := failsafe.New(down, failsafe.WithObserver("store", obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := l.Allow(context.Background(), "k", 1); !errors.Is(err, throttle.ErrUnavailable) {
+			t.Fatalf("refusal: %v", err)
+		}
+	}
+	want := `
+# HELP throttle_decisions_total Calls to a limiter by outcome: allowed, denied or error.
+# TYPE throttle_decisions_total counter
+throttle_decisions_total{limiter="store",outcome="allowed"} 0
+throttle_decisions_total{limiter="store",outcome="denied"} 0
+throttle_decisions_total{limiter="store",outcome="error"} 3
+# HELP throttle_fallbacks_total Calls decided by a failure policy because the backend failed, by outcome.
+# TYPE throttle_fallbacks_total counter
+throttle_fallbacks_total{limiter="store",outcome="allowed"} 0
+throttle_fallbacks_total{limiter="store",outcome="denied"} 3
+# HELP throttle_errors_total Failed calls by class: client, backend or other.
+# TYPE throttle_errors_total counter
+throttle_errors_total{class="backend",limiter="store"} 3
+throttle_errors_total{class="client",limiter="store"} 0
+throttle_errors_total{class="other",limiter="store"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "throttle_decisions_total", "throttle_fallbacks_total", "throttle_errors_total"); err != nil {
+		t.Fatal(err)
+	}
 }

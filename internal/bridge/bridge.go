@@ -1,6 +1,5 @@
 // Package bridge carries what package throttle hands to package limiterkit
-// without showing it in throttle's user-facing API: the option values and
-// the Reservation constructor.
+// without showing it in throttle's user-facing API: the option values.
 package bridge
 
 import "time"
@@ -14,7 +13,3 @@ type Settings struct {
 	SweepInterval time.Duration
 	KeyedOption   string // the name of the last option that only keyed limiters use
 }
-
-// NewReservation holds a func(delay time.Duration, limit int, cancel func())
-// throttle.Reservation, set by package throttle when it is initialised.
-var NewReservation any

@@ -71,11 +71,12 @@ const (
 	NumErrorClasses
 )
 
-// ClassOf returns the class of the error of an EventError, or of the
-// backend's error an EventFallback reports; NoError for other Events and
-// for a deny list (an error wrapping throttle.ErrDenied).
+// ClassOf returns the class of the error of an EventError: a call that
+// failed. It is NoError for other Events (an EventFallback's backend
+// error comes beside the call's own Event, counted there when the call
+// failed) and for a deny list (an error wrapping throttle.ErrDenied).
 func ClassOf(e throttle.Event) ErrorClass {
-	if e.Err == nil || (e.Kind != throttle.EventError && e.Kind != throttle.EventFallback) ||
+	if e.Err == nil || e.Kind != throttle.EventError ||
 		errors.Is(e.Err, throttle.ErrDenied) {
 		return NoError
 	}

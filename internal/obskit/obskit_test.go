@@ -68,7 +68,7 @@ func TestClassOf(t *testing.T) {
 		{throttle.Event{Kind: throttle.EventError, Err: wrap(throttle.ErrInvalid)}, obskit.ClientError},
 		{throttle.Event{Kind: throttle.EventError, Err: wrap(throttle.ErrExceedsLimit)}, obskit.ClientError},
 		{throttle.Event{Kind: throttle.EventError, Err: wrap(throttle.ErrUnavailable)}, obskit.BackendError},
-		{throttle.Event{Kind: throttle.EventFallback, Err: wrap(throttle.ErrUnavailable)}, obskit.BackendError},
+		{throttle.Event{Kind: throttle.EventFallback, Err: wrap(throttle.ErrUnavailable)}, obskit.NoError}, // counted as its call's
 		{throttle.Event{Kind: throttle.EventError, Err: wrap(throttle.ErrClosed)}, obskit.OtherError},
 	} {
 		if got := obskit.ClassOf(c.e); got != c.want {

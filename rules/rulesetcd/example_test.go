@@ -21,10 +21,8 @@ func ExampleNew() {
 	src := rules.Cached(rulesetcd.New(client, "/config/rules"), "/var/cache/myservice/rules.json")
 	ctx := context.Background()
 	l, err := rules.OpenSource(ctx, src, 5*time.Second,
-		rules.WithReloadHook(func(err error) {
-			if err != nil {
-				log.Print("rules rejected, the previous ones stay: ", err)
-			}
+		rules.WithErrorFunc(func(err error) {
+			log.Print("rules rejected, the previous ones stay: ", err)
 		}))
 	if err != nil {
 		log.Fatal(err)

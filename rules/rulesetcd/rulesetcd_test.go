@@ -50,7 +50,18 @@ func put(t *testing.T, c *clientv3.Client, v string) {
 // reloads collects a Limiter's reload outcomes.
 type reloads chan error
 
-func (r reloads) hook(err error) { r <- err }
+// observer passes on the outcome of each reload: nil for rules put in
+// force (EventReload), the error of a rejected document (EventWarning).
+func (r reloads) observer() rules.Option {
+	return rules.WithObserver("rules", throttle.ObserverFunc(func(e throttle.Event) {
+		switch e.Kind {
+		case throttle.EventReload:
+			r <- nil
+		case throttle.EventWarning:
+			r <- e.Err
+		}
+	}))
+}
 
 // next returns the next outcome.
 func (r reloads) next(t *testing.T) error {
@@ -80,7 +91,7 @@ func TestFollowKey(t *testing.T) {
 	r := make(reloads, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l, err := rules.OpenSource(ctx, src, 5*time.Second, rules.WithReloadHook(r.hook))
+	l, err := rules.OpenSource(ctx, src, 5*time.Second, r.observer())
 	must(t, l, err)
 	defer l.Close()
 	if burst(l) != 10 {
