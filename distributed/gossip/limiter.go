@@ -688,39 +688,6 @@ func tieHash(key string, r int64, id string) uint64 {
 	return h
 }
 
-// levels returns the bodies of a state message for peer (at incarnation
-// inc): every bucket below full, and how many of the peer's own hits each
-// level already includes, so that the peer does not lose the hits it made
-// since it started.
-func (l *Limiter) levels(r int64, peer string, inc uint64) [][]byte {
-	var sts []stateEntry
-	now := l.node.clk.Now()
-	l.table.each(func(key string, e *entry) {
-		// This node's own counter, read before the level: the level
-		// includes at least these hits (a hit is counted after its
-		// bucket admits it), so the receiver, which takes them as
-		// delivered, never charges one the level missed.
-		born, mine := e.born.Load(), e.hits.Load()
-		if t := l.bucket.Tokens(now, e.tat()); t < int64(l.burst) {
-			s := stateEntry{key: key, tokens: t, born: max(born, 0), mine: uint64(max(mine, 0))}
-			e.mu.Lock()
-			if rec := e.remote[peer]; rec != nil && rec.inc == inc {
-				s.yours = rec.hits
-			}
-			e.mu.Unlock()
-			sts = append(sts, s)
-		}
-	})
-	if len(sts) == 0 {
-		return nil
-	}
-	return l.node.encode(msgState, l.name, r, func(e *encoder) {
-		for _, x := range sts {
-			e.addState(x)
-		}
-	})
-}
-
 // expire drops entries idle for retain rounds that every live peer has
 // acknowledged (minAck), whose peer records are gone and whose bucket is
 // full: records are kept until their sender can no longer resend them,

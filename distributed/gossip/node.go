@@ -183,13 +183,14 @@ type peer struct {
 	seq         uint64 // last sequence number sent to the peer
 	rxSeq       uint64 // highest sequence number received from the peer's incarnation
 	rxWin       [replayWindow / 64]uint64
-	wrongSrc    uint64 // datagrams from a wrong address, for the log
-	added       int64  // ns: when it became a peer
-	lastHeard   int64  // ns; 0 before the first datagram
-	dead        bool   // unheard for deadAfter: out of the spend-cap shares until it speaks
-	needState   bool   // send bucket levels next round (peer is new or restarted)
-	acked       uint64 // the peer has every counter changed before this round...
-	ackedPos    pos    // ...and those up to this position (ch == acked) of the round acked
+	wrongSrc    uint64   // datagrams from a wrong address, for the log
+	added       int64    // ns: when it became a peer
+	lastHeard   int64    // ns; 0 before the first datagram
+	dead        bool     // unheard for deadAfter: out of the spend-cap shares until it speaks
+	needState   bool     // start a catch-up next round (peer is new or restarted)
+	catchUp     *catchUp // the bucket levels the peer is being sent, nil if none
+	acked       uint64   // the peer has every counter changed before this round...
+	ackedPos    pos      // ...and those up to this position (ch == acked) of the round acked
 	sent        map[uint64]sentRound
 	budget      int    // report bytes per round for this peer: halved when rounds go unacknowledged
 	ackSeen     uint64 // the highest of our rounds the peer said it got in full
@@ -461,10 +462,10 @@ func (n *Node) Tick() bool {
 	n.round = r
 	n.tick.Store(r)
 	type dest struct {
-		addr  string
-		ack   uint64
-		state bool
-		inc   uint64
+		addr string
+		ack  uint64
+		cu   *catchUp // bucket levels to send the peer, if not nil
+		inc  uint64
 	}
 	type group struct {
 		from   pos
@@ -479,7 +480,7 @@ func (n *Node) Tick() bool {
 	changed := false
 	for _, addr := range slices.Sorted(maps.Keys(n.peers)) {
 		p := n.peers[addr]
-		d := dest{addr: p.addr, ack: p.rxComplete, state: p.needState, inc: p.incarnation}
+		d := dest{addr: p.addr, ack: p.rxComplete, inc: p.incarnation}
 		if dead := now-max(p.lastHeard, p.added) > deadAfter; dead != p.dead {
 			p.dead, changed = dead, true
 		}
@@ -490,7 +491,7 @@ func (n *Node) Tick() bool {
 			silent = append(silent, d)
 			continue
 		}
-		p.needState = false
+		d.cu = p.catchingUp()
 		since := min(r-int64(n.cfg.Resend), int64(p.acked))
 		minAck = min(minAck, int64(p.acked))
 		switch {
@@ -509,6 +510,9 @@ func (n *Node) Tick() bool {
 			from = p.ackedPos
 		}
 		g := group{from, p.budget}
+		if d.cu != nil {
+			g.budget = max(p.budget/2, MaxPacket) // the other half for the levels
+		}
 		groups[g] = append(groups[g], d)
 	}
 	if changed {
@@ -544,11 +548,8 @@ func (n *Node) Tick() bool {
 		n.mu.Unlock()
 		for _, d := range ds {
 			b := bodies
-			if d.state {
-				b = b[:len(b):len(b)]
-				for _, l := range lims {
-					b = append(b, l.levels(r, d.addr, d.inc)...)
-				}
+			if d.cu != nil {
+				b = append(b[:len(b):len(b)], n.catchUpBodies(d.cu, lims, r, g.budget, len(b), d.addr, d.inc)...)
 			}
 			n.send(d.addr, d.ack, b, r)
 		}
@@ -831,6 +832,7 @@ func (n *Node) handle(p []byte, from string) {
 			}
 		}
 	}
+	pr.ackCatchUp(m)
 	if m.round > pr.rxRound {
 		pr.rxRound, pr.rxParts, pr.rxCount, pr.rxPrefix = m.round, m.parts, 0, 0
 		pr.rxGot = make([]uint64, (int(m.parts)+63)/64)
