@@ -148,7 +148,7 @@ func (l *Limiter) stateOf(e *entry, now int64, peer string, inc uint64) (stateEn
 	}
 	s := stateEntry{key: e.key, tokens: t, born: max(born, 0), mine: uint64(max(mine, 0))}
 	e.mu.Lock()
-	if rec := e.remote[peer]; rec != nil && rec.inc == inc {
+	if rec := e.peerRec(peer); rec != nil && rec.inc == inc {
 		s.yours = rec.hits
 	}
 	e.mu.Unlock()

@@ -589,7 +589,7 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 			nonPending += sh.w[i]
 			continue
 		}
-		rec := e.remote[id]
+		rec := e.peerRec(id)
 		p := live[id]
 		done := int64(0)
 		if p != nil {
@@ -868,10 +868,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 		}
 		var delta int64
 		e.mu.Lock()
-		if e.remote == nil {
-			e.remote = map[string]*remoteRec{}
-		}
-		rec := e.remote[m.sender]
+		rec := e.peerRec(m.sender)
 		if rec != nil && m.incarnation > rec.inc && x.born == rec.born && x.hits >= rec.hits {
 			// The same counter, its sender having moved past an
 			// earlier life (see Node.handle).
@@ -884,7 +881,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 			// if it was born after we started listening to the peer;
 			// otherwise it is history (covered by the state sync) and
 			// becomes the baseline.
-			nr := &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
+			nr := &remoteRec{id: m.sender, inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
 				d0: x.demand, h0: x.hits, h1: x.hits, seen: t, allowRound: sr, credit: math.MinInt64 / 2}
 			fresh := l.allowance(0)
 			if x.born >= acceptFrom {
@@ -896,8 +893,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 			if rec != nil {
 				nr.allow, nr.credit = l.replaced(rec, sr, m.incarnation != rec.inc, fresh)
 			}
-			rec = nr
-			e.remote[m.sender] = rec
+			rec = e.setPeerRec(rec, nr)
 		case x.born < rec.born:
 			// An older counter, delayed: ignore.
 		default:
@@ -988,18 +984,15 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.sharesChanged()
-	if e.remote == nil {
-		e.remote = map[string]*remoteRec{}
-	}
-	switch rec := e.remote[m.sender]; {
+	switch rec := e.peerRec(m.sender); {
 	case rec == nil || m.incarnation != rec.inc || s.born > rec.born:
 		sr := min(int64(m.round), t+1)
-		nr := &remoteRec{inc: m.incarnation, born: s.born, hits: s.mine,
+		nr := &remoteRec{id: m.sender, inc: m.incarnation, born: s.born, hits: s.mine,
 			h0: s.mine, h1: s.mine, r0: m.round, r1: m.round, seen: t, allow: l.allowance(0), allowRound: sr, credit: math.MinInt64 / 2}
 		if rec != nil {
 			nr.allow, nr.credit = l.replaced(rec, sr, m.incarnation != rec.inc, nr.allow)
 		}
-		e.remote[m.sender] = nr
+		e.setPeerRec(rec, nr)
 	case s.born == rec.born && s.mine > rec.hits:
 		rec.hits = s.mine
 	}
@@ -1021,9 +1014,9 @@ type entry struct {
 	// With the spend cap and full published, where unmet stops counting
 	// in the round (see Limiter.unmetMax); stored under mu before full.
 	unmetMax atomic.Int64
-	remote   map[string]*remoteRec // guarded by mu; the map itself is made once, by the first peer record
-	key      string                // set before the entry is published, then constant
-	hash     uint64                // of key, under the table's seed; likewise
+	remote   *remoteRec // the peer records, a list; guarded by mu
+	key      string     // set before the entry is published, then constant
+	hash     uint64     // of key, under the table's seed; likewise
 	// With the spend cap: before this instant (ns) this node's share of
 	// the round is spent, if nothing but time changes. Stored under mu
 	// by a denial, cleared by whatever else changes the share: a peer's
@@ -1045,7 +1038,13 @@ type entry struct {
 	cap    *spending    // with the spend cap, the rest of its state
 }
 
+// remoteRec is what a peer reported of one key: one of the list of its
+// entry's records, guarded by the entry's mu. A list, not a map: it takes
+// 144 bytes a peer, where a map of two took 256 bytes and a record 112
+// more for each; a cluster has few members.
 type remoteRec struct {
+	id     string     // the peer's ID
+	next   *remoteRec // the entry's next record
 	inc    uint64
 	born   int64
 	hits   uint64
@@ -1103,7 +1102,31 @@ func (e *entry) tat() int64 {
 func (e *entry) noRemote() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.remote) == 0
+	return e.remote == nil
+}
+
+// peerRec returns the record of the peer with ID id, nil if none. Called
+// with e.mu held.
+func (e *entry) peerRec(id string) *remoteRec {
+	for r := e.remote; r != nil; r = r.next {
+		if r.id == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// setPeerRec makes nr the record of its peer in place of old, the peer's
+// record (nil if none), and returns it. Called with e.mu held.
+func (e *entry) setPeerRec(old, nr *remoteRec) *remoteRec {
+	if old != nil {
+		nr.next = old.next
+		*old = *nr
+		return old
+	}
+	nr.next = e.remote
+	e.remote = nr
+	return nr
 }
 
 // pruneRemote drops peer records not received since round before (their
@@ -1112,12 +1135,14 @@ func (e *entry) pruneRemote(before int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.sharesChanged()
-	for id, rec := range e.remote {
-		if rec.seen < before {
-			delete(e.remote, id)
+	for p := &e.remote; *p != nil; {
+		if (*p).seen < before {
+			*p = (*p).next
+		} else {
+			p = &(*p).next
 		}
 	}
-	return len(e.remote) == 0
+	return e.remote == nil
 }
 
 // pin returns key's entry, created if absent, pinned so that it is not
