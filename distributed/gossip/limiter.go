@@ -830,6 +830,26 @@ func (l *Limiter) available(rec *remoteRec, sr int64) int64 {
 	return satAdd(rec.allow, l.refill(sr-rec.allowRound))
 }
 
+// refillTo adds to rec's allowance the whole tokens its sender's bucket
+// gained from round rec.allowRound to sr, and moves allowRound forward by
+// the rounds those took, not to sr: the fraction of a token the rounds
+// left bring counts later. (Moved to sr at every report, a limit slower
+// than a token a round never refilled the allowance.) Called with the
+// entry's mu held.
+func (l *Limiter) refillTo(rec *remoteRec, sr int64) {
+	add := l.refill(sr - rec.allowRound)
+	if add <= 0 {
+		return
+	}
+	rec.allow = satAdd(rec.allow, add)
+	d := int64(l.rate.Duration(add))
+	used := d / l.node.interval
+	if d%l.node.interval != 0 {
+		used++
+	}
+	rec.allowRound = min(rec.allowRound+used, sr)
+}
+
 // replaced returns the allowance of a counter of rec's sender that
 // replaces rec's at the sender's round sr: born at born, in a new
 // incarnation of the sender if restarted. The allowance is per peer and
@@ -898,9 +918,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 			// An older counter, delayed: ignore.
 		default:
 			rec.seen = t
-			if sr > rec.allowRound {
-				rec.allow, rec.allowRound = l.available(rec, sr), sr
-			}
+			l.refillTo(rec, sr)
 			if x.hits > rec.hits {
 				delta = int64(x.hits - rec.hits)
 				rec.hits = x.hits

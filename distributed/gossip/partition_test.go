@@ -66,3 +66,25 @@ func TestPartitionLongRunExact(t *testing.T) {
 		})
 	}
 }
+
+// TestSlowRateReportsNotCapped: a peer reporting a key of a slow limit (a
+// token a minute, less than one a round) is charged for all it admits.
+// The cap on its reports refilled by whole tokens per report, so the
+// fraction of a token each round brings was lost at every report, and
+// with a report every 20 s the cap never refilled: past burst+1 units
+// the peer's honest hits were discarded (Stats.Capped) and never charged.
+func TestSlowRateReportsNotCapped(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerMinute(1), 2, time.Second, false, 1)
+	admitted := 0
+	for range 30 { // 10 minutes, one ask every 20 s: 3x the rate
+		if d, _ := c.lims[0].Allow(ctx, "slow", 1); d.Allowed {
+			admitted++
+		}
+		c.runTo(c.clk.Now().Add(20 * time.Second))
+	}
+	st := c.nodes[1].Stats()
+	t.Logf("node 0 admitted %d; node 1 charged %d and capped %d", admitted, st.HitsApplied, st.Capped)
+	if st.Capped != 0 || st.HitsApplied != uint64(admitted) {
+		t.Errorf("node 1 charged %d of the %d hits node 0 admitted (capped %d)", st.HitsApplied, admitted, st.Capped)
+	}
+}
