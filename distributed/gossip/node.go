@@ -320,7 +320,12 @@ func (n *Node) publishMembers() {
 	n.size.Store(int64(len(n.peers) + 1))
 	// Shares change with the members: clear what denials published with
 	// the old ones. A denial that computed with them and publishes after
-	// this sees the new list and clears its own.
+	// this sees the new list and clears its own. Without the spend cap
+	// nothing publishes it: no scan of every key at each change (a peer
+	// going quiet for a few rounds and back, under the node's mutex).
+	if !n.cfg.SpendCap {
+		return
+	}
 	for _, l := range n.limiters {
 		l.table.each(func(_ string, e *entry) { e.full.Store(0) })
 	}
