@@ -830,6 +830,14 @@ func (l *Limiter) available(rec *remoteRec, sr int64) int64 {
 	return satAdd(rec.allow, l.refill(sr-rec.allowRound))
 }
 
+// senderRound returns the round of m's sender, not ahead of this node's
+// round at now (its clock's, which a round run late, t, may lag: the
+// cap would discard honest hits until the round caught up) by more than
+// one.
+func (l *Limiter) senderRound(m *message, t, now int64) int64 {
+	return min(int64(m.round), max(t, now/l.node.interval)+1)
+}
+
 // refillTo adds to rec's allowance the whole tokens its sender's bucket
 // gained from round rec.allowRound to sr, and moves allowRound forward by
 // the rounds those took, not to sr: the fraction of a token the rounds
@@ -878,8 +886,8 @@ func (l *Limiter) replaced(rec *remoteRec, sr int64, restarted bool, fresh int64
 // cannot charge more than it could have admitted itself, and honest hits
 // reported late, after a partition, are all charged.
 func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped int64) {
-	sr := min(int64(m.round), t+1) // the sender's round, not ahead of ours
 	now := l.node.clk.Now()
+	sr := l.senderRound(m, t, now)
 	for _, x := range m.reports {
 		e := l.table.pin(x.key)
 		if e == nil {
@@ -1004,7 +1012,7 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 	e.sharesChanged()
 	switch rec := e.peerRec(m.sender); {
 	case rec == nil || m.incarnation != rec.inc || s.born > rec.born:
-		sr := min(int64(m.round), t+1)
+		sr := l.senderRound(m, t, l.node.clk.Now())
 		nr := &remoteRec{id: m.sender, inc: m.incarnation, born: s.born, hits: s.mine,
 			h0: s.mine, h1: s.mine, r0: m.round, r1: m.round, seen: t, allow: l.allowance(0), allowRound: sr, credit: math.MinInt64 / 2}
 		if rec != nil {

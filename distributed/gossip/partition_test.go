@@ -88,3 +88,28 @@ func TestSlowRateReportsNotCapped(t *testing.T) {
 		t.Errorf("node 1 charged %d of the %d hits node 0 admitted (capped %d)", st.HitsApplied, admitted, st.Capped)
 	}
 }
+
+// TestSlowReceiverCapsNothing: a node whose rounds run late (a starved
+// process: its timer fires seconds late) still charges all its peer
+// admits. The cap on the peer's reports refilled up to the receiver's
+// last round, not its clock, so past burst+1 the peer's honest hits were
+// discarded until the receiver's round caught up.
+func TestSlowReceiverCapsNothing(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerSecond(1), 1, time.Second, false, 1)
+	admitted := 0
+	for range 30 {
+		// Node 0 runs its rounds; node 1 only receives.
+		c.clk.Advance(time.Second)
+		if d, _ := c.lims[0].Allow(ctx, "k", 1); d.Allowed {
+			admitted++
+		}
+		c.nodes[0].Tick()
+		c.clk.Advance(c.interval / 50)
+		c.net.Deliver()
+	}
+	st := c.nodes[1].Stats()
+	t.Logf("node 0 admitted %d; node 1, its rounds 30 s late, charged %d and capped %d", admitted, st.HitsApplied, st.Capped)
+	if st.Capped != 0 || st.HitsApplied+1 < uint64(admitted) {
+		t.Errorf("node 1 charged %d of the %d hits node 0 admitted (capped %d)", st.HitsApplied, admitted, st.Capped)
+	}
+}
