@@ -174,8 +174,8 @@ func BenchmarkSim(b *testing.B) {
 	}
 }
 
-// BenchmarkRoundIdleKeys measures one gossip round in which 1,000 keys
-// changed, on a node that holds many more, idle within the retention, and
+// BenchmarkRoundIdleKeys measures one gossip round in which 1,000 or
+// 20,000 keys changed, on a node that holds many more, idle within the retention, and
 // whose peer acknowledges every round: a round's work should follow the
 // changed keys, not the table. THROTTLE_GOSSIP_LARGE=1 adds a table of
 // 1,000,000 keys.
@@ -185,58 +185,71 @@ func BenchmarkRoundIdleKeys(b *testing.B) {
 		sizes = append(sizes, 1_000_000)
 	}
 	for _, size := range sizes {
-		b.Run(fmt.Sprintf("table=%d", size), func(b *testing.B) {
-			clk := throttletest.NewClock()
-			net := NewNetwork(clk, 1)
-			peers := []string{"self", "peer"}
-			n, _ := NewNode(Config{Transport: net.Endpoint("self"), Secret: secret, Peers: peers},
-				throttle.WithClock(clk), throttle.WithMaxKeys(2*size))
-			defer n.Close()
-			// The peer tracks few keys (the rest go under its overflow
-			// key): it is there to acknowledge.
-			p, _ := NewNode(Config{Transport: net.Endpoint("peer"), Secret: secret, Peers: peers},
-				throttle.WithClock(clk), throttle.WithMaxKeys(1000))
-			defer p.Close()
-			rate, burst := throttle.PerSecond(1), 1000 // a retention of 2000 rounds
-			l, _ := n.NewLimiter("api", rate, burst)
-			p.NewLimiter("api", rate, burst)
-			keys := make([]string, size)
-			for i := range keys {
-				keys[i] = "client-" + strconv.Itoa(i)
-				l.Allow(ctx, keys[i], 1)
-			}
-			round := func() {
-				p.Tick()
-				net.Deliver() // no delay
-			}
-			// Until the peer has every key (2 MB a round): a round sends
-			// it hardly more than a hello.
-			for range 200 {
-				sent := n.Stats().BytesSent
-				clk.Advance(time.Second)
-				n.Tick()
-				round()
-				if n.Stats().BytesSent-sent < 1000 {
-					break
-				}
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				b.StopTimer()
-				for range 1000 {
-					l.Allow(ctx, keys[i%size], 1)
-					i += 7919
-				}
-				clk.Advance(time.Second)
-				b.StartTimer()
-				n.Tick()
-				b.StopTimer()
-				round()
-				b.StartTimer()
-			}
-		})
+		for _, changed := range []int{1000, 20_000} {
+			b.Run(fmt.Sprintf("table=%d/changed=%d", size, changed), func(b *testing.B) {
+				benchRoundIdleKeys(b, size, changed)
+			})
+		}
 	}
+}
+
+// benchRoundIdleKeys is BenchmarkRoundIdleKeys with size keys held and
+// changed of them changed before each round. It reports the CPU time of
+// the process per round too.
+func benchRoundIdleKeys(b *testing.B, size, changed int) {
+	clk := throttletest.NewClock()
+	net := NewNetwork(clk, 1)
+	peers := []string{"self", "peer"}
+	n, _ := NewNode(Config{Transport: net.Endpoint("self"), Secret: secret, Peers: peers},
+		throttle.WithClock(clk), throttle.WithMaxKeys(2*size))
+	defer n.Close()
+	// The peer tracks few keys (the rest go under its overflow
+	// key): it is there to acknowledge.
+	p, _ := NewNode(Config{Transport: net.Endpoint("peer"), Secret: secret, Peers: peers},
+		throttle.WithClock(clk), throttle.WithMaxKeys(1000))
+	defer p.Close()
+	rate, burst := throttle.PerSecond(1), 1000 // a retention of 2000 rounds
+	l, _ := n.NewLimiter("api", rate, burst)
+	p.NewLimiter("api", rate, burst)
+	keys := make([]string, size)
+	for i := range keys {
+		keys[i] = "client-" + strconv.Itoa(i)
+		l.Allow(ctx, keys[i], 1)
+	}
+	round := func() {
+		p.Tick()
+		net.Deliver() // no delay
+	}
+	// Until the peer has every key (2 MB a round): a round sends
+	// it hardly more than a hello.
+	for range 200 {
+		sent := n.Stats().BytesSent
+		clk.Advance(time.Second)
+		n.Tick()
+		round()
+		if n.Stats().BytesSent-sent < 1000 {
+			break
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	var cpu int64
+	for b.Loop() {
+		b.StopTimer()
+		for range changed {
+			l.Allow(ctx, keys[i%size], 1)
+			i += 7919
+		}
+		clk.Advance(time.Second)
+		b.StartTimer()
+		c := cpuTime()
+		n.Tick()
+		cpu += cpuTime() - c
+		b.StopTimer()
+		round()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkReceive measures what a node spends on each report entry a
