@@ -231,7 +231,6 @@ func loadGen(settings string) error {
 	type conn struct {
 		c   net.Conn
 		w   *bufio.Writer
-		mu  sync.Mutex
 		out chan int // asks in flight, in order (the number of replies to read)
 	}
 	var conns []*conn
