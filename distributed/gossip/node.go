@@ -331,9 +331,9 @@ func (n *Node) publishMembers() {
 	}
 }
 
-// Join adds a peer at run time. The node sends it every live counter and
-// its bucket levels at the next round, and counts the peer's hits from
-// now on. Errors wrap throttle.ErrInvalid or throttle.ErrClosed.
+// Join adds a peer at run time. Once the peer speaks, the node sends it
+// every live counter and, over the following rounds, its bucket levels
+// (see Tick), and counts the peer's hits from now on. Errors wrap throttle.ErrInvalid or throttle.ErrClosed.
 func (n *Node) Join(addr string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -452,9 +452,10 @@ func (n *Node) deadAfter() int64 { return int64(n.cfg.Resend+3) * n.interval }
 // Tick runs one gossip round if a round boundary has passed since the
 // last one, and reports whether it did. A round sends every peer that is
 // alive the counters that changed since the latest round it acknowledged
-// (at least those of the last Resend rounds), bucket levels to a peer that
-// is new or restarted, and a hello to the others; then it drops idle
-// state.
+// (at least those of the last Resend rounds), the next part of its
+// bucket levels to a peer that is new or restarted (half of the peer's
+// budget, resumed after what it acknowledged, until it has them all), and
+// a hello to the others; then it drops idle state.
 func (n *Node) Tick() bool {
 	now := n.clk.Now()
 	r := now / n.interval
