@@ -45,6 +45,7 @@ type Limiter struct {
 	histMu   sync.Mutex // guards the fields below (Tick's)
 	hist     []changes  // the entries each of the latest rounds took from dirty, oldest first
 	histFrom int64      // hist holds every entry whose counters changed in this round or later
+	scans    int        // rounds that scanned the whole table for a peer's reports
 	sweep    int        // the slot of the table the next expiry sweep starts at
 }
 
@@ -730,8 +731,8 @@ type changes struct {
 	es    []*entry
 }
 
-// histRounds is how many rounds of changes beyond Config.Resend a limiter
-// keeps, for peers that acknowledged a round or two late: a peer further
+// histRounds is how many rounds run of changes beyond Config.Resend a
+// limiter keeps, for peers that acknowledged a round or two late: a peer further
 // behind gets its reports from a scan of the whole table.
 const histRounds = 4
 
@@ -749,11 +750,12 @@ func (l *Limiter) rotate(r, prev int64) {
 	l.histMu.Lock()
 	defer l.histMu.Unlock()
 	l.hist = append(l.hist, changes{r, es})
-	keep := r - int64(l.node.cfg.Resend) - histRounds
-	k := 0
-	for k < len(l.hist) && l.hist[k].round < keep {
-		l.histFrom = l.hist[k].round + 1
-		k++
+	// The last rounds run, not round numbers: rounds run seconds apart (a
+	// starved process) keep as many, else a peer's acknowledged round would
+	// always be older than them, and every round would scan the table.
+	k := max(len(l.hist)-l.node.cfg.Resend-histRounds, 0)
+	for _, h := range l.hist[:k] {
+		l.histFrom = h.round + 1
 	}
 	l.hist = append(l.hist[:0], l.hist[k:]...)
 }

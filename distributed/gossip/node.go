@@ -445,6 +445,16 @@ func (n *Node) Close() error {
 	return err
 }
 
+// unheard reports whether the peer counts as dead at now: unheard for
+// longer than deadAfter (ns), and not heard since last, the start of the
+// round this node ran before (a node whose own rounds run late does not
+// take its peers for dead because it was not there to hear them).
+// Called with Node.mu held.
+func (p *peer) unheard(now, deadAfter, last int64) bool {
+	heard := max(p.lastHeard, p.added)
+	return now-heard > deadAfter && heard < last
+}
+
 // deadAfter is how long (ns) a peer may go unheard before it counts as
 // dead: out of the spend-cap shares, sent hellos only, until it speaks.
 func (n *Node) deadAfter() int64 { return int64(n.cfg.Resend+3) * n.interval }
@@ -487,7 +497,7 @@ func (n *Node) Tick() bool {
 	for _, addr := range slices.Sorted(maps.Keys(n.peers)) {
 		p := n.peers[addr]
 		d := dest{addr: p.addr, ack: p.rxComplete, inc: p.incarnation}
-		if dead := now-max(p.lastHeard, p.added) > deadAfter; dead != p.dead {
+		if dead := p.unheard(now, deadAfter, prev*n.interval); dead != p.dead {
 			p.dead, changed = dead, true
 		}
 		if p.dead {
@@ -561,7 +571,8 @@ func (n *Node) Tick() bool {
 		}
 	}
 	if len(silent) > 0 {
-		bodies, _, _, _ := n.reports(lims, r, pos{ch: r - int64(n.cfg.Resend)}, n.cfg.MaxRoundBytes, true)
+		// What changed since the last round run, however late it ran.
+		bodies, _, _, _ := n.reports(lims, r, pos{ch: min(r-int64(n.cfg.Resend), prev)}, n.cfg.MaxRoundBytes, true)
 		for _, d := range silent {
 			n.send(d.addr, d.ack, bodies, r)
 		}
@@ -603,6 +614,9 @@ func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bo
 				collect(e.key, e)
 			}
 		} else {
+			l.histMu.Lock()
+			l.scans++
+			l.histMu.Unlock()
 			l.table.each(collect)
 		}
 	}
