@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,13 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv(runMainEnv) != "" {
 		main() // the real daemon, for the tests of proc_test.go
+		return
+	}
+	if s := os.Getenv(loadGenEnv); s != "" {
+		if err := loadGen(s); err != nil { // for TestGossipScale
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 		return
 	}
 	goleak.VerifyTestMain(m)

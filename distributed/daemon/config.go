@@ -70,7 +70,9 @@ type Config struct {
 	// replies. Default 10s, or IdleTimeout if shorter.
 	WriteTimeout Duration `json:"write_timeout,omitempty"`
 	// MaxKeys bounds the tags tracked at once per limit (buckets and
-	// gossip counters): about 300 bytes each. At the cap new tags are
+	// gossip counters): about 140 bytes of heap each, plus 144 for each
+	// peer that reported the tag (490 with two peers; the process holds
+	// about twice its heap with Go's default GC). At the cap new tags are
 	// still limited, by a bucket shared by all overflowing tags of that
 	// limit (and gossiped as one key), never admitted unlimited. Default
 	// 1,000,000.

@@ -66,13 +66,17 @@
 // node (never missed); clocks must agree within about one interval; a
 // counter idle for longer than the retention (twice the time to refill
 // the bucket, at least 10 rounds) and acknowledged by every live peer is
-// forgotten, so a peer that comes back later misses those hits.
+// forgotten, so a peer that comes back later misses those hits; a node
+// that joins or restarts decides a key on a fresh bucket until its
+// peers' level of it arrives: they send their levels a budget a round,
+// resuming after what it acknowledged, so the catch-up takes rounds in
+// proportion to the keys below full.
 //
 // # Memory and the key cap
 //
 // Each limiter tracks at most the node's throttle.WithMaxKeys keys, about
-// 140 bytes a key decided on one node alone, plus one record per peer
-// that reported it; idle keys are dropped by Tick after the retention,
+// 140 bytes a key decided on one node alone, plus a 144-byte record per
+// peer that reported it; idle keys are dropped by Tick after the retention,
 // once their bucket is full again. Past the cap, new keys share one bucket
 // under OverflowKey, limited and gossiped like any key, never unlimited.
 // A round sends each peer at most Config.MaxRoundBytes (before

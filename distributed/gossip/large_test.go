@@ -169,3 +169,43 @@ func TestJunkFloodDoesNotStarveGossip(t *testing.T) {
 		t.Fatalf("after the flood: %d hits charged, want %d", got, junk+50)
 	}
 }
+
+// TestLateRoundsDoNotScanTheTable: a node whose rounds run seconds apart
+// (a starved process, its timer late) builds its peer's reports from the
+// changes of its last rounds, not from a scan of every key: the changes
+// were kept for the last Resend+4 round numbers, not rounds run, so with
+// rounds 10 s apart the peer's acknowledged round was always older than
+// them and every round scanned (and sorted) the whole table, which made
+// rounds at 1,000,000 keys slower still.
+func TestLateRoundsDoNotScanTheTable(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, false, 1)
+	for i := range 5000 {
+		c.lims[0].Allow(ctx, "key-"+strconv.Itoa(i), 1)
+	}
+	for range 3 {
+		c.runTo(c.clk.Now().Add(time.Second))
+	}
+	c.lims[0].histMu.Lock()
+	before := c.lims[0].scans
+	c.lims[0].histMu.Unlock()
+	for i := range 10 {
+		c.lims[0].Allow(ctx, "key-"+strconv.Itoa(i), 1)
+		c.clk.Advance(10 * time.Second) // the rounds between are not run
+		for range 2 {
+			for _, n := range c.nodes {
+				n.Tick()
+			}
+			c.clk.Advance(c.interval / 50)
+			c.net.Deliver()
+		}
+	}
+	c.lims[0].histMu.Lock()
+	scans := c.lims[0].scans - before
+	c.lims[0].histMu.Unlock()
+	if scans != 0 {
+		t.Errorf("%d of 10 rounds run 10 s apart scanned the whole table", scans)
+	}
+	if got := c.nodes[1].Stats().HitsApplied; got != 5010 {
+		t.Errorf("the peer charged %d hits, want 5010", got)
+	}
+}

@@ -45,6 +45,7 @@ type Limiter struct {
 	histMu   sync.Mutex // guards the fields below (Tick's)
 	hist     []changes  // the entries each of the latest rounds took from dirty, oldest first
 	histFrom int64      // hist holds every entry whose counters changed in this round or later
+	scans    int        // rounds that scanned the whole table for a peer's reports
 	sweep    int        // the slot of the table the next expiry sweep starts at
 }
 
@@ -589,7 +590,7 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 			nonPending += sh.w[i]
 			continue
 		}
-		rec := e.remote[id]
+		rec := e.peerRec(id)
 		p := live[id]
 		done := int64(0)
 		if p != nil {
@@ -688,39 +689,6 @@ func tieHash(key string, r int64, id string) uint64 {
 	return h
 }
 
-// levels returns the bodies of a state message for peer (at incarnation
-// inc): every bucket below full, and how many of the peer's own hits each
-// level already includes, so that the peer does not lose the hits it made
-// since it started.
-func (l *Limiter) levels(r int64, peer string, inc uint64) [][]byte {
-	var sts []stateEntry
-	now := l.node.clk.Now()
-	l.table.each(func(key string, e *entry) {
-		// This node's own counter, read before the level: the level
-		// includes at least these hits (a hit is counted after its
-		// bucket admits it), so the receiver, which takes them as
-		// delivered, never charges one the level missed.
-		born, mine := e.born.Load(), e.hits.Load()
-		if t := l.bucket.Tokens(now, e.tat()); t < int64(l.burst) {
-			s := stateEntry{key: key, tokens: t, born: max(born, 0), mine: uint64(max(mine, 0))}
-			e.mu.Lock()
-			if rec := e.remote[peer]; rec != nil && rec.inc == inc {
-				s.yours = rec.hits
-			}
-			e.mu.Unlock()
-			sts = append(sts, s)
-		}
-	})
-	if len(sts) == 0 {
-		return nil
-	}
-	return l.node.encode(msgState, l.name, r, func(e *encoder) {
-		for _, x := range sts {
-			e.addState(x)
-		}
-	})
-}
-
 // expire drops entries idle for retain rounds that every live peer has
 // acknowledged (minAck), whose peer records are gone and whose bucket is
 // full: records are kept until their sender can no longer resend them,
@@ -763,8 +731,8 @@ type changes struct {
 	es    []*entry
 }
 
-// histRounds is how many rounds of changes beyond Config.Resend a limiter
-// keeps, for peers that acknowledged a round or two late: a peer further
+// histRounds is how many rounds run of changes beyond Config.Resend a
+// limiter keeps, for peers that acknowledged a round or two late: a peer further
 // behind gets its reports from a scan of the whole table.
 const histRounds = 4
 
@@ -782,11 +750,12 @@ func (l *Limiter) rotate(r, prev int64) {
 	l.histMu.Lock()
 	defer l.histMu.Unlock()
 	l.hist = append(l.hist, changes{r, es})
-	keep := r - int64(l.node.cfg.Resend) - histRounds
-	k := 0
-	for k < len(l.hist) && l.hist[k].round < keep {
-		l.histFrom = l.hist[k].round + 1
-		k++
+	// The last rounds run, not round numbers: rounds run seconds apart (a
+	// starved process) keep as many, else a peer's acknowledged round would
+	// always be older than them, and every round would scan the table.
+	k := max(len(l.hist)-l.node.cfg.Resend-histRounds, 0)
+	for _, h := range l.hist[:k] {
+		l.histFrom = h.round + 1
 	}
 	l.hist = append(l.hist[:0], l.hist[k:]...)
 }
@@ -863,6 +832,34 @@ func (l *Limiter) available(rec *remoteRec, sr int64) int64 {
 	return satAdd(rec.allow, l.refill(sr-rec.allowRound))
 }
 
+// senderRound returns the round of m's sender, not ahead of this node's
+// round at now (its clock's, which a round run late, t, may lag: the
+// cap would discard honest hits until the round caught up) by more than
+// one.
+func (l *Limiter) senderRound(m *message, t, now int64) int64 {
+	return min(int64(m.round), max(t, now/l.node.interval)+1)
+}
+
+// refillTo adds to rec's allowance the whole tokens its sender's bucket
+// gained from round rec.allowRound to sr, and moves allowRound forward by
+// the rounds those took, not to sr: the fraction of a token the rounds
+// left bring counts later. (Moved to sr at every report, a limit slower
+// than a token a round never refilled the allowance.) Called with the
+// entry's mu held.
+func (l *Limiter) refillTo(rec *remoteRec, sr int64) {
+	add := l.refill(sr - rec.allowRound)
+	if add <= 0 {
+		return
+	}
+	rec.allow = satAdd(rec.allow, add)
+	d := int64(l.rate.Duration(add))
+	used := d / l.node.interval
+	if d%l.node.interval != 0 {
+		used++
+	}
+	rec.allowRound = min(rec.allowRound+used, sr)
+}
+
 // replaced returns the allowance of a counter of rec's sender that
 // replaces rec's at the sender's round sr: born at born, in a new
 // incarnation of the sender if restarted. The allowance is per peer and
@@ -891,8 +888,8 @@ func (l *Limiter) replaced(rec *remoteRec, sr int64, restarted bool, fresh int64
 // cannot charge more than it could have admitted itself, and honest hits
 // reported late, after a partition, are all charged.
 func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped int64) {
-	sr := min(int64(m.round), t+1) // the sender's round, not ahead of ours
 	now := l.node.clk.Now()
+	sr := l.senderRound(m, t, now)
 	for _, x := range m.reports {
 		e := l.table.pin(x.key)
 		if e == nil {
@@ -901,10 +898,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 		}
 		var delta int64
 		e.mu.Lock()
-		if e.remote == nil {
-			e.remote = map[string]*remoteRec{}
-		}
-		rec := e.remote[m.sender]
+		rec := e.peerRec(m.sender)
 		if rec != nil && m.incarnation > rec.inc && x.born == rec.born && x.hits >= rec.hits {
 			// The same counter, its sender having moved past an
 			// earlier life (see Node.handle).
@@ -917,7 +911,7 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 			// if it was born after we started listening to the peer;
 			// otherwise it is history (covered by the state sync) and
 			// becomes the baseline.
-			nr := &remoteRec{inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
+			nr := &remoteRec{id: m.sender, inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
 				d0: x.demand, h0: x.hits, h1: x.hits, seen: t, allowRound: sr, credit: math.MinInt64 / 2}
 			fresh := l.allowance(0)
 			if x.born >= acceptFrom {
@@ -929,15 +923,12 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 			if rec != nil {
 				nr.allow, nr.credit = l.replaced(rec, sr, m.incarnation != rec.inc, fresh)
 			}
-			rec = nr
-			e.remote[m.sender] = rec
+			rec = e.setPeerRec(rec, nr)
 		case x.born < rec.born:
 			// An older counter, delayed: ignore.
 		default:
 			rec.seen = t
-			if sr > rec.allowRound {
-				rec.allow, rec.allowRound = l.available(rec, sr), sr
-			}
+			l.refillTo(rec, sr)
 			if x.hits > rec.hits {
 				delta = int64(x.hits - rec.hits)
 				rec.hits = x.hits
@@ -1021,18 +1012,15 @@ func (l *Limiter) delivered(m *message, s stateEntry, t int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.sharesChanged()
-	if e.remote == nil {
-		e.remote = map[string]*remoteRec{}
-	}
-	switch rec := e.remote[m.sender]; {
+	switch rec := e.peerRec(m.sender); {
 	case rec == nil || m.incarnation != rec.inc || s.born > rec.born:
-		sr := min(int64(m.round), t+1)
-		nr := &remoteRec{inc: m.incarnation, born: s.born, hits: s.mine,
+		sr := l.senderRound(m, t, l.node.clk.Now())
+		nr := &remoteRec{id: m.sender, inc: m.incarnation, born: s.born, hits: s.mine,
 			h0: s.mine, h1: s.mine, r0: m.round, r1: m.round, seen: t, allow: l.allowance(0), allowRound: sr, credit: math.MinInt64 / 2}
 		if rec != nil {
 			nr.allow, nr.credit = l.replaced(rec, sr, m.incarnation != rec.inc, nr.allow)
 		}
-		e.remote[m.sender] = nr
+		e.setPeerRec(rec, nr)
 	case s.born == rec.born && s.mine > rec.hits:
 		rec.hits = s.mine
 	}
@@ -1054,9 +1042,9 @@ type entry struct {
 	// With the spend cap and full published, where unmet stops counting
 	// in the round (see Limiter.unmetMax); stored under mu before full.
 	unmetMax atomic.Int64
-	remote   map[string]*remoteRec // guarded by mu; the map itself is made once, by the first peer record
-	key      string                // set before the entry is published, then constant
-	hash     uint64                // of key, under the table's seed; likewise
+	remote   *remoteRec // the peer records, a list; guarded by mu
+	key      string     // set before the entry is published, then constant
+	hash     uint64     // of key, under the table's seed; likewise
 	// With the spend cap: before this instant (ns) this node's share of
 	// the round is spent, if nothing but time changes. Stored under mu
 	// by a denial, cleared by whatever else changes the share: a peer's
@@ -1078,7 +1066,13 @@ type entry struct {
 	cap    *spending    // with the spend cap, the rest of its state
 }
 
+// remoteRec is what a peer reported of one key: one of the list of its
+// entry's records, guarded by the entry's mu. A list, not a map: it takes
+// 144 bytes a peer, where a map of two took 256 bytes and a record 112
+// more for each; a cluster has few members.
 type remoteRec struct {
+	id     string     // the peer's ID
+	next   *remoteRec // the entry's next record
 	inc    uint64
 	born   int64
 	hits   uint64
@@ -1136,7 +1130,31 @@ func (e *entry) tat() int64 {
 func (e *entry) noRemote() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.remote) == 0
+	return e.remote == nil
+}
+
+// peerRec returns the record of the peer with ID id, nil if none. Called
+// with e.mu held.
+func (e *entry) peerRec(id string) *remoteRec {
+	for r := e.remote; r != nil; r = r.next {
+		if r.id == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// setPeerRec makes nr the record of its peer in place of old, the peer's
+// record (nil if none), and returns it. Called with e.mu held.
+func (e *entry) setPeerRec(old, nr *remoteRec) *remoteRec {
+	if old != nil {
+		nr.next = old.next
+		*old = *nr
+		return old
+	}
+	nr.next = e.remote
+	e.remote = nr
+	return nr
 }
 
 // pruneRemote drops peer records not received since round before (their
@@ -1145,12 +1163,14 @@ func (e *entry) pruneRemote(before int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.sharesChanged()
-	for id, rec := range e.remote {
-		if rec.seen < before {
-			delete(e.remote, id)
+	for p := &e.remote; *p != nil; {
+		if (*p).seen < before {
+			*p = (*p).next
+		} else {
+			p = &(*p).next
 		}
 	}
-	return len(e.remote) == 0
+	return e.remote == nil
 }
 
 // pin returns key's entry, created if absent, pinned so that it is not

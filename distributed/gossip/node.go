@@ -196,15 +196,16 @@ type peer struct {
 	seq         uint64 // last sequence number sent to the peer
 	rxSeq       uint64 // highest sequence number received from the peer's incarnation
 	rxWin       [replayWindow / 64]uint64
-	wrongSrc    uint64 // datagrams from a wrong address, for the log
-	added       int64  // ns: when it became a peer
-	lastHeard   int64  // ns; 0 before the first datagram
-	dead        bool   // unheard for deadAfter: out of the spend-cap shares until it speaks
-	down        bool   // declared dead by the membership: out of the shares until it joins again
-	floor       uint64 // the incarnation the membership reported: older ones are stale
-	needState   bool   // send bucket levels next round (peer is new or restarted)
-	acked       uint64 // the peer has every counter changed before this round...
-	ackedPos    pos    // ...and those up to this position (ch == acked) of the round acked
+	wrongSrc    uint64   // datagrams from a wrong address, for the log
+	added       int64    // ns: when it became a peer
+	lastHeard   int64    // ns; 0 before the first datagram
+	dead        bool     // unheard for deadAfter: out of the spend-cap shares until it speaks
+	down        bool     // declared dead by the membership: out of the shares until it joins again
+	floor       uint64   // the incarnation the membership reported: older ones are stale
+	needState   bool     // start a catch-up next round (peer is new or restarted)
+	catchUp     *catchUp // the bucket levels the peer is being sent, nil if none
+	acked       uint64   // the peer has every counter changed before this round...
+	ackedPos    pos      // ...and those up to this position (ch == acked) of the round acked
 	sent        map[uint64]sentRound
 	budget      int    // report bytes per round for this peer: halved when rounds go unacknowledged
 	ackSeen     uint64 // the highest of our rounds the peer said it got in full
@@ -388,15 +389,20 @@ func (n *Node) publishMembers() {
 	n.size.Store(int64(len(n.peers) + 1))
 	// Shares change with the members: clear what denials published with
 	// the old ones. A denial that computed with them and publishes after
-	// this sees the new list and clears its own.
+	// this sees the new list and clears its own. Without the spend cap
+	// nothing publishes it: no scan of every key at each change (a peer
+	// going quiet for a few rounds and back, under the node's mutex).
+	if !n.cfg.SpendCap {
+		return
+	}
 	for _, l := range n.limiters {
 		l.table.each(func(_ string, e *entry) { e.full.Store(0) })
 	}
 }
 
-// Join adds a peer at run time. The node sends it every live counter and
-// its bucket levels at the next round, and counts the peer's hits from
-// now on. Errors wrap throttle.ErrInvalid or throttle.ErrClosed.
+// Join adds a peer at run time. Once the peer speaks, the node sends it
+// every live counter and, over the following rounds, its bucket levels
+// (see Tick), and counts the peer's hits from now on. Errors wrap throttle.ErrInvalid or throttle.ErrClosed.
 func (n *Node) Join(addr string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -509,6 +515,16 @@ func (n *Node) Close() error {
 	return err
 }
 
+// unheard reports whether the peer counts as dead at now: unheard for
+// longer than deadAfter (ns), and not heard since last, the start of the
+// round this node ran before (a node whose own rounds run late does not
+// take its peers for dead because it was not there to hear them).
+// Called with Node.mu held.
+func (p *peer) unheard(now, deadAfter, last int64) bool {
+	heard := max(p.lastHeard, p.added)
+	return now-heard > deadAfter && heard < last
+}
+
 // deadAfter is how long (ns) a peer may go unheard before it counts as
 // dead: out of the spend-cap shares, sent hellos only, until it speaks.
 func (n *Node) deadAfter() int64 { return int64(n.cfg.Resend+3) * n.interval }
@@ -516,9 +532,10 @@ func (n *Node) deadAfter() int64 { return int64(n.cfg.Resend+3) * n.interval }
 // Tick runs one gossip round if a round boundary has passed since the
 // last one, and reports whether it did. A round sends every peer that is
 // alive the counters that changed since the latest round it acknowledged
-// (at least those of the last Resend rounds), bucket levels to a peer that
-// is new or restarted, and a hello to the others; then it drops idle
-// state.
+// (at least those of the last Resend rounds), the next part of its
+// bucket levels to a peer that is new or restarted (half of the peer's
+// budget, resumed after what it acknowledged, until it has them all), and
+// a hello to the others; then it drops idle state.
 func (n *Node) Tick() bool {
 	now := n.clk.Now()
 	r := now / n.interval
@@ -535,10 +552,10 @@ func (n *Node) Tick() bool {
 		n.incarnation.Store(inc)
 	}
 	type dest struct {
-		addr  string
-		ack   uint64
-		state bool
-		inc   uint64
+		addr string
+		ack  uint64
+		cu   *catchUp // bucket levels to send the peer, if not nil
+		inc  uint64
 	}
 	type group struct {
 		from   pos
@@ -553,8 +570,8 @@ func (n *Node) Tick() bool {
 	changed := false
 	for _, addr := range slices.Sorted(maps.Keys(n.peers)) {
 		p := n.peers[addr]
-		d := dest{addr: p.addr, ack: p.rxComplete, state: p.needState, inc: p.incarnation}
-		if dead := now-max(p.lastHeard, p.added) > deadAfter; dead != p.dead {
+		d := dest{addr: p.addr, ack: p.rxComplete, inc: p.incarnation}
+		if dead := p.unheard(now, deadAfter, prev*n.interval); dead != p.dead {
 			p.dead, changed = dead, true
 		}
 		if p.dead || p.down {
@@ -564,7 +581,7 @@ func (n *Node) Tick() bool {
 			silent = append(silent, d)
 			continue
 		}
-		p.needState = false
+		d.cu = p.catchingUp()
 		since := min(r-int64(n.cfg.Resend), int64(p.acked))
 		minAck = min(minAck, int64(p.acked))
 		switch {
@@ -583,6 +600,9 @@ func (n *Node) Tick() bool {
 			from = p.ackedPos
 		}
 		g := group{from, p.budget}
+		if d.cu != nil {
+			g.budget = max(p.budget/2, MaxPacket) // the other half for the levels
+		}
 		groups[g] = append(groups[g], d)
 	}
 	if changed {
@@ -618,17 +638,15 @@ func (n *Node) Tick() bool {
 		n.mu.Unlock()
 		for _, d := range ds {
 			b := bodies
-			if d.state {
-				b = b[:len(b):len(b)]
-				for _, l := range lims {
-					b = append(b, l.levels(r, d.addr, d.inc)...)
-				}
+			if d.cu != nil {
+				b = append(b[:len(b):len(b)], n.catchUpBodies(d.cu, lims, r, g.budget, len(b), d.addr, d.inc)...)
 			}
 			n.send(d.addr, d.ack, b, r)
 		}
 	}
 	if len(silent) > 0 {
-		bodies, _, _, _ := n.reports(lims, r, pos{ch: r - int64(n.cfg.Resend)}, n.cfg.MaxRoundBytes, true)
+		// What changed since the last round run, however late it ran.
+		bodies, _, _, _ := n.reports(lims, r, pos{ch: min(r-int64(n.cfg.Resend), prev)}, n.cfg.MaxRoundBytes, true)
 		for _, d := range silent {
 			n.send(d.addr, d.ack, bodies, r)
 		}
@@ -670,6 +688,9 @@ func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bo
 				collect(e.key, e)
 			}
 		} else {
+			l.histMu.Lock()
+			l.scans++
+			l.histMu.Unlock()
 			l.table.each(collect)
 		}
 	}
@@ -947,6 +968,7 @@ func (p *peer) acknowledged(m *message) {
 			}
 		}
 	}
+	p.ackCatchUp(m)
 }
 
 // received records that m, one datagram of the peer's round, arrived,

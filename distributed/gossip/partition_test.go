@@ -66,3 +66,50 @@ func TestPartitionLongRunExact(t *testing.T) {
 		})
 	}
 }
+
+// TestSlowRateReportsNotCapped: a peer reporting a key of a slow limit (a
+// token a minute, less than one a round) is charged for all it admits.
+// The cap on its reports refilled by whole tokens per report, so the
+// fraction of a token each round brings was lost at every report, and
+// with a report every 20 s the cap never refilled: past burst+1 units
+// the peer's honest hits were discarded (Stats.Capped) and never charged.
+func TestSlowRateReportsNotCapped(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerMinute(1), 2, time.Second, false, 1)
+	admitted := 0
+	for range 30 { // 10 minutes, one ask every 20 s: 3x the rate
+		if d, _ := c.lims[0].Allow(ctx, "slow", 1); d.Allowed {
+			admitted++
+		}
+		c.runTo(c.clk.Now().Add(20 * time.Second))
+	}
+	st := c.nodes[1].Stats()
+	t.Logf("node 0 admitted %d; node 1 charged %d and capped %d", admitted, st.HitsApplied, st.Capped)
+	if st.Capped != 0 || st.HitsApplied != uint64(admitted) {
+		t.Errorf("node 1 charged %d of the %d hits node 0 admitted (capped %d)", st.HitsApplied, admitted, st.Capped)
+	}
+}
+
+// TestSlowReceiverCapsNothing: a node whose rounds run late (a starved
+// process: its timer fires seconds late) still charges all its peer
+// admits. The cap on the peer's reports refilled up to the receiver's
+// last round, not its clock, so past burst+1 the peer's honest hits were
+// discarded until the receiver's round caught up.
+func TestSlowReceiverCapsNothing(t *testing.T) {
+	c := newCluster(t, 2, throttle.PerSecond(1), 1, time.Second, false, 1)
+	admitted := 0
+	for range 30 {
+		// Node 0 runs its rounds; node 1 only receives.
+		c.clk.Advance(time.Second)
+		if d, _ := c.lims[0].Allow(ctx, "k", 1); d.Allowed {
+			admitted++
+		}
+		c.nodes[0].Tick()
+		c.clk.Advance(c.interval / 50)
+		c.net.Deliver()
+	}
+	st := c.nodes[1].Stats()
+	t.Logf("node 0 admitted %d; node 1, its rounds 30 s late, charged %d and capped %d", admitted, st.HitsApplied, st.Capped)
+	if st.Capped != 0 || st.HitsApplied+1 < uint64(admitted) {
+		t.Errorf("node 1 charged %d of the %d hits node 0 admitted (capped %d)", st.HitsApplied, admitted, st.Capped)
+	}
+}

@@ -249,7 +249,7 @@ func (c *cluster) converged(key string) bool {
 				return false
 			}
 			e.mu.Lock()
-			rec := e.remote[c.addrs[j]]
+			rec := e.peerRec(c.addrs[j])
 			ok := rec != nil && int64(rec.hits) == p.Hits(key)
 			e.mu.Unlock()
 			if !ok {

@@ -265,6 +265,18 @@ func decode(sig *signer, pkt []byte, maxKey int, self string) (*message, error) 
 	}
 	body = append([]byte(nil), body...) // keys alias this private copy
 	m := &message{}
+	rd := &reader{p: body[offSender:], maxKey: maxKey}
+	count := m.decodeHeader(body, rd)
+	m.decodeEntries(rd, count)
+	if rd.bad || len(rd.p) != 0 {
+		return nil, errMalformed
+	}
+	return m, nil
+}
+
+// decodeHeader reads the header of body, whose fields from the sender's
+// ID on rd reads, and returns the number of entries that follow.
+func (m *message) decodeHeader(body []byte, rd *reader) (count int) {
 	m.typ = body[3]
 	m.ack = binary.BigEndian.Uint64(body[offAck:])
 	m.part = binary.BigEndian.Uint16(body[offPart:])
@@ -273,109 +285,123 @@ func decode(sig *signer, pkt []byte, maxKey int, self string) (*message, error) 
 	m.dstInc = binary.BigEndian.Uint64(body[offDst:])
 	m.pround = binary.BigEndian.Uint64(body[offPRound:])
 	m.prefix = binary.BigEndian.Uint16(body[offPrefix:])
-	if m.parts == 0 || m.part >= m.parts || m.seq == 0 {
-		return nil, errMalformed
-	}
-	p := body[offSender:]
-	str := func() (string, bool) {
-		if len(p) < 1 || len(p) < 1+int(p[0]) {
-			return "", false
-		}
-		s := string(p[1 : 1+int(p[0])])
-		p = p[1+int(p[0]):]
-		return s, true
-	}
-	var ok bool
-	if m.sender, ok = str(); !ok || m.sender == "" {
-		return nil, errMalformed
-	}
-	if m.table, ok = str(); !ok {
-		return nil, errMalformed
-	}
-	if len(p) < 26 {
-		return nil, errMalformed
-	}
-	m.incarnation = binary.BigEndian.Uint64(p)
-	m.round = binary.BigEndian.Uint64(p[8:])
-	m.start = int64(binary.BigEndian.Uint64(p[16:]))
-	count := int(binary.BigEndian.Uint16(p[24:]))
-	p = p[26:]
-	if m.incarnation == 0 {
-		return nil, errMalformed
-	}
-	key := func() (string, bool) {
-		l, n := binary.Uvarint(p)
-		if n <= 0 || l == 0 || l > uint64(maxKey) || uint64(len(p)-n) < l {
-			return "", false
-		}
-		k := string(p[n : n+int(l)])
-		p = p[n+int(l):]
-		return k, true
-	}
+	m.sender = rd.str()
+	m.table = rd.str()
+	m.incarnation = rd.u64()
+	m.round = rd.u64()
+	m.start = int64(rd.u64())
+	count = int(rd.u16())
+	rd.check(m.parts != 0 && m.part < m.parts && m.seq != 0 && m.sender != "" && m.incarnation != 0)
+	return count
+}
+
+// decodeEntries reads the count entries of m's type: none for a hello,
+// at least one for a report or a state.
+func (m *message) decodeEntries(rd *reader, count int) {
 	switch m.typ {
 	case msgHello:
-		if count != 0 {
-			return nil, errMalformed
-		}
+		rd.check(count == 0)
 	case msgReport:
-		if m.table == "" || count == 0 {
-			return nil, errMalformed
-		}
+		rd.check(m.table != "" && count > 0)
 		m.reports = make([]reportEntry, 0, count)
-		for range count {
-			var r reportEntry
-			var n int
-			if r.key, ok = key(); !ok {
-				return nil, errMalformed
-			}
-			if r.born, n = binary.Varint(p); n <= 0 {
-				return nil, errMalformed
-			}
-			p = p[n:]
-			if r.hits, n = binary.Uvarint(p); n <= 0 || r.hits > math.MaxInt64 {
-				return nil, errMalformed
-			}
-			p = p[n:]
-			if r.demand, n = binary.Uvarint(p); n <= 0 || r.demand > math.MaxInt64 {
-				return nil, errMalformed
-			}
-			p = p[n:]
-			m.reports = append(m.reports, r)
+		for i := 0; i < count && !rd.bad; i++ {
+			m.reports = append(m.reports, reportEntry{key: rd.key(), born: rd.varint(), hits: rd.count(), demand: rd.count()})
 		}
 	case msgState:
-		if m.table == "" || count == 0 {
-			return nil, errMalformed
-		}
+		rd.check(m.table != "" && count > 0)
 		m.states = make([]stateEntry, 0, count)
-		for range count {
-			var s stateEntry
-			var n int
-			if s.key, ok = key(); !ok {
-				return nil, errMalformed
-			}
-			if s.tokens, n = binary.Varint(p); n <= 0 {
-				return nil, errMalformed
-			}
-			p = p[n:]
-			if s.yours, n = binary.Uvarint(p); n <= 0 || s.yours > math.MaxInt64 {
-				return nil, errMalformed
-			}
-			p = p[n:]
-			if s.born, n = binary.Varint(p); n <= 0 || s.born < 0 {
-				return nil, errMalformed
-			}
-			p = p[n:]
-			if s.mine, n = binary.Uvarint(p); n <= 0 || s.mine > math.MaxInt64 {
-				return nil, errMalformed
-			}
-			p = p[n:]
+		for i := 0; i < count && !rd.bad; i++ {
+			s := stateEntry{key: rd.key(), tokens: rd.varint(), yours: rd.count(), born: rd.varint(), mine: rd.count()}
+			rd.check(s.born >= 0)
 			m.states = append(m.states, s)
 		}
 	default:
-		return nil, errMalformed
+		rd.check(false)
 	}
-	if len(p) != 0 {
-		return nil, errMalformed
+}
+
+// reader reads the fields of a datagram in order. A field that runs past
+// the end or is out of range makes it bad; a bad reader reads zero
+// values and stays bad.
+type reader struct {
+	p      []byte
+	maxKey int
+	bad    bool
+}
+
+// check makes rd bad unless ok.
+func (rd *reader) check(ok bool) {
+	if !ok {
+		rd.bad = true
 	}
-	return m, nil
+}
+
+// take returns the next n bytes, or nil if there are not that many.
+func (rd *reader) take(n int) []byte {
+	if rd.bad || n < 0 || len(rd.p) < n {
+		rd.bad = true
+		return nil
+	}
+	b := rd.p[:n]
+	rd.p = rd.p[n:]
+	return b
+}
+
+// str reads a string of 1 byte of length and the bytes.
+func (rd *reader) str() string {
+	if b := rd.take(1); b != nil {
+		return string(rd.take(int(b[0])))
+	}
+	return ""
+}
+
+func (rd *reader) u64() uint64 {
+	if b := rd.take(8); b != nil {
+		return binary.BigEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (rd *reader) u16() uint16 {
+	if b := rd.take(2); b != nil {
+		return binary.BigEndian.Uint16(b)
+	}
+	return 0
+}
+
+// key reads a key: a uvarint length, from 1 to maxKey, and the bytes.
+func (rd *reader) key() string {
+	l := rd.uvarint()
+	if rd.bad || l == 0 || l > uint64(rd.maxKey) {
+		rd.bad = true
+		return ""
+	}
+	return string(rd.take(int(l)))
+}
+
+func (rd *reader) varint() int64 {
+	if rd.bad {
+		return 0
+	}
+	v, n := binary.Varint(rd.p)
+	rd.check(n > 0)
+	rd.take(max(n, 0))
+	return v
+}
+
+func (rd *reader) uvarint() uint64 {
+	if rd.bad {
+		return 0
+	}
+	v, n := binary.Uvarint(rd.p)
+	rd.check(n > 0)
+	rd.take(max(n, 0))
+	return v
+}
+
+// count reads a uvarint counter, at most math.MaxInt64.
+func (rd *reader) count() uint64 {
+	v := rd.uvarint()
+	rd.check(v <= math.MaxInt64)
+	return v
 }

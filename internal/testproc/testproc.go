@@ -161,6 +161,9 @@ func (p *Proc) Kill() {
 // syscall.SIGCONT resumes it.
 func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
+// Pid returns the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Exited is closed when the process has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.exited }
 

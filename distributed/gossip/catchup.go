@@ -1,0 +1,220 @@
+package gossip
+
+import "slices"
+
+// catchUp is the state sync of one peer that joined or restarted: the
+// entries of every limiter whose bucket was below full when it began,
+// whose levels the rounds send the peer a budget at a time, in a fixed
+// order, from where the acknowledged part ends. Guarded by Node.mu, but
+// for es and ends, which are set once, before the first round sends.
+type catchUp struct {
+	inc   uint64               // the peer's incarnation it is for
+	lims  []*Limiter           // sorted by name
+	ends  []int                // es[ends[i-1]:ends[i]] are the entries of lims[i]
+	es    []*entry             // nil until the first round takes the snapshot
+	acked int                  // the peer has the levels of es[:acked]...
+	next  int                  // ...and was sent those of es[:next]
+	sent  map[uint64]stateSent // by round
+}
+
+// stateSent is what one round's state datagrams carried: the levels of
+// es[from:to], those of es[starts[k]:] (to the next start) in the round's
+// datagram first+k.
+type stateSent struct {
+	first    int
+	from, to int
+	starts   []int
+}
+
+// stateTimeout is how many rounds a state datagram may go unacknowledged
+// before the catch-up goes back to the end of the acknowledged part: a
+// round's acknowledgement comes with the peer's next round, about one
+// round later.
+const stateTimeout = 2
+
+// snapshot records the entries of lims whose buckets are below full now.
+func (c *catchUp) snapshot(lims []*Limiter, now int64) {
+	c.lims = lims
+	for _, l := range lims {
+		l.table.each(func(_ string, e *entry) {
+			if l.bucket.Tokens(now, e.tat()) < int64(l.burst) {
+				c.es = append(c.es, e)
+			}
+		})
+		c.ends = append(c.ends, len(c.es))
+	}
+	if c.es == nil {
+		c.es = []*entry{} // taken, and empty
+	}
+}
+
+// resume returns where round r's state starts: after what was sent, or,
+// if a round sent stateTimeout rounds ago or more is not acknowledged in
+// full, after what was acknowledged. Called with Node.mu held.
+func (c *catchUp) resume(r int64) int {
+	for s, x := range c.sent {
+		switch {
+		case x.to <= c.acked:
+			delete(c.sent, s)
+		case int64(s) <= r-stateTimeout:
+			c.next = c.acked
+			clear(c.sent)
+			return c.next
+		}
+	}
+	return c.next
+}
+
+// done reports whether the peer has every level. Called with Node.mu
+// held.
+func (c *catchUp) done() bool { return c.es != nil && c.acked >= len(c.es) }
+
+// ack advances what the peer has from its acknowledgements in m: of a
+// round it got in full, or of the leading datagrams of one. Called with
+// Node.mu held.
+func (c *catchUp) ack(m *message) {
+	if s, ok := c.sent[m.ack]; ok && s.from <= c.acked {
+		c.acked = max(c.acked, s.to)
+	}
+	if s, ok := c.sent[m.pround]; ok && s.from <= c.acked && int(m.prefix) > s.first {
+		if k := int(m.prefix) - s.first; k < len(s.starts) {
+			c.acked = max(c.acked, s.starts[k])
+		} else {
+			c.acked = max(c.acked, s.to)
+		}
+	}
+}
+
+// stateEntryBytes is what a state entry is counted in a round's budget,
+// its key aside: its four varints at about their usual sizes.
+const stateEntryBytes = 24
+
+// bodies returns the state datagrams of round r for peer (at incarnation
+// inc) from es[from:], at most budget bytes of entries (one at least):
+// the levels of the entries below full now. It returns where each
+// datagram starts in es and where the last one ends.
+func (c *catchUp) bodies(n *Node, r int64, from, budget int, peer string, inc uint64) (out [][]byte, starts []int, to int) {
+	now := n.clk.Now()
+	size := 0
+	to = from
+	for li, l := range c.lims {
+		if to >= c.ends[li] {
+			continue
+		}
+		var sts []stateEntry
+		var idx []int
+		for ; to < c.ends[li] && (size <= budget || len(idx) == 0); to++ {
+			if s, ok := l.stateOf(c.es[to], now, peer, inc); ok {
+				sts = append(sts, s)
+				idx = append(idx, to)
+				size += len(s.key) + stateEntryBytes
+			}
+		}
+		if len(sts) > 0 {
+			e := &encoder{hdr: header{typ: msgState, sender: n.id, table: l.name, incarnation: n.incarnation.Load(), round: uint64(r), start: n.created}}
+			for _, s := range sts {
+				e.addState(s)
+			}
+			out = append(out, e.finish()...)
+			k := 0
+			for _, cnt := range e.counts {
+				starts = append(starts, idx[k])
+				k += cnt
+			}
+		}
+		if size > budget {
+			break
+		}
+	}
+	return out, starts, to
+}
+
+// stateOf returns the state entry of e for peer (at incarnation inc) at
+// now, and false if its bucket is full or it was dropped: its level, and
+// how many of the peer's own hits it already includes, so that the peer
+// does not lose the hits it made since it started.
+func (l *Limiter) stateOf(e *entry, now int64, peer string, inc uint64) (stateEntry, bool) {
+	if e.pin.Load() < 0 {
+		return stateEntry{}, false
+	}
+	// This node's own counter, read before the level: the level includes
+	// at least these hits (a hit is counted after its bucket admits it),
+	// so the receiver, which takes them as delivered, never charges one
+	// the level missed.
+	born, mine := e.born.Load(), e.hits.Load()
+	t := l.bucket.Tokens(now, e.tat())
+	if t >= int64(l.burst) {
+		return stateEntry{}, false
+	}
+	s := stateEntry{key: e.key, tokens: t, born: max(born, 0), mine: uint64(max(mine, 0))}
+	e.mu.Lock()
+	if rec := e.peerRec(peer); rec != nil && rec.inc == inc {
+		s.yours = rec.hits
+	}
+	e.mu.Unlock()
+	return s, true
+}
+
+// catchUpBodies returns the state datagrams of round r for the peer at
+// addr (incarnation inc) that c catches up, at most budget bytes of
+// entries, the first of which is datagram first of the round, and
+// records what they carry. It takes c's snapshot of lims in its first
+// round.
+func (n *Node) catchUpBodies(c *catchUp, lims []*Limiter, r int64, budget, first int, addr string, inc uint64) [][]byte {
+	n.mu.Lock()
+	fresh := c.es == nil
+	n.mu.Unlock()
+	if fresh {
+		var s catchUp
+		s.snapshot(slices.Clone(lims), n.clk.Now())
+		n.mu.Lock()
+		if c.es == nil {
+			c.lims, c.ends, c.es = s.lims, s.ends, s.es
+		}
+		n.mu.Unlock()
+	}
+	n.mu.Lock()
+	from := c.resume(r)
+	n.mu.Unlock()
+	if from >= len(c.es) {
+		return nil
+	}
+	out, starts, to := c.bodies(n, r, from, budget, addr, inc)
+	n.mu.Lock()
+	if c.sent == nil {
+		c.sent = map[uint64]stateSent{}
+	}
+	c.sent[uint64(r)] = stateSent{first: first, from: from, to: to, starts: starts}
+	c.next = max(c.next, to)
+	n.mu.Unlock()
+	return out
+}
+
+// catchingUp returns the catch-up the peer's round sends levels for, nil
+// if none: a new one if the peer is new or restarted, none once it has
+// every level. Called with Node.mu held.
+func (p *peer) catchingUp() *catchUp {
+	if p.needState {
+		p.needState = false
+		p.catchUp = &catchUp{inc: p.incarnation}
+	}
+	if c := p.catchUp; c != nil && (c.inc != p.incarnation || c.done()) {
+		p.catchUp = nil
+	}
+	return p.catchUp
+}
+
+// ackCatchUp takes the acknowledgements of m, from the peer, for the
+// levels it was sent; and, as the levels follow the reports in a round,
+// a round whose report datagrams all arrived though some of its levels
+// did not delivers its reports. Called with Node.mu held.
+func (p *peer) ackCatchUp(m *message) {
+	if c := p.catchUp; c != nil && c.inc == p.incarnation {
+		c.ack(m)
+	}
+	cur := p.ackedPos
+	cur.ch = int64(p.acked)
+	if sr, ok := p.sent[m.pround]; ok && len(sr.parts) > 0 && int(m.prefix) >= len(sr.parts) && sr.from.cmp(cur) <= 0 && sr.to.cmp(cur) > 0 {
+		p.acked, p.ackedPos = uint64(sr.to.ch), sr.to
+	}
+}
