@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"runtime"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttle/distributed/capacity"
@@ -33,17 +36,19 @@ type grpcAPI struct {
 	met  *metrics
 }
 
-// newGRPCServer returns a grpc-go server of srv with the bounds of s.
-func newGRPCServer(srv *capacity.Server, s *settings, met *metrics) *grpc.Server {
+// newGRPCServer returns a grpc-go server of srv with the bounds of s; rd
+// bounds the time a call has to receive its request.
+func newGRPCServer(srv *capacity.Server, s *settings, met *metrics, rd *recvDeadline) *grpc.Server {
 	opts := []grpc.ServerOption{
+		grpc.StatsHandler(rd),
 		grpc.MaxRecvMsgSize(capacity.MaxRequestBytes),
 		grpc.MaxHeaderListSize(uint32(s.http.maxHeaderBytes)),
 		// The time a new connection has for its TLS handshake and
 		// HTTP/2 preface.
 		grpc.ConnectionTimeout(s.http.readHeader),
-		// grpc-go bounds no call's time to send its request: a
-		// connection lives at most idle_timeout (then is told to go
-		// away), and its calls in flight read_timeout more.
+		// A connection lives at most idle_timeout (then is told to go
+		// away), and its calls in flight read_timeout more; rd bounds
+		// each call's time to receive its request by read_timeout.
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.http.idle,
 			MaxConnectionAge: s.http.idle, MaxConnectionAgeGrace: s.http.read}),
 		grpc.MaxConcurrentStreams(maxGRPCStreams),
@@ -147,5 +152,80 @@ func stopGRPC(ctx context.Context, g *grpc.Server) {
 	case <-ctx.Done():
 		g.Stop()
 		<-done
+	}
+}
+
+// recvDeadline closes a connection of its listener when one of its calls
+// has not received its whole request within read of the call's start,
+// as the listen port's ReadTimeout does: grpc-go bounds no call's time to
+// receive its request, so trickled requests could otherwise hold
+// max_connections for idle_timeout. It is the grpc-go server's
+// stats.Handler, which arms one timer per call. It is safe for concurrent
+// use; set its fields before Accept is first called.
+type recvDeadline struct {
+	net.Listener
+	read  time.Duration
+	cut   func()   // counts a connection closed
+	conns sync.Map // remote address → *deadlineConn, while open
+}
+
+// deadlineConn is a connection of a recvDeadline listener.
+type deadlineConn struct {
+	net.Conn
+	l    *recvDeadline
+	once sync.Once
+}
+
+func (l *recvDeadline) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	dc := &deadlineConn{Conn: c, l: l}
+	// A remote address names one TCP connection while it is open.
+	l.conns.Store(c.RemoteAddr().String(), dc)
+	return dc, nil
+}
+
+func (c *deadlineConn) Close() error {
+	c.once.Do(func() { c.l.conns.CompareAndDelete(c.RemoteAddr().String(), c) })
+	return c.Conn.Close()
+}
+
+type (
+	connKey  struct{}
+	timerKey struct{}
+)
+
+// TagConn remembers the connection of the connection's calls.
+func (l *recvDeadline) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	if c, ok := l.conns.Load(info.RemoteAddr.String()); ok {
+		ctx = context.WithValue(ctx, connKey{}, c)
+	}
+	return ctx
+}
+
+func (*recvDeadline) HandleConn(context.Context, stats.ConnStats) {}
+
+// TagRPC arms the call's timer at its start.
+func (l *recvDeadline) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	c, ok := ctx.Value(connKey{}).(*deadlineConn)
+	if !ok {
+		return ctx
+	}
+	return context.WithValue(ctx, timerKey{}, time.AfterFunc(l.read, func() {
+		l.cut()
+		c.Close()
+	}))
+}
+
+// HandleRPC disarms the call's timer once its request has arrived, or
+// the call has ended without it.
+func (*recvDeadline) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	switch s.(type) {
+	case *stats.InPayload, *stats.End:
+		if t, ok := ctx.Value(timerKey{}).(*time.Timer); ok {
+			t.Stop()
+		}
 	}
 }

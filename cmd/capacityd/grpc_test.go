@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -164,4 +167,83 @@ func TestGRPCSharesConnectionBound(t *testing.T) {
 		_, err := getCapacity(conn, "alice", 10)
 		return err == nil
 	})
+}
+
+// grpcTrickleHead is what a client sends to start a GetCapacity call whose
+// request it then trickles: the HTTP/2 preface, SETTINGS, the call's
+// HEADERS, and the start of a DATA frame of 16 KiB with the gRPC prefix of
+// a message that fills it. Every zero byte sent after it is the message's.
+func grpcTrickleHead(t *testing.T) string {
+	t.Helper()
+	var hdr bytes.Buffer
+	enc := hpack.NewEncoder(&hdr)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", getCapacityMethod},
+		{":authority", "capacityd"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b bytes.Buffer
+	b.WriteString(http2.ClientPreface)
+	fr := http2.NewFramer(&b, nil)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hdr.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	const size = 16384                                                     // the default maximum frame size
+	b.Write([]byte{0, size >> 8, 0, byte(http2.FrameData), 0, 0, 0, 0, 1}) // the DATA frame's header, of stream 1
+	b.Write([]byte{0, 0, 0, (size - 5) >> 8, (size - 5) & 0xff})           // uncompressed, of size-5 bytes
+	return b.String()
+}
+
+// TestGRPCTrickle: calls that trickle their requests on the grpc_listen
+// port, as many as max_connections, lose their connections once
+// read_timeout has passed since the call started (counted in the
+// metrics), and the API is answered again on both ports.
+func TestGRPCTrickle(t *testing.T) {
+	a := startTest(t, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0", "admin": "127.0.0.1:0",
+		"http": {"read_header_timeout": "500ms", "read_timeout": "1s", "max_connections": 4},
+		"resources": [{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
+	stop := make(chan struct{})
+	defer close(stop)
+	head := grpcTrickleHead(t)
+	t0 := time.Now()
+	var conns []<-chan struct{}
+	for range 4 {
+		conns = append(conns, trickle(t, a.grpcLn.Addr().String(), head, 0, stop))
+	}
+	conn := grpcConn(t, a.grpcLn.Addr().String(), insecure.NewCredentials())
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := conn.Invoke(ctx, getCapacityMethod, &capacityv1.GetCapacityRequest{ClientId: "alice",
+		Resources: []*capacityv1.ResourceRequest{{ResourceId: "db", Wants: 1}}}, new(capacityv1.GetCapacityResponse)); err == nil {
+		t.Fatal("answered while the trickling calls hold every connection")
+	}
+	deadline := time.After(2500 * time.Millisecond) // read_timeout and slack
+	for i, c := range conns {
+		select {
+		case <-c:
+		case <-deadline:
+			t.Fatalf("trickling connection %d (of %d) still open %v after it started, read_timeout 1s", i, len(conns), time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	eventually(t, "GetCapacity answers over gRPC", func() bool {
+		_, err := getCapacity(conn, "alice", 10)
+		return err == nil
+	})
+	eventually(t, "GetCapacity answers on the listen port", func() bool {
+		a.hc.CloseIdleConnections()
+		resp, err := a.hc.Post(a.apiURL()+"/throttle.capacity.v1.CapacityService/GetCapacity", "application/json",
+			strings.NewReader(`{"clientId":"bob","resources":[{"resourceId":"db","wants":1}]}`))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	if _, body := a.get(t, a.adminURL()+"/metrics"); !strings.Contains(body, "capacityd_grpc_request_timeouts_total 4") {
+		t.Error("/metrics does not count the 4 connections closed")
+	}
 }
