@@ -83,6 +83,15 @@ var grpcDesc = grpc.ServiceDesc{
 	Metadata: "throttle/capacity/v1/capacity.proto",
 }
 
+// grpcMethods holds the full names of grpcDesc's methods.
+var grpcMethods = func() map[string]bool {
+	m := make(map[string]bool, len(grpcDesc.Methods))
+	for _, d := range grpcDesc.Methods {
+		m["/"+grpcDesc.ServiceName+"/"+d.MethodName] = true
+	}
+	return m
+}()
+
 // unary serves method with the wire service's method call.
 func unary[Req, Resp any](method string, call func(capacityv1connect.CapacityServiceHandler, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) grpc.MethodDesc {
 	return grpc.MethodDesc{MethodName: method, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
@@ -207,10 +216,12 @@ func (l *recvDeadline) TagConn(ctx context.Context, info *stats.ConnTagInfo) con
 
 func (*recvDeadline) HandleConn(context.Context, stats.ConnStats) {}
 
-// TagRPC arms the call's timer at its start.
-func (l *recvDeadline) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+// TagRPC arms the call's timer at its start, for a method of grpcDesc:
+// grpc-go answers others at once, without reading their requests, and
+// tells the handler nothing more of them.
+func (l *recvDeadline) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
 	c, ok := ctx.Value(connKey{}).(*deadlineConn)
-	if !ok {
+	if !ok || !grpcMethods[info.FullMethodName] {
 		return ctx
 	}
 	return context.WithValue(ctx, timerKey{}, time.AfterFunc(l.read, func() {

@@ -199,13 +199,21 @@ func grpcTrickleHead(t *testing.T) string {
 }
 
 // TestGRPCTrickle: calls that trickle their requests on the grpc_listen
-// port, as many as max_connections, lose their connections once
+// port, filling max_connections, lose their connections once
 // read_timeout has passed since the call started (counted in the
-// metrics), and the API is answered again on both ports.
+// metrics), and the API is answered again on both ports. A call of an
+// unknown method, answered at once, is not cut.
 func TestGRPCTrickle(t *testing.T) {
 	a := startTest(t, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0", "admin": "127.0.0.1:0",
-		"http": {"read_header_timeout": "500ms", "read_timeout": "1s", "max_connections": 4},
+		"http": {"read_header_timeout": "500ms", "read_timeout": "1s", "max_connections": 5},
 		"resources": [{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
+	conn := grpcConn(t, a.grpcLn.Addr().String(), insecure.NewCredentials())
+	// A call of a method the port does not serve ends at once, unread:
+	// it must not count as trickled.
+	if err := conn.Invoke(context.Background(), "/throttle.capacity.v1.CapacityService/Nope", new(capacityv1.GetCapacityRequest),
+		new(capacityv1.GetCapacityResponse)); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("an unknown method: %v, want Unimplemented", err)
+	}
 	stop := make(chan struct{})
 	defer close(stop)
 	head := grpcTrickleHead(t)
@@ -214,10 +222,10 @@ func TestGRPCTrickle(t *testing.T) {
 	for range 4 {
 		conns = append(conns, trickle(t, a.grpcLn.Addr().String(), head, 0, stop))
 	}
-	conn := grpcConn(t, a.grpcLn.Addr().String(), insecure.NewCredentials())
+	late := grpcConn(t, a.grpcLn.Addr().String(), insecure.NewCredentials())
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if err := conn.Invoke(ctx, getCapacityMethod, &capacityv1.GetCapacityRequest{ClientId: "alice",
+	if err := late.Invoke(ctx, getCapacityMethod, &capacityv1.GetCapacityRequest{ClientId: "alice",
 		Resources: []*capacityv1.ResourceRequest{{ResourceId: "db", Wants: 1}}}, new(capacityv1.GetCapacityResponse)); err == nil {
 		t.Fatal("answered while the trickling calls hold every connection")
 	}
@@ -230,7 +238,7 @@ func TestGRPCTrickle(t *testing.T) {
 		}
 	}
 	eventually(t, "GetCapacity answers over gRPC", func() bool {
-		_, err := getCapacity(conn, "alice", 10)
+		_, err := getCapacity(late, "alice", 10)
 		return err == nil
 	})
 	eventually(t, "GetCapacity answers on the listen port", func() bool {
@@ -243,7 +251,8 @@ func TestGRPCTrickle(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	if _, body := a.get(t, a.adminURL()+"/metrics"); !strings.Contains(body, "capacityd_grpc_request_timeouts_total 4") {
-		t.Error("/metrics does not count the 4 connections closed")
+	_, body := a.get(t, a.adminURL()+"/metrics")
+	if _, n, _ := strings.Cut(body, "\ncapacityd_grpc_request_timeouts_total "); !strings.HasPrefix(n, "4\n") {
+		t.Errorf("capacityd_grpc_request_timeouts_total %.3q, want exactly the 4 connections closed", n)
 	}
 }
