@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ import (
 const getCapacityMethod = "/throttle.capacity.v1.CapacityService/GetCapacity"
 
 // grpcConn dials addr with grpc-go; it closes with the test.
-func grpcConn(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+func grpcConn(t testing.TB, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
@@ -255,4 +257,24 @@ func TestGRPCTrickle(t *testing.T) {
 	if _, n, _ := strings.Cut(body, "\ncapacityd_grpc_request_timeouts_total "); !strings.HasPrefix(n, "4\n") {
 		t.Errorf("capacityd_grpc_request_timeouts_total %.3q, want exactly the 4 connections closed", n)
 	}
+}
+
+// BenchmarkGRPCGetCapacity: GetCapacity calls of parallel callers, each a
+// client of its own, on one connection to the grpc_listen port.
+func BenchmarkGRPCGetCapacity(b *testing.B) {
+	a := startTest(b, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0",
+		"resources": [{"id": "*", "capacity": 1000000, "lease_length": "1m", "refresh_interval": "10s"}]}`)
+	conn := grpcConn(b, a.grpcLn.Addr().String(), insecure.NewCredentials())
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		client := "c" + strconv.FormatInt(n.Add(1), 10)
+		for pb.Next() {
+			if _, err := getCapacity(conn, client, 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
