@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,8 +15,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/throttlekit/throttle/distributed/capacity"
 	"github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1/capacityv1connect"
@@ -40,7 +39,7 @@ type grpcAPI struct {
 // bounds the time a call has to receive its request.
 func newGRPCServer(srv *capacity.Server, s *settings, met *metrics, rd *recvDeadline) *grpc.Server {
 	opts := []grpc.ServerOption{
-		grpc.StatsHandler(rd),
+		grpc.InTapHandle(rd.tap),
 		grpc.MaxRecvMsgSize(capacity.MaxRequestBytes),
 		grpc.MaxHeaderListSize(uint32(s.http.maxHeaderBytes)),
 		// The time a new connection has for its TLS handshake and
@@ -95,6 +94,8 @@ var grpcMethods = func() map[string]bool {
 // unary serves method with the wire service's method call.
 func unary[Req, Resp any](method string, call func(capacityv1connect.CapacityServiceHandler, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) grpc.MethodDesc {
 	return grpc.MethodDesc{MethodName: method, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		// grpc-go has received the request before it calls the handler.
+		requestReceived(ctx)
 		g := srv.(*grpcAPI)
 		t0 := time.Now()
 		in := new(Req)
@@ -168,21 +169,27 @@ func stopGRPC(ctx context.Context, g *grpc.Server) {
 // has not received its whole request within read of the call's start,
 // as the listen port's ReadTimeout does: grpc-go bounds no call's time to
 // receive its request, so trickled requests could otherwise hold
-// max_connections for idle_timeout. It is the grpc-go server's
-// stats.Handler, which arms one timer per call. It is safe for concurrent
-// use; set its fields before Accept is first called.
+// max_connections for idle_timeout. Its tap, the grpc-go server's
+// InTapHandle, arms one timer per call; the call's handler disarms it with
+// requestReceived. It is safe for concurrent use; set its fields before
+// Accept is first called.
 type recvDeadline struct {
 	net.Listener
-	read  time.Duration
-	cut   func()   // counts a connection closed
-	conns sync.Map // remote address → *deadlineConn, while open
+	read time.Duration
+	cut  func() // counts a connection closed
 }
 
-// deadlineConn is a connection of a recvDeadline listener.
+// deadlineConn is a connection of a recvDeadline listener. Its remote
+// address, which grpc-go gives its calls as their peer's, leads back to it.
 type deadlineConn struct {
 	net.Conn
-	l    *recvDeadline
-	once sync.Once
+	addr connAddr
+}
+
+// connAddr is the remote address of c.
+type connAddr struct {
+	net.Addr
+	c *deadlineConn
 }
 
 func (l *recvDeadline) Accept() (net.Conn, error) {
@@ -190,53 +197,39 @@ func (l *recvDeadline) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	dc := &deadlineConn{Conn: c, l: l}
-	// A remote address names one TCP connection while it is open.
-	l.conns.Store(c.RemoteAddr().String(), dc)
+	dc := &deadlineConn{Conn: c}
+	dc.addr = connAddr{Addr: c.RemoteAddr(), c: dc}
 	return dc, nil
 }
 
-func (c *deadlineConn) Close() error {
-	c.once.Do(func() { c.l.conns.CompareAndDelete(c.RemoteAddr().String(), c) })
-	return c.Conn.Close()
-}
+func (c *deadlineConn) RemoteAddr() net.Addr { return &c.addr }
 
-type (
-	connKey  struct{}
-	timerKey struct{}
-)
+type timerKey struct{}
 
-// TagConn remembers the connection of the connection's calls.
-func (l *recvDeadline) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	if c, ok := l.conns.Load(info.RemoteAddr.String()); ok {
-		ctx = context.WithValue(ctx, connKey{}, c)
-	}
-	return ctx
-}
-
-func (*recvDeadline) HandleConn(context.Context, stats.ConnStats) {}
-
-// TagRPC arms the call's timer at its start, for a method of grpcDesc:
-// grpc-go answers others at once, without reading their requests, and
-// tells the handler nothing more of them.
-func (l *recvDeadline) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	c, ok := ctx.Value(connKey{}).(*deadlineConn)
+// tap arms the timer of a call of a method of grpcDesc at its start (grpc-go
+// answers others at once, without reading their requests). On expiry the
+// call's connection is closed, unless the call has ended.
+func (l *recvDeadline) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	p, ok := peer.FromContext(ctx)
 	if !ok || !grpcMethods[info.FullMethodName] {
-		return ctx
+		return ctx, nil
+	}
+	a, ok := p.Addr.(*connAddr)
+	if !ok {
+		return ctx, nil
 	}
 	return context.WithValue(ctx, timerKey{}, time.AfterFunc(l.read, func() {
-		l.cut()
-		c.Close()
-	}))
+		if ctx.Err() == nil { // grpc-go cancels it when the call ends
+			l.cut()
+			a.c.Close()
+		}
+	})), nil
 }
 
-// HandleRPC disarms the call's timer once its request has arrived, or
-// the call has ended without it.
-func (*recvDeadline) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	switch s.(type) {
-	case *stats.InPayload, *stats.End:
-		if t, ok := ctx.Value(timerKey{}).(*time.Timer); ok {
-			t.Stop()
-		}
+// requestReceived disarms the timer of the call of ctx: its request has
+// arrived.
+func requestReceived(ctx context.Context) {
+	if t, ok := ctx.Value(timerKey{}).(*time.Timer); ok {
+		t.Stop()
 	}
 }
