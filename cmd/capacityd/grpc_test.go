@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/throttlekit/throttle/distributed/capacity"
 	capacityv1 "github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1"
 	"github.com/throttlekit/throttle/internal/certtest"
 )
@@ -204,7 +205,7 @@ func grpcTrickleHead(t *testing.T) string {
 // port, filling max_connections, lose their connections once
 // read_timeout has passed since the call started (counted in the
 // metrics), and the API is answered again on both ports. A call of an
-// unknown method, answered at once, is not cut.
+// unknown method or of an oversized request, refused at once, is not cut.
 func TestGRPCTrickle(t *testing.T) {
 	a := startTest(t, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0", "admin": "127.0.0.1:0",
 		"http": {"read_header_timeout": "500ms", "read_timeout": "1s", "max_connections": 5},
@@ -215,6 +216,10 @@ func TestGRPCTrickle(t *testing.T) {
 	if err := conn.Invoke(context.Background(), "/throttle.capacity.v1.CapacityService/Nope", new(capacityv1.GetCapacityRequest),
 		new(capacityv1.GetCapacityResponse)); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("an unknown method: %v, want Unimplemented", err)
+	}
+	// Nor a call refused for its size, before its handler is called.
+	if _, err := getCapacity(conn, strings.Repeat("x", capacity.MaxRequestBytes), 1); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("an oversized request: %v, want ResourceExhausted", err)
 	}
 	stop := make(chan struct{})
 	defer close(stop)
