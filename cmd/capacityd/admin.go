@@ -69,6 +69,7 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 	reloads  *prometheus.CounterVec
 	refused  *prometheus.CounterVec
+	cut      prometheus.Counter     // gRPC connections closed for a late request
 	answers  *prometheus.CounterVec // refused resources and stale calls
 }
 
@@ -92,13 +93,16 @@ func newMetrics(a *app) *metrics {
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "capacityd_connections_refused_total", Help: "Connections closed at once because the port had its maximum open, by port (api, admin).",
 	}, []string{"listener"})
+	m.cut = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "capacityd_grpc_request_timeouts_total", Help: "Connections of the grpc_listen port closed because a call had not received its request within read_timeout.",
+	})
 	m.answers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "capacityd_refusals_total", Help: "Resources of GetCapacity requests refused on their own (invalid_argument, resource_exhausted), and requests ignored as older than one applied for their client (stale).",
 	}, []string{"reason"})
 	for _, r := range []string{"applied", "refused"} {
 		m.reloads.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.requests, m.errors, m.latency, m.reloads, m.refused, m.answers, statusCollector{a},
+	m.reg.MustRegister(m.requests, m.errors, m.latency, m.reloads, m.refused, m.cut, m.answers, statusCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -146,14 +146,17 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 	if s.auth.tls != nil {
 		apiLn = tls.NewListener(apiLn, s.auth.tls)
 	}
+	var grpcLn *recvDeadline
 	if a.grpcLn != nil {
+		grpcLn = &recvDeadline{Listener: a.capped(a.grpcLn, "grpc", s.http.maxConns, apiConns),
+			read: s.http.read, cut: a.met.cut.Inc}
 		// grpc-go does its own TLS handshake, with a copy of the TLS
 		// configuration made before the API's server starts changing it.
-		a.grpc = newGRPCServer(srv, s, a.met)
+		a.grpc = newGRPCServer(srv, s, a.met, grpcLn)
 	}
 	a.serveOn(a.api, apiLn)
 	if a.grpcLn != nil {
-		ln := a.capped(a.grpcLn, "grpc", s.http.maxConns, apiConns)
+		ln := grpcLn
 		a.bg.Go(func() {
 			if err := a.grpc.Serve(ln); err != nil {
 				a.log.Error("serve", "addr", ln.Addr().String(), "err", err)

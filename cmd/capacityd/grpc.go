@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"runtime"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/throttlekit/throttle/distributed/capacity"
 	"github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1/capacityv1connect"
@@ -33,17 +35,19 @@ type grpcAPI struct {
 	met  *metrics
 }
 
-// newGRPCServer returns a grpc-go server of srv with the bounds of s.
-func newGRPCServer(srv *capacity.Server, s *settings, met *metrics) *grpc.Server {
+// newGRPCServer returns a grpc-go server of srv with the bounds of s; rd
+// bounds the time a call has to receive its request.
+func newGRPCServer(srv *capacity.Server, s *settings, met *metrics, rd *recvDeadline) *grpc.Server {
 	opts := []grpc.ServerOption{
+		grpc.InTapHandle(rd.tap),
 		grpc.MaxRecvMsgSize(capacity.MaxRequestBytes),
 		grpc.MaxHeaderListSize(uint32(s.http.maxHeaderBytes)),
 		// The time a new connection has for its TLS handshake and
 		// HTTP/2 preface.
 		grpc.ConnectionTimeout(s.http.readHeader),
-		// grpc-go bounds no call's time to send its request: a
-		// connection lives at most idle_timeout (then is told to go
-		// away), and its calls in flight read_timeout more.
+		// A connection lives at most idle_timeout (then is told to go
+		// away), and its calls in flight read_timeout more; rd bounds
+		// each call's time to receive its request by read_timeout.
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.http.idle,
 			MaxConnectionAge: s.http.idle, MaxConnectionAgeGrace: s.http.read}),
 		grpc.MaxConcurrentStreams(maxGRPCStreams),
@@ -78,9 +82,20 @@ var grpcDesc = grpc.ServiceDesc{
 	Metadata: "throttle/capacity/v1/capacity.proto",
 }
 
+// grpcMethods holds the full names of grpcDesc's methods.
+var grpcMethods = func() map[string]bool {
+	m := make(map[string]bool, len(grpcDesc.Methods))
+	for _, d := range grpcDesc.Methods {
+		m["/"+grpcDesc.ServiceName+"/"+d.MethodName] = true
+	}
+	return m
+}()
+
 // unary serves method with the wire service's method call.
 func unary[Req, Resp any](method string, call func(capacityv1connect.CapacityServiceHandler, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) grpc.MethodDesc {
 	return grpc.MethodDesc{MethodName: method, Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		// grpc-go has received the request before it calls the handler.
+		requestReceived(ctx)
 		g := srv.(*grpcAPI)
 		t0 := time.Now()
 		in := new(Req)
@@ -147,5 +162,74 @@ func stopGRPC(ctx context.Context, g *grpc.Server) {
 	case <-ctx.Done():
 		g.Stop()
 		<-done
+	}
+}
+
+// recvDeadline closes a connection of its listener when one of its calls
+// has not received its whole request within read of the call's start,
+// as the listen port's ReadTimeout does: grpc-go bounds no call's time to
+// receive its request, so trickled requests could otherwise hold
+// max_connections for idle_timeout. Its tap, the grpc-go server's
+// InTapHandle, arms one timer per call; the call's handler disarms it with
+// requestReceived. It is safe for concurrent use; set its fields before
+// Accept is first called.
+type recvDeadline struct {
+	net.Listener
+	read time.Duration
+	cut  func() // counts a connection closed
+}
+
+// deadlineConn is a connection of a recvDeadline listener. Its remote
+// address, which grpc-go gives its calls as their peer's, leads back to it.
+type deadlineConn struct {
+	net.Conn
+	addr connAddr
+}
+
+// connAddr is the remote address of c.
+type connAddr struct {
+	net.Addr
+	c *deadlineConn
+}
+
+func (l *recvDeadline) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	dc := &deadlineConn{Conn: c}
+	dc.addr = connAddr{Addr: c.RemoteAddr(), c: dc}
+	return dc, nil
+}
+
+func (c *deadlineConn) RemoteAddr() net.Addr { return &c.addr }
+
+type timerKey struct{}
+
+// tap arms the timer of a call of a method of grpcDesc at its start (grpc-go
+// answers others at once, without reading their requests). On expiry the
+// call's connection is closed, unless the call has ended.
+func (l *recvDeadline) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || !grpcMethods[info.FullMethodName] {
+		return ctx, nil
+	}
+	a, ok := p.Addr.(*connAddr)
+	if !ok {
+		return ctx, nil
+	}
+	return context.WithValue(ctx, timerKey{}, time.AfterFunc(l.read, func() {
+		if ctx.Err() == nil { // grpc-go cancels it when the call ends
+			l.cut()
+			a.c.Close()
+		}
+	})), nil
+}
+
+// requestReceived disarms the timer of the call of ctx: its request has
+// arrived.
+func requestReceived(ctx context.Context) {
+	if t, ok := ctx.Value(timerKey{}).(*time.Timer); ok {
+		t.Stop()
 	}
 }

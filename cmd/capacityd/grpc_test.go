@@ -1,21 +1,27 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/throttlekit/throttle/distributed/capacity"
 	capacityv1 "github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1"
 	"github.com/throttlekit/throttle/internal/certtest"
 )
@@ -23,7 +29,7 @@ import (
 const getCapacityMethod = "/throttle.capacity.v1.CapacityService/GetCapacity"
 
 // grpcConn dials addr with grpc-go; it closes with the test.
-func grpcConn(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+func grpcConn(t testing.TB, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
@@ -163,5 +169,117 @@ func TestGRPCSharesConnectionBound(t *testing.T) {
 	eventually(t, "an answer once the others closed", func() bool {
 		_, err := getCapacity(conn, "alice", 10)
 		return err == nil
+	})
+}
+
+// grpcTrickleHead is what a client sends to start a GetCapacity call whose
+// request it then trickles: the HTTP/2 preface, SETTINGS, the call's
+// HEADERS, and the start of a DATA frame of 16 KiB with the gRPC prefix of
+// a message that fills it. Every zero byte sent after it is the message's.
+func grpcTrickleHead(t *testing.T) string {
+	t.Helper()
+	var hdr bytes.Buffer
+	enc := hpack.NewEncoder(&hdr)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", getCapacityMethod},
+		{":authority", "capacityd"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b bytes.Buffer
+	b.WriteString(http2.ClientPreface)
+	fr := http2.NewFramer(&b, nil)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hdr.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	const size = 16384                                                     // the default maximum frame size
+	b.Write([]byte{0, size >> 8, 0, byte(http2.FrameData), 0, 0, 0, 0, 1}) // the DATA frame's header, of stream 1
+	b.Write([]byte{0, 0, 0, (size - 5) >> 8, (size - 5) & 0xff})           // uncompressed, of size-5 bytes
+	return b.String()
+}
+
+// TestGRPCTrickle: calls that trickle their requests on the grpc_listen
+// port, filling max_connections, lose their connections once
+// read_timeout has passed since the call started (counted in the
+// metrics), and the API is answered again on both ports. A call of an
+// unknown method or of an oversized request, refused at once, is not cut.
+func TestGRPCTrickle(t *testing.T) {
+	a := startTest(t, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0", "admin": "127.0.0.1:0",
+		"http": {"read_header_timeout": "500ms", "read_timeout": "1s", "max_connections": 5},
+		"resources": [{"id": "*", "capacity": 30, "lease_length": "1s", "refresh_interval": "200ms"}]}`)
+	conn := grpcConn(t, a.grpcLn.Addr().String(), insecure.NewCredentials())
+	// A call of a method the port does not serve ends at once, unread:
+	// it must not count as trickled.
+	if err := conn.Invoke(context.Background(), "/throttle.capacity.v1.CapacityService/Nope", new(capacityv1.GetCapacityRequest),
+		new(capacityv1.GetCapacityResponse)); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("an unknown method: %v, want Unimplemented", err)
+	}
+	// Nor a call refused for its size, before its handler is called.
+	if _, err := getCapacity(conn, strings.Repeat("x", capacity.MaxRequestBytes), 1); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("an oversized request: %v, want ResourceExhausted", err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	head := grpcTrickleHead(t)
+	t0 := time.Now()
+	var conns []<-chan struct{}
+	for range 4 {
+		conns = append(conns, trickle(t, a.grpcLn.Addr().String(), head, 0, stop))
+	}
+	late := grpcConn(t, a.grpcLn.Addr().String(), insecure.NewCredentials())
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := late.Invoke(ctx, getCapacityMethod, &capacityv1.GetCapacityRequest{ClientId: "alice",
+		Resources: []*capacityv1.ResourceRequest{{ResourceId: "db", Wants: 1}}}, new(capacityv1.GetCapacityResponse)); err == nil {
+		t.Fatal("answered while the trickling calls hold every connection")
+	}
+	deadline := time.After(2500 * time.Millisecond) // read_timeout and slack
+	for i, c := range conns {
+		select {
+		case <-c:
+		case <-deadline:
+			t.Fatalf("trickling connection %d (of %d) still open %v after it started, read_timeout 1s", i, len(conns), time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	eventually(t, "GetCapacity answers over gRPC", func() bool {
+		_, err := getCapacity(late, "alice", 10)
+		return err == nil
+	})
+	eventually(t, "GetCapacity answers on the listen port", func() bool {
+		a.hc.CloseIdleConnections()
+		resp, err := a.hc.Post(a.apiURL()+"/throttle.capacity.v1.CapacityService/GetCapacity", "application/json",
+			strings.NewReader(`{"clientId":"bob","resources":[{"resourceId":"db","wants":1}]}`))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	_, body := a.get(t, a.adminURL()+"/metrics")
+	if _, n, _ := strings.Cut(body, "\ncapacityd_grpc_request_timeouts_total "); !strings.HasPrefix(n, "4\n") {
+		t.Errorf("capacityd_grpc_request_timeouts_total %.3q, want exactly the 4 connections closed", n)
+	}
+}
+
+// BenchmarkGRPCGetCapacity: GetCapacity calls of parallel callers, each a
+// client of its own, on one connection to the grpc_listen port.
+func BenchmarkGRPCGetCapacity(b *testing.B) {
+	a := startTest(b, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0",
+		"resources": [{"id": "*", "capacity": 1000000, "lease_length": "1m", "refresh_interval": "10s"}]}`)
+	conn := grpcConn(b, a.grpcLn.Addr().String(), insecure.NewCredentials())
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		client := "c" + strconv.FormatInt(n.Add(1), 10)
+		for pb.Next() {
+			if _, err := getCapacity(conn, client, 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
 	})
 }

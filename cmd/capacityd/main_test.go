@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func writeFile(t *testing.T, body string) string {
+func writeFile(t testing.TB, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "capacityd.json")
 	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
@@ -174,7 +174,7 @@ func (l *lockedBuffer) String() string {
 
 // startTest starts capacityd on the configuration file cfg, watching it
 // every 10ms, and stops it when the test ends.
-func startTest(t *testing.T, cfg string, extra ...string) *testApp {
+func startTest(t testing.TB, cfg string, extra ...string) *testApp {
 	t.Helper()
 	path := writeFile(t, cfg)
 	o, err := parseFlags(append([]string{"-config", path, "-watch", "10ms", "-shutdown-timeout", "5s"}, extra...), io.Discard)
@@ -201,7 +201,7 @@ func startTest(t *testing.T, cfg string, extra ...string) *testApp {
 }
 
 // stop sends SIGTERM and waits for serve to return.
-func (ta *testApp) stop(t *testing.T) {
+func (ta *testApp) stop(t testing.TB) {
 	t.Helper()
 	if ta.done == nil {
 		return
