@@ -131,6 +131,7 @@ type stats struct {
 // gossip rounds. All methods are safe for concurrent use. The zero value
 // is not usable: create nodes with NewNode.
 type Node struct {
+	tickMu      sync.Mutex // one round at a time: Tick runs from the loop and from callers
 	cfg         Config
 	settings    limiterkit.Settings
 	clk         clock.Source
@@ -535,8 +536,11 @@ func (n *Node) deadAfter() int64 { return int64(n.cfg.Resend+3) * n.interval }
 // (at least those of the last Resend rounds), the next part of its
 // bucket levels to a peer that is new or restarted (half of the peer's
 // budget, resumed after what it acknowledged, until it has them all), and
-// a hello to the others; then it drops idle state.
+// a hello to the others; then it drops idle state. Rounds run one at a
+// time: a Tick waits for one under way (Start's loop, or another caller).
 func (n *Node) Tick() bool {
+	n.tickMu.Lock()
+	defer n.tickMu.Unlock()
 	now := n.clk.Now()
 	r := now / n.interval
 	n.mu.Lock()
