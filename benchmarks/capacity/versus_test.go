@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,13 +188,7 @@ func startCapacityd(t *testing.T, name, bin, dir string) []*subject {
 // start runs a server and its load generator.
 func start(t *testing.T, kind string, cmd *exec.Cmd, addr string) *subject {
 	t.Helper()
-	p, err := testproc.Start(cmd, 30*time.Second, func() error {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	})
+	p, err := testproc.Start(cmd, 30*time.Second, testproc.Dials("tcp", addr))
 	if err != nil {
 		t.Fatal(err)
 	}

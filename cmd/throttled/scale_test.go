@@ -98,13 +98,7 @@ func TestGossipScale(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-config", cfg, "-log-level", "warn")
 		cmd.Env = append(os.Environ(), runMainEnv+"=1")
 		addr := sc.Daemons[i]
-		p, err := testproc.Start(cmd, 10*time.Second, func() error {
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err == nil {
-				c.Close()
-			}
-			return err
-		})
+		p, err := testproc.Start(cmd, 10*time.Second, testproc.Dials("tcp", addr))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -113,6 +113,18 @@ type Proc struct {
 	exited chan struct{}
 }
 
+// Dials returns a ready check for Start: it succeeds once addr on network
+// accepts a connection (closed at once).
+func Dials(network, addr string) func() error {
+	return func() error {
+		c, err := net.DialTimeout(network, addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+}
+
 // Start runs cmd with its output captured, set to die with the test
 // process, and waits until ready returns nil (polled every 20ms). It fails
 // when the process exits first or ready keeps failing for timeout; the
