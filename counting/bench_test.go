@@ -10,6 +10,7 @@ import (
 // BenchmarkTakeRelease is the uncontended fast path: take one unit
 // and give it back. golang.org/x/sync/semaphore runs beside for the ratio.
 func BenchmarkTakeRelease(b *testing.B) {
+	ctx := b.Context()
 	b.Run("Semaphore", func(b *testing.B) {
 		s := mustSem(b, 100)
 		b.ReportAllocs()
@@ -24,7 +25,7 @@ func BenchmarkTakeRelease(b *testing.B) {
 		l := mustNew(b, 100)
 		b.ReportAllocs()
 		for b.Loop() {
-			if d, _ := l.Allow(bg, "key", 1); !d.Allowed {
+			if d, _ := l.Allow(ctx, "key", 1); !d.Allowed {
 				b.Fatal("Allow denied")
 			}
 			l.Release("key", 1)
@@ -44,11 +45,12 @@ func BenchmarkTakeRelease(b *testing.B) {
 
 // BenchmarkHoldRelease is the blocking Hold when the units are free.
 func BenchmarkHoldRelease(b *testing.B) {
+	ctx := b.Context()
 	b.Run("Semaphore", func(b *testing.B) {
 		s := mustSem(b, 100)
 		b.ReportAllocs()
 		for b.Loop() {
-			rel, err := s.Hold(bg, "", 1)
+			rel, err := s.Hold(ctx, "", 1)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -59,7 +61,7 @@ func BenchmarkHoldRelease(b *testing.B) {
 		s := semaphore.NewWeighted(100)
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := s.Acquire(bg, 1); err != nil {
+			if err := s.Acquire(ctx, 1); err != nil {
 				b.Fatal(err)
 			}
 			s.Release(1)
@@ -95,16 +97,17 @@ func BenchmarkParallel(b *testing.B) {
 // BenchmarkKeys spreads Allow over 100k keys that each hold one unit, so
 // every key stays live.
 func BenchmarkKeys(b *testing.B) {
+	ctx := b.Context()
 	l := mustNew(b, 1<<20)
 	keys := make([]string, 100_000)
 	for i := range keys {
 		keys[i] = "user:" + strconv.Itoa(i)
-		l.Allow(bg, keys[i], 1)
+		l.Allow(ctx, keys[i], 1)
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		l.Allow(bg, keys[i], 1)
+		l.Allow(ctx, keys[i], 1)
 		if i++; i == len(keys) {
 			i = 0
 		}

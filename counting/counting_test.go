@@ -20,8 +20,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var bg = context.Background()
-
 // badLimits are limits New, NewSemaphore and SetLimit refuse; MaxLimit+1
 // is one where int has 64 bits.
 var badLimits = func() []int {
@@ -100,12 +98,15 @@ func (s semI) release(n int) error                                { return s.Rel
 func (s semI) setLimit(n int) error                               { return s.SetLimit(n) }
 func (s semI) inFlight() int                                      { return s.InFlight() }
 func (s semI) allow(n int) (throttle.Decision, error)             { return s.AllowN(n) }
-func (l limI) try(n int) bool                                     { d, err := l.Allow(bg, "k", n); return err == nil && d.Allowed }
+func (l limI) try(n int) bool {
+	d, err := l.Allow(context.Background(), "k", n)
+	return err == nil && d.Allowed
+}
 func (l limI) acquire(ctx context.Context, n int) (func(), error) { return l.Hold(ctx, "k", n) }
 func (l limI) release(n int) error                                { return l.Release("k", n) }
 func (l limI) setLimit(n int) error                               { return l.SetLimit(n) }
 func (l limI) inFlight() int                                      { return l.InFlight("k") }
-func (l limI) allow(n int) (throttle.Decision, error)             { return l.Allow(bg, "k", n) }
+func (l limI) allow(n int) (throttle.Decision, error)             { return l.Allow(context.Background(), "k", n) }
 
 type limI struct{ *Limiter }
 
@@ -131,8 +132,8 @@ func TestFIFO(t *testing.T) {
 			if !s.try(9) {
 				t.Fatal("AllowN(9) failed on an empty semaphore")
 			}
-			big := started(func() error { _, err := s.acquire(bg, 5); return err })
-			small := started(func() error { _, err := s.acquire(bg, 1); return err })
+			big := started(func() error { _, err := s.acquire(t.Context(), 5); return err })
+			small := started(func() error { _, err := s.acquire(t.Context(), 1); return err })
 			if !pending(big) || !pending(small) {
 				t.Fatal("waiters did not wait")
 			}
@@ -172,9 +173,9 @@ func TestCancel(t *testing.T) {
 	both(t, 10, func(t *testing.T, s iface) {
 		synctest.Test(t, func(t *testing.T) {
 			s.try(9)
-			ctx, cancel := context.WithCancel(bg)
+			ctx, cancel := context.WithCancel(t.Context())
 			big := started(func() error { _, err := s.acquire(ctx, 5); return err })
-			small := started(func() error { _, err := s.acquire(bg, 1); return err })
+			small := started(func() error { _, err := s.acquire(t.Context(), 1); return err })
 			cancel() // the head leaves: the one behind it fits and is served
 			synctest.Wait()
 			if err := <-big; !errors.Is(err, context.Canceled) {
@@ -194,7 +195,7 @@ func TestCancel(t *testing.T) {
 
 func TestReleaseFunc(t *testing.T) {
 	both(t, 3, func(t *testing.T, s iface) {
-		rel, err := s.acquire(bg, 2)
+		rel, err := s.acquire(t.Context(), 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,9 +234,9 @@ func TestSetLimit(t *testing.T) {
 	both(t, 6, func(t *testing.T, s iface) {
 		synctest.Test(t, func(t *testing.T) {
 			s.try(6)
-			a := started(func() error { _, err := s.acquire(bg, 3); return err })
-			b := started(func() error { _, err := s.acquire(bg, 6); return err })
-			c := started(func() error { _, err := s.acquire(bg, 2); return err })
+			a := started(func() error { _, err := s.acquire(t.Context(), 3); return err })
+			b := started(func() error { _, err := s.acquire(t.Context(), 6); return err })
+			c := started(func() error { _, err := s.acquire(t.Context(), 2); return err })
 			if err := s.setLimit(9); err != nil { // a fits now; b is next and does not
 				t.Fatal(err)
 			}
@@ -259,7 +260,7 @@ func TestSetLimit(t *testing.T) {
 			if err := errors.Join(<-a, <-c); err != nil || s.inFlight() != 5 {
 				t.Fatalf("%v, in flight %d", err, s.inFlight())
 			}
-			if _, err := s.acquire(bg, 6); !errors.Is(err, throttle.ErrExceedsLimit) {
+			if _, err := s.acquire(t.Context(), 6); !errors.Is(err, throttle.ErrExceedsLimit) {
 				t.Fatalf("Hold above the limit: %v", err)
 			}
 			for _, bad := range badLimits {
@@ -274,14 +275,14 @@ func TestSetLimit(t *testing.T) {
 func TestClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := mustNew(t, 2)
-		rel, _ := l.Hold(bg, "k", 2)
-		w := started(func() error { _, err := l.Hold(bg, "k", 1); return err })
+		rel, _ := l.Hold(t.Context(), "k", 2)
+		w := started(func() error { _, err := l.Hold(t.Context(), "k", 1); return err })
 		l.Close()
 		synctest.Wait()
 		if err := <-w; !errors.Is(err, throttle.ErrClosed) {
 			t.Fatalf("waiter at Close: %v", err)
 		}
-		if _, err := l.Hold(bg, "k", 1); !errors.Is(err, throttle.ErrClosed) {
+		if _, err := l.Hold(t.Context(), "k", 1); !errors.Is(err, throttle.ErrClosed) {
 			t.Fatalf("Hold after Close: %v", err)
 		}
 		rel() // holders can still give back
@@ -308,7 +309,7 @@ func TestBadInput(t *testing.T) {
 			n    int
 			want error
 		}{{0, throttle.ErrInvalid}, {-1, throttle.ErrInvalid}, {4, throttle.ErrExceedsLimit}} {
-			if _, err := s.acquire(bg, c.n); !errors.Is(err, c.want) {
+			if _, err := s.acquire(t.Context(), c.n); !errors.Is(err, c.want) {
 				t.Errorf("Hold(%d): %v, want %v", c.n, err, c.want)
 			}
 			if s.try(c.n) {
@@ -320,10 +321,10 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 	l := mustNew(t, 3, throttle.WithMaxKeyLen(4))
-	if _, err := l.Hold(bg, "", 1); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := l.Hold(t.Context(), "", 1); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("Hold with an empty key: %v", err)
 	}
-	if _, err := l.Hold(bg, "12345", 1); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := l.Hold(t.Context(), "12345", 1); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("Hold with a long key: %v", err)
 	}
 }
@@ -333,7 +334,7 @@ func TestBadInput(t *testing.T) {
 func TestIdleKeysHoldNothing(t *testing.T) {
 	l := mustNew(t, 2, throttle.WithMaxKeys(64))
 	for i := range 1000 {
-		if d, _ := l.Allow(bg, fmt.Sprint(i), 1); !d.Allowed {
+		if d, _ := l.Allow(t.Context(), fmt.Sprint(i), 1); !d.Allowed {
 			t.Fatalf("key %d denied", i)
 		}
 	}
@@ -352,7 +353,7 @@ func TestIdleKeysHoldNothing(t *testing.T) {
 	}
 	for i := range 1000 {
 		want := 1 - i%2
-		if d, _ := l.Allow(bg, fmt.Sprint(i), 2); d.Allowed != (want == 1) {
+		if d, _ := l.Allow(t.Context(), fmt.Sprint(i), 2); d.Allowed != (want == 1) {
 			t.Fatalf("key %d: %+v", i, d)
 		}
 	}
@@ -428,7 +429,7 @@ func TestStress(t *testing.T) {
 						d, err := sem.AllowN(n)
 						ok = err == nil && d.Allowed
 					} else {
-						d, err := l.Allow(bg, keys[k], n)
+						d, err := l.Allow(t.Context(), keys[k], n)
 						ok = err == nil && d.Allowed
 					}
 					if ok {
@@ -453,7 +454,7 @@ func TestStress(t *testing.T) {
 					}
 					continue
 				default: // blocking, sometimes cancelled by another goroutine
-					ctx, cancel := context.WithCancel(bg)
+					ctx, cancel := context.WithCancel(t.Context())
 					if rng.IntN(3) == 0 {
 						go cancel()
 					}
@@ -502,14 +503,14 @@ func TestNoAllocs(t *testing.T) {
 	}
 	sem := mustSem(t, 2)
 	l := mustNew(t, 2)
-	l.Allow(bg, "k", 1)
+	l.Allow(t.Context(), "k", 1)
 	step := func() {
 		sem.AllowN(2)
 		sem.AllowN(1) // denied
 		sem.AllowN(1) // denied
 		sem.Release(2)
-		l.Allow(bg, "k", 1)
-		l.Allow(bg, "k", 1) // denied
+		l.Allow(t.Context(), "k", 1)
+		l.Allow(t.Context(), "k", 1) // denied
 		l.Release("k", 1)
 	}
 	if a := testing.AllocsPerRun(1000, step); a != 0 {
@@ -593,14 +594,14 @@ func btoi(b bool) int {
 func BenchmarkPastMaxKeys(b *testing.B) {
 	for _, held := range []int{1000, 20000} {
 		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
-			l := mustNew(b, 1, throttle.WithMaxKeys(128))
+			l, ctx := mustNew(b, 1, throttle.WithMaxKeys(128)), b.Context()
 			for i := range held {
-				l.Allow(bg, "h"+strconv.Itoa(i), 1)
+				l.Allow(ctx, "h"+strconv.Itoa(i), 1)
 			}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				l.Allow(bg, "n"+strconv.Itoa(i), 1)
+				l.Allow(ctx, "n"+strconv.Itoa(i), 1)
 				i++
 			}
 		})

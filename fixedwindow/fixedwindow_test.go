@@ -13,39 +13,18 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/fixedwindow"
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var bg = context.Background()
-
-func mustWindow(t testing.TB, anchored bool, limit int, window time.Duration, opts ...throttle.Option) *fixedwindow.Window {
-	t.Helper()
-	ctor := fixedwindow.NewWindow
-	if anchored {
-		ctor = fixedwindow.NewAnchoredWindow
-	}
-	w, err := ctor(limit, window, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
-func mustLimiter(t testing.TB, anchored bool, limit int, window time.Duration, opts ...throttle.Option) *fixedwindow.Limiter {
-	t.Helper()
-	ctor := fixedwindow.New
-	if anchored {
-		ctor = fixedwindow.NewAnchored
-	}
-	l, err := ctor(limit, window, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
+// newWindow and newKeyed are the constructors of windows aligned to the
+// clock (false) and anchored to a key's first request (true).
+var (
+	newWindow = map[bool]func(int, time.Duration, ...throttle.Option) (*fixedwindow.Window, error){false: fixedwindow.NewWindow, true: fixedwindow.NewAnchoredWindow}
+	newKeyed  = map[bool]func(int, time.Duration, ...throttle.Option) (*fixedwindow.Limiter, error){false: fixedwindow.New, true: fixedwindow.NewAnchored}
+)
 
 // bound is the most a fixed window admits in a closed interval of length
 // d: it meets at most ⌈d/window⌉+1 windows.
@@ -65,7 +44,7 @@ func TestConformance(t *testing.T) {
 			t.Run("Window/"+name, func(t *testing.T) {
 				throttletest.Run(t, throttletest.Suite{
 					New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-						return mustWindow(t, anchored, c.limit, c.window, throttle.WithClock(clk))
+						return limitertest.New(t, newWindow[anchored], c.limit, c.window, throttle.WithClock(clk))
 					},
 					Limit: c.limit, Bound: bound(c.limit, c.window), Single: true,
 				})
@@ -73,7 +52,7 @@ func TestConformance(t *testing.T) {
 			t.Run("Limiter/"+name, func(t *testing.T) {
 				throttletest.Run(t, throttletest.Suite{
 					New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-						return mustLimiter(t, anchored, c.limit, c.window, throttle.WithClock(clk))
+						return limitertest.New(t, newKeyed[anchored], c.limit, c.window, throttle.WithClock(clk))
 					},
 					Limit: c.limit, Bound: bound(c.limit, c.window),
 				})
@@ -125,7 +104,7 @@ func TestConstructorErrors(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	w := mustWindow(t, false, 5, time.Second)
+	w := limitertest.New(t, newWindow[false], 5, time.Second)
 	for _, c := range []struct {
 		n    int
 		want error
@@ -139,7 +118,7 @@ func TestBadRequests(t *testing.T) {
 		t.Errorf("zero Window: err = %v, want ErrInvalid", err)
 	}
 	var zl fixedwindow.Limiter
-	if _, err := zl.Allow(bg, "k", 1); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := zl.Allow(t.Context(), "k", 1); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("zero Limiter: err = %v, want ErrInvalid", err)
 	}
 	if zl.Close() != nil || zl.Len() != 0 || zl.Limit() != 0 || zero.Limit() != 0 {
@@ -165,7 +144,7 @@ func admitted(ds []throttle.Decision, trace []step) int {
 func TestBoundaryAttack(t *testing.T) {
 	const limit, win = 100, time.Minute
 	clk := throttletest.NewClock() // Epoch is on a minute boundary
-	w := mustWindow(t, false, limit, win, throttle.WithClock(clk))
+	w := limitertest.New(t, newWindow[false], limit, win, throttle.WithClock(clk))
 	clk.Advance(win - 1)
 	var trace []step
 	for range limit + 1 {
@@ -188,7 +167,7 @@ func TestBoundaryAttack(t *testing.T) {
 	// An anchored window does not reset at the clock's boundary: the
 	// attack gets limit, then must wait a whole window.
 	clk = throttletest.NewClock()
-	a := mustWindow(t, true, limit, win, throttle.WithClock(clk))
+	a := limitertest.New(t, newWindow[true], limit, win, throttle.WithClock(clk))
 	clk.Advance(win - 1)
 	ds = throttletest.Replay(t, a, clk, "k", trace)
 	if got := admitted(ds, trace); got != limit {
@@ -214,7 +193,7 @@ func TestSteadyOverRate(t *testing.T) {
 	const limit, win = 10, time.Second
 	for _, anchored := range []bool{false, true} {
 		clk := throttletest.NewClock()
-		w := mustWindow(t, anchored, limit, win, throttle.WithClock(clk))
+		w := limitertest.New(t, newWindow[anchored], limit, win, throttle.WithClock(clk))
 		trace := make([]step, 20*2*limit) // 20 windows at 2·limit per window
 		for i := range trace {
 			trace[i] = step{Advance: win / (2 * limit), N: 1}
@@ -262,7 +241,7 @@ func TestBurstyOnOff(t *testing.T) {
 	// burst gets exactly limit.
 	for _, anchored := range []bool{false, true} {
 		clk := throttletest.NewClock()
-		w := mustWindow(t, anchored, limit, win, throttle.WithClock(clk))
+		w := limitertest.New(t, newWindow[anchored], limit, win, throttle.WithClock(clk))
 		ds := throttletest.Replay(t, w, clk, "k", trace)
 		for c := range 10 {
 			got := admitted(ds[c*50:(c+1)*50], trace[c*50:(c+1)*50])
@@ -280,10 +259,10 @@ func TestBurstyOnOff(t *testing.T) {
 
 func TestAnchoredKeysResetApart(t *testing.T) {
 	clk := throttletest.NewClock()
-	l := mustLimiter(t, true, 2, time.Second, throttle.WithClock(clk))
+	l := limitertest.New(t, newKeyed[true], 2, time.Second, throttle.WithClock(clk))
 	mustAllow := func(key string, want bool) throttle.Decision {
 		t.Helper()
-		d, err := l.Allow(bg, key, 1)
+		d, err := l.Allow(t.Context(), key, 1)
 		if err != nil || d.Allowed != want {
 			t.Fatalf("%q: %+v, %v; want allowed=%v", key, d, err, want)
 		}
@@ -319,7 +298,7 @@ func TestAnchoredCoarseTicks(t *testing.T) {
 	const win = 300 * 24 * time.Hour
 	clk := throttletest.NewClock()
 	clk.Advance(12345) // off any tick
-	w := mustWindow(t, true, limit, win, throttle.WithClock(clk))
+	w := limitertest.New(t, newWindow[true], limit, win, throttle.WithClock(clk))
 	d, err := w.AllowN(limit)
 	if err != nil || !d.Allowed {
 		t.Fatalf("AllowN(limit): %+v, %v", d, err)
@@ -341,10 +320,10 @@ func TestAnchoredCoarseTicks(t *testing.T) {
 func TestKeyedRetiresClosedWindows(t *testing.T) {
 	for _, anchored := range []bool{false, true} {
 		clk := throttletest.NewClock()
-		l := mustLimiter(t, anchored, 3, time.Second, throttle.WithClock(clk), throttle.WithMaxKeys(1<<12))
+		l := limitertest.New(t, newKeyed[anchored], 3, time.Second, throttle.WithClock(clk), throttle.WithMaxKeys(1<<12))
 		for i := range 5000 {
 			clk.Advance(time.Millisecond)
-			if d, err := l.Allow(bg, fmt.Sprint("k", i), 1); err != nil || !d.Allowed {
+			if d, err := l.Allow(t.Context(), fmt.Sprint("k", i), 1); err != nil || !d.Allowed {
 				t.Fatalf("key %d: %+v, %v", i, d, err)
 			}
 		}
@@ -368,9 +347,9 @@ func TestStress(t *testing.T) {
 			clk := throttletest.NewClock()
 			var l throttle.Limiter
 			if keyed {
-				l = mustLimiter(t, anchored, limit, win, throttle.WithClock(clk))
+				l = limitertest.New(t, newKeyed[anchored], limit, win, throttle.WithClock(clk))
 			} else {
-				l = mustWindow(t, anchored, limit, win, throttle.WithClock(clk))
+				l = limitertest.New(t, newWindow[anchored], limit, win, throttle.WithClock(clk))
 			}
 			var mu sync.Mutex
 			var ends []int64 // earliest possible end of each admitted unit's window
@@ -383,7 +362,7 @@ func TestStress(t *testing.T) {
 							clk.Advance(win / 50)
 						}
 						before := clk.Now().UnixNano()
-						d, err := l.Allow(bg, "hot", 1)
+						d, err := l.Allow(t.Context(), "hot", 1)
 						after := clk.Now().UnixNano()
 						if err != nil {
 							t.Error(err)

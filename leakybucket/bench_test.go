@@ -14,6 +14,7 @@ import (
 // that always admits (one unit per ns drains faster than calls pour) and
 // one that always overflows, single and keyed over 1000 keys.
 func BenchmarkMeter(b *testing.B) {
+	ctx := b.Context()
 	for _, allowed := range []bool{true, false} {
 		r, capacity := throttle.NewRate(int(throttle.MaxPerSecond), time.Second), 1<<30
 		if !allowed {
@@ -42,12 +43,12 @@ func BenchmarkMeter(b *testing.B) {
 			keys := make([]string, 1000)
 			for i := range keys {
 				keys[i] = "k" + strconv.Itoa(i)
-				l.Allow(bg, keys[i], 1)
+				l.Allow(ctx, keys[i], 1)
 			}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if d, _ := l.Allow(bg, keys[i], 1); d.Allowed != allowed {
+				if d, _ := l.Allow(ctx, keys[i], 1); d.Allowed != allowed {
 					b.Fatal("unexpected decision")
 				}
 				if i++; i == len(keys) {

@@ -1,7 +1,6 @@
 package leakybucket_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -9,32 +8,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-var bg = context.Background()
-
-func newBucket(t testing.TB, r throttle.Rate, capacity int, clk *throttletest.Clock) *leakybucket.Bucket {
-	t.Helper()
-	b, err := leakybucket.NewBucket(r, capacity, throttle.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func newLimiter(t testing.TB, r throttle.Rate, capacity int, opts ...throttle.Option) *leakybucket.Limiter {
-	t.Helper()
-	l, err := leakybucket.New(r, capacity, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
 
 func TestConformance(t *testing.T) {
 	for _, s := range []struct {
@@ -50,7 +29,7 @@ func TestConformance(t *testing.T) {
 		t.Run("Bucket/"+s.name, func(t *testing.T) {
 			throttletest.Run(t, throttletest.Suite{
 				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return newBucket(t, s.rate, s.capacity, clk)
+					return limitertest.New(t, leakybucket.NewBucket, s.rate, s.capacity, throttle.WithClock(clk))
 				},
 				Limit: s.capacity, Bound: bound, Single: true,
 			})
@@ -58,7 +37,7 @@ func TestConformance(t *testing.T) {
 		t.Run("Limiter/"+s.name, func(t *testing.T) {
 			throttletest.Run(t, throttletest.Suite{
 				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return newLimiter(t, s.rate, s.capacity, throttle.WithClock(clk))
+					return limitertest.New(t, leakybucket.New, s.rate, s.capacity, throttle.WithClock(clk))
 				},
 				Limit: s.capacity, Bound: bound,
 			})
@@ -103,7 +82,7 @@ func TestConstructorErrors(t *testing.T) {
 		t.Errorf("zero Bucket: %v", err)
 	}
 	var l leakybucket.Limiter
-	if _, err := l.Allow(bg, "k", 1); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := l.Allow(t.Context(), "k", 1); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("zero Limiter: %v", err)
 	}
 }
@@ -112,7 +91,7 @@ func TestConstructorErrors(t *testing.T) {
 // given size at the given times, with the level after each.
 func TestMeterTrace(t *testing.T) {
 	clk := throttletest.NewClock()
-	b := newBucket(t, throttle.PerSecond(2), 4, clk)
+	b := limitertest.New(t, leakybucket.NewBucket, throttle.PerSecond(2), 4, throttle.WithClock(clk))
 	start := clk.Now()
 	for _, s := range []struct {
 		at    time.Duration
@@ -149,7 +128,7 @@ func TestMeterTrace(t *testing.T) {
 
 func TestDebitLevel(t *testing.T) {
 	clk := throttletest.NewClock()
-	b := newBucket(t, throttle.PerSecond(10), 5, clk)
+	b := limitertest.New(t, leakybucket.NewBucket, throttle.PerSecond(10), 5, throttle.WithClock(clk))
 	if err := b.Debit(12); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +152,7 @@ func TestDebitLevel(t *testing.T) {
 		t.Fatalf("SetRate(20/s): %v, rate %v, level %d (want 11: 550ms of drain at 20/s)", err, b.Rate(), b.Level())
 	}
 
-	l := newLimiter(t, throttle.PerSecond(10), 5, throttle.WithClock(clk))
+	l := limitertest.New(t, leakybucket.New, throttle.PerSecond(10), 5, throttle.WithClock(clk))
 	if err := l.Debit("a", 7); err != nil {
 		t.Fatal(err)
 	}
@@ -183,13 +162,13 @@ func TestDebitLevel(t *testing.T) {
 	if err := l.SetCapacity(8); err != nil || l.Capacity() != 8 {
 		t.Fatal(err)
 	}
-	if d, _ := l.Allow(bg, "a", 1); !d.Allowed || d.Remaining != 0 {
+	if d, _ := l.Allow(t.Context(), "a", 1); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("Allow(a) at level 7 of 8: %+v", d)
 	}
 	if err := l.SetRate(throttle.PerSecond(5)); err != nil || l.Rate() != throttle.PerSecond(5) {
 		t.Fatal(err)
 	}
-	if _, err := l.Allow(bg, "a", 9); !errors.Is(err, throttle.ErrExceedsLimit) {
+	if _, err := l.Allow(t.Context(), "a", 9); !errors.Is(err, throttle.ErrExceedsLimit) {
 		t.Fatalf("Allow above capacity: %v", err)
 	}
 }

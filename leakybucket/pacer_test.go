@@ -73,7 +73,7 @@ func TestPacerMaxWait(t *testing.T) {
 		if !errors.Is(err, throttle.ErrLimited) || d != 50*time.Millisecond {
 			t.Fatalf("Reserve beyond maxWait: %v, %v; want ErrLimited, 50ms", d, err)
 		}
-		if err := p.Take(bg); !errors.Is(err, throttle.ErrLimited) {
+		if err := p.Take(t.Context()); !errors.Is(err, throttle.ErrLimited) {
 			t.Fatalf("Take beyond maxWait: %v", err)
 		}
 	}
@@ -83,10 +83,10 @@ func TestPacerMaxWait(t *testing.T) {
 	}
 	// maxWait 0: only immediate slots.
 	p = newPacer(t, throttle.PerSecond(10), 0, 0, throttle.WithClock(clk))
-	if err := p.Take(bg); err != nil {
+	if err := p.Take(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Take(bg); !errors.Is(err, throttle.ErrLimited) {
+	if err := p.Take(t.Context()); !errors.Is(err, throttle.ErrLimited) {
 		t.Fatalf("second Take with maxWait 0: %v", err)
 	}
 }
@@ -110,10 +110,10 @@ func TestPacerErrors(t *testing.T) {
 	if _, err := p.Reserve(); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("zero Pacer Reserve: %v", err)
 	}
-	if err := p.Take(bg); !errors.Is(err, throttle.ErrInvalid) {
+	if err := p.Take(t.Context()); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("zero Pacer Take: %v", err)
 	}
-	ctx, cancel := context.WithCancel(bg)
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := newPacer(t, throttle.PerSecond(1), 0, 0).Take(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Take on a done ctx: %v", err)
@@ -132,7 +132,7 @@ func TestPacerTakeSynctest(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 10 {
 			wg.Go(func() {
-				if err := p.Take(bg); err != nil {
+				if err := p.Take(t.Context()); err != nil {
 					t.Error(err)
 				}
 				mu.Lock()
@@ -156,19 +156,19 @@ func TestPacerCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPacer(t, throttle.PerSecond(10), 0, leakybucket.Unbounded)
 		start := time.Now()
-		if err := p.Take(bg); err != nil { // slot 0
+		if err := p.Take(t.Context()); err != nil { // slot 0
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(bg)
+		ctx, cancel := context.WithCancel(t.Context())
 		go func() { time.Sleep(30 * time.Millisecond); cancel() }()
 		if err := p.Take(ctx); !errors.Is(err, context.Canceled) { // slot 100ms, abandoned at 30ms
 			t.Fatalf("Take with a cancelled ctx: %v", err)
 		}
-		if err := p.Take(bg); err != nil || time.Since(start) != 100*time.Millisecond {
+		if err := p.Take(t.Context()); err != nil || time.Since(start) != 100*time.Millisecond {
 			t.Fatalf("next Take: %v at %v, want the given-back slot at 100ms", err, time.Since(start))
 		}
 		// A deadline before the slot fails at once and gives the slot back.
-		ctx, cancel2 := context.WithTimeout(bg, 50*time.Millisecond)
+		ctx, cancel2 := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel2()
 		if err := p.Take(ctx); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != 100*time.Millisecond {
 			t.Fatalf("Take past the deadline: %v at %v", err, time.Since(start))
@@ -177,7 +177,7 @@ func TestPacerCancel(t *testing.T) {
 			t.Fatalf("slot after the refused Take: %v, want 100ms", d)
 		}
 		// With a booking behind it, an abandoned slot is not given back.
-		ctx, cancel3 := context.WithCancel(bg)
+		ctx, cancel3 := context.WithCancel(t.Context())
 		done := make(chan error)
 		go func() { done <- p.Take(ctx) }() // slot 300ms
 		synctest.Wait()

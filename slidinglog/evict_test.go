@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -63,8 +64,8 @@ func FuzzNoBypass(f *testing.F) {
 	f.Fuzz(func(t *testing.T, limit uint8, steps []byte) {
 		lim := 1 + int(limit%20)
 		clk := throttletest.NewClock()
-		l := mustNew(t, lim, 256*time.Millisecond, throttle.WithClock(clk), throttle.WithMaxKeys(4))
-		ref := mustNew(t, lim, 256*time.Millisecond, throttle.WithClock(clk))
+		l := limitertest.New(t, New, lim, 256*time.Millisecond, throttle.WithClock(clk), throttle.WithMaxKeys(4))
+		ref := limitertest.New(t, New, lim, 256*time.Millisecond, throttle.WithClock(clk))
 		defer l.Close()
 		defer ref.Close()
 		throttletest.NoBypass(t, l, ref, clk, lim, 4*time.Millisecond, steps)

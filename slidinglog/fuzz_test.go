@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -20,8 +21,8 @@ func FuzzBound(f *testing.F) {
 		limit := 1 + int(limit16%1000)
 		window := time.Duration(1 + window32%(1<<30))
 		clk := throttletest.NewClock()
-		lg := mustLog(t, limit, window, throttle.WithClock(clk))
-		kl := mustNew(t, limit, window, throttle.WithClock(clk))
+		lg := limitertest.New(t, NewLog, limit, window, throttle.WithClock(clk))
+		kl := limitertest.New(t, New, limit, window, throttle.WithClock(clk))
 		m := &model{limit: int64(limit), window: int64(window)}
 		var admits []admit
 		for i := 0; i+1 < len(steps); i += 2 {
@@ -38,7 +39,7 @@ func FuzzBound(f *testing.F) {
 			if got, err := lg.AllowN(n); err != nil || got != want {
 				t.Fatalf("step %d: Log = %+v, %v; want %+v", i/2, got, err, want)
 			}
-			if got, err := kl.Allow(bg, "k", n); err != nil || got != want {
+			if got, err := kl.Allow(t.Context(), "k", n); err != nil || got != want {
 				t.Fatalf("step %d: Limiter = %+v, %v; want %+v", i/2, got, err, want)
 			}
 			if want.Allowed {

@@ -1,7 +1,6 @@
 package slidinglog
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -17,31 +16,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-var bg = context.Background()
-
-func mustLog(t testing.TB, limit int, window time.Duration, opts ...throttle.Option) *Log {
-	t.Helper()
-	l, err := NewLog(limit, window, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-func mustNew(t testing.TB, limit int, window time.Duration, opts ...throttle.Option) *Limiter {
-	t.Helper()
-	l, err := New(limit, window, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
 
 // bound is the most a sliding log may admit in a closed interval of
 // length d: it is covered by d/window+1 half-open windows.
@@ -57,7 +36,7 @@ func TestConformance(t *testing.T) {
 		t.Run("Log", func(t *testing.T) {
 			throttletest.Run(t, throttletest.Suite{
 				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return mustLog(t, c.limit, c.window, throttle.WithClock(clk))
+					return limitertest.New(t, NewLog, c.limit, c.window, throttle.WithClock(clk))
 				},
 				Limit:  c.limit,
 				Bound:  bound(c.limit, c.window),
@@ -67,7 +46,7 @@ func TestConformance(t *testing.T) {
 		t.Run("Limiter", func(t *testing.T) {
 			throttletest.Run(t, throttletest.Suite{
 				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return mustNew(t, c.limit, c.window, throttle.WithClock(clk))
+					return limitertest.New(t, New, c.limit, c.window, throttle.WithClock(clk))
 				},
 				Limit: c.limit,
 				Bound: bound(c.limit, c.window),
@@ -161,8 +140,8 @@ func TestExactAgainstModel(t *testing.T) {
 			window += time.Duration(rng.Int64N(int64(window)))
 		}
 		clk := throttletest.NewClock()
-		lg := mustLog(t, limit, window, throttle.WithClock(clk))
-		kl := mustNew(t, limit, window, throttle.WithClock(clk))
+		lg := limitertest.New(t, NewLog, limit, window, throttle.WithClock(clk))
+		kl := limitertest.New(t, New, limit, window, throttle.WithClock(clk))
 		m := &model{limit: int64(limit), window: int64(window)}
 		var admits []admit
 		step := 1 + rng.Int64N(int64(min(window, time.Hour)))
@@ -186,7 +165,7 @@ func TestExactAgainstModel(t *testing.T) {
 			if err != nil || got != want {
 				t.Fatalf("trace %d (limit %d, window %v) step %d n=%d: Log = %+v, %v; want %+v", trace, limit, window, i, n, got, err, want)
 			}
-			got, err = kl.Allow(bg, "k", n)
+			got, err = kl.Allow(t.Context(), "k", n)
 			if err != nil || got != want {
 				t.Fatalf("trace %d (limit %d, window %v) step %d n=%d: Limiter = %+v, %v; want %+v", trace, limit, window, i, n, got, err, want)
 			}
@@ -210,7 +189,7 @@ func TestEveryWindow(t *testing.T) {
 		limit := 1 + rng.IntN(100)
 		window := time.Duration(1 + rng.Int64N(int64(time.Second)))
 		clk := throttletest.NewClock()
-		lg := mustLog(t, limit, window, throttle.WithClock(clk))
+		lg := limitertest.New(t, NewLog, limit, window, throttle.WithClock(clk))
 		var admits []admit
 		var denied int
 		for range 20000 {
@@ -237,7 +216,7 @@ func TestEveryWindow(t *testing.T) {
 func TestTraces(t *testing.T) {
 	run := func(t *testing.T, limit int, window time.Duration, steps int, every time.Duration, n int) (admitted int, at []time.Duration) {
 		clk := throttletest.NewClock()
-		lg := mustLog(t, limit, window, throttle.WithClock(clk))
+		lg := limitertest.New(t, NewLog, limit, window, throttle.WithClock(clk))
 		for i := range steps {
 			if d, _ := lg.AllowN(n); d.Allowed {
 				admitted += n
@@ -275,7 +254,7 @@ func TestTraces(t *testing.T) {
 		// a burst is admitted in full (10) only when the previous admitted
 		// burst is 1 s old, so every other burst: 10·ceil(N/2).
 		clk := throttletest.NewClock()
-		lg := mustLog(t, 10, time.Second, throttle.WithClock(clk))
+		lg := limitertest.New(t, NewLog, 10, time.Second, throttle.WithClock(clk))
 		const bursts = 101
 		total := 0
 		for b := range bursts {
@@ -301,7 +280,7 @@ func TestTraces(t *testing.T) {
 		// (12 units) at 0..150 ms and denies 3; the next phase starts at
 		// 1000 ms, exactly when the first admission expires.
 		clk := throttletest.NewClock()
-		lg := mustLog(t, 12, time.Second, throttle.WithClock(clk))
+		lg := limitertest.New(t, NewLog, 12, time.Second, throttle.WithClock(clk))
 		for cycle := range 50 {
 			got := 0
 			for i := range 7 {
@@ -323,7 +302,7 @@ func TestTraces(t *testing.T) {
 
 func TestRetryAfterExact(t *testing.T) {
 	clk := throttletest.NewClock()
-	lg := mustLog(t, 5, time.Second, throttle.WithClock(clk))
+	lg := limitertest.New(t, NewLog, 5, time.Second, throttle.WithClock(clk))
 	for i := range 5 { // admissions at 0, 1, 2, 3, 4 ms
 		if d, _ := lg.AllowN(1); !d.Allowed {
 			t.Fatalf("admission %d denied", i)
@@ -367,7 +346,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("NewLog %s: err = %v, want ErrInvalid", c.name, err)
 		}
 	}
-	lg := mustLog(t, 3, time.Second)
+	lg := limitertest.New(t, NewLog, 3, time.Second)
 	for _, c := range []struct {
 		n    int
 		want error
@@ -386,7 +365,7 @@ func TestPacking(t *testing.T) {
 		t.Fatalf("MaxWindow params = %+v, %v; want one count bit", p, err)
 	}
 	clk := throttletest.NewClock()
-	lg := mustLog(t, 1000, MaxWindow, throttle.WithClock(clk))
+	lg := limitertest.New(t, NewLog, 1000, MaxWindow, throttle.WithClock(clk))
 	if d, _ := lg.AllowN(1000); !d.Allowed || lg.log.entries() != 1000 {
 		t.Fatalf("AllowN(1000) = %+v with %d entries, want allowed in 1000 entries", d, lg.log.entries())
 	}
@@ -401,8 +380,8 @@ func TestPacking(t *testing.T) {
 
 	// A short window rebases often; the ring must stay exact across it.
 	clk = throttletest.NewClock()
-	lg = mustLog(t, 3, 4, throttle.WithClock(clk)) // 4 ns: offsets on 4 bits
-	for i := range 1000 {                          // 3 admitted in every 4 ns
+	lg = limitertest.New(t, NewLog, 3, 4, throttle.WithClock(clk)) // 4 ns: offsets on 4 bits
+	for i := range 1000 {                                          // 3 admitted in every 4 ns
 		if d, _ := lg.AllowN(1); d.Allowed != (i%4 != 3) {
 			t.Fatalf("%d ns: %+v", i, d)
 		}
@@ -415,9 +394,9 @@ func TestPacking(t *testing.T) {
 
 func TestIdleKeysDropped(t *testing.T) {
 	clk := throttletest.NewClock()
-	l := mustNew(t, 5, time.Second, throttle.WithClock(clk))
+	l := limitertest.New(t, New, 5, time.Second, throttle.WithClock(clk))
 	for i := range 1000 {
-		if d, err := l.Allow(bg, string(rune('a'+i%26))+string(rune('a'+i/26)), 3); err != nil || !d.Allowed {
+		if d, err := l.Allow(t.Context(), string(rune('a'+i%26))+string(rune('a'+i/26)), 3); err != nil || !d.Allowed {
 			t.Fatalf("Allow: %+v, %v", d, err)
 		}
 	}
@@ -434,7 +413,7 @@ func TestIdleKeysDropped(t *testing.T) {
 		t.Fatalf("Sweep after a window dropped %d, Len %d; want 1000, 0", n, l.Len())
 	}
 	// A dropped key starts fresh, which is exact: its log was empty.
-	if d, _ := l.Allow(bg, "aa", 5); !d.Allowed {
+	if d, _ := l.Allow(t.Context(), "aa", 5); !d.Allowed {
 		t.Fatalf("Allow after drop: %+v", d)
 	}
 }
@@ -451,9 +430,9 @@ func TestStress(t *testing.T) {
 			var lim throttle.Limiter
 			clk := throttle.WithClock(sysClock{})
 			if single {
-				lim = mustLog(t, limit, window, clk)
+				lim = limitertest.New(t, NewLog, limit, window, clk)
 			} else {
-				l := mustNew(t, limit, window, clk, throttle.WithSweepInterval(30*time.Millisecond))
+				l := limitertest.New(t, New, limit, window, clk, throttle.WithSweepInterval(30*time.Millisecond))
 				defer l.Close()
 				lim = l
 			}
@@ -475,7 +454,7 @@ func TestStress(t *testing.T) {
 							key = "hot"
 						}
 						n := 1 + rng.IntN(3)
-						d, err := lim.Allow(bg, key, n)
+						d, err := lim.Allow(t.Context(), key, n)
 						if err != nil {
 							t.Error(err)
 							return
@@ -516,13 +495,13 @@ func TestStress(t *testing.T) {
 func TestMovedLogKeepsItsEntries(t *testing.T) {
 	const limit = 500
 	clk := throttletest.NewClock()
-	l := mustNew(t, limit, time.Hour, throttle.WithClock(clk))
+	l := limitertest.New(t, New, limit, time.Hour, throttle.WithClock(clk))
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
 			for range 2 * limit {
-				d, err := l.Allow(bg, "hot", 1)
+				d, err := l.Allow(t.Context(), "hot", 1)
 				if err != nil {
 					t.Error(err)
 					return
@@ -535,7 +514,7 @@ func TestMovedLogKeepsItsEntries(t *testing.T) {
 	}
 	wg.Go(func() {
 		for i := range 20_000 {
-			if _, err := l.Allow(bg, fmt.Sprint("k", i), 1); err != nil {
+			if _, err := l.Allow(t.Context(), fmt.Sprint("k", i), 1); err != nil {
 				t.Error(err)
 				return
 			}
@@ -545,7 +524,7 @@ func TestMovedLogKeepsItsEntries(t *testing.T) {
 	if got := admitted.Load(); got != limit {
 		t.Fatalf("hot key admitted %d units while its table was rebuilt, want %d", got, limit)
 	}
-	if d, _ := l.Allow(bg, "hot", 1); d.Allowed || d.Remaining != 0 {
+	if d, _ := l.Allow(t.Context(), "hot", 1); d.Allowed || d.Remaining != 0 {
 		t.Fatalf("after the moves: %+v, want denied with nothing remaining", d)
 	}
 }
@@ -561,14 +540,14 @@ func TestNoAllocs(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	clk := throttletest.NewClock()
-	lg := mustLog(t, 8, time.Second, throttle.WithClock(clk))
-	kl := mustNew(t, 8, time.Second, throttle.WithClock(clk))
+	lg := limitertest.New(t, NewLog, 8, time.Second, throttle.WithClock(clk))
+	kl := limitertest.New(t, New, 8, time.Second, throttle.WithClock(clk))
 	step := func() {
 		clk.Advance(100 * time.Millisecond) // 10 calls per window: some denied
 		lg.AllowN(1)
-		kl.Allow(bg, "k", 1)
+		kl.Allow(t.Context(), "k", 1)
 		lg.AllowN(2)
-		kl.Allow(bg, "k", 2)
+		kl.Allow(t.Context(), "k", 2)
 	}
 	for range 100 {
 		step()
@@ -584,7 +563,7 @@ func TestNoAllocs(t *testing.T) {
 func TestBeforeEpoch(t *testing.T) {
 	clk := new(throttletest.Clock) // reads the Unix epoch
 	clk.Advance(-time.Hour)
-	lg := mustLog(t, 2, time.Second, throttle.WithClock(clk))
+	lg := limitertest.New(t, NewLog, 2, time.Second, throttle.WithClock(clk))
 	m := &model{limit: 2, window: int64(time.Second)}
 	admitted := 0
 	for i := range 50 {

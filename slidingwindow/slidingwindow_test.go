@@ -12,13 +12,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-var bg = context.Background()
 
 // form is one of the two algorithms: slots 0 is the weighted estimate.
 type form struct {
@@ -36,33 +35,23 @@ func (f form) String() string {
 
 func (f form) window1(t testing.TB, opts ...throttle.Option) *slidingwindow.Window {
 	t.Helper()
-	var w *slidingwindow.Window
-	var err error
-	if f.slots == 0 {
-		w, err = slidingwindow.NewWindow(f.limit, f.window, opts...)
-	} else {
-		w, err = slidingwindow.NewSlottedWindow(f.limit, f.window, f.slots, opts...)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w
+	return limitertest.New(t, formCtor(f.slots, slidingwindow.NewWindow, slidingwindow.NewSlottedWindow), f.limit, f.window, opts...)
 }
 
 func (f form) keyed(t testing.TB, opts ...throttle.Option) *slidingwindow.Limiter {
 	t.Helper()
-	var l *slidingwindow.Limiter
-	var err error
-	if f.slots == 0 {
-		l, err = slidingwindow.New(f.limit, f.window, opts...)
-	} else {
-		l, err = slidingwindow.NewSlotted(f.limit, f.window, f.slots, opts...)
+	return limitertest.New(t, formCtor(f.slots, slidingwindow.New, slidingwindow.NewSlotted), f.limit, f.window, opts...)
+}
+
+// formCtor returns the constructor of a form of so many slots, given the
+// weighted and the slotted constructors of a type.
+func formCtor[V any](slots int, weighted func(int, time.Duration, ...throttle.Option) (V, error), slotted func(int, time.Duration, int, ...throttle.Option) (V, error)) func(int, time.Duration, ...throttle.Option) (V, error) {
+	if slots == 0 {
+		return weighted
 	}
-	if err != nil {
-		t.Fatal(err)
+	return func(limit int, window time.Duration, opts ...throttle.Option) (V, error) {
+		return slotted(limit, window, slots, opts...)
 	}
-	t.Cleanup(func() { l.Close() })
-	return l
 }
 
 // bound is the most the form admits in a closed interval of length d. The
@@ -202,7 +191,7 @@ func TestBadRequests(t *testing.T) {
 		t.Errorf("zero Window: err = %v, want ErrInvalid", err)
 	}
 	var zl slidingwindow.Limiter
-	if _, err := zl.Allow(bg, "k", 1); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := zl.Allow(t.Context(), "k", 1); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("zero Limiter: err = %v, want ErrInvalid", err)
 	}
 	if zl.Close() != nil || zl.Len() != 0 || zl.Limit() != 0 || zero.Limit() != 0 {
@@ -416,7 +405,7 @@ func TestKeyedRetiresEmptyWindows(t *testing.T) {
 		l := f.keyed(t, throttle.WithClock(clk), throttle.WithMaxKeys(1<<12))
 		for i := range 5000 {
 			clk.Advance(time.Millisecond)
-			if d, err := l.Allow(bg, fmt.Sprint("k", i), 1); err != nil || !d.Allowed {
+			if d, err := l.Allow(t.Context(), fmt.Sprint("k", i), 1); err != nil || !d.Allowed {
 				t.Fatalf("%v: key %d: %+v, %v", f, i, d, err)
 			}
 		}
@@ -463,7 +452,7 @@ func TestStress(t *testing.T) {
 						}
 						n := 1 + i%3
 						before := clk.Now().UnixNano()
-						d, err := l.Allow(bg, "hot", n)
+						d, err := l.Allow(t.Context(), "hot", n)
 						after := clk.Now().UnixNano()
 						if err != nil {
 							t.Error(err)

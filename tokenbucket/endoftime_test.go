@@ -40,7 +40,7 @@ func TestEndOfTime(t *testing.T) {
 		for name, lim := range map[string]throttle.Limiter{"Bucket": b, "Limiter": l} {
 			admitted, refused := 0, 0
 			for range 1000 {
-				d, err := lim.Allow(bg, "k", 1)
+				d, err := lim.Allow(t.Context(), "k", 1)
 				switch {
 				case errors.Is(err, throttle.ErrInvalid):
 					refused++

@@ -53,7 +53,7 @@ func fuzzOne(t *testing.T, ops []byte) {
 		case 0, 1, 2, 3:
 			n := 1 + c%burst
 			d, err := b.AllowN(n)
-			e, err2 := l.Allow(bg, "k", n)
+			e, err2 := l.Allow(t.Context(), "k", n)
 			if err != nil || err2 != nil {
 				t.Fatalf("AllowN(%d): %v / %v", n, err, err2)
 			}
@@ -94,7 +94,7 @@ func fuzzOne(t *testing.T, ops []byte) {
 			seg, admitted = clk.Now(), 0
 		case 7: // book and cancel at once: never more generous than before
 			r, err := b.ReserveN(1+c%burst, time.Duration(c)*time.Millisecond)
-			s, err2 := l.Reserve(bg, "k", 1+c%burst, time.Duration(c)*time.Millisecond)
+			s, err2 := l.Reserve(t.Context(), "k", 1+c%burst, time.Duration(c)*time.Millisecond)
 			if err != nil || err2 != nil || r.OK != s.OK || r.Delay != s.Delay {
 				t.Fatalf("Reserve: %+v %v / %+v %v", r, err, s, err2)
 			}

@@ -1,7 +1,6 @@
 package tokenbucket_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -10,32 +9,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-var bg = context.Background()
-
-func newBucket(t testing.TB, r throttle.Rate, burst int, clk *throttletest.Clock) *tokenbucket.Bucket {
-	t.Helper()
-	b, err := tokenbucket.NewBucket(r, burst, throttle.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func newLimiter(t testing.TB, r throttle.Rate, burst int, opts ...throttle.Option) *tokenbucket.Limiter {
-	t.Helper()
-	l, err := tokenbucket.New(r, burst, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
 
 // suites run the conformance suite on integral and fractional intervals.
 var suites = []struct {
@@ -55,7 +34,7 @@ func TestConformance(t *testing.T) {
 		t.Run("Bucket/"+s.name, func(t *testing.T) {
 			throttletest.Run(t, throttletest.Suite{
 				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return newBucket(t, s.rate, s.burst, clk)
+					return limitertest.New(t, tokenbucket.NewBucket, s.rate, s.burst, throttle.WithClock(clk))
 				},
 				Limit: s.burst, Bound: bound, Single: true,
 			})
@@ -63,7 +42,7 @@ func TestConformance(t *testing.T) {
 		t.Run("Limiter/"+s.name, func(t *testing.T) {
 			throttletest.Run(t, throttletest.Suite{
 				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return newLimiter(t, s.rate, s.burst, throttle.WithClock(clk))
+					return limitertest.New(t, tokenbucket.New, s.rate, s.burst, throttle.WithClock(clk))
 				},
 				Limit: s.burst, Bound: bound,
 			})
@@ -114,7 +93,7 @@ func TestZeroValue(t *testing.T) {
 		t.Errorf("zero Bucket Tokens %d Burst %d", b.Tokens(), b.Burst())
 	}
 	var l tokenbucket.Limiter
-	if _, err := l.Allow(bg, "k", 1); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := l.Allow(t.Context(), "k", 1); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("zero Limiter Allow err = %v", err)
 	}
 	if err := l.Close(); err != nil {
@@ -135,7 +114,7 @@ func runTrace(t *testing.T, lim throttle.Limiter, clk *throttletest.Clock, steps
 	start := clk.Now()
 	for _, s := range steps {
 		clk.Set(start.Add(s.t))
-		d, err := lim.Allow(bg, "k", s.n)
+		d, err := lim.Allow(t.Context(), "k", s.n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,13 +129,13 @@ func runTrace(t *testing.T, lim throttle.Limiter, clk *throttletest.Clock, steps
 func TestOnceEverySixSeconds(t *testing.T) {
 	steps := []at{{2 * time.Second, 1, true}, {9 * time.Second, 1, true}, {14 * time.Second, 1, false}, {16 * time.Second, 1, true}}
 	clk := throttletest.NewClock()
-	runTrace(t, newBucket(t, throttle.Every(6*time.Second), 1, clk), clk, steps)
+	runTrace(t, limitertest.New(t, tokenbucket.NewBucket, throttle.Every(6*time.Second), 1, throttle.WithClock(clk)), clk, steps)
 	clk = throttletest.NewClock()
-	runTrace(t, newLimiter(t, throttle.Every(6*time.Second), 1, throttle.WithClock(clk)), clk, steps)
+	runTrace(t, limitertest.New(t, tokenbucket.New, throttle.Every(6*time.Second), 1, throttle.WithClock(clk)), clk, steps)
 
 	// The denial at t=14 tells the exact wait: TAT is 15, so 1 s.
 	clk = throttletest.NewClock()
-	b := newBucket(t, throttle.Every(6*time.Second), 1, clk)
+	b := limitertest.New(t, tokenbucket.NewBucket, throttle.Every(6*time.Second), 1, throttle.WithClock(clk))
 	for _, s := range []time.Duration{2 * time.Second, 7 * time.Second, 5 * time.Second} {
 		clk.Advance(s)
 		b.AllowN(1)
@@ -172,7 +151,7 @@ func TestOnceEverySixSeconds(t *testing.T) {
 // earns), then exactly every other one.
 func TestSteadyOverRate(t *testing.T) {
 	clk := throttletest.NewClock()
-	b := newBucket(t, throttle.PerSecond(10), 5, clk)
+	b := limitertest.New(t, tokenbucket.NewBucket, throttle.PerSecond(10), 5, throttle.WithClock(clk))
 	admitted := 0
 	var got []int
 	for k := range 200 {
@@ -205,7 +184,7 @@ func TestSteadyOverRate(t *testing.T) {
 // 333333334 ns): never faster than 3/s, exactly burst at an instant.
 func TestFractionalInterval(t *testing.T) {
 	clk := throttletest.NewClock()
-	b := newBucket(t, throttle.PerSecond(3), 3, clk)
+	b := limitertest.New(t, tokenbucket.NewBucket, throttle.PerSecond(3), 3, throttle.WithClock(clk))
 	if d, _ := b.AllowN(3); !d.Allowed || d.ResetAfter != 3*333333334 {
 		t.Fatalf("AllowN(3) on a full bucket: %+v", d)
 	}
@@ -221,7 +200,7 @@ func TestFractionalInterval(t *testing.T) {
 
 func TestDebitAndTokens(t *testing.T) {
 	clk := throttletest.NewClock()
-	b := newBucket(t, throttle.PerSecond(10), 10, clk)
+	b := limitertest.New(t, tokenbucket.NewBucket, throttle.PerSecond(10), 10, throttle.WithClock(clk))
 	if got := b.Tokens(); got != 10 {
 		t.Fatalf("full Tokens = %d", got)
 	}
@@ -259,7 +238,7 @@ func TestDebitAndTokens(t *testing.T) {
 		t.Fatalf("Tokens after a huge debit = %d", got)
 	}
 
-	l := newLimiter(t, throttle.PerSecond(10), 10, throttle.WithClock(clk))
+	l := limitertest.New(t, tokenbucket.New, throttle.PerSecond(10), 10, throttle.WithClock(clk))
 	if got := l.Tokens("a"); got != 10 {
 		t.Fatalf("unknown key Tokens = %d", got)
 	}
@@ -279,7 +258,7 @@ func TestDebitAndTokens(t *testing.T) {
 
 func TestSetRateSetBurst(t *testing.T) {
 	clk := throttletest.NewClock()
-	b := newBucket(t, throttle.PerSecond(10), 10, clk)
+	b := limitertest.New(t, tokenbucket.NewBucket, throttle.PerSecond(10), 10, throttle.WithClock(clk))
 	b.AllowN(10) // empty: full again in 1 s
 	if err := b.SetRate(throttle.PerSecond(20)); err != nil {
 		t.Fatal(err)
@@ -309,8 +288,8 @@ func TestSetRateSetBurst(t *testing.T) {
 		t.Fatalf("AllowN above the new burst: %v", err)
 	}
 
-	l := newLimiter(t, throttle.PerSecond(10), 2, throttle.WithClock(clk))
-	l.Allow(bg, "k", 2)
+	l := limitertest.New(t, tokenbucket.New, throttle.PerSecond(10), 2, throttle.WithClock(clk))
+	l.Allow(t.Context(), "k", 2)
 	if err := l.SetBurst(4); err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +304,7 @@ func TestSetRateSetBurst(t *testing.T) {
 
 func TestReserveCancel(t *testing.T) {
 	clk := throttletest.NewClock()
-	b := newBucket(t, throttle.PerSecond(10), 1, clk)
+	b := limitertest.New(t, tokenbucket.NewBucket, throttle.PerSecond(10), 1, throttle.WithClock(clk))
 	b.AllowN(1)
 	r1, _ := b.ReserveN(1, time.Second)
 	r2, _ := b.ReserveN(1, time.Second)
@@ -349,19 +328,19 @@ func TestReserveCancel(t *testing.T) {
 		t.Fatalf("negative maxWait: %v", err)
 	}
 	// A cancel after later admissions does nothing.
-	l := newLimiter(t, throttle.PerSecond(10), 1, throttle.WithClock(clk))
-	res, _ := l.Reserve(bg, "k", 1, time.Second)
+	l := limitertest.New(t, tokenbucket.New, throttle.PerSecond(10), 1, throttle.WithClock(clk))
+	res, _ := l.Reserve(t.Context(), "k", 1, time.Second)
 	clk.Advance(time.Second)
-	l.Allow(bg, "k", 1)
+	l.Allow(t.Context(), "k", 1)
 	res.Cancel()
-	if d, _ := l.Allow(bg, "k", 1); d.Allowed {
+	if d, _ := l.Allow(t.Context(), "k", 1); d.Allowed {
 		t.Fatalf("cancel of a spent reservation refunded a later admission: %+v", d)
 	}
 }
 
 func TestDecisionFields(t *testing.T) {
 	clk := throttletest.NewClock()
-	b := newBucket(t, throttle.PerSecond(4), 8, clk)
+	b := limitertest.New(t, tokenbucket.NewBucket, throttle.PerSecond(4), 8, throttle.WithClock(clk))
 	d, _ := b.AllowN(3)
 	if d != (throttle.Decision{Allowed: true, Limit: 8, Remaining: 5, ResetAfter: 750 * time.Millisecond}) {
 		t.Fatalf("AllowN(3) = %+v", d)
@@ -379,17 +358,17 @@ func TestSweeperStopsOnClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Allow(bg, "a", 1)
+	l.Allow(t.Context(), "a", 1)
 	if l.Len() != 1 {
 		t.Fatalf("Len = %d", l.Len())
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Allow(bg, "a", 1); !errors.Is(err, throttle.ErrClosed) {
+	if _, err := l.Allow(t.Context(), "a", 1); !errors.Is(err, throttle.ErrClosed) {
 		t.Fatalf("Allow after Close: %v", err)
 	}
-	if _, err := l.Reserve(bg, "a", 1, 0); !errors.Is(err, throttle.ErrClosed) {
+	if _, err := l.Reserve(t.Context(), "a", 1, 0); !errors.Is(err, throttle.ErrClosed) {
 		t.Fatalf("Reserve after Close: %v", err)
 	}
 	if err := l.Debit("a", 1); !errors.Is(err, throttle.ErrClosed) {
@@ -409,7 +388,7 @@ func TestAllowQuota(t *testing.T) {
 	free, pro := throttle.PerSecond(1), throttle.PerSecond(100)
 	admitted := func(key string, r throttle.Rate, burst int) (n int) {
 		for range 1000 {
-			d, err := l.AllowQuota(bg, key, 1, r, burst)
+			d, err := l.AllowQuota(t.Context(), key, 1, r, burst)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -441,11 +420,11 @@ func TestAllowQuota(t *testing.T) {
 		burst int
 		want  error
 	}{{1, throttle.Rate{}, 5, throttle.ErrInvalid}, {1, free, 0, throttle.ErrInvalid}, {6, free, 5, throttle.ErrExceedsLimit}, {0, free, 5, throttle.ErrInvalid}} {
-		if _, err := l.AllowQuota(bg, "k", c.n, c.r, c.burst); !errors.Is(err, c.want) {
+		if _, err := l.AllowQuota(t.Context(), "k", c.n, c.r, c.burst); !errors.Is(err, c.want) {
 			t.Errorf("AllowQuota(n=%d, %v, %d) = %v, want %v", c.n, c.r, c.burst, err, c.want)
 		}
 	}
-	if a := testing.AllocsPerRun(100, func() { _, _ = l.AllowQuota(bg, "p", 1, pro, 50) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { _, _ = l.AllowQuota(t.Context(), "p", 1, pro, 50) }); a != 0 {
 		t.Fatalf("%v allocs per AllowQuota", a)
 	}
 }
@@ -476,11 +455,11 @@ func TestBucketsBefore1970(t *testing.T) {
 				t.Errorf("%v: a fresh key has %d tokens, want 3", at, got)
 			}
 			for i := range 3 {
-				if d, err := lim.Allow(bg, "k", 1); err != nil || !d.Allowed {
+				if d, err := lim.Allow(t.Context(), "k", 1); err != nil || !d.Allowed {
 					t.Fatalf("%v: call %d on a fresh bucket: %+v, %v", at, i, d, err)
 				}
 			}
-			if d, _ := lim.Allow(bg, "k", 1); d.Allowed || d.RetryAfter != time.Second {
+			if d, _ := lim.Allow(t.Context(), "k", 1); d.Allowed || d.RetryAfter != time.Second {
 				t.Fatalf("%v: fourth call %+v, want denied for 1s", at, d)
 			}
 		}
