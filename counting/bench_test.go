@@ -10,7 +10,6 @@ import (
 // BenchmarkTakeRelease is the uncontended fast path: take one unit
 // and give it back. golang.org/x/sync/semaphore runs beside for the ratio.
 func BenchmarkTakeRelease(b *testing.B) {
-	ctx := b.Context()
 	b.Run("Semaphore", func(b *testing.B) {
 		s := mustSem(b, 100)
 		b.ReportAllocs()
@@ -22,7 +21,7 @@ func BenchmarkTakeRelease(b *testing.B) {
 		}
 	})
 	b.Run("Limiter", func(b *testing.B) {
-		l := mustNew(b, 100)
+		l, ctx := mustNew(b, 100), b.Context()
 		b.ReportAllocs()
 		for b.Loop() {
 			if d, _ := l.Allow(ctx, "key", 1); !d.Allowed {
@@ -45,9 +44,8 @@ func BenchmarkTakeRelease(b *testing.B) {
 
 // BenchmarkHoldRelease is the blocking Hold when the units are free.
 func BenchmarkHoldRelease(b *testing.B) {
-	ctx := b.Context()
 	b.Run("Semaphore", func(b *testing.B) {
-		s := mustSem(b, 100)
+		s, ctx := mustSem(b, 100), b.Context()
 		b.ReportAllocs()
 		for b.Loop() {
 			rel, err := s.Hold(ctx, "", 1)
@@ -58,7 +56,7 @@ func BenchmarkHoldRelease(b *testing.B) {
 		}
 	})
 	b.Run("x-sync-semaphore", func(b *testing.B) {
-		s := semaphore.NewWeighted(100)
+		s, ctx := semaphore.NewWeighted(100), b.Context()
 		b.ReportAllocs()
 		for b.Loop() {
 			if err := s.Acquire(ctx, 1); err != nil {

@@ -41,22 +41,8 @@ func TestConformance(t *testing.T) {
 	}{{1, time.Second}, {10, time.Second}, {100, 3 * time.Second}, {7, 90 * time.Minute}} {
 		for _, anchored := range []bool{false, true} {
 			name := fmt.Sprintf("%d/%v/anchored=%v", c.limit, c.window, anchored)
-			t.Run("Window/"+name, func(t *testing.T) {
-				throttletest.Run(t, throttletest.Suite{
-					New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-						return limitertest.New(t, newWindow[anchored], c.limit, c.window, throttle.WithClock(clk))
-					},
-					Limit: c.limit, Bound: bound(c.limit, c.window), Single: true,
-				})
-			})
-			t.Run("Limiter/"+name, func(t *testing.T) {
-				throttletest.Run(t, throttletest.Suite{
-					New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-						return limitertest.New(t, newKeyed[anchored], c.limit, c.window, throttle.WithClock(clk))
-					},
-					Limit: c.limit, Bound: bound(c.limit, c.window),
-				})
-			})
+			s := throttletest.Suite{Limit: c.limit, Bound: bound(c.limit, c.window)}
+			limitertest.Conformance(t, name, s, newWindow[anchored], newKeyed[anchored], c.limit, c.window)
 		}
 	}
 }

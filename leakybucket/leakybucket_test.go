@@ -26,22 +26,7 @@ func TestConformance(t *testing.T) {
 		{"1/6s,cap1", throttle.Every(6 * time.Second), 1},
 	} {
 		bound := func(d time.Duration) int64 { return int64(s.capacity) + s.rate.Events(d) }
-		t.Run("Bucket/"+s.name, func(t *testing.T) {
-			throttletest.Run(t, throttletest.Suite{
-				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return limitertest.New(t, leakybucket.NewBucket, s.rate, s.capacity, throttle.WithClock(clk))
-				},
-				Limit: s.capacity, Bound: bound, Single: true,
-			})
-		})
-		t.Run("Limiter/"+s.name, func(t *testing.T) {
-			throttletest.Run(t, throttletest.Suite{
-				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return limitertest.New(t, leakybucket.New, s.rate, s.capacity, throttle.WithClock(clk))
-				},
-				Limit: s.capacity, Bound: bound,
-			})
-		})
+		limitertest.Conformance(t, s.name, throttletest.Suite{Limit: s.capacity, Bound: bound}, leakybucket.NewBucket, leakybucket.New, s.rate, s.capacity)
 		// A Pacer with slack capacity-1 grants at most capacity slots at
 		// once: through Allow it is the same bucket.
 		t.Run("Pacer/"+s.name, func(t *testing.T) {

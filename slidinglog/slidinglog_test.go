@@ -33,25 +33,8 @@ func TestConformance(t *testing.T) {
 		limit  int
 		window time.Duration
 	}{{1, time.Second}, {10, time.Second}, {100, 3 * time.Second}, {7, 90 * time.Minute}} {
-		t.Run("Log", func(t *testing.T) {
-			throttletest.Run(t, throttletest.Suite{
-				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return limitertest.New(t, NewLog, c.limit, c.window, throttle.WithClock(clk))
-				},
-				Limit:  c.limit,
-				Bound:  bound(c.limit, c.window),
-				Single: true,
-			})
-		})
-		t.Run("Limiter", func(t *testing.T) {
-			throttletest.Run(t, throttletest.Suite{
-				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return limitertest.New(t, New, c.limit, c.window, throttle.WithClock(clk))
-				},
-				Limit: c.limit,
-				Bound: bound(c.limit, c.window),
-			})
-		})
+		s := throttletest.Suite{Limit: c.limit, Bound: bound(c.limit, c.window)}
+		limitertest.Conformance(t, fmt.Sprintf("%d/%v", c.limit, c.window), s, NewLog, New, c.limit, c.window)
 	}
 }
 

@@ -102,22 +102,8 @@ func TestMaxLimit(t *testing.T) {
 
 func TestConformance(t *testing.T) {
 	for _, f := range forms {
-		t.Run("Window/"+f.String(), func(t *testing.T) {
-			throttletest.Run(t, throttletest.Suite{
-				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return f.window1(t, throttle.WithClock(clk))
-				},
-				Limit: f.limit, Bound: f.bound, Single: true,
-			})
-		})
-		t.Run("Limiter/"+f.String(), func(t *testing.T) {
-			throttletest.Run(t, throttletest.Suite{
-				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return f.keyed(t, throttle.WithClock(clk))
-				},
-				Limit: f.limit, Bound: f.bound,
-			})
-		})
+		s := throttletest.Suite{Limit: f.limit, Bound: f.bound}
+		limitertest.Conformance(t, f.String(), s, formCtor(f.slots, slidingwindow.NewWindow, slidingwindow.NewSlottedWindow), formCtor(f.slots, slidingwindow.New, slidingwindow.NewSlotted), f.limit, f.window)
 	}
 }
 

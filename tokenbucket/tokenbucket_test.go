@@ -31,22 +31,7 @@ var suites = []struct {
 func TestConformance(t *testing.T) {
 	for _, s := range suites {
 		bound := func(d time.Duration) int64 { return int64(s.burst) + s.rate.Events(d) }
-		t.Run("Bucket/"+s.name, func(t *testing.T) {
-			throttletest.Run(t, throttletest.Suite{
-				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return limitertest.New(t, tokenbucket.NewBucket, s.rate, s.burst, throttle.WithClock(clk))
-				},
-				Limit: s.burst, Bound: bound, Single: true,
-			})
-		})
-		t.Run("Limiter/"+s.name, func(t *testing.T) {
-			throttletest.Run(t, throttletest.Suite{
-				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					return limitertest.New(t, tokenbucket.New, s.rate, s.burst, throttle.WithClock(clk))
-				},
-				Limit: s.burst, Bound: bound,
-			})
-		})
+		limitertest.Conformance(t, s.name, throttletest.Suite{Limit: s.burst, Bound: bound}, tokenbucket.NewBucket, tokenbucket.New, s.rate, s.burst)
 	}
 }
 
