@@ -24,16 +24,16 @@ func Example() {
 	ctx := context.Background()
 	for range 3 {
 		d, _ := l.Allow(ctx, "alice", 1)
-		fmt.Println("allowed:", d.Allowed, "remaining:", d.Remaining)
+		fmt.Println("allowed:", d.Allowed, "in flight:", l.InFlight("alice"))
 	}
 	_ = l.Release("alice", 1) // one request done
 	d, _ := l.Allow(ctx, "alice", 1)
-	fmt.Println("allowed:", d.Allowed)
+	fmt.Println("allowed:", d.Allowed, "in flight:", l.InFlight("alice"))
 	// Output:
-	// allowed: true remaining: 1
-	// allowed: true remaining: 0
-	// allowed: false remaining: 0
-	// allowed: true
+	// allowed: true in flight: 1
+	// allowed: true in flight: 2
+	// allowed: false in flight: 2
+	// allowed: true in flight: 2
 }
 
 // Hold waits its turn; the release function is safe to defer and to

@@ -5,24 +5,33 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/slidingwindow"
+	"github.com/throttlekit/throttle/throttletest"
 )
 
 // 2 requests per key in any hour, without the burst a fixed window lets
-// through at its edge.
+// through at its edge: 2 requests in the last second of one hour leave
+// none for the start of the next, where the previous hour still weighs
+// in full; half of it has passed 30 minutes later.
 func Example() {
-	l, err := slidingwindow.New(2, time.Hour)
+	clk := throttletest.NewClock() // virtual time from midnight, for a reproducible output
+	l, err := slidingwindow.New(2, time.Hour, throttle.WithClock(clk))
 	if err != nil {
 		panic(err)
 	}
 	defer l.Close()
-	ctx := context.Background()
-	for range 3 {
-		d, _ := l.Allow(ctx, "alice", 1)
-		fmt.Println(d.Allowed, d.Remaining)
-	}
+	clk.Advance(time.Hour - time.Second)
+	d, _ := l.Allow(context.Background(), "alice", 2)
+	fmt.Println("00:59:59 two:", d.Allowed)
+	clk.Advance(time.Second)
+	d, _ = l.Allow(context.Background(), "alice", 1)
+	fmt.Println("01:00:00 one more:", d.Allowed, "retry after", d.RetryAfter)
+	clk.Advance(d.RetryAfter)
+	d, _ = l.Allow(context.Background(), "alice", 1)
+	fmt.Println("then:", d.Allowed)
 	// Output:
-	// true 1
-	// true 0
-	// false 0
+	// 00:59:59 two: true
+	// 01:00:00 one more: false retry after 30m0s
+	// then: true
 }
