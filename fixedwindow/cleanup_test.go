@@ -6,63 +6,17 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
-// TestCleanupKeepsLiveCounts: a clean-up that read its clock before a
-// decision moved the key into a new window must not drop the key; and a
-// decision whose clock reading predates a clean-up that dropped the key
-// must not count "before" the dropped state. Windows 1 ms, 200 ms, 1 h,
-// aligned and anchored.
+// TestCleanupKeepsLiveCounts: see limitertest.CleanupKeepsLiveCounts.
 func TestCleanupKeepsLiveCounts(t *testing.T) {
-	for _, anchored := range []bool{false, true} {
-		for _, w := range []time.Duration{time.Millisecond, 200 * time.Millisecond, time.Hour} {
-			clk := throttletest.NewClock()
-			l, err := newLimiter(3, w, anchored, []throttle.Option{throttle.WithClock(clk)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			// 1. The clean-up reads its clock, then is held up while the key
-			// opens a later window and fills it.
-			held := l.m.Now()
-			clk.Advance(w)
-			for range 3 {
-				if d, _ := l.Allow(ctx, "k", 1); !d.Allowed {
-					t.Errorf("anchored=%v w=%v: fill denied", anchored, w)
-				}
-			}
-			sweepAt(l, held)
-			if d, _ := l.Allow(ctx, "k", 1); d.Allowed {
-				t.Errorf("anchored=%v w=%v: a 4th unit admitted after a clean-up with an older clock reading", anchored, w)
-			}
-			// 2. A decision reads its clock while the window is full, is held
-			// up past the window's end while a clean-up drops the key, then
-			// looks it up: it must not count in the old window again.
-			clk.Advance(w)
-			for range 3 {
-				l.Allow(ctx, "j", 1)
-			}
-			past := clk.Now()
-			clk.Advance(w + time.Second)
-			swept := clk.Now()
-			sweepAt(l, l.m.Now())
-			clk.Set(past) // the held-up decision's reading
-			if d, _ := l.Allow(ctx, "j", 3); !d.Allowed {
-				t.Errorf("anchored=%v w=%v: held-up decision denied: %+v", anchored, w, d)
-			}
-			clk.Set(swept)
-			if d, _ := l.Allow(ctx, "j", 1); d.Allowed {
-				t.Errorf("anchored=%v w=%v: held-up decision was counted before the clean-up's instant", anchored, w)
-			}
-			l.Close()
-		}
-	}
+	limitertest.CleanupKeepsLiveCounts(t, 1, []string{"aligned", "anchored"}, func(form int, clk *throttletest.Clock, w time.Duration) (throttle.Limiter, func(), error) {
+		l, err := newLimiter(3, w, form == 1, []throttle.Option{throttle.WithClock(clk)})
+		return l, func() { l.m.Sweep() }, err
+	})
 }
-
-// sweepAt runs a clean-up that read its clock at now. (Retire reads the
-// clock itself, after loading each state, so now no longer matters.)
-func sweepAt(l *Limiter, _ int64) { l.m.Sweep() }
 
 type wallClock struct{}
 

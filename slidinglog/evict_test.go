@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -59,15 +58,7 @@ func TestDebt(t *testing.T) {
 // FuzzNoBypass: with a cap of 4 keys on 16, the log never admits what an
 // unbounded one holding the same admissions would deny.
 func FuzzNoBypass(f *testing.F) {
-	f.Add(uint8(0), []byte{0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0, 5, 0, 0, 6, 0, 0, 7, 0, 0, 8, 0, 0, 9, 0, 0, 10, 0, 0, 11, 0, 0, 0, 0, 0}) // evicts k0, then asks again
-	f.Add(uint8(1), []byte{0, 0, 10, 1, 0, 10, 2, 0, 10, 3, 0, 10, 4, 0, 10, 0, 0, 10})
-	f.Fuzz(func(t *testing.T, limit uint8, steps []byte) {
-		lim := 1 + int(limit%20)
-		clk := throttletest.NewClock()
-		l := limitertest.New(t, New, lim, 256*time.Millisecond, throttle.WithClock(clk), throttle.WithMaxKeys(4))
-		ref := limitertest.New(t, New, lim, 256*time.Millisecond, throttle.WithClock(clk))
-		defer l.Close()
-		defer ref.Close()
-		throttletest.NoBypass(t, l, ref, clk, lim, 4*time.Millisecond, steps)
+	throttletest.FuzzNoBypass(f, 1, 4*time.Millisecond, func(_, limit int, opts ...throttle.Option) (throttle.Limiter, error) {
+		return New(limit, 256*time.Millisecond, opts...)
 	})
 }

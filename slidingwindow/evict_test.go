@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -57,23 +58,29 @@ func TestDebtMerge(t *testing.T) {
 }
 
 // FuzzNoBypass: with a cap of 4 keys on 16, the limiter never admits what
-// an unbounded one holding the same admissions would deny.
+// an unbounded one holding the same admissions would deny, weighted or
+// slotted.
 func FuzzNoBypass(f *testing.F) {
-	f.Add(uint8(0), uint8(0), []byte{0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0, 5, 0, 0, 6, 0, 0, 7, 0, 0, 8, 0, 0, 9, 0, 0, 10, 0, 0, 11, 0, 0, 0, 0, 0}) // evicts k0, then asks again
-	f.Add(uint8(1), uint8(4), []byte{0, 0, 10, 1, 0, 10, 2, 0, 10, 3, 0, 10, 4, 0, 10, 0, 0, 10})
-	f.Fuzz(func(t *testing.T, limit, slots uint8, steps []byte) {
-		lim, k := 1+int(limit%20), []int{0, 1, 2, 4, 8}[slots%5]
-		clk := throttletest.NewClock()
-		l, err := newLimiter(lim, 256*time.Millisecond, k, []throttle.Option{throttle.WithClock(clk), throttle.WithMaxKeys(4)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, err := newLimiter(lim, 256*time.Millisecond, k, []throttle.Option{throttle.WithClock(clk)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		defer ref.Close()
-		throttletest.NoBypass(t, l, ref, clk, lim, 4*time.Millisecond, steps)
+	slots := []int{0, 1, 2, 4, 8}
+	throttletest.FuzzNoBypass(f, len(slots), 4*time.Millisecond, func(form, limit int, opts ...throttle.Option) (throttle.Limiter, error) {
+		return newLimiter(limit, 256*time.Millisecond, slots[form], opts)
 	})
+}
+
+// TestCleanupKeepsLiveCounts: see limitertest.CleanupKeepsLiveCounts.
+func TestCleanupKeepsLiveCounts(t *testing.T) {
+	slots := []int{0, 4}
+	limitertest.CleanupKeepsLiveCounts(t, 2, []string{"weighted", "slotted"}, func(form int, clk *throttletest.Clock, w time.Duration) (throttle.Limiter, func(), error) {
+		l, err := newLimiter(3, w, slots[form], []throttle.Option{throttle.WithClock(clk)})
+		return l, func() { sweep(l) }, err
+	})
+}
+
+// sweep runs a clean-up of l.
+func sweep(l *Limiter) {
+	if l.wm != nil {
+		l.wm.Sweep()
+	} else {
+		l.sm.Sweep()
+	}
 }

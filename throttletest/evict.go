@@ -73,6 +73,33 @@ func NoBypass(t testing.TB, l, ref throttle.Limiter, clk *Clock, limit int, tick
 	}
 }
 
+// FuzzNoBypass is a fuzz target of NoBypass at tick: newLimiter returns a
+// keyed limiter of limit units (1 to 20) with opts, and the target checks
+// it capped at 4 keys (of the 16 the steps use) against it uncapped. A
+// package with several forms of its limiter (0 to forms-1) has each
+// fuzzed. Limiters with a Close method are closed after each input.
+func FuzzNoBypass(f *testing.F, forms int, tick time.Duration, newLimiter func(form, limit int, opts ...throttle.Option) (throttle.Limiter, error)) {
+	for form := range forms {
+		f.Add(uint8(0), uint8(form), []byte{0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0, 5, 0, 0, 6, 0, 0, 7, 0, 0, 8, 0, 0, 9, 0, 0, 10, 0, 0, 11, 0, 0, 0, 0, 0}) // evicts k0, then asks again
+		f.Add(uint8(1), uint8(form), []byte{0, 0, 10, 1, 0, 10, 2, 0, 10, 3, 0, 10, 4, 0, 10, 0, 0, 10})
+	}
+	f.Fuzz(func(t *testing.T, limit, form uint8, steps []byte) {
+		lim, clk := 1+int(limit%20), NewClock()
+		mk := func(opts ...throttle.Option) throttle.Limiter {
+			l, err := newLimiter(int(form)%forms, lim, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, ok := l.(interface{ Close() error }); ok {
+				t.Cleanup(func() { c.Close() })
+			}
+			return l
+		}
+		l := mk(throttle.WithClock(clk), throttle.WithMaxKeys(4))
+		NoBypass(t, l, mk(throttle.WithClock(clk)), clk, lim, tick, steps)
+	})
+}
+
 // Eviction checks a keyed limiter bounded by throttle.WithMaxKeys against
 // the eviction bypass. newLimiter returns a fresh limiter of limit units
 // per key reading clk, capped at maxKeys keys; horizon is how long after

@@ -52,23 +52,8 @@ func TestFloodFalseDenials(t *testing.T) {
 // FuzzNoBypass: with a cap of 4 keys on 16, the limiter never admits what
 // an unbounded one holding the same admissions would deny.
 func FuzzNoBypass(f *testing.F) {
-	f.Add(uint8(0), []byte{0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0, 5, 0, 0, 6, 0, 0, 7, 0, 0, 8, 0, 0, 9, 0, 0, 10, 0, 0, 11, 0, 0, 0, 0, 0}) // evicts k0, then asks again
-	f.Add(uint8(1), []byte{0, 0, 10, 1, 0, 10, 2, 0, 10, 3, 0, 10, 4, 0, 10, 0, 0, 10})
-	f.Fuzz(func(t *testing.T, burst uint8, steps []byte) {
-		b := 1 + int(burst%20)
-		clk := throttletest.NewClock()
-		rate := throttle.Every(64 * time.Millisecond)
-		l, err := New(rate, b, throttle.WithClock(clk), throttle.WithMaxKeys(4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, err := New(rate, b, throttle.WithClock(clk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		defer ref.Close()
-		throttletest.NoBypass(t, l, ref, clk, b, time.Millisecond, steps)
+	throttletest.FuzzNoBypass(f, 1, time.Millisecond, func(_, burst int, opts ...throttle.Option) (throttle.Limiter, error) {
+		return New(throttle.Every(64*time.Millisecond), burst, opts...)
 	})
 }
 

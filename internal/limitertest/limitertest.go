@@ -8,6 +8,7 @@ package limitertest
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/throttletest"
@@ -53,4 +54,67 @@ func typeName[L any]() string {
 		return t.Elem().Name()
 	}
 	return reflect.TypeFor[L]().Name()
+}
+
+// CleanupKeepsLiveCounts checks a keyed limiter of 3 units per window in
+// each of its forms (named in forms), for windows of 1 ms, 200 ms and
+// 1 h, against races with its clean-up: a clean-up that read its clock
+// before a decision moved the key into a new window must not drop the key;
+// and a decision whose clock reading predates a clean-up that dropped the
+// key must not count "before" the dropped state. A key's count lasts span
+// windows (2 for a sliding window); newLimiter returns the limiter of the
+// form forms[form] reading clk, and a function that runs one clean-up of
+// it.
+func CleanupKeepsLiveCounts(t *testing.T, span time.Duration, forms []string, newLimiter func(form int, clk *throttletest.Clock, window time.Duration) (l throttle.Limiter, sweep func(), err error)) {
+	for form, name := range forms {
+		for _, w := range []time.Duration{time.Millisecond, 200 * time.Millisecond, time.Hour} {
+			t.Run(name+"/"+w.String(), func(t *testing.T) {
+				clk := throttletest.NewClock()
+				l, sweep, err := newLimiter(form, clk, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c, ok := l.(interface{ Close() error }); ok {
+					defer c.Close()
+				}
+				raceCleanup(t, l, clk, span*w, sweep)
+			})
+		}
+	}
+}
+
+// raceCleanup is one case of CleanupKeepsLiveCounts: a key's count lasts
+// life on clk.
+func raceCleanup(t *testing.T, l throttle.Limiter, clk *throttletest.Clock, life time.Duration, sweep func()) {
+	// 1. The clean-up reads its clock, then is held up while the key opens
+	// a later window and fills it.
+	clk.Advance(life)
+	for range 3 {
+		if d, _ := l.Allow(t.Context(), "k", 1); !d.Allowed {
+			t.Fatal("fill denied")
+		}
+	}
+	sweep()
+	if d, _ := l.Allow(t.Context(), "k", 1); d.Allowed {
+		t.Error("a 4th unit admitted after a clean-up with an older clock reading")
+	}
+	// 2. A decision reads its clock while the window is full, is held up
+	// past the window's end while a clean-up drops the key, then looks it
+	// up: it must not count in the old window again.
+	clk.Advance(life)
+	for range 3 {
+		l.Allow(t.Context(), "j", 1)
+	}
+	past := clk.Now()
+	clk.Advance(life + time.Second)
+	swept := clk.Now()
+	sweep()
+	clk.Set(past) // the held-up decision's reading
+	if d, _ := l.Allow(t.Context(), "j", 3); !d.Allowed {
+		t.Errorf("held-up decision denied: %+v", d)
+	}
+	clk.Set(swept)
+	if d, _ := l.Allow(t.Context(), "j", 1); d.Allowed {
+		t.Error("held-up decision was counted before the clean-up's instant")
+	}
 }
