@@ -99,17 +99,7 @@ func TestBadRequests(t *testing.T) {
 			t.Errorf("AllowN(%d): err = %v, want %v", c.n, err, c.want)
 		}
 	}
-	var zero fixedwindow.Window
-	if _, err := zero.AllowN(1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("zero Window: err = %v, want ErrInvalid", err)
-	}
-	var zl fixedwindow.Limiter
-	if _, err := zl.Allow(t.Context(), "k", 1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("zero Limiter: err = %v, want ErrInvalid", err)
-	}
-	if zl.Close() != nil || zl.Len() != 0 || zl.Limit() != 0 || zero.Limit() != 0 {
-		t.Error("zero values misbehave")
-	}
+	limitertest.ZeroValues(t, new(fixedwindow.Window), new(fixedwindow.Limiter))
 }
 
 type step = throttletest.Step

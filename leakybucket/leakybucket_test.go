@@ -62,14 +62,7 @@ func TestConstructorErrors(t *testing.T) {
 			t.Errorf("New %s: %v", c.name, err)
 		}
 	}
-	var b leakybucket.Bucket
-	if _, err := b.AllowN(1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("zero Bucket: %v", err)
-	}
-	var l leakybucket.Limiter
-	if _, err := l.Allow(t.Context(), "k", 1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("zero Limiter: %v", err)
-	}
+	limitertest.ZeroValues(t, new(leakybucket.Bucket), new(leakybucket.Limiter))
 }
 
 // TestMeterTrace: capacity 4, draining 2 per second. Requests of the

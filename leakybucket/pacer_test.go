@@ -123,6 +123,34 @@ func TestPacerErrors(t *testing.T) {
 // TestPacerTakeSynctest runs Take on the bubble's virtual time, with the
 // default (system) clock: 10 goroutines at once get slots exactly 100 ms
 // apart.
+// TestPacerEndOfTime: a Pacer at one slot per 366 days in 2200 hands out
+// ever later slots until the next would pass 2262, then refuses with an
+// error wrapping ErrInvalid (it used to hand out delay 0 after delays of
+// 544,608 h).
+func TestPacerEndOfTime(t *testing.T) {
+	year := 366 * 24 * time.Hour
+	clk := throttletest.NewClock()
+	clk.Set(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC))
+	p := newPacer(t, throttle.Every(year), 0, leakybucket.Unbounded, throttle.WithClock(clk))
+	last, slots := time.Duration(-1), 0
+	for range 100 {
+		d, err := p.Reserve()
+		if err != nil {
+			if !errors.Is(err, throttle.ErrInvalid) {
+				t.Fatalf("after %d slots: %v, want an error wrapping ErrInvalid", slots, err)
+			}
+			break
+		}
+		if d <= last {
+			t.Fatalf("slot %d: delay %v after %v", slots, d, last)
+		}
+		last, slots = d, slots+1
+	}
+	if slots != 62 {
+		t.Errorf("%d slots before the end of time, want 62", slots)
+	}
+}
+
 func TestPacerTakeSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPacer(t, throttle.PerSecond(10), 0, leakybucket.Unbounded)

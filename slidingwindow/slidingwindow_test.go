@@ -172,17 +172,7 @@ func TestBadRequests(t *testing.T) {
 			}
 		}
 	}
-	var zero slidingwindow.Window
-	if _, err := zero.AllowN(1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("zero Window: err = %v, want ErrInvalid", err)
-	}
-	var zl slidingwindow.Limiter
-	if _, err := zl.Allow(t.Context(), "k", 1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("zero Limiter: err = %v, want ErrInvalid", err)
-	}
-	if zl.Close() != nil || zl.Len() != 0 || zl.Limit() != 0 || zero.Limit() != 0 {
-		t.Error("zero values misbehave")
-	}
+	limitertest.ZeroValues(t, new(slidingwindow.Window), new(slidingwindow.Limiter))
 }
 
 type step = throttletest.Step

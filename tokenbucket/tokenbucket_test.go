@@ -62,9 +62,7 @@ func TestConstructorErrors(t *testing.T) {
 
 func TestZeroValue(t *testing.T) {
 	var b tokenbucket.Bucket
-	if _, err := b.AllowN(1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("zero Bucket AllowN err = %v", err)
-	}
+	limitertest.ZeroValues(t, &b, new(tokenbucket.Limiter))
 	if err := b.Debit(1); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("zero Bucket Debit err = %v", err)
 	}
@@ -76,13 +74,6 @@ func TestZeroValue(t *testing.T) {
 	}
 	if b.Tokens() != 0 || b.Burst() != 0 {
 		t.Errorf("zero Bucket Tokens %d Burst %d", b.Tokens(), b.Burst())
-	}
-	var l tokenbucket.Limiter
-	if _, err := l.Allow(t.Context(), "k", 1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("zero Limiter Allow err = %v", err)
-	}
-	if err := l.Close(); err != nil {
-		t.Errorf("zero Limiter Close: %v", err)
 	}
 }
 

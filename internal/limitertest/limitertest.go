@@ -6,6 +6,7 @@
 package limitertest
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -46,6 +47,35 @@ func Conformance[A, B any, S, K throttle.Limiter](t *testing.T, name string, s t
 	one.Single, many.Single = true, false
 	t.Run(typeName[S]()+"/"+name, func(t *testing.T) { throttletest.Run(t, one) })
 	t.Run(typeName[K]()+"/"+name, func(t *testing.T) { throttletest.Run(t, many) })
+}
+
+// ZeroValues checks the zero values of a package's limiters: single (its
+// type has AllowN) and keyed refuse a request with an error wrapping
+// throttle.ErrInvalid; where they have these methods, Close returns nil,
+// and Len and Limit return 0.
+func ZeroValues(t *testing.T, single interface {
+	AllowN(n int) (throttle.Decision, error)
+}, keyed throttle.Limiter) {
+	t.Helper()
+	if _, err := single.AllowN(1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("zero %T: AllowN err = %v, want ErrInvalid", single, err)
+	}
+	if _, err := keyed.Allow(t.Context(), "k", 1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("zero %T: Allow err = %v, want ErrInvalid", keyed, err)
+	}
+	for _, l := range []any{single, keyed} {
+		if c, ok := l.(interface{ Close() error }); ok {
+			if err := c.Close(); err != nil {
+				t.Errorf("zero %T: Close: %v", l, err)
+			}
+		}
+		if c, ok := l.(interface{ Len() int }); ok && c.Len() != 0 {
+			t.Errorf("zero %T: Len %d", l, c.Len())
+		}
+		if c, ok := l.(interface{ Limit() int }); ok && c.Limit() != 0 {
+			t.Errorf("zero %T: Limit %d", l, c.Limit())
+		}
+	}
 }
 
 // typeName is the name of the type L points to: Bucket for *tokenbucket.Bucket.
