@@ -35,23 +35,12 @@ func (f form) String() string {
 
 func (f form) window1(t testing.TB, opts ...throttle.Option) *slidingwindow.Window {
 	t.Helper()
-	return limitertest.New(t, formCtor(f.slots, slidingwindow.NewWindow, slidingwindow.NewSlottedWindow), f.limit, f.window, opts...)
+	return limitertest.New(t, limitertest.Slotted(f.slots, slidingwindow.NewWindow, slidingwindow.NewSlottedWindow), f.limit, f.window, opts...)
 }
 
 func (f form) keyed(t testing.TB, opts ...throttle.Option) *slidingwindow.Limiter {
 	t.Helper()
-	return limitertest.New(t, formCtor(f.slots, slidingwindow.New, slidingwindow.NewSlotted), f.limit, f.window, opts...)
-}
-
-// formCtor returns the constructor of a form of so many slots, given the
-// weighted and the slotted constructors of a type.
-func formCtor[V any](slots int, weighted func(int, time.Duration, ...throttle.Option) (V, error), slotted func(int, time.Duration, int, ...throttle.Option) (V, error)) func(int, time.Duration, ...throttle.Option) (V, error) {
-	if slots == 0 {
-		return weighted
-	}
-	return func(limit int, window time.Duration, opts ...throttle.Option) (V, error) {
-		return slotted(limit, window, slots, opts...)
-	}
+	return limitertest.New(t, limitertest.Slotted(f.slots, slidingwindow.New, slidingwindow.NewSlotted), f.limit, f.window, opts...)
 }
 
 // bound is the most the form admits in a closed interval of length d. The
@@ -103,7 +92,7 @@ func TestMaxLimit(t *testing.T) {
 func TestConformance(t *testing.T) {
 	for _, f := range forms {
 		s := throttletest.Suite{Limit: f.limit, Bound: f.bound}
-		limitertest.Conformance(t, f.String(), s, formCtor(f.slots, slidingwindow.NewWindow, slidingwindow.NewSlottedWindow), formCtor(f.slots, slidingwindow.New, slidingwindow.NewSlotted), f.limit, f.window)
+		limitertest.Conformance(t, f.String(), s, limitertest.Slotted(f.slots, slidingwindow.NewWindow, slidingwindow.NewSlottedWindow), limitertest.Slotted(f.slots, slidingwindow.New, slidingwindow.NewSlotted), f.limit, f.window)
 	}
 }
 

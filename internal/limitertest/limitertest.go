@@ -78,6 +78,17 @@ func ZeroValues(t *testing.T, single interface {
 	}
 }
 
+// Slotted returns the constructor of a sliding window of so many slots:
+// weighted for 0, else slotted with slots bound.
+func Slotted[V any](slots int, weighted func(int, time.Duration, ...throttle.Option) (V, error), slotted func(int, time.Duration, int, ...throttle.Option) (V, error)) func(int, time.Duration, ...throttle.Option) (V, error) {
+	if slots == 0 {
+		return weighted
+	}
+	return func(limit int, window time.Duration, opts ...throttle.Option) (V, error) {
+		return slotted(limit, window, slots, opts...)
+	}
+}
+
 // typeName is the name of the type L points to: Bucket for *tokenbucket.Bucket.
 func typeName[L any]() string {
 	if t := reflect.TypeFor[L](); t.Kind() == reflect.Pointer {

@@ -6,7 +6,9 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/internal/benchutil"
+	"github.com/throttlekit/throttle/internal/limitertest"
 )
 
 // Benchmarks on the system clock. "allowed" admits every call (a limit far
@@ -24,18 +26,14 @@ var benchCases = []struct {
 
 func BenchmarkAllow(b *testing.B) {
 	for _, c := range benchCases {
-		for _, anchored := range []bool{false, true} {
-			kind := "aligned"
-			if anchored {
-				kind = "anchored"
-			}
-			b.Run("Window/"+kind+"/"+c.name, func(b *testing.B) {
-				w := mustWindow(b, anchored, c.limit, c.window)
+		for _, kind := range kinds {
+			b.Run("Window/"+kind.name+"/"+c.name, func(b *testing.B) {
+				w := limitertest.New(b, kind.window, c.limit, c.window)
 				w.AllowN(1)
 				benchutil.Serial(b, func() { w.AllowN(1) })
 			})
-			b.Run("Limiter/"+kind+"/"+c.name, func(b *testing.B) {
-				l := mustLimiter(b, anchored, c.limit, c.window)
+			b.Run("Limiter/"+kind.name+"/"+c.name, func(b *testing.B) {
+				l := limitertest.New(b, kind.limiter, c.limit, c.window)
 				l.Allow(bg, "key", 1)
 				benchutil.Serial(b, func() { l.Allow(bg, "key", 1) })
 			})
@@ -52,13 +50,9 @@ func BenchmarkAllow(b *testing.B) {
 func BenchmarkKeys(b *testing.B) {
 	keys := benchutil.Keys(100_000)
 	visit := benchutil.Visit(keys)
-	for _, anchored := range []bool{false, true} {
-		kind := "aligned"
-		if anchored {
-			kind = "anchored"
-		}
-		b.Run("Limiter/"+kind+"/100k-keys", func(b *testing.B) {
-			l := mustLimiter(b, anchored, 1<<20, time.Hour)
+	for _, kind := range kinds {
+		b.Run("Limiter/"+kind.name+"/100k-keys", func(b *testing.B) {
+			l := limitertest.New(b, kind.limiter, 1<<20, time.Hour)
 			for _, k := range keys {
 				l.Allow(bg, k, 1)
 			}
@@ -75,7 +69,7 @@ func BenchmarkKeys(b *testing.B) {
 
 func BenchmarkAllowParallel(b *testing.B) {
 	b.Run("Window/hot", func(b *testing.B) {
-		w := mustWindow(b, false, 1<<30, time.Millisecond)
+		w := limitertest.New(b, fixedwindow.NewWindow, 1<<30, time.Millisecond)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -84,7 +78,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 		})
 	})
 	b.Run("Limiter/hotkey", func(b *testing.B) {
-		l := mustLimiter(b, false, 1<<30, time.Millisecond)
+		l := limitertest.New(b, fixedwindow.New, 1<<30, time.Millisecond)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -93,7 +87,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 		})
 	})
 	b.Run("Limiter/100k-keys", func(b *testing.B) {
-		l := mustLimiter(b, false, 1<<20, time.Hour)
+		l := limitertest.New(b, fixedwindow.New, 1<<20, time.Hour)
 		benchutil.ParallelKeys(b, l, 100_000)
 	})
 	b.Run("x-time-rate", func(b *testing.B) {

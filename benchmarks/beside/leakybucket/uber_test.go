@@ -11,24 +11,6 @@ import (
 	"github.com/throttlekit/throttle/throttletest"
 )
 
-func newPacer(t testing.TB, r throttle.Rate, slack int, maxWait time.Duration, opts ...throttle.Option) *leakybucket.Pacer {
-	t.Helper()
-	p, err := leakybucket.NewPacer(r, slack, maxWait, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func reserve(t testing.TB, p *leakybucket.Pacer) time.Duration {
-	t.Helper()
-	d, err := p.Reserve()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 // uberClock is a virtual clock for go.uber.org/ratelimit: Sleep moves it.
 type uberClock struct{ c *throttletest.Clock }
 
@@ -44,9 +26,14 @@ func TestPacerMatchesUber(t *testing.T) {
 	for _, slack := range []int{0, 1, 10} {
 		uclk, pclk := throttletest.NewClock(), throttletest.NewClock()
 		u := ratelimit.New(100, ratelimit.WithClock(uberClock{uclk}), ratelimit.WithSlack(slack))
-		p := newPacer(t, throttle.PerSecond(100), slack, leakybucket.Unbounded, throttle.WithClock(pclk))
+		p, err := leakybucket.NewPacer(throttle.PerSecond(100), slack, leakybucket.Unbounded, throttle.WithClock(pclk))
+		if err != nil {
+			t.Fatal(err)
+		}
 		u.Take()
-		reserve(t, p)
+		if _, err := p.Reserve(); err != nil {
+			t.Fatal(err)
+		}
 		uclk.Advance(time.Hour)
 		pclk.Advance(time.Hour)
 		// Arrivals: bursts, steady over-rate, under-rate and idle gaps.
@@ -60,7 +47,11 @@ func TestPacerMatchesUber(t *testing.T) {
 				if !uclk.Now().Equal(pclk.Now()) {
 					t.Fatalf("clocks diverged: %v vs %v", uclk.Now(), pclk.Now())
 				}
-				slot := pclk.Now().Add(reserve(t, p))
+				d, err := p.Reserve()
+				if err != nil {
+					t.Fatal(err)
+				}
+				slot := pclk.Now().Add(d)
 				uslot := u.Take() // sleeps on uclk
 				if !slot.Equal(uslot) {
 					t.Fatalf("slack %d, arrival %d.%d: pacer slot %v, uber %v", slack, rep, i, slot.Sub(throttletest.Epoch), uslot.Sub(throttletest.Epoch))

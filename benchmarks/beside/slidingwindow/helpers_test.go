@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/slidingwindow"
 )
 
@@ -18,24 +19,9 @@ type form struct {
 }
 
 func (f form) window1(tb testing.TB) *slidingwindow.Window {
-	w, err := slidingwindow.NewSlottedWindow(f.limit, f.window, f.slots)
-	if f.slots == 0 {
-		w, err = slidingwindow.NewWindow(f.limit, f.window)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return w
+	return limitertest.New(tb, limitertest.Slotted(f.slots, slidingwindow.NewWindow, slidingwindow.NewSlottedWindow), f.limit, f.window)
 }
 
 func (f form) keyed(tb testing.TB) *slidingwindow.Limiter {
-	l, err := slidingwindow.NewSlotted(f.limit, f.window, f.slots)
-	if f.slots == 0 {
-		l, err = slidingwindow.New(f.limit, f.window)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { l.Close() })
-	return l
+	return limitertest.New(tb, limitertest.Slotted(f.slots, slidingwindow.New, slidingwindow.NewSlotted), f.limit, f.window)
 }
