@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"runtime"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limitertest"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -29,23 +29,19 @@ func TestMemoryPerKey(t *testing.T) {
 	}
 	for _, k := range []int{1, 4, 5, 16, 64} {
 		clk := throttletest.NewClock()
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		l, err := New(1<<20, time.Hour, throttle.WithClock(clk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range k {
-			clk.Advance(time.Microsecond) // one entry per pass: distinct instants
-			for _, key := range ks {
-				l.Allow(context.Background(), key, 1)
+		perKey := limitertest.HeapPer(keys, func() any {
+			l, err := New(1<<20, time.Hour, throttle.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		runtime.KeepAlive(l)
-		perKey := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / keys
+			for range k {
+				clk.Advance(time.Microsecond) // one entry per pass: distinct instants
+				for _, key := range ks {
+					l.Allow(context.Background(), key, 1)
+				}
+			}
+			return l
+		})
 		t.Logf("%d entries in the window: %.0f B per key", k, perKey)
 		limit := 260.0
 		if k > len(ring{}.tail) {

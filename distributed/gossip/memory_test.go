@@ -1,12 +1,12 @@
 package gossip
 
 import (
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limitertest"
 )
 
 // TestMemoryPerKeyInCluster measures (go test -v) the heap a key holds on
@@ -21,27 +21,23 @@ func TestMemoryPerKeyInCluster(t *testing.T) {
 	for i := range names {
 		names[i] = "k" + strconv.Itoa(i)
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	c := newCluster(t, 3, throttle.PerHour(1), 10, time.Second, false, 1)
-	for _, l := range c.lims {
-		for _, k := range names {
-			l.Allow(ctx, k, 1)
+	perKey := limitertest.HeapPer(3*keys, func() any {
+		c := newCluster(t, 3, throttle.PerHour(1), 10, time.Second, false, 1)
+		for _, l := range c.lims {
+			for _, k := range names {
+				l.Allow(ctx, k, 1)
+			}
 		}
-	}
-	for range 5 {
-		c.runTo(c.clk.Now().Add(time.Second))
-	}
-	for _, n := range c.nodes {
-		if got := n.Stats().HitsApplied; got != 2*keys {
-			t.Fatalf("a node charged %d hits, want %d", got, 2*keys)
+		for range 5 {
+			c.runTo(c.clk.Now().Add(time.Second))
 		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	runtime.KeepAlive(c)
-	perKey := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(3*keys)
+		for _, n := range c.nodes {
+			if got := n.Stats().HitsApplied; got != 2*keys {
+				t.Fatalf("a node charged %d hits, want %d", got, 2*keys)
+			}
+		}
+		return c
+	})
 	t.Logf("%.0f B of heap per key and node (3 nodes, every key admitted on each)", perKey)
 	if perKey > 540 {
 		t.Errorf("%.0f B per key and node, above the 540 the documentation allows (it states about 490)", perKey)

@@ -8,6 +8,7 @@ package limitertest
 import (
 	"errors"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -87,6 +88,19 @@ func Slotted[V any](slots int, weighted func(int, time.Duration, ...throttle.Opt
 	return func(limit int, window time.Duration, opts ...throttle.Option) (V, error) {
 		return slotted(limit, window, slots, opts...)
 	}
+}
+
+// HeapPer returns the heap held by what build allocates and returns, per
+// unit of n (a key, say), read after a garbage collection on each side.
+func HeapPer(n int, build func() any) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	v := build()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(v)
+	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
 }
 
 // typeName is the name of the type L points to: Bucket for *tokenbucket.Bucket.
