@@ -1,6 +1,7 @@
 package counting
 
 import (
+	"context"
 	"strconv"
 	"testing"
 
@@ -21,7 +22,7 @@ func BenchmarkTakeRelease(b *testing.B) {
 		}
 	})
 	b.Run("Limiter", func(b *testing.B) {
-		l, ctx := mustNew(b, 100), b.Context()
+		l, ctx := mustNew(b, 100), context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
 			if d, _ := l.Allow(ctx, "key", 1); !d.Allowed {
@@ -45,7 +46,7 @@ func BenchmarkTakeRelease(b *testing.B) {
 // BenchmarkHoldRelease is the blocking Hold when the units are free.
 func BenchmarkHoldRelease(b *testing.B) {
 	b.Run("Semaphore", func(b *testing.B) {
-		s, ctx := mustSem(b, 100), b.Context()
+		s, ctx := mustSem(b, 100), context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
 			rel, err := s.Hold(ctx, "", 1)
@@ -56,7 +57,7 @@ func BenchmarkHoldRelease(b *testing.B) {
 		}
 	})
 	b.Run("x-sync-semaphore", func(b *testing.B) {
-		s, ctx := semaphore.NewWeighted(100), b.Context()
+		s, ctx := semaphore.NewWeighted(100), context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
 			if err := s.Acquire(ctx, 1); err != nil {
@@ -95,7 +96,7 @@ func BenchmarkParallel(b *testing.B) {
 // BenchmarkKeys spreads Allow over 100k keys that each hold one unit, so
 // every key stays live.
 func BenchmarkKeys(b *testing.B) {
-	ctx := b.Context()
+	ctx := context.Background()
 	l := mustNew(b, 1<<20)
 	keys := make([]string, 100_000)
 	for i := range keys {
