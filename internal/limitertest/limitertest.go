@@ -1,8 +1,8 @@
 // Package limitertest holds what the tests of the algorithm packages
-// share beyond the conformance suite of package throttletest: building a
-// limiter that fails the test instead of returning an error, running the
-// suite on both limiters of a package, and the checks every keyed limiter
-// with a key cap and a clean-up must pass.
+// share beyond package throttletest: building a limiter that fails the
+// test instead of returning an error, running the conformance suite on
+// both limiters of a package, the checks of zero values and of clean-ups
+// racing decisions, and the heap a key holds.
 package limitertest
 
 import (
@@ -103,12 +103,14 @@ func HeapPer(n int, build func() any) float64 {
 	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
 }
 
-// typeName is the name of the type L points to: Bucket for *tokenbucket.Bucket.
+// typeName is the name of L, or of the type it points to: Bucket for
+// *tokenbucket.Bucket.
 func typeName[L any]() string {
-	if t := reflect.TypeFor[L](); t.Kind() == reflect.Pointer {
-		return t.Elem().Name()
+	t := reflect.TypeFor[L]()
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
-	return reflect.TypeFor[L]().Name()
+	return t.Name()
 }
 
 // CleanupKeepsLiveCounts checks a keyed limiter of 3 units per window in
@@ -120,7 +122,7 @@ func typeName[L any]() string {
 // windows (2 for a sliding window); newLimiter returns the limiter of the
 // form forms[form] reading clk, and a function that runs one clean-up of
 // it.
-func CleanupKeepsLiveCounts(t *testing.T, span time.Duration, forms []string, newLimiter func(form int, clk *throttletest.Clock, window time.Duration) (l throttle.Limiter, sweep func(), err error)) {
+func CleanupKeepsLiveCounts(t *testing.T, span int, forms []string, newLimiter func(form int, clk *throttletest.Clock, window time.Duration) (l throttle.Limiter, sweep func(), err error)) {
 	for form, name := range forms {
 		for _, w := range []time.Duration{time.Millisecond, 200 * time.Millisecond, time.Hour} {
 			t.Run(name+"/"+w.String(), func(t *testing.T) {
@@ -132,7 +134,7 @@ func CleanupKeepsLiveCounts(t *testing.T, span time.Duration, forms []string, ne
 				if c, ok := l.(interface{ Close() error }); ok {
 					defer c.Close()
 				}
-				raceCleanup(t, l, clk, span*w, sweep)
+				raceCleanup(t, l, clk, time.Duration(span)*w, sweep)
 			})
 		}
 	}
