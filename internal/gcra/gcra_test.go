@@ -33,6 +33,17 @@ func mustConfig(t *testing.T, r throttle.Rate, burst int) *Config {
 	return c
 }
 
+// newKeyed returns a Keyed limiter reading clk, closed when t ends.
+func newKeyed(t *testing.T, r throttle.Rate, burst int, clk *throttletest.Clock) *Keyed {
+	t.Helper()
+	l := new(Keyed)
+	if err := l.Init(r, burst, throttle.WithClock(clk)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
 func TestStateDeadAndRetire(t *testing.T) {
 	c := mustConfig(t, throttle.PerSecond(10), 2)
 	var s State
@@ -86,12 +97,8 @@ func TestDebitSaturates(t *testing.T) {
 
 func TestKeyedRetiredKeyIsFresh(t *testing.T) {
 	clk := throttletest.NewClock()
-	var l Keyed
-	if err := l.Init(throttle.PerSecond(10), 2, throttle.WithClock(clk)); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	allow(&l, "k", 2)
+	l := newKeyed(t, throttle.PerSecond(10), 2, clk)
+	allow(l, "k", 2)
 	clk.Advance(200*time.Millisecond - 1)
 	if n := l.Map().Sweep(); n != 0 || l.Map().Len() != 1 {
 		t.Fatalf("Sweep dropped %d, Len %d; want the key kept until full", n, l.Map().Len())
@@ -100,7 +107,7 @@ func TestKeyedRetiredKeyIsFresh(t *testing.T) {
 	if n := l.Map().Sweep(); n != 1 || l.Map().Len() != 0 {
 		t.Fatalf("Sweep dropped %d, Len %d", n, l.Map().Len())
 	}
-	if d, _ := allow(&l, "k", 2); !d.Allowed || d.Remaining != 0 {
+	if d, _ := allow(l, "k", 2); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("Allow after the key was dropped: %+v", d)
 	}
 }
@@ -156,11 +163,7 @@ func FuzzUnits(f *testing.F) {
 // retired and recreated or not.
 func TestStressRetire(t *testing.T) {
 	clk := throttletest.NewClock()
-	var l Keyed
-	if err := l.Init(throttle.PerSecond(1), 3, throttle.WithClock(clk)); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newKeyed(t, throttle.PerSecond(1), 3, clk)
 	keys := []string{"a", "b", "c", "d"}
 	var retired int
 	for step := range 200 {
@@ -198,7 +201,7 @@ func TestStressRetire(t *testing.T) {
 						res.Cancel()
 						continue
 					}
-					d, err := allow(&l, keys[k], 1)
+					d, err := allow(l, keys[k], 1)
 					if err != nil {
 						t.Error(err)
 						return
@@ -229,22 +232,18 @@ func TestStressRetire(t *testing.T) {
 // moving the virtual clock back.
 func TestStaleDecisionLifted(t *testing.T) {
 	clk := throttletest.NewClock()
-	var l Keyed
-	if err := l.Init(throttle.PerSecond(1), 3, throttle.WithClock(clk)); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	allow(&l, "k", 3) // full again at +3 s
+	l := newKeyed(t, throttle.PerSecond(1), 3, clk)
+	allow(l, "k", 3) // full again at +3 s
 	clk.Advance(3 * time.Second)
 	if n := l.Map().Sweep(); n != 1 {
 		t.Fatalf("Sweep dropped %d, want the full key", n)
 	}
 	clk.Advance(-500 * time.Millisecond)
-	if d, _ := allow(&l, "k", 3); !d.Allowed || d.ResetAfter != 3*time.Second {
+	if d, _ := allow(l, "k", 3); !d.Allowed || d.ResetAfter != 3*time.Second {
 		t.Fatalf("decision read 0.5 s before the sweep: %+v, want admitted as of the sweep", d)
 	}
 	clk.Advance(500 * time.Millisecond)
-	if d, _ := allow(&l, "k", 1); d.Allowed || d.RetryAfter != time.Second {
+	if d, _ := allow(l, "k", 1); d.Allowed || d.RetryAfter != time.Second {
 		t.Fatalf("at the sweep's instant: %+v, want denied for 1s", d)
 	}
 }
