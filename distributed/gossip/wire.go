@@ -13,7 +13,7 @@ import (
 //
 //	magic    2 bytes  "TG"
 //	version  1 byte   2
-//	type     1 byte   msgReport, msgState or msgHello
+//	type     1 byte   msgReport, msgState, msgHello, msgAsk or msgAnswer
 //	ack      8 bytes  big endian     the receiver's latest round of which
 //	                                 the sender got every datagram
 //	part     2 bytes  big endian     index of this datagram in its round
@@ -121,6 +121,8 @@ type message struct {
 	header
 	reports []reportEntry
 	states  []stateEntry
+	asks    []askEntry    // msgAsk
+	answers []answerEntry // msgAnswer
 }
 
 // signer computes MACs with a shared secret. It is not safe for concurrent
@@ -315,6 +317,8 @@ func (m *message) decodeEntries(rd *reader, count int) {
 			rd.check(s.born >= 0)
 			m.states = append(m.states, s)
 		}
+	case msgAsk, msgAnswer:
+		m.decodeOwned(rd, count)
 	default:
 		rd.check(false)
 	}
