@@ -176,6 +176,9 @@ type Stats struct {
 	// no key of gossip.key_file: forged, or sealed under a key this
 	// daemon lacks (a rotation done out of order).
 	Unsealed uint64
+	// Owned sums the counters of the owner-routed limits in use (routing
+	// "owner"; zero otherwise).
+	Owned gossip.OwnedStats
 }
 
 // New validates cfg with its defaults (WithDefaults), creates the gossip node and its limiters, and binds
@@ -529,7 +532,7 @@ func (s *Server) Stats() Stats {
 	return Stats{Conns: n, Accepted: s.st.conns.Load(), Rejected: s.st.rejected.Load(), Reclaimed: s.st.reclaimed.Load(), Queries: s.st.ok.Load() + s.st.no.Load(),
 		Allowed: s.st.ok.Load(), Throttled: s.st.no.Load(), BadQueries: s.st.bad.Load(), Pings: s.st.pings.Load(),
 		WriteTimeouts: s.st.writeTimeouts.Load(), ReplyResets: s.st.replyResets.Load(), Reloads: s.st.reloads.Load(), ReloadErrors: s.st.reloadErrors.Load(),
-		Gossip: s.node.Stats(), Unsealed: s.unsealed()}
+		Gossip: s.node.Stats(), Unsealed: s.unsealed(), Owned: s.lim.Load().ownedStats()}
 }
 
 func (s *Server) unsealed() uint64 {

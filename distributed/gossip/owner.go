@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,8 +21,10 @@ import (
 // that a dead owner delays its keys' callers little.
 const DefaultForwardTimeout = 50 * time.Millisecond
 
-// DefaultForwardDelay is the default of OwnedConfig.Delay.
-const DefaultForwardDelay = 200 * time.Microsecond
+// DefaultForwardDelay is the default of OwnedConfig.Delay: longer than a
+// round trip on loopback or a LAN, so that while a datagram to an owner
+// is in flight the asks for it gather until its answer is back.
+const DefaultForwardDelay = time.Millisecond
 
 // maxInFlight bounds the asks of one owned limiter waiting for answers;
 // past it, asks are decided on the fallback buckets at once.
@@ -33,9 +36,13 @@ type OwnedConfig struct {
 	// Timeout is how long a caller waits for the owner's answer before it
 	// decides on the key's fallback bucket. Default DefaultForwardTimeout.
 	Timeout time.Duration
-	// Delay is how long asks for one owner are collected before they
-	// leave, in one datagram; a datagram that fills (MaxPacket) leaves at
-	// once. Default DefaultForwardDelay.
+	// Delay bounds how long asks for one owner are collected before they
+	// leave. Asks leave at once, in one datagram per owner for the asks
+	// of one AllowMany, while no datagram to that owner waits for its
+	// answer; while one does, they gather until the answer comes, Delay
+	// passes, or the datagram is full (MaxPacket). So a lone ask waits
+	// one round trip, and under load the asks of one round trip share a
+	// datagram. Default DefaultForwardDelay.
 	Delay time.Duration
 }
 
@@ -131,15 +138,16 @@ type call struct {
 type waiter struct {
 	asks []Ask
 	ids  []uint64 // of the asks forwarded
-	left int      // forwarded asks not answered yet; guarded by OwnedLimiter.mu
+	left int      // forwarded asks not answered yet, +1 until all are enqueued; guarded by OwnedLimiter.mu
 	done chan struct{}
 }
 
 // outbox collects the asks for one owner until they leave.
 type outbox struct {
 	asks  []askEntry
-	size  int // sealed size of the datagram they make
-	timer *time.Timer
+	size  int         // sealed size of the datagram they make
+	busy  bool        // a datagram was sent and its answer has not come (nor Delay passed)
+	timer *time.Timer // sends the asks after Delay, if armed
 }
 
 // errNoRoute marks an ask that could not be sent: decided on the
@@ -285,8 +293,10 @@ func (l *OwnedLimiter) check(key string, n int) error {
 // the lot, not one each.
 func (l *OwnedLimiter) AllowMany(ctx context.Context, asks []Ask) {
 	members := *l.node.members.Load()
-	w := &waiter{asks: asks, done: make(chan struct{})}
-	var ready []*outbox // full datagrams to send now
+	// left starts at 1, for the enqueueing: answers that come before the
+	// last ask is enqueued must not complete w.
+	w := &waiter{asks: asks, done: make(chan struct{}), left: 1}
+	var sends []batch
 	var owners []string
 	for i := range asks {
 		a := &asks[i]
@@ -299,20 +309,37 @@ func (l *OwnedLimiter) AllowMany(ctx context.Context, asks []Ask) {
 			a.Err = l.exact.Allow(&a.Decision, a.Key, a.N)
 			continue
 		}
-		if o := l.enqueue(w, i, owner); o != nil {
-			ready, owners = append(ready, o), append(owners, owner)
+		if full := l.enqueue(w, i, owner); full != nil {
+			sends = append(sends, batch{owner, full})
+		}
+		if !slices.Contains(owners, owner) {
+			owners = append(owners, owner)
 		}
 	}
-	for i, o := range ready {
-		l.send(owners[i], o.asks)
+	l.mu.Lock()
+	for _, owner := range owners {
+		if b := l.take(owner, false); b.asks != nil {
+			sends = append(sends, b)
+		}
+	}
+	w.finish()
+	l.mu.Unlock()
+	for _, b := range sends {
+		l.send(b.owner, b.asks)
 	}
 	l.wait(ctx, w)
+}
+
+// batch is the asks of one datagram to an owner.
+type batch struct {
+	owner string
+	asks  []askEntry
 }
 
 // enqueue adds ask i of w to the outbox of owner, and returns the
 // outbox's asks to send now if the datagram is full. Past maxInFlight
 // asks waiting, the ask is marked to fall back at once.
-func (l *OwnedLimiter) enqueue(w *waiter, i int, owner string) *outbox {
+func (l *OwnedLimiter) enqueue(w *waiter, i int, owner string) (full []askEntry) {
 	a := &w.asks[i]
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -330,31 +357,52 @@ func (l *OwnedLimiter) enqueue(w *waiter, i int, owner string) *outbox {
 		o = &outbox{size: ownedHeaderSize(l.node.id, l.name)}
 		l.out[owner] = o
 	}
-	var full *outbox
 	if o.size+e.size() > MaxPacket && len(o.asks) > 0 {
-		full = &outbox{asks: o.asks}
-		o.asks, o.size = nil, ownedHeaderSize(l.node.id, l.name)
+		full = o.asks
+		o.asks, o.size, o.busy = nil, ownedHeaderSize(l.node.id, l.name), true
 	}
 	o.asks = append(o.asks, e)
 	o.size += e.size()
-	if o.timer == nil {
-		o.timer = time.AfterFunc(l.delay, func() { l.flush(owner) })
-	}
 	return full
 }
 
-// flush sends the asks collected for owner.
-func (l *OwnedLimiter) flush(owner string) {
-	l.mu.Lock()
+// take returns the asks of owner's outbox to send now, if any: all of
+// them if force or no datagram to owner waits for its answer; else it
+// arms the timer that sends them after Delay. Called with l.mu held.
+func (l *OwnedLimiter) take(owner string, force bool) batch {
 	o := l.out[owner]
-	if o == nil {
-		l.mu.Unlock()
-		return
+	switch {
+	case o == nil:
+		return batch{}
+	case len(o.asks) == 0:
+		o.busy = false // nothing waits: the next ask leaves at once
+		return batch{}
+	case o.busy && !force:
+		if o.timer == nil {
+			o.timer = time.AfterFunc(l.delay, func() { l.flush(owner, true) })
+		}
+		return batch{}
 	}
-	delete(l.out, owner)
+	if o.timer != nil {
+		o.timer.Stop()
+		o.timer = nil
+	}
+	b := batch{owner, o.asks}
+	o.asks, o.size, o.busy = nil, ownedHeaderSize(l.node.id, l.name), true
+	return b
+}
+
+// flush sends the asks collected for owner, if any (force: even if a
+// datagram to it waits for its answer; the Delay passed).
+func (l *OwnedLimiter) flush(owner string, force bool) {
+	l.mu.Lock()
+	if o := l.out[owner]; o != nil && force {
+		o.timer = nil
+	}
+	b := l.take(owner, force)
 	l.mu.Unlock()
-	if len(o.asks) > 0 {
-		l.send(owner, o.asks)
+	if b.asks != nil {
+		l.send(owner, b.asks)
 	}
 }
 
@@ -490,6 +538,7 @@ func (n *Node) applyOwned(m *message) *atomic.Uint64 {
 		l.serve(m)
 	} else {
 		l.answered(m)
+		l.flush(m.sender, false) // what gathered while the answered datagram was in flight
 	}
 	return nil
 }
@@ -537,6 +586,9 @@ func (l *OwnedLimiter) answered(m *message) {
 			l.st.answered.Add(1)
 		}
 		c.w.finish()
+	}
+	if o := l.out[m.sender]; o != nil {
+		o.busy = false
 	}
 }
 

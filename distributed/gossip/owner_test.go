@@ -470,3 +470,53 @@ func TestOwnerOfMovesOnlyTheMembersKeys(t *testing.T) {
 		}
 	}
 }
+
+// Concurrent AllowMany calls to an owner not heard from yet: each
+// datagram fails to leave, so its asks fall back at once, also while
+// another caller's asks are still being enqueued. A caller whose first
+// asks completed before its last was enqueued closed its waiter twice
+// (a panic that killed the daemons of the scale test).
+func TestOwnedAllowManyWhileAsksFail(t *testing.T) {
+	net := NewNetwork(throttletest.NewClock(), 1)
+	var lims []*OwnedLimiter
+	for _, a := range []string{"n0", "n1"} {
+		n, err := NewNode(Config{Transport: net.Endpoint(a), Secret: secret, Peers: []string{"n0", "n1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		l, err := n.NewOwnedLimiter("api", throttle.PerSecond(1000), 10, OwnedConfig{Delay: time.Microsecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims = append(lims, l)
+	}
+	var keys []string
+	for _, k := range keyNames(2000) {
+		if lims[0].Owner(k) == "n1" {
+			keys = append(keys, k)
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for r := range 100 {
+				asks := make([]Ask, 0, 200)
+				for i := range 200 {
+					asks = append(asks, Ask{Key: keys[(g*7919+r*200+i)%len(keys)], N: 1})
+				}
+				lims[0].AllowMany(context.Background(), asks)
+				for _, a := range asks {
+					if a.Err != nil {
+						t.Error(a.Err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if st := lims[0].Stats(); st.Fallback != 8*100*200 || st.Forwarded != 0 {
+		t.Errorf("%+v", st)
+	}
+}

@@ -39,6 +39,7 @@ import (
 //	entries  count times:
 //	  report: uvarint key length, key, varint born (ns), uvarint hits, uvarint demand
 //	  state:  uvarint key length, key, varint tokens, uvarint yours
+//	  ask, answer: see ownerwire.go
 //	mac      32 bytes HMAC-SHA256(secret, receiver ID (1 byte length +
 //	                  bytes) followed by everything before the mac)
 //
