@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +58,8 @@ type loadResult struct {
 //
 //	THROTTLE_GOSSIP_SCALE=1000000 go test ./cmd/throttled -run TestGossipScale -v -timeout 30m
 //
+// THROTTLE_GOSSIP_SCALE_PROFILE=dir writes a CPU profile of the first
+// daemon, from 90 s after its start for 60 s, to dir/daemon0.pprof.
 // THROTTLE_GOSSIP_SCALE_MAX sets the bound on admitted/ideal the test
 // checks (default 1.05); THROTTLE_GOSSIP_SCALE_ROUTING=owner runs the
 // daemons with gossip.routing "owner" instead of all-to-all counters.
@@ -100,6 +104,9 @@ func TestGossipScale(t *testing.T) {
 			sc.Daemons[i], sc.Rate, sc.Burst, 2*keys, admins[i], gossipAddrs[i], strings.Join(peers, ","), routing))
 		cmd := exec.Command(os.Args[0], "-config", cfg, "-log-level", "warn")
 		cmd.Env = append(os.Environ(), runMainEnv+"=1")
+		if dir := os.Getenv("THROTTLE_GOSSIP_SCALE_PROFILE"); dir != "" && i == 0 {
+			cmd.Env = append(cmd.Env, cpuProfileEnv+"="+filepath.Join(dir, "daemon0.pprof"))
+		}
 		addr := sc.Daemons[i]
 		p, err := testproc.Start(cmd, 10*time.Second, testproc.Dials("tcp", addr))
 		if err != nil {
@@ -170,6 +177,28 @@ func TestGossipScale(t *testing.T) {
 	if ratio > bound {
 		t.Errorf("the cluster admitted %.4f of one bucket per key, want at most %.2f", ratio, bound)
 	}
+}
+
+// cpuProfileEnv makes the daemon process write a CPU profile to the
+// variable's value (see profileCPU).
+const cpuProfileEnv = "THROTTLED_TEST_CPUPROFILE"
+
+// profileCPU writes a CPU profile of the process from 90 s after its
+// start for 60 s to path.
+func profileCPU(path string) {
+	time.Sleep(90 * time.Second)
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	time.Sleep(time.Minute)
+	pprof.StopCPUProfile()
 }
 
 // gossipMetrics returns the gossip counters of the daemon whose admin

@@ -195,14 +195,7 @@ func (s *Server) tally(d throttle.Decision, err error) (throttle.Decision, bool)
 func (l *limits) ownedStats() (s gossip.OwnedStats) {
 	for _, x := range l.all {
 		if o, ok := x.(*gossip.OwnedLimiter); ok {
-			t := o.Stats()
-			s.Local += t.Local
-			s.Served += t.Served
-			s.Forwarded += t.Forwarded
-			s.Answered += t.Answered
-			s.Fallback += t.Fallback
-			s.Late += t.Late
-			s.Batches += t.Batches
+			s = s.Plus(o.Stats())
 		}
 	}
 	return s

@@ -26,7 +26,10 @@
 // Each tag is charged one token of the limit of the first rule whose
 // pattern it matches (or the default limit). With gossip peers, every
 // daemon is charged for the hits of all daemons, one gossip interval
-// late; see package gossip for the guarantees.
+// late; see package gossip for the guarantees. With Gossip.Routing
+// "owner", each tag is decided by one daemon, its owner, to which the
+// others forward their queries: the complete lines of one read are
+// decided together, one round trip for the lot.
 //
 // # Connections and memory
 //
@@ -367,7 +370,8 @@ func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 // its new bucket holds at most the new burst less what the old bucket has
 // used, until the old one has refilled (at most maxCarry; over gossip,
 // every node charges the usage it saw, so carried usage may count more
-// than once meanwhile: stricter, never looser).
+// than once meanwhile: stricter, never looser; with routing "owner"
+// nothing is carried).
 // Queries racing a reload are answered by the old or the new limits,
 // never "ER". Settings that need a restart (listeners, gossip, max_tag_len,
 // max_keys, admin) must be unchanged. If cfg is invalid, the running

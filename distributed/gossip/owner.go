@@ -74,8 +74,8 @@ type OwnedConfig struct {
 // starts their buckets full, so a move can admit one more burst.
 //
 // Memory: an owner keeps one bucket per key it owns (the node's
-// throttle.WithMaxKeys bounds them; full buckets are swept every gossip
-// interval); a non-owner keeps only its asks in flight (at most 65536 a
+// throttle.WithMaxKeys bounds them; full buckets are swept every half
+// refill time, at least every minute); a non-owner keeps only its asks in flight (at most 65536 a
 // limiter; past that it decides at once on fallback buckets) and the
 // fallback buckets of keys decided while their owner did not answer.
 // The owner holds no state per ask: it decides a datagram's asks and
@@ -112,6 +112,13 @@ type OwnedStats struct {
 	Fallback  uint64 // asks decided on a fallback bucket: owner unreachable or unheard, ask or answer lost or late, too many in flight
 	Late      uint64 // answers that came after their ask was decided otherwise, or matched no ask
 	Batches   uint64 // ask datagrams sent
+}
+
+// Plus returns s and o added field by field: the counters of several
+// limiters.
+func (s OwnedStats) Plus(o OwnedStats) OwnedStats {
+	return OwnedStats{Local: s.Local + o.Local, Served: s.Served + o.Served, Forwarded: s.Forwarded + o.Forwarded,
+		Answered: s.Answered + o.Answered, Fallback: s.Fallback + o.Fallback, Late: s.Late + o.Late, Batches: s.Batches + o.Batches}
 }
 
 type ownedStats struct {
@@ -172,11 +179,18 @@ func (n *Node) NewOwnedLimiter(name string, rate throttle.Rate, burst int, cfg .
 	if c.Timeout < 0 || c.Delay < 0 {
 		return nil, fmt.Errorf("%w: negative forward timeout or delay", throttle.ErrInvalid)
 	}
+	if _, err := gcra.NewConfig(rate, burst); err != nil {
+		return nil, err
+	}
 	l := &OwnedLimiter{node: n, name: name, rate: rate, burst: burst,
 		timeout: cmp.Or(c.Timeout, DefaultForwardTimeout), delay: cmp.Or(c.Delay, DefaultForwardDelay),
 		calls: map[uint64]call{}, out: map[string]*outbox{}}
+	// Full buckets are swept every half refill time (within an interval
+	// and a minute): a sweep reads every bucket, and one emptied just
+	// before it cannot be full again sooner.
+	sweep := min(max(rate.Duration(int64(burst))/2, n.Interval()), time.Minute)
 	opts := []throttle.Option{throttle.WithMaxKeys(n.settings.MaxKeys), throttle.WithMaxKeyLen(min(n.settings.MaxKeyLen, MaxKeyLen)),
-		throttle.WithSweepInterval(n.Interval())}
+		throttle.WithSweepInterval(sweep)}
 	if n.settings.Clock != nil {
 		opts = append(opts, throttle.WithClock(n.settings.Clock))
 	}

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -78,14 +79,7 @@ func newOwnedCluster(t *testing.T, n int, rate throttle.Rate, burst int, seed ui
 
 func (c *ownedCluster) stats() (s OwnedStats) {
 	for _, l := range c.lims {
-		x := l.Stats()
-		s.Local += x.Local
-		s.Served += x.Served
-		s.Forwarded += x.Forwarded
-		s.Answered += x.Answered
-		s.Fallback += x.Fallback
-		s.Late += x.Late
-		s.Batches += x.Batches
+		s = s.Plus(l.Stats())
 	}
 	return s
 }
@@ -518,5 +512,37 @@ func TestOwnedAllowManyWhileAsksFail(t *testing.T) {
 	wg.Wait()
 	if st := lims[0].Stats(); st.Fallback != 8*100*200 || st.Forwarded != 0 {
 		t.Errorf("%+v", st)
+	}
+}
+
+func TestOwnedLimiterErrors(t *testing.T) {
+	n, err := NewNode(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.NewOwnedLimiter("api", throttle.PerSecond(1), 1); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func() error{
+		"duplicate":  func() error { _, err := n.NewOwnedLimiter("api", throttle.PerSecond(1), 1); return err },
+		"no name":    func() error { _, err := n.NewOwnedLimiter("", throttle.PerSecond(1), 1); return err },
+		"zero burst": func() error { _, err := n.NewOwnedLimiter("b", throttle.PerSecond(1), 0); return err },
+		"zero rate":  func() error { _, err := n.NewOwnedLimiter("c", throttle.Rate{}, 1); return err },
+		"two configs": func() error {
+			_, err := n.NewOwnedLimiter("d", throttle.PerSecond(1), 1, OwnedConfig{}, OwnedConfig{})
+			return err
+		},
+		"negative": func() error {
+			_, err := n.NewOwnedLimiter("e", throttle.PerSecond(1), 1, OwnedConfig{Timeout: -1})
+			return err
+		},
+	} {
+		if err := f(); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	n.Close()
+	if _, err := n.NewOwnedLimiter("f", throttle.PerSecond(1), 1); !errors.Is(err, throttle.ErrClosed) {
+		t.Errorf("closed node: %v", err)
 	}
 }
