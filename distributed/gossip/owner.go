@@ -57,30 +57,31 @@ type OwnedConfig struct {
 //
 // Guarantees: while every node sees the same live members and the
 // answers arrive within the timeout, the cluster admits exactly what one
-// bucket per key admits. An ask whose datagram or answer is lost, or
-// whose owner is dead, partitioned or not heard from yet, is decided
-// after the timeout on the asker's fallback bucket of the key: the
-// limit's rate and burst divided by the number of members (burst at
-// least 1). So while an owner is unreachable, the cluster admits for a
-// key at most its owner's bucket plus, on each other node, its fallback
-// bucket: at most burst x (1 + (N-1)/N) plus rate x (1 + (N-1)/N) per unit
-// of time. An owner that charged an ask whose answer was lost has
-// charged it once more than the caller was told (the caller decides
-// again on its fallback): stricter, and the fallback bucket's admission
-// is the excess, bounded as above. A datagram is never applied twice: a
-// duplicated or replayed ask is refused by the node's sequence window
-// (Stats.Duplicate, Stats.Stale). When the live members change, the keys
-// of the member that joined or died move, and only those: the new owner
-// starts their buckets full, so a move can admit one more burst.
+// bucket per key admits. An ask whose datagram or answer is lost or late,
+// or whose owner is dead or partitioned, is decided after the timeout on
+// the asker's fallback bucket of the key (at once if the ask cannot be
+// sent: an owner not heard from yet): the limit's rate and burst divided
+// by the number of members N (burst at least 1). So over a time t the
+// cluster admits for a key at most burst + rate x t on its owner plus, on
+// each of the N-1 other nodes, max(1, burst/N) + rate x t/N. An owner
+// that charged an ask whose answer was lost has charged it although the
+// caller decides it again on its fallback bucket: stricter by that ask,
+// looser by what the fallback bucket admits, within the bound. A
+// datagram is never applied twice: a duplicated or replayed ask is
+// refused by the node's sequence window (Stats.Duplicate, Stats.Stale).
+// When the live members change, the keys of the member that joined or
+// died move, and only those: the new owner starts their buckets full, so
+// a move can admit one more burst; while the nodes' views of the members
+// differ, a key may have two owners.
 //
 // Memory: an owner keeps one bucket per key it owns (the node's
 // throttle.WithMaxKeys bounds them; full buckets are swept every half
-// refill time, at least every minute); a non-owner keeps only its asks in flight (at most 65536 a
-// limiter; past that it decides at once on fallback buckets) and the
-// fallback buckets of keys decided while their owner did not answer.
-// The owner holds no state per ask: it decides a datagram's asks and
-// answers them as it receives it, so a peer flooding asks costs it
-// processing, not memory.
+// refill time, at least every minute); a non-owner keeps only its asks
+// in flight (at most 65536 a limiter; past that it decides at once on
+// fallback buckets) and the fallback buckets of keys decided while their
+// owner did not answer. The owner holds no state per ask: it decides a
+// datagram's asks and answers them as it receives it, so a peer flooding
+// asks costs it processing, not memory.
 //
 // Create it with Node.NewOwnedLimiter; the zero value is not usable. It
 // is safe for concurrent use.
