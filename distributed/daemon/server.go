@@ -716,7 +716,9 @@ func lingerClose(c net.Conn) {
 }
 
 // Tokens returns the tokens left for tag in the bucket of the limit it
-// matches, negative when peers' reports pushed it below empty.
+// matches, negative when peers' reports pushed it below empty. With
+// routing "owner" it is this daemon's bucket of tag: the owner's exact
+// one if this daemon owns tag, else its fallback bucket.
 func (s *Server) Tokens(tag string) int64 { return s.limiter([]byte(tag)).Tokens(tag) }
 
 // Decide answers a query for tag as a connection would ("OK\n", "NO\n" or

@@ -71,8 +71,8 @@ type OwnedConfig struct {
 // refused by the node's sequence window (Stats.Duplicate, Stats.Stale).
 // When the live members change, the keys of the member that joined or
 // died move, and only those: the new owner starts their buckets full, so
-// a move can admit one more burst; while the nodes' views of the members
-// differ, a key may have two owners.
+// a move can admit one more burst, as does an owner's restart; while the
+// nodes' views of the members differ, a key may have two owners.
 //
 // Memory: an owner keeps one bucket per key it owns (the node's
 // throttle.WithMaxKeys bounds them; full buckets are swept every half

@@ -27,15 +27,8 @@ func BenchmarkOwnedForward(b *testing.B) {
 		trs = append(trs, tr)
 	}
 	for i, tr := range trs {
-		n, err := NewNode(Config{Transport: tr, Secret: secret, Peers: []string{trs[1-i].Addr()}, Interval: 10 * time.Millisecond})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { n.Close() })
-		l, err := n.NewOwnedLimiter("api", throttle.PerSecond(1_000_000_000), 1_000_000)
-		if err != nil {
-			b.Fatal(err)
-		}
+		n, l := ownedNode(b, Config{Transport: tr, Secret: secret, Peers: []string{trs[1-i].Addr()}, Interval: 10 * time.Millisecond},
+			throttle.PerSecond(1_000_000_000), 1_000_000, nil)
 		n.Start()
 		nodes, lims = append(nodes, n), append(lims, l)
 	}
@@ -66,5 +59,20 @@ func BenchmarkOwnedForward(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	if st := lims[0].Stats(); st.Fallback > 0 {
 		b.ReportMetric(float64(st.Fallback), "fallbacks")
+	}
+}
+
+// BenchmarkOwnedLocal measures a decision on a key the node owns (a
+// standalone node owns every key): the owner look-up and the bucket.
+func BenchmarkOwnedLocal(b *testing.B) {
+	_, l := ownedNode(b, Config{}, throttle.PerSecond(1_000_000_000), 1_000_000, nil)
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%d", i)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		l.Allow(ctx, keys[i%len(keys)], 1)
 	}
 }

@@ -32,6 +32,22 @@ type ownedCluster struct {
 
 const ownedInterval = 100 * time.Millisecond
 
+// ownedNode returns a node of cfg, closed when tb ends, with an owned
+// limiter "api" of rate and burst (and oc, if given).
+func ownedNode(tb testing.TB, cfg Config, rate throttle.Rate, burst int, oc []OwnedConfig, opts ...throttle.Option) (*Node, *OwnedLimiter) {
+	tb.Helper()
+	n, err := NewNode(cfg, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { n.Close() })
+	l, err := n.NewOwnedLimiter("api", rate, burst, oc...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n, l
+}
+
 func newOwnedCluster(t *testing.T, n int, rate throttle.Rate, burst int, seed uint64, opts ...throttle.Option) *ownedCluster {
 	t.Helper()
 	c := &ownedCluster{net: NewNetwork(sysClock{}, seed)}
@@ -41,15 +57,8 @@ func newOwnedCluster(t *testing.T, n int, rate throttle.Rate, burst int, seed ui
 	}
 	for i := range n {
 		ms := NewStaticMembership(Member{ID: c.addrs[i]}, c.addrs...)
-		node, err := NewNode(Config{Transport: c.net.Endpoint(c.addrs[i]), Secret: secret, Membership: ms, Interval: ownedInterval},
-			append([]throttle.Option{throttle.WithClock(sysClock{})}, opts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := node.NewOwnedLimiter("api", rate, burst)
-		if err != nil {
-			t.Fatal(err)
-		}
+		node, l := ownedNode(t, Config{Transport: c.net.Endpoint(c.addrs[i]), Secret: secret, Membership: ms, Interval: ownedInterval},
+			rate, burst, nil, append([]throttle.Option{throttle.WithClock(sysClock{})}, opts...)...)
 		node.Start()
 		c.nodes, c.lims, c.ms = append(c.nodes, node), append(c.lims, l), append(c.ms, ms)
 	}
@@ -317,16 +326,8 @@ func ownedPair(t *testing.T, opts ...throttle.Option) (*Network, []*Node, []*Own
 	var nodes []*Node
 	var lims []*OwnedLimiter
 	for _, a := range []string{"n0", "n1"} {
-		n, err := NewNode(Config{Transport: net.Endpoint(a), Secret: secret, Peers: []string{"n0", "n1"}},
-			append([]throttle.Option{throttle.WithClock(clk)}, opts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		l, err := n.NewOwnedLimiter("api", throttle.PerSecond(1), 3)
-		if err != nil {
-			t.Fatal(err)
-		}
+		n, l := ownedNode(t, Config{Transport: net.Endpoint(a), Secret: secret, Peers: []string{"n0", "n1"}},
+			throttle.PerSecond(1), 3, nil, append([]throttle.Option{throttle.WithClock(clk)}, opts...)...)
 		nodes, lims = append(nodes, n), append(lims, l)
 	}
 	for range 2 {
@@ -430,15 +431,7 @@ func TestOwnedFloodBounded(t *testing.T) {
 func TestOwnedConformance(t *testing.T) {
 	throttletest.Run(t, throttletest.Suite{
 		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-			n, err := NewNode(Config{}, throttle.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { n.Close() })
-			l, err := n.NewOwnedLimiter("api", throttle.PerSecond(10), 5)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, l := ownedNode(t, Config{}, throttle.PerSecond(10), 5, nil, throttle.WithClock(clk))
 			return l
 		},
 		Limit: 5,
@@ -474,15 +467,8 @@ func TestOwnedAllowManyWhileAsksFail(t *testing.T) {
 	net := NewNetwork(throttletest.NewClock(), 1)
 	var lims []*OwnedLimiter
 	for _, a := range []string{"n0", "n1"} {
-		n, err := NewNode(Config{Transport: net.Endpoint(a), Secret: secret, Peers: []string{"n0", "n1"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		l, err := n.NewOwnedLimiter("api", throttle.PerSecond(1000), 10, OwnedConfig{Delay: time.Microsecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, l := ownedNode(t, Config{Transport: net.Endpoint(a), Secret: secret, Peers: []string{"n0", "n1"}},
+			throttle.PerSecond(1000), 10, []OwnedConfig{{Delay: time.Microsecond}})
 		lims = append(lims, l)
 	}
 	var keys []string
