@@ -14,6 +14,9 @@ import (
 
 func TestMain(m *testing.M) {
 	if os.Getenv(runMainEnv) != "" {
+		if path := os.Getenv(cpuProfileEnv); path != "" {
+			go profileCPU(path)
+		}
 		main() // the real daemon, for the tests of proc_test.go
 		return
 	}

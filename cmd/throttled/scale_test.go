@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,8 +58,11 @@ type loadResult struct {
 //
 //	THROTTLE_GOSSIP_SCALE=1000000 go test ./cmd/throttled -run TestGossipScale -v -timeout 30m
 //
+// THROTTLE_GOSSIP_SCALE_PROFILE=dir writes a CPU profile of the first
+// daemon, from 90 s after its start for 60 s, to dir/daemon0.pprof.
 // THROTTLE_GOSSIP_SCALE_MAX sets the bound on admitted/ideal the test
-// checks (default 1.05).
+// checks (default 1.05); THROTTLE_GOSSIP_SCALE_ROUTING=owner runs the
+// daemons with gossip.routing "owner" instead of all-to-all counters.
 func TestGossipScale(t *testing.T) {
 	keys, _ := strconv.Atoi(os.Getenv("THROTTLE_GOSSIP_SCALE"))
 	if keys <= 0 {
@@ -73,6 +79,7 @@ func TestGossipScale(t *testing.T) {
 	if b, err := strconv.ParseFloat(os.Getenv("THROTTLE_GOSSIP_SCALE_MAX"), 64); err == nil {
 		bound = b
 	}
+	routing := cmp.Or(os.Getenv("THROTTLE_GOSSIP_SCALE_ROUTING"), "all")
 	const n = 3
 	ports, err := testproc.FreePorts(3 * n)
 	if err != nil {
@@ -93,10 +100,13 @@ func TestGossipScale(t *testing.T) {
 			}
 		}
 		cfg := writeFile(t, fmt.Sprintf(`{"listen":["tcp:%s"],"default":{"rate":%q,"burst":%d},"max_keys":%d,"admin":%q,
-			"gossip":{"listen":%q,"peers":[%s],"secret":"0123456789abcdef0123"}}`,
-			sc.Daemons[i], sc.Rate, sc.Burst, 2*keys, admins[i], gossipAddrs[i], strings.Join(peers, ",")))
+			"gossip":{"listen":%q,"peers":[%s],"secret":"0123456789abcdef0123","routing":%q}}`,
+			sc.Daemons[i], sc.Rate, sc.Burst, 2*keys, admins[i], gossipAddrs[i], strings.Join(peers, ","), routing))
 		cmd := exec.Command(os.Args[0], "-config", cfg, "-log-level", "warn")
 		cmd.Env = append(os.Environ(), runMainEnv+"=1")
+		if dir := os.Getenv("THROTTLE_GOSSIP_SCALE_PROFILE"); dir != "" && i == 0 {
+			cmd.Env = append(cmd.Env, cpuProfileEnv+"="+filepath.Join(dir, "daemon0.pprof"))
+		}
 		addr := sc.Daemons[i]
 		p, err := testproc.Start(cmd, 10*time.Second, testproc.Dials("tcp", addr))
 		if err != nil {
@@ -121,6 +131,16 @@ func TestGossipScale(t *testing.T) {
 	go func() { done <- gen.Wait() }()
 	// CPU over the second half: every key is known by then.
 	time.Sleep(sc.Duration / 2)
+	alive := func() {
+		for i, p := range procs {
+			select {
+			case <-p.Exited():
+				t.Fatalf("daemon %d exited; its output:\n%s", i, p.Output())
+			default:
+			}
+		}
+	}
+	alive()
 	cpu0 := make([]time.Duration, n)
 	for i, p := range procs {
 		cpu0[i] = procCPU(t, p.Pid())
@@ -134,6 +154,7 @@ func TestGossipScale(t *testing.T) {
 		t.Fatalf("the load generator did not finish; output:\n%s", out)
 	}
 	window := time.Since(start)
+	alive()
 	if genErr != nil {
 		t.Fatalf("load generator: %v; output:\n%s", genErr, out)
 	}
@@ -151,11 +172,33 @@ func TestGossipScale(t *testing.T) {
 		t.Fatalf("load generator output %q: %v", out, err)
 	}
 	ratio := float64(res.Admitted) / float64(res.Ideal)
-	t.Logf("%d keys, %s burst %d, each asked 3x its rate for %v: %d asks, %d admitted, one bucket per key admits %d: %.4f; load generator at most %v late",
-		keys, sc.Rate, sc.Burst, sc.Duration, res.Asked, res.Admitted, res.Ideal, ratio, res.Late.Round(time.Millisecond))
+	t.Logf("routing %q: %d keys, %s burst %d, each asked 3x its rate for %v: %d asks, %d admitted, one bucket per key admits %d: %.4f; load generator at most %v late",
+		routing, keys, sc.Rate, sc.Burst, sc.Duration, res.Asked, res.Admitted, res.Ideal, ratio, res.Late.Round(time.Millisecond))
 	if ratio > bound {
 		t.Errorf("the cluster admitted %.4f of one bucket per key, want at most %.2f", ratio, bound)
 	}
+}
+
+// cpuProfileEnv makes the daemon process write a CPU profile to the
+// variable's value (see profileCPU).
+const cpuProfileEnv = "THROTTLED_TEST_CPUPROFILE"
+
+// profileCPU writes a CPU profile of the process from 90 s after its
+// start for 60 s to path.
+func profileCPU(path string) {
+	time.Sleep(90 * time.Second)
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	time.Sleep(time.Minute)
+	pprof.StopCPUProfile()
 }
 
 // gossipMetrics returns the gossip counters of the daemon whose admin
@@ -176,13 +219,25 @@ func gossipMetrics(addr string) string {
 	return strings.Join(out, "; ")
 }
 
+// readProc returns the file /proc/pid/name. It skips the test without
+// /proc, and fails it if the process is gone (a daemon that died).
+func readProc(t *testing.T, pid int, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, name))
+	if err == nil {
+		return b
+	}
+	if _, serr := os.Stat("/proc/self/stat"); serr != nil {
+		t.Skipf("no /proc: %v", serr)
+	}
+	t.Fatalf("process %d is gone: %v", pid, err)
+	return nil
+}
+
 // procStatus returns a memory field (in bytes) of /proc/pid/status.
 func procStatus(t *testing.T, pid int, field string) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Skipf("no /proc: %v", err)
-	}
+	b := readProc(t, pid, "status")
 	for _, l := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(l, field+":"); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
@@ -195,10 +250,7 @@ func procStatus(t *testing.T, pid int, field string) int64 {
 // procCPU returns the user and system CPU time of process pid.
 func procCPU(t *testing.T, pid int) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Skipf("no /proc: %v", err)
-	}
+	b := readProc(t, pid, "stat")
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
 	ut, _ := strconv.ParseInt(f[11], 10, 64) // fields 14 and 15 of the line
 	st, _ := strconv.ParseInt(f[12], 10, 64)

@@ -129,6 +129,22 @@ type Gossip struct {
 	// again: keys rotate without a restart (add the new key on every
 	// daemon, then move it first on every daemon, then remove the old).
 	KeyFile string `json:"key_file,omitempty"`
+	// Routing selects how the daemons share the limits: "all" (the
+	// default) decides each query on the daemon that receives it and
+	// gossips every daemon's counters to every other (gossip.Limiter);
+	// "owner" decides each tag on one daemon, its owner by rendezvous
+	// hashing over the live daemons, to which the others forward their
+	// queries in batches (gossip.OwnedLimiter): exact, and memory and
+	// traffic per tag that do not grow with the number of daemons, for a
+	// round trip on most queries. See "Which to pick when" in
+	// docs/design/gossip.md.
+	Routing string `json:"routing,omitempty"`
+	// ForwardTimeout is how long a query forwarded to its tag's owner
+	// waits for the answer before it is decided on this daemon's
+	// fallback bucket of the tag (the limit divided by the number of
+	// daemons): routing "owner" only. Default
+	// gossip.DefaultForwardTimeout.
+	ForwardTimeout Duration `json:"forward_timeout,omitempty"`
 	// Members replaces Peers by a membership with failure detection,
 	// which Membership starts.
 	Members *Members `json:"members,omitempty"`
@@ -136,6 +152,12 @@ type Gossip struct {
 	// (cmd/throttled runs memberlist), not by the file.
 	Membership MembershipFunc `json:"-"`
 }
+
+// Values of Gossip.Routing.
+const (
+	RoutingAll   = "all"   // every daemon decides, counters gossiped to all
+	RoutingOwner = "owner" // each tag decided by its owner daemon
+)
 
 // Duration is a time.Duration written in JSON as a Go duration string
 // ("1s", "250ms").
@@ -231,6 +253,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxKeys == 0 {
 		c.MaxKeys = 1_000_000
+	}
+	if c.Gossip.Routing == "" {
+		c.Gossip.Routing = RoutingAll
 	}
 	return c
 }
@@ -339,6 +364,12 @@ func (g *Gossip) check() error {
 	}
 	if g.Interval < 0 || (g.Interval > 0 && time.Duration(g.Interval) < time.Millisecond) {
 		return conffile.Invalid("gossip.interval %v: must be at least 1ms", time.Duration(g.Interval))
+	}
+	if g.Routing != RoutingAll && g.Routing != RoutingOwner {
+		return conffile.Invalid("gossip.routing %q: must be %q or %q", g.Routing, RoutingAll, RoutingOwner)
+	}
+	if g.ForwardTimeout < 0 {
+		return conffile.Invalid("gossip.forward_timeout %v: must not be negative", time.Duration(g.ForwardTimeout))
 	}
 	return g.Members.check(g)
 }

@@ -26,7 +26,10 @@
 // Each tag is charged one token of the limit of the first rule whose
 // pattern it matches (or the default limit). With gossip peers, every
 // daemon is charged for the hits of all daemons, one gossip interval
-// late; see package gossip for the guarantees.
+// late; see package gossip for the guarantees. With Gossip.Routing
+// "owner", each tag is decided by one daemon, its owner, to which the
+// others forward their queries: the complete lines of one read are
+// decided together, one round trip for the lot.
 //
 // # Connections and memory
 //
@@ -59,7 +62,6 @@
 package daemon
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -69,7 +71,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,11 +126,12 @@ type Server struct {
 
 // limits are the limiters of one configuration, swapped whole by Reload.
 type limits struct {
-	exact map[string]*gossip.Limiter // rules without wildcards
+	exact map[string]bucketLimiter // rules without wildcards
 	globs []globRule
-	def   *gossip.Limiter
-	all   map[string]*gossip.Limiter // by gossip name
-	burst map[*gossip.Limiter]int64
+	def   bucketLimiter
+	all   map[string]bucketLimiter // by gossip name
+	burst map[bucketLimiter]int64
+	owned bool // routing "owner": the limiters are *gossip.OwnedLimiter
 	// prev is the configuration this one replaced, while a changed
 	// limit's tags may still carry usage from it (see carry); nil after.
 	prev atomic.Pointer[limits]
@@ -148,7 +150,7 @@ type connLimits struct {
 
 type globRule struct {
 	pattern string
-	lim     *gossip.Limiter
+	lim     bucketLimiter
 }
 
 // Stats counts what a Server did.
@@ -177,6 +179,9 @@ type Stats struct {
 	// no key of gossip.key_file: forged, or sealed under a key this
 	// daemon lacks (a rotation done out of order).
 	Unsealed uint64
+	// Owned sums the counters of the owner-routed limits in use (routing
+	// "owner"; zero otherwise).
+	Owned gossip.OwnedStats
 }
 
 // New validates cfg with its defaults (WithDefaults), creates the gossip node and its limiters, and binds
@@ -304,9 +309,10 @@ func limitName(kind string, l Limit) string {
 // buildLimits makes the limiters of cfg, reusing those of old whose name
 // (kind, rate and burst) is unchanged.
 func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
-	l := &limits{exact: map[string]*gossip.Limiter{}, all: map[string]*gossip.Limiter{}, burst: map[*gossip.Limiter]int64{}}
-	var created []*gossip.Limiter
-	newLim := func(kind string, lm Limit) (*gossip.Limiter, error) {
+	l := &limits{exact: map[string]bucketLimiter{}, all: map[string]bucketLimiter{}, burst: map[bucketLimiter]int64{},
+		owned: cfg.Gossip.Routing == RoutingOwner}
+	var created []bucketLimiter
+	newLim := func(kind string, lm Limit) (bucketLimiter, error) {
 		name := limitName(kind, lm)
 		if x := l.all[name]; x != nil {
 			return x, nil
@@ -323,7 +329,7 @@ func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 		if err != nil {
 			return nil, err
 		}
-		x, err := s.node.NewLimiter(name, r, lm.Burst)
+		x, err := s.newLimiter(cfg.Gossip, name, r, lm.Burst)
 		if err != nil {
 			return nil, err
 		}
@@ -364,7 +370,8 @@ func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 // its new bucket holds at most the new burst less what the old bucket has
 // used, until the old one has refilled (at most maxCarry; over gossip,
 // every node charges the usage it saw, so carried usage may count more
-// than once meanwhile: stricter, never looser).
+// than once meanwhile: stricter, never looser; with routing "owner"
+// nothing is carried).
 // Queries racing a reload are answered by the old or the new limits,
 // never "ER". Settings that need a restart (listeners, gossip, max_tag_len,
 // max_keys, admin) must be unchanged. If cfg is invalid, the running
@@ -395,7 +402,8 @@ func (s *Server) reload(cfg Config) error {
 		if g.Members != nil {
 			members = *g.Members
 		}
-		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Peers, g.Secret, g.SecretFile, g.SpendCap, g.Copies, g.KeyFile, members, c.MaxTagLen, c.MaxKeys, c.Admin)
+		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Peers, g.Secret, g.SecretFile, g.SpendCap, g.Copies, g.KeyFile, members, c.MaxTagLen, c.MaxKeys, c.Admin,
+			g.Routing, g.ForwardTimeout)
 	}
 	if fixed(cfg) != fixed(s.cfg) || cfg.Gossip.Interval != s.cfg.Gossip.Interval {
 		return fmt.Errorf("%w: reload: listen, gossip, max_tag_len, max_keys and admin need a restart", throttle.ErrInvalid)
@@ -450,7 +458,7 @@ const maxChain = 16
 // forgotten, and their limiters that the running ones no longer use are
 // closed. Called under relMu.
 func (s *Server) dropPrev(l *limits) {
-	inUse := map[*gossip.Limiter]bool{}
+	inUse := map[bucketLimiter]bool{}
 	for c := s.lim.Load(); c != nil && c != l; c = c.prev.Load() {
 		for _, x := range c.all {
 			inUse[x] = true
@@ -469,7 +477,7 @@ func (s *Server) dropPrev(l *limits) {
 }
 
 // limitRate returns the rate of x, from its gossip name (see limitName).
-func limitRate(x *gossip.Limiter) string {
+func limitRate(x bucketLimiter) string {
 	name := x.Name()
 	for i := len(name) - 1; i >= 0; i-- {
 		if name[i] == '|' {
@@ -528,7 +536,7 @@ func (s *Server) Stats() Stats {
 	return Stats{Conns: n, Accepted: s.st.conns.Load(), Rejected: s.st.rejected.Load(), Reclaimed: s.st.reclaimed.Load(), Queries: s.st.ok.Load() + s.st.no.Load(),
 		Allowed: s.st.ok.Load(), Throttled: s.st.no.Load(), BadQueries: s.st.bad.Load(), Pings: s.st.pings.Load(),
 		WriteTimeouts: s.st.writeTimeouts.Load(), ReplyResets: s.st.replyResets.Load(), Reloads: s.st.reloads.Load(), ReloadErrors: s.st.reloadErrors.Load(),
-		Gossip: s.node.Stats(), Unsealed: s.unsealed()}
+		Gossip: s.node.Stats(), Unsealed: s.unsealed(), Owned: s.lim.Load().ownedStats()}
 }
 
 func (s *Server) unsealed() uint64 {
@@ -681,157 +689,6 @@ func connMemory() uint64 {
 	return 2*replyBudget + 2*max(tcpRmemDefault(), 128<<10)
 }
 
-// serve answers the queries of c until it closes, idles for
-// IdleTimeout, owes replies it does not take for WriteTimeout, or
-// Shutdown. Every read is answered at once: replies to every complete
-// line read are flushed before the next read, and the read deadline is
-// renewed before each read, so that a connection is idle only when no
-// byte arrives for IdleTimeout.
-func (s *Server) serve(sc *conn) {
-	c := sc.c
-	reset := false
-	defer func() {
-		if reset {
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetLinger(0)
-			}
-		}
-		c.Close()
-		s.mu.Lock()
-		s.unlink(sc)
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetWriteBuffer(replyBudget)
-	}
-	maxLine := s.cfg.MaxTagLen + 2
-	buf := make([]byte, max(2*maxLine, 1024))
-	out := make([]byte, 0, 1024)
-	var (
-		start, end int
-		drain      = -1         // during Shutdown: the bytes received before it, still to read
-		last       bool         // the last read is done: answer it, then close
-		quietSince = time.Now() // when the last byte arrived
-	)
-	// stopping: Shutdown, or the connection was reclaimed.
-	stopping := func() bool { return s.stopped.Load() || sc.reclaimed.Load() }
-	writeTimeout := func() time.Duration {
-		if stopping() {
-			return min(s.conf.Load().write, shutdownWrite)
-		}
-		return s.conf.Load().write
-	}
-	// flush writes the replies; a client that takes none of them for
-	// WriteTimeout is cut off, one that takes some is waited for.
-	flush := func() bool {
-		for len(out) > 0 {
-			c.SetWriteDeadline(time.Now().Add(writeTimeout()))
-			n, err := c.Write(out)
-			out = out[n:]
-			if err == nil || n > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-				continue
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				s.st.writeTimeouts.Add(1)
-				s.log.Debug("replies not read, resetting", "remote", c.RemoteAddr().String())
-			}
-			reset = true
-			return false
-		}
-		out = out[:0:cap(out)]
-		return true
-	}
-	for {
-		// Answer every complete line read, and flush the replies.
-		for {
-			i := bytes.IndexByte(buf[start:end], '\n')
-			if i < 0 {
-				break
-			}
-			line := buf[start : start+i+1]
-			start += i + 1
-			if len(line) > maxLine {
-				s.oversized(c, out)
-				return
-			}
-			out = s.answer(line, out)
-			if len(out) > 900 && !flush() {
-				return
-			}
-		}
-		if !flush() {
-			return
-		}
-		if end-start >= maxLine {
-			s.oversized(c, out)
-			return
-		}
-		end = copy(buf, buf[start:end])
-		start = 0
-		if last {
-			if !reset {
-				lingerClose(c)
-			}
-			return
-		}
-		if drain < 0 && stopping() {
-			// Shutdown or reclaimed: answer what the client sent before
-			// it, no more.
-			drain = 0
-			if n, ok := pending(c); ok {
-				drain = n
-			}
-		}
-		if drain == 0 {
-			last = true
-			continue
-		}
-		limit := len(buf)
-		if drain > 0 {
-			c.SetReadDeadline(time.Now().Add(shutdownWrite))
-			limit = min(limit, end+drain)
-		} else {
-			// Wake at IdleTimeout of silence, and every WriteTimeout
-			// before, to see whether the client left replies untaken.
-			wake := time.Now().Add(writeTimeout())
-			if idle := quietSince.Add(s.conf.Load().idle); idle.Before(wake) {
-				wake = idle
-			}
-			c.SetReadDeadline(wake)
-			if stopping() {
-				continue // Shutdown or reclaim came before the deadline was set
-			}
-		}
-		n, err := c.Read(buf[end:limit])
-		end += n
-		if drain > 0 {
-			drain -= n
-		} else if n > 0 {
-			quietSince = time.Now()
-			sc.last.Store(int64(quietSince.Sub(s.epoch)))
-		}
-		if err != nil {
-			timeout := errors.Is(err, os.ErrDeadlineExceeded)
-			if timeout && drain < 0 && stopping() {
-				continue // woken by Shutdown or reclaim
-			}
-			if timeout && drain < 0 && time.Since(quietSince) < s.conf.Load().idle {
-				if n, ok := unsent(c); !ok || n == 0 {
-					continue // quiet, not idle yet, and it took its replies
-				}
-				s.st.replyResets.Add(1)
-				s.log.Debug("replies not taken, resetting", "remote", c.RemoteAddr().String())
-			}
-			// Idle, closed by the client, or failed: answer the lines of
-			// this read, then close. An idle connection is reset: the
-			// replies it still owes will not be read.
-			reset = reset || timeout && drain < 0
-			last = true
-		}
-	}
-}
-
 // oversized answers a line longer than MaxTagLen with ER and closes c.
 func (s *Server) oversized(c net.Conn, out []byte) {
 	s.st.bad.Add(1)
@@ -843,41 +700,6 @@ func (s *Server) oversized(c net.Conn, out []byte) {
 
 // shutdownWrite bounds the flush of the last replies during Shutdown.
 const shutdownWrite = 500 * time.Millisecond
-
-// answer appends the reply to line ("\n" included) to dst.
-func (s *Server) answer(line, dst []byte) []byte {
-	tag := line[:len(line)-1]
-	if n := len(tag); n > 0 && tag[n-1] == '\r' {
-		tag = tag[:n-1]
-	}
-	switch {
-	case string(tag) == "PING":
-		s.st.pings.Add(1)
-		return append(dst, ReplyPong...)
-	case len(tag) > 0 && tag[0] == '?':
-		return s.detailed(tag[1:], dst)
-	}
-	return append(dst, s.decideTag(tag)...)
-}
-
-// detailed answers a "?tag" query: "OK|NO remaining retry_ms reset_ms\n".
-func (s *Server) detailed(tag, dst []byte) []byte {
-	d, ok := s.allow(tag)
-	if !ok {
-		return append(dst, ReplyError...)
-	}
-	if d.Allowed {
-		dst = append(dst, "OK "...)
-	} else {
-		dst = append(dst, "NO "...)
-	}
-	dst = strconv.AppendInt(dst, int64(d.Remaining), 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendInt(dst, ceilMillis(d.RetryAfter), 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendInt(dst, ceilMillis(d.ResetAfter), 10)
-	return append(dst, '\n')
-}
 
 func ceilMillis(d time.Duration) int64 {
 	return int64((max(d, 0) + time.Millisecond - 1) / time.Millisecond)
@@ -893,70 +715,27 @@ func lingerClose(c net.Conn) {
 	}
 }
 
-// decideTag answers a plain query.
-func (s *Server) decideTag(tag []byte) string {
-	d, ok := s.allow(tag)
-	switch {
-	case !ok:
-		return ReplyError
-	case d.Allowed:
-		return ReplyOK
-	default:
-		return ReplyNO
-	}
-}
-
-// allow charges tag one token and counts the outcome; ok is false for a
-// bad tag.
-func (s *Server) allow(tag []byte) (throttle.Decision, bool) {
-	if len(tag) == 0 || len(tag) > s.cfg.MaxTagLen {
-		s.st.bad.Add(1)
-		return throttle.Decision{}, false
-	}
-	var (
-		d   throttle.Decision
-		err error
-	)
-	for {
-		l := s.lim.Load()
-		lim := l.limiter(tag)
-		l.carry(lim, string(tag))
-		d, err = lim.Allow(context.Background(), string(tag), 1)
-		if !errors.Is(err, throttle.ErrClosed) || s.lim.Load() == l {
-			break
-		}
-		// A reload closed the limiter meanwhile: ask the new one.
-	}
-	switch {
-	case err != nil:
-		s.st.bad.Add(1)
-		return d, false
-	case d.Allowed:
-		s.st.ok.Add(1)
-	default:
-		s.st.no.Add(1)
-	}
-	return d, true
-}
-
 // Tokens returns the tokens left for tag in the bucket of the limit it
-// matches, negative when peers' reports pushed it below empty.
+// matches, negative when peers' reports pushed it below empty. With
+// routing "owner" it is this daemon's bucket of tag: the owner's exact
+// one if this daemon owns tag, else its fallback bucket.
 func (s *Server) Tokens(tag string) int64 { return s.limiter([]byte(tag)).Tokens(tag) }
 
 // Decide answers a query for tag as a connection would ("OK\n", "NO\n" or
 // "ER\n"), without a socket.
 func (s *Server) Decide(tag string) string { return string(s.answer([]byte(tag+"\n"), nil)) }
 
-func (s *Server) limiter(tag []byte) *gossip.Limiter { return s.lim.Load().limiter(tag) }
+func (s *Server) limiter(tag []byte) bucketLimiter { return s.lim.Load().limiter(tag) }
 
 // carry keeps the usage key had under the configurations before l, when
 // its limit changed: before each decision, while they are kept, lim's
 // bucket is brought down to at most the tokens l.tokens allows. Racing
 // decisions may each charge: stricter, never looser. It costs one atomic
-// load when l carries nothing.
-func (l *limits) carry(lim *gossip.Limiter, key string) {
-	if l.prev.Load() == nil {
-		return
+// load when l carries nothing. With routing "owner" nothing is carried: a
+// tag whose limit changed starts on a full bucket of the new limit.
+func (l *limits) carry(lim bucketLimiter, key string) {
+	if l.prev.Load() == nil || l.owned {
+		return // an owner-routed tag's bucket is on its owner
 	}
 	have := lim.Tokens(key)
 	if k := have - max(l.tokens(lim, key, maxChain), 0); k > 0 {
@@ -969,7 +748,7 @@ func (l *limits) carry(lim *gossip.Limiter, key string) {
 // used under the previous configuration (itself so bounded, depth
 // configurations back). The old buckets refill at their old rates, so
 // carried usage fades as it would have.
-func (l *limits) tokens(lim *gossip.Limiter, key string, depth int) int64 {
+func (l *limits) tokens(lim bucketLimiter, key string, depth int) int64 {
 	have := lim.Tokens(key)
 	p := l.prev.Load()
 	if p == nil || depth == 0 {
@@ -983,7 +762,7 @@ func (l *limits) tokens(lim *gossip.Limiter, key string, depth int) int64 {
 	return min(have, l.burst[lim]-used)
 }
 
-func (l *limits) limiter(tag []byte) *gossip.Limiter {
+func (l *limits) limiter(tag []byte) bucketLimiter {
 	if x, ok := l.exact[string(tag)]; ok {
 		return x
 	}

@@ -72,6 +72,22 @@
 // resuming after what it acknowledged, so the catch-up takes rounds in
 // proportion to the keys below full.
 //
+// # Owner routing
+//
+// For limits with many active keys (a million on three nodes), a
+// Limiter's all-to-all counters cost every node every key's bucket and a
+// report of every key to every peer. Node.NewOwnedLimiter makes an
+// OwnedLimiter instead: each key has one owner, the live member that wins
+// the rendezvous hash of the key and the member IDs, which decides it on
+// its own exact bucket; the other nodes forward their decisions to it in
+// batches (one datagram per owner, authenticated like every other) and
+// wait for the answer up to a timeout, after which they decide on a local
+// fallback bucket of rate and burst divided by the members. While the
+// members agree and answers arrive in time the cluster admits exactly one
+// bucket per key; a member that joins or dies moves only its keys. See
+// OwnedLimiter for the bounds under loss and failure, and
+// docs/design/gossip.md for which to pick when.
+//
 // # Memory and the key cap
 //
 // Each limiter tracks at most the node's throttle.WithMaxKeys keys, about

@@ -112,11 +112,7 @@ func (l *Limiter) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
-	l.node.mu.Lock()
-	if l.node.limiters[l.name] == l {
-		delete(l.node.limiters, l.name)
-	}
-	l.node.mu.Unlock()
+	unregister(l.node, l.node.limiters, l.name, l)
 	return nil
 }
 

@@ -148,6 +148,7 @@ type Node struct {
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
 	limiters map[string]*Limiter
+	owned    map[string]*OwnedLimiter // by name: see NewOwnedLimiter
 	round    int64
 	sendSig  *signer
 	closed   bool
@@ -262,7 +263,7 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, settings: s, clk: clock.New(s.Clock), interval: int64(cfg.Interval),
-		peers: map[string]*peer{}, limiters: map[string]*Limiter{},
+		peers: map[string]*peer{}, limiters: map[string]*Limiter{}, owned: map[string]*OwnedLimiter{},
 		sendSig: newSigner(cfg.Secret), recvSig: newSigner(cfg.Secret),
 	}
 	n.created = n.clk.Now()
@@ -503,9 +504,13 @@ func (n *Node) Close() error {
 	for _, l := range n.limiters {
 		lims = append(lims, l)
 	}
+	owned := slices.Collect(maps.Values(n.owned))
 	n.mu.Unlock()
 	n.unsub()
 	n.wg.Wait()
+	for _, l := range owned {
+		l.Close()
+	}
 	var err error
 	if n.cfg.Transport != nil {
 		err = n.cfg.Transport.Close()
@@ -893,8 +898,10 @@ func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, dro
 		}
 		return nil, 0, &n.st.dup
 	}
-	pr.acknowledged(m)
-	pr.received(m)
+	if !ownedMsg(m.typ) { // asks and answers are outside the rounds
+		pr.acknowledged(m)
+		pr.received(m)
+	}
 	pr.lastHeard = now
 	if pr.dead {
 		pr.dead = false // back in the shares
@@ -921,7 +928,7 @@ func (n *Node) current(pr *peer, m *message) bool {
 		// other life, is dropped (what it carries is sent again).
 		n.incarnation.Store(m.dstInc + 1)
 		return false
-	case m.dstInc != self && (m.dstInc != 0 || m.typ == msgState):
+	case m.dstInc != self && (m.dstInc != 0 || m.typ == msgState || ownedMsg(m.typ)):
 		// Addressed to an earlier life of this node: replayed, or late.
 		// Reports and hellos sent before the sender knew this node's
 		// incarnation (0) are accepted: the counters of reports born
@@ -1000,6 +1007,8 @@ func (p *peer) received(m *message) {
 func (n *Node) apply(m *message, l *Limiter, acceptFrom int64) *atomic.Uint64 {
 	switch {
 	case m.typ == msgHello:
+	case ownedMsg(m.typ):
+		return n.applyOwned(m)
 	case l == nil:
 		return &n.st.unknownTable
 	case m.typ == msgReport:

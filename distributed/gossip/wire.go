@@ -13,7 +13,7 @@ import (
 //
 //	magic    2 bytes  "TG"
 //	version  1 byte   2
-//	type     1 byte   msgReport, msgState or msgHello
+//	type     1 byte   msgReport, msgState, msgHello, msgAsk or msgAnswer
 //	ack      8 bytes  big endian     the receiver's latest round of which
 //	                                 the sender got every datagram
 //	part     2 bytes  big endian     index of this datagram in its round
@@ -39,6 +39,7 @@ import (
 //	entries  count times:
 //	  report: uvarint key length, key, varint born (ns), uvarint hits, uvarint demand
 //	  state:  uvarint key length, key, varint tokens, uvarint yours
+//	  ask, answer: see ownerwire.go
 //	mac      32 bytes HMAC-SHA256(secret, receiver ID (1 byte length +
 //	                  bytes) followed by everything before the mac)
 //
@@ -121,6 +122,8 @@ type message struct {
 	header
 	reports []reportEntry
 	states  []stateEntry
+	asks    []askEntry    // msgAsk
+	answers []answerEntry // msgAnswer
 }
 
 // signer computes MACs with a shared secret. It is not safe for concurrent
@@ -315,6 +318,8 @@ func (m *message) decodeEntries(rd *reader, count int) {
 			rd.check(s.born >= 0)
 			m.states = append(m.states, s)
 		}
+	case msgAsk, msgAnswer:
+		m.decodeOwned(rd, count)
 	default:
 		rd.check(false)
 	}

@@ -1,0 +1,640 @@
+package gossip
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/gcra"
+	"github.com/throttlekit/throttle/limiterkit"
+)
+
+// DefaultForwardTimeout is the default of OwnedConfig.Timeout: far above
+// a forwarded decision's round trip on loopback or a LAN (about 0.1 to
+// 1 ms, a few ms at the 99th percentile on a loaded host), short enough
+// that a dead owner delays its keys' callers little.
+const DefaultForwardTimeout = 50 * time.Millisecond
+
+// DefaultForwardDelay is the default of OwnedConfig.Delay: longer than a
+// round trip on loopback or a LAN, so that while a datagram to an owner
+// is in flight the asks for it gather until its answer is back.
+const DefaultForwardDelay = time.Millisecond
+
+// maxInFlight bounds the asks of one owned limiter waiting for answers;
+// past it, asks are decided on the fallback buckets at once.
+const maxInFlight = 1 << 16
+
+// OwnedConfig tunes an OwnedLimiter. The zero value of each field selects
+// its default.
+type OwnedConfig struct {
+	// Timeout is how long a caller waits for the owner's answer before it
+	// decides on the key's fallback bucket. Default DefaultForwardTimeout.
+	Timeout time.Duration
+	// Delay bounds how long asks for one owner are collected before they
+	// leave. Asks leave at once, in one datagram per owner for the asks
+	// of one AllowMany, while no datagram to that owner waits for its
+	// answer; while one does, they gather until the answer comes, Delay
+	// passes, or the datagram is full (MaxPacket). So a lone ask waits
+	// one round trip, and under load the asks of one round trip share a
+	// datagram. Default DefaultForwardDelay.
+	Delay time.Duration
+}
+
+// OwnedLimiter is a keyed token bucket limiter whose keys each have one
+// owner in the cluster: the member (this node or a live peer) that wins
+// the rendezvous hash of the key and the member IDs. The owner decides on
+// its own bucket of the key, exactly; the other nodes forward the
+// decisions to it in batches, one datagram per owner, and wait for its
+// answer. A key's state lives on its owner only, so memory and traffic
+// do not grow with the number of nodes times the number of keys, as the
+// all-to-all counters of Limiter do.
+//
+// Guarantees: while every node sees the same live members and the
+// answers arrive within the timeout, the cluster admits exactly what one
+// bucket per key admits. An ask whose datagram or answer is lost or late,
+// or whose owner is dead or partitioned, is decided after the timeout on
+// the asker's fallback bucket of the key (at once if the ask cannot be
+// sent: an owner not heard from yet): the limit's rate and burst divided
+// by the number of members N (burst at least 1). So over a time t the
+// cluster admits for a key at most burst + rate x t on its owner plus, on
+// each of the N-1 other nodes, max(1, burst/N) + rate x t/N. An owner
+// that charged an ask whose answer was lost has charged it although the
+// caller decides it again on its fallback bucket: stricter by that ask,
+// looser by what the fallback bucket admits, within the bound. A
+// datagram is never applied twice: a duplicated or replayed ask is
+// refused by the node's sequence window (Stats.Duplicate, Stats.Stale).
+// When the live members change, the keys of the member that joined or
+// died move, and only those: the new owner starts their buckets full, so
+// a move can admit one more burst, as does an owner's restart; while the
+// nodes' views of the members differ, a key may have two owners.
+//
+// Memory: an owner keeps one bucket per key it owns (the node's
+// throttle.WithMaxKeys bounds them; full buckets are swept every half
+// refill time, at least every minute); a non-owner keeps only its asks
+// in flight (at most 65536 a limiter; past that it decides at once on
+// fallback buckets) and the fallback buckets of keys decided while their
+// owner did not answer. The owner holds no state per ask: it decides a
+// datagram's asks and answers them as it receives it, so a peer flooding
+// asks costs it processing, not memory.
+//
+// Create it with Node.NewOwnedLimiter; the zero value is not usable. It
+// is safe for concurrent use.
+type OwnedLimiter struct {
+	node     *Node
+	name     string
+	rate     throttle.Rate
+	burst    int
+	timeout  time.Duration
+	delay    time.Duration
+	exact    gcra.Keyed // the buckets of the keys this node owns
+	fallback gcra.Keyed // the buckets of keys whose owner did not answer
+	closed   atomic.Bool
+	st       ownedStats
+
+	mu    sync.Mutex // guards the fields below
+	next  uint64     // the last ask id
+	calls map[uint64]call
+	out   map[string]*outbox // asks not sent yet, by owner
+}
+
+// OwnedStats counts what an OwnedLimiter did. Read it with
+// OwnedLimiter.Stats.
+type OwnedStats struct {
+	Local     uint64 // decisions on keys this node owns, asked here
+	Served    uint64 // decisions made for peers' asks
+	Forwarded uint64 // asks sent to their owner
+	Answered  uint64 // forwarded asks answered in time
+	Fallback  uint64 // asks decided on a fallback bucket: owner unreachable or unheard, ask or answer lost or late, too many in flight
+	Late      uint64 // answers that came after their ask was decided otherwise, or matched no ask
+	Batches   uint64 // ask datagrams sent
+}
+
+// Plus returns s and o added field by field: the counters of several
+// limiters.
+func (s OwnedStats) Plus(o OwnedStats) OwnedStats {
+	return OwnedStats{Local: s.Local + o.Local, Served: s.Served + o.Served, Forwarded: s.Forwarded + o.Forwarded,
+		Answered: s.Answered + o.Answered, Fallback: s.Fallback + o.Fallback, Late: s.Late + o.Late, Batches: s.Batches + o.Batches}
+}
+
+type ownedStats struct {
+	local, served, forwarded, answered, fallback, late, batches atomic.Uint64
+}
+
+// Ask is one decision of OwnedLimiter.AllowMany: Key and N in, Decision
+// and Err out.
+type Ask struct {
+	Key      string
+	N        int
+	Decision throttle.Decision
+	Err      error
+}
+
+// call is an ask forwarded and waiting for its answer.
+type call struct {
+	w     *waiter
+	i     int    // the ask's index in w.asks
+	owner string // the member it was sent to
+}
+
+// waiter is one AllowMany's forwarded asks.
+type waiter struct {
+	asks []Ask
+	ids  []uint64 // of the asks forwarded
+	left int      // forwarded asks not answered yet, +1 until all are enqueued; guarded by OwnedLimiter.mu
+	done chan struct{}
+}
+
+// outbox collects the asks for one owner until they leave.
+type outbox struct {
+	asks  []askEntry
+	size  int         // sealed size of the datagram they make
+	busy  bool        // a datagram was sent and its answer has not come (nor Delay passed)
+	timer *time.Timer // sends the asks after Delay, if armed
+}
+
+// errNoRoute marks an ask that could not be sent: decided on the
+// fallback bucket at once.
+var errNoRoute = fmt.Errorf("gossip: owner not reachable")
+
+// NewOwnedLimiter returns a limiter of buckets of burst tokens refilled
+// at rate whose keys are decided by their owner (see OwnedLimiter), under
+// name: the same name, rate and burst on every node. Names are separate
+// from those of NewLimiter. At most one cfg may be given. Errors wrap
+// throttle.ErrInvalid or throttle.ErrClosed.
+func (n *Node) NewOwnedLimiter(name string, rate throttle.Rate, burst int, cfg ...OwnedConfig) (*OwnedLimiter, error) {
+	var c OwnedConfig
+	switch {
+	case name == "" || len(name) > maxName:
+		return nil, fmt.Errorf("%w: limiter name must have 1 to %d bytes", throttle.ErrInvalid, maxName)
+	case len(cfg) > 1:
+		return nil, fmt.Errorf("%w: more than one OwnedConfig", throttle.ErrInvalid)
+	case len(cfg) == 1:
+		c = cfg[0]
+	}
+	if c.Timeout < 0 || c.Delay < 0 {
+		return nil, fmt.Errorf("%w: negative forward timeout or delay", throttle.ErrInvalid)
+	}
+	if _, err := gcra.NewConfig(rate, burst); err != nil {
+		return nil, err
+	}
+	l := &OwnedLimiter{node: n, name: name, rate: rate, burst: burst,
+		timeout: cmp.Or(c.Timeout, DefaultForwardTimeout), delay: cmp.Or(c.Delay, DefaultForwardDelay),
+		calls: map[uint64]call{}, out: map[string]*outbox{}}
+	// Full buckets are swept every half refill time (within an interval
+	// and a minute): a sweep reads every bucket, and one emptied just
+	// before it cannot be full again sooner.
+	sweep := min(max(rate.Duration(int64(burst))/2, n.Interval()), time.Minute)
+	opts := []throttle.Option{throttle.WithMaxKeys(n.settings.MaxKeys), throttle.WithMaxKeyLen(min(n.settings.MaxKeyLen, MaxKeyLen)),
+		throttle.WithSweepInterval(sweep)}
+	if n.settings.Clock != nil {
+		opts = append(opts, throttle.WithClock(n.settings.Clock))
+	}
+	if err := l.exact.Init(rate, burst, opts...); err != nil {
+		return nil, err
+	}
+	if err := l.fallback.Init(rate, burst, opts...); err != nil {
+		l.exact.Close()
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	err := error(nil)
+	switch {
+	case n.closed:
+		err = throttle.ErrClosed
+	case n.owned[name] != nil:
+		err = fmt.Errorf("%w: owned limiter %q already exists on this node", throttle.ErrInvalid, name)
+	}
+	if err != nil {
+		l.exact.Close()
+		l.fallback.Close()
+		return nil, err
+	}
+	n.owned[name] = l
+	return l, nil
+}
+
+// unregister removes l, registered under name in m (a map of n's,
+// guarded by n.mu), unless another took its place.
+func unregister[L comparable](n *Node, m map[string]L, name string, l L) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if m[name] == l {
+		delete(m, name)
+	}
+}
+
+// Name returns the limiter's name.
+func (l *OwnedLimiter) Name() string { return l.name }
+
+// Owner returns the ID of key's owner as this node sees the members now.
+func (l *OwnedLimiter) Owner(key string) string { return ownerOf(key, *l.node.members.Load()) }
+
+// Tokens returns the whole tokens in key's bucket on this node: the
+// owner's exact bucket if this node owns key, else its fallback bucket.
+func (l *OwnedLimiter) Tokens(key string) int64 {
+	if l.Owner(key) == l.node.id {
+		return l.exact.Tokens(key)
+	}
+	return l.fallback.Tokens(key)
+}
+
+// Stats returns the limiter's counters.
+func (l *OwnedLimiter) Stats() OwnedStats {
+	s := &l.st
+	return OwnedStats{Local: s.local.Load(), Served: s.served.Load(), Forwarded: s.forwarded.Load(),
+		Answered: s.answered.Load(), Fallback: s.fallback.Load(), Late: s.late.Load(), Batches: s.batches.Load()}
+}
+
+// Close closes the limiter: later calls fail with throttle.ErrClosed, and
+// asks from peers are no longer answered (they fall back). Idempotent.
+func (l *OwnedLimiter) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	unregister(l.node, l.node.owned, l.name, l)
+	l.mu.Lock()
+	for _, o := range l.out {
+		if o.timer != nil {
+			o.timer.Stop()
+		}
+	}
+	clear(l.out)
+	l.mu.Unlock()
+	l.exact.Close()
+	l.fallback.Close()
+	return nil
+}
+
+// Allow decides n units of key: on this node's bucket if it owns key,
+// else on the owner's, waiting for its answer up to the forward timeout
+// or the end of ctx (then the error is ctx's), and on the key's fallback
+// bucket if none comes in time.
+func (l *OwnedLimiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
+	if err := l.check(key, n); err != nil {
+		return d, err
+	}
+	if l.Owner(key) == l.node.id {
+		l.st.local.Add(1)
+		err = l.exact.Allow(&d, key, n)
+		return d, err
+	}
+	a := []Ask{{Key: key, N: n}}
+	l.AllowMany(ctx, a)
+	return a[0].Decision, a[0].Err
+}
+
+func (l *OwnedLimiter) check(key string, n int) error {
+	if l.closed.Load() {
+		return throttle.ErrClosed
+	}
+	if err := l.node.settings.CheckKey(key); err != nil {
+		return err
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), MaxKeyLen)
+	}
+	return limiterkit.CheckN(n, l.burst)
+}
+
+// AllowMany decides every ask as Allow would, forwarding those of each
+// owner together, and waits for all of them at once: one round trip for
+// the lot, not one each.
+func (l *OwnedLimiter) AllowMany(ctx context.Context, asks []Ask) {
+	members := *l.node.members.Load()
+	// left starts at 1, for the enqueueing: answers that come before the
+	// last ask is enqueued must not complete w.
+	w := &waiter{asks: asks, done: make(chan struct{}), left: 1}
+	var sends []batch
+	var owners []string
+	for i := range asks {
+		a := &asks[i]
+		if a.Err = l.check(a.Key, a.N); a.Err != nil {
+			continue
+		}
+		owner := ownerOf(a.Key, members)
+		if owner == l.node.id {
+			l.st.local.Add(1)
+			a.Err = l.exact.Allow(&a.Decision, a.Key, a.N)
+			continue
+		}
+		if full := l.enqueue(w, i, owner); full != nil {
+			sends = append(sends, batch{owner, full})
+		}
+		if !slices.Contains(owners, owner) {
+			owners = append(owners, owner)
+		}
+	}
+	l.mu.Lock()
+	for _, owner := range owners {
+		if b := l.take(owner, false); b.asks != nil {
+			sends = append(sends, b)
+		}
+	}
+	w.finish()
+	l.mu.Unlock()
+	for _, b := range sends {
+		l.send(b.owner, b.asks)
+	}
+	l.wait(ctx, w)
+}
+
+// batch is the asks of one datagram to an owner.
+type batch struct {
+	owner string
+	asks  []askEntry
+}
+
+// enqueue adds ask i of w to the outbox of owner, and returns the
+// outbox's asks to send now if the datagram is full. Past maxInFlight
+// asks waiting, the ask is marked to fall back at once.
+func (l *OwnedLimiter) enqueue(w *waiter, i int, owner string) (full []askEntry) {
+	a := &w.asks[i]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.calls) >= maxInFlight {
+		a.Err = errNoRoute
+		return nil
+	}
+	l.next++
+	e := askEntry{id: l.next, key: a.Key, n: uint64(a.N)}
+	l.calls[e.id] = call{w: w, i: i, owner: owner}
+	w.ids = append(w.ids, e.id)
+	w.left++
+	o := l.out[owner]
+	if o == nil {
+		o = &outbox{size: ownedHeaderSize(l.node.id, l.name)}
+		l.out[owner] = o
+	}
+	if o.size+e.size() > MaxPacket && len(o.asks) > 0 {
+		full = o.asks
+		o.asks, o.size, o.busy = nil, ownedHeaderSize(l.node.id, l.name), true
+	}
+	o.asks = append(o.asks, e)
+	o.size += e.size()
+	return full
+}
+
+// take returns the asks of owner's outbox to send now, if any: all of
+// them if force or no datagram to owner waits for its answer; else it
+// arms the timer that sends them after Delay. Called with l.mu held.
+func (l *OwnedLimiter) take(owner string, force bool) batch {
+	o := l.out[owner]
+	switch {
+	case o == nil:
+		return batch{}
+	case len(o.asks) == 0:
+		o.busy = false // nothing waits: the next ask leaves at once
+		return batch{}
+	case o.busy && !force:
+		if o.timer == nil {
+			o.timer = time.AfterFunc(l.delay, func() { l.flush(owner, true) })
+		}
+		return batch{}
+	}
+	if o.timer != nil {
+		o.timer.Stop()
+		o.timer = nil
+	}
+	b := batch{owner, o.asks}
+	o.asks, o.size, o.busy = nil, ownedHeaderSize(l.node.id, l.name), true
+	return b
+}
+
+// flush sends the asks collected for owner, if any (force: even if a
+// datagram to it waits for its answer; the Delay passed).
+func (l *OwnedLimiter) flush(owner string, force bool) {
+	l.mu.Lock()
+	if o := l.out[owner]; o != nil && force {
+		o.timer = nil
+	}
+	b := l.take(owner, force)
+	l.mu.Unlock()
+	if b.asks != nil {
+		l.send(owner, b.asks)
+	}
+}
+
+// send sends asks to owner in one datagram (more if they do not fit).
+// If it cannot (owner not heard from yet, or gone), they fall back at
+// once.
+func (l *OwnedLimiter) send(owner string, asks []askEntry) {
+	n := l.node
+	e := &encoder{hdr: header{typ: msgAsk, sender: n.id, table: l.name, incarnation: n.incarnation.Load(),
+		round: uint64(n.tick.Load()), start: n.created}}
+	for _, a := range asks {
+		e.addAsk(a)
+	}
+	bodies := e.finish()
+	if n.sendDirect(owner, bodies) {
+		l.st.forwarded.Add(uint64(len(asks)))
+		l.st.batches.Add(uint64(len(bodies)))
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range asks {
+		if c, ok := l.calls[a.id]; ok {
+			delete(l.calls, a.id)
+			c.w.asks[c.i].Err = errNoRoute
+			c.w.finish()
+		}
+	}
+}
+
+// finish counts one forwarded ask of w as done. Called with
+// OwnedLimiter.mu held.
+func (w *waiter) finish() {
+	if w.left--; w.left == 0 {
+		close(w.done)
+	}
+}
+
+// wait waits for w's answers, up to the timeout or the end of ctx, and
+// decides those not answered (or not sent) on the fallback buckets.
+func (l *OwnedLimiter) wait(ctx context.Context, w *waiter) {
+	if len(w.ids) > 0 {
+		t := time.NewTimer(l.timeout)
+		select {
+		case <-w.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	cerr := ctx.Err()
+	l.mu.Lock()
+	for _, id := range w.ids {
+		if c, ok := l.calls[id]; ok {
+			delete(l.calls, id)
+			c.w.asks[c.i].Err = errNoRoute
+			if cerr != nil {
+				c.w.asks[c.i].Err = cerr
+			}
+		}
+	}
+	l.mu.Unlock()
+	members := len(*l.node.members.Load())
+	for i := range w.asks {
+		if a := &w.asks[i]; a.Err == errNoRoute {
+			l.st.fallback.Add(1)
+			a.Err = l.decideFallback(&a.Decision, a.Key, a.N, members)
+		}
+	}
+}
+
+// decideFallback decides n units of key on its fallback bucket: the
+// limit's rate and burst divided by the members (burst at least 1).
+func (l *OwnedLimiter) decideFallback(d *throttle.Decision, key string, n, members int) error {
+	members = max(members, 1)
+	rate := throttle.NewRate(int(l.rate.Count()), l.rate.Period()*time.Duration(members))
+	burst := max(1, l.burst/members)
+	if n > burst {
+		limiterkit.Fill(d, false, int64(l.burst), 0, int64(rate.Duration(int64(n))), int64(rate.Duration(int64(burst))))
+		return nil
+	}
+	err := l.fallback.AllowWith(d, key, n, rate, burst)
+	d.Limit = l.burst
+	return err
+}
+
+// sendDirect seals bodies for peer addr, outside the rounds, and sends
+// them once. It reports false, sending nothing, if the node cannot: no
+// transport, not a peer, or a peer whose incarnation it does not know
+// yet (owner-routing messages must name it).
+func (n *Node) sendDirect(addr string, bodies [][]byte) bool {
+	if n.cfg.Transport == nil {
+		return false
+	}
+	n.mu.Lock()
+	pr := n.peers[addr]
+	if n.closed || pr == nil || pr.incarnation == 0 {
+		n.mu.Unlock()
+		return false
+	}
+	sealed := make([][]byte, len(bodies))
+	for i, b := range bodies {
+		pr.seq++
+		sealed[i] = n.sendSig.seal(b, addr, header{parts: 1, seq: pr.seq, dstInc: pr.incarnation})
+	}
+	n.mu.Unlock()
+	ok := true
+	for _, p := range sealed {
+		if err := n.cfg.Transport.Send(addr, p); err != nil {
+			n.st.sendErr.Add(1)
+			ok = false
+			continue
+		}
+		n.st.sent.Add(1)
+		n.st.bytes.Add(uint64(len(p)))
+	}
+	return ok
+}
+
+// ownedMsg reports whether typ is a message of owner routing.
+func ownedMsg(typ byte) bool { return typ == msgAsk || typ == msgAnswer }
+
+// applyOwned handles an admitted ask or answer. It returns the counter of
+// why it could not (no owned limiter of that name).
+func (n *Node) applyOwned(m *message) *atomic.Uint64 {
+	n.mu.Lock()
+	l := n.owned[m.table]
+	n.mu.Unlock()
+	if l == nil || l.closed.Load() {
+		return &n.st.unknownTable
+	}
+	if m.typ == msgAsk {
+		l.serve(m)
+	} else {
+		l.answered(m)
+		l.flush(m.sender, false) // what gathered while the answered datagram was in flight
+	}
+	return nil
+}
+
+// serve decides a peer's asks on this node's buckets and answers them in
+// one datagram (more if they do not fit). The asks need not be keys this
+// node owns: the members' views may differ for a moment.
+func (l *OwnedLimiter) serve(m *message) {
+	n := l.node
+	e := &encoder{hdr: header{typ: msgAnswer, sender: n.id, table: l.name, incarnation: n.incarnation.Load(),
+		round: uint64(n.tick.Load()), start: n.created}}
+	var d throttle.Decision
+	for _, a := range m.asks {
+		ans := answerEntry{id: a.id, verdict: verdictErr}
+		if int(a.n) <= l.burst && l.exact.Allow(&d, a.key, int(a.n)) == nil {
+			ans.verdict = verdictNo
+			if d.Allowed {
+				ans.verdict = verdictOK
+			}
+			ans.remaining, ans.retry, ans.reset = uint64(max(d.Remaining, 0)), uint64(max(d.RetryAfter, 0)), uint64(max(d.ResetAfter, 0))
+		}
+		e.addAnswer(ans)
+	}
+	l.st.served.Add(uint64(len(m.asks)))
+	n.sendDirect(m.sender, e.finish())
+}
+
+// answered completes the asks a peer's answer decides.
+func (l *OwnedLimiter) answered(m *message) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range m.answers {
+		c, ok := l.calls[a.id]
+		if !ok || c.owner != m.sender {
+			l.st.late.Add(1)
+			continue
+		}
+		delete(l.calls, a.id)
+		ask := &c.w.asks[c.i]
+		if a.verdict == verdictErr {
+			ask.Err = errNoRoute
+		} else {
+			limiterkit.Fill(&ask.Decision, a.verdict == verdictOK, int64(l.burst), int64(a.remaining),
+				int64(min(a.retry, math.MaxInt64)), int64(min(a.reset, math.MaxInt64)))
+			l.st.answered.Add(1)
+		}
+		c.w.finish()
+	}
+	if o := l.out[m.sender]; o != nil {
+		o.busy = false
+	}
+}
+
+// ownerOf returns the member of members (sorted IDs) that owns key: the
+// highest weight of the key and member ID, so that a member joining or
+// leaving moves only the keys it wins or held.
+func ownerOf(key string, members []string) string {
+	best, bw := "", uint64(0)
+	for _, m := range members {
+		if w := weight(key, m); best == "" || w > bw {
+			best, bw = m, w
+		}
+	}
+	return best
+}
+
+// weight hashes member and key (FNV-1a, then a 64-bit finalizer that
+// spreads the bits), the same on every node.
+func weight(key, member string) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(member); i++ {
+		h = (h ^ uint64(member[i])) * prime
+	}
+	h = (h ^ 0xff) * prime // separates member from key
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * prime
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
+}
