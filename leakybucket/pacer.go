@@ -110,11 +110,6 @@ func (p *Pacer) Take(ctx context.Context) error {
 	}
 }
 
-var (
-	_ throttle.Limiter       = (*Pacer)(nil)
-	_ throttle.QuotaReporter = (*Pacer)(nil)
-)
-
 // Allow takes n slots if they are all due now, without waiting or queueing,
 // and otherwise takes nothing and reports in RetryAfter when they will be.
 // Limit is slack+1, the most slots granted at once. The key is ignored.

@@ -16,11 +16,6 @@ import (
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
-var (
-	_ throttle.Limiter  = (*Limiter)(nil)
-	_ throttle.Reserver = (*Limiter)(nil)
-)
-
 // QuotaAllower is a limiter that takes the limit with each call, as the
 // Redis token bucket and tokenbucket.Limiter do.
 type QuotaAllower = throttle.QuotaAllower
