@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/slidingwindow"
@@ -193,11 +194,8 @@ func New(c *Config, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: rules: nil Config", throttle.ErrInvalid)
 	}
 	l := &Limiter{}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: rules: nil Option", throttle.ErrInvalid)
-		}
-		o(&l.cfg)
+	if err := optkit.Apply(&l.cfg, "rules", opts); err != nil {
+		return nil, err
 	}
 	var err error
 	if l.set, err = limiterkit.NewSettings(l.cfg.limOpts...); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/deadline"
+	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/limiterkit"
 )
@@ -242,11 +243,8 @@ func newConfig(opts []Option) (*config, error) {
 		failures: DefaultBreakerFailures,
 		cooldown: DefaultBreakerCooldown,
 	}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil Option", throttle.ErrInvalid)
-		}
-		o(cfg)
+	if err := optkit.Apply(cfg, "redislimit", opts); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
