@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/clock"
 )
 
 // Defaults of a Policy.
@@ -154,15 +155,7 @@ func Do[T any](ctx context.Context, p *Policy, f func(context.Context) (T, error
 }
 
 // Sleep waits d or until ctx ends, and then returns ctx.Err().
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return ctx.Err()
-}
+func Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }
 
 // Budget is a retry budget shared by the callers of one backend, as
 // gRPC's retry throttling: it holds up to max tokens, starting full; a
