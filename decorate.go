@@ -20,11 +20,14 @@ const (
 var methodNames = [...]string{"Allow", "AllowQuota", "TryHold", "Hold", "Reserve"}
 
 // String returns the method's name.
-func (m Method) String() string {
-	if int(m) < len(methodNames) {
-		return methodNames[m]
+func (m Method) String() string { return nameOf(methodNames[:], m, "Method(?)") }
+
+// nameOf returns names[v], or unknown for a v past them.
+func nameOf[T ~uint8](names []string, v T, unknown string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
-	return "Method(?)"
+	return unknown
 }
 
 // Call is one call of a limiter's method with its arguments: the form in

@@ -253,3 +253,18 @@ func TestFailsafeHolderOutage(t *testing.T) {
 		t.Fatalf("Closed: %+v, %v", d, err)
 	}
 }
+
+func TestNames(t *testing.T) {
+	for _, tt := range []struct{ got, want string }{
+		{throttle.MethodAllow.String(), "Allow"},
+		{throttle.MethodReserve.String(), "Reserve"},
+		{throttle.Method(200).String(), "Method(?)"},
+		{throttle.EventDecision.String(), "decision"},
+		{throttle.EventReload.String(), "reload"},
+		{throttle.EventKind(200).String(), "unknown"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("String() = %q, want %q", tt.got, tt.want)
+		}
+	}
+}

@@ -51,12 +51,7 @@ const (
 var kindNames = [...]string{"decision", "error", "fallback", "breaker_open", "breaker_closed", "warning", "limit", "retry", "release", "reload"}
 
 // String returns the kind's name in lower case, as metrics label it.
-func (k EventKind) String() string {
-	if int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "unknown"
-}
+func (k EventKind) String() string { return nameOf(kindNames[:], k, "unknown") }
 
 // Event is what an Observer is told about one call or one change of state.
 type Event struct {

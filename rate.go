@@ -144,18 +144,7 @@ func (r Rate) Duration(n int64) time.Duration {
 	if n <= 0 || r.count <= 0 || r.per <= 0 {
 		return 0
 	}
-	hi, lo := bits.Mul64(uint64(n), uint64(r.per))
-	if hi >= uint64(r.count) {
-		return math.MaxInt64
-	}
-	q, rem := bits.Div64(hi, lo, uint64(r.count))
-	if rem != 0 {
-		q++
-	}
-	if q > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return time.Duration(q)
+	return time.Duration(mulDiv(n, int64(r.per), r.count, true))
 }
 
 // Events returns how many whole events are earned in d, computed exactly
@@ -165,13 +154,22 @@ func (r Rate) Events(d time.Duration) int64 {
 	if d <= 0 || r.count <= 0 || r.per <= 0 {
 		return 0
 	}
-	hi, lo := bits.Mul64(uint64(d), uint64(r.count))
-	if hi >= uint64(r.per) {
+	return mulDiv(int64(d), r.count, int64(r.per), false)
+}
+
+// mulDiv returns a·b/c for positive a, b and c, rounded down, or up when
+// up is set, computed exactly in 128 bits and saturated at math.MaxInt64.
+func mulDiv(a, b, c int64, up bool) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
 		return math.MaxInt64
 	}
-	q, _ := bits.Div64(hi, lo, uint64(r.per))
-	if q > math.MaxInt64 {
+	q, rem := bits.Div64(hi, lo, uint64(c))
+	if q >= math.MaxInt64 {
 		return math.MaxInt64
+	}
+	if up && rem != 0 {
+		q++
 	}
 	return int64(q)
 }

@@ -60,6 +60,11 @@ func TestRateExact(t *testing.T) {
 	if got := throttle.PerSecond(1e9).Events(math.MaxInt64); got != math.MaxInt64 {
 		t.Fatalf("Events(MaxInt64) at 1e9/s = %d, want MaxInt64", got)
 	}
+	// 1190112520884487201·31/2 is 2^64 - 1/2: rounded up, 2^64, which
+	// must saturate, not wrap to 0.
+	if got := throttle.NewRate(2, 31).Duration(1190112520884487201); got != math.MaxInt64 {
+		t.Fatalf("Duration of a quotient rounding up to 2^64 = %v, want MaxInt64", got)
+	}
 }
 
 func TestRateInvalid(t *testing.T) {

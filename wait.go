@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/throttlekit/throttle/internal/clock"
 )
 
 // WaitOption configures Wait.
@@ -80,7 +82,7 @@ func Wait(ctx context.Context, l Limiter, key string, n int, opts ...WaitOption)
 				return err
 			}
 			if res.OK {
-				if err := sleep(ctx, res.Delay); err != nil {
+				if err := clock.Sleep(ctx, res.Delay); err != nil {
 					res.Cancel()
 					return err
 				}
@@ -116,7 +118,7 @@ func Wait(ctx context.Context, l Limiter, key string, n int, opts ...WaitOption)
 				return fmt.Errorf("throttle: wait for %q needs %v, beyond the deadline: %w", key, retry, context.DeadlineExceeded)
 			}
 		}
-		if err := sleep(ctx, retry+jitter(retry, c.jitter)); err != nil {
+		if err := clock.Sleep(ctx, retry+jitter(retry, c.jitter)); err != nil {
 			return err
 		}
 	}
@@ -127,18 +129,4 @@ func jitter(d time.Duration, f float64) time.Duration {
 		return 0
 	}
 	return time.Duration(rand.Int64N(int64(float64(d)*f) + 1))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

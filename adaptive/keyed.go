@@ -12,11 +12,6 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
-var (
-	_ throttle.Limiter = (*Keyed)(nil)
-	_ throttle.Holder  = (*Keyed)(nil)
-)
-
 // Keyed is one Limiter per key, each with its own Algorithm: a limit per
 // downstream (a host, a shard, a method), each finding its own. It is
 // safe for concurrent use by multiple goroutines; a key's look-up takes

@@ -15,12 +15,6 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
-var (
-	_ throttle.Limiter       = (*Limiter)(nil)
-	_ throttle.Holder        = (*Limiter)(nil)
-	_ throttle.QuotaReporter = (*Limiter)(nil)
-)
-
 // Outcome is how a request ended, as the caller reports it on release.
 type Outcome uint8
 

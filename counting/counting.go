@@ -53,12 +53,7 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
-var (
-	_ throttle.Limiter = (*Semaphore)(nil)
-	_ throttle.Limiter = (*Limiter)(nil)
-
-	errClosed = fmt.Errorf("%w: counting", throttle.ErrClosed)
-)
+var errClosed = fmt.Errorf("%w: counting", throttle.ErrClosed)
 
 // Semaphore is a counting semaphore guarding a single resource. It is safe
 // for concurrent use by multiple goroutines. The zero value is not usable;

@@ -7,13 +7,6 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
-var (
-	_ throttle.Holder        = (*Limiter)(nil)
-	_ throttle.Holder        = (*Semaphore)(nil)
-	_ throttle.QuotaReporter = (*Limiter)(nil)
-	_ throttle.QuotaReporter = (*Semaphore)(nil)
-)
-
 func noRelease() {}
 
 // TryHold is Allow with the units' release attached: when the Decision is

@@ -30,6 +30,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/deadline"
+	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/limiterkit"
 )
@@ -153,11 +154,8 @@ var ErrOpen = fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
 // without a limiter, a non-positive timeout or a bad breaker.
 func New(inner throttle.Limiter, opts ...Option) (throttle.Limiter, error) {
 	s := settings{timeout: DefaultTimeout, failures: DefaultFailures, cooldown: DefaultCooldown, maxCool: DefaultMaxCooldown}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil failsafe Option", throttle.ErrInvalid)
-		}
-		o(&s)
+	if err := optkit.Apply(&s, "failsafe", opts); err != nil {
+		return nil, err
 	}
 	switch {
 	case inner == nil:

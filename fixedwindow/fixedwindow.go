@@ -83,13 +83,6 @@ const (
 	MaxWindow = throttle.MaxPeriod
 )
 
-var (
-	_ throttle.QuotaReporter = (*Window)(nil)
-	_ throttle.QuotaReporter = (*Limiter)(nil)
-	_ throttle.Limiter       = (*Window)(nil)
-	_ throttle.Limiter       = (*Limiter)(nil)
-)
-
 // errZero is returned by the methods of a limiter not made by its
 // constructor.
 var errZero = fmt.Errorf("%w: zero fixedwindow limiter: use the constructor", throttle.ErrInvalid)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/ratefields"
 	"github.com/throttlekit/throttle/internal/report"
 )
@@ -133,11 +134,8 @@ func WithObserver(name string, o throttle.Observer) Option {
 // name.
 func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, error) {
 	c := config{key: RemoteIP(), cost: func(*http.Request) int { return 1 }, name: "default"}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: httplimit: nil Option", throttle.ErrInvalid)
-		}
-		o(&c)
+	if err := optkit.Apply(&c, "httplimit", opts); err != nil {
+		return nil, err
 	}
 	switch {
 	case l == nil:

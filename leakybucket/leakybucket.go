@@ -54,16 +54,6 @@ import (
 	"github.com/throttlekit/throttle/internal/gcra"
 )
 
-var (
-	_ throttle.Limiter  = (*Bucket)(nil)
-	_ throttle.Reserver = (*Bucket)(nil)
-	_ throttle.Limiter  = (*Limiter)(nil)
-	_ throttle.Reserver = (*Limiter)(nil)
-
-	_ throttle.QuotaReporter = (*Bucket)(nil)
-	_ throttle.QuotaReporter = (*Limiter)(nil)
-)
-
 // The method sets this package shares with tokenbucket, which runs the
 // same GCRA and differs only in its names.
 type (

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/gcra"
 )
 
@@ -99,21 +100,12 @@ func (p *Pacer) Take(ctx context.Context) error {
 		p.g.Refund(tat, cost)
 		return fmt.Errorf("leakybucket: pacer slot is %v away, beyond the deadline: %w", delay, context.DeadlineExceeded)
 	}
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if err := clock.Sleep(ctx, delay); err != nil {
 		p.g.Refund(tat, cost)
-		return ctx.Err()
+		return err
 	}
+	return nil
 }
-
-var (
-	_ throttle.Limiter       = (*Pacer)(nil)
-	_ throttle.QuotaReporter = (*Pacer)(nil)
-)
 
 // Allow takes n slots if they are all due now, without waiting or queueing,
 // and otherwise takes nothing and reports in RetryAfter when they will be.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/clock"
 )
 
 // Defaults of a Policy.
@@ -64,13 +65,7 @@ func (p *Policy) Backoff(i int) time.Duration {
 	if p == nil {
 		p = &zero
 	}
-	base, ceil := p.BaseDelay, p.MaxDelay
-	if base <= 0 {
-		base = DefaultBaseDelay
-	}
-	if ceil <= 0 {
-		ceil = DefaultMaxDelay
-	}
+	base, ceil := orDefault(p.BaseDelay, DefaultBaseDelay), orDefault(p.MaxDelay, DefaultMaxDelay)
 	d := ceil
 	if i >= 1 && i < 63 && base <= ceil>>(i-1) {
 		d = min(ceil, base<<(i-1))
@@ -91,13 +86,7 @@ func (p *Policy) Next(attempt int, retryAfter time.Duration) (delay time.Duratio
 	if p == nil {
 		p = &zero
 	}
-	maxAttempts, maxAfter := p.MaxAttempts, p.MaxRetryAfter
-	if maxAttempts <= 0 {
-		maxAttempts = DefaultMaxAttempts
-	}
-	if maxAfter <= 0 {
-		maxAfter = DefaultMaxRetryAfter
-	}
+	maxAttempts, maxAfter := orDefault(p.MaxAttempts, DefaultMaxAttempts), orDefault(p.MaxRetryAfter, DefaultMaxRetryAfter)
 	ok = p.Budget.fail() && attempt < maxAttempts && retryAfter <= maxAfter
 	if ok {
 		delay = max(p.Backoff(attempt), retryAfter)
@@ -117,6 +106,14 @@ func (p *Policy) Succeeded() {
 }
 
 var zero Policy
+
+// orDefault returns v, or def when v is not positive (unset).
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
 
 // Do calls f until it succeeds, fails in a way Retryable says not to
 // retry, or Next refuses a retry; it waits the back-off between attempts
@@ -158,15 +155,7 @@ func Do[T any](ctx context.Context, p *Policy, f func(context.Context) (T, error
 }
 
 // Sleep waits d or until ctx ends, and then returns ctx.Err().
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return ctx.Err()
-}
+func Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }
 
 // Budget is a retry budget shared by the callers of one backend, as
 // gRPC's retry throttling: it holds up to max tokens, starting full; a

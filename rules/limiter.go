@@ -10,15 +10,11 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/tokenbucket"
-)
-
-var (
-	_ throttle.Limiter  = (*Limiter)(nil)
-	_ throttle.Reserver = (*Limiter)(nil)
 )
 
 // QuotaAllower is a limiter that takes the limit with each call, as the
@@ -198,11 +194,8 @@ func New(c *Config, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: rules: nil Config", throttle.ErrInvalid)
 	}
 	l := &Limiter{}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: rules: nil Option", throttle.ErrInvalid)
-		}
-		o(&l.cfg)
+	if err := optkit.Apply(&l.cfg, "rules", opts); err != nil {
+		return nil, err
 	}
 	var err error
 	if l.set, err = limiterkit.NewSettings(l.cfg.limOpts...); err != nil {
@@ -250,67 +243,61 @@ type change struct {
 	old, new Limit
 }
 
-func (l *Limiter) apply(c *Config) (err error) {
-	next := make(map[string]*live)
-	var fresh []*live
-	var changes []change
-	defer func() {
-		if err != nil {
-			for i := len(changes) - 1; i >= 0; i-- {
-				_ = adjust(changes[i].lv.l, changes[i].new, changes[i].old)
-			}
-			for _, lv := range fresh {
-				closeLimiter(lv.l)
-			}
-		}
-	}()
-	slotOf := func(id string, lim Limit) (*slot, error) {
-		if l.cfg.qa != nil && !lim.IsWindow() {
-			next[id] = &live{lim: lim}
-			return &slot{id: id, lim: lim, qa: l.cfg.qa}, nil
-		}
-		if l.cfg.qa != nil && !l.cfg.custom {
-			return nil, invalid("%s: a window limit (%v) needs WithFactory when limits go to a QuotaAllower", id, lim)
-		}
-		if old := l.live[id]; old != nil && old.l != nil && adjustable(old, lim) {
-			if old.lim != lim {
-				changes = append(changes, change{lv: old, old: old.lim, new: lim})
-			}
-			next[id] = old
-			return &slot{id: id, lim: lim, l: old.l}, nil
-		}
-		nl, err := l.cfg.factory(id, lim)
-		if err != nil {
-			return nil, fmt.Errorf("rules: %s (%v): %w", id, lim, err)
-		}
-		if nl == nil {
-			return nil, invalid("%s: the factory returned a nil limiter", id)
-		}
-		lv := &live{l: nl, lim: lim}
-		fresh = append(fresh, lv)
-		next[id] = lv
-		return &slot{id: id, lim: lim, l: nl}, nil
+// rebuild is one apply in progress: the limiters of the new document,
+// and what to undo if it fails.
+type rebuild struct {
+	l       *Limiter
+	next    map[string]*live // id → the limiter of each limit of the new document
+	fresh   []*live          // the limiters the factory made for it
+	changes []change         // the limits to adjust in place
+}
+
+func (l *Limiter) apply(c *Config) error {
+	b := &rebuild{l: l, next: make(map[string]*live)}
+	t, err := b.table(c)
+	if err == nil {
+		err = b.adjust()
 	}
+	if err != nil {
+		b.undo()
+		return err
+	}
+	old := l.live
+	l.live = b.next
+	l.cur.Store(t)
+	for id, lv := range old {
+		if b.next[id] != lv {
+			closeLimiter(lv.l)
+		}
+	}
+	return nil
+}
+
+// table returns the look-up table of c, with the slots of its limits.
+func (b *rebuild) table(c *Config) (*table, error) {
 	t := &table{tiers: make(map[string]*slot, len(c.tiers))}
 	for _, name := range c.names {
-		if t.tiers[name], err = slotOf("tier "+quote(name), c.tiers[name]); err != nil {
-			return err
+		s, err := b.slot("tier "+quote(name), c.tiers[name])
+		if err != nil {
+			return nil, err
 		}
-		t.tiers[name].tier = name
+		s.tier = name
+		t.tiers[name] = s
 	}
 	resolve := func(id string, s spec) (*slot, error) {
 		if s.tier != "" {
 			return t.tiers[s.tier], nil
 		}
-		return slotOf(id, s.lim)
+		return b.slot(id, s.lim)
 	}
+	var err error
 	if t.def, err = resolve("default", c.def); err != nil {
-		return err
+		return nil, err
 	}
 	for _, r := range c.rules {
 		s, err := resolve(r.m.String(), r.spec)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		t.rules.add(r.m, &ruleEntry{m: r.m, s: s})
 	}
@@ -323,25 +310,65 @@ func (l *Limiter) apply(c *Config) (err error) {
 	t.rules.seal()
 	t.allow.seal()
 	t.deny.seal()
-	for i := range changes {
-		ch := &changes[i]
+	return t, nil
+}
+
+// slot returns the slot of limit id: on the QuotaAllower, on the
+// current limiter of id if it can take lim (adjusted later), or on a
+// new one from the factory.
+func (b *rebuild) slot(id string, lim Limit) (*slot, error) {
+	cfg := &b.l.cfg
+	if cfg.qa != nil && !lim.IsWindow() {
+		b.next[id] = &live{lim: lim}
+		return &slot{id: id, lim: lim, qa: cfg.qa}, nil
+	}
+	if cfg.qa != nil && !cfg.custom {
+		return nil, invalid("%s: a window limit (%v) needs WithFactory when limits go to a QuotaAllower", id, lim)
+	}
+	if old := b.l.live[id]; old != nil && old.l != nil && adjustable(old, lim) {
+		if old.lim != lim {
+			b.changes = append(b.changes, change{lv: old, old: old.lim, new: lim})
+		}
+		b.next[id] = old
+		return &slot{id: id, lim: lim, l: old.l}, nil
+	}
+	nl, err := cfg.factory(id, lim)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %s (%v): %w", id, lim, err)
+	}
+	if nl == nil {
+		return nil, invalid("%s: the factory returned a nil limiter", id)
+	}
+	lv := &live{l: nl, lim: lim}
+	b.fresh = append(b.fresh, lv)
+	b.next[id] = lv
+	return &slot{id: id, lim: lim, l: nl}, nil
+}
+
+// adjust makes the changes in place. On failure only the changes made
+// are left to undo (adjust undid its own partial change).
+func (b *rebuild) adjust() error {
+	for i := range b.changes {
+		ch := &b.changes[i]
 		if err := adjust(ch.lv.l, ch.old, ch.new); err != nil {
-			changes = changes[:i] // adjust undid its own partial change
-			return fmt.Errorf("rules: changing %s to %v: %w", idOf(next, ch.lv), ch.new, err)
+			b.changes = b.changes[:i]
+			return fmt.Errorf("rules: changing %s to %v: %w", idOf(b.next, ch.lv), ch.new, err)
 		}
 	}
-	for _, ch := range changes {
+	for _, ch := range b.changes {
 		ch.lv.lim = ch.new
 	}
-	old := l.live
-	l.live = next
-	l.cur.Store(t)
-	for id, lv := range old {
-		if next[id] != lv {
-			closeLimiter(lv.l)
-		}
-	}
 	return nil
+}
+
+// undo puts the changed limits back and closes the limiters made.
+func (b *rebuild) undo() {
+	for i := len(b.changes) - 1; i >= 0; i-- {
+		_ = adjust(b.changes[i].lv.l, b.changes[i].new, b.changes[i].old)
+	}
+	for _, lv := range b.fresh {
+		closeLimiter(lv.l)
+	}
 }
 
 func idOf(m map[string]*live, lv *live) string {
@@ -494,10 +521,7 @@ func (l *Limiter) replaced(t *table, err error) bool {
 // granted with the RetryAfter as Delay. An allow-listed key is granted at
 // once; a deny-listed one gets ErrDenied.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
-	start := l.rep.Start()
-	res, err := l.reserve(ctx, key, n, maxWait)
-	l.rep.Reserved(key, n, res, err, start)
-	return res, err
+	return l.rep.Reserve(ctx, key, n, maxWait, l.reserve)
 }
 
 func (l *Limiter) reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {

@@ -2,11 +2,6 @@ package slidinglog
 
 import "github.com/throttlekit/throttle"
 
-var (
-	_ throttle.QuotaReporter = (*Log)(nil)
-	_ throttle.QuotaReporter = (*Limiter)(nil)
-)
-
 // Quota reports the limit per window.
 func (l *Log) Quota() throttle.Quota { return throttle.Quota{Limit: l.Limit(), Window: l.Window()} }
 

@@ -96,11 +96,6 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
-var (
-	_ throttle.Limiter = (*Log)(nil)
-	_ throttle.Limiter = (*Limiter)(nil)
-)
-
 // Log is a sliding log guarding a single resource: at most limit units
 // in any window. It is safe for concurrent use by multiple goroutines.
 // The zero value is not usable; create one with NewLog.

@@ -108,13 +108,6 @@ const (
 	MaxSlots = 1 << 16
 )
 
-var (
-	_ throttle.QuotaReporter = (*Window)(nil)
-	_ throttle.QuotaReporter = (*Limiter)(nil)
-	_ throttle.Limiter       = (*Window)(nil)
-	_ throttle.Limiter       = (*Limiter)(nil)
-)
-
 var errZero = fmt.Errorf("%w: zero slidingwindow limiter: use the constructor", throttle.ErrInvalid)
 
 // config is the immutable configuration shared by every state of a

@@ -55,11 +55,6 @@ import (
 // failed attempt means another writer's decision on the key succeeded.
 const MaxAttempts = 1000
 
-var (
-	_ throttle.Limiter       = (*Limiter)(nil)
-	_ throttle.QuotaReporter = (*Limiter)(nil)
-)
-
 // Limiter decides with an Algorithm over the states of a Store, one per
 // key. It is safe for concurrent use and holds nothing per key itself but
 // guesses, over a LoadingStore. The zero value is not usable: Allow fails

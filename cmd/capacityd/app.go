@@ -168,7 +168,7 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 		a.admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 		a.serveOn(a.admin, a.capped(a.adminLn, "admin", s.http.adminMaxConns, new(atomic.Int64)))
 	}
-	if o.configPath != "" && o.watch > 0 {
+	if o.ConfigPath != "" && o.watch > 0 {
 		a.bg.Add(1)
 		go a.watch(ctx, o.watch)
 	}
@@ -293,7 +293,7 @@ func (a *app) watch(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		raw, err := os.ReadFile(a.opts.configPath)
+		raw, err := os.ReadFile(a.opts.ConfigPath)
 		if err != nil {
 			raw = nil
 		}

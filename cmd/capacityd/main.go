@@ -29,7 +29,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -44,30 +43,23 @@ func main() { cmdkit.Main("capacityd", run) }
 
 // options are the command line.
 type options struct {
-	configPath, listen, admin, advertise, logLevel string
-	watch, shutdownTimeout                         time.Duration
-	printConfig, check, logJSON                    bool
+	cmdkit.Flags
+	listen, admin, advertise string
+	watch, shutdownTimeout   time.Duration
+	check                    bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
-	fs := flag.NewFlagSet("capacityd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.configPath, "config", "", "JSON configuration file (default: the embedded one, see -print-config)")
-	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective configuration as JSON and exit")
+	fs := o.FlagSet("capacityd", stderr)
 	fs.BoolVar(&o.check, "check", false, "validate the configuration and exit, binding nothing")
 	fs.StringVar(&o.listen, "listen", "", "API address, e.g. 127.0.0.1:7400 (overrides the config)")
 	fs.StringVar(&o.admin, "admin", "", "HTTP address for /healthz, /metrics and /status (overrides the config)")
 	fs.StringVar(&o.advertise, "advertise", "", "API address clients and replicas know this server by (overrides the config)")
 	fs.DurationVar(&o.watch, "watch", time.Second, "how often to look for a changed configuration file; 0 only reloads on SIGHUP")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a stop waits for requests in flight")
-	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON instead of text")
-	if err := fs.Parse(args); err != nil {
+	if err := cmdkit.Parse(fs, args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if o.watch < 0 || o.shutdownTimeout <= 0 {
 		return nil, errors.New("-watch must be >= 0 and -shutdown-timeout > 0")
@@ -79,7 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 // applies the flags over it and validates the result. It also returns the
 // file's contents, for the watcher to compare.
 func (o *options) settings() (*settings, []byte, error) {
-	f, raw, err := loadFile(o.configPath)
+	f, raw, err := loadFile(o.ConfigPath)
 	if err != nil {
 		return nil, raw, err
 	}
@@ -101,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log, err := cmdkit.Logger(stderr, o.logLevel, o.logJSON)
+	log, err := o.Logger(stderr)
 	if err != nil {
 		return err
 	}
@@ -110,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	switch {
-	case o.printConfig:
+	case o.PrintConfig:
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(s.file)

@@ -33,7 +33,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,20 +56,18 @@ func (l *listFlag) Set(s string) error { *l = append(*l, strings.Split(s, ",")..
 
 // options are the command line.
 type options struct {
-	configPath, rate, gossipAddr, advertise, secretFile, logLevel, query, admin string
-	keyFile, membersBind                                                        string
-	burst                                                                       int
-	interval                                                                    time.Duration
-	printConfig, check, spendCap, logJSON                                       bool
-	listen, peers, seeds                                                        listFlag
+	cmdkit.Flags
+	rate, gossipAddr, advertise, secretFile, query, admin string
+	keyFile, membersBind                                  string
+	burst                                                 int
+	interval                                              time.Duration
+	check, spendCap                                       bool
+	listen, peers, seeds                                  listFlag
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
-	fs := flag.NewFlagSet("throttled", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.configPath, "config", "", "JSON configuration file (default: the embedded one, see -print-config)")
-	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective configuration as JSON and exit")
+	fs := o.FlagSet("throttled", stderr)
 	fs.BoolVar(&o.check, "check", false, "validate the configuration, self-test on a private loopback port with gossip off, and exit")
 	fs.StringVar(&o.rate, "rate", "", "default rate for every tag, e.g. 100/s (overrides the config)")
 	fs.IntVar(&o.burst, "burst", 0, "default burst (overrides the config)")
@@ -80,19 +77,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.secretFile, "secret-file", "", "file holding the gossip secret (or set THROTTLED_SECRET)")
 	fs.BoolVar(&o.spendCap, "spend-cap", false, "enable the per-node spend cap")
 	fs.StringVar(&o.admin, "admin", "", "HTTP address for /healthz and /metrics, e.g. 127.0.0.1:9390 (overrides the config)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON instead of text")
 	fs.StringVar(&o.query, "query", "", "client mode: ask the daemon at the first listen address about these comma-separated tags, print the replies, and exit")
 	fs.Var(&o.listen, "listen", "socket to serve on, tcp:HOST:PORT or unix:PATH (repeatable; overrides the config)")
 	fs.Var(&o.peers, "peers", "gossip peers, comma separated HOST:PORT (overrides the config)")
 	fs.StringVar(&o.keyFile, "key-file", "", "gossip key file: one base64 AES key a line, the primary first (overrides the config)")
 	fs.StringVar(&o.membersBind, "members", "", "memberlist address to find the peers by, e.g. 0.0.0.0:7947, instead of -peers (overrides the config)")
 	fs.Var(&o.seeds, "seeds", "memberlist addresses or DNS names to join through, comma separated HOST:PORT (overrides the config)")
-	if err := fs.Parse(args); err != nil {
+	if err := cmdkit.Parse(fs, args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return o, nil
 }
@@ -101,9 +93,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 // the flags over it and validates the result.
 func (o *options) config() (daemon.Config, error) {
 	cfg := daemon.DefaultConfig()
-	if o.configPath != "" {
+	if o.ConfigPath != "" {
 		var err error
-		if cfg, err = daemon.LoadConfig(o.configPath); err != nil {
+		if cfg, err = daemon.LoadConfig(o.ConfigPath); err != nil {
 			return cfg, err
 		}
 	}
@@ -160,7 +152,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log, err := cmdkit.Logger(stderr, o.logLevel, o.logJSON)
+	log, err := o.Logger(stderr)
 	if err != nil {
 		return err
 	}
@@ -171,7 +163,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.Gossip.Membership = mb.start
 	switch {
-	case o.printConfig:
+	case o.PrintConfig:
 		if cfg.Gossip.Secret != "" {
 			cfg.Gossip.Secret = "(redacted)"
 		}
@@ -181,12 +173,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case o.check:
 		return check(cfg, log, stdout)
 	}
-	srv, err := daemon.New(cfg, log)
+	srv, err := start(cfg, log)
 	if err != nil {
-		return err
-	}
-	if err := srv.Start(); err != nil {
-		srv.Shutdown(context.Background())
 		return err
 	}
 	log.Info("throttled running", "default_rate", cfg.Default.Rate, "default_burst", cfg.Default.Burst,
@@ -196,6 +184,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	return serve(srv, o, mb, log, sigs)
+}
+
+// start makes the server of cfg and starts it.
+func start(cfg daemon.Config, log *slog.Logger) (*daemon.Server, error) {
+	srv, err := daemon.New(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(); err != nil {
+		srv.Shutdown(context.Background())
+		return nil, err
+	}
+	return srv, nil
 }
 
 // serve runs until SIGINT or SIGTERM, reloading on SIGHUP, then shuts
@@ -249,12 +250,8 @@ func check(cfg daemon.Config, log *slog.Logger, out io.Writer) error {
 	test.Listen = []string{"tcp:127.0.0.1:0"}
 	test.Gossip = daemon.Gossip{}
 	test.Admin = ""
-	srv, err := daemon.New(test, log)
+	srv, err := start(test, log)
 	if err != nil {
-		return err
-	}
-	if err := srv.Start(); err != nil {
-		srv.Shutdown(context.Background())
 		return err
 	}
 	if err := selfTest(srv, out); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle/distributed/daemon"
+	"github.com/throttlekit/throttle/internal/cmdkit"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -87,7 +88,7 @@ func TestPrintConfigReparses(t *testing.T) {
 // running; SIGTERM stops it with no error.
 func TestSignals(t *testing.T) {
 	path := writeFile(t, `{"listen":["tcp:127.0.0.1:0"],"default":{"rate":"1/m","burst":2}}`)
-	o := &options{configPath: path, logLevel: "error"}
+	o := &options{Flags: cmdkit.Flags{ConfigPath: path, LogLevel: "error"}}
 	cfg, err := o.config()
 	if err != nil {
 		t.Fatal(err)

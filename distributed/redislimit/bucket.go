@@ -105,13 +105,10 @@ func newBucket(client redis.UniversalClient, alg string, rate throttle.Rate, bur
 
 // Allow admits n units for key now or denies them, in one round trip.
 func (b *Bucket) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	return b.report.Decide(ctx, throttle.MethodAllow, key, n, b.allow)
+	return b.allowWith(ctx, key, n, b.allow)
 }
 
 func (b *Bucket) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if err := b.check(key, n); err != nil {
-		return throttle.Decision{}, err
-	}
 	if b.lease != nil {
 		return b.lease.allow(ctx, key, n)
 	}
@@ -204,10 +201,7 @@ func (b *Bucket) take(ctx context.Context, key string, cost int64, limit any) ([
 // an error wrapping throttle.ErrUnavailable under every failure policy
 // except FailOpen, which grants a reservation without delay.
 func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
-	start := b.report.Start()
-	res, err := b.reserve(ctx, key, n, maxWait)
-	b.report.Reserved(key, n, res, err, start)
-	return res, err
+	return b.report.Reserve(ctx, key, n, maxWait, b.reserve)
 }
 
 func (b *Bucket) reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {

@@ -98,13 +98,10 @@ func NewConcurrency(client redis.UniversalClient, limit int, lease time.Duration
 // fails after it may have reached Redis (a timeout) gives back, in the
 // background, whatever it may have taken.
 func (c *Concurrency) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	return c.report.Decide(ctx, throttle.MethodAllow, key, n, c.allow)
+	return c.allowWith(ctx, key, n, c.allow)
 }
 
 func (c *Concurrency) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if err := c.check(key, n); err != nil {
-		return throttle.Decision{}, err
-	}
 	if n > MaxUnitsPerCall {
 		return throttle.Decision{}, fmt.Errorf("%w: %d units in one call; take at most %d per call", throttle.ErrInvalid, n, MaxUnitsPerCall)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/deadline"
+	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/limiterkit"
 )
@@ -190,48 +191,22 @@ type core struct {
 	waitFor   time.Duration // WAIT's timeout
 }
 
+// newCore returns the core of a limiter of algorithm alg (the key
+// prefix's part: "tb", "fw", ...) and its configuration, from opts.
 func newCore(client redis.UniversalClient, alg string, limit int, opts []Option) (*core, *config, error) {
 	if client == nil {
 		return nil, nil, fmt.Errorf("%w: nil redis client", throttle.ErrInvalid)
 	}
-	cfg := config{
-		prefix:   DefaultPrefix,
-		timeout:  DefaultTimeout,
-		failures: DefaultBreakerFailures,
-		cooldown: DefaultBreakerCooldown,
-	}
-	for _, o := range opts {
-		if o == nil {
-			return nil, nil, fmt.Errorf("%w: nil Option", throttle.ErrInvalid)
-		}
-		o(&cfg)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, nil, err
 	}
 	s, err := limiterkit.NewSettings(cfg.throttle...)
 	if err != nil {
 		return nil, nil, err
 	}
-	switch {
-	case cfg.optErr != nil:
-		return nil, nil, cfg.optErr
-	case cfg.timeout <= 0:
-		return nil, nil, fmt.Errorf("%w: WithTimeout(%v): must be positive", throttle.ErrInvalid, cfg.timeout)
-	case cfg.policy < FailClosed || cfg.policy > FailFallback:
-		return nil, nil, fmt.Errorf("%w: unknown policy %v", throttle.ErrInvalid, cfg.policy)
-	case cfg.policy == FailFallback && cfg.fallback == nil:
-		return nil, nil, fmt.Errorf("%w: FailFallback needs a limiter (WithFallback)", throttle.ErrInvalid)
-	case cfg.sawFallbak && cfg.fallback == nil:
-		return nil, nil, fmt.Errorf("%w: WithFallback(nil)", throttle.ErrInvalid)
-	case cfg.failures < 0 || (cfg.failures > 0 && cfg.cooldown <= 0):
-		return nil, nil, fmt.Errorf("%w: WithBreaker(%d, %v)", throttle.ErrInvalid, cfg.failures, cfg.cooldown)
-	case cfg.replicas < 0 || cfg.replicas > 0 && (cfg.replicaTimeout < time.Millisecond || cfg.replicaTimeout >= cfg.timeout):
-		return nil, nil, fmt.Errorf("%w: WithReplicas(%d, %v): want n >= 0 and a timeout of 1ms or more, below WithTimeout (%v)",
-			throttle.ErrInvalid, cfg.replicas, cfg.replicaTimeout, cfg.timeout)
-	case cfg.replicas > 0 && !onOneConnection(client):
-		return nil, nil, fmt.Errorf("%w: WithReplicas needs a *redis.Client (standalone or Sentinel), not %T: WAIT must follow the write on its connection", throttle.ErrInvalid, client)
-	case cfg.lease != nil && alg != "tb" && alg != "lb":
-		return nil, nil, fmt.Errorf("%w: WithLeasing applies to token buckets only", throttle.ErrInvalid)
-	case strings.ContainsAny(alg, "{}"):
-		return nil, nil, fmt.Errorf("%w: algorithm name %q", throttle.ErrInvalid, alg)
+	if err := cfg.check(client, alg); err != nil {
+		return nil, nil, err
 	}
 	c := &core{
 		client:   client,
@@ -257,7 +232,50 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 		return nil, nil, err
 	}
 	c.deadlines.Init(cfg.timeout)
-	return c, &cfg, nil
+	return c, cfg, nil
+}
+
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) (*config, error) {
+	cfg := &config{
+		prefix:   DefaultPrefix,
+		timeout:  DefaultTimeout,
+		failures: DefaultBreakerFailures,
+		cooldown: DefaultBreakerCooldown,
+	}
+	if err := optkit.Apply(cfg, "redislimit", opts); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// check reports the first option of cfg that does not fit a limiter of
+// algorithm alg over client, with an error wrapping throttle.ErrInvalid.
+func (cfg *config) check(client redis.UniversalClient, alg string) error {
+	switch {
+	case cfg.optErr != nil:
+		return cfg.optErr
+	case cfg.timeout <= 0:
+		return fmt.Errorf("%w: WithTimeout(%v): must be positive", throttle.ErrInvalid, cfg.timeout)
+	case cfg.policy < FailClosed || cfg.policy > FailFallback:
+		return fmt.Errorf("%w: unknown policy %v", throttle.ErrInvalid, cfg.policy)
+	case cfg.policy == FailFallback && cfg.fallback == nil:
+		return fmt.Errorf("%w: FailFallback needs a limiter (WithFallback)", throttle.ErrInvalid)
+	case cfg.sawFallbak && cfg.fallback == nil:
+		return fmt.Errorf("%w: WithFallback(nil)", throttle.ErrInvalid)
+	case cfg.failures < 0 || (cfg.failures > 0 && cfg.cooldown <= 0):
+		return fmt.Errorf("%w: WithBreaker(%d, %v)", throttle.ErrInvalid, cfg.failures, cfg.cooldown)
+	case cfg.replicas < 0 || cfg.replicas > 0 && (cfg.replicaTimeout < time.Millisecond || cfg.replicaTimeout >= cfg.timeout):
+		return fmt.Errorf("%w: WithReplicas(%d, %v): want n >= 0 and a timeout of 1ms or more, below WithTimeout (%v)",
+			throttle.ErrInvalid, cfg.replicas, cfg.replicaTimeout, cfg.timeout)
+	case cfg.replicas > 0 && !onOneConnection(client):
+		return fmt.Errorf("%w: WithReplicas needs a *redis.Client (standalone or Sentinel), not %T: WAIT must follow the write on its connection", throttle.ErrInvalid, client)
+	case cfg.lease != nil && alg != "tb" && alg != "lb":
+		return fmt.Errorf("%w: WithLeasing applies to token buckets only", throttle.ErrInvalid)
+	case strings.ContainsAny(alg, "{}"):
+		return fmt.Errorf("%w: algorithm name %q", throttle.ErrInvalid, alg)
+	}
+	return nil
 }
 
 // onOneConnection reports whether client sends a pipeline on one
@@ -304,6 +322,19 @@ func (c *core) check(key string, n int) error {
 		return err
 	}
 	return limiterkit.CheckN(n, c.limit)
+}
+
+// allowWith is Allow: it checks key and n, has allow decide them, and
+// reports the call.
+func (c *core) allowWith(ctx context.Context, key string, n int, allow func(context.Context, string, int) (throttle.Decision, error)) (throttle.Decision, error) {
+	start := c.report.Start()
+	var d throttle.Decision
+	err := c.check(key, n)
+	if err == nil {
+		d, err = allow(ctx, key, n)
+	}
+	c.report.Call(throttle.MethodAllow, key, n, d, err, start)
+	return d, err
 }
 
 // now returns the reference instant of a call and the mode argument: an

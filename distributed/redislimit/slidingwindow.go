@@ -23,21 +23,12 @@ const MaxSlidingLimit = 1<<24 - 1
 //
 // A SlidingWindow is safe for concurrent use. The zero value is not
 // usable; call NewSlidingWindow.
-type SlidingWindow struct {
-	*core
-	window int64
-	skew   int64
-}
+type SlidingWindow struct{ windowed }
 
 var (
 	_ throttle.Limiter       = (*SlidingWindow)(nil)
 	_ throttle.QuotaReporter = (*SlidingWindow)(nil)
 )
-
-// Quota reports the limit per window.
-func (l *SlidingWindow) Quota() throttle.Quota {
-	return throttle.Quota{Limit: l.limit, Window: time.Duration(l.window)}
-}
 
 // NewSlidingWindow returns a weighted sliding-window limiter of limit
 // units per window. Errors wrap throttle.ErrInvalid.
@@ -45,30 +36,20 @@ func NewSlidingWindow(client redis.UniversalClient, limit int, w time.Duration, 
 	if limit <= 0 || limit > MaxSlidingLimit {
 		return nil, fmt.Errorf("%w: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, MaxSlidingLimit)
 	}
-	if err := checkWindow(limit, w); err != nil {
-		return nil, err
-	}
-	c, _, err := newCore(client, "sw", limit, opts)
+	win, err := newWindowed(client, "sw", limit, w, 2, opts)
 	if err != nil {
 		return nil, err
 	}
-	lay, _ := window.NewLayout(int64(limit), 2)
-	return &SlidingWindow{core: c, window: int64(w), skew: lay.Skew(int64(w))}, nil
+	return &SlidingWindow{win}, nil
 }
 
 // Allow admits n units for key now or denies them, in one round trip.
 func (l *SlidingWindow) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	return l.report.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+	return l.allowWith(ctx, key, n, l.allow)
 }
 
 func (l *SlidingWindow) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if err := l.check(key, n); err != nil {
-		return throttle.Decision{}, err
-	}
-	ref, mode := l.now()
-	var buf [10]any
-	args := append(l.common(buf[:0], ref, mode), l.window, l.limit, n, floorMod(ref, l.window), l.skew)
-	r, err := l.run(ctx, slidingWindowScript, []string{l.prefix + key}, args)
+	r, err := l.runAligned(ctx, slidingWindowScript, key, n)
 	if err != nil {
 		return l.fail(ctx, key, n, err)
 	}

@@ -28,11 +28,7 @@ const MaxWindow = 52 * 24 * time.Hour
 //
 // A FixedWindow is safe for concurrent use. The zero value is not usable;
 // call NewFixedWindow.
-type FixedWindow struct {
-	*core
-	window int64
-	skew   int64 // see window.Layout.Skew
-}
+type FixedWindow struct{ windowed }
 
 // SlidingLog is slidinglog.Limiter with its state in Redis: at most limit
 // units per key in any half-open interval of length window, exactly,
@@ -41,9 +37,14 @@ type FixedWindow struct {
 //
 // A SlidingLog is safe for concurrent use. The zero value is not usable;
 // call NewSlidingLog.
-type SlidingLog struct {
+type SlidingLog struct{ windowed }
+
+// windowed is what the window limiters share: the core and the window,
+// and for windows aligned to the Unix epoch the skew of their state.
+type windowed struct {
 	*core
 	window int64
+	skew   int64 // see window.Layout.Skew
 }
 
 var (
@@ -54,23 +55,39 @@ var (
 )
 
 // Quota reports the limit per window.
-func (l *FixedWindow) Quota() throttle.Quota {
+func (l *windowed) Quota() throttle.Quota {
 	return throttle.Quota{Limit: l.limit, Window: time.Duration(l.window)}
 }
 
-// Quota reports the limit per window.
-func (l *SlidingLog) Quota() throttle.Quota {
-	return throttle.Quota{Limit: l.limit, Window: time.Duration(l.window)}
-}
-
-func checkWindow(limit int, window time.Duration) error {
+// newWindowed returns the core of a window limiter of algorithm alg. With
+// counts > 0 its windows are aligned to the epoch, each state word
+// holding counts counts.
+func newWindowed(client redis.UniversalClient, alg string, limit int, window time.Duration, counts uint, opts []Option) (windowed, error) {
 	switch {
 	case limit <= 0 || limit > 1<<32-1:
-		return fmt.Errorf("%w: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, 1<<32-1)
+		return windowed{}, fmt.Errorf("%w: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, 1<<32-1)
 	case window <= 0 || window > MaxWindow:
-		return fmt.Errorf("%w: window %v out of range (0, %v]", throttle.ErrInvalid, window, MaxWindow)
+		return windowed{}, fmt.Errorf("%w: window %v out of range (0, %v]", throttle.ErrInvalid, window, MaxWindow)
 	}
-	return nil
+	c, _, err := newCore(client, alg, limit, opts)
+	if err != nil {
+		return windowed{}, err
+	}
+	w := windowed{core: c, window: int64(window)}
+	if counts > 0 {
+		lay, _ := iwindow.NewLayout(int64(limit), counts)
+		w.skew = lay.Skew(w.window)
+	}
+	return w, nil
+}
+
+// runAligned runs script, the decision of n units for key in aligned
+// windows, and returns its reply.
+func (l *windowed) runAligned(ctx context.Context, script *luaScript, key string, n int) ([]any, error) {
+	ref, mode := l.now()
+	var buf [10]any
+	args := append(l.common(buf[:0], ref, mode), l.window, l.limit, n, floorMod(ref, l.window), l.skew)
+	return l.run(ctx, script, []string{l.prefix + key}, args)
 }
 
 // NewFixedWindow returns a fixed-window limiter, as fixedwindow.New: up to
@@ -78,15 +95,11 @@ func checkWindow(limit int, window time.Duration) error {
 // Unix epoch, on the server's clock (or the injected one). Errors wrap
 // throttle.ErrInvalid.
 func NewFixedWindow(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*FixedWindow, error) {
-	if err := checkWindow(limit, window); err != nil {
-		return nil, err
-	}
-	c, _, err := newCore(client, "fw", limit, opts)
+	w, err := newWindowed(client, "fw", limit, window, 1, opts)
 	if err != nil {
 		return nil, err
 	}
-	lay, _ := iwindow.NewLayout(int64(limit), 1)
-	return &FixedWindow{core: c, window: int64(window), skew: lay.Skew(int64(window))}, nil
+	return &FixedWindow{w}, nil
 }
 
 // NewSlidingLog returns a sliding log, as slidinglog.New: at most limit
@@ -95,29 +108,20 @@ func NewFixedWindow(client redis.UniversalClient, limit int, window time.Duratio
 // most limit entries) in two Redis keys that share a hash tag, so one
 // Cluster slot. Errors wrap throttle.ErrInvalid.
 func NewSlidingLog(client redis.UniversalClient, limit int, window time.Duration, opts ...Option) (*SlidingLog, error) {
-	if err := checkWindow(limit, window); err != nil {
-		return nil, err
-	}
-	c, _, err := newCore(client, "sl", limit, opts)
+	w, err := newWindowed(client, "sl", limit, window, 0, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &SlidingLog{core: c, window: int64(window)}, nil
+	return &SlidingLog{w}, nil
 }
 
 // Allow admits n units for key now or denies them, in one round trip.
 func (l *FixedWindow) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	return l.report.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+	return l.allowWith(ctx, key, n, l.allow)
 }
 
 func (l *FixedWindow) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if err := l.check(key, n); err != nil {
-		return throttle.Decision{}, err
-	}
-	ref, mode := l.now()
-	var buf [10]any
-	args := append(l.common(buf[:0], ref, mode), l.window, l.limit, n, floorMod(ref, l.window), l.skew)
-	r, err := l.run(ctx, fixedWindowScript, []string{l.prefix + key}, args)
+	r, err := l.runAligned(ctx, fixedWindowScript, key, n)
 	if err != nil {
 		return l.fail(ctx, key, n, err)
 	}
@@ -131,13 +135,10 @@ func (l *FixedWindow) allow(ctx context.Context, key string, n int) (throttle.De
 
 // Allow admits n units for key now or denies them, in one round trip.
 func (l *SlidingLog) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	return l.report.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+	return l.allowWith(ctx, key, n, l.allow)
 }
 
 func (l *SlidingLog) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if err := l.check(key, n); err != nil {
-		return throttle.Decision{}, err
-	}
 	ref, mode := l.now()
 	var buf [8]any
 	args := append(l.common(buf[:0], ref, mode), l.window, l.limit, n)

@@ -96,6 +96,7 @@ type Observer struct {
 	inFlight  *prometheus.GaugeVec
 	reloads   *prometheus.CounterVec
 	version   *prometheus.GaugeVec
+	all       []prometheus.Collector // the above, for Describe and Collect
 	timed     bool
 
 	byName *obskit.Cache[*series]
@@ -143,6 +144,7 @@ func New(opts ...Option) *Observer {
 	lat := opt("backend_latency_seconds", "How long calls to the limiter took, where they are timed: round trips to its backend.")
 	o.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: lat.Namespace, Name: lat.Name,
 		Help: lat.Help, ConstLabels: lat.ConstLabels, Buckets: c.buckets}, []string{"limiter"})
+	o.all = []prometheus.Collector{o.decisions, o.fallbacks, o.breaker, o.warnings, o.errs, o.latency, o.inFlight, o.reloads, o.version}
 	o.byName = obskit.NewCache(func(name string) *series {
 		s := &series{breaker: o.breaker.WithLabelValues(name)}
 		s.count[obskit.Allowed] = o.decisions.WithLabelValues(name, "allowed")
@@ -199,26 +201,14 @@ func (o *Observer) ObservesLatency() bool { return o.timed }
 
 // Describe sends the descriptors of the metrics.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
-	o.decisions.Describe(ch)
-	o.fallbacks.Describe(ch)
-	o.breaker.Describe(ch)
-	o.warnings.Describe(ch)
-	o.errs.Describe(ch)
-	o.latency.Describe(ch)
-	o.inFlight.Describe(ch)
-	o.reloads.Describe(ch)
-	o.version.Describe(ch)
+	for _, c := range o.all {
+		c.Describe(ch)
+	}
 }
 
 // Collect sends the current values.
 func (o *Observer) Collect(ch chan<- prometheus.Metric) {
-	o.decisions.Collect(ch)
-	o.fallbacks.Collect(ch)
-	o.breaker.Collect(ch)
-	o.warnings.Collect(ch)
-	o.errs.Collect(ch)
-	o.latency.Collect(ch)
-	o.inFlight.Collect(ch)
-	o.reloads.Collect(ch)
-	o.version.Collect(ch)
+	for _, c := range o.all {
+		c.Collect(ch)
+	}
 }

@@ -2,7 +2,10 @@
 // limiters compute with, reading the system clock on its fastest path.
 package clock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Clock is the structural twin of throttle.Clock.
 type Clock interface{ Now() time.Time }
@@ -27,4 +30,19 @@ func (s Source) Now() int64 {
 		return startNano + int64(time.Since(start))
 	}
 	return s.c.Now().UnixNano()
+}
+
+// Sleep waits d, or until ctx ends if that comes first, and returns
+// ctx.Err(): nil when d passed and ctx is still live.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return ctx.Err()
 }

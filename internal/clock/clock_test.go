@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"context"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -46,4 +47,25 @@ func BenchmarkNow(b *testing.B) {
 	for b.Loop() {
 		s.Now()
 	}
+}
+
+func TestSleep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if err := Sleep(t.Context(), time.Minute); err != nil || time.Since(start) != time.Minute {
+			t.Fatalf("Sleep(1m) = %v after %v, want nil after 1m", err, time.Since(start))
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		start = time.Now()
+		if err := Sleep(ctx, time.Minute); err != context.DeadlineExceeded || time.Since(start) != time.Second {
+			t.Fatalf("Sleep(1m) under a 1s deadline = %v after %v, want DeadlineExceeded after 1s", err, time.Since(start))
+		}
+		if err := Sleep(ctx, 0); err != context.DeadlineExceeded {
+			t.Fatalf("Sleep(0) on an ended ctx = %v, want its error", err)
+		}
+		if err := Sleep(t.Context(), -time.Second); err != nil {
+			t.Fatalf("Sleep(-1s) = %v, want nil at once", err)
+		}
+	})
 }

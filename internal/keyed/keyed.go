@@ -158,6 +158,15 @@ type table[S any] struct {
 
 func newTable[S any](size int) *table[S] { return &table[S]{slots: make([]slot[S], size)} }
 
+// live yields the slots of t that hold a key; the shard's mu must be held.
+func (t *table[S]) live(yield func(*slot[S]) bool) {
+	for i := range t.slots {
+		if sl := &t.slots[i]; sl.tag.Load()&liveBit != 0 && !yield(sl) {
+			return
+		}
+	}
+}
+
 // home returns the first slot of tag's probe sequence: the high bits of
 // the hash scaled to the table's length (the low bits chose the shard).
 func (t *table[S]) home(tag uint64) int {
@@ -729,9 +738,8 @@ func (m *Map[S, P]) Sweep() int {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		t := sh.tab.Load()
-		for j := range t.slots {
-			sl := &t.slots[j]
-			if sl.tag.Load()&liveBit != 0 && P(&sl.state).Retire(sh, false) {
+		for sl := range t.live {
+			if P(&sl.state).Retire(sh, false) {
 				sh.remove(sl)
 				dropped++
 			}
@@ -757,10 +765,8 @@ func (m *Map[S, P]) Range(f func(p P) bool) {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		t := sh.tab.Load()
-		for j := range t.slots {
-			sl := &t.slots[j]
-			if sl.tag.Load()&liveBit != 0 && !f(&sl.state) {
+		for sl := range sh.tab.Load().live {
+			if !f(&sl.state) {
 				sh.mu.Unlock()
 				return
 			}

@@ -64,14 +64,17 @@ func (r *To) Decide(ctx context.Context, m throttle.Method, key string, n int, d
 	return d, err
 }
 
-// Reserved reports a Reserve call that returned res and err, its
-// Decision as throttle.Observe states it: Allowed when res is OK, with
-// its Limit and its Delay as RetryAfter.
-func (r *To) Reserved(key string, n int, res throttle.Reservation, err error, start time.Time) {
+// Reserve makes reserve(ctx, key, n, maxWait), a Reserve call, and
+// reports it, its Decision as throttle.Observe states it: Allowed when the
+// reservation is OK, with its Limit and its Delay as RetryAfter.
+func (r *To) Reserve(ctx context.Context, key string, n int, maxWait time.Duration, reserve func(context.Context, string, int, time.Duration) (throttle.Reservation, error)) (throttle.Reservation, error) {
+	start := r.Start()
+	res, err := reserve(ctx, key, n, maxWait)
 	if r.o != nil {
 		d := throttle.Decision{Allowed: res.OK, Limit: res.Limit, RetryAfter: res.Delay}
 		r.Call(throttle.MethodReserve, key, n, d, err, start)
 	}
+	return res, err
 }
 
 // Held returns release, for the n units of key that a call of method m
