@@ -187,10 +187,17 @@ func TestChangesCoalesce(t *testing.T) {
 		if r.s.Limit() != 20 {
 			t.Fatalf("semaphore limit %d", r.s.Limit())
 		}
-		if !r.TryAcquire(20) || r.TryAcquire(1) {
+		d, release, err := throttle.TryHold(t.Context(), r, "", 20)
+		if err != nil || !d.Allowed {
+			t.Fatalf("20 of 20 not held: %+v, %v", d, err)
+		}
+		if d, _, _ := r.TryHold(t.Context(), "", 1); d.Allowed {
 			t.Fatal("semaphore does not follow the lease")
 		}
-		r.Release(20)
+		release()
+		if r.InFlight() != 0 {
+			t.Fatalf("%d in flight after release", r.InFlight())
+		}
 	})
 }
 
