@@ -201,6 +201,47 @@ func TestChangesCoalesce(t *testing.T) {
 	})
 }
 
+// TestGaugeHolds: a GaugeResource is a throttle.Holder. Hold takes the
+// units its lease allows, TryHold denies past the lease, the release
+// funcs give units back once, and after Close both fail with ErrClosed.
+func TestGaugeHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, n := warmServer(t, 100)
+		c := newClient(t, n, "a")
+		defer c.Close()
+		r, err := c.Gauge("r", 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		var h throttle.Holder = r
+		release, err := h.Hold(t.Context(), "", 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, _, err := h.TryHold(t.Context(), "", 1); err != nil || d.Allowed {
+			t.Fatalf("6th unit of a lease of 5: %+v, %v", d, err)
+		}
+		release()
+		release()
+		if r.InFlight() != 0 {
+			t.Fatalf("%d in flight after release", r.InFlight())
+		}
+		d, release, err := h.TryHold(t.Context(), "", 5)
+		if err != nil || !d.Allowed {
+			t.Fatalf("5 of 5 after release: %+v, %v", d, err)
+		}
+		release()
+		r.Close()
+		if _, _, err := h.TryHold(t.Context(), "", 1); !errors.Is(err, throttle.ErrClosed) {
+			t.Fatalf("TryHold after Close: %v", err)
+		}
+		if _, err := h.Hold(t.Context(), "", 1); !errors.Is(err, throttle.ErrClosed) {
+			t.Fatalf("Hold after Close: %v", err)
+		}
+	})
+}
+
 // lyingTransport answers with grants no server should send.
 type lyingTransport struct{ g Grant }
 

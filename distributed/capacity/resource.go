@@ -518,7 +518,7 @@ func (g *GaugeResource) applyLimit(v float64) {
 // zero capacity it denies everything. Errors wrap throttle.ErrClosed,
 // throttle.ErrInvalid or throttle.ErrExceedsLimit.
 func (g *GaugeResource) TryHold(ctx context.Context, key string, n int) (d throttle.Decision, release func(), err error) {
-	if done, err := g.shut(n); done {
+	if done, err := g.refuses(n); done {
 		return throttle.Decision{}, noRelease, err
 	}
 	return g.s.TryHold(ctx, key, n)
@@ -554,17 +554,17 @@ func (g *GaugeResource) InFlight() int { return g.s.InFlight() }
 // Allow takes n units if they fit now (release them with Release); the
 // key is ignored.
 func (g *GaugeResource) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if done, err := g.shut(n); done {
+	if done, err := g.refuses(n); done {
 		return throttle.Decision{}, err
 	}
 	return g.s.Allow(ctx, key, n)
 }
 
-// shut reports whether a call for n units is answered without the
+// refuses reports whether a call for n units is answered without the
 // semaphore: the resource is closed (err wraps throttle.ErrClosed), or its
 // capacity is zero and the call is denied (err wraps throttle.ErrInvalid
 // for n <= 0).
-func (g *GaugeResource) shut(n int) (done bool, err error) {
+func (g *GaugeResource) refuses(n int) (done bool, err error) {
 	if g.closed.Load() {
 		return true, g.closedErr()
 	}
