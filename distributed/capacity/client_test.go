@@ -165,13 +165,24 @@ func TestClientFollowsRedirect(t *testing.T) {
 	})
 }
 
+// leasedGauge is client a's gauge resource wanting wants of a server
+// of capacity 100, once its first lease has come.
+func leasedGauge(t *testing.T, wants float64) (*Client, *GaugeResource) {
+	t.Helper()
+	_, n := warmServer(t, 100)
+	c := newClient(t, n, "a")
+	r, err := c.Gauge("r", wants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	return c, r
+}
+
 func TestChangesCoalesce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		_, n := warmServer(t, 100)
-		c := newClient(t, n, "a")
+		c, r := leasedGauge(t, 40)
 		defer c.Close()
-		r, _ := c.Gauge("r", 40)
-		synctest.Wait()
 		r.SetWants(30)
 		time.Sleep(2 * time.Second)
 		r.SetWants(20)
@@ -206,14 +217,8 @@ func TestChangesCoalesce(t *testing.T) {
 // funcs give units back once, and after Close both fail with ErrClosed.
 func TestGaugeHolds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		_, n := warmServer(t, 100)
-		c := newClient(t, n, "a")
+		c, r := leasedGauge(t, 5)
 		defer c.Close()
-		r, err := c.Gauge("r", 5)
-		if err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
 		var h throttle.Holder = r
 		release, err := h.Hold(t.Context(), "", 5)
 		if err != nil {
