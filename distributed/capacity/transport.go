@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/retry"
 )
 
 // Transport carries a client's calls to the server at an address.
@@ -86,14 +87,10 @@ func (n *Network) delay(ctx context.Context) error {
 	if lat <= 0 {
 		return nil
 	}
-	t := time.NewTimer(lat)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%w: capacity: %v", throttle.ErrUnavailable, ctx.Err())
+	if err := retry.Sleep(ctx, lat); err != nil {
+		return fmt.Errorf("%w: capacity: %v", throttle.ErrUnavailable, err)
 	}
+	return nil
 }
 
 // GetCapacity calls GetCapacity of the server at addr, with the latency
