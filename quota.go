@@ -64,10 +64,3 @@ func TryHold(ctx context.Context, l Limiter, key string, n int) (d Decision, rel
 	d, err = l.Allow(ctx, key, n)
 	return d, noRelease, err
 }
-
-// Acquire is TryHold.
-//
-// Deprecated: use TryHold, the name held units go by everywhere.
-func Acquire(ctx context.Context, l Limiter, key string, n int) (d Decision, release func(), err error) {
-	return TryHold(ctx, l, key, n)
-}

@@ -72,56 +72,82 @@ func Wait(ctx context.Context, l Limiter, key string, n int, opts ...WaitOption)
 			return err
 		}
 		var retry time.Duration
+		var done bool
+		var err error
 		if canReserve {
-			maxWait, byDeadline := c.maxWait, false
-			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < maxWait {
-				maxWait, byDeadline = max(time.Until(dl), 0), true
-			}
-			res, err := r.Reserve(ctx, key, n, maxWait)
-			if err != nil {
-				return err
-			}
-			if res.OK {
-				if err := clock.Sleep(ctx, res.Delay); err != nil {
-					res.Cancel()
-					return err
-				}
-				return nil
-			}
-			if byDeadline { // the first free slot is past the deadline
-				return fmt.Errorf("throttle: wait for %q needs more than %v, beyond the deadline: %w", key, maxWait, context.DeadlineExceeded)
-			}
-			retry = res.Delay
+			retry, done, err = waitReserved(ctx, r, key, n, c.maxWait)
 		} else {
-			d, err := l.Allow(ctx, key, n)
-			if err != nil {
-				return err
-			}
-			if d.Allowed {
-				return nil
-			}
-			retry = d.RetryAfter
+			retry, done, err = tryAllow(ctx, l, key, n)
 		}
-		byRelease := retry <= 0
-		if byRelease { // freed by release, not by time: back off exponentially
-			retry = backoff
-			backoff = min(2*backoff, c.maxBackoff)
+		if done || err != nil {
+			return err
 		}
-		if dl, ok := ctx.Deadline(); ok {
-			left := time.Until(dl)
-			switch {
-			case byRelease:
-				// Capacity may come back at any moment: never let one
-				// back-off step use up the time left.
-				retry = min(retry, max(left/2, time.Millisecond))
-			case left < retry:
-				return fmt.Errorf("throttle: wait for %q needs %v, beyond the deadline: %w", key, retry, context.DeadlineExceeded)
-			}
+		if retry, err = c.pause(ctx, key, retry, &backoff); err != nil {
+			return err
 		}
 		if err := clock.Sleep(ctx, retry+jitter(retry, c.jitter)); err != nil {
 			return err
 		}
 	}
+}
+
+// waitReserved books n units for key on r within maxWait (less if ctx's
+// deadline is nearer) and sleeps until they are due: done once they are.
+// Otherwise retry is how long until the first free slot.
+func waitReserved(ctx context.Context, r Reserver, key string, n int, maxWait time.Duration) (retry time.Duration, done bool, err error) {
+	byDeadline := false
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < maxWait {
+		maxWait, byDeadline = max(time.Until(dl), 0), true
+	}
+	res, err := r.Reserve(ctx, key, n, maxWait)
+	if err != nil {
+		return 0, true, err
+	}
+	if res.OK {
+		if err := clock.Sleep(ctx, res.Delay); err != nil {
+			res.Cancel()
+			return 0, true, err
+		}
+		return 0, true, nil
+	}
+	if byDeadline { // the first free slot is past the deadline
+		return 0, true, fmt.Errorf("throttle: wait for %q needs more than %v, beyond the deadline: %w", key, maxWait, context.DeadlineExceeded)
+	}
+	return res.Delay, false, nil
+}
+
+// tryAllow asks l for n units of key: done if admitted, else retry is
+// the RetryAfter of the denial.
+func tryAllow(ctx context.Context, l Limiter, key string, n int) (retry time.Duration, done bool, err error) {
+	d, err := l.Allow(ctx, key, n)
+	if err != nil || d.Allowed {
+		return 0, true, err
+	}
+	return d.RetryAfter, false, nil
+}
+
+// pause is how long Wait sleeps, before jitter, when told to retry after
+// retry: that, or when retry is 0 (units freed by release, not by time)
+// the next step of an exponential back-off, never past half the time
+// left to ctx's deadline. It fails when retry is past the deadline.
+func (c *waitConfig) pause(ctx context.Context, key string, retry time.Duration, backoff *time.Duration) (time.Duration, error) {
+	byRelease := retry <= 0
+	if byRelease {
+		retry = *backoff
+		*backoff = min(2**backoff, c.maxBackoff)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		switch {
+		case byRelease:
+			// Capacity may come back at any moment: never let one
+			// back-off step use up the time left.
+			retry = min(retry, max(left/2, time.Millisecond))
+		case left < retry:
+			return 0, fmt.Errorf("throttle: wait for %q needs %v, beyond the deadline: %w", key, retry, context.DeadlineExceeded)
+		}
+	}
+	return retry, nil
 }
 
 func jitter(d time.Duration, f float64) time.Duration {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/tokenbucket"
 )
 
 // spacer admits one unit every interval (burst 1) on the real clock, which
@@ -208,4 +209,28 @@ func TestWaitBackoffMeetsDeadline(t *testing.T) {
 			t.Fatalf("Wait took %v", took)
 		}
 	})
+}
+
+// BenchmarkWait is Wait when the units are free at once, through a
+// reservation (tokenbucket is a Reserver) and, Pessimistic, through Allow.
+func BenchmarkWait(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []throttle.WaitOption
+	}{{"reserve", nil}, {"allow", []throttle.WaitOption{throttle.Pessimistic()}}} {
+		b.Run(c.name, func(b *testing.B) {
+			l, err := tokenbucket.New(throttle.PerSecond(1_000_000_000), 1_000_000_000)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := throttle.Wait(ctx, l, "k", 1, c.opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

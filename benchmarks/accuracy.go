@@ -49,43 +49,59 @@ func (t Trace) Length() time.Duration {
 // Traces returns the accuracy traces for a limit of limit units per
 // window. Each lasts ten windows unless said otherwise.
 func Traces(limit int, window time.Duration) []Trace {
-	L, W := limit, window
-	span := 10 * W
-	r := rand.New(rand.NewPCG(1, 2))
-	var ts []Trace
+	r := rand.New(rand.NewPCG(1, 2)) // drawn from by the traces in this order
+	return []Trace{
+		steadyTrace(limit, window),
+		onOffTrace(limit, window),
+		poissonTrace(limit, window, r),
+		boundaryTrace(limit, window),
+		keysTrace(limit, window, r),
+		weightedTrace(limit, window, r),
+		staleTrace(limit, window, r),
+		recoveryTrace(limit, window),
+	}
+}
 
-	// Steady over-rate: twice the rate, evenly spaced.
+// steadyTrace is over the rate: twice the rate, evenly spaced.
+func steadyTrace(L int, W time.Duration) Trace {
 	t := Trace{Name: "steady 2×", Desc: "evenly spaced at twice the rate", Limit: L, Window: W, Keys: 1}
 	gap := W / time.Duration(2*L)
-	for at := time.Duration(0); at < span; at += gap {
+	for at := time.Duration(0); at < 10*W; at += gap {
 		t.Arrivals = append(t.Arrivals, Arrival{At: at, N: 1})
 	}
-	ts = append(ts, t)
+	return t
+}
 
-	// Bursty on/off: 2·limit spread over half a window, then 1.5 windows of silence.
-	t = Trace{Name: "on/off", Desc: "2×limit in half a window, then 1.5 windows idle", Limit: L, Window: W, Keys: 1}
-	for start := time.Duration(0); start < span; start += 2 * W {
+// onOffTrace is bursty: 2·limit spread over half a window, then 1.5
+// windows of silence.
+func onOffTrace(L int, W time.Duration) Trace {
+	t := Trace{Name: "on/off", Desc: "2×limit in half a window, then 1.5 windows idle", Limit: L, Window: W, Keys: 1}
+	for start := time.Duration(0); start < 10*W; start += 2 * W {
 		g := W / 2 / time.Duration(2*L)
 		for i := range 2 * L {
 			t.Arrivals = append(t.Arrivals, Arrival{At: start + time.Duration(i)*g, N: 1})
 		}
 	}
-	ts = append(ts, t)
+	return t
+}
 
-	// Poisson arrivals at 1.5 times the rate.
-	t = Trace{Name: "Poisson 1.5×", Desc: "Poisson arrivals at 1.5 times the rate", Limit: L, Window: W, Keys: 1}
+// poissonTrace is Poisson arrivals at 1.5 times the rate.
+func poissonTrace(L int, W time.Duration, r *rand.Rand) Trace {
+	t := Trace{Name: "Poisson 1.5×", Desc: "Poisson arrivals at 1.5 times the rate", Limit: L, Window: W, Keys: 1}
 	mean := float64(W) / (1.5 * float64(L))
-	for at := 0.0; at < float64(span); at += r.ExpFloat64() * mean {
+	for at := 0.0; at < float64(10*W); at += r.ExpFloat64() * mean {
 		t.Arrivals = append(t.Arrivals, Arrival{At: time.Duration(at), N: 1})
 	}
-	ts = append(ts, t)
+	return t
+}
 
-	// Boundary attack: a probe at 0 (it starts windows that are anchored
-	// at the first request), then, around every other window edge,
-	// 2·limit requests packed within ±1% of a window: the window before
-	// the edge is untouched until then, so a fixed window admits limit
-	// just before the edge and limit just after.
-	t = Trace{Name: "boundary", Desc: "probe at 0, then 2×limit within ±W/100 of every other window edge", Limit: L, Window: W, Keys: 1}
+// boundaryTrace is the boundary attack: a probe at 0 (it starts windows
+// that are anchored at the first request), then, around every other
+// window edge, 2·limit requests packed within ±1% of a window: the window
+// before the edge is untouched until then, so a fixed window admits limit
+// just before the edge and limit just after.
+func boundaryTrace(L int, W time.Duration) Trace {
+	t := Trace{Name: "boundary", Desc: "probe at 0, then 2×limit within ±W/100 of every other window edge", Limit: L, Window: W, Keys: 1}
 	t.Arrivals = append(t.Arrivals, Arrival{At: 0, N: 1})
 	delta := W / 100
 	for k := 1; k < 10; k += 2 {
@@ -95,57 +111,66 @@ func Traces(limit int, window time.Duration) []Trace {
 			t.Arrivals = append(t.Arrivals, Arrival{At: edge - delta + time.Duration(i)*g, N: 1})
 		}
 	}
-	ts = append(ts, t)
+	return t
+}
 
-	// Many keys: 200 keys of a tenth of the limit, each at twice its
-	// rate with its own phase.
+// keysTrace is many keys: 200 keys of a tenth of the limit, each at twice
+// its rate with its own phase.
+func keysTrace(L int, W time.Duration, r *rand.Rand) Trace {
 	const keys = 200
 	kl := max(L/10, 1)
-	t = Trace{Name: "200 keys", Desc: "200 keys (limit/10 each), each at twice its rate", Limit: kl, Window: W, Keys: keys}
+	t := Trace{Name: "200 keys", Desc: "200 keys (limit/10 each), each at twice its rate", Limit: kl, Window: W, Keys: keys}
 	kg := W / time.Duration(2*kl)
 	for k := range keys {
 		phase := time.Duration(r.Int64N(int64(kg)))
-		for at := phase; at < span; at += kg {
+		for at := phase; at < 10*W; at += kg {
 			t.Arrivals = append(t.Arrivals, Arrival{At: at, Key: k, N: 1})
 		}
 	}
 	slices.SortStableFunc(t.Arrivals, func(a, b Arrival) int { return int(a.At - b.At) })
-	ts = append(ts, t)
+	return t
+}
 
-	// Weighted: n uniform in [1, limit/5], twice the rate in units.
-	t = Trace{Name: "weighted", Desc: "n uniform in [1, limit/5], twice the rate in units", Limit: L, Window: W, Keys: 1, Weighted: true}
+// weightedTrace asks for n uniform in [1, limit/5], twice the rate in
+// units.
+func weightedTrace(L int, W time.Duration, r *rand.Rand) Trace {
+	t := Trace{Name: "weighted", Desc: "n uniform in [1, limit/5], twice the rate in units", Limit: L, Window: W, Keys: 1, Weighted: true}
 	maxN := max(L/5, 1)
 	wgap := time.Duration(float64(W) * (float64(maxN+1) / 2) / float64(2*L))
-	for at := time.Duration(0); at < span; at += wgap {
+	for at := time.Duration(0); at < 10*W; at += wgap {
 		t.Arrivals = append(t.Arrivals, Arrival{At: at, N: 1 + r.IntN(maxN)})
 	}
-	ts = append(ts, t)
+	return t
+}
 
-	// Stale clock reads: four times the rate, and one call in five decides
-	// with a clock read up to a hundredth of a window old (10 ms for a 1 s
-	// window: the time slice after which Go's scheduler preempts a
-	// goroutine, which can happen between reading the clock and deciding).
-	t = Trace{Name: "stale reads", Desc: "4× the rate; 1 call in 5 uses a clock read up to W/100 old", Limit: L, Window: W, Keys: 1}
+// staleTrace has stale clock reads: four times the rate, and one call in
+// five decides with a clock read up to a hundredth of a window old (10 ms
+// for a 1 s window: the time slice after which Go's scheduler preempts a
+// goroutine, which can happen between reading the clock and deciding).
+func staleTrace(L int, W time.Duration, r *rand.Rand) Trace {
+	t := Trace{Name: "stale reads", Desc: "4× the rate; 1 call in 5 uses a clock read up to W/100 old", Limit: L, Window: W, Keys: 1}
 	sgap := W / time.Duration(4*L)
-	for at := time.Duration(0); at < span; at += sgap {
+	for at := time.Duration(0); at < 10*W; at += sgap {
 		a := Arrival{At: at, N: 1}
 		if r.IntN(5) == 0 {
 			a.Skew = min(at, time.Duration(r.Int64N(int64(W/100))))
 		}
 		t.Arrivals = append(t.Arrivals, a)
 	}
-	ts = append(ts, t)
+	return t
+}
 
-	// Recovery: 2·limit at once, then a poll every W/1000 for three windows.
-	t = Trace{Name: "burst+poll", Desc: "2×limit at once, then one request every W/1000 for 3 windows", Limit: L, Window: W, Keys: 1, Recovery: true}
+// recoveryTrace is 2·limit at once, then a poll every W/1000 for three
+// windows.
+func recoveryTrace(L int, W time.Duration) Trace {
+	t := Trace{Name: "burst+poll", Desc: "2×limit at once, then one request every W/1000 for 3 windows", Limit: L, Window: W, Keys: 1, Recovery: true}
 	for range 2 * L {
 		t.Arrivals = append(t.Arrivals, Arrival{At: 0, N: 1})
 	}
 	for at := W / 1000; at <= 3*W; at += W / 1000 {
 		t.Arrivals = append(t.Arrivals, Arrival{At: at, N: 1})
 	}
-	ts = append(ts, t)
-	return ts
+	return t
 }
 
 // Event is an admission seen by the harness.
@@ -435,83 +460,100 @@ func Contention(s Subject, c Config, goroutines int, d time.Duration) (Contentio
 		return ContentionResult{}, err
 	}
 	defer closeLimiter(l)
+	nbins := int(d/contentionBin) + 1
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
-		calls   int64
-		errs    int64
-		admits  []time.Duration
-		last    time.Duration
+		all     = contention{bins: make([]uint64, (nbins+63)/64)}
 		release = make(chan struct{})
+		start   time.Time
 	)
-	// Which bins of time saw at least one call: on a busy machine the
-	// goroutines may get no processor for a while, and a bucket that is
-	// full then cannot bank what it would have earned. The ideal is
-	// replayed on these bins.
-	nbins := int(d/contentionBin) + 1
-	active := make([]uint64, (nbins+63)/64)
-	var start time.Time
 	for range goroutines {
 		wg.Go(func() {
-			var mine []time.Duration
-			var n, e int64
-			var mylast time.Duration
-			bins := make([]uint64, len(active))
+			mine := contention{bins: make([]uint64, len(all.bins))}
 			<-release
-			deadline := start.Add(d)
-			for {
-				now := time.Now()
-				if !now.Before(deadline) {
-					break
-				}
-				mylast = now.Sub(start)
-				b := int(mylast / contentionBin)
-				bins[b/64] |= 1 << (b % 64)
-				dec, err := l.Allow(bg, "hot-key", 1)
-				n++
-				if err != nil {
-					e++
-				} else if dec.Allowed {
-					if at := time.Since(start); at < d {
-						mine = append(mine, at)
-					}
-				}
-			}
+			mine.run(l, start, d)
 			mu.Lock()
-			calls += n
-			errs += e
-			last = max(last, mylast)
-			admits = append(admits, mine...)
-			for i, w := range bins {
-				active[i] |= w
-			}
+			all.add(&mine)
 			mu.Unlock()
 		})
 	}
 	start = time.Now()
 	close(release)
 	wg.Wait()
-	slices.Sort(admits)
-	ev := make([]Event, len(admits))
-	for i, a := range admits {
+	slices.Sort(all.admits)
+	ev := make([]Event, len(all.admits))
+	for i, a := range all.admits {
 		ev[i] = Event{At: a, N: 1}
 	}
-	ideal := float64(c.Limit) * float64(last) / float64(c.Window)
+	ideal := float64(c.Limit) * float64(all.last) / float64(c.Window)
 	if !s.Blocks {
-		var ref bucket
-		var sum int64
-		for b := range nbins {
-			if active[b/64]&(1<<(b%64)) != 0 {
-				sum += ref.drain(int64(b+1)*int64(contentionBin), int64(c.Limit), int64(c.Window))
-			}
-		}
-		ideal = float64(sum)
+		ideal = all.ideal(c, nbins)
 	}
 	return ContentionResult{
-		Subject: s, Goroutines: goroutines, Elapsed: last, Calls: calls,
-		Admitted: int64(len(admits)), Ideal: ideal, Errors: errs,
+		Subject: s, Goroutines: goroutines, Elapsed: all.last, Calls: all.calls,
+		Admitted: int64(len(all.admits)), Ideal: ideal, Errors: all.errs,
 		MaxInWindow: maxInWindow(ev, c.Window), Limit: c.Limit,
 	}, nil
+}
+
+// contention is what goroutines of Contention saw.
+type contention struct {
+	calls, errs int64
+	admits      []time.Duration // since the start, of the admissions before the end
+	last        time.Duration   // the latest call, since the start
+	// bins marks which bins of time saw at least one call: on a busy
+	// machine the goroutines may get no processor for a while, and a
+	// bucket that is full then cannot bank what it would have earned.
+	// The ideal is replayed on these bins.
+	bins []uint64
+}
+
+// run calls Allow on l's hot key from start until d after it.
+func (c *contention) run(l throttle.Limiter, start time.Time, d time.Duration) {
+	deadline := start.Add(d)
+	for {
+		now := time.Now()
+		if !now.Before(deadline) {
+			return
+		}
+		c.last = now.Sub(start)
+		b := int(c.last / contentionBin)
+		c.bins[b/64] |= 1 << (b % 64)
+		dec, err := l.Allow(bg, "hot-key", 1)
+		c.calls++
+		if err != nil {
+			c.errs++
+		} else if dec.Allowed {
+			if at := time.Since(start); at < d {
+				c.admits = append(c.admits, at)
+			}
+		}
+	}
+}
+
+// add counts what o saw in c.
+func (c *contention) add(o *contention) {
+	c.calls += o.calls
+	c.errs += o.errs
+	c.last = max(c.last, o.last)
+	c.admits = append(c.admits, o.admits...)
+	for i, w := range o.bins {
+		c.bins[i] |= w
+	}
+}
+
+// ideal is what an exact token bucket of cfg admits to callers that never
+// pause, over the first nbins bins in which calls were made.
+func (c *contention) ideal(cfg Config, nbins int) float64 {
+	var ref bucket
+	var sum int64
+	for b := range nbins {
+		if c.bins[b/64]&(1<<(b%64)) != 0 {
+			sum += ref.drain(int64(b+1)*int64(contentionBin), int64(cfg.Limit), int64(cfg.Window))
+		}
+	}
+	return float64(sum)
 }
 
 var _ throttle.Limiter = (*xrateLimiter)(nil)

@@ -124,32 +124,9 @@ func shortNames(names []string) string {
 // boundaryChart plots, for every subject that ran the boundary attack,
 // the units admitted in the trailing window over time, in limits.
 func boundaryChart(acc []AccuracyResult) (*plot.Plot, error) {
-	var runs []AccuracyResult
-	for _, r := range acc {
-		if r.Trace == "boundary" {
-			runs = append(runs, r)
-		}
-	}
-	if len(runs) == 0 {
+	lines := boundaryLines(acc)
+	if len(lines) == 0 {
 		return nil, nil
-	}
-	// Limiters that admitted exactly the same requests share a line.
-	type line struct {
-		r     AccuracyResult
-		names []string
-	}
-	var lines []line
-	for _, r := range runs {
-		name := r.Subject.Name
-		if r.RealTime {
-			name += " (wall clock)"
-		}
-		i := slices.IndexFunc(lines, func(l line) bool { return !r.RealTime && !l.r.RealTime && slices.Equal(l.r.Timeline, r.Timeline) })
-		if i < 0 {
-			lines = append(lines, line{r: r, names: []string{name}})
-		} else {
-			lines[i].names = append(lines[i].names, name)
-		}
 	}
 	p := plot.New()
 	p.Title.Text = "Boundary attack: admitted in the trailing window"
@@ -163,37 +140,13 @@ func boundaryChart(acc []AccuracyResult) (*plot.Plot, error) {
 	one.Color = color.Gray{Y: 120}
 	one.Width = vg.Points(0.5)
 	p.Add(one)
-	const steps = 2000 // samples over ten windows
 	for i, ln := range lines {
-		r := ln.r
-		w := float64(time.Second) // timelines are normalized to 1 s windows
-		pts := make(plotter.XYs, 0, steps+1)
-		var sum int64
-		lo, hi := 0, 0
-		for k := 0; k <= steps; k++ {
-			t := float64(k) * 10 * w / steps
-			for hi < len(r.Timeline) && float64(r.Timeline[hi].At) <= t {
-				sum += int64(r.Timeline[hi].N)
-				hi++
-			}
-			for lo < hi && float64(r.Timeline[lo].At) <= t-w {
-				sum -= int64(r.Timeline[lo].N)
-				lo++
-			}
-			// A step function: keep only the points where it changes.
-			y := float64(sum) / float64(r.Limit)
-			if n := len(pts); n >= 2 && pts[n-1].Y == y && pts[n-2].Y == y {
-				pts[n-1].X = t / w
-				continue
-			}
-			pts = append(pts, plotter.XY{X: t / w, Y: y})
-		}
-		l, err := plotter.NewLine(pts)
+		l, err := plotter.NewLine(trailingWindow(ln.r))
 		if err != nil {
 			return nil, err
 		}
 		l.Color = palette[i%len(palette)]
-		if r.RealTime {
+		if ln.r.RealTime {
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
 		}
 		l.Width = vg.Points(1.5)
@@ -204,6 +157,64 @@ func boundaryChart(acc []AccuracyResult) (*plot.Plot, error) {
 	p.Y.Max = 3.2
 	p.X.Tick.Marker = wholeTicks{}
 	return p, nil
+}
+
+// boundaryLine is a line of boundaryChart: the run r, and the names of
+// the subjects whose runs admitted exactly the same requests.
+type boundaryLine struct {
+	r     AccuracyResult
+	names []string
+}
+
+// boundaryLines are the lines of the runs of the boundary attack in acc.
+func boundaryLines(acc []AccuracyResult) []boundaryLine {
+	var lines []boundaryLine
+	for _, r := range acc {
+		if r.Trace != "boundary" {
+			continue
+		}
+		name := r.Subject.Name
+		if r.RealTime {
+			name += " (wall clock)"
+		}
+		i := slices.IndexFunc(lines, func(l boundaryLine) bool {
+			return !r.RealTime && !l.r.RealTime && slices.Equal(l.r.Timeline, r.Timeline)
+		})
+		if i < 0 {
+			lines = append(lines, boundaryLine{r: r, names: []string{name}})
+		} else {
+			lines[i].names = append(lines[i].names, name)
+		}
+	}
+	return lines
+}
+
+// trailingWindow samples the units r admitted in the trailing window, in
+// limits, over ten windows: a step function, kept only where it changes.
+func trailingWindow(r AccuracyResult) plotter.XYs {
+	const steps = 2000        // samples over ten windows
+	w := float64(time.Second) // timelines are normalized to 1 s windows
+	pts := make(plotter.XYs, 0, steps+1)
+	var sum int64
+	lo, hi := 0, 0
+	for k := 0; k <= steps; k++ {
+		t := float64(k) * 10 * w / steps
+		for hi < len(r.Timeline) && float64(r.Timeline[hi].At) <= t {
+			sum += int64(r.Timeline[hi].N)
+			hi++
+		}
+		for lo < hi && float64(r.Timeline[lo].At) <= t-w {
+			sum -= int64(r.Timeline[lo].N)
+			lo++
+		}
+		y := float64(sum) / float64(r.Limit)
+		if n := len(pts); n >= 2 && pts[n-1].Y == y && pts[n-2].Y == y {
+			pts[n-1].X = t / w
+			continue
+		}
+		pts = append(pts, plotter.XY{X: t / w, Y: y})
+	}
+	return pts
 }
 
 // wholeTicks are the default ticks labelled without spurious decimals:
@@ -224,35 +235,11 @@ func (wholeTicks) Ticks(min, max float64) []plot.Tick {
 // speedChart draws median ns/op per subject for the workloads ws as
 // grouped horizontal bars. It returns the number of subjects.
 func speedChart(res []SpeedResult, ws []Workload, what string) (*plot.Plot, int, error) {
-	var present []Workload
-	for _, w := range ws {
-		for _, r := range res {
-			if r.Workload.Slug == w.Slug {
-				present = append(present, w)
-				break
-			}
-		}
-	}
+	present := slices.DeleteFunc(slices.Clone(ws), func(w Workload) bool { return !ran(res, w) })
 	if len(present) == 0 {
 		return nil, 0, nil
 	}
-	var subjects []Subject
-	for _, s := range subjectsOf(res, func(r SpeedResult) Subject { return r.Subject }) {
-		if _, ok := find(res, s, present[0]); ok {
-			subjects = append(subjects, s)
-		}
-	}
-	// Fastest at the top: the nominal Y axis runs bottom-up.
-	first := func(s Subject) float64 { r, _ := find(res, s, present[0]); return r.Median().NsPerOp }
-	slices.SortStableFunc(subjects, func(a, b Subject) int {
-		switch fa, fb := first(a), first(b); {
-		case fa > fb:
-			return -1
-		case fa < fb:
-			return 1
-		}
-		return 0
-	})
+	subjects := fastestFirst(res, present[0])
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Allow, %s: median ns/op (lower is better)", what)
 	p.X.Label.Text = "ns per call (on every CPU: b.RunParallel on all CPUs at once)"
@@ -267,6 +254,7 @@ func speedChart(res []SpeedResult, ws []Workload, what string) (*plot.Plot, int,
 		}
 	}
 	barW := vg.Points(18 / float64(len(present)))
+	var most float64
 	for j, w := range present {
 		vals := make(plotter.Values, len(subjects))
 		for i, s := range subjects {
@@ -285,17 +273,42 @@ func speedChart(res []SpeedResult, ws []Workload, what string) (*plot.Plot, int,
 		b.Offset = barW * vg.Length(float64(len(present)-1)/2-float64(j))
 		p.Add(b)
 		p.Legend.Add(strings.ReplaceAll(w.Name, "∥", "on every CPU"), b)
+		for _, r := range res {
+			if r.Workload.Slug == w.Slug {
+				most = max(most, r.Median().NsPerOp)
+			}
+		}
 	}
 	p.Legend.Top = true
 	p.Legend.XOffs = 0
 	p.NominalY(names...)
-	// Room on the right for the legend.
-	var most float64
-	for _, r := range res {
-		if slices.ContainsFunc(present, func(w Workload) bool { return w.Slug == r.Workload.Slug }) {
-			most = max(most, r.Median().NsPerOp)
+	p.X.Max = most * 1.3 // room on the right for the legend
+	return p, len(subjects), nil
+}
+
+// ran reports whether res holds a result of workload w.
+func ran(res []SpeedResult, w Workload) bool {
+	return slices.ContainsFunc(res, func(r SpeedResult) bool { return r.Workload.Slug == w.Slug })
+}
+
+// fastestFirst is the subjects that ran w in res, slowest first on w:
+// the nominal Y axis of a chart runs bottom-up, so the fastest is on top.
+func fastestFirst(res []SpeedResult, w Workload) []Subject {
+	var subjects []Subject
+	for _, s := range subjectsOf(res, func(r SpeedResult) Subject { return r.Subject }) {
+		if _, ok := find(res, s, w); ok {
+			subjects = append(subjects, s)
 		}
 	}
-	p.X.Max = most * 1.3
-	return p, len(subjects), nil
+	first := func(s Subject) float64 { r, _ := find(res, s, w); return r.Median().NsPerOp }
+	slices.SortStableFunc(subjects, func(a, b Subject) int {
+		switch fa, fb := first(a), first(b); {
+		case fa > fb:
+			return -1
+		case fa < fb:
+			return 1
+		}
+		return 0
+	})
+	return subjects
 }

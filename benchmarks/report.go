@@ -81,13 +81,23 @@ func workloadsOf(res []SpeedResult) []Workload {
 	return out
 }
 
+// find returns s's result on w.
 func find(res []SpeedResult, s Subject, w Workload) (SpeedResult, bool) {
-	for _, r := range res {
-		if r.Subject.Name == s.Name && r.Workload.Slug == w.Slug {
-			return r, true
-		}
+	return first(res, func(r SpeedResult) bool { return r.Subject.Name == s.Name && r.Workload.Slug == w.Slug })
+}
+
+// first returns the first of res that match accepts.
+func first[T any](res []T, match func(T) bool) (T, bool) {
+	if i := slices.IndexFunc(res, match); i >= 0 {
+		return res[i], true
 	}
-	return SpeedResult{}, false
+	var none T
+	return none, false
+}
+
+// tableHead is the head of a table of subjects with a column per name.
+func tableHead(names []string) []string {
+	return append([]string{"limiter", "algorithm"}, names...)
 }
 
 // SpeedTables returns the ns/op table and the B/op, allocs/op table.
@@ -95,12 +105,11 @@ func find(res []SpeedResult, s Subject, w Workload) (SpeedResult, bool) {
 // marked with †.
 func SpeedTables(res []SpeedResult) (ns, mem Table) {
 	ws := workloadsOf(res)
-	ns.Head = []string{"limiter", "algorithm"}
-	mem.Head = []string{"limiter", "algorithm"}
+	var names []string
 	for _, w := range ws {
-		ns.Head = append(ns.Head, w.Name)
-		mem.Head = append(mem.Head, w.Name)
+		names = append(names, w.Name)
 	}
+	ns.Head, mem.Head = tableHead(names), tableHead(names)
 	for _, s := range subjectsOf(res, func(r SpeedResult) Subject { return r.Subject }) {
 		a := []string{label(s), s.Algo}
 		b := []string{label(s), s.Algo}
@@ -147,26 +156,17 @@ func traceNames(res []AccuracyResult) []string {
 	return out
 }
 
+// findAcc returns s's result on trace.
 func findAcc(res []AccuracyResult, s Subject, trace string) (AccuracyResult, bool) {
-	for _, r := range res {
-		if r.Subject.Name == s.Name && r.Trace == trace {
-			return r, true
-		}
-	}
-	return AccuracyResult{}, false
+	return first(res, func(r AccuracyResult) bool { return r.Subject.Name == s.Name && r.Trace == trace })
 }
 
 // AccuracyTables returns admitted/ideal per trace, and the most admitted
 // in any window over the limit per trace plus the recovery time.
 func AccuracyTables(res []AccuracyResult) (ratio, window Table) {
 	traces := traceNames(res)
-	ratio.Head = []string{"limiter", "algorithm"}
-	window.Head = []string{"limiter", "algorithm"}
-	for _, t := range traces {
-		ratio.Head = append(ratio.Head, t)
-		window.Head = append(window.Head, t)
-	}
-	window.Head = append(window.Head, "recovery (windows)")
+	ratio.Head = tableHead(traces)
+	window.Head = append(tableHead(traces), "recovery (windows)")
 	for _, s := range subjectsOf(res, func(r AccuracyResult) Subject { return r.Subject }) {
 		name := label(s)
 		if !s.VirtualTime {

@@ -176,8 +176,7 @@ func (in *Instance) Body(w Workload) func(*testing.B) {
 			b.ReportAllocs()
 			miss, i := 0, 0
 			for b.Loop() {
-				d, err := l.Allow(bg, keys[i], 1)
-				if d.Allowed != want || err != nil {
+				if missed(l, keys[i], want) {
 					miss++
 				}
 				if i++; i == len(keys) {
@@ -196,8 +195,7 @@ func (in *Instance) Body(w Workload) func(*testing.B) {
 			i := int(worker.Add(1)*7919) % len(keys)
 			miss := int64(0)
 			for pb.Next() {
-				d, err := l.Allow(bg, keys[i], 1)
-				if d.Allowed != want || err != nil {
+				if missed(l, keys[i], want) {
 					miss++
 				}
 				if i++; i == len(keys) {
@@ -208,6 +206,14 @@ func (in *Instance) Body(w Workload) func(*testing.B) {
 		})
 		b.ReportMetric(float64(misses.Load())/float64(b.N), "miss/op")
 	}
+}
+
+// missed calls l for one unit of key and reports whether the decision
+// missed the intended path: allowed if want, else denied, and no error.
+// Small enough to be inlined into the benchmark loops.
+func missed(l throttle.Limiter, key string, want bool) bool {
+	d, err := l.Allow(bg, key, 1)
+	return d.Allowed != want || err != nil
 }
 
 // Sample is one measurement of one case.
@@ -301,47 +307,13 @@ func RunSpeed(o SpeedOptions) ([]SpeedResult, error) {
 	if benchtime == nil {
 		return nil, fmt.Errorf("testing: no test.benchtime flag")
 	}
-	type group struct {
-		keys   int
-		denied bool
-	}
-	var groups []group
-	var res []SpeedResult
-	for _, w := range o.Workloads {
-		if g := (group{w.Keys, w.Denied}); !slices.Contains(groups, g) {
-			groups = append(groups, g)
-		}
-		for _, s := range o.Subjects {
-			if w.Supports(s) {
-				res = append(res, SpeedResult{Subject: s, Workload: w})
-			}
-		}
-	}
+	m := &measurer{benchTime: o.BenchTime, flag: benchtime.Value}
 	count := max(o.Count, 1)
 	keyedCount := count
 	if o.KeyedCount > 0 {
 		keyedCount = o.KeyedCount
 	}
-	var failed error
-	measure := func(r *SpeedResult, in *Instance) {
-		bt := o.BenchTime.String()
-		if r.Workload.Keys > 1 {
-			bt = strconv.Itoa(r.Workload.Keys) + "x"
-		}
-		if o.BenchTime > 0 || r.Workload.Keys > 1 {
-			if err := benchtime.Value.Set(bt); err != nil && failed == nil {
-				failed = err
-			}
-		}
-		br := testing.Benchmark(in.Body(r.Workload))
-		r.Samples = append(r.Samples, Sample{
-			N:           br.N,
-			NsPerOp:     float64(br.T.Nanoseconds()) / float64(max(br.N, 1)),
-			BytesPerOp:  float64(br.AllocedBytesPerOp()),
-			AllocsPerOp: float64(br.AllocsPerOp()),
-			MissPerOp:   br.Extra["miss/op"],
-		})
-	}
+	groups, res := speedCases(o)
 	for _, g := range groups {
 		start := time.Now()
 		var idx []int // results of this group
@@ -350,54 +322,14 @@ func RunSpeed(o SpeedOptions) ([]SpeedResult, error) {
 				idx = append(idx, i)
 			}
 		}
+		var err error
 		if g.keys == 1 {
-			inst := map[string]*Instance{}
-			closeAll := func() {
-				for _, in := range inst {
-					in.Close()
-				}
-			}
-			for _, i := range idx {
-				s := res[i].Subject
-				if inst[s.Name] != nil {
-					continue
-				}
-				in, err := Prepare(s, g.keys, g.denied)
-				if err != nil {
-					closeAll()
-					return nil, err
-				}
-				inst[s.Name] = in
-			}
-			for range count {
-				for _, i := range idx {
-					measure(&res[i], inst[res[i].Subject.Name])
-				}
-			}
-			closeAll()
+			err = m.oneKey(res, idx, g, count)
 		} else {
-			for range keyedCount {
-				for _, s := range o.Subjects {
-					var mine []int
-					for _, i := range idx {
-						if res[i].Subject.Name == s.Name {
-							mine = append(mine, i)
-						}
-					}
-					if len(mine) == 0 {
-						continue
-					}
-					in, err := Prepare(s, g.keys, g.denied)
-					if err != nil {
-						return nil, err
-					}
-					for _, i := range mine {
-						measure(&res[i], in)
-					}
-					in.Close()
-					runtime.GC()
-				}
-			}
+			err = m.manyKeys(res, idx, g, keyedCount, o.Subjects)
+		}
+		if err != nil {
+			return nil, err
 		}
 		if o.Progress != nil {
 			path := "allowed"
@@ -407,7 +339,116 @@ func RunSpeed(o SpeedOptions) ([]SpeedResult, error) {
 			fmt.Fprintf(o.Progress, "speed: %d key(s), %s path: done in %v\n", g.keys, path, time.Since(start).Round(time.Millisecond))
 		}
 	}
-	return res, failed
+	return res, m.failed
+}
+
+// speedGroup is the workloads that share a key count and a path, and so
+// an instance of a subject.
+type speedGroup struct {
+	keys   int
+	denied bool
+}
+
+// speedCases are the groups of o's workloads, and a result to fill for
+// every supported (workload, subject) pair.
+func speedCases(o SpeedOptions) (groups []speedGroup, res []SpeedResult) {
+	for _, w := range o.Workloads {
+		if g := (speedGroup{w.Keys, w.Denied}); !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+		for _, s := range o.Subjects {
+			if w.Supports(s) {
+				res = append(res, SpeedResult{Subject: s, Workload: w})
+			}
+		}
+	}
+	return groups, res
+}
+
+// measurer takes the samples of RunSpeed through the testing package,
+// whose benchtime flag it sets for each.
+type measurer struct {
+	benchTime time.Duration // SpeedOptions.BenchTime
+	flag      flag.Value    // test.benchtime
+	failed    error         // the first failure to set it
+}
+
+// measure adds a sample of r's workload on in to r.
+func (m *measurer) measure(r *SpeedResult, in *Instance) {
+	bt := m.benchTime.String()
+	if r.Workload.Keys > 1 {
+		bt = strconv.Itoa(r.Workload.Keys) + "x"
+	}
+	if m.benchTime > 0 || r.Workload.Keys > 1 {
+		if err := m.flag.Set(bt); err != nil && m.failed == nil {
+			m.failed = err
+		}
+	}
+	br := testing.Benchmark(in.Body(r.Workload))
+	r.Samples = append(r.Samples, Sample{
+		N:           br.N,
+		NsPerOp:     float64(br.T.Nanoseconds()) / float64(max(br.N, 1)),
+		BytesPerOp:  float64(br.AllocedBytesPerOp()),
+		AllocsPerOp: float64(br.AllocsPerOp()),
+		MissPerOp:   br.Extra["miss/op"],
+	})
+}
+
+// oneKey measures the results idx of res, of group g on a single key,
+// count rounds, each subject on one instance kept for all rounds.
+func (m *measurer) oneKey(res []SpeedResult, idx []int, g speedGroup, count int) error {
+	inst := map[string]*Instance{}
+	defer func() {
+		for _, in := range inst {
+			in.Close()
+		}
+	}()
+	for _, i := range idx {
+		s := res[i].Subject
+		if inst[s.Name] != nil {
+			continue
+		}
+		in, err := Prepare(s, g.keys, g.denied)
+		if err != nil {
+			return err
+		}
+		inst[s.Name] = in
+	}
+	for range count {
+		for _, i := range idx {
+			m.measure(&res[i], inst[res[i].Subject.Name])
+		}
+	}
+	return nil
+}
+
+// manyKeys measures the results idx of res, of group g on many keys,
+// count rounds, each round on an instance of each of subjects prepared
+// afresh and closed after its measurements.
+func (m *measurer) manyKeys(res []SpeedResult, idx []int, g speedGroup, count int, subjects []Subject) error {
+	for range count {
+		for _, s := range subjects {
+			var mine []int
+			for _, i := range idx {
+				if res[i].Subject.Name == s.Name {
+					mine = append(mine, i)
+				}
+			}
+			if len(mine) == 0 {
+				continue
+			}
+			in, err := Prepare(s, g.keys, g.denied)
+			if err != nil {
+				return err
+			}
+			for _, i := range mine {
+				m.measure(&res[i], in)
+			}
+			in.Close()
+			runtime.GC()
+		}
+	}
+	return nil
 }
 
 // Slug turns a subject name into a benchmark name element.

@@ -21,68 +21,10 @@ import (
 // bytesPerKey holds, per keyed subject, the heap it holds per tracked key
 // (see BytesPerKey); nil leaves the column out.
 func Summary(w io.Writer, speed []SpeedResult, acc []AccuracyResult, overhead, bytesPerKey map[string]float64) error {
-	type row struct {
-		name             string
-		ours             bool
-		allow, deny, key float64 // ratios; NaN when not measured
-		ideal, window    float64 // worst over traces; NaN when none ran
-	}
-	ns := map[[2]string]float64{} // (subject, workload slug) → median ns/op
-	var order []string
-	seen := map[string]bool{}
-	add := func(name string) {
-		if !seen[name] {
-			seen[name] = true
-			order = append(order, name)
-		}
-	}
-	ours := map[string]bool{}
-	for _, r := range speed {
-		ns[[2]string{r.Subject.Name, r.Workload.Slug}] = r.Median().NsPerOp
-		add(r.Subject.Name)
-		ours[r.Subject.Name] = r.Subject.Ours
-	}
-	worst := map[string][2]float64{}
-	for _, a := range acc {
-		add(a.Subject.Name)
-		ours[a.Subject.Name] = a.Subject.Ours
-		cur, ok := worst[a.Subject.Name]
-		if !ok {
-			cur = [2]float64{math.Inf(-1), math.Inf(-1)}
-		}
-		if r := a.Ratio(); !math.IsNaN(r) {
-			cur[0] = max(cur[0], r)
-		}
-		cur[1] = max(cur[1], a.WindowRatio())
-		worst[a.Subject.Name] = cur
-	}
-	ratio := func(name, peer, slug string) float64 {
-		o, ok1 := ns[[2]string{name, slug}]
-		p, ok2 := ns[[2]string{peer, slug}]
-		h := overhead[slug]
-		if slug == Deny.Slug {
-			h = overhead[Allow.Slug] // the same loop
-		}
-		if !ok1 || !ok2 || p-h <= 0 {
-			return math.NaN()
-		}
-		return max(o-h, 0) / (p - h)
-	}
-	keyedSlug := Keys100k.Slug
-	var rows []row
-	for _, name := range order {
-		r := row{name: name, ours: ours[name], ideal: math.NaN(), window: math.NaN(),
-			allow: ratio(name, "x/time/rate", Allow.Slug), deny: ratio(name, "x/time/rate", Deny.Slug),
-			key: ratio(name, "x/time/rate+sync.Map", keyedSlug)}
-		if wr, ok := worst[name]; ok && !math.IsInf(wr[0], -1) {
-			r.ideal, r.window = wr[0], wr[1]
-		}
-		rows = append(rows, r)
-	}
 	fmt.Fprintln(w, "Speed: ns/op ÷ x/time/rate's in this run (lower is faster; 100k keys: ÷ x/time/rate in a")
 	fmt.Fprintln(w, "sync.Map). Accuracy, worst trace: admitted ÷ an exact token bucket's (above 1 over-admits),")
 	fmt.Fprintln(w, "and the most admitted in one window ÷ the limit. B/key: heap held per tracked key. * = ours.")
-	if h1, hk := overhead[Allow.Slug], overhead[keyedSlug]; h1 > 0 || hk > 0 {
+	if h1, hk := overhead[Allow.Slug], overhead[Keys100k.Slug]; h1 > 0 || hk > 0 {
 		fmt.Fprintf(w, "The benchmark loop alone costs %.1f ns per call on one key, %.1f on 100k keys: taken out of\n", h1, hk)
 		fmt.Fprintln(w, "both sides of every ratio, which compare what a call costs a user.")
 	}
@@ -95,7 +37,7 @@ func Summary(w io.Writer, speed []SpeedResult, acc []AccuracyResult, overhead, b
 		}
 		return fmt.Sprintf("%.2f%s", v, unit)
 	}
-	for _, r := range rows {
+	for _, r := range summaryRows(speed, acc, overhead) {
 		name := r.name
 		if r.ours {
 			name = "* " + name
@@ -111,4 +53,75 @@ func Summary(w io.Writer, speed []SpeedResult, acc []AccuracyResult, overhead, b
 			cell(r.allow, "×"), cell(r.deny, "×"), cell(r.key, "×"), mem, cell(r.ideal, ""), cell(r.window, ""))
 	}
 	return nil
+}
+
+// summaryRow is a subject's line of Summary.
+type summaryRow struct {
+	name             string
+	ours             bool
+	allow, deny, key float64 // ratios; NaN when not measured
+	ideal, window    float64 // worst over traces; NaN when none ran
+}
+
+// summaryRows are the lines of Summary, one per subject in the order they
+// first appear in speed, then acc.
+func summaryRows(speed []SpeedResult, acc []AccuracyResult, overhead map[string]float64) []summaryRow {
+	ns := map[[2]string]float64{} // (subject, workload slug) → median ns/op
+	var order []string
+	ours := map[string]bool{}
+	add := func(s Subject) {
+		if _, seen := ours[s.Name]; !seen {
+			order = append(order, s.Name)
+		}
+		ours[s.Name] = s.Ours
+	}
+	for _, r := range speed {
+		ns[[2]string{r.Subject.Name, r.Workload.Slug}] = r.Median().NsPerOp
+		add(r.Subject)
+	}
+	for _, a := range acc {
+		add(a.Subject)
+	}
+	ratio := func(name, peer, slug string) float64 {
+		o, ok1 := ns[[2]string{name, slug}]
+		p, ok2 := ns[[2]string{peer, slug}]
+		h := overhead[slug]
+		if slug == Deny.Slug {
+			h = overhead[Allow.Slug] // the same loop
+		}
+		if !ok1 || !ok2 || p-h <= 0 {
+			return math.NaN()
+		}
+		return max(o-h, 0) / (p - h)
+	}
+	worst := worstAccuracy(acc)
+	var rows []summaryRow
+	for _, name := range order {
+		r := summaryRow{name: name, ours: ours[name], ideal: math.NaN(), window: math.NaN(),
+			allow: ratio(name, "x/time/rate", Allow.Slug), deny: ratio(name, "x/time/rate", Deny.Slug),
+			key: ratio(name, "x/time/rate+sync.Map", Keys100k.Slug)}
+		if wr, ok := worst[name]; ok && !math.IsInf(wr[0], -1) {
+			r.ideal, r.window = wr[0], wr[1]
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// worstAccuracy is, per subject, the highest admitted ÷ ideal (-Inf when
+// no trace had an ideal) and most in a window ÷ limit over its traces.
+func worstAccuracy(acc []AccuracyResult) map[string][2]float64 {
+	worst := map[string][2]float64{}
+	for _, a := range acc {
+		cur, ok := worst[a.Subject.Name]
+		if !ok {
+			cur = [2]float64{math.Inf(-1), math.Inf(-1)}
+		}
+		if r := a.Ratio(); !math.IsNaN(r) {
+			cur[0] = max(cur[0], r)
+		}
+		cur[1] = max(cur[1], a.WindowRatio())
+		worst[a.Subject.Name] = cur
+	}
+	return worst
 }

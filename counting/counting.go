@@ -74,15 +74,6 @@ func NewSemaphore(limit int) (*Semaphore, error) {
 	return s, nil
 }
 
-// TryAcquire reports whether AllowN(n) took the units.
-//
-// Deprecated: use AllowN (units given back by Release) or TryHold (units
-// given back by the func it returns).
-func (s *Semaphore) TryAcquire(n int) bool {
-	d, err := s.AllowN(n)
-	return err == nil && d.Allowed
-}
-
 // Hold takes n units, waiting until they are free and every earlier
 // waiter has been served; the key is ignored. On success it returns a
 // release function that gives the units back; calling it more than once
@@ -99,13 +90,6 @@ func (s *Semaphore) Hold(ctx context.Context, _ string, n int) (release func(), 
 		return nil, err
 	}
 	return releaser(&s.s, uint64(n), &s.limit), nil
-}
-
-// Acquire is Hold.
-//
-// Deprecated: use Hold, the name held units go by everywhere.
-func (s *Semaphore) Acquire(ctx context.Context, n int) (release func(), err error) {
-	return s.Hold(ctx, "", n)
 }
 
 // Release gives back n units taken with Allow or AllowN, and
@@ -272,13 +256,6 @@ func (l *Limiter) Hold(ctx context.Context, key string, n int) (release func(), 
 			return nil, err
 		}
 	}
-}
-
-// Acquire is Hold.
-//
-// Deprecated: use Hold, the name held units go by everywhere.
-func (l *Limiter) Acquire(ctx context.Context, key string, n int) (release func(), err error) {
-	return l.Hold(ctx, key, n)
 }
 
 func (l *Limiter) closedErr() error {

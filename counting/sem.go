@@ -115,30 +115,45 @@ func (s *sem) acquire(ctx context.Context, n uint64, limit *atomic.Int64, closed
 		return errRetry
 	}
 	s.mu.Lock()
+	wt, err := s.queue(n, limit, closed)
+	s.mu.Unlock()
+	if wt == nil {
+		return err
+	}
+	select {
+	case <-wt.ready:
+		return wt.err
+	case <-ctx.Done():
+	}
+	s.leave(wt, n, limit)
+	return ctx.Err()
+}
+
+// queue takes n units at once if nobody waits and they fit, else queues
+// a waiter for them and returns it. Without a waiter, err is nil when the
+// units were taken. s.mu is held.
+func (s *sem) queue(n uint64, limit *atomic.Int64, closed func() error) (wt *waiter, err error) {
 	// The limit may have been lowered since the caller checked n.
 	if lim := uint64(limit.Load()); n > lim {
-		s.mu.Unlock()
-		return exceeds(n, lim)
+		return nil, exceeds(n, lim)
 	}
 	for {
 		w := s.word.Load()
 		if w&dead != 0 {
-			s.mu.Unlock()
-			return errRetry
+			return nil, errRetry
 		}
 		if w&queued != 0 {
 			break
 		}
 		if w&curMask+n <= uint64(limit.Load()) {
 			if s.word.CompareAndSwap(w, w+n) {
-				s.mu.Unlock()
-				return nil
+				return nil, nil
 			}
 		} else if s.word.CompareAndSwap(w, w|queued) {
 			break
 		}
 	}
-	wt := &waiter{n: n, ready: make(chan struct{}), prev: s.tail}
+	wt = &waiter{n: n, ready: make(chan struct{}), prev: s.tail}
 	if s.tail != nil {
 		s.tail.next = wt
 	} else {
@@ -148,24 +163,21 @@ func (s *sem) acquire(ctx context.Context, n uint64, limit *atomic.Int64, closed
 	// SetLimit and Close store their change before they look for queued
 	// waiters, which this waiter may have joined too late to be seen: so
 	// look at the limit and at closed again now that it is queued.
-	var err error
 	if closed != nil {
 		err = closed()
 	}
 	s.fail(uint64(limit.Load()), err)
-	s.mu.Unlock()
+	return wt, nil
+}
 
-	select {
-	case <-wt.ready:
-		return wt.err
-	case <-ctx.Done():
-	}
+// leave takes wt, whose context ended, out of the queue; if it was
+// granted (or failed) meanwhile, its n units are given back, as if the
+// grant had come a moment later.
+func (s *sem) leave(wt *waiter, n uint64, limit *atomic.Int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	select {
 	case <-wt.ready:
-		// Granted (or failed) as ctx ended: report ctx's error and give
-		// the units back, as if the grant had come a moment later.
 		if wt.err == nil {
 			_ = s.releaseLocked(n, uint64(limit.Load()))
 		}
@@ -176,7 +188,6 @@ func (s *sem) acquire(ctx context.Context, n uint64, limit *atomic.Int64, closed
 			s.grant(uint64(limit.Load())) // those behind may fit now
 		}
 	}
-	return ctx.Err()
 }
 
 // unlink removes wt from the queue, clearing the queued flag when the

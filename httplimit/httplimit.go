@@ -137,75 +137,107 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 	if err := optkit.Apply(&c, "httplimit", opts); err != nil {
 		return nil, err
 	}
+	if err := c.check(l); err != nil {
+		return nil, err
+	}
+	m := &middleware{config: c, rep: ratefields.NewReporter(l), obs: report.New(c.obsName, c.observer)}
+	m.qa, _ = l.(throttle.QuotaAllower)
+	m.l = throttle.Observe(l, c.obsName, c.observer)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}, nil
+}
+
+// check reports a configuration of New for l that cannot work.
+func (c *config) check(l throttle.Limiter) error {
 	switch {
 	case l == nil:
-		return nil, fmt.Errorf("%w: httplimit: nil limiter", throttle.ErrInvalid)
+		return fmt.Errorf("%w: httplimit: nil limiter", throttle.ErrInvalid)
 	case c.key == nil || c.cost == nil:
-		return nil, fmt.Errorf("%w: httplimit: nil key or cost func", throttle.ErrInvalid)
+		return fmt.Errorf("%w: httplimit: nil key or cost func", throttle.ErrInvalid)
 	case !ratefields.ValidName(c.name):
-		return nil, fmt.Errorf("%w: httplimit: policy name %q must be 1 to 64 printable ASCII characters", throttle.ErrInvalid, c.name)
+		return fmt.Errorf("%w: httplimit: policy name %q must be 1 to 64 printable ASCII characters", throttle.ErrInvalid, c.name)
 	}
-	qa, _ := l.(throttle.QuotaAllower)
-	if c.ctxLimit && qa == nil {
-		return nil, fmt.Errorf("%w: httplimit: WithLimitFromContext needs a limiter that takes the limit with each call (a throttle.QuotaAllower), not %T", throttle.ErrInvalid, l)
+	if _, ok := l.(throttle.QuotaAllower); c.ctxLimit && !ok {
+		return fmt.Errorf("%w: httplimit: WithLimitFromContext needs a limiter that takes the limit with each call (a throttle.QuotaAllower), not %T", throttle.ErrInvalid, l)
 	}
-	rep := ratefields.NewReporter(l)
-	obs := report.New(c.obsName, c.observer)
-	l = throttle.Observe(l, c.obsName, c.observer)
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if c.skip != nil && c.skip(r) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			key, err := c.key(r)
-			if err != nil {
-				c.fail(w, r, next, err)
-				return
-			}
-			var lim *requestLimit
-			if c.ctxLimit {
-				lim, _ = r.Context().Value(limitKey{}).(*requestLimit)
-			}
-			var d throttle.Decision
-			release := func() {}
-			if lim != nil {
-				d, err = c.allowQuota(r, qa, key, lim, &obs)
-			} else {
-				d, release, err = throttle.TryHold(r.Context(), l, key, c.cost(r))
-			}
-			defer release()
-			if err != nil {
-				if c.passOnErr && errors.Is(err, throttle.ErrUnavailable) {
-					next.ServeHTTP(w, r)
-					return
-				}
-				if !c.shadow && d.RetryAfter > 0 && errors.Is(err, throttle.ErrUnavailable) {
-					// An open breaker knows when it will try the store again.
-					w.Header().Set("Retry-After", strconv.FormatInt(max(ratefields.Seconds(d.RetryAfter), 1), 10))
-				}
-				c.fail(w, r, next, err)
-				return
-			}
-			q, t, limited := rep.State(key, d)
-			if lim != nil {
-				q, t, limited = lim.quota(), ratefields.Until(d, lim.rate), true
-			}
-			if limited {
-				c.setFields(w.Header(), q, t, d)
-			}
-			if !d.Allowed && !c.shadow {
-				w.Header().Set("Retry-After", strconv.FormatInt(max(ratefields.Seconds(d.RetryAfter), 1), 10))
-				if c.denied != nil {
-					c.denied.ServeHTTP(w, r.WithContext(withDecision(r.Context(), d)))
-					return
-				}
-				http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}, nil
+	return nil
+}
+
+// middleware is what New returns, for one limiter; it is safe for
+// concurrent use.
+type middleware struct {
+	config
+	l   throttle.Limiter      // observed
+	qa  throttle.QuotaAllower // the limiter before observing, if one
+	rep ratefields.Reporter   // the quota to state for a key
+	obs report.To             // reports the decisions allowQuota makes
+}
+
+// serve decides r and passes it to next, or answers it.
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.skip != nil && m.skip(r) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	key, err := m.key(r)
+	if err != nil {
+		m.fail(w, r, next, err)
+		return
+	}
+	var lim *requestLimit
+	if m.ctxLimit {
+		lim, _ = r.Context().Value(limitKey{}).(*requestLimit)
+	}
+	var d throttle.Decision
+	release := func() {}
+	if lim != nil {
+		d, err = m.allowQuota(r, m.qa, key, lim, &m.obs)
+	} else {
+		d, release, err = throttle.TryHold(r.Context(), m.l, key, m.cost(r))
+	}
+	defer release()
+	if err != nil {
+		m.failed(w, r, next, d, err)
+		return
+	}
+	q, t, limited := m.rep.State(key, d)
+	if lim != nil {
+		q, t, limited = lim.quota(), ratefields.Until(d, lim.rate), true
+	}
+	if limited {
+		m.setFields(w.Header(), q, t, d)
+	}
+	if !d.Allowed && !m.shadow {
+		m.deny(w, r, d)
+		return
+	}
+	next.ServeHTTP(w, r)
+}
+
+// failed answers r, whose decision d failed with err, or passes it to
+// next when the store is unavailable and WithPassOnUnavailable says so.
+func (c *config) failed(w http.ResponseWriter, r *http.Request, next http.Handler, d throttle.Decision, err error) {
+	if c.passOnErr && errors.Is(err, throttle.ErrUnavailable) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	if !c.shadow && d.RetryAfter > 0 && errors.Is(err, throttle.ErrUnavailable) {
+		// An open breaker knows when it will try the store again.
+		w.Header().Set("Retry-After", strconv.FormatInt(max(ratefields.Seconds(d.RetryAfter), 1), 10))
+	}
+	c.fail(w, r, next, err)
+}
+
+// deny answers r, denied by d: 429 with Retry-After, or the WithDenied
+// handler's answer.
+func (c *config) deny(w http.ResponseWriter, r *http.Request, d throttle.Decision) {
+	w.Header().Set("Retry-After", strconv.FormatInt(max(ratefields.Seconds(d.RetryAfter), 1), 10))
+	if c.denied != nil {
+		c.denied.ServeHTTP(w, r.WithContext(withDecision(r.Context(), d)))
+		return
+	}
+	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
 }
 
 // StatusFor returns the status New answers for a failed key or decision.

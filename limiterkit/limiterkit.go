@@ -100,13 +100,6 @@ func CheckN(n, limit int) error {
 	return nil
 }
 
-// NewReservation is throttle.NewReservation.
-//
-// Deprecated: use throttle.NewReservation.
-func NewReservation(delay time.Duration, limit int, cancel func()) throttle.Reservation {
-	return throttle.NewReservation(delay, limit, cancel)
-}
-
 // Fill sets every field of *d; durations are in nanoseconds. A limiter's
 // Allow that fills its named result this way, rather than returning a
 // Decision built by a helper, saves a copy: Decision has five fields, so

@@ -69,70 +69,87 @@ type Result struct {
 // the clock g reads there (see OnClock). Runs with the same seed see the
 // same arrivals and service times.
 func Run(g Gate, load float64, seed uint64, at func(time.Duration)) Result {
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	type job struct {
-		arrived, done time.Duration
-		release       func(rtt time.Duration)
+	return score(simulate(g, load, seed, at), load)
+}
+
+// job is a request admitted by the gate.
+type job struct {
+	arrived, done time.Duration
+	release       func(rtt time.Duration)
+}
+
+// jobHeap is a min-heap of running jobs by done.
+type jobHeap []job
+
+func (h *jobHeap) push(j job) {
+	*h = append(*h, j)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if q[p].done <= q[i].done {
+			break
+		}
+		q[p], q[i] = q[i], q[p]
+		i = p
 	}
+}
+
+func (h *jobHeap) pop() job {
+	q := *h
+	j := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	*h = q
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= len(q) {
+			break
+		}
+		if c+1 < len(q) && q[c+1].done < q[c].done {
+			c++
+		}
+		if q[i].done <= q[c].done {
+			break
+		}
+		q[i], q[c] = q[c], q[i]
+		i = c
+	}
+	return j
+}
+
+// tally is what a run counted in each second.
+type tally struct {
+	lat     [][]time.Duration // latencies of the requests finished
+	served  []int             // requests finished
+	arrived []int             // requests arrived
+	limits  []int             // the gate's limit at the end
+}
+
+// simulate runs the events of Run: arrivals, admissions and completions
+// on Servers servers (half of them between HalveAt and RecoverAt).
+func simulate(g Gate, load float64, seed uint64, at func(time.Duration)) tally {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	var (
-		heap    []job // running jobs, by done
+		running jobHeap
 		queue   []job // admitted, waiting for a server
 		servers = Servers
 		rate    = load * Capacity
 		next    = time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
 		secs    = int(End / time.Second)
-		lat     = make([][]time.Duration, secs)
-		served  = make([]int, secs)
-		arrived = make([]int, secs)
-		res     = Result{Limits: make([]int, secs)}
+		t       = tally{lat: make([][]time.Duration, secs), served: make([]int, secs), arrived: make([]int, secs), limits: make([]int, secs)}
 		sec     = 0
 	)
-	push := func(j job) {
-		heap = append(heap, j)
-		for i := len(heap) - 1; i > 0; {
-			p := (i - 1) / 2
-			if heap[p].done <= heap[i].done {
-				break
-			}
-			heap[p], heap[i] = heap[i], heap[p]
-			i = p
-		}
-	}
-	pop := func() job {
-		j := heap[0]
-		last := len(heap) - 1
-		heap[0] = heap[last]
-		heap = heap[:last]
-		for i := 0; ; {
-			c := 2*i + 1
-			if c >= len(heap) {
-				break
-			}
-			if c+1 < len(heap) && heap[c+1].done < heap[c].done {
-				c++
-			}
-			if heap[i].done <= heap[c].done {
-				break
-			}
-			heap[i], heap[c] = heap[c], heap[i]
-			i = c
-		}
-		return j
-	}
-	start := func(now time.Duration, j job) {
-		j.done = now + time.Duration(math.Exp(mu+sigma*rng.NormFloat64()))
-		push(j)
-	}
 	for {
 		now := next
-		if len(heap) > 0 && heap[0].done < now {
-			now = heap[0].done
+		if len(running) > 0 && running[0].done < now {
+			now = running[0].done
 		}
 		for ; sec < secs && time.Duration(sec+1)*time.Second <= now; sec++ {
-			res.Limits[sec] = g.Limit()
+			t.limits[sec] = g.Limit()
 		}
 		if now >= End {
-			break
+			return t
 		}
 		switch {
 		case now >= RecoverAt:
@@ -143,77 +160,89 @@ func Run(g Gate, load float64, seed uint64, at func(time.Duration)) Result {
 		at(now)
 		if now == next { // an arrival
 			next += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
-			arrived[sec]++
+			t.arrived[sec]++
 			release := g.Admit()
 			if release == nil {
 				continue
 			}
 			queue = append(queue, job{arrived: now, release: release})
 		} else { // a completion
-			j := pop()
+			j := running.pop()
 			rtt := j.done - j.arrived
 			j.release(rtt)
-			lat[sec] = append(lat[sec], rtt)
-			served[sec]++
+			t.lat[sec] = append(t.lat[sec], rtt)
+			t.served[sec]++
 		}
-		for len(queue) > 0 && len(heap) < servers {
-			start(now, queue[0])
+		for len(queue) > 0 && len(running) < servers {
+			j := queue[0]
+			j.done = now + time.Duration(math.Exp(mu+sigma*rng.NormFloat64()))
+			running.push(j)
 			queue = queue[1:]
 		}
 	}
+}
 
-	capAt := func(s int) float64 {
-		if d := time.Duration(s) * time.Second; d >= HalveAt && d < RecoverAt {
-			return Capacity / 2
-		}
-		return Capacity
-	}
-	settled := func(s int) bool {
-		d := time.Duration(s) * time.Second
-		return d >= Warmup && !(d >= HalveAt && d < HalveAt+Settle) && !(d >= RecoverAt && d < RecoverAt+Settle)
-	}
+// score is the Result of a run at load that counted t.
+func score(t tally, load float64) Result {
+	secs := len(t.served)
+	res := Result{Limits: t.limits, SecondP99: make([]time.Duration, secs), SecondServed: t.served}
 	var all, halved []time.Duration
 	var done, capacity float64
-	res.SecondP99 = make([]time.Duration, secs)
-	res.SecondServed = served
 	for s := range secs {
-		res.SecondP99[s] = p99(lat[s])
+		res.SecondP99[s] = p99(t.lat[s])
 		if !settled(s) {
 			continue
 		}
-		all = append(all, lat[s]...)
-		done += float64(served[s])
+		all = append(all, t.lat[s]...)
+		done += float64(t.served[s])
 		capacity += min(capAt(s), load*Capacity)
 		if d := time.Duration(s) * time.Second; d >= HalveAt && d < RecoverAt {
-			halved = append(halved, lat[s]...)
+			halved = append(halved, t.lat[s]...)
 		}
 	}
 	res.Goodput, res.P99, res.P99Halved = done/capacity, p99(all), p99(halved)
-	// The first second from which every second to the next change is good.
-	settle := func(from, to time.Duration, good func(s int) bool) time.Duration {
-		first := -1
-		for s := int(from / time.Second); s < int(to/time.Second); s++ {
-			if !good(s) {
-				first = -1
-			} else if first < 0 {
-				first = s
-			}
-		}
-		if first < 0 {
-			return to - from
-		}
-		return time.Duration(first)*time.Second + time.Second - from
-	}
 	res.RecoverP99 = settle(HalveAt, RecoverAt, func(s int) bool { return res.SecondP99[s] <= 2*P99 })
 	res.RecoverGood = settle(RecoverAt, End, func(s int) bool { // over 3 s, against what arrived
 		var got, want float64
 		for i := max(s-2, 0); i <= s; i++ {
-			got += float64(served[i])
-			want += min(capAt(i), float64(arrived[i]))
+			got += float64(t.served[i])
+			want += min(capAt(i), float64(t.arrived[i]))
 		}
 		return got >= 0.95*want
 	})
 	return res
+}
+
+// capAt is the capacity in second s.
+func capAt(s int) float64 {
+	if d := time.Duration(s) * time.Second; d >= HalveAt && d < RecoverAt {
+		return Capacity / 2
+	}
+	return Capacity
+}
+
+// settled reports whether second s counts in goodput and p99: after the
+// warm-up, and not within Settle of a change of capacity.
+func settled(s int) bool {
+	d := time.Duration(s) * time.Second
+	return d >= Warmup && !(d >= HalveAt && d < HalveAt+Settle) && !(d >= RecoverAt && d < RecoverAt+Settle)
+}
+
+// settle is the time from from to the end of the first second from which
+// every second up to to is good (to - from if none is).
+func settle(from, to time.Duration, good func(s int) bool) time.Duration {
+	first := -1
+	for s := int(from / time.Second); s < int(to/time.Second); s++ {
+		if !good(s) {
+			first = -1
+		} else if first < 0 {
+			first = s
+		}
+	}
+	if first < 0 {
+		return to - from
+	}
+	return time.Duration(first)*time.Second + time.Second - from
 }
 
 func p99(l []time.Duration) time.Duration {

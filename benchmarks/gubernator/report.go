@@ -46,33 +46,17 @@ func speed(o *options, throttledBin string, out io.Writer) error {
 			cells = append(cells, cell{c, o.batch})
 		}
 	}
-	measure := func(subject string, c cell, d time.Duration) (sample, error) {
-		res, cpu, err := runLoad(o, 1, []*proc{servers[subject]}, "-proto", subject, "-addrs", servers[subject].addr,
-			"-conns", strconv.Itoa(c.conns), "-batch", strconv.Itoa(c.batch), "-duration", d.String())
-		if err != nil {
-			return sample{}, err
-		}
-		if res.Allowed != res.Decisions {
-			return sample{}, fmt.Errorf("%s: %d of %d admitted, want all", subject, res.Allowed, res.Decisions)
-		}
-		n := float64(res.Decisions)
-		return sample{rate: n / res.Seconds, p50: res.P50, p99: res.P99, server: cpu / n * 1e6, client: res.CPU / n * 1e6}, nil
-	}
 	// Warm-up, not recorded.
 	for _, s := range subjects {
-		if _, err := measure(s, cell{16, 1}, time.Second); err != nil {
+		if _, err := measureSpeed(o, servers[s], s, cell{16, 1}, time.Second); err != nil {
 			return err
 		}
 	}
 	got := map[string]map[cell][]sample{"throttled": {}, "gubernator": {}}
 	for r := range o.rounds {
 		for _, c := range cells {
-			order := subjects
-			if r%2 == 1 {
-				order = []string{subjects[1], subjects[0]}
-			}
-			for _, s := range order {
-				x, err := measure(s, c, o.duration)
+			for _, s := range roundOrder(r) {
+				x, err := measureSpeed(o, servers[s], s, c, o.duration)
 				if err != nil {
 					return err
 				}
@@ -80,6 +64,37 @@ func speed(o *options, throttledBin string, out io.Writer) error {
 			}
 		}
 	}
+	writeSpeed(out, o, cells, got)
+	return nil
+}
+
+// roundOrder is the order in which round r measures the subjects: each
+// goes first every other round.
+func roundOrder(r int) []string {
+	if r%2 == 1 {
+		return []string{subjects[1], subjects[0]}
+	}
+	return subjects
+}
+
+// measureSpeed offers load to subject's server for d over c's
+// connections and batches, and measures it; every decision must admit.
+func measureSpeed(o *options, server *proc, subject string, c cell, d time.Duration) (sample, error) {
+	res, cpu, err := runLoad(o, 1, []*proc{server}, "-proto", subject, "-addrs", server.addr,
+		"-conns", strconv.Itoa(c.conns), "-batch", strconv.Itoa(c.batch), "-duration", d.String())
+	if err != nil {
+		return sample{}, err
+	}
+	if res.Allowed != res.Decisions {
+		return sample{}, fmt.Errorf("%s: %d of %d admitted, want all", subject, res.Allowed, res.Decisions)
+	}
+	n := float64(res.Decisions)
+	return sample{rate: n / res.Seconds, p50: res.P50, p99: res.P99, server: cpu / n * 1e6, client: res.CPU / n * 1e6}, nil
+}
+
+// writeSpeed writes the speed section: every cell's medians and ranges,
+// then throttled's over gubernator's, paired by round.
+func writeSpeed(out io.Writer, o *options, cells []cell, got map[string]map[cell][]sample) {
 	pin := "unpinned"
 	if o.pin {
 		pin = "each server on CPU 0 (taskset), the load generator on CPU 1"
@@ -120,24 +135,54 @@ func speed(o *options, throttledBin string, out io.Writer) error {
 		fmt.Fprintf(out, "| %d | %d | %s | %s | %s |\n", c.conns, c.batch, ratio(func(x sample) float64 { return x.rate }),
 			ratio(func(x sample) float64 { return x.p99 }), ratio(func(x sample) float64 { return x.server }))
 	}
-	return nil
 }
 
 // accuracy runs 3 nodes of each subject sharing one global limit, and
 // offers them load spread over the nodes: admitted / allowed, where
 // allowed is what one exact bucket would admit (burst + rate × time).
 func accuracy(o *options, throttledBin string, out io.Writer) error {
-	a, err := freeAddrs(9)
+	nodes, err := startAccuracyNodes(o, throttledBin)
+	defer func() {
+		for _, s := range subjects {
+			for _, p := range nodes[s] {
+				p.stop()
+			}
+		}
+	}()
 	if err != nil {
 		return err
 	}
-	tcp, udp, grpcs := a[0:3], a[3:6], a[6:9]
-	var ts, gs []*proc
-	defer func() {
-		for _, p := range append(ts, gs...) {
-			p.stop()
+	got := map[string][]accSample{}
+	for r := range o.rounds {
+		for _, s := range roundOrder(r) {
+			common := []string{"-proto", s, "-conns", strconv.Itoa(o.accConns), "-duration", o.accuracy.String(),
+				"-rate", strconv.FormatFloat(o.offered, 'f', -1, 64), "-key", fmt.Sprintf("accuracy-%d", r), "-addrs", joinAddrs(nodes[s])}
+			if s == "gubernator" {
+				common = append(common, "-global", "-limit", strconv.Itoa(o.rate), "-burst", strconv.Itoa(o.rate), "-period", "1s")
+			}
+			res, _, err := runLoad(o, -1, nodes[s], common...)
+			if err != nil {
+				return err
+			}
+			got[s] = append(got[s], accSample{float64(res.Allowed), float64(o.rate) + float64(o.rate)*res.Seconds})
 		}
-	}()
+	}
+	writeAccuracy(out, o, got)
+	return nil
+}
+
+// accSample is one round of the accuracy run of a subject.
+type accSample struct{ admitted, allowed float64 }
+
+// startAccuracyNodes starts 3 nodes of each subject, each subject's
+// sharing one limit. On an error it returns the nodes started so far.
+func startAccuracyNodes(o *options, throttledBin string) (map[string][]*proc, error) {
+	nodes := map[string][]*proc{}
+	a, err := freeAddrs(9)
+	if err != nil {
+		return nodes, err
+	}
+	tcp, udp, grpcs := a[0:3], a[3:6], a[6:9]
 	for i := range 3 {
 		var peers []string
 		for j := range 3 {
@@ -147,41 +192,22 @@ func accuracy(o *options, throttledBin string, out io.Writer) error {
 		}
 		p, err := startThrottled(o, throttledBin, -1, tcp[i], o.rate, udp[i], peers)
 		if err != nil {
-			return err
+			return nodes, err
 		}
-		ts = append(ts, p)
+		nodes["throttled"] = append(nodes["throttled"], p)
 	}
 	for i := range 3 {
 		p, err := startGubernator(o, -1, grpcs[i], grpcs)
 		if err != nil {
-			return err
+			return nodes, err
 		}
-		gs = append(gs, p)
+		nodes["gubernator"] = append(nodes["gubernator"], p)
 	}
-	type accSample struct{ admitted, allowed float64 }
-	got := map[string][]accSample{}
-	args := func(subject string, round int) ([]*proc, []string) {
-		common := []string{"-proto", subject, "-conns", strconv.Itoa(o.accConns), "-duration", o.accuracy.String(),
-			"-rate", strconv.FormatFloat(o.offered, 'f', -1, 64), "-key", fmt.Sprintf("accuracy-%d", round)}
-		if subject == "throttled" {
-			return ts, append(common, "-addrs", joinAddrs(ts))
-		}
-		return gs, append(common, "-addrs", joinAddrs(gs), "-global", "-limit", strconv.Itoa(o.rate), "-burst", strconv.Itoa(o.rate), "-period", "1s")
-	}
-	for r := range o.rounds {
-		order := subjects
-		if r%2 == 1 {
-			order = []string{subjects[1], subjects[0]}
-		}
-		for _, s := range order {
-			procs, a := args(s, r)
-			res, _, err := runLoad(o, -1, procs, a...)
-			if err != nil {
-				return err
-			}
-			got[s] = append(got[s], accSample{float64(res.Allowed), float64(o.rate) + float64(o.rate)*res.Seconds})
-		}
-	}
+	return nodes, nil
+}
+
+// writeAccuracy writes the accuracy section.
+func writeAccuracy(out io.Writer, o *options, got map[string][]accSample) {
 	interval := "1s (its default)"
 	if o.interval > 0 {
 		interval = o.interval.String()
@@ -203,7 +229,6 @@ func accuracy(o *options, throttledBin string, out io.Writer) error {
 		ml, _, _ := median(all)
 		fmt.Fprintf(out, "| %s | %.3f (%.3f–%.3f) | %.0f | %.0f |\n", s, m, lo, hi, ma, ml)
 	}
-	return nil
 }
 
 func joinAddrs(ps []*proc) string {

@@ -83,64 +83,105 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 			a.closeAll()
 		}
 	}()
-	if a.apiLn, err = net.Listen("tcp", s.file.Listen); err != nil {
+	if err = a.listen(s); err != nil {
 		return nil, err
+	}
+	election, err := a.joinElection(s)
+	if err != nil {
+		return nil, err
+	}
+	a.api = a.apiServer(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stop = cancel
+	a.run(ctx, election)
+	a.serveAll(s)
+	if o.ConfigPath != "" && o.watch > 0 {
+		a.bg.Add(1)
+		go a.watch(ctx, o.watch)
+	}
+	log.Info("capacityd serving", "listen", a.apiLn.Addr().String(), "advertise", a.advertise,
+		"grpc", addrOf(a.grpcLn), "admin", addrOf(a.adminLn), "templates", len(s.resources.Resources), "election", electionName(s))
+	return a, nil
+}
+
+// listen binds the API port and, if configured, the admin and gRPC ports,
+// and settles the address advertised.
+func (a *app) listen(s *settings) (err error) {
+	if a.apiLn, err = net.Listen("tcp", s.file.Listen); err != nil {
+		return err
 	}
 	if s.file.Admin != "" {
 		if a.adminLn, err = net.Listen("tcp", s.file.Admin); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if s.file.GRPCListen != "" {
 		if a.grpcLn, err = net.Listen("tcp", s.file.GRPCListen); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	a.advertise = s.file.Advertise
 	if a.advertise == "" {
 		a.advertise = a.apiLn.Addr().String()
 	}
-	var election capacity.Election = capacity.Solo{}
-	if e := s.file.Etcd; e != nil {
-		a.etcd, err = clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: s.dial, Logger: zap.NewNop()})
-		if err != nil {
-			return nil, err
-		}
-		if election, err = etcdelection.New(a.etcd, s.prefix(), etcdelection.WithTTL(s.ttl)); err != nil {
-			return nil, err
-		}
-	}
+	return nil
+}
 
+// joinElection is the election the server runs in: etcd's when
+// configured, else it is the master alone.
+func (a *app) joinElection(s *settings) (capacity.Election, error) {
+	e := s.file.Etcd
+	if e == nil {
+		return capacity.Solo{}, nil
+	}
+	var err error
+	a.etcd, err = clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: s.dial, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	return etcdelection.New(a.etcd, s.prefix(), etcdelection.WithTTL(s.ttl))
+}
+
+// apiServer is the HTTP server of the API port: Connect, gRPC and gRPC-Web
+// over HTTP/1 and HTTP/2 (without TLS, h2c).
+func (a *app) apiServer(s *settings) *http.Server {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
-	var api http.Handler = capacity.NewHandler(srv, connect.WithInterceptors(a.met.interceptor()))
+	var api http.Handler = capacity.NewHandler(a.srv, connect.WithInterceptors(a.met.interceptor()))
 	if s.auth.auth != nil {
 		api = capacity.Authenticated(api, s.auth.auth)
 	}
-	a.api = newHTTPServer(api, s.http, s.http.idle)
+	srv := newHTTPServer(api, s.http, s.http.idle)
 	if s.auth.tls != nil {
 		protocols = http.Protocols{}
 		protocols.SetHTTP1(true)
 		protocols.SetHTTP2(true)
-		a.api.TLSConfig = s.auth.tls
+		srv.TLSConfig = s.auth.tls
 	}
-	a.api.Protocols = &protocols
-	a.api.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	ctx, cancel := context.WithCancel(context.Background())
-	a.stop = cancel
+	srv.Protocols = &protocols
+	srv.ErrorLog = slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)
+	return srv
+}
+
+// run runs the server in election until ctx is done, and returns once
+// the server is a non-master waiting for the election to report: only
+// then may requests come in.
+func (a *app) run(ctx context.Context, election capacity.Election) {
 	started := make(chan struct{})
 	go func() {
 		defer close(a.runDone)
-		err := srv.Run(ctx, observed{e: election, a: a, started: started}, a.advertise)
+		err := a.srv.Run(ctx, observed{e: election, a: a, started: started}, a.advertise)
 		if err != nil && !errors.Is(err, context.Canceled) {
-			log.Error("election ended", "err", err)
+			a.log.Error("election ended", "err", err)
 		}
 	}()
-	// Run has made the server a non-master until the election reports:
-	// only now may requests come in.
 	<-started
-	// Both API ports count toward one bound of connections.
+}
+
+// serveAll serves the ports listen bound, each capped in connections;
+// both API ports count toward one bound.
+func (a *app) serveAll(s *settings) {
 	apiConns := new(atomic.Int64)
 	apiLn := a.capped(a.apiLn, "api", s.http.maxConns, apiConns)
 	if s.auth.tls != nil {
@@ -152,29 +193,21 @@ func start(o *options, s *settings, raw []byte, log *slog.Logger) (a *app, err e
 			read: s.http.read, cut: a.met.cut.Inc}
 		// grpc-go does its own TLS handshake, with a copy of the TLS
 		// configuration made before the API's server starts changing it.
-		a.grpc = newGRPCServer(srv, s, a.met, grpcLn)
+		a.grpc = newGRPCServer(a.srv, s, a.met, grpcLn)
 	}
 	a.serveOn(a.api, apiLn)
 	if a.grpcLn != nil {
-		ln := grpcLn
 		a.bg.Go(func() {
-			if err := a.grpc.Serve(ln); err != nil {
-				a.log.Error("serve", "addr", ln.Addr().String(), "err", err)
+			if err := a.grpc.Serve(grpcLn); err != nil {
+				a.log.Error("serve", "addr", grpcLn.Addr().String(), "err", err)
 			}
 		})
 	}
 	if a.adminLn != nil {
 		a.admin = newHTTPServer(a.adminHandler(), s.http, min(s.http.idle, 30*time.Second))
-		a.admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+		a.admin.ErrorLog = slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)
 		a.serveOn(a.admin, a.capped(a.adminLn, "admin", s.http.adminMaxConns, new(atomic.Int64)))
 	}
-	if o.ConfigPath != "" && o.watch > 0 {
-		a.bg.Add(1)
-		go a.watch(ctx, o.watch)
-	}
-	log.Info("capacityd serving", "listen", a.apiLn.Addr().String(), "advertise", a.advertise,
-		"grpc", addrOf(a.grpcLn), "admin", addrOf(a.adminLn), "templates", len(s.resources.Resources), "election", electionName(s))
-	return a, nil
 }
 
 func (a *app) serveOn(srv *http.Server, ln net.Listener) {

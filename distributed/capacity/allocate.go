@@ -172,6 +172,21 @@ func (a *Allocator) AllocateInto(dst []float64, alg Algorithm, capacity float64,
 		clear(dst)
 		return dst
 	}
+	es := a.entries(capacity, q, demands)
+	// Bands, highest priority first. Within a band only sums and exact
+	// comparisons are used, so the order inside it does not matter.
+	if !slices.IsSortedFunc(es, byBand) {
+		slices.SortFunc(es, byBand)
+	}
+	serveBands(es, alg, uint64(math.Floor(capacity/q))) // < 2^41 quanta
+	for _, e := range es {
+		dst[e.i] = float64(e.g) * q // exact: g < 2^53
+	}
+	return dst
+}
+
+// entries is demands in quanta of q, in a's scratch memory.
+func (a *Allocator) entries(capacity, q float64, demands []Demand) []entry {
 	es := a.scratch[:0]
 	for i, d := range demands {
 		w := d.Weight
@@ -186,12 +201,13 @@ func (a *Allocator) AllocateInto(dst []float64, alg Algorithm, capacity float64,
 		})
 	}
 	a.scratch = es
-	// Bands, highest priority first. Within a band only sums and exact
-	// comparisons are used, so the order inside it does not matter.
-	if !slices.IsSortedFunc(es, byBand) {
-		slices.SortFunc(es, byBand)
-	}
-	left := uint64(math.Floor(capacity / q)) // < 2^41
+	return es
+}
+
+// serveBands grants left quanta to es, sorted by band: each band in full
+// while it fits, then the first band that does not fit divided by alg,
+// and nothing to the bands below it.
+func serveBands(es []entry, alg Algorithm, left uint64) {
 	for lo := 0; lo < len(es); {
 		hi := lo + 1
 		for hi < len(es) && es[hi].prio == es[lo].prio {
@@ -216,12 +232,8 @@ func (a *Allocator) AllocateInto(dst []float64, alg Algorithm, capacity float64,
 		for k := range es[lo:] {
 			es[lo+k].g = 0 // lower bands get nothing
 		}
-		break
+		return
 	}
-	for _, e := range es {
-		dst[e.i] = float64(e.g) * q // exact: g < 2^53
-	}
-	return dst
 }
 
 func byBand(x, y entry) int { return cmp.Compare(y.prio, x.prio) }

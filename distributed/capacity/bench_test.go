@@ -170,3 +170,44 @@ func BenchmarkServerBesideRecompute(b *testing.B) {
 	close(stop)
 	<-done
 }
+
+// BenchmarkResourceAllow is a decision on a leased resource: a rate
+// resource's bucket and a gauge resource's semaphore.
+func BenchmarkResourceAllow(b *testing.B) {
+	n := new(Network)
+	n.Attach("s1", laterServer(b, testConfig(1e9)))
+	c, err := NewClient(n, []string{"s1"}, WithClientID("a"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	rate, err := c.Rate("r", 1e9) // capacity 1e9/s
+	if err != nil {
+		b.Fatal(err)
+	}
+	gauge, err := c.Gauge("g", 5) // capacity 10
+	if err != nil {
+		b.Fatal(err)
+	}
+	for rate.Capacity() == 0 || gauge.Capacity() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx := context.Background()
+	b.Run("rate", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if d, err := rate.Allow(ctx, "", 1); err != nil || !d.Allowed {
+				b.Fatal(d, err)
+			}
+		}
+	})
+	b.Run("gauge", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if d, err := gauge.Allow(ctx, "", 1); err != nil || !d.Allowed {
+				b.Fatal(d, err)
+			}
+			gauge.Release(1)
+		}
+	})
+}

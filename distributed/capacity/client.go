@@ -345,19 +345,7 @@ func (c *Client) step(ctx context.Context) time.Duration {
 // moving through the addresses on failure. Each attempt reports what the
 // client holds when it is sent, and a grant counts from then.
 func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
-	req := &Request{Client: c.set.id, Resources: make([]ResourceRequest, 0, len(rs))}
-	asked := make([]*Resource, 0, len(rs))
-	for _, r := range rs {
-		// A resource whose demand a server would refuse stays out of
-		// the request, so that it cannot fail the others'.
-		rr := r.request(now)
-		if err := rr.check(); err != nil {
-			r.setErr(err)
-			continue
-		}
-		req.Resources = append(req.Resources, rr)
-		asked = append(asked, r)
-	}
+	req, asked := c.request(rs, now)
 	c.mu.Lock()
 	c.lastTrip = now
 	c.early = false
@@ -370,20 +358,43 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 	if len(req.Resources) == 0 {
 		return
 	}
-	var err error
-	defer func() {
-		if err != nil {
-			for _, r := range asked {
-				r.setErr(err)
-			}
+	err := c.ask(ctx, req, asked)
+	if err != nil {
+		for _, r := range asked {
+			r.setErr(err)
 		}
-		c.mu.Lock()
-		c.err = err
-		c.mu.Unlock()
-	}()
+	}
+	c.mu.Lock()
+	c.err = err
+	c.mu.Unlock()
+}
+
+// request is the request for rs at now, and the resources it asks for: a
+// resource whose demand a server would refuse stays out of it, so that it
+// cannot fail the others'.
+func (c *Client) request(rs []*Resource, now time.Time) (*Request, []*Resource) {
+	req := &Request{Client: c.set.id, Resources: make([]ResourceRequest, 0, len(rs))}
+	asked := make([]*Resource, 0, len(rs))
+	for _, r := range rs {
+		rr := r.request(now)
+		if err := rr.check(); err != nil {
+			r.setErr(err)
+			continue
+		}
+		req.Resources = append(req.Resources, rr)
+		asked = append(asked, r)
+	}
+	return req, asked
+}
+
+// ask sends req for asked to the master, following redirects, trying at
+// most twice as many times as there are servers (and once more), and
+// applies the grants of the first answer. It returns the last call's
+// error, nil once grants are applied.
+func (c *Client) ask(ctx context.Context, req *Request, asked []*Resource) (err error) {
 	for try := range 2*len(c.addrs) + 1 {
 		if ctx.Err() != nil {
-			return
+			return err
 		}
 		sent := time.Now()
 		if try > 0 {
@@ -408,7 +419,7 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 		}
 		if err != nil || resp.Redirect {
 			if errors.Is(err, throttle.ErrInvalid) || errors.Is(err, ErrExhausted) || errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrForbidden) {
-				return // the request itself is refused: retry later
+				return err // the request itself is refused: retry later
 			}
 			if err == nil {
 				err = fmt.Errorf("%w: capacity: %s is not the master", throttle.ErrUnavailable, addr)
@@ -416,32 +427,38 @@ func (c *Client) refresh(ctx context.Context, rs []*Resource, now time.Time) {
 			c.follow(addr, resp)
 			continue
 		}
-		err = nil
-		refresh := time.Duration(math.MaxInt64)
-		for _, g := range resp.Grants {
-			c.mu.Lock()
-			r := c.res[g.Resource]
-			c.mu.Unlock()
-			if r == nil {
-				continue
-			}
-			if g.Err != nil {
-				r.setErr(g.Err) // refused alone: the others were served
-				continue
-			}
-			if !validGrant(g) {
-				continue
-			}
-			r.grant(g, sent)
-			refresh = min(refresh, g.Refresh)
+		c.apply(resp, sent)
+		return nil
+	}
+	return err
+}
+
+// apply takes the grants of resp to a request sent at sent, and moves the
+// next refresh to the soonest one they ask for.
+func (c *Client) apply(resp *Response, sent time.Time) {
+	refresh := time.Duration(math.MaxInt64)
+	for _, g := range resp.Grants {
+		c.mu.Lock()
+		r := c.res[g.Resource]
+		c.mu.Unlock()
+		if r == nil {
+			continue
 		}
-		if refresh != time.Duration(math.MaxInt64) {
-			c.mu.Lock()
-			c.due = sent.Add(refresh)
-			c.failures = 0
-			c.mu.Unlock()
+		if g.Err != nil {
+			r.setErr(g.Err) // refused alone: the others were served
+			continue
 		}
-		return
+		if !validGrant(g) {
+			continue
+		}
+		r.grant(g, sent)
+		refresh = min(refresh, g.Refresh)
+	}
+	if refresh != time.Duration(math.MaxInt64) {
+		c.mu.Lock()
+		c.due = sent.Add(refresh)
+		c.failures = 0
+		c.mu.Unlock()
 	}
 }
 

@@ -165,13 +165,24 @@ func TestClientFollowsRedirect(t *testing.T) {
 	})
 }
 
+// leasedGauge is client a's gauge resource wanting wants of a server
+// of capacity 100, once its first lease has come.
+func leasedGauge(t *testing.T, wants float64) (*Client, *GaugeResource) {
+	t.Helper()
+	_, n := warmServer(t, 100)
+	c := newClient(t, n, "a")
+	r, err := c.Gauge("r", wants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	return c, r
+}
+
 func TestChangesCoalesce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		_, n := warmServer(t, 100)
-		c := newClient(t, n, "a")
+		c, r := leasedGauge(t, 40)
 		defer c.Close()
-		r, _ := c.Gauge("r", 40)
-		synctest.Wait()
 		r.SetWants(30)
 		time.Sleep(2 * time.Second)
 		r.SetWants(20)
@@ -187,10 +198,52 @@ func TestChangesCoalesce(t *testing.T) {
 		if r.s.Limit() != 20 {
 			t.Fatalf("semaphore limit %d", r.s.Limit())
 		}
-		if !r.TryAcquire(20) || r.TryAcquire(1) {
+		d, release, err := throttle.TryHold(t.Context(), r, "", 20)
+		if err != nil || !d.Allowed {
+			t.Fatalf("20 of 20 not held: %+v, %v", d, err)
+		}
+		if d, _, _ := r.TryHold(t.Context(), "", 1); d.Allowed {
 			t.Fatal("semaphore does not follow the lease")
 		}
-		r.Release(20)
+		release()
+		if r.InFlight() != 0 {
+			t.Fatalf("%d in flight after release", r.InFlight())
+		}
+	})
+}
+
+// TestGaugeHolds: a GaugeResource is a throttle.Holder. Hold takes the
+// units its lease allows, TryHold denies past the lease, the release
+// funcs give units back once, and after Close both fail with ErrClosed.
+func TestGaugeHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, r := leasedGauge(t, 5)
+		defer c.Close()
+		var h throttle.Holder = r
+		release, err := h.Hold(t.Context(), "", 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, _, err := h.TryHold(t.Context(), "", 1); err != nil || d.Allowed {
+			t.Fatalf("6th unit of a lease of 5: %+v, %v", d, err)
+		}
+		release()
+		release()
+		if r.InFlight() != 0 {
+			t.Fatalf("%d in flight after release", r.InFlight())
+		}
+		d, release, err := h.TryHold(t.Context(), "", 5)
+		if err != nil || !d.Allowed {
+			t.Fatalf("5 of 5 after release: %+v, %v", d, err)
+		}
+		release()
+		r.Close()
+		if _, _, err := h.TryHold(t.Context(), "", 1); !errors.Is(err, throttle.ErrClosed) {
+			t.Fatalf("TryHold after Close: %v", err)
+		}
+		if _, err := h.Hold(t.Context(), "", 1); !errors.Is(err, throttle.ErrClosed) {
+			t.Fatalf("Hold after Close: %v", err)
+		}
 	})
 }
 

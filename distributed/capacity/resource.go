@@ -432,17 +432,8 @@ func (rr *RateResource) estimateWants(now time.Time) float64 {
 // time until the next refresh. Errors wrap throttle.ErrInvalid,
 // throttle.ErrExceedsLimit (n above the burst) or throttle.ErrClosed.
 func (rr *RateResource) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if rr.closed.Load() {
-		return throttle.Decision{}, rr.closedErr()
-	}
-	if n > 0 {
-		rr.asked.Add(int64(n))
-	}
-	if rr.zero.Load() {
-		if n <= 0 {
-			return throttle.Decision{}, invalidf("n must be > 0, got %d", n)
-		}
-		return throttle.Decision{RetryAfter: rr.untilRefresh()}, nil
+	if wait, done, err := rr.admit(n); done {
+		return throttle.Decision{RetryAfter: wait}, err
 	}
 	return rr.b.Allow(ctx, key, n)
 }
@@ -450,19 +441,31 @@ func (rr *RateResource) Allow(ctx context.Context, key string, n int) (throttle.
 // Reserve books n units at the earliest time the lease's rate allows,
 // within maxWait. With a zero capacity nothing is booked.
 func (rr *RateResource) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
+	if wait, done, err := rr.admit(n); done {
+		return throttle.Reservation{Delay: wait}, err
+	}
+	return rr.b.Reserve(ctx, key, n, maxWait)
+}
+
+// admit counts a call for n units in the demand the lease is asked for,
+// and reports whether the call is answered without the bucket: the
+// resource is closed (err wraps throttle.ErrClosed), or its capacity is
+// zero, when the call waits until the next refresh (err wraps
+// throttle.ErrInvalid for n <= 0).
+func (rr *RateResource) admit(n int) (wait time.Duration, done bool, err error) {
 	if rr.closed.Load() {
-		return throttle.Reservation{}, rr.closedErr()
+		return 0, true, rr.closedErr()
 	}
 	if n > 0 {
 		rr.asked.Add(int64(n))
 	}
-	if rr.zero.Load() {
-		if n <= 0 {
-			return throttle.Reservation{}, invalidf("n must be > 0, got %d", n)
-		}
-		return throttle.Reservation{Delay: rr.untilRefresh()}, nil
+	if !rr.zero.Load() {
+		return 0, false, nil
 	}
-	return rr.b.Reserve(ctx, key, n, maxWait)
+	if n <= 0 {
+		return 0, true, invalidf("n must be > 0, got %d", n)
+	}
+	return rr.untilRefresh(), true, nil
 }
 
 func (rr *RateResource) untilRefresh() time.Duration {
@@ -509,26 +512,30 @@ func (g *GaugeResource) applyLimit(v float64) {
 	g.zero.Store(false)
 }
 
-// TryAcquire takes n units if they fit under the limit now.
-func (g *GaugeResource) TryAcquire(n int) bool {
-	if g.closed.Load() || g.zero.Load() {
-		return false
+// TryHold takes n units if they fit under the limit now; the key is
+// ignored. When the Decision is Allowed, release gives the units back
+// (only its first call counts); when denied, release does nothing. With a
+// zero capacity it denies everything. Errors wrap throttle.ErrClosed,
+// throttle.ErrInvalid or throttle.ErrExceedsLimit.
+func (g *GaugeResource) TryHold(ctx context.Context, key string, n int) (d throttle.Decision, release func(), err error) {
+	if done, err := g.refuses(n); done {
+		return throttle.Decision{}, noRelease, err
 	}
-	d, err := g.s.AllowN(n)
-	return err == nil && d.Allowed
+	return g.s.TryHold(ctx, key, n)
 }
 
-// Acquire waits until n units fit, or ctx is done. The returned release
-// gives them back (idempotent). Errors wrap throttle.ErrClosed,
-// throttle.ErrInvalid, throttle.ErrExceedsLimit, or ctx's error.
-func (g *GaugeResource) Acquire(ctx context.Context, n int) (release func(), err error) {
+// Hold waits until n units fit, or ctx is done; the key is ignored. The
+// returned release gives them back (only its first call counts). Errors
+// wrap throttle.ErrClosed, throttle.ErrInvalid, throttle.ErrExceedsLimit,
+// or ctx's error.
+func (g *GaugeResource) Hold(ctx context.Context, key string, n int) (release func(), err error) {
 	for {
 		if g.closed.Load() {
 			return nil, g.closedErr()
 		}
 		wake := g.wakeCh()
 		if !g.zero.Load() {
-			return g.s.Hold(ctx, "", n)
+			return g.s.Hold(ctx, key, n)
 		}
 		select {
 		case <-wake:
@@ -538,7 +545,7 @@ func (g *GaugeResource) Acquire(ctx context.Context, n int) (release func(), err
 	}
 }
 
-// Release gives back n units taken with TryAcquire or Allow.
+// Release gives back n units taken with Allow.
 func (g *GaugeResource) Release(n int) error { return g.s.Release(n) }
 
 // InFlight returns the units held now.
@@ -547,14 +554,27 @@ func (g *GaugeResource) InFlight() int { return g.s.InFlight() }
 // Allow takes n units if they fit now (release them with Release); the
 // key is ignored.
 func (g *GaugeResource) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if g.closed.Load() {
-		return throttle.Decision{}, g.closedErr()
-	}
-	if g.zero.Load() {
-		if n <= 0 {
-			return throttle.Decision{}, invalidf("n must be > 0, got %d", n)
-		}
-		return throttle.Decision{}, nil
+	if done, err := g.refuses(n); done {
+		return throttle.Decision{}, err
 	}
 	return g.s.Allow(ctx, key, n)
 }
+
+// refuses reports whether a call for n units is answered without the
+// semaphore: the resource is closed (err wraps throttle.ErrClosed), or its
+// capacity is zero and the call is denied (err wraps throttle.ErrInvalid
+// for n <= 0).
+func (g *GaugeResource) refuses(n int) (done bool, err error) {
+	if g.closed.Load() {
+		return true, g.closedErr()
+	}
+	if !g.zero.Load() {
+		return false, nil
+	}
+	if n <= 0 {
+		return true, invalidf("n must be > 0, got %d", n)
+	}
+	return true, nil
+}
+
+func noRelease() {}

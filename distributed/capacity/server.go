@@ -568,6 +568,35 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 		return &Response{Master: s.lead.Master, Stale: true, Incarnation: inc}, nil
 	}
 	// Check bounds and templates first, so a refusal changes nothing.
+	errs, err := s.reserve(req, errs, now)
+	if err != nil {
+		return nil, err
+	}
+	resp := &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
+	for i, rr := range req.Resources {
+		if errs != nil && errs[i] != nil {
+			resp.Grants[i] = Grant{Resource: rr.Resource, Err: errs[i]}
+			continue
+		}
+		r := s.resources[rr.Resource]
+		if r == nil {
+			r = s.addResource(rr.Resource)
+		}
+		r.syncUpstream()
+		resp.Grants[i] = s.grant(r, req.Client, &rr, now)
+		r.applied(req)
+		s.reportUpstream(r)
+	}
+	return resp, nil
+}
+
+// reserve checks req's resources (all but those refused in errs) against
+// the templates and the bounds of clients, resources, leases and parent
+// bands, and reserves the client's new leases. A resource that cannot be
+// served is refused in the errs returned; an error refuses the whole
+// request, and then nothing changed but the expiry of leases. s.mu is
+// held.
+func (s *Server) reserve(req *Request, errs []error, now int64) ([]error, error) {
 	newRes, newLeases := 0, 0
 	for i, rr := range req.Resources {
 		if errs != nil && errs[i] != nil {
@@ -601,32 +630,30 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 	if err := s.leases.reserve(req.Client, newLeases, &s.set); err != nil {
 		return nil, err
 	}
-	resp := &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
-	for i, rr := range req.Resources {
-		if errs != nil && errs[i] != nil {
-			resp.Grants[i] = Grant{Resource: rr.Resource, Err: errs[i]}
-			continue
-		}
-		r := s.resources[rr.Resource]
-		if r == nil {
-			t, _ := s.cfg.match(rr.Resource)
-			r = &resource{id: rr.Resource, holders: map[string]*holder{}, leases: s.leases,
-				rng: rand.New(rand.NewPCG(s.set.seed, uint64(len(s.resources))))}
-			if s.parent != nil {
-				r.up = &upstream{bands: map[int32]*upBand{}} // nothing leased yet
-			}
-			r.setTemplate(t)
-			s.resources[rr.Resource] = r
-		}
-		r.syncUpstream()
-		resp.Grants[i] = s.grant(r, req.Client, &rr, now)
-		if req.Sequence != 0 {
-			h := r.holders[req.Client]
-			h.inc, h.seq = req.Incarnation, req.Sequence
-		}
-		s.reportUpstream(r)
+	return errs, nil
+}
+
+// addResource creates resource id from the template it matches. s.mu is
+// held.
+func (s *Server) addResource(id string) *resource {
+	t, _ := s.cfg.match(id)
+	r := &resource{id: id, holders: map[string]*holder{}, leases: s.leases,
+		rng: rand.New(rand.NewPCG(s.set.seed, uint64(len(s.resources))))}
+	if s.parent != nil {
+		r.up = &upstream{bands: map[int32]*upBand{}} // nothing leased yet
 	}
-	return resp, nil
+	r.setTemplate(t)
+	s.resources[id] = r
+	return r
+}
+
+// applied records req as the newest call of its client applied on r,
+// whose lease grant has just set. r.mu or s.mu is held.
+func (r *resource) applied(req *Request) {
+	if req.Sequence != 0 {
+		h := r.holders[req.Client]
+		h.inc, h.seq = req.Incarnation, req.Sequence
+	}
 }
 
 // stale reports whether the server applied a call of req's client newer
@@ -672,32 +699,11 @@ func (s *Server) refresh(ctx context.Context, req *Request) (resp *Response, ok 
 		return nil, false, nil
 	}
 	var one [1]*resource
-	rs := one[:0]
-	if len(req.Resources) > 1 {
-		rs = make([]*resource, 0, len(req.Resources))
+	rs, ok := s.existing(req, one[:0])
+	if !ok {
+		return nil, false, nil
 	}
-	for _, rr := range req.Resources {
-		r := s.resources[rr.Resource]
-		if r == nil {
-			return nil, false, nil
-		}
-		rs = append(rs, r)
-	}
-	locked := rs
-	if len(rs) > 1 {
-		// In order of id, so that requests sharing resources cannot
-		// deadlock.
-		locked = slices.Clone(rs)
-		slices.SortFunc(locked, func(a, b *resource) int { return strings.Compare(a.id, b.id) })
-	}
-	for _, r := range locked {
-		r.mu.Lock()
-	}
-	defer func() {
-		for _, r := range locked {
-			r.mu.Unlock()
-		}
-	}()
+	defer unlockAll(lockAll(rs))
 	if err := ctx.Err(); err != nil {
 		return nil, true, fmt.Errorf("%w: capacity: the caller gave up: %w", throttle.ErrUnavailable, err)
 	}
@@ -724,89 +730,65 @@ func (s *Server) refresh(ctx context.Context, req *Request) (resp *Response, ok 
 	resp = &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
 	for i := range req.Resources {
 		resp.Grants[i] = s.grant(rs[i], req.Client, &req.Resources[i], now)
-		if req.Sequence != 0 {
-			h := rs[i].holders[req.Client]
-			h.inc, h.seq = req.Incarnation, req.Sequence
-		}
+		rs[i].applied(req)
 	}
 	return resp, true, nil
+}
+
+// existing appends req's resources to rs in req's order; ok is false if
+// one does not exist. s.mu is held.
+func (s *Server) existing(req *Request, rs []*resource) (_ []*resource, ok bool) {
+	if len(req.Resources) > cap(rs) {
+		rs = make([]*resource, 0, len(req.Resources))
+	}
+	for _, rr := range req.Resources {
+		r := s.resources[rr.Resource]
+		if r == nil {
+			return nil, false
+		}
+		rs = append(rs, r)
+	}
+	return rs, true
+}
+
+// lockAll locks rs in order of id, so that requests sharing resources
+// cannot deadlock, and returns them in that order for unlockAll.
+func lockAll(rs []*resource) (locked []*resource) {
+	locked = rs
+	if len(rs) > 1 {
+		locked = slices.Clone(rs)
+		slices.SortFunc(locked, func(a, b *resource) int { return strings.Compare(a.id, b.id) })
+	}
+	for _, r := range locked {
+		r.mu.Lock()
+	}
+	return locked
+}
+
+// unlockAll unlocks what lockAll locked.
+func unlockAll(locked []*resource) {
+	for _, r := range locked {
+		r.mu.Unlock()
+	}
 }
 
 // grant updates the client's demand on r and returns its new lease.
 func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int64) Grant {
 	t := r.tmpl
-	h := r.holders[client]
-	if h == nil {
-		h = &holder{client: client, idx: len(r.list)}
-		r.holders[client] = h // counted by reserve
-		r.list = append(r.list, h)
-		r.dirty = true
-	}
-	weight := rr.Weight
-	if weight == 0 {
-		weight = 1
-	}
-	if h.wants != rr.Wants || h.weight != weight || h.prio != rr.Priority {
-		u := r.quanta(rr.Wants)
-		still := h.weight == weight && h.prio == rr.Priority && r.stillCut(h, u)
-		h.wants, h.weight, h.prio = rr.Wants, weight, rr.Priority
-		r.sumU = r.sumU - h.u + u
-		h.u = u
-		if !still {
-			r.dirty = true
-		}
-	}
-	learnEnd := s.since + int64(t.LearningDuration)
-	learning := now < learnEnd
-	refresh := t.RefreshInterval
+	h := r.holder(client)
+	r.setDemand(h, rr)
 	if h.prev > 0 && rr.Has <= h.heldF {
 		// The client holds the last grant or less. Has above it means
 		// the last answer has not arrived: the old lease still counts.
 		r.dropPrev(h)
 	}
 	var g float64
-	switch {
-	case !t.Algorithm.shares():
+	refresh := t.RefreshInterval
+	if t.Algorithm.shares() {
+		g, refresh = s.take(r, h, rr, now)
+	} else {
 		g = r.share(h)
 		r.setHeld(h, 0, g)
-	default:
-		othersHeld := r.held - h.counted()
-		free := uint64(0)
-		if r.units > othersHeld {
-			free = r.units - othersHeld
-		}
-		var want float64
-		if learning {
-			// Confirm at most what the client says it holds: the
-			// previous master may have given it out. With lease keys,
-			// at most what a valid token proves it was granted.
-			has := rr.Has
-			if s.set.keys != nil {
-				has = min(has, s.set.keys.credit(rr.Token, client, r.id, now))
-			}
-			want = min(has, rr.Wants)
-		} else {
-			want = min(r.share(h), rr.Wants)
-		}
-		u := uint64(0)
-		if r.q > 0 {
-			u = min(uint64(math.Floor(want/r.q)), free)
-		}
-		switch {
-		case u < h.held:
-			// Lowered: the old lease counts until the client confirms
-			// the lower one, so ask for that confirmation soon.
-			refresh /= 4
-		case learning && float64(u)*r.q < rr.Wants-r.q:
-			// Ask again when learning ends.
-			refresh = min(refresh, time.Duration(learnEnd-now)+refresh/8)
-		case !learning && float64(u)*r.q < want-r.q:
-			// Others still hold part of this client's share: ask again
-			// soon, so capacity moves within about one refresh interval.
-			refresh /= 4
-		}
-		r.setHeld(h, u, float64(u)*r.q)
-		g = h.heldF
 	}
 	if j := s.set.jitter; j > 0 {
 		refresh = time.Duration(float64(refresh) * (1 + j*(2*r.rng.Float64()-1)))
@@ -816,6 +798,87 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	r.wakeAt(h.expiry)
 	return Grant{Resource: r.id, Capacity: g, Lease: lease, Refresh: max(refresh, time.Millisecond), SafeCapacity: t.SafeCapacity,
 		Token: s.set.keys.sign(s.lead.Term, client, r.id, g, h.expiry)}
+}
+
+// holder returns client's holder of r, adding it if it has none (its
+// lease is counted by reserve).
+func (r *resource) holder(client string) *holder {
+	h := r.holders[client]
+	if h == nil {
+		h = &holder{client: client, idx: len(r.list)}
+		r.holders[client] = h
+		r.list = append(r.list, h)
+		r.dirty = true
+	}
+	return h
+}
+
+// setDemand records what h asks for in rr, and marks r for dividing
+// again unless h's lease stays what it is.
+func (r *resource) setDemand(h *holder, rr *ResourceRequest) {
+	weight := rr.Weight
+	if weight == 0 {
+		weight = 1
+	}
+	if h.wants == rr.Wants && h.weight == weight && h.prio == rr.Priority {
+		return
+	}
+	u := r.quanta(rr.Wants)
+	still := h.weight == weight && h.prio == rr.Priority && r.stillCut(h, u)
+	h.wants, h.weight, h.prio = rr.Wants, weight, rr.Priority
+	r.sumU = r.sumU - h.u + u
+	h.u = u
+	if !still {
+		r.dirty = true
+	}
+}
+
+// take gives h, of a resource whose algorithm shares, the free quanta of
+// what it may have: its share, or while the server learns, what it says
+// it holds. It returns h's capacity and when to ask again: sooner when
+// capacity is still to move to or from h.
+func (s *Server) take(r *resource, h *holder, rr *ResourceRequest, now int64) (g float64, refresh time.Duration) {
+	t := r.tmpl
+	refresh = t.RefreshInterval
+	learnEnd := s.since + int64(t.LearningDuration)
+	learning := now < learnEnd
+	othersHeld := r.held - h.counted()
+	free := uint64(0)
+	if r.units > othersHeld {
+		free = r.units - othersHeld
+	}
+	var want float64
+	if learning {
+		// Confirm at most what the client says it holds: the
+		// previous master may have given it out. With lease keys,
+		// at most what a valid token proves it was granted.
+		has := rr.Has
+		if s.set.keys != nil {
+			has = min(has, s.set.keys.credit(rr.Token, h.client, r.id, now))
+		}
+		want = min(has, rr.Wants)
+	} else {
+		want = min(r.share(h), rr.Wants)
+	}
+	u := uint64(0)
+	if r.q > 0 {
+		u = min(uint64(math.Floor(want/r.q)), free)
+	}
+	switch {
+	case u < h.held:
+		// Lowered: the old lease counts until the client confirms
+		// the lower one, so ask for that confirmation soon.
+		refresh /= 4
+	case learning && float64(u)*r.q < rr.Wants-r.q:
+		// Ask again when learning ends.
+		refresh = min(refresh, time.Duration(learnEnd-now)+refresh/8)
+	case !learning && float64(u)*r.q < want-r.q:
+		// Others still hold part of this client's share: ask again
+		// soon, so capacity moves within about one refresh interval.
+		refresh /= 4
+	}
+	r.setHeld(h, u, float64(u)*r.q)
+	return h.heldF, refresh
 }
 
 // setHeld records that h now holds u quanta (f in capacity). A lowered

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/retry"
 )
 
 // Transport carries a client's calls to the server at an address.
@@ -33,33 +34,28 @@ var _ Transport = (*Network)(nil)
 
 // Attach serves s at addr, replacing whatever was there.
 func (n *Network) Attach(addr string, s *Server) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.servers == nil {
-		n.servers = map[string]*Server{}
-	}
-	n.servers[addr] = s
+	put(n, &n.servers, addr, s)
 }
 
 // SetDown makes the server at addr unreachable (down true) or reachable.
 func (n *Network) SetDown(addr string, down bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.down == nil {
-		n.down = map[string]bool{}
-	}
-	n.down[addr] = down
+	put(n, &n.down, addr, down)
 }
 
 // Cut makes every call of client fail (cut true), as if it had lost the
 // network, or heals it.
 func (n *Network) Cut(client string, cut bool) {
+	put(n, &n.cut, client, cut)
+}
+
+// put sets (*m)[k] to v under n's lock, making the map on first use.
+func put[V any](n *Network, m *map[string]V, k string, v V) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cut == nil {
-		n.cut = map[string]bool{}
+	if *m == nil {
+		*m = map[string]V{}
 	}
-	n.cut[client] = cut
+	(*m)[k] = v
 }
 
 // SetLatency delays every call by d on the way to the server and by d
@@ -91,14 +87,10 @@ func (n *Network) delay(ctx context.Context) error {
 	if lat <= 0 {
 		return nil
 	}
-	t := time.NewTimer(lat)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%w: capacity: %v", throttle.ErrUnavailable, ctx.Err())
+	if err := retry.Sleep(ctx, lat); err != nil {
+		return fmt.Errorf("%w: capacity: %v", throttle.ErrUnavailable, err)
 	}
+	return nil
 }
 
 // GetCapacity calls GetCapacity of the server at addr, with the latency
@@ -107,15 +99,7 @@ func (n *Network) GetCapacity(ctx context.Context, addr string, req *Request) (*
 	if req == nil {
 		return nil, invalidf("nil request")
 	}
-	s, err := n.route(ctx, addr, req.Client)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := s.GetCapacity(ctx, req)
-	if derr := n.delay(ctx); derr != nil && err == nil {
-		return nil, derr
-	}
-	return resp, err
+	return n.call(ctx, addr, req.Client, func(s *Server) (*Response, error) { return s.GetCapacity(ctx, req) })
 }
 
 // Release calls Release of the server at addr, with the latency on the
@@ -124,11 +108,17 @@ func (n *Network) Release(ctx context.Context, addr string, req *ReleaseRequest)
 	if req == nil {
 		return nil, invalidf("nil request")
 	}
-	s, err := n.route(ctx, addr, req.Client)
+	return n.call(ctx, addr, req.Client, func(s *Server) (*Response, error) { return s.Release(ctx, req) })
+}
+
+// call routes a call of client to the server at addr, lets serve answer
+// it there and delays the answer on its way back.
+func (n *Network) call(ctx context.Context, addr, client string, serve func(*Server) (*Response, error)) (*Response, error) {
+	s, err := n.route(ctx, addr, client)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.Release(ctx, req)
+	resp, err := serve(s)
 	if derr := n.delay(ctx); derr != nil && err == nil {
 		return nil, derr
 	}

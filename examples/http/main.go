@@ -56,72 +56,100 @@ func main() {
 // keyOpts say where the client's address is read (default: the
 // connection's peer).
 func newHandler(redisAddr string, keyOpts ...httplimit.IPOption) (http.Handler, func(), error) {
-	var closers []func() error
-	closeAll := func() {
-		for _, c := range closers {
-			_ = c()
-		}
+	s := &service{mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	clientLimit, err := s.perClient(keyOpts)
+	if err == nil {
+		err = s.reports()
 	}
-	fail := func(err error) (http.Handler, func(), error) { closeAll(); return nil, nil, err }
+	if err == nil && redisAddr != "" {
+		err = s.api(redisAddr)
+	}
+	if err == nil {
+		err = s.partner()
+	}
+	if err != nil {
+		s.close()
+		return nil, nil, err
+	}
+	return clientLimit(s.mux), s.close, nil
+}
 
-	// 10 requests a second per client, bursts of 20; the client is the
-	// connection's peer, or what the trusted proxy wrote (keyOpts).
+// service is the routes of the example and what to close when it stops.
+type service struct {
+	mux     *http.ServeMux
+	closers []func() error
+}
+
+func (s *service) close() {
+	for _, c := range s.closers {
+		_ = c()
+	}
+}
+
+// perClient is the middleware around every route: 10 requests a second
+// per client, bursts of 20; the client is the connection's peer, or what
+// the trusted proxy wrote (keyOpts).
+func (s *service) perClient(keyOpts []httplimit.IPOption) (func(http.Handler) http.Handler, error) {
 	perClient, err := tokenbucket.New(throttle.PerSecond(10), 20)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	closers = append(closers, perClient.Close)
-	clientLimit, err := httplimit.New(perClient, httplimit.WithName("per-client"),
+	s.closers = append(s.closers, perClient.Close)
+	return httplimit.New(perClient, httplimit.WithName("per-client"),
 		httplimit.WithKey(httplimit.ClientIP(keyOpts...)))
-	if err != nil {
-		return fail(err)
-	}
+}
 
-	// At most 2 reports at a time per client: held while the handler runs.
+// reports serves GET /report, at most 2 at a time per client: held while
+// the handler runs.
+func (s *service) reports() error {
 	reports, err := counting.New(2)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	closers = append(closers, reports.Close)
+	s.closers = append(s.closers, reports.Close)
 	reportLimit, err := httplimit.New(reports, httplimit.WithName("reports"))
 	if err != nil {
-		return fail(err)
+		return err
 	}
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
-	mux.Handle("GET /report", reportLimit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.mux.Handle("GET /report", reportLimit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(200 * time.Millisecond) // an expensive query
 		fmt.Fprintln(w, "report")
 	})))
+	return nil
+}
 
-	// 1000 requests an hour per API key, fleet-wide through Redis.
-	if redisAddr != "" {
-		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
-		closers = append(closers, rdb.Close)
-		perKey, err := redislimit.NewTokenBucket(rdb, throttle.PerHour(1000), 100)
-		if err != nil {
-			return fail(err)
-		}
-		keyLimit, err := httplimit.New(perKey, httplimit.WithName("per-key"),
-			httplimit.WithKey(httplimit.Header("X-API-Key")))
-		if err != nil {
-			return fail(err)
-		}
-		mux.Handle("GET /api/", keyLimit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprintln(w, "api")
-		})))
+// api serves GET /api/, 1000 requests an hour per API key, fleet-wide
+// through the Redis at redisAddr.
+func (s *service) api(redisAddr string) error {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	s.closers = append(s.closers, rdb.Close)
+	perKey, err := redislimit.NewTokenBucket(rdb, throttle.PerHour(1000), 100)
+	if err != nil {
+		return err
 	}
+	keyLimit, err := httplimit.New(perKey, httplimit.WithName("per-key"),
+		httplimit.WithKey(httplimit.Header("X-API-Key")))
+	if err != nil {
+		return err
+	}
+	s.mux.Handle("GET /api/", keyLimit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "api")
+	})))
+	return nil
+}
 
-	// The partner API takes one call every 6 s per token: wait for the turn.
+// partner serves GET /partner, which calls a partner API that takes one
+// call every 6 s per token: it waits for the turn.
+func (s *service) partner() error {
 	partner, err := tokenbucket.New(throttle.Every(6*time.Second), 1)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	closers = append(closers, partner.Close)
+	s.closers = append(s.closers, partner.Close)
 	client := &http.Client{Transport: &httplimit.Transport{Limiter: partner, Wait: true,
 		Key: func(*http.Request) string { return "partner-token-1" }}}
-	mux.HandleFunc("GET /partner", func(w http.ResponseWriter, r *http.Request) {
+	s.mux.HandleFunc("GET /partner", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+r.Host+"/hello", nil)
@@ -137,5 +165,5 @@ func newHandler(redisAddr string, keyOpts ...httplimit.IPOption) (http.Handler, 
 		resp.Body.Close()
 		fmt.Fprintln(w, "partner said", resp.Status)
 	})
-	return clientLimit(mux), closeAll, nil
+	return nil
 }

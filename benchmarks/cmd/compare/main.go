@@ -138,69 +138,90 @@ func run(o options) error {
 	fmt.Fprintf(out, "%s, %s/%s, %d CPUs (GOMAXPROCS %d)%s.\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel())
 	fmt.Fprintf(out, "Regenerate with `go run ./benchmarks/cmd/compare%s`.\n\n", map[bool]string{true: " -thorough"}[o.thorough])
 
-	var (
-		speedRes []benchmarks.SpeedResult
-		accRes   []benchmarks.AccuracyResult
-		failed   bool
-		written  []string
-		charts   int
-		err      error
-		overhead map[string]float64 // the loop alone, per workload
-		perKey   map[string]float64 // heap per tracked key, per subject
-	)
-	if o.speed {
-		if speedRes, failed, err = speedSection(out, o); err != nil {
-			return err
-		}
-		if o.docs != "" {
-			path := filepath.Join(o.docs, "bench.txt")
-			if err := writeFile(path, func(w io.Writer) error { return benchmarks.WriteBenchFormat(w, speedRes, runtime.GOMAXPROCS(0)) }); err != nil {
-				return err
-			}
-			written = append(written, path)
-		}
-		if overhead, perKey, err = costSection(out, o); err != nil {
-			return err
-		}
-	}
-	if o.accuracy {
-		if accRes, err = accuracySection(out, o); err != nil {
-			return err
-		}
+	res, written, err := measure(out, o)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "\n### Where the peers differ\n\n")
 	if err := benchmarks.NotesTable(o.subjects).Write(out); err != nil {
 		return err
 	}
+	charts := 0
 	if o.docs != "" {
-		files, err := benchmarks.WriteCharts(o.docs, speedRes, accRes)
+		path, files, err := writeDocs(out, &md, o, res)
 		if err != nil {
-			return err
-		}
-		if len(files) > 0 {
-			fmt.Fprintln(out)
-			for _, f := range files {
-				fmt.Fprintf(out, "![%s](%s)\n", strings.TrimSuffix(filepath.Base(f), ".png"), filepath.Base(f))
-			}
-		}
-		path := filepath.Join(o.docs, "comparison.md")
-		if err := os.WriteFile(path, md.Bytes(), 0o644); err != nil {
 			return err
 		}
 		written = append([]string{path}, append(written, files...)...)
 		charts = len(files)
 	}
 	fmt.Printf("Comparison, %s mode, in %v (%d CPUs, %s)\n\n", o.mode, time.Since(started).Round(time.Second), runtime.NumCPU(), runtime.Version())
-	if err := benchmarks.Summary(os.Stdout, speedRes, accRes, overhead, perKey); err != nil {
+	if err := benchmarks.Summary(os.Stdout, res.speed, res.acc, res.overhead, res.perKey); err != nil {
 		return err
 	}
 	if len(written) > 0 {
 		fmt.Printf("\nFull tables: %s; raw samples (benchstat): %s; %d charts beside them.\n", written[0], filepath.Join(o.docs, "bench.txt"), charts)
 	}
-	if failed {
+	if res.failed {
 		return errGuard
 	}
 	return nil
+}
+
+// results is what a run measured.
+type results struct {
+	speed    []benchmarks.SpeedResult
+	acc      []benchmarks.AccuracyResult
+	failed   bool               // the guard failed
+	overhead map[string]float64 // the loop alone, per workload
+	perKey   map[string]float64 // heap per tracked key, per subject
+}
+
+// measure runs the sections o asks for, writing their tables to out and
+// the raw speed samples beside the docs, whose path it returns.
+func measure(out io.Writer, o options) (res results, written []string, err error) {
+	if o.speed {
+		if res.speed, res.failed, err = speedSection(out, o); err != nil {
+			return res, nil, err
+		}
+		if o.docs != "" {
+			path := filepath.Join(o.docs, "bench.txt")
+			if err := writeFile(path, func(w io.Writer) error { return benchmarks.WriteBenchFormat(w, res.speed, runtime.GOMAXPROCS(0)) }); err != nil {
+				return res, nil, err
+			}
+			written = append(written, path)
+		}
+		if res.overhead, res.perKey, err = costSection(out, o); err != nil {
+			return res, nil, err
+		}
+	}
+	if o.accuracy {
+		if res.acc, err = accuracySection(out, o); err != nil {
+			return res, nil, err
+		}
+	}
+	return res, written, nil
+}
+
+// writeDocs draws the charts into o.docs, links them from the report
+// (out, which writes md), and writes md there. It returns the report's
+// path and the charts'.
+func writeDocs(out io.Writer, md *bytes.Buffer, o options, res results) (path string, charts []string, err error) {
+	files, err := benchmarks.WriteCharts(o.docs, res.speed, res.acc)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(files) > 0 {
+		fmt.Fprintln(out)
+		for _, f := range files {
+			fmt.Fprintf(out, "![%s](%s)\n", strings.TrimSuffix(filepath.Base(f), ".png"), filepath.Base(f))
+		}
+	}
+	path = filepath.Join(o.docs, "comparison.md")
+	if err := os.WriteFile(path, md.Bytes(), 0o644); err != nil {
+		return "", nil, err
+	}
+	return path, files, nil
 }
 
 // speedSection measures speed, writes its tables and the guard's, and

@@ -81,12 +81,7 @@ type mod struct {
 
 // load reads every module go.work lists under repo.
 func load(repo string) ([]mod, error) {
-	workPath := filepath.Join(repo, "go.work")
-	data, err := os.ReadFile(workPath)
-	if err != nil {
-		return nil, err
-	}
-	work, err := modfile.ParseWork(workPath, data, nil)
+	work, err := parse(filepath.Join(repo, "go.work"), modfile.ParseWork)
 	if err != nil {
 		return nil, err
 	}
@@ -94,11 +89,7 @@ func load(repo string) ([]mod, error) {
 	for _, u := range work.Use {
 		dir := filepath.Clean(u.Path)
 		gomod := filepath.Join(repo, dir, "go.mod")
-		data, err := os.ReadFile(gomod)
-		if err != nil {
-			return nil, err
-		}
-		f, err := modfile.Parse(gomod, data, nil)
+		f, err := parse(gomod, modfile.Parse)
 		if err != nil {
 			return nil, err
 		}
@@ -109,6 +100,17 @@ func load(repo string) ([]mod, error) {
 		mods = append(mods, mod{path: p, dir: dir, file: f, gomod: gomod})
 	}
 	return mods, nil
+}
+
+// parse reads the file name and parses it with parser (modfile.Parse or
+// modfile.ParseWork).
+func parse[F any](name string, parser func(name string, data []byte, fix modfile.VersionFixer) (F, error)) (F, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		var none F
+		return none, err
+	}
+	return parser(name, data, nil)
 }
 
 // inRepo reports whether path is a module of the repository.

@@ -320,20 +320,7 @@ func (c *Client) query(ctx context.Context, tags []string, out []bool, decide bo
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	cn, pooled, err := c.get(ctx, deadline)
-	if err == nil {
-		err = c.roundTrip(cn, deadline, tags, out)
-		var rej *rejectedError
-		if err != nil && !errors.As(err, &rej) && !errors.Is(err, ErrRefused) && pooled && time.Now().Before(deadline) && ctx.Err() == nil {
-			// The daemon may have closed an idle pooled connection (it
-			// restarted, timed it out, or gave its place to a new one at
-			// a cap): try once on a fresh one.
-			cn.c.Close()
-			if cn, _, err = c.dialConn(ctx, deadline); err == nil {
-				err = c.roundTrip(cn, deadline, tags, out)
-			}
-		}
-	}
+	cn, err := c.call(ctx, deadline, tags, out)
 	var rej *rejectedError
 	if errors.As(err, &rej) {
 		// The daemon answered: not a failure. It closes the connection
@@ -346,26 +333,54 @@ func (c *Client) query(ctx context.Context, tags []string, out []bool, decide bo
 		if cn != nil {
 			cn.c.Close()
 		}
-		if cerr := ctx.Err(); cerr != nil || callerDeadline(ctx, deadline) {
-			// The caller's context ended first: that says nothing about
-			// the daemon.
-			if cerr == nil {
-				cerr = context.DeadlineExceeded
-			}
-			c.released(probe)
-			return fail(fmt.Errorf("daemon %s: %v: %w: %w", c.addr, err, throttle.ErrUnavailable, cerr))
-		}
-		c.failed(probe)
-		if errors.Is(err, ErrRefused) {
-			c.st.refused.Add(1)
-			return fail(fmt.Errorf("daemon %s: %w", c.addr, err))
-		}
-		return fail(fmt.Errorf("daemon %s: %v: %w", c.addr, err, throttle.ErrUnavailable))
+		return fail(c.failure(ctx, probe, deadline, err))
 	}
 	c.put(cn)
 	c.succeeded(probe)
 	c.st.queries.Add(uint64(len(tags)))
 	return nil
+}
+
+// call sends tags to the daemon and reads its answers into out, on a
+// pooled connection or a new one, and once more on a new one if a pooled
+// connection failed with time left: the daemon may have closed it while
+// idle (it restarted, timed it out, or gave its place to a new one at a
+// cap). cn is the connection last used, nil if none was.
+func (c *Client) call(ctx context.Context, deadline time.Time, tags []string, out []bool) (cn *conn, err error) {
+	cn, pooled, err := c.get(ctx, deadline)
+	if err != nil {
+		return cn, err
+	}
+	err = c.roundTrip(cn, deadline, tags, out)
+	var rej *rejectedError
+	if err != nil && !errors.As(err, &rej) && !errors.Is(err, ErrRefused) && pooled && time.Now().Before(deadline) && ctx.Err() == nil {
+		cn.c.Close()
+		if cn, _, err = c.dialConn(ctx, deadline); err == nil {
+			err = c.roundTrip(cn, deadline, tags, out)
+		}
+	}
+	return cn, err
+}
+
+// failure records err, a failed exchange, in the breaker (a failure of the
+// daemon's unless the caller's context ended first) and returns the error
+// the query fails with.
+func (c *Client) failure(ctx context.Context, probe bool, deadline time.Time, err error) error {
+	if cerr := ctx.Err(); cerr != nil || callerDeadline(ctx, deadline) {
+		// The caller's context ended first: that says nothing about
+		// the daemon.
+		if cerr == nil {
+			cerr = context.DeadlineExceeded
+		}
+		c.released(probe)
+		return fmt.Errorf("daemon %s: %v: %w: %w", c.addr, err, throttle.ErrUnavailable, cerr)
+	}
+	c.failed(probe)
+	if errors.Is(err, ErrRefused) {
+		c.st.refused.Add(1)
+		return fmt.Errorf("daemon %s: %w", c.addr, err)
+	}
+	return fmt.Errorf("daemon %s: %v: %w", c.addr, err, throttle.ErrUnavailable)
 }
 
 // decideFailed stores the policy's answers to tags in out.
