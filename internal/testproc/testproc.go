@@ -104,6 +104,20 @@ func RetryFor(timeout time.Duration, start func() error) error {
 	}
 }
 
+// Eventually polls cond every millisecond until it holds, and fails t
+// when it has not within timeout: for what a server, or any code running
+// beside the test, does in its own time.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // Proc is a running child process. Its methods are safe for concurrent
 // use.
 type Proc struct {
