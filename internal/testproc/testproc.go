@@ -196,6 +196,61 @@ func (p *Proc) Exited() <-chan struct{} { return p.exited }
 // Output returns what the process wrote to stdout and stderr so far.
 func (p *Proc) Output() string { return p.out.String() }
 
+// Slot holds the process of a server that a test may kill and start
+// again. Its zero value holds none; its methods are safe for concurrent
+// use.
+type Slot struct {
+	mu   sync.Mutex
+	proc *Proc // nil while stopped
+}
+
+// Start runs cmd as the function Start does and holds the process. It
+// fails when the slot holds a running process.
+func (s *Slot) Start(cmd *exec.Cmd, timeout time.Duration, ready func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		return fmt.Errorf("%s already running", cmd.Path)
+	}
+	p, err := Start(cmd, timeout, ready)
+	if err != nil {
+		return err
+	}
+	s.proc = p
+	return nil
+}
+
+// Kill kills the process held, if any, and waits for it to exit.
+func (s *Slot) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.Kill()
+		s.proc = nil
+	}
+}
+
+// Signal sends sig to the process held; it fails when there is none.
+func (s *Slot) Signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return errors.New("not running")
+	}
+	return s.proc.Signal(sig)
+}
+
+// Output returns what the process held wrote so far ("" when there is
+// none).
+func (s *Slot) Output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return ""
+	}
+	return s.proc.Output()
+}
+
 // lockedBuffer is a bytes.Buffer written by the process's output copiers
 // and read by the test.
 type lockedBuffer struct {

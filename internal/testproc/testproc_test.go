@@ -83,6 +83,33 @@ func TestStartFails(t *testing.T) {
 	}
 }
 
+// A Slot holds one process at a time: a second Start fails while it
+// runs, Signal fails once it is killed, and it starts again after Kill.
+func TestSlot(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	var s Slot
+	ready := func() error { return nil }
+	for range 2 {
+		if err := s.Start(exec.Command(sh, "-c", "exec sleep 30"), 5*time.Second, ready); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(exec.Command(sh, "-c", "exec sleep 30"), 5*time.Second, ready); err == nil {
+			t.Fatal("a second process started in a slot that holds one")
+		}
+		if err := s.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		s.Kill()
+		if err := s.Signal(syscall.SIGCONT); err == nil {
+			t.Fatal("signalled a killed process")
+		}
+		s.Kill() // nothing held: a no-op
+	}
+}
+
 func TestRetry(t *testing.T) {
 	n := 0
 	if err := Retry(3, func() error { n++; return errors.New("no") }); err == nil || n != 3 {
