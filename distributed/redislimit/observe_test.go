@@ -45,15 +45,7 @@ func TestObserverBreakerAndFallback(t *testing.T) {
 	srv.NeedOwn(t)
 	c := newClient(t, srv)
 	var obs events
-	l, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000, WithPrefix(uniquePrefix()),
-		WithTimeout(faultTimeout), WithBreaker(3, cooldown), WithPolicy(FailOpen), WithObserver("api", &obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if _, _, err := call(t, l, "k"); err != nil {
-		t.Fatal(err)
-	}
+	l := faultBucket(t, c, WithBreaker(3, cooldown), WithPolicy(FailOpen), WithObserver("api", &obs))
 	srv.Kill()
 	for range 10 {
 		call(t, l, "k")

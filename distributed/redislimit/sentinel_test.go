@@ -7,7 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/throttletest"
 )
@@ -30,19 +29,7 @@ func TestSentinel(t *testing.T) {
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("PING through the Sentinel: %v", err)
 	}
-	var u redis.UniversalClient = c
-	rate, burst := throttle.PerSecond(10), 5
-	throttletest.Run(t, throttletest.Suite{
-		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-			l, err := NewTokenBucket(u, rate, burst, vclock(clk), WithPrefix(uniquePrefix()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		},
-		Limit: burst,
-		Bound: func(d time.Duration) int64 { return int64(burst) + rate.Events(d) },
-	})
+	throttletest.Run(t, bucketSuite(c))
 	// The state lives on the master the Sentinel names.
 	if n, err := redistest.Do(master.Addr, time.Second, "DBSIZE"); err != nil || n == "0" {
 		t.Fatalf("master DBSIZE = %q, %v; want the limiter's keys there", n, err)
