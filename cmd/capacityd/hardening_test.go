@@ -130,7 +130,7 @@ func TestSlowLoris(t *testing.T) {
 	defer close(stop)
 	var conns []<-chan struct{}
 	for range 60 {
-		conns = append(conns, trickle(t, a.apiLn.Addr().String(), "POST /throttle.capacity.v1.CapacityService/GetCapacity HTTP/1.1\r\n"+
+		conns = append(conns, trickle(t, a.apiLn.Addr().String(), "POST "+getCapacityMethod+" HTTP/1.1\r\n"+
 			"Host: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n", ' ', stop))
 	}
 	for range 20 {
@@ -141,16 +141,7 @@ func TestSlowLoris(t *testing.T) {
 		code, _ := getBody(a.hc, a.adminURL()+"/healthz")
 		return code == 200
 	})
-	eventually(t, "GetCapacity answers", func() bool {
-		a.hc.CloseIdleConnections()
-		resp, err := a.hc.Post(a.apiURL()+"/throttle.capacity.v1.CapacityService/GetCapacity", "application/json",
-			strings.NewReader(`{"clientId":"c1","resources":[{"resourceId":"db","wants":1}]}`))
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	eventually(t, "GetCapacity answers", func() bool { return a.answers("c1") })
 	deadline := time.After(10 * time.Second)
 	for i, c := range conns {
 		select {

@@ -231,6 +231,19 @@ func (ta *testApp) get(t *testing.T, url string) (int, string) {
 	return code, body
 }
 
+// answers reports whether GetCapacity for client (1 of "db"), posted as
+// JSON over a fresh connection, is answered with 200.
+func (ta *testApp) answers(client string) bool {
+	ta.hc.CloseIdleConnections()
+	resp, err := ta.hc.Post(ta.apiURL()+getCapacityMethod, "application/json",
+		strings.NewReader(`{"clientId":"`+client+`","resources":[{"resourceId":"db","wants":1}]}`))
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
 // call posts a JSON request to an API method and decodes the answer.
 func (ta *testApp) call(t *testing.T, method, body string, out any) int {
 	t.Helper()
