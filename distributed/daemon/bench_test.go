@@ -25,12 +25,7 @@ import (
 //
 //	go test ./distributed/daemon -run XXX -bench Loopback -benchtime 3s
 func BenchmarkLoopback(b *testing.B) {
-	s, err := startFast()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown(b.Context())
-	addr := s.Addrs()[0].String()
+	addr := fastDaemon(b)
 	for _, batch := range []int{1, 64} {
 		for _, conns := range []int{1, 4, 16, 64} {
 			b.Run(fmt.Sprintf("pipeline=%d/conns=%d", batch, conns), func(b *testing.B) { load(b, addr, conns, batch) })
@@ -143,12 +138,7 @@ func load(b *testing.B, addr string, conns, batch int) {
 				}
 				return w.Flush()
 			}
-			l, err := roundTrips(per, nil, send, r, reply)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			lat[i] = l
+			lat[i] = roundTrips(b, per, nil, send, r, reply)
 		})
 	}
 	wg.Wait()
@@ -174,10 +164,22 @@ func startFast() (*daemon.Server, error) {
 	return s, s.Start()
 }
 
+// fastDaemon starts a daemon with startFast, shut down at the end of the
+// benchmark, and returns its address.
+func fastDaemon(b *testing.B) string {
+	s, err := startFast()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Shutdown(context.Background()) })
+	return s.Addrs()[0].String()
+}
+
 // roundTrips makes n round trips and returns the time of each: pace(k)
 // (when not nil) before the k-th, then send writes the query (or batch)
-// and reply is read in full from r.
-func roundTrips(n int, pace func(k int), send func() error, r io.Reader, reply []byte) ([]time.Duration, error) {
+// and reply is read in full from r. On an error it reports it to b and
+// returns nil.
+func roundTrips(b *testing.B, n int, pace func(k int), send func() error, r io.Reader, reply []byte) []time.Duration {
 	l := make([]time.Duration, 0, n)
 	for k := range n {
 		if pace != nil {
@@ -185,14 +187,16 @@ func roundTrips(n int, pace func(k int), send func() error, r io.Reader, reply [
 		}
 		t0 := time.Now()
 		if err := send(); err != nil {
-			return nil, err
+			b.Error(err)
+			return nil
 		}
 		if _, err := io.ReadFull(r, reply); err != nil {
-			return nil, err
+			b.Error(err)
+			return nil
 		}
 		l = append(l, time.Since(t0))
 	}
-	return l, nil
+	return l
 }
 
 // sorted returns every connection's latencies in one sorted slice.
@@ -210,12 +214,7 @@ func sorted(lat [][]time.Duration) []time.Duration {
 //
 //	go test ./distributed/daemon -run XXX -bench LoopbackPaced -benchtime 20000x
 func BenchmarkLoopbackPaced(b *testing.B) {
-	s, err := startFast()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown(b.Context())
-	addr := s.Addrs()[0].String()
+	addr := fastDaemon(b)
 	const conns = 64
 	for _, rate := range []int{5000, 10000, 20000} {
 		b.Run(fmt.Sprintf("conns=%d/rate=%d", conns, rate), func(b *testing.B) {
@@ -243,12 +242,7 @@ func BenchmarkLoopbackPaced(b *testing.B) {
 						_, err := c.Write(tag)
 						return err
 					}
-					l, err := roundTrips(per, pace, send, c, reply)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					lat[i] = l
+					lat[i] = roundTrips(b, per, pace, send, c, reply)
 				})
 			}
 			wg.Wait()

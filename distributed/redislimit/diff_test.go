@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,33 +86,50 @@ func TestDifferentialTokenBucket(t *testing.T) {
 	}
 }
 
-// windowCases are the limits and windows of the window differentials:
-// small ones that traces cross often, and the ends of the range.
-var windowCases = []struct {
+// windowCase is a limit and window of the window differentials.
+type windowCase struct {
 	limit int
 	w     time.Duration
-}{{6, 100 * time.Millisecond}, {6, time.Second}, {6, 7 * time.Second / 3}, {6, MaxWindow}, {1<<24 - 1, MaxWindow}, {3, 3}}
-
-func TestDifferentialFixedWindow(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
-	for _, tc := range append(windowCases, struct {
-		limit int
-		w     time.Duration
-	}{1<<32 - 1, MaxWindow}) {
-		limit, w := tc.limit, tc.w
-		differential(t, limit,
-			func(o ...throttle.Option) (throttle.Limiter, error) { return fixedwindow.New(limit, w, o...) },
-			func(o ...Option) (throttle.Limiter, error) { return NewFixedWindow(c, limit, w, o...) })
-	}
 }
 
-func TestDifferentialSlidingLog(t *testing.T) {
+// windowCases are small windows that traces cross often, and the ends of
+// the range.
+var windowCases = []windowCase{{6, 100 * time.Millisecond}, {6, time.Second}, {6, 7 * time.Second / 3}, {6, MaxWindow}, {1<<24 - 1, MaxWindow}, {3, 3}}
+
+// TestDifferentialWindows compares each window algorithm on Redis with
+// the local one over windowCases, and the fixed window at the largest
+// limit too.
+func TestDifferentialWindows(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
-	for _, tc := range windowCases {
-		limit, w := tc.limit, tc.w
-		differential(t, limit,
-			func(o ...throttle.Option) (throttle.Limiter, error) { return slidinglog.New(limit, w, o...) },
-			func(o ...Option) (throttle.Limiter, error) { return NewSlidingLog(c, limit, w, o...) })
+	for _, alg := range []struct {
+		name   string
+		local  func(limit int, w time.Duration, o ...throttle.Option) (throttle.Limiter, error)
+		shared func(limit int, w time.Duration, o ...Option) (throttle.Limiter, error)
+		extra  []windowCase
+	}{
+		{"FixedWindow", func(limit int, w time.Duration, o ...throttle.Option) (throttle.Limiter, error) {
+			return fixedwindow.New(limit, w, o...)
+		}, func(limit int, w time.Duration, o ...Option) (throttle.Limiter, error) {
+			return NewFixedWindow(c, limit, w, o...)
+		}, []windowCase{{1<<32 - 1, MaxWindow}}},
+		{"SlidingLog", func(limit int, w time.Duration, o ...throttle.Option) (throttle.Limiter, error) {
+			return slidinglog.New(limit, w, o...)
+		}, func(limit int, w time.Duration, o ...Option) (throttle.Limiter, error) {
+			return NewSlidingLog(c, limit, w, o...)
+		}, nil},
+		{"SlidingWindow", func(limit int, w time.Duration, o ...throttle.Option) (throttle.Limiter, error) {
+			return slidingwindow.New(limit, w, o...)
+		}, func(limit int, w time.Duration, o ...Option) (throttle.Limiter, error) {
+			return NewSlidingWindow(c, limit, w, o...)
+		}, nil},
+	} {
+		t.Run(alg.name, func(t *testing.T) {
+			for _, tc := range slices.Concat(windowCases, alg.extra) {
+				differential(t, tc.limit,
+					func(o ...throttle.Option) (throttle.Limiter, error) { return alg.local(tc.limit, tc.w, o...) },
+					func(o ...Option) (throttle.Limiter, error) { return alg.shared(tc.limit, tc.w, o...) })
+			}
+		})
 	}
 }
 
@@ -193,16 +211,6 @@ func TestDifferentialReserve(t *testing.T) {
 		if got.OK {
 			lres, rres = append(lres, want), append(rres, got)
 		}
-	}
-}
-
-func TestDifferentialSlidingWindow(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
-	for _, tc := range windowCases {
-		limit, w := tc.limit, tc.w
-		differential(t, limit,
-			func(o ...throttle.Option) (throttle.Limiter, error) { return slidingwindow.New(limit, w, o...) },
-			func(o ...Option) (throttle.Limiter, error) { return NewSlidingWindow(c, limit, w, o...) })
 	}
 }
 
