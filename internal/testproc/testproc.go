@@ -2,7 +2,8 @@
 // etcd): it finds free loopback ports, starts a process with its output
 // captured, waits until it answers, and signals, kills or restarts it.
 // The packages that start one kind of server (redistest, etcdtest) build
-// on it.
+// on it. It also runs what goes on beside a test (Repeat) and waits for
+// it (Eventually).
 package testproc
 
 import (
@@ -116,6 +117,32 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// Repeat calls f over and over in n goroutines, each until f returns
+// false or stop is called: for load or churn beside a test. stop waits
+// for the goroutines to return; calls after the first do nothing.
+func Repeat(n int, f func() bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !f() {
+					return
+				}
+			}
+		})
+	}
+	return sync.OnceFunc(func() {
+		close(done)
+		wg.Wait()
+	})
 }
 
 // Proc is a running child process. Its methods are safe for concurrent

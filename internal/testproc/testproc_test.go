@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -108,6 +109,23 @@ func TestSlot(t *testing.T) {
 		}
 		s.Kill() // nothing held: a no-op
 	}
+}
+
+// Repeat calls f until stop, which waits for the goroutines; a goroutine
+// whose f returns false ends on its own.
+func TestRepeat(t *testing.T) {
+	var calls, once atomic.Int64
+	stop := Repeat(2, func() bool { calls.Add(1); return true })
+	Eventually(t, 5*time.Second, func() bool { return calls.Load() > 100 })
+	stop()
+	n := calls.Load()
+	stopped := Repeat(2, func() bool { once.Add(1); return false })
+	time.Sleep(20 * time.Millisecond)
+	if calls.Load() != n || once.Load() != 2 {
+		t.Fatalf("%d calls after stop; %d calls of an f that returns false, want 2", calls.Load()-n, once.Load())
+	}
+	stop() // again: nothing
+	stopped()
 }
 
 func TestRetry(t *testing.T) {
