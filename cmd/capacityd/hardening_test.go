@@ -15,6 +15,7 @@ import (
 
 	capacityv1 "github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1"
 	"github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1/capacityv1connect"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 // refusingParent answers every GetCapacity with ResourceExhausted.
@@ -159,7 +160,7 @@ func TestErrorsNameTheCommandOnce(t *testing.T) {
 		`{"listen": "127.0.0.1:1", "resources": [{"id": "*", "capacity": -1}]}`,
 		`{"listen": "127.0.0.1:1", "bogus": 1}`,
 	} {
-		err := run([]string{"-check", "-config", writeFile(t, cfg)}, io.Discard, io.Discard)
+		err := run([]string{"-check", "-config", testproc.WriteFile(t, "capacityd.json", cfg)}, io.Discard, io.Discard)
 		if err == nil || strings.Contains(err.Error(), "capacityd:") {
 			t.Errorf("error %q: want one without the command's name", err)
 		}

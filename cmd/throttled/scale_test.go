@@ -92,7 +92,7 @@ func TestGossipScale(t *testing.T) {
 				peers = append(peers, strconv.Quote(a))
 			}
 		}
-		cfg := writeFile(t, fmt.Sprintf(`{"listen":["tcp:%s"],"default":{"rate":%q,"burst":%d},"max_keys":%d,"admin":%q,
+		cfg := testproc.WriteFile(t, "c.json", fmt.Sprintf(`{"listen":["tcp:%s"],"default":{"rate":%q,"burst":%d},"max_keys":%d,"admin":%q,
 			"gossip":{"listen":%q,"peers":[%s],"secret":"0123456789abcdef0123"}}`,
 			sc.Daemons[i], sc.Rate, sc.Burst, 2*keys, admins[i], gossipAddrs[i], strings.Join(peers, ",")))
 		cmd := exec.Command(os.Args[0], "-config", cfg, "-log-level", "warn")

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -143,6 +144,18 @@ func Repeat(n int, f func() bool) (stop func()) {
 		close(done)
 		wg.Wait()
 	})
+}
+
+// WriteFile writes body to a file called name in a directory of t's own
+// (a configuration or key file for a server under test) and returns its
+// path.
+func WriteFile(t testing.TB, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // Proc is a running child process. Its methods are safe for concurrent

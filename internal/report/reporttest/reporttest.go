@@ -74,6 +74,18 @@ func Run(t *testing.T, cases []Case) {
 	}
 }
 
+// BenchObserve measures o.Observe(e) from parallel goroutines, with
+// allocations, after a first call has let o resolve what it keeps for e.
+func BenchObserve(b *testing.B, o throttle.Observer, e throttle.Event) {
+	o.Observe(e)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			o.Observe(e)
+		}
+	})
+}
+
 // Recorder is an Observer that keeps every Event in order. Its zero
 // value is ready; its methods are safe for concurrent use.
 type Recorder struct {
