@@ -123,7 +123,6 @@ func TestClientMovesPastAnOlderLife(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := newClient(t, n, "a")
-		defer c.Close()
 		r, err := c.Resource("r", 30)
 		if err != nil {
 			t.Fatal(err)

@@ -104,7 +104,6 @@ func TestClientLeavesOutInvalidDemand(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, n := warmServer(t, 100)
 		c := newClient(t, n, "a", WithMinRefreshGap(0))
-		defer c.Close()
 		good, err := c.Resource("r", 10)
 		if err != nil {
 			t.Fatal(err)
