@@ -26,11 +26,28 @@ func warmServer(t *testing.T, capacity float64) (*Server, *Network) {
 	return s, n
 }
 
-// newClient returns a client of the servers s1 and s2 on n, closed at
-// the end of the test.
+// newClient returns a client of the servers s1 and s2 on n with the id
+// id, closed at the end of the test.
 func newClient(t *testing.T, n Transport, id string, opts ...ClientOption) *Client {
 	t.Helper()
-	c, err := NewClient(n, []string{"s1", "s2"}, append([]ClientOption{WithClientID(id)}, opts...)...)
+	return dialClient(t, n, []string{"s1", "s2"}, append([]ClientOption{WithClientID(id)}, opts...)...)
+}
+
+// openResource opens the resource id on c, wanting wants.
+func openResource(t *testing.T, c *Client, id string, wants float64, opts ...ResourceOption) *Resource {
+	t.Helper()
+	r, err := c.Resource(id, wants, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// dialClient returns a client of servers through tr, closed at the end of
+// the test.
+func dialClient(t *testing.T, tr Transport, servers []string, opts ...ClientOption) *Client {
+	t.Helper()
+	c, err := NewClient(tr, servers, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
