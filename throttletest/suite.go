@@ -339,14 +339,20 @@ func (s Suite) testInstants(t *testing.T) {
 	}
 }
 
-func (s Suite) testReserve(t *testing.T) {
-	clk := NewClock()
-	l := s.New(t, clk)
+// exhaustedReserver returns a new limiter, exhausted on the key "k", and
+// its Reserver; it skips t when the limiter cannot reserve.
+func (s Suite) exhaustedReserver(t *testing.T) (throttle.Limiter, throttle.Reserver) {
+	l := s.New(t, NewClock())
 	r, ok := l.(throttle.Reserver)
 	if !ok {
 		t.Skip("limiter does not implement throttle.Reserver")
 	}
 	s.exhaust(t, l, "k")
+	return l, r
+}
+
+func (s Suite) testReserve(t *testing.T) {
+	l, r := s.exhaustedReserver(t)
 	den := allow(t, l, "k", 1)
 	res, err := r.Reserve(ctx, "k", 1, 0)
 	if err != nil || res.OK {
@@ -378,13 +384,7 @@ func (s Suite) testReserve(t *testing.T) {
 // old slot, the copy cancels (which must not give back B's booking), and C
 // must then land after B.
 func (s Suite) testCancelCopies(t *testing.T) {
-	clk := NewClock()
-	l := s.New(t, clk)
-	r, ok := l.(throttle.Reserver)
-	if !ok {
-		t.Skip("limiter does not implement throttle.Reserver")
-	}
-	s.exhaust(t, l, "k")
+	_, r := s.exhaustedReserver(t)
 	a, err := r.Reserve(ctx, "k", 1, time.Hour)
 	if err != nil || !a.OK {
 		t.Fatalf("Reserve A = %+v, %v", a, err)
