@@ -2,8 +2,8 @@
 // etcd): it finds free loopback ports, starts a process with its output
 // captured, waits until it answers, and signals, kills or restarts it.
 // The packages that start one kind of server (redistest, etcdtest) build
-// on it. It also runs what goes on beside a test (Repeat) and waits for
-// it (Eventually).
+// on it. It also writes the files a server reads (WriteFile), runs what
+// goes on beside a test (Repeat) and waits for it (Eventually).
 package testproc
 
 import (
