@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -22,6 +21,9 @@ import (
 // runMainEnv makes the test binary run throttled's main instead of the
 // tests: the tests below start the real daemon as a process of its own.
 const runMainEnv = "THROTTLED_TEST_RUN_MAIN"
+
+// throttled returns a command that runs throttled's main with args.
+func throttled(args ...string) *exec.Cmd { return testproc.Self([]string{runMainEnv + "=1"}, args...) }
 
 // daemonProc is a throttled process listening on a free loopback TCP port
 // and a Unix socket.
@@ -47,9 +49,7 @@ func startDaemon(t *testing.T, extra string) *daemonProc {
 		}
 		cfg := testproc.WriteFile(t, "c.json", fmt.Sprintf(`{"listen":["tcp:%s","unix:%s"],"default":{"rate":"1000000/s","burst":1000000}%s}`, d.tcp, d.unix, extra))
 		extra = strings.TrimPrefix(extra, ",")
-		cmd := exec.Command(os.Args[0], "-config", cfg, "-log-level", "warn")
-		cmd.Env = append(os.Environ(), runMainEnv+"=1")
-		d.Proc, err = testproc.Start(cmd, 10*time.Second, func() error {
+		d.Proc, err = testproc.Start(throttled("-config", cfg, "-log-level", "warn"), 10*time.Second, func() error {
 			if err := testproc.Dials("tcp", d.tcp)(); err != nil {
 				return err
 			}

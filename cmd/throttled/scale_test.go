@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,8 +94,7 @@ func TestGossipScale(t *testing.T) {
 		cfg := testproc.WriteFile(t, "c.json", fmt.Sprintf(`{"listen":["tcp:%s"],"default":{"rate":%q,"burst":%d},"max_keys":%d,"admin":%q,
 			"gossip":{"listen":%q,"peers":[%s],"secret":"0123456789abcdef0123"}}`,
 			sc.Daemons[i], sc.Rate, sc.Burst, 2*keys, admins[i], gossipAddrs[i], strings.Join(peers, ",")))
-		cmd := exec.Command(os.Args[0], "-config", cfg, "-log-level", "warn")
-		cmd.Env = append(os.Environ(), runMainEnv+"=1")
+		cmd := throttled("-config", cfg, "-log-level", "warn")
 		addr := sc.Daemons[i]
 		p, err := testproc.Start(cmd, 10*time.Second, testproc.Dials("tcp", addr))
 		if err != nil {
@@ -110,8 +108,7 @@ func TestGossipScale(t *testing.T) {
 		rss0[i] = procStatus(t, p.Pid(), "VmRSS")
 	}
 	settings, _ := json.Marshal(sc)
-	gen := exec.Command(os.Args[0], "-test.run", "^$")
-	gen.Env = append(os.Environ(), loadGenEnv+"="+string(settings))
+	gen := testproc.Self([]string{loadGenEnv + "=" + string(settings)}, "-test.run", "^$")
 	out := new(strings.Builder)
 	gen.Stdout, gen.Stderr = out, out
 	if err := gen.Start(); err != nil {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle/distributed/daemon"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 // BenchmarkLoopback measures decisions per second over loopback TCP with
@@ -68,8 +68,7 @@ func BenchmarkLoopbackSeparate(b *testing.B) {
 // threads running Go code, and returns its address and a function that
 // stops it.
 func serveChild(b *testing.B, procs int) (addr string, stop func()) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), serveEnv+"=1", fmt.Sprintf("GOMAXPROCS=%d", procs))
+	cmd := testproc.Self([]string{serveEnv + "=1", fmt.Sprintf("GOMAXPROCS=%d", procs)}, "-test.run=^$")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -301,8 +300,7 @@ func TestTenThousandConnections(t *testing.T) {
 	cfg := config("tcp:127.0.0.1:0")
 	cfg.MaxConnsPerAddr = n // above the default for one address, sized by memory
 	s := start(t, cfg)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTenThousandConnections$", "-test.v")
-	cmd.Env = append(os.Environ(), "THROTTLED_TEST_CLIENTS="+s.Addrs()[0].String())
+	cmd := testproc.Self([]string{"THROTTLED_TEST_CLIENTS=" + s.Addrs()[0].String()}, "-test.run=^TestTenThousandConnections$", "-test.v")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

@@ -146,6 +146,16 @@ func Repeat(n int, f func() bool) (stop func()) {
 	})
 }
 
+// Self returns a command that runs this test binary again with args and
+// the environment variables env ("NAME=value") added, which the child's
+// TestMain or test looks for to play its part (a server, a client, a
+// load generator).
+func Self(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
 // WriteFile writes body to a file called name in a directory of t's own
 // (a configuration or key file for a server under test) and returns its
 // path.
