@@ -11,6 +11,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/fixedwindow"
+	"github.com/throttlekit/throttle/internal/report/reporttest"
 	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/slidinglog"
 	"github.com/throttlekit/throttle/slidingwindow"
@@ -96,17 +97,6 @@ func TestTryHold(t *testing.T) {
 	}
 }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []throttle.Event
-}
-
-func (r *recorder) Observe(e throttle.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
 func TestObserveKeepsAbilities(t *testing.T) {
 	b, _ := tokenbucket.New(throttle.PerSecond(1), 2)
 	defer b.Close()
@@ -115,7 +105,7 @@ func TestObserveKeepsAbilities(t *testing.T) {
 	if throttle.Observe(b, "x", nil) != throttle.Limiter(b) {
 		t.Fatal("a nil observer must return the limiter itself")
 	}
-	rec := &recorder{}
+	rec := &reporttest.Recorder{}
 	ob := throttle.Observe(b, "api", rec)
 	if _, ok := ob.(throttle.Reserver); !ok {
 		t.Fatal("observed token bucket lost Reserve")
@@ -139,11 +129,12 @@ func TestObserveKeepsAbilities(t *testing.T) {
 	_, release, _ := h.TryHold(ctx, "k", 1)
 	release()
 	release() // a second call gives back nothing and reports nothing
-	if len(rec.events) != 6 {
-		t.Fatalf("%d events, want 6", len(rec.events))
+	events := rec.Events()
+	if len(events) != 6 {
+		t.Fatalf("%d events, want 6", len(events))
 	}
 	allowed, denied, errs := 0, 0, 0
-	for _, e := range rec.events[:4] {
+	for _, e := range events[:4] {
 		switch {
 		case e.Kind == throttle.EventError:
 			errs++
@@ -159,16 +150,16 @@ func TestObserveKeepsAbilities(t *testing.T) {
 	if allowed != 2 || denied != 1 || errs != 1 {
 		t.Fatalf("allowed %d denied %d errors %d", allowed, denied, errs)
 	}
-	if e := rec.events[4]; e.Limiter != "jobs" || !e.Decision.Allowed || e.Method != throttle.MethodTryHold {
+	if e := events[4]; e.Limiter != "jobs" || !e.Decision.Allowed || e.Method != throttle.MethodTryHold {
 		t.Fatalf("hold event %+v", e)
 	}
-	if e := rec.events[5]; e.Kind != throttle.EventRelease || e.Limiter != "jobs" || e.N != 1 || c.InFlight("k") != 0 {
+	if e := events[5]; e.Kind != throttle.EventRelease || e.Limiter != "jobs" || e.N != 1 || c.InFlight("k") != 0 {
 		t.Fatalf("release event %+v, %d in flight", e, c.InFlight("k"))
 	}
 }
 
 // timing observes calls and asks Observe to time them.
-type timing struct{ recorder }
+type timing struct{ reporttest.Recorder }
 
 func (*timing) ObservesLatency() bool { return true }
 
@@ -179,10 +170,10 @@ func TestObserveTimesCallsForALatencyObserver(t *testing.T) {
 	})
 	rec := &timing{}
 	_, _ = throttle.Observe(slow, "store", rec).Allow(context.Background(), "k", 1)
-	plain := &recorder{}
+	plain := &reporttest.Recorder{}
 	_, _ = throttle.Observe(slow, "store", plain).Allow(context.Background(), "k", 1)
-	if rec.events[0].Latency < 2*time.Millisecond || plain.events[0].Latency != 0 {
-		t.Fatalf("latency %v with a LatencyObserver, %v without", rec.events[0].Latency, plain.events[0].Latency)
+	if timed, untimed := rec.Events()[0].Latency, plain.Events()[0].Latency; timed < 2*time.Millisecond || untimed != 0 {
+		t.Fatalf("latency %v with a LatencyObserver, %v without", timed, untimed)
 	}
 }
 

@@ -5,9 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/rules"
-	"github.com/throttlekit/throttle/throttletest"
 )
 
 // benchDoc has 1000 exact keys, 100 prefixes of 10 lengths and 20
@@ -28,16 +26,7 @@ func benchDoc() string {
 }
 
 func BenchmarkAllow(b *testing.B) {
-	c, err := rules.Parse([]byte(benchDoc()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	clk := throttletest.NewClock()
-	l, err := rules.New(c, rules.WithLimiterOptions(throttle.WithClock(clk)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
+	l, _ := newLimiter(b, benchDoc())
 	for name, key := range map[string]string{
 		"exact":   "user-500",
 		"prefix":  "ppppp44:abc",
@@ -66,21 +55,13 @@ func TestAllocs(t *testing.T) {
 		patternDoc(1000, 100): {"nobody", "tenant-50-eu-prod", "scraper-999-x"},
 		`{"default": {"rate": "1/s", "burst": 1}, "rules": [{"pattern": "*-eu", "rate": "1000000/s", "burst": 1000000}, {"pattern": "*mid*", "rate": "1000000/s", "burst": 1000000}]}`: {"a-eu", "xmidx"},
 	} {
-		c, err := rules.Parse([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := rules.New(c, rules.WithLimiterOptions(throttle.WithClock(throttletest.NewClock())))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, _ := newLimiter(t, doc)
 		for _, key := range keys {
 			l.Allow(ctx, key, 1)
 			if n := testing.AllocsPerRun(100, func() { l.Allow(ctx, key, 1) }); n != 0 {
 				t.Errorf("Allow(%q): %v allocs", key, n)
 			}
 		}
-		l.Close()
 	}
 }
 
@@ -112,15 +93,7 @@ func patternDoc(n, rules int) string {
 // BenchmarkPatterns decides keys against 10,000 deny patterns and 1,000
 // pattern rules.
 func BenchmarkPatterns(b *testing.B) {
-	c, err := rules.Parse([]byte(patternDoc(10000, 1000)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	l, err := rules.New(c, rules.WithLimiterOptions(throttle.WithClock(throttletest.NewClock())))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
+	l, _ := newLimiter(b, patternDoc(10000, 1000))
 	for _, key := range []string{"nobody", "tenant-500-eu-prod", "scraper-9999-x"} {
 		b.Run(key, func(b *testing.B) {
 			b.ReportAllocs()

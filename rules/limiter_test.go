@@ -21,7 +21,9 @@ import (
 
 var ctx = context.Background()
 
-func newLimiter(t *testing.T, doc string, opts ...rules.Option) (*rules.Limiter, *throttletest.Clock) {
+// newLimiter returns a limiter of the rules in doc on a virtual clock,
+// closed at the end of the test.
+func newLimiter(t testing.TB, doc string, opts ...rules.Option) (*rules.Limiter, *throttletest.Clock) {
 	t.Helper()
 	c, err := rules.Parse([]byte(doc))
 	if err != nil {

@@ -173,7 +173,7 @@ func TestHTTPSource(t *testing.T) {
 
 	// The same bad document again is not reported again.
 	srv.set("garbage", "")
-	if err := l.Refresh(ctx, src, short); err != nil || len(hooks.all()) != 6 {
+	if err := l.Refresh(ctx, src, time.Minute); err != nil || len(hooks.all()) != 6 { // this fetch must complete
 		t.Fatalf("repeated garbage: %v, %d hook calls", err, len(hooks.all()))
 	}
 

@@ -3,13 +3,13 @@ package throttletest_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/testproc"
 	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/throttletest"
 )
@@ -86,8 +86,7 @@ func TestFlawedModels(t *testing.T) {
 		"early-retry":   "RetryAfterHonest",
 		"no-validation": "BadInput",
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFlawedModels$", "-test.v")
-		cmd.Env = append(os.Environ(), "THROTTLETEST_FLAW="+flaw)
+		cmd := testproc.Self([]string{"THROTTLETEST_FLAW=" + flaw}, "-test.run=^TestFlawedModels$", "-test.v")
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			t.Errorf("flaw %q: the suite passed", flaw)

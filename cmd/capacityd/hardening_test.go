@@ -15,6 +15,7 @@ import (
 
 	capacityv1 "github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1"
 	"github.com/throttlekit/throttle/distributed/capacity/gen/throttle/capacity/v1/capacityv1connect"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 // refusingParent answers every GetCapacity with ResourceExhausted.
@@ -130,7 +131,7 @@ func TestSlowLoris(t *testing.T) {
 	defer close(stop)
 	var conns []<-chan struct{}
 	for range 60 {
-		conns = append(conns, trickle(t, a.apiLn.Addr().String(), "POST /throttle.capacity.v1.CapacityService/GetCapacity HTTP/1.1\r\n"+
+		conns = append(conns, trickle(t, a.apiLn.Addr().String(), "POST "+getCapacityMethod+" HTTP/1.1\r\n"+
 			"Host: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n", ' ', stop))
 	}
 	for range 20 {
@@ -141,16 +142,7 @@ func TestSlowLoris(t *testing.T) {
 		code, _ := getBody(a.hc, a.adminURL()+"/healthz")
 		return code == 200
 	})
-	eventually(t, "GetCapacity answers", func() bool {
-		a.hc.CloseIdleConnections()
-		resp, err := a.hc.Post(a.apiURL()+"/throttle.capacity.v1.CapacityService/GetCapacity", "application/json",
-			strings.NewReader(`{"clientId":"c1","resources":[{"resourceId":"db","wants":1}]}`))
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	eventually(t, "GetCapacity answers", func() bool { return a.answers("c1") })
 	deadline := time.After(10 * time.Second)
 	for i, c := range conns {
 		select {
@@ -168,7 +160,7 @@ func TestErrorsNameTheCommandOnce(t *testing.T) {
 		`{"listen": "127.0.0.1:1", "resources": [{"id": "*", "capacity": -1}]}`,
 		`{"listen": "127.0.0.1:1", "bogus": 1}`,
 	} {
-		err := run([]string{"-check", "-config", writeFile(t, cfg)}, io.Discard, io.Discard)
+		err := run([]string{"-check", "-config", testproc.WriteFile(t, "capacityd.json", cfg)}, io.Discard, io.Discard)
 		if err == nil || strings.Contains(err.Error(), "capacityd:") {
 			t.Errorf("error %q: want one without the command's name", err)
 		}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,15 +34,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-func writeFile(t testing.TB, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "capacityd.json")
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // testConfig is a configuration on free loopback ports whose leases are
@@ -83,7 +73,7 @@ func TestConfigValidation(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			err := run([]string{"-check", "-config", writeFile(t, c.cfg)}, &out, &errb)
+			err := run([]string{"-check", "-config", testproc.WriteFile(t, "capacityd.json", c.cfg)}, &out, &errb)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want one containing %q", err, c.want)
 			}
@@ -97,7 +87,7 @@ func TestConfigValidation(t *testing.T) {
 		`{"listen": "0.0.0.0:7400", "advertise": "10.0.0.1:7400", "etcd": {"endpoints": ["127.0.0.1:2379"], "ttl": "5s"}, ` + res + `}`,
 	} {
 		var out, errb bytes.Buffer
-		if err := run([]string{"-check", "-config", writeFile(t, ok)}, &out, &errb); err != nil {
+		if err := run([]string{"-check", "-config", testproc.WriteFile(t, "capacityd.json", ok)}, &out, &errb); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		} else if !strings.Contains(out.String(), "configuration valid") {
 			t.Errorf("-check printed %q", out.String())
@@ -121,7 +111,7 @@ func TestCheckBindsNothing(t *testing.T) {
 	a := startTest(t, testConfig)
 	cfg := `{"listen": "` + a.apiLn.Addr().String() + `", "admin": "` + a.adminLn.Addr().String() + `", "resources": [{"id": "*", "capacity": 1}]}`
 	var out, errb bytes.Buffer
-	if err := run([]string{"-check", "-config", writeFile(t, cfg)}, &out, &errb); err != nil {
+	if err := run([]string{"-check", "-config", testproc.WriteFile(t, "capacityd.json", cfg)}, &out, &errb); err != nil {
 		t.Fatalf("-check beside a live server: %v", err)
 	}
 }
@@ -137,7 +127,7 @@ func TestPrintConfigReparses(t *testing.T) {
 	if err := json.Unmarshal(first.Bytes(), &got); err != nil || got.Listen != "127.0.0.1:9999" || got.Admin != "127.0.0.1:7401" {
 		t.Fatalf("printed %s (%v)", first.String(), err)
 	}
-	if err := run([]string{"-print-config", "-config", writeFile(t, first.String())}, &second, &errb); err != nil {
+	if err := run([]string{"-print-config", "-config", testproc.WriteFile(t, "capacityd.json", first.String())}, &second, &errb); err != nil {
 		t.Fatal(err)
 	}
 	if first.String() != second.String() {
@@ -176,7 +166,7 @@ func (l *lockedBuffer) String() string {
 // every 10ms, and stops it when the test ends.
 func startTest(t testing.TB, cfg string, extra ...string) *testApp {
 	t.Helper()
-	path := writeFile(t, cfg)
+	path := testproc.WriteFile(t, "capacityd.json", cfg)
 	o, err := parseFlags(append([]string{"-config", path, "-watch", "10ms", "-shutdown-timeout", "5s"}, extra...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -229,6 +219,19 @@ func (ta *testApp) get(t *testing.T, url string) (int, string) {
 		t.Fatalf("GET %s failed", url)
 	}
 	return code, body
+}
+
+// answers reports whether GetCapacity for client (1 of "db"), posted as
+// JSON over a fresh connection, is answered with 200.
+func (ta *testApp) answers(client string) bool {
+	ta.hc.CloseIdleConnections()
+	resp, err := ta.hc.Post(ta.apiURL()+getCapacityMethod, "application/json",
+		strings.NewReader(`{"clientId":"`+client+`","resources":[{"resourceId":"db","wants":1}]}`))
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
 }
 
 // call posts a JSON request to an API method and decodes the answer.

@@ -66,7 +66,7 @@ func startProc(t *testing.T, hc *http.Client, cfg string) *proc {
 		}
 		api, admin := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 		c := strings.Replace(strings.Replace(cfg, "API", api, -1), "ADMIN", admin, -1)
-		path := writeFile(t, c)
+		path := testproc.WriteFile(t, "capacityd.json", c)
 		cmd := exec.Command(bin, "-config", path, "-log-level", "debug")
 		tp, err := testproc.Start(cmd, 20*time.Second, func() error {
 			resp, err := hc.Get("http://" + admin + "/healthz")

@@ -6,23 +6,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/internal/cmdkit"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
-
-func writeFile(t *testing.T, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "c.json")
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // -check validates the whole configuration and binds none of its
 // addresses: it passes beside a live daemon, sends nothing to the peers,
@@ -47,7 +38,7 @@ func TestCheckBindsNothingAndSendsNothing(t *testing.T) {
 		"gossip":{"listen":"` + gossipLive.LocalAddr().String() + `","peers":["` + peer.LocalAddr().String() + `"],
 		"secret":"0123456789abcdef0123","interval":"10ms"}}`
 	var out, errb bytes.Buffer
-	if err := run([]string{"-check", "-config", writeFile(t, cfg), "-log-level", "warn"}, &out, &errb); err != nil {
+	if err := run([]string{"-check", "-config", testproc.WriteFile(t, "c.json", cfg), "-log-level", "warn"}, &out, &errb); err != nil {
 		t.Fatalf("-check beside a live daemon: %v\n%s", err, errb.String())
 	}
 	peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
@@ -60,7 +51,7 @@ func TestCheckBindsNothingAndSendsNothing(t *testing.T) {
 		"short secret":  `{"listen":["127.0.0.1:1"],"default":{"rate":"1/s","burst":1},"gossip":{"listen":"127.0.0.1:2","secret":"short"}}`,
 		"bad admin":     `{"listen":["127.0.0.1:1"],"default":{"rate":"1/s","burst":1},"admin":"nowhere"}`,
 	} {
-		if err := run([]string{"-check", "-config", writeFile(t, bad)}, &out, &errb); err == nil {
+		if err := run([]string{"-check", "-config", testproc.WriteFile(t, "c.json", bad)}, &out, &errb); err == nil {
 			t.Errorf("-check passed %s", name)
 		}
 	}
@@ -76,7 +67,7 @@ func TestPrintConfigReparses(t *testing.T) {
 	if _, err := daemon.ParseConfig(first.Bytes()); err != nil {
 		t.Fatalf("printed config does not parse: %v\n%s", err, first.String())
 	}
-	if err := run([]string{"-print-config", "-config", writeFile(t, first.String())}, &second, &errb); err != nil {
+	if err := run([]string{"-print-config", "-config", testproc.WriteFile(t, "c.json", first.String())}, &second, &errb); err != nil {
 		t.Fatal(err)
 	}
 	if first.String() != second.String() {
@@ -87,7 +78,7 @@ func TestPrintConfigReparses(t *testing.T) {
 // SIGHUP reloads the file; a bad file is refused and the daemon keeps
 // running; SIGTERM stops it with no error.
 func TestSignals(t *testing.T) {
-	path := writeFile(t, `{"listen":["tcp:127.0.0.1:0"],"default":{"rate":"1/m","burst":2}}`)
+	path := testproc.WriteFile(t, "c.json", `{"listen":["tcp:127.0.0.1:0"],"default":{"rate":"1/m","burst":2}}`)
 	o := &options{Flags: cmdkit.Flags{ConfigPath: path, LogLevel: "error"}}
 	cfg, err := o.config()
 	if err != nil {

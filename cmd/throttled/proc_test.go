@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -22,6 +21,9 @@ import (
 // runMainEnv makes the test binary run throttled's main instead of the
 // tests: the tests below start the real daemon as a process of its own.
 const runMainEnv = "THROTTLED_TEST_RUN_MAIN"
+
+// throttled returns a command that runs throttled's main with args.
+func throttled(args ...string) *exec.Cmd { return testproc.Self([]string{runMainEnv + "=1"}, args...) }
 
 // daemonProc is a throttled process listening on a free loopback TCP port
 // and a Unix socket.
@@ -45,19 +47,13 @@ func startDaemon(t *testing.T, extra string) *daemonProc {
 		if extra != "" {
 			extra = "," + extra
 		}
-		cfg := writeFile(t, fmt.Sprintf(`{"listen":["tcp:%s","unix:%s"],"default":{"rate":"1000000/s","burst":1000000}%s}`, d.tcp, d.unix, extra))
+		cfg := testproc.WriteFile(t, "c.json", fmt.Sprintf(`{"listen":["tcp:%s","unix:%s"],"default":{"rate":"1000000/s","burst":1000000}%s}`, d.tcp, d.unix, extra))
 		extra = strings.TrimPrefix(extra, ",")
-		cmd := exec.Command(os.Args[0], "-config", cfg, "-log-level", "warn")
-		cmd.Env = append(os.Environ(), runMainEnv+"=1")
-		d.Proc, err = testproc.Start(cmd, 10*time.Second, func() error {
-			for _, a := range [][2]string{{"tcp", d.tcp}, {"unix", d.unix}} {
-				c, err := net.DialTimeout(a[0], a[1], time.Second)
-				if err != nil {
-					return err
-				}
-				c.Close()
+		d.Proc, err = testproc.Start(throttled("-config", cfg, "-log-level", "warn"), 10*time.Second, func() error {
+			if err := testproc.Dials("tcp", d.tcp)(); err != nil {
+				return err
 			}
-			return nil
+			return testproc.Dials("unix", d.unix)()
 		})
 		return err
 	})
@@ -180,10 +176,7 @@ func TestUnixSocketCapPerProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		held = append(held, c)
-		io.WriteString(c, "x\n")
-		var b [3]byte
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.ReadFull(c, b[:]); err != nil {
+		if _, err := query(c, "x"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -196,10 +189,7 @@ func TestUnixSocketCapPerProcess(t *testing.T) {
 		t.Fatalf("fifth connection of one process: %v, want client.ErrRefused", err)
 	}
 	// Another process (throttled's own query mode) is answered.
-	cmd := exec.Command(os.Args[0], "-listen", "unix:"+d.unix, "-query", "y")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "y OK" {
+	if out, err := queryProcess("unix:"+d.unix, "y"); err != nil || out != "y OK" {
 		t.Fatalf("another process: %q, %v", out, err)
 	}
 }
@@ -209,12 +199,10 @@ func TestUnixSocketCapPerProcess(t *testing.T) {
 func TestSIGTERMAnswersReceivedQueries(t *testing.T) {
 	d := startDaemon(t, "")
 	c := d.dial(t)
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	io.WriteString(c, "warm\n")
-	var b [3]byte
-	if _, err := io.ReadFull(c, b[:]); err != nil {
+	if _, err := query(c, "warm"); err != nil {
 		t.Fatal(err)
 	}
+	c.SetDeadline(time.Now().Add(30 * time.Second))
 	// Stopped, the daemon receives 20,000 queries into its socket buffer
 	// and the signal; it resumes with both waiting.
 	if err := d.Signal(syscall.SIGSTOP); err != nil {

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -68,9 +66,7 @@ func closedByDaemon(c net.Conn) bool {
 // queryProcess asks the daemon at listen about tag from another process
 // (throttled's query mode) and returns its output.
 func queryProcess(listen, tag string) (string, error) {
-	cmd := exec.Command(os.Args[0], "-listen", listen, "-query", tag)
-	cmd.Env = append(os.Environ(), runMainEnv+"=1")
-	out, err := cmd.CombinedOutput()
+	out, err := throttled("-listen", listen, "-query", tag).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
 

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
@@ -99,11 +98,10 @@ func TestGossipScale(t *testing.T) {
 				peers = append(peers, strconv.Quote(a))
 			}
 		}
-		cfg := writeFile(t, fmt.Sprintf(`{"listen":["tcp:%s"],"default":{"rate":%q,"burst":%d},"max_keys":%d,"admin":%q,
+		cfg := testproc.WriteFile(t, "c.json", fmt.Sprintf(`{"listen":["tcp:%s"],"default":{"rate":%q,"burst":%d},"max_keys":%d,"admin":%q,
 			"gossip":{"listen":%q,"peers":[%s],"secret":"0123456789abcdef0123","routing":%q}}`,
 			sc.Daemons[i], sc.Rate, sc.Burst, 2*keys, admins[i], gossipAddrs[i], strings.Join(peers, ","), routing))
-		cmd := exec.Command(os.Args[0], "-config", cfg, "-log-level", "warn")
-		cmd.Env = append(os.Environ(), runMainEnv+"=1")
+		cmd := throttled("-config", cfg, "-log-level", "warn")
 		if dir := os.Getenv("THROTTLE_GOSSIP_SCALE_PROFILE"); dir != "" && i == 0 {
 			cmd.Env = append(cmd.Env, cpuProfileEnv+"="+filepath.Join(dir, "daemon0.pprof"))
 		}
@@ -120,8 +118,7 @@ func TestGossipScale(t *testing.T) {
 		rss0[i] = procStatus(t, p.Pid(), "VmRSS")
 	}
 	settings, _ := json.Marshal(sc)
-	gen := exec.Command(os.Args[0], "-test.run", "^$")
-	gen.Env = append(os.Environ(), loadGenEnv+"="+string(settings))
+	gen := testproc.Self([]string{loadGenEnv + "=" + string(settings)}, "-test.run", "^$")
 	out := new(strings.Builder)
 	gen.Stdout, gen.Stderr = out, out
 	if err := gen.Start(); err != nil {

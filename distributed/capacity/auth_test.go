@@ -42,15 +42,8 @@ func TestMTLSImpostor(t *testing.T) {
 	alice := as(ca.Issue(t, "alice", ""))
 	bob := as(ca.Issue(t, "ignored", "spiffe://test/bob"), connect.WithGRPC())
 
-	c, err := NewClient(alice, []string{addr}, WithClientID("alice"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r, err := c.Resource("r", 100)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialClient(t, alice, []string{addr}, WithClientID("alice"))
+	r := openResource(t, c, "r", 100)
 	for deadline := time.Now().Add(5 * time.Second); r.Capacity() != 100; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("alice's client got no lease over mTLS: %v", c.Err())

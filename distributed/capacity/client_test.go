@@ -26,12 +26,32 @@ func warmServer(t *testing.T, capacity float64) (*Server, *Network) {
 	return s, n
 }
 
+// newClient returns a client of the servers s1 and s2 on n with the id
+// id, closed at the end of the test.
 func newClient(t *testing.T, n Transport, id string, opts ...ClientOption) *Client {
 	t.Helper()
-	c, err := NewClient(n, []string{"s1", "s2"}, append([]ClientOption{WithClientID(id)}, opts...)...)
+	return dialClient(t, n, []string{"s1", "s2"}, append([]ClientOption{WithClientID(id)}, opts...)...)
+}
+
+// openResource opens the resource id on c, wanting wants.
+func openResource(t *testing.T, c *Client, id string, wants float64, opts ...ResourceOption) *Resource {
+	t.Helper()
+	r, err := c.Resource(id, wants, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// dialClient returns a client of servers through tr, closed at the end of
+// the test.
+func dialClient(t *testing.T, tr Transport, servers []string, opts ...ClientOption) *Client {
+	t.Helper()
+	c, err := NewClient(tr, servers, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 
@@ -39,8 +59,6 @@ func TestClientSharesAndFollowsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, n := warmServer(t, 100)
 		a, b := newClient(t, n, "a"), newClient(t, n, "b")
-		defer a.Close()
-		defer b.Close()
 		ra, err := a.Rate("r", 100)
 		if err != nil {
 			t.Fatal(err)
@@ -105,8 +123,6 @@ func TestClientModes(t *testing.T) {
 				t.Fatal(err)
 			}
 			a, b := newClient(t, n, "a", WithMode(tc.mode)), newClient(t, n, "b")
-			defer b.Close()
-			defer a.Close()
 			ra, _ := a.Rate("r", 50)
 			b.Rate("r", 50)
 			time.Sleep(6 * time.Second)
@@ -272,7 +288,6 @@ func TestClientRefusesBadGrants(t *testing.T) {
 	} {
 		synctest.Test(t, func(t *testing.T) {
 			c := newClient(t, lyingTransport{g}, "a", WithMode(Pessimistic))
-			defer c.Close()
 			r, _ := c.Rate("r", 10)
 			time.Sleep(3 * time.Second)
 			if _, ok := r.Lease(); ok || r.Capacity() != 0 {
@@ -330,7 +345,6 @@ func TestEstimatedWants(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, n := warmServer(t, 1000)
 		c := newClient(t, n, "a")
-		defer c.Close()
 		r, _ := c.Rate("r", 1, WithEstimatedWants())
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { // asks for 200 units per second

@@ -123,11 +123,7 @@ func TestClientMovesPastAnOlderLife(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := newClient(t, n, "a")
-		defer c.Close()
-		r, err := c.Resource("r", 30)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := openResource(t, c, "r", 30)
 		time.Sleep(time.Second)
 		if l, ok := r.Lease(); !ok || l.Capacity != 30 {
 			t.Fatalf("lease %+v, %v; client err %v", l, ok, c.Err())

@@ -59,10 +59,7 @@ func TestSimulation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := c.Resource("db", wants(0))
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := openResource(t, c, "db", wants(0))
 			clients = append(clients, &simClient{c: c, r: r, wants: wants})
 		}
 		for range 30 { // steady

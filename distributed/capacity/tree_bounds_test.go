@@ -49,16 +49,7 @@ func TestTreeHugeWants(t *testing.T) {
 		cfg := Config{Resources: []Template{{ID: "*", Capacity: capacity, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second, SafeCapacity: 60}}}
 		servers := newTree(t, net, cfg, []treeNode{{"root", ""}, {"l0", "root"}, {"l1", "root"}}, WithDecreaseGrace(10*time.Second))
 		open := func(leaf, id, res string, wants float64) *Resource {
-			c, err := NewClient(net, []string{leaf}, WithClientID(id), WithMinRefreshGap(0))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			r, err := c.Resource(res, wants)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return r
+			return openResource(t, dialClient(t, net, []string{leaf}, WithClientID(id), WithMinRefreshGap(0)), res, wants)
 		}
 		a, b := open("l0", "a", "db", 50), open("l0", "b", "db", 50)
 		other := open("l0", "c", "other", 10)
@@ -104,15 +95,8 @@ func TestClientLeavesOutInvalidDemand(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, n := warmServer(t, 100)
 		c := newClient(t, n, "a", WithMinRefreshGap(0))
-		defer c.Close()
-		good, err := c.Resource("r", 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bad, err := c.Resource("s", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		good := openResource(t, c, "r", 10)
+		bad := openResource(t, c, "s", 1)
 		bad.setDemand(math.Inf(1), 1, 0) // only a server in a tree sets demands unchecked
 		time.Sleep(10 * time.Second)
 		if l, ok := good.Lease(); !ok || l.Capacity != 10 || good.Err() != nil {

@@ -66,10 +66,7 @@ func TestTreeSimulation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := c.Resource("db", 50)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := openResource(t, c, "db", 50)
 			clients = append(clients, &simClient{c: c, r: r, leaf: leaf})
 		}
 		defer func() {
@@ -213,15 +210,8 @@ func TestTreeBands(t *testing.T) {
 			prio  int32
 			wants float64
 		}{{"l0", 1, 40}, {"l0", 0, 50}, {"l1", 1, 40}, {"l1", 0, 50}} {
-			cl, err := NewClient(net, []string{c.leaf}, WithClientID(fmt.Sprintf("c%d", i)), WithMinRefreshGap(0))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			r, err := cl.Resource("db", c.wants, WithPriority(c.prio))
-			if err != nil {
-				t.Fatal(err)
-			}
+			cl := dialClient(t, net, []string{c.leaf}, WithClientID(fmt.Sprintf("c%d", i)), WithMinRefreshGap(0))
+			r := openResource(t, cl, "db", c.wants, WithPriority(c.prio))
 			rs = append(rs, r)
 		}
 		time.Sleep(60 * time.Second)

@@ -318,19 +318,9 @@ func TestWireResourceRefused(t *testing.T) {
 	if _, err := s.GetCapacity(context.Background(), &Request{Client: "first", Resources: []ResourceRequest{{Resource: "r", Wants: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(NewHTTPTransport(h2cClient(), connect.WithGRPC()), []string{addr}, WithClientID("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	full, err := c.Resource("r", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := c.Resource("other", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialClient(t, NewHTTPTransport(h2cClient(), connect.WithGRPC()), []string{addr}, WithClientID("b"))
+	full := openResource(t, c, "r", 10)
+	other := openResource(t, c, "other", 3)
 	deadline := time.Now().Add(10 * time.Second)
 	for _, leased := other.Lease(); (full.Err() == nil || !leased) && time.Now().Before(deadline); _, leased = other.Lease() {
 		time.Sleep(10 * time.Millisecond)

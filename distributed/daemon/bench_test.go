@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle/distributed/daemon"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 // BenchmarkLoopback measures decisions per second over loopback TCP with
@@ -25,15 +25,7 @@ import (
 //
 //	go test ./distributed/daemon -run XXX -bench Loopback -benchtime 3s
 func BenchmarkLoopback(b *testing.B) {
-	cfg := config("tcp:127.0.0.1:0")
-	cfg.Default = daemon.Limit{Rate: "1000000/s", Burst: 1000000}
-	s, err := daemon.New(cfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.Start()
-	defer s.Shutdown(b.Context())
-	addr := s.Addrs()[0].String()
+	addr := fastDaemon(b)
 	for _, batch := range []int{1, 64} {
 		for _, conns := range []int{1, 4, 16, 64} {
 			b.Run(fmt.Sprintf("pipeline=%d/conns=%d", batch, conns), func(b *testing.B) { load(b, addr, conns, batch) })
@@ -76,8 +68,7 @@ func BenchmarkLoopbackSeparate(b *testing.B) {
 // threads running Go code, and returns its address and a function that
 // stops it.
 func serveChild(b *testing.B, procs int) (addr string, stop func()) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), serveEnv+"=1", fmt.Sprintf("GOMAXPROCS=%d", procs))
+	cmd := testproc.Self([]string{serveEnv + "=1", fmt.Sprintf("GOMAXPROCS=%d", procs)}, "-test.run=^$")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -101,12 +92,7 @@ func serveChild(b *testing.B, procs int) (addr string, stop func()) {
 const serveEnv = "THROTTLED_BENCH_SERVE"
 
 func serveForBenchmark() {
-	cfg := config("tcp:127.0.0.1:0")
-	cfg.Default = daemon.Limit{Rate: "1000000/s", Burst: 1000000}
-	s, err := daemon.New(cfg, nil)
-	if err == nil {
-		err = s.Start()
-	}
+	s, err := startFast()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -145,38 +131,78 @@ func load(b *testing.B, addr string, conns, batch int) {
 			for j := range batch {
 				tags = append(tags, "client-"+strconv.Itoa(i*batch+j)+"\n")
 			}
-			l := make([]time.Duration, 0, per)
-			for range per {
-				t0 := time.Now()
+			send := func() error {
 				for _, t := range tags {
 					w.WriteString(t)
 				}
-				if err := w.Flush(); err != nil {
-					b.Error(err)
-					return
-				}
-				if _, err := io.ReadFull(r, reply); err != nil {
-					b.Error(err)
-					return
-				}
-				l = append(l, time.Since(t0))
+				return w.Flush()
 			}
-			lat[i] = l
+			lat[i] = roundTrips(b, per, nil, send, r, reply)
 		})
 	}
 	wg.Wait()
 	el := time.Since(start)
 	b.StopTimer()
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	slices.Sort(all)
+	all := sorted(lat)
 	total := float64(per * conns * batch)
 	b.ReportMetric(total/el.Seconds(), "decisions/s")
 	if len(all) > 0 {
 		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 	}
+}
+
+// startFast starts a daemon on a free loopback TCP port whose default
+// limit (1000000/s, burst 1000000) admits every query of a benchmark.
+func startFast() (*daemon.Server, error) {
+	cfg := config("tcp:127.0.0.1:0")
+	cfg.Default = daemon.Limit{Rate: "1000000/s", Burst: 1000000}
+	s, err := daemon.New(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.Start()
+}
+
+// fastDaemon starts a daemon with startFast, shut down at the end of the
+// benchmark, and returns its address.
+func fastDaemon(b *testing.B) string {
+	s, err := startFast()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Shutdown(context.Background()) })
+	return s.Addrs()[0].String()
+}
+
+// roundTrips makes n round trips and returns the time of each: pace(k)
+// (when not nil) before the k-th, then send writes the query (or batch)
+// and reply is read in full from r. On an error it reports it to b and
+// returns nil.
+func roundTrips(b *testing.B, n int, pace func(k int), send func() error, r io.Reader, reply []byte) []time.Duration {
+	l := make([]time.Duration, 0, n)
+	for k := range n {
+		if pace != nil {
+			pace(k)
+		}
+		t0 := time.Now()
+		if err := send(); err != nil {
+			b.Error(err)
+			return nil
+		}
+		if _, err := io.ReadFull(r, reply); err != nil {
+			b.Error(err)
+			return nil
+		}
+		l = append(l, time.Since(t0))
+	}
+	return l
+}
+
+// sorted returns every connection's latencies in one sorted slice.
+func sorted(lat [][]time.Duration) []time.Duration {
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return all
 }
 
 // BenchmarkLoopbackPaced offers a fixed load (open loop): 64 connections
@@ -187,15 +213,7 @@ func load(b *testing.B, addr string, conns, batch int) {
 //
 //	go test ./distributed/daemon -run XXX -bench LoopbackPaced -benchtime 20000x
 func BenchmarkLoopbackPaced(b *testing.B) {
-	cfg := config("tcp:127.0.0.1:0")
-	cfg.Default = daemon.Limit{Rate: "1000000/s", Burst: 1000000}
-	s, err := daemon.New(cfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.Start()
-	defer s.Shutdown(b.Context())
-	addr := s.Addrs()[0].String()
+	addr := fastDaemon(b)
 	const conns = 64
 	for _, rate := range []int{5000, 10000, 20000} {
 		b.Run(fmt.Sprintf("conns=%d/rate=%d", conns, rate), func(b *testing.B) {
@@ -214,32 +232,20 @@ func BenchmarkLoopbackPaced(b *testing.B) {
 					tag := []byte("client-" + strconv.Itoa(i) + "\n")
 					reply := make([]byte, 3)
 					offset := period * time.Duration(i) / conns
-					l := make([]time.Duration, 0, per)
-					for k := range per {
-						next := start.Add(offset + time.Duration(k)*period)
-						if d := time.Until(next); d > 0 {
+					pace := func(k int) {
+						if d := time.Until(start.Add(offset + time.Duration(k)*period)); d > 0 {
 							time.Sleep(d)
 						}
-						t0 := time.Now()
-						if _, err := c.Write(tag); err != nil {
-							b.Error(err)
-							return
-						}
-						if _, err := io.ReadFull(c, reply); err != nil {
-							b.Error(err)
-							return
-						}
-						l = append(l, time.Since(t0))
 					}
-					lat[i] = l
+					send := func() error {
+						_, err := c.Write(tag)
+						return err
+					}
+					lat[i] = roundTrips(b, per, pace, send, c, reply)
 				})
 			}
 			wg.Wait()
-			var all []time.Duration
-			for _, l := range lat {
-				all = append(all, l...)
-			}
-			slices.Sort(all)
+			all := sorted(lat)
 			b.ReportMetric(float64(len(all))/time.Since(start).Seconds(), "decisions/s")
 			b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 			b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")

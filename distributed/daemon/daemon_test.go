@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/daemon/client"
+	"github.com/throttlekit/throttle/internal/testproc"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -300,8 +300,7 @@ func TestTenThousandConnections(t *testing.T) {
 	cfg := config("tcp:127.0.0.1:0")
 	cfg.MaxConnsPerAddr = n // above the default for one address, sized by memory
 	s := start(t, cfg)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTenThousandConnections$", "-test.v")
-	cmd.Env = append(os.Environ(), "THROTTLED_TEST_CLIENTS="+s.Addrs()[0].String())
+	cmd := testproc.Self([]string{"THROTTLED_TEST_CLIENTS=" + s.Addrs()[0].String()}, "-test.run=^TestTenThousandConnections$", "-test.v")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -382,15 +381,7 @@ func tenThousandClients(t *testing.T, addr string, n int) {
 func TestMaxConns(t *testing.T) {
 	cfg := config("tcp:127.0.0.1:0")
 	cfg.MaxConns = 2
-	s := start(t, cfg)
-	a := s.Addrs()[0]
-	c1, c2 := dial(t, a), dial(t, a)
-	ask(t, c1, 1, "a")
-	ask(t, c2, 1, "a")
-	c3 := dial(t, a)
-	if got, _ := io.ReadAll(c3); string(got) != daemon.ReplyRefused {
-		t.Fatalf("third connection got %q, want %q and closed", got, daemon.ReplyRefused)
-	}
+	c1 := refuseThird(t, start(t, cfg).Addrs()[0])
 	if got := ask(t, c1, 1, "a"); got != "OK\n" {
 		t.Fatalf("first connection after the rejection: %q", got)
 	}
@@ -549,15 +540,22 @@ func TestClusterOverUDP(t *testing.T) {
 	}
 }
 
+// refuseThird makes two connections to a, each answered, and checks that
+// a third is refused and closed; it returns the first.
+func refuseThird(t *testing.T, a net.Addr) net.Conn {
+	t.Helper()
+	c1, c2 := dial(t, a), dial(t, a)
+	ask(t, c1, 1, "a")
+	ask(t, c2, 1, "a")
+	if got, _ := io.ReadAll(dial(t, a)); string(got) != daemon.ReplyRefused {
+		t.Fatalf("third connection got %q, want %q and closed", got, daemon.ReplyRefused)
+	}
+	return c1
+}
+
 func eventually(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testproc.Eventually(t, 10*time.Second, cond)
 }
 
 func ExampleServer() {

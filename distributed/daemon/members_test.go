@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,25 +11,17 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
-
-func keyFile(t *testing.T, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "keys")
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 func TestLoadKeys(t *testing.T) {
 	k16, k32 := base64.StdEncoding.EncodeToString(make([]byte, 16)), base64.StdEncoding.EncodeToString(make([]byte, 32))
-	keys, err := daemon.LoadKeys(keyFile(t, "# primary first\n"+k32+"\n\n  "+k16+"  \n"))
+	keys, err := daemon.LoadKeys(testproc.WriteFile(t, "keys", "# primary first\n"+k32+"\n\n  "+k16+"  \n"))
 	if err != nil || len(keys) != 2 || len(keys[0]) != 32 || len(keys[1]) != 16 {
 		t.Fatalf("LoadKeys: %d keys, %v", len(keys), err)
 	}
 	for _, body := range []string{"", "# none\n", "not base64!\n", base64.StdEncoding.EncodeToString(make([]byte, 20)) + "\n"} {
-		if _, err := daemon.LoadKeys(keyFile(t, body)); !errors.Is(err, throttle.ErrInvalid) {
+		if _, err := daemon.LoadKeys(testproc.WriteFile(t, "keys", body)); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("LoadKeys(%q): %v", body, err)
 		}
 	}
@@ -53,7 +44,7 @@ func TestMembersConfig(t *testing.T) {
 			t.Errorf("%s: %v", g, err)
 		}
 	}
-	keys := keyFile(t, base64.StdEncoding.EncodeToString(make([]byte, 32)))
+	keys := testproc.WriteFile(t, "keys", base64.StdEncoding.EncodeToString(make([]byte, 32)))
 	cfg, err := daemon.ParseConfig([]byte(base + `{"listen":"127.0.0.1:0","key_file":"` + keys + `","members":{"bind":"127.0.0.1:0","seeds":["localhost:7947"]}}}`))
 	if err != nil {
 		t.Fatal(err)

@@ -106,13 +106,7 @@ func TestMaxConnsPerAddr(t *testing.T) {
 	cfg.MaxConnsPerAddr = 2
 	s := start(t, cfg)
 	a := s.Addrs()[0]
-	c1, c2 := dial(t, a), dial(t, a)
-	ask(t, c1, 1, "a")
-	ask(t, c2, 1, "a")
-	c3 := dial(t, a)
-	if got, _ := io.ReadAll(c3); string(got) != daemon.ReplyRefused {
-		t.Fatalf("third connection from one address got %q, want %q and closed", got, daemon.ReplyRefused)
-	}
+	refuseThird(t, a) // from one address
 	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	other, err := d.Dial("tcp", a.String())
 	if err != nil {

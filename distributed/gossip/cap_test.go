@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 // fullHolds checks, under the entry's lock, that a node whose entry for
@@ -261,20 +262,13 @@ func TestCapConcurrentFlood(t *testing.T) {
 		c.settle()
 		l := c.lims[0]
 		var admitted, asked atomic.Int64
-		var wg sync.WaitGroup
-		stop := make(chan struct{})
+		stop := func() {}
 		if tc.churn {
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					c.nodes[0].Leave("n1")
-					runtime.Gosched()
-					c.nodes[0].Join("n1")
-				}
+			stop = testproc.Repeat(1, func() bool {
+				c.nodes[0].Leave("n1")
+				runtime.Gosched()
+				c.nodes[0].Join("n1")
+				return true
 			})
 		}
 		var flood sync.WaitGroup
@@ -295,8 +289,7 @@ func TestCapConcurrentFlood(t *testing.T) {
 			})
 		}
 		flood.Wait()
-		close(stop)
-		wg.Wait()
+		stop()
 		e := l.table.load("k")
 		demand := e.hits.Load() + e.unmet.Load()
 		switch {

@@ -34,15 +34,8 @@ func restartReadmitted(t *testing.T, keys, queue, rounds int) int {
 		}
 	}
 	c.nodes[2].Close()
-	node, err := NewNode(Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs},
-		throttle.WithClock(c.clk), throttle.WithMaxKeys(4*keys))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := node.NewLimiter("api", rate, burst)
-	if err != nil {
-		t.Fatal(err)
-	}
+	node, lim := newNode(t, Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs},
+		rate, burst, throttle.WithClock(c.clk), throttle.WithMaxKeys(4*keys))
 	c.nodes[2], c.lims[2] = node, lim
 	caught := -1
 	for r := 1; r <= rounds; r++ {

@@ -29,46 +29,32 @@ var (
 func TestConformanceStandalone(t *testing.T) {
 	for _, capped := range []bool{false, true} {
 		t.Run(fmt.Sprintf("SpendCap=%v", capped), func(t *testing.T) {
-			throttletest.Run(t, throttletest.Suite{
-				New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-					n, err := NewNode(Config{SpendCap: capped}, throttle.WithClock(clk))
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { n.Close() })
-					l, err := n.NewLimiter("api", throttle.PerSecond(10), 5)
-					if err != nil {
-						t.Fatal(err)
-					}
-					return l
-				},
-				Limit: 5,
-				Bound: func(d time.Duration) int64 { return 5 + throttle.PerSecond(10).Events(d) },
-			})
+			throttletest.Run(t, nodeSuite(func(*throttletest.Clock) Config { return Config{SpendCap: capped} }))
 		})
+	}
+}
+
+// nodeSuite is the conformance suite of a node made with the
+// configuration cfg returns and a limiter at 10/s, burst 5, which behaves
+// as a local token bucket.
+func nodeSuite(cfg func(*throttletest.Clock) Config) throttletest.Suite {
+	return throttletest.Suite{
+		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+			n, l := newNode(t, cfg(clk), throttle.PerSecond(10), 5, throttle.WithClock(clk))
+			t.Cleanup(func() { n.Close() })
+			return l
+		},
+		Limit: 5,
+		Bound: func(d time.Duration) int64 { return 5 + throttle.PerSecond(10).Events(d) },
 	}
 }
 
 // A node with a transport and a peer that never answers behaves like a
 // local token bucket too.
 func TestConformanceWithSilentPeer(t *testing.T) {
-	throttletest.Run(t, throttletest.Suite{
-		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-			net := NewNetwork(clk, 1)
-			n, err := NewNode(Config{Transport: net.Endpoint("a"), Secret: secret, Peers: []string{"b"}}, throttle.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { n.Close() })
-			l, err := n.NewLimiter("api", throttle.PerSecond(10), 5)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		},
-		Limit: 5,
-		Bound: func(d time.Duration) int64 { return 5 + throttle.PerSecond(10).Events(d) },
-	})
+	throttletest.Run(t, nodeSuite(func(clk *throttletest.Clock) Config {
+		return Config{Transport: NewNetwork(clk, 1).Endpoint("a"), Secret: secret, Peers: []string{"b"}}
+	}))
 }
 
 func TestConfigErrors(t *testing.T) {

@@ -16,15 +16,7 @@ func (c *cluster) restart(t *testing.T, i int, rate throttle.Rate, burst int, op
 	for _, o := range opts {
 		o(&cfg)
 	}
-	node, err := NewNode(cfg, throttle.WithClock(c.clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := node.NewLimiter("api", rate, burst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.nodes[i], c.lims[i] = node, lim
+	c.nodes[i], c.lims[i] = newNode(t, cfg, rate, burst, throttle.WithClock(c.clk))
 }
 
 // TestReplayedOldHelloKeepsNodesTogether: after a rolling restart, a hello

@@ -15,26 +15,7 @@ import (
 // of rounds rounds (virtual clock, rounds driven by hand, a real socket).
 func largeRoundUDP(t testing.TB, keys, rounds int) []float64 {
 	clk := throttletest.NewClock()
-	ta, err := ListenUDP("127.0.0.1:0")
-	if err != nil {
-		t.Skipf("no UDP on loopback: %v", err)
-	}
-	tb, err := ListenUDP("127.0.0.1:0")
-	if err != nil {
-		ta.Close()
-		t.Skipf("no UDP on loopback: %v", err)
-	}
-	opts := []throttle.Option{throttle.WithClock(clk), throttle.WithMaxKeys(2 * keys)}
-	a, err := NewNode(Config{Transport: ta, Secret: secret, Peers: []string{tb.Addr()}}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := NewNode(Config{Transport: tb, Secret: secret, Peers: []string{ta.Addr()}}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b, _, _ := udpNodes(t, throttle.WithClock(clk), throttle.WithMaxKeys(2*keys))
 	la, _ := a.NewLimiter("api", throttle.PerHour(1), 10)
 	b.NewLimiter("api", throttle.PerHour(1), 10)
 	// Introduce the nodes to each other first.

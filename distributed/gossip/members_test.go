@@ -69,15 +69,9 @@ func TestStaticMembershipSet(t *testing.T) {
 	ms := map[string]*StaticMembership{}
 	c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1, withMembership(ms))
 	// A node that lists n0 and n1; they do not list it yet.
-	node, err := NewNode(Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs}, throttle.WithClock(c.clk))
-	if err != nil {
-		t.Fatal(err)
-	}
+	node, lim := newNode(t, Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs},
+		throttle.PerMinute(1), 10, throttle.WithClock(c.clk))
 	c.nodes = append(c.nodes, node)
-	lim, err := node.NewLimiter("api", throttle.PerMinute(1), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
 	lim.Allow(ctx, "k", 4)
 	c.runTo(c.clk.Now().Add(3 * time.Second))
 	if tok := c.lims[0].Tokens("k"); tok != 10 {

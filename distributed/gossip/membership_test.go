@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/testproc"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -96,25 +97,7 @@ func TestPeerRestart(t *testing.T) {
 
 func TestUDPTransport(t *testing.T) {
 	clk := throttletest.NewClock()
-	ta, err := ListenUDP("127.0.0.1:0")
-	if err != nil {
-		t.Skipf("no UDP on loopback: %v", err)
-	}
-	tb, err := ListenUDP("127.0.0.1:0")
-	if err != nil {
-		ta.Close()
-		t.Skipf("no UDP on loopback: %v", err)
-	}
-	a, err := NewNode(Config{Transport: ta, Secret: secret, Peers: []string{tb.Addr()}}, throttle.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := NewNode(Config{Transport: tb, Secret: secret, Peers: []string{ta.Addr()}}, throttle.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b, ta, tb := udpNodes(t, throttle.WithClock(clk))
 	la, _ := a.NewLimiter("api", throttle.PerHour(1), 1000)
 	lb, _ := b.NewLimiter("api", throttle.PerHour(1), 1000)
 	// Many keys: the report spans several datagrams.
@@ -136,15 +119,36 @@ func TestUDPTransport(t *testing.T) {
 	waitFor(t, func() bool { return b.Stats().Malformed == 2 })
 }
 
+// udpNodes makes two nodes with opts, each the other's peer over its own
+// loopback UDP socket, closed at the end of the test; it skips t without
+// UDP on loopback.
+func udpNodes(t testing.TB, opts ...throttle.Option) (a, b *Node, ta, tb *UDPTransport) {
+	t.Helper()
+	ta, err := ListenUDP("127.0.0.1:0")
+	if err != nil {
+		t.Skipf("no UDP on loopback: %v", err)
+	}
+	tb, err = ListenUDP("127.0.0.1:0")
+	if err != nil {
+		ta.Close()
+		t.Skipf("no UDP on loopback: %v", err)
+	}
+	a, err = NewNode(Config{Transport: ta, Secret: secret, Peers: []string{tb.Addr()}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b, err = NewNode(Config{Transport: tb, Secret: secret, Peers: []string{ta.Addr()}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return a, b, ta, tb
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testproc.Eventually(t, 10*time.Second, cond)
 }
 
 // Gossip traffic grows with the keys seen per interval, not with the

@@ -22,6 +22,22 @@ type cluster struct {
 	interval time.Duration
 }
 
+// newNode makes a node with cfg and opts and its limiter "api" at rate
+// and burst; the caller closes the node.
+func newNode(t testing.TB, cfg Config, rate throttle.Rate, burst int, opts ...throttle.Option) (*Node, *Limiter) {
+	t.Helper()
+	n, err := NewNode(cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := n.NewLimiter("api", rate, burst)
+	if err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	return n, l
+}
+
 func newCluster(t testing.TB, n int, rate throttle.Rate, burst int, interval time.Duration, capped bool, seed uint64, opts ...func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t, clk: throttletest.NewClock(), interval: interval}
@@ -36,14 +52,7 @@ func newCluster(t testing.TB, n int, rate throttle.Rate, burst int, interval tim
 		for _, o := range opts {
 			o(&cfg)
 		}
-		node, err := NewNode(cfg, throttle.WithClock(c.clk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := node.NewLimiter("api", rate, burst)
-		if err != nil {
-			t.Fatal(err)
-		}
+		node, l := newNode(t, cfg, rate, burst, throttle.WithClock(c.clk))
 		c.nodes = append(c.nodes, node)
 		c.lims = append(c.lims, l)
 	}

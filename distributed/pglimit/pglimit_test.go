@@ -3,7 +3,6 @@ package pglimit_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/throttlekit/throttle/distributed/pglimit"
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/internal/pgtest"
+	"github.com/throttlekit/throttle/internal/testproc"
 	"github.com/throttlekit/throttle/storelimit/storetest"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -211,35 +211,24 @@ func TestServerKilled(t *testing.T) {
 	pool := newPool(t, own, 4)
 	l := storetest.NewLimiter(t, newStore(t, pool, pglimit.WithTimeout(2*time.Second)), a, throttletest.NewClock())
 	var admitted, failed atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				d, err := l.Allow(context.Background(), "k", 1)
-				switch {
-				case err != nil && !errors.Is(err, throttle.ErrUnavailable):
-					t.Errorf("Allow: %v, want nil or ErrUnavailable", err)
-					return
-				case err != nil:
-					failed.Add(1)
-				case d.Allowed:
-					if admitted.Add(1) > limit {
-						t.Errorf("admitted more than %d with time standing still", limit)
-						return
-					}
-				}
-				time.Sleep(time.Millisecond)
+	stop := testproc.Repeat(4, func() bool {
+		d, err := l.Allow(context.Background(), "k", 1)
+		switch {
+		case err != nil && !errors.Is(err, throttle.ErrUnavailable):
+			t.Errorf("Allow: %v, want nil or ErrUnavailable", err)
+			return false
+		case err != nil:
+			failed.Add(1)
+		case d.Allowed:
+			if admitted.Add(1) > limit {
+				t.Errorf("admitted more than %d with time standing still", limit)
+				return false
 			}
-		})
-	}
-	defer wg.Wait()
-	defer close(stop)
+		}
+		time.Sleep(time.Millisecond)
+		return true
+	})
+	defer stop()
 	// waitFor polls cond; a minute without it fails the test (the clients
 	// never hang: each call is bounded by the Store's timeout).
 	waitFor := func(what string, cond func() bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,17 +30,27 @@ var diffStarts = []time.Time{
 	time.Date(2250, 1, 1, 0, 0, 0, 0, time.UTC),
 }
 
-// differential drives the local and the Redis limiter with the same
-// virtual-time trace (random gaps, sizes and keys) and requires identical
-// decisions, field by field.
-func differential(t *testing.T, limit int, mk func(clk *throttletest.Clock) (local, shared throttle.Limiter)) {
+// newLocal makes a local limiter with opts.
+type newLocal func(opts ...throttle.Option) (throttle.Limiter, error)
+
+// differential drives the local and the Redis limiter (each made afresh
+// per trace) with the same virtual-time trace (random gaps, sizes and
+// keys) and requires identical decisions, field by field.
+func differential(t *testing.T, limit int, newL newLocal, newR newLimiter) {
 	t.Helper()
 	ctx := context.Background()
 	for seed := range uint64(4) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		clk := throttletest.NewClock()
 		clk.Set(diffStarts[seed])
-		local, shared := mk(clk)
+		local, err := newL(throttle.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared, err := newR(vclock(clk), WithPrefix(uniquePrefix()))
+		if err != nil {
+			t.Fatal(err)
+		}
 		keys := []string{"a", "b", "c"}
 		maxGap := []int64{int64(time.Millisecond), int64(50 * time.Millisecond), int64(time.Second)}[seed%3]
 		for i := range 1500 {
@@ -69,62 +80,55 @@ func TestDifferentialTokenBucket(t *testing.T) {
 	}{{throttle.PerSecond(10), 5}, {throttle.PerSecond(3), 4}, {throttle.Every(100 * time.Millisecond), 1},
 		// The whole range: a huge burst at a high rate, and a span of MaxSpan.
 		{throttle.PerSecond(1_000_000_000), 1 << 30}, {throttle.Every(MaxSpan / 8), 8}} {
-		differential(t, tc.burst, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
-			l, err := tokenbucket.New(tc.rate, tc.burst, throttle.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := NewTokenBucket(c, tc.rate, tc.burst, vclock(clk), WithPrefix(uniquePrefix()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l, r
-		})
+		differential(t, tc.burst,
+			func(o ...throttle.Option) (throttle.Limiter, error) { return tokenbucket.New(tc.rate, tc.burst, o...) },
+			func(o ...Option) (throttle.Limiter, error) { return NewTokenBucket(c, tc.rate, tc.burst, o...) })
 	}
 }
 
-// windowCases are the limits and windows of the window differentials:
-// small ones that traces cross often, and the ends of the range.
-var windowCases = []struct {
+// windowCase is a limit and window of the window differentials.
+type windowCase struct {
 	limit int
 	w     time.Duration
-}{{6, 100 * time.Millisecond}, {6, time.Second}, {6, 7 * time.Second / 3}, {6, MaxWindow}, {1<<24 - 1, MaxWindow}, {3, 3}}
-
-func TestDifferentialFixedWindow(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
-	for _, tc := range append(windowCases, struct {
-		limit int
-		w     time.Duration
-	}{1<<32 - 1, MaxWindow}) {
-		limit, w := tc.limit, tc.w
-		differential(t, limit, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
-			l, err := fixedwindow.New(limit, w, throttle.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := NewFixedWindow(c, limit, w, vclock(clk), WithPrefix(uniquePrefix()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l, r
-		})
-	}
 }
 
-func TestDifferentialSlidingLog(t *testing.T) {
+// windowCases are small windows that traces cross often, and the ends of
+// the range.
+var windowCases = []windowCase{{6, 100 * time.Millisecond}, {6, time.Second}, {6, 7 * time.Second / 3}, {6, MaxWindow}, {1<<24 - 1, MaxWindow}, {3, 3}}
+
+// TestDifferentialWindows compares each window algorithm on Redis with
+// the local one over windowCases, and the fixed window at the largest
+// limit too.
+func TestDifferentialWindows(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
-	for _, tc := range windowCases {
-		limit, w := tc.limit, tc.w
-		differential(t, limit, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
-			l, err := slidinglog.New(limit, w, throttle.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
+	for _, alg := range []struct {
+		name   string
+		local  func(limit int, w time.Duration, o ...throttle.Option) (throttle.Limiter, error)
+		shared func(limit int, w time.Duration, o ...Option) (throttle.Limiter, error)
+		extra  []windowCase
+	}{
+		{"FixedWindow", func(limit int, w time.Duration, o ...throttle.Option) (throttle.Limiter, error) {
+			return fixedwindow.New(limit, w, o...)
+		}, func(limit int, w time.Duration, o ...Option) (throttle.Limiter, error) {
+			return NewFixedWindow(c, limit, w, o...)
+		}, []windowCase{{1<<32 - 1, MaxWindow}}},
+		{"SlidingLog", func(limit int, w time.Duration, o ...throttle.Option) (throttle.Limiter, error) {
+			return slidinglog.New(limit, w, o...)
+		}, func(limit int, w time.Duration, o ...Option) (throttle.Limiter, error) {
+			return NewSlidingLog(c, limit, w, o...)
+		}, nil},
+		{"SlidingWindow", func(limit int, w time.Duration, o ...throttle.Option) (throttle.Limiter, error) {
+			return slidingwindow.New(limit, w, o...)
+		}, func(limit int, w time.Duration, o ...Option) (throttle.Limiter, error) {
+			return NewSlidingWindow(c, limit, w, o...)
+		}, nil},
+	} {
+		t.Run(alg.name, func(t *testing.T) {
+			for _, tc := range slices.Concat(windowCases, alg.extra) {
+				differential(t, tc.limit,
+					func(o ...throttle.Option) (throttle.Limiter, error) { return alg.local(tc.limit, tc.w, o...) },
+					func(o ...Option) (throttle.Limiter, error) { return alg.shared(tc.limit, tc.w, o...) })
 			}
-			r, err := NewSlidingLog(c, limit, w, vclock(clk), WithPrefix(uniquePrefix()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l, r
 		})
 	}
 }
@@ -167,17 +171,11 @@ func TestDifferentialConcurrency(t *testing.T) {
 
 func TestDifferentialLeakyBucket(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
-	differential(t, 4, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
-		l, err := leakybucket.New(throttle.PerSecond(7), 4, throttle.WithClock(clk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := NewLeakyBucket(c, throttle.PerSecond(7), 4, vclock(clk), WithPrefix(uniquePrefix()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l, r
-	})
+	differential(t, 4,
+		func(o ...throttle.Option) (throttle.Limiter, error) {
+			return leakybucket.New(throttle.PerSecond(7), 4, o...)
+		},
+		func(o ...Option) (throttle.Limiter, error) { return NewLeakyBucket(c, throttle.PerSecond(7), 4, o...) })
 }
 
 // TestDifferentialReserve compares reservations (the "once every d"
@@ -213,24 +211,6 @@ func TestDifferentialReserve(t *testing.T) {
 		if got.OK {
 			lres, rres = append(lres, want), append(rres, got)
 		}
-	}
-}
-
-func TestDifferentialSlidingWindow(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
-	for _, tc := range windowCases {
-		limit, w := tc.limit, tc.w
-		differential(t, limit, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
-			l, err := slidingwindow.New(limit, w, throttle.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := NewSlidingWindow(c, limit, w, vclock(clk), WithPrefix(uniquePrefix()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l, r
-		})
 	}
 }
 
@@ -281,18 +261,10 @@ func TestBucketSpanEdge(t *testing.T) {
 	if _, err := NewTokenBucket(c, throttle.Every(366*24*time.Hour), 36); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("36 per 366 days: %v, want an error wrapping ErrInvalid", err)
 	}
-	differential(t, 4, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
-		rate := throttle.Every(MaxSpan / 4)
-		l, err := tokenbucket.New(rate, 4, throttle.WithClock(clk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := NewTokenBucket(c, rate, 4, vclock(clk), WithPrefix(uniquePrefix()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l, r
-	})
+	rate := throttle.Every(MaxSpan / 4)
+	differential(t, 4,
+		func(o ...throttle.Option) (throttle.Limiter, error) { return tokenbucket.New(rate, 4, o...) },
+		func(o ...Option) (throttle.Limiter, error) { return NewTokenBucket(c, rate, 4, o...) })
 }
 
 // quotaAdapter calls AllowQuota with a tier per key: what httplimit and
@@ -311,17 +283,15 @@ func (a quotaAdapter) Allow(ctx context.Context, key string, n int) (throttle.De
 // tokenbucket.Limiter.AllowQuota does, and Quota states the bucket's.
 func TestDifferentialAllowQuota(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
-	differential(t, 3, func(clk *throttletest.Clock) (throttle.Limiter, throttle.Limiter) {
-		l, err := tokenbucket.New(throttle.PerSecond(1), 1, throttle.WithClock(clk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := NewTokenBucket(c, throttle.PerSecond(1), 1, vclock(clk), WithPrefix(uniquePrefix()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return quotaAdapter{l}, quotaAdapter{r}
-	})
+	differential(t, 3,
+		func(o ...throttle.Option) (throttle.Limiter, error) {
+			l, err := tokenbucket.New(throttle.PerSecond(1), 1, o...)
+			return quotaAdapter{l}, err
+		},
+		func(o ...Option) (throttle.Limiter, error) {
+			r, err := NewTokenBucket(c, throttle.PerSecond(1), 1, o...)
+			return quotaAdapter{r}, err
+		})
 	r, err := NewTokenBucket(c, throttle.PerSecond(10), 20)
 	if err != nil {
 		t.Fatal(err)

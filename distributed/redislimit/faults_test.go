@@ -59,21 +59,30 @@ func waitHealthy(t *testing.T, l throttle.Limiter, key string) {
 	}
 }
 
+// faultBucket returns a token bucket on c at 1000/s, burst 1000, under a
+// prefix of its own, with the fault timeout and opts, that has answered
+// one call; it is closed at the end of the test.
+func faultBucket(t *testing.T, c redis.UniversalClient, opts ...Option) *Bucket {
+	t.Helper()
+	l, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000,
+		append([]Option{WithPrefix(uniquePrefix()), WithTimeout(faultTimeout)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if _, _, err := call(t, l, "k"); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 func TestFaultKillRestart(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.NeedOwn(t)
 	c := newClient(t, srv)
 	for _, policy := range []Policy{FailClosed, FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) {
-			l, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000, WithPrefix(uniquePrefix()),
-				WithTimeout(faultTimeout), WithBreaker(3, cooldown), WithPolicy(policy))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			if _, _, err := call(t, l, "k"); err != nil {
-				t.Fatal(err)
-			}
+			l := faultBucket(t, c, WithBreaker(3, cooldown), WithPolicy(policy))
 			srv.Kill()
 			var fast int
 			for i := range 50 {
@@ -132,14 +141,7 @@ func TestFaultClientPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000, WithPrefix(uniquePrefix()),
-		WithTimeout(faultTimeout), WithBreaker(3, cooldown), WithFallback(local))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := call(t, l, "k"); err != nil {
-		t.Fatal(err)
-	}
+	l := faultBucket(t, c, WithBreaker(3, cooldown), WithFallback(local))
 	if _, err := redistest.Do(srv.Addr, time.Second, "CLIENT", "PAUSE", "600", "ALL"); err != nil {
 		t.Fatal(err)
 	}
@@ -202,14 +204,7 @@ func TestFaultNoDeadlineClient(t *testing.T) {
 	srv.NeedOwn(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 700 * time.Millisecond})
 	defer c.Close()
-	l, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000, WithPrefix(uniquePrefix()),
-		WithTimeout(faultTimeout), WithBreaker(0, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := call(t, l, "k"); err != nil {
-		t.Fatal(err)
-	}
+	l := faultBucket(t, c, WithBreaker(0, 0))
 	if _, err := redistest.Do(srv.Addr, time.Second, "CLIENT", "PAUSE", "300", "ALL"); err != nil {
 		t.Fatal(err)
 	}

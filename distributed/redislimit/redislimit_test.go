@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/redistest"
@@ -22,26 +21,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	srv, err := redistest.StartServer()
-	if err != nil {
-		if redistest.Required() || !errors.Is(err, redistest.ErrNoServer) {
-			fmt.Println(err)
-			os.Exit(1)
+	os.Exit(testproc.ServerMain(m, redistest.EnvRequire, redistest.ErrNoServer, func() (func(), error) {
+		srv, err := redistest.StartServer()
+		if err != nil {
+			return nil, err
 		}
-		testproc.Notice("skipped every test: %v; %s=1 makes this a failure", err, redistest.EnvRequire)
-		os.Exit(0)
-	}
-	// The examples cannot start a server themselves.
-	os.Setenv("REDISLIMIT_EXAMPLE_ADDR", srv.Addr)
-	code := testproc.Main(m).Run()
-	srv.Close()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+		// The examples cannot start a server themselves.
+		os.Setenv("REDISLIMIT_EXAMPLE_ADDR", srv.Addr)
+		return srv.Close, nil
+	}))
 }
 
 var prefixSeq atomic.Int64
@@ -73,21 +61,58 @@ func vclock(clk *throttletest.Clock) Option {
 	}
 }
 
-func TestTokenBucketSuite(t *testing.T) {
-	srv := redistest.Start(t)
-	c := newClient(t, srv)
-	rate, burst := throttle.PerSecond(10), 5
-	throttletest.Run(t, throttletest.Suite{
+// newLimiter makes a limiter on Redis with opts.
+type newLimiter func(opts ...Option) (throttle.Limiter, error)
+
+// suite is the conformance suite of the limiters newL makes, on virtual
+// time and each under a prefix of its own, with Limit and Bound as in
+// throttletest.Suite.
+func suite(newL newLimiter, limit int, bound func(time.Duration) int64) throttletest.Suite {
+	return throttletest.Suite{
 		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-			l, err := NewTokenBucket(c, rate, burst, vclock(clk), WithPrefix(uniquePrefix()))
+			l, err := newL(vclock(clk), WithPrefix(uniquePrefix()))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return l
 		},
-		Limit: burst,
-		Bound: func(d time.Duration) int64 { return int64(burst) + rate.Events(d) },
-	})
+		Limit: limit,
+		Bound: bound,
+	}
+}
+
+// bucketSuite is the conformance suite of token buckets at 10/s, burst 5,
+// on c.
+func bucketSuite(c redis.UniversalClient) throttletest.Suite {
+	rate, burst := throttle.PerSecond(10), 5
+	return suite(func(o ...Option) (throttle.Limiter, error) { return NewTokenBucket(c, rate, burst, o...) },
+		burst, func(d time.Duration) int64 { return int64(burst) + rate.Events(d) })
+}
+
+// TestSuites runs the conformance suite on every algorithm but
+// concurrency (TestConcurrencySuite).
+func TestSuites(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	leak, capacity := throttle.PerSecond(3), 4
+	limit, window := 7, time.Second
+	// limit for each window a span of d can touch.
+	touched := func(d time.Duration) int64 { return int64(limit) * (int64((d+window-1)/window) + 1) }
+	for _, tc := range []struct {
+		name string
+		s    throttletest.Suite
+	}{
+		{"TokenBucket", bucketSuite(c)},
+		{"LeakyBucket", suite(func(o ...Option) (throttle.Limiter, error) { return NewLeakyBucket(c, leak, capacity, o...) },
+			capacity, func(d time.Duration) int64 { return int64(capacity) + leak.Events(d) })},
+		{"FixedWindow", suite(func(o ...Option) (throttle.Limiter, error) { return NewFixedWindow(c, limit, window, o...) },
+			limit, touched)},
+		{"SlidingWindow", suite(func(o ...Option) (throttle.Limiter, error) { return NewSlidingWindow(c, limit, window, o...) },
+			limit, touched)},
+		{"SlidingLog", suite(func(o ...Option) (throttle.Limiter, error) { return NewSlidingLog(c, limit, window, o...) },
+			limit, func(d time.Duration) int64 { return int64(limit) * (int64(d/window) + 1) })},
+	} {
+		t.Run(tc.name, func(t *testing.T) { throttletest.Run(t, tc.s) })
+	}
 }
 
 func TestEveryServerTime(t *testing.T) {
@@ -125,59 +150,16 @@ func TestEveryServerTime(t *testing.T) {
 	}
 }
 
-func TestFixedWindowSuite(t *testing.T) {
-	srv := redistest.Start(t)
-	c := newClient(t, srv)
-	limit, window := 7, time.Second
-	throttletest.Run(t, throttletest.Suite{
-		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-			l, err := NewFixedWindow(c, limit, window, vclock(clk), WithPrefix(uniquePrefix()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		},
-		Limit: limit,
-		Bound: func(d time.Duration) int64 { return int64(limit) * (int64((d+window-1)/window) + 1) },
-	})
-}
-
-func TestSlidingLogSuite(t *testing.T) {
-	srv := redistest.Start(t)
-	c := newClient(t, srv)
-	limit, window := 7, time.Second
-	throttletest.Run(t, throttletest.Suite{
-		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-			l, err := NewSlidingLog(c, limit, window, vclock(clk), WithPrefix(uniquePrefix()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		},
-		Limit: limit,
-		Bound: func(d time.Duration) int64 { return int64(limit) * (int64(d/window) + 1) },
-	})
-}
-
 func TestConcurrencySuite(t *testing.T) {
-	srv := redistest.Start(t)
-	c := newClient(t, srv)
+	c := newClient(t, redistest.Start(t))
 	limit := 6
-	throttletest.Run(t, throttletest.Suite{
-		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-			l, err := NewConcurrency(c, limit, time.Minute, vclock(clk), WithPrefix(uniquePrefix()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		},
-		Limit: limit,
-		Release: func(l throttle.Limiter, key string, n int) {
-			if err := l.(*Concurrency).Release(context.Background(), key, n); err != nil {
-				t.Fatal(err)
-			}
-		},
-	})
+	s := suite(func(o ...Option) (throttle.Limiter, error) { return NewConcurrency(c, limit, time.Minute, o...) }, limit, nil)
+	s.Release = func(l throttle.Limiter, key string, n int) {
+		if err := l.(*Concurrency).Release(context.Background(), key, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	throttletest.Run(t, s)
 }
 
 func TestConcurrencyLeases(t *testing.T) {
@@ -224,38 +206,6 @@ func TestConcurrencyLeases(t *testing.T) {
 	if n, err := alive.Extend(ctx, "db"); err != nil || n != 0 || alive.Held("db") != 0 {
 		t.Fatalf("Extend after the leases ran out = %d, %v (held %d); want 0", n, err, alive.Held("db"))
 	}
-}
-
-func TestLeakyBucketSuite(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
-	rate, capacity := throttle.PerSecond(3), 4
-	throttletest.Run(t, throttletest.Suite{
-		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-			l, err := NewLeakyBucket(c, rate, capacity, vclock(clk), WithPrefix(uniquePrefix()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		},
-		Limit: capacity,
-		Bound: func(d time.Duration) int64 { return int64(capacity) + rate.Events(d) },
-	})
-}
-
-func TestSlidingWindowSuite(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
-	limit, window := 7, time.Second
-	throttletest.Run(t, throttletest.Suite{
-		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-			l, err := NewSlidingWindow(c, limit, window, vclock(clk), WithPrefix(uniquePrefix()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		},
-		Limit: limit,
-		Bound: func(d time.Duration) int64 { return int64(limit) * (int64((d+window-1)/window) + 1) },
-	})
 }
 
 // TestLuaMulDiv checks the exact floor(a·b/c) of the sliding window

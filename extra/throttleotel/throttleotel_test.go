@@ -13,6 +13,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/extra/throttleotel"
+	"github.com/throttlekit/throttle/internal/report/reporttest"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
@@ -126,14 +127,7 @@ func BenchmarkObserve(b *testing.B) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
 	obs, _ := throttleotel.New(mp)
-	e := throttle.Event{Kind: throttle.EventDecision, Limiter: "api", Decision: throttle.Decision{Allowed: true}}
-	obs.Observe(e)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			obs.Observe(e)
-		}
-	})
+	reporttest.BenchObserve(b, obs, throttle.Event{Kind: throttle.EventDecision, Limiter: "api", Decision: throttle.Decision{Allowed: true}})
 }
 
 // With the SDK, too, once the limiter's name has been seen.

@@ -18,6 +18,7 @@ import (
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/extra/throttleprom"
 	"github.com/throttlekit/throttle/failsafe"
+	"github.com/throttlekit/throttle/internal/report/reporttest"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 	"go.uber.org/goleak"
@@ -225,15 +226,8 @@ func TestObserveAllocs(t *testing.T) {
 }
 
 func BenchmarkObserve(b *testing.B) {
-	obs := throttleprom.New()
-	e := throttle.Event{Kind: throttle.EventDecision, Limiter: "api", Key: "k", N: 1, Decision: throttle.Decision{Allowed: true}}
-	obs.Observe(e)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			obs.Observe(e)
-		}
-	})
+	reporttest.BenchObserve(b, throttleprom.New(),
+		throttle.Event{Kind: throttle.EventDecision, Limiter: "api", Key: "k", N: 1, Decision: throttle.Decision{Allowed: true}})
 }
 
 // The whole path: an observed token bucket.

@@ -16,7 +16,6 @@
 package etcdtest
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,7 +23,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,9 +51,7 @@ type Server struct {
 	clientPort int
 	peerPort   int
 
-	mu     sync.Mutex
-	proc   *testproc.Proc // nil while stopped
-	paused bool
+	proc testproc.Slot
 }
 
 // Start returns a running etcd for t: the external one named by
@@ -120,11 +116,6 @@ func (s *Server) args() []string {
 
 // start runs etcd and waits until it reports itself healthy.
 func (s *Server) start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		return errors.New("etcd already running")
-	}
 	cmd := exec.Command(s.bin, s.args()...)
 	// Settings from the environment (ETCD_*) would override the flags.
 	for _, kv := range os.Environ() {
@@ -132,11 +123,9 @@ func (s *Server) start() error {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	p, err := testproc.Start(cmd, startTimeout, func() error { return Healthy(s.Endpoints[0], time.Second) })
-	if err != nil {
+	if err := s.proc.Start(cmd, startTimeout, func() error { return Healthy(s.Endpoints[0], time.Second) }); err != nil {
 		return fmt.Errorf("etcd %s: %w", s.Endpoints[0], err)
 	}
-	s.proc, s.paused = p, false
 	return nil
 }
 
@@ -157,35 +146,21 @@ func (s *Server) NeedOwn(t testing.TB) {
 // Kill stops etcd with SIGKILL (paused or not) and waits for it to exit.
 // It is a no-op on an external or already stopped server. Restart starts
 // it again with its data.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return
-	}
-	s.proc.Kill()
-	s.proc = nil
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Pause stops etcd with SIGSTOP: its connections stay open but nothing is
 // answered, and its clock-driven work (lease expiry) waits until Resume.
-func (s *Server) Pause(t testing.TB) { s.signal(t, syscall.SIGSTOP, true) }
+func (s *Server) Pause(t testing.TB) { s.signal(t, syscall.SIGSTOP) }
 
 // Resume continues a paused etcd with SIGCONT.
-func (s *Server) Resume(t testing.TB) { s.signal(t, syscall.SIGCONT, false) }
+func (s *Server) Resume(t testing.TB) { s.signal(t, syscall.SIGCONT) }
 
-func (s *Server) signal(t testing.TB, sig syscall.Signal, paused bool) {
+func (s *Server) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	s.NeedOwn(t)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		t.Fatalf("etcdtest: %v: etcd is not running", sig)
-	}
 	if err := s.proc.Signal(sig); err != nil {
-		t.Fatalf("etcdtest: %v: %v", sig, err)
+		t.Fatalf("etcdtest: %v: etcd: %v", sig, err)
 	}
-	s.paused = paused
 }
 
 // Restart kills etcd if it runs and starts it again on the same ports
@@ -202,14 +177,7 @@ func (s *Server) Restart(t testing.TB) {
 
 // Output returns what the etcd process this package started wrote so far
 // (its warnings and errors), for failure messages.
-func (s *Server) Output() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return ""
-	}
-	return s.proc.Output()
-}
+func (s *Server) Output() string { return s.proc.Output() }
 
 // Healthy asks the etcd at endpoint (http://host:port) for /health within
 // timeout and returns nil when it answers that it is healthy.

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/testproc"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -159,18 +160,7 @@ func TestRefusedEvictionIsSoftCap(t *testing.T) {
 // acquired is acquired on the state the map holds for its key.
 func TestRetireRace(t *testing.T) {
 	m := newMap[busy](t, throttle.WithMaxKeys(1<<10))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				m.Sweep()
-			}
-		}
-	})
+	stop := testproc.Repeat(1, func() bool { m.Sweep(); return true })
 	var workers sync.WaitGroup
 	for w := range 4 {
 		workers.Go(func() {
@@ -192,8 +182,7 @@ func TestRetireRace(t *testing.T) {
 		})
 	}
 	workers.Wait()
-	close(stop)
-	wg.Wait()
+	stop()
 	m.Sweep()
 	if m.Len() != 0 {
 		t.Fatalf("Len = %d after all released and swept", m.Len())

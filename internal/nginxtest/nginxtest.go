@@ -14,7 +14,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -84,18 +83,9 @@ http {
 	}
 }
 `, dir, addr, upstream, location)
-		path := filepath.Join(dir, "nginx.conf")
-		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-			return err
-		}
 		url = "http://" + addr
-		proc, err = testproc.Start(exec.Command(bin, "-p", dir, "-c", path), 10*time.Second, func() error {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				return err
-			}
-			return c.Close()
-		})
+		proc, err = testproc.Start(exec.Command(bin, "-p", dir, "-c", testproc.WriteFile(t, "nginx.conf", conf)),
+			10*time.Second, testproc.Dials("tcp", addr))
 		return err
 	})
 	if err != nil {

@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,8 +56,7 @@ type Server struct {
 	port int
 	cred *syscall.Credential // the postgres user when running as root
 
-	mu   sync.Mutex
-	proc *testproc.Proc // nil while stopped
+	proc testproc.Slot
 }
 
 // Start returns a running server for t: the external one named by
@@ -187,22 +185,15 @@ func (s *Server) initdb() error {
 // so a killed server keeps them; fsync is off (the machine does not
 // crash in a test).
 func (s *Server) start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		return errors.New("pgtest: postgres already running")
-	}
 	cmd := s.command("postgres", "-D", filepath.Join(s.dir, "data"),
 		"-p", strconv.Itoa(s.port), "-k", s.dir, "-c", "listen_addresses=127.0.0.1",
 		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
 	ready := func() error {
 		return s.command("pg_isready", "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "postgres").Run()
 	}
-	p, err := testproc.Start(cmd, startTimeout, ready)
-	if err != nil {
+	if err := s.proc.Start(cmd, startTimeout, ready); err != nil {
 		return fmt.Errorf("pgtest: %w", err)
 	}
-	s.proc = p
 	return nil
 }
 
@@ -220,15 +211,7 @@ func (s *Server) NeedOwn(t testing.TB) {
 
 // Kill stops the server with SIGKILL, as a crash would; its backends exit
 // when they notice. It does nothing when the server is not running.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	p := s.proc
-	s.proc = nil
-	s.mu.Unlock()
-	if p != nil {
-		p.Kill()
-	}
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Restart starts a killed server again on the same port and data, after
 // crash recovery. It retries while the old backends still hold the

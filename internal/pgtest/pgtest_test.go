@@ -1,11 +1,11 @@
 package pgtest_test
 
 import (
-	"net"
 	"strings"
 	"testing"
 
 	"github.com/throttlekit/throttle/internal/pgtest"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 // TestStartKillRestart: a started server accepts TCP connections on
@@ -14,14 +14,7 @@ import (
 func TestStartKillRestart(t *testing.T) {
 	s := pgtest.Start(t)
 	s.NeedOwn(t)
-	addr := strings.TrimPrefix(strings.Split(s.URL, "/")[2], "postgres@")
-	dial := func() error {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}
+	dial := testproc.Dials("tcp", strings.TrimPrefix(strings.Split(s.URL, "/")[2], "postgres@"))
 	if err := dial(); err != nil {
 		t.Fatalf("started server: %v", err)
 	}

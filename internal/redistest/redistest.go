@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,8 +52,7 @@ type Server struct {
 	// confText is written to conf before every start attempt.
 	confText string
 
-	mu   sync.Mutex
-	proc *testproc.Proc // nil while stopped
+	proc testproc.Slot
 }
 
 // unavailable skips t, or fails it when THROTTLE_REQUIRE_REDIS=1.
@@ -181,32 +179,18 @@ func (s *Server) args() []string {
 
 // start runs redis-server and waits for PING.
 func (s *Server) start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		return errors.New("server already running")
-	}
-	p, err := testproc.Start(exec.Command(s.bin, s.args()...), startTimeout,
+	err := s.proc.Start(exec.Command(s.bin, s.args()...), startTimeout,
 		func() error { return Ping(s.Addr, 500*time.Millisecond) })
 	if err != nil {
 		return fmt.Errorf("redis-server %s: %w", s.Addr, err)
 	}
-	s.proc = p
 	return nil
 }
 
 // Kill stops the server with SIGKILL and waits for it to exit. It is a
 // no-op on an external or already stopped server. A killed server can be
 // started again on the same port with Restart.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return
-	}
-	s.proc.Kill()
-	s.proc = nil
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Close kills a server made by StartServer and removes its directory.
 func (s *Server) Close() {

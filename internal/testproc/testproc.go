@@ -2,7 +2,8 @@
 // etcd): it finds free loopback ports, starts a process with its output
 // captured, waits until it answers, and signals, kills or restarts it.
 // The packages that start one kind of server (redistest, etcdtest) build
-// on it.
+// on it. It also writes the files a server reads (WriteFile), runs what
+// goes on beside a test (Repeat) and waits for it (Eventually).
 package testproc
 
 import (
@@ -12,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -104,6 +106,68 @@ func RetryFor(timeout time.Duration, start func() error) error {
 	}
 }
 
+// Eventually polls cond every millisecond until it holds, and fails t
+// when it has not within timeout: for what a server, or any code running
+// beside the test, does in its own time.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Repeat calls f over and over in n goroutines, each until f returns
+// false or stop is called: for load or churn beside a test. stop waits
+// for the goroutines to return; calls after the first do nothing.
+func Repeat(n int, f func() bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !f() {
+					return
+				}
+			}
+		})
+	}
+	return sync.OnceFunc(func() {
+		close(done)
+		wg.Wait()
+	})
+}
+
+// Self returns a command that runs this test binary again with args and
+// the environment variables env ("NAME=value") added, which the child's
+// TestMain or test looks for to play its part (a server, a client, a
+// load generator).
+func Self(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+// WriteFile writes body to a file called name in a directory of t's own
+// (a configuration or key file for a server under test) and returns its
+// path.
+func WriteFile(t testing.TB, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // Proc is a running child process. Its methods are safe for concurrent
 // use.
 type Proc struct {
@@ -181,6 +245,61 @@ func (p *Proc) Exited() <-chan struct{} { return p.exited }
 
 // Output returns what the process wrote to stdout and stderr so far.
 func (p *Proc) Output() string { return p.out.String() }
+
+// Slot holds the process of a server that a test may kill and start
+// again. Its zero value holds none; its methods are safe for concurrent
+// use.
+type Slot struct {
+	mu   sync.Mutex
+	proc *Proc // nil while stopped
+}
+
+// Start runs cmd as the function Start does and holds the process. It
+// fails when the slot holds a running process.
+func (s *Slot) Start(cmd *exec.Cmd, timeout time.Duration, ready func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		return fmt.Errorf("%s already running", cmd.Path)
+	}
+	p, err := Start(cmd, timeout, ready)
+	if err != nil {
+		return err
+	}
+	s.proc = p
+	return nil
+}
+
+// Kill kills the process held, if any, and waits for it to exit.
+func (s *Slot) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.Kill()
+		s.proc = nil
+	}
+}
+
+// Signal sends sig to the process held; it fails when there is none.
+func (s *Slot) Signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return errors.New("not running")
+	}
+	return s.proc.Signal(sig)
+}
+
+// Output returns what the process held wrote so far ("" when there is
+// none).
+func (s *Slot) Output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return ""
+	}
+	return s.proc.Output()
+}
 
 // lockedBuffer is a bytes.Buffer written by the process's output copiers
 // and read by the test.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -81,6 +82,50 @@ func TestStartFails(t *testing.T) {
 	if _, err := Start(exec.Command("/nonexistent/binary"), time.Second, func() error { return nil }); err == nil {
 		t.Fatal("started a missing binary")
 	}
+}
+
+// A Slot holds one process at a time: a second Start fails while it
+// runs, Signal fails once it is killed, and it starts again after Kill.
+func TestSlot(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	var s Slot
+	ready := func() error { return nil }
+	for range 2 {
+		if err := s.Start(exec.Command(sh, "-c", "exec sleep 30"), 5*time.Second, ready); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(exec.Command(sh, "-c", "exec sleep 30"), 5*time.Second, ready); err == nil {
+			t.Fatal("a second process started in a slot that holds one")
+		}
+		if err := s.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		s.Kill()
+		if err := s.Signal(syscall.SIGCONT); err == nil {
+			t.Fatal("signalled a killed process")
+		}
+		s.Kill() // nothing held: a no-op
+	}
+}
+
+// Repeat calls f until stop, which waits for the goroutines; a goroutine
+// whose f returns false ends on its own.
+func TestRepeat(t *testing.T) {
+	var calls, once atomic.Int64
+	stop := Repeat(2, func() bool { calls.Add(1); return true })
+	Eventually(t, 5*time.Second, func() bool { return calls.Load() > 100 })
+	stop()
+	n := calls.Load()
+	stopped := Repeat(2, func() bool { once.Add(1); return false })
+	time.Sleep(20 * time.Millisecond)
+	if calls.Load() != n || once.Load() != 2 {
+		t.Fatalf("%d calls after stop; %d calls of an f that returns false, want 2", calls.Load()-n, once.Load())
+	}
+	stop() // again: nothing
+	stopped()
 }
 
 func TestRetry(t *testing.T) {

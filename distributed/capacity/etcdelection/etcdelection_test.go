@@ -307,16 +307,23 @@ func TestMasterCutOff(t *testing.T) {
 	checkOneMaster(t, rs...)
 }
 
+// twoReplicas starts two replicas on srv and returns them and the master
+// they agree on.
+func twoReplicas(t *testing.T, srv *etcdtest.Server) ([]*replica, *replica) {
+	t.Helper()
+	rs := []*replica{
+		startReplica(t, srv.Endpoints[0], "10.0.0.1:7000"),
+		startReplica(t, srv.Endpoints[0], "10.0.0.2:7000"),
+	}
+	return rs, waitAgreed(t, 5*time.Second, rs...)
+}
+
 // etcd paused for longer than the TTL: the master steps down a margin
 // before its lease could expire; after etcd resumes one master is elected.
 func TestEtcdPausedLongerThanTTL(t *testing.T) {
 	srv := etcdtest.Start(t)
 	srv.NeedOwn(t)
-	rs := []*replica{
-		startReplica(t, srv.Endpoints[0], "10.0.0.1:7000"),
-		startReplica(t, srv.Endpoints[0], "10.0.0.2:7000"),
-	}
-	m := waitAgreed(t, 5*time.Second, rs...)
+	rs, m := twoReplicas(t, srv)
 
 	t0 := time.Now()
 	srv.Pause(t)
@@ -338,11 +345,7 @@ func TestEtcdPausedLongerThanTTL(t *testing.T) {
 func TestEtcdShortPause(t *testing.T) {
 	srv := etcdtest.Start(t)
 	srv.NeedOwn(t)
-	rs := []*replica{
-		startReplica(t, srv.Endpoints[0], "10.0.0.1:7000"),
-		startReplica(t, srv.Endpoints[0], "10.0.0.2:7000"),
-	}
-	waitAgreed(t, 5*time.Second, rs...)
+	rs, _ := twoReplicas(t, srv)
 	before := [][]stamped{rs[0].history(), rs[1].history()}
 	srv.Pause(t)
 	time.Sleep(testTTL / 2)
@@ -360,11 +363,7 @@ func TestEtcdShortPause(t *testing.T) {
 func TestEtcdKilledAndRestarted(t *testing.T) {
 	srv := etcdtest.Start(t)
 	srv.NeedOwn(t)
-	rs := []*replica{
-		startReplica(t, srv.Endpoints[0], "10.0.0.1:7000"),
-		startReplica(t, srv.Endpoints[0], "10.0.0.2:7000"),
-	}
-	m := waitAgreed(t, 5*time.Second, rs...)
+	rs, m := twoReplicas(t, srv)
 	term := m.last().Term
 
 	t0 := time.Now()
@@ -389,11 +388,7 @@ func TestEtcdKilledAndRestarted(t *testing.T) {
 // fences it (no lease margin can, as no lease expired).
 func TestMasterKeyDeleted(t *testing.T) {
 	srv := etcdtest.Start(t)
-	rs := []*replica{
-		startReplica(t, srv.Endpoints[0], "10.0.0.1:7000"),
-		startReplica(t, srv.Endpoints[0], "10.0.0.2:7000"),
-	}
-	m := waitAgreed(t, 5*time.Second, rs...)
+	rs, m := twoReplicas(t, srv)
 	term := m.last().Term
 
 	admin := newClient(t, srv.Endpoints[0])

@@ -5,6 +5,7 @@
 package reporttest
 
 import (
+	"slices"
 	"sync"
 	"testing"
 
@@ -71,6 +72,52 @@ func Run(t *testing.T, cases []Case) {
 			}
 		})
 	}
+}
+
+// BenchObserve measures o.Observe(e) from parallel goroutines, with
+// allocations, after a first call has let o resolve what it keeps for e.
+func BenchObserve(b *testing.B, o throttle.Observer, e throttle.Event) {
+	o.Observe(e)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			o.Observe(e)
+		}
+	})
+}
+
+// Recorder is an Observer that keeps every Event in order. Its zero
+// value is ready; its methods are safe for concurrent use.
+type Recorder struct {
+	mu     sync.Mutex
+	events []throttle.Event
+}
+
+// Observe keeps e.
+func (r *Recorder) Observe(e throttle.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// Events returns the Events kept so far.
+func (r *Recorder) Events() []throttle.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// Count returns how many Events of kind k were kept under name.
+func (r *Recorder) Count(k throttle.EventKind, name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Kind == k && e.Limiter == name {
+			n++
+		}
+	}
+	return n
 }
 
 // Counter is an Observer counting Events by kind.
