@@ -45,6 +45,7 @@ type Limiter struct {
 	histMu   sync.Mutex // guards the fields below (Tick's)
 	hist     []changes  // the entries each of the latest rounds took from dirty, oldest first
 	histFrom int64      // hist holds every entry whose counters changed in this round or later
+	seq      uint32     // the sequence number the next entry taken gets
 	scans    int        // rounds that scanned the whole table for a peer's reports
 	sweep    int        // the slot of the table the next expiry sweep starts at
 }
@@ -725,10 +726,15 @@ func (l *Limiter) expire(r, minAck int64) {
 // takes.
 const expireRounds = 8
 
-// changes is what one round took from a limiter's dirty entries.
+// changes is what one round took from a limiter's dirty entries: those
+// whose counters changed in round ch, the round run before it, in the
+// order it took them. The entry at index i was given sequence number
+// base+i (see entry.seq); it is in the list while that is still its
+// sequence number, that is until a later round takes it again.
 type changes struct {
-	round int64
-	es    []*entry
+	ch   int64
+	base uint32
+	es   []*entry
 }
 
 // histRounds is how many rounds run of changes beyond Config.Resend a
@@ -737,67 +743,41 @@ type changes struct {
 const histRounds = 4
 
 // rotate takes the entries changed since the last round, prev, at the
-// start of round r, and keeps them with those of the latest rounds. An
-// entry added with a round older than prev (by a decision that read the
-// round just before it moved on) is moved forward to prev, so that a peer
-// that acknowledged everything before prev still gets it.
+// start of round r, and keeps them with those of the latest rounds, each
+// numbered in the order taken: the order the rounds send them in (see
+// pos). An entry added with a round older than prev (by a decision that
+// read the round just before it moved on) is moved forward to prev, so
+// that a peer that acknowledged everything before prev still gets it.
+// An entry that changed in round r already (after the round began) is
+// also added back, for the next round to take it again: its changes
+// after this round reads it are news.
 func (l *Limiter) rotate(r, prev int64) {
-	es := l.dirty.take(nil)
-	for _, e := range es {
-		for c := e.changed.Load(); c < prev && !e.changed.CompareAndSwap(c, prev); c = e.changed.Load() {
-		}
-	}
 	l.histMu.Lock()
 	defer l.histMu.Unlock()
-	l.hist = append(l.hist, changes{r, es})
 	// The last rounds run, not round numbers: rounds run seconds apart (a
 	// starved process) keep as many, else a peer's acknowledged round would
 	// always be older than them, and every round would scan the table.
-	k := max(len(l.hist)-l.node.cfg.Resend-histRounds, 0)
-	for _, h := range l.hist[:k] {
-		l.histFrom = h.round + 1
-	}
-	l.hist = append(l.hist[:0], l.hist[k:]...)
-}
-
-// changedSince returns the entries (not dropped) whose counters changed
-// in round ch or later, and true; or false if the rounds kept do not go
-// back that far.
-func (l *Limiter) changedSince(ch int64) ([]*entry, bool) {
-	l.histMu.Lock()
-	defer l.histMu.Unlock()
-	if ch < l.histFrom {
-		return nil, false
-	}
-	var out []*entry
-	var seen map[*entry]struct{}
-	lists := 0
-	for _, h := range l.hist {
-		if h.round >= ch {
-			lists++
+	var spare []*entry
+	if k := len(l.hist) + 1 - l.node.cfg.Resend - histRounds; k > 0 {
+		for _, h := range l.hist[:k] {
+			l.histFrom = h.ch + 1
 		}
+		spare = l.hist[0].es[:cap(l.hist[0].es)]
+		clear(spare) // it holds no dropped entry alive
+		l.hist = append(l.hist[:0], l.hist[k:]...)
 	}
-	if lists > 1 {
-		seen = map[*entry]struct{}{}
-	}
-	for _, h := range l.hist {
-		if h.round < ch {
-			continue
+	es := l.dirty.take(spare[:0])
+	base := l.seq
+	for i, e := range es {
+		for c := e.changed.Load(); c < prev && !e.changed.CompareAndSwap(c, prev); c = e.changed.Load() {
 		}
-		for _, e := range h.es {
-			if e.pin.Load() < 0 || e.changed.Load() < ch {
-				continue // dropped, or changed before ch
-			}
-			if seen != nil {
-				if _, dup := seen[e]; dup {
-					continue
-				}
-				seen[e] = struct{}{}
-			}
-			out = append(out, e)
+		if e.changed.Load() > prev {
+			l.dirty.add(e)
 		}
+		e.seq = base + uint32(i)
 	}
-	return out, true
+	l.seq += uint32(len(es))
+	l.hist = append(l.hist, changes{ch: prev, base: base, es: es})
 }
 
 // allowance returns the most units a node could have admitted for one
@@ -1060,6 +1040,7 @@ type entry struct {
 	hits   atomic.Int64 // units admitted here, cumulative
 	unmet  atomic.Int64 // with the spend cap, units asked for here and not admitted, cumulative, up to each round's ceiling; demand is hits + unmet
 	pin    atomic.Int32 // uses in progress (see table.pin); below dropped once dropped
+	seq    uint32       // where the last round that took it put it (see changes); Tick's
 	mu     sync.Mutex   // guards remote and the fields below
 	round  int64        // with the spend cap, the round of spent
 	spent  int64        // with the spend cap, units admitted here in round

@@ -167,8 +167,8 @@ func (e *encoder) start() {
 }
 
 // room makes sure an entry of size n fits, starting a new datagram if it
-// does not.
-func (e *encoder) room(n int) {
+// does not, and reports whether the entry starts a datagram.
+func (e *encoder) room(n int) (first bool) {
 	if e.buf == nil {
 		e.start()
 	}
@@ -177,17 +177,20 @@ func (e *encoder) room(n int) {
 		e.start()
 	}
 	e.count++
+	return e.count == 1
 }
 
-func (e *encoder) addReport(r reportEntry) {
+// addReport adds r and reports whether it starts a datagram.
+func (e *encoder) addReport(r reportEntry) (first bool) {
 	var tmp [3 * binary.MaxVarintLen64]byte
 	nums := binary.AppendVarint(tmp[:0], r.born)
 	nums = binary.AppendUvarint(nums, r.hits)
 	nums = binary.AppendUvarint(nums, r.demand)
-	e.room(uvarintLen(uint64(len(r.key))) + len(r.key) + len(nums))
+	first = e.room(uvarintLen(uint64(len(r.key))) + len(r.key) + len(nums))
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(r.key)))
 	e.buf = append(e.buf, r.key...)
 	e.buf = append(e.buf, nums...)
+	return first
 }
 
 func uvarintLen(v uint64) int {
