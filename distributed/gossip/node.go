@@ -217,33 +217,9 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.Resend == 0 {
-		cfg.Resend = DefaultResend
-	}
-	if cfg.Copies == 0 {
-		cfg.Copies = DefaultCopies
-	}
-	if cfg.MaxRoundBytes == 0 {
-		cfg.MaxRoundBytes = DefaultMaxRoundBytes
-	}
-	switch {
-	case cfg.Interval < MinInterval:
-		return nil, fmt.Errorf("%w: gossip interval %v is below %v", throttle.ErrInvalid, cfg.Interval, MinInterval)
-	case cfg.Resend < 1 || cfg.Resend > 1000:
-		return nil, fmt.Errorf("%w: Resend %d out of [1, 1000]", throttle.ErrInvalid, cfg.Resend)
-	case cfg.MaxRoundBytes < MaxPacket:
-		return nil, fmt.Errorf("%w: MaxRoundBytes %d below %d", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket)
-	case cfg.Copies < 1 || cfg.Copies > MaxCopies:
-		return nil, fmt.Errorf("%w: Copies %d out of [1, %d]", throttle.ErrInvalid, cfg.Copies, MaxCopies)
-	case cfg.Transport == nil && len(cfg.Peers) > 0:
-		return nil, fmt.Errorf("%w: peers need a Transport", throttle.ErrInvalid)
-	case cfg.Membership != nil && len(cfg.Peers) > 0:
-		return nil, fmt.Errorf("%w: Peers and a Membership: list the peers in the Membership", throttle.ErrInvalid)
-	case cfg.Transport != nil && len(cfg.Secret) < MinSecretLen && (len(cfg.Secret) > 0 || !authenticated(cfg.Transport)):
-		return nil, fmt.Errorf("%w: gossip secret must be at least %d bytes", throttle.ErrInvalid, MinSecretLen)
+	cfg.setDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	n := &Node{
 		cfg: cfg, settings: s, clk: clock.New(s.Clock), interval: int64(cfg.Interval),
@@ -256,19 +232,74 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	if ms == nil {
 		ms = NewStaticMembership(Member{}, cfg.Peers...)
 	}
-	local := ms.Local()
-	n.id = cmp.Or(local.ID, cfg.ID)
-	if n.id == "" && cfg.Transport != nil {
-		n.id = cfg.Transport.Addr()
+	if err := n.identify(ms.Local()); err != nil {
+		return nil, err
+	}
+	if err := n.join(ms); err != nil {
+		return nil, err
+	}
+	if cfg.Transport != nil {
+		if err := cfg.Transport.Listen(n.handle); err != nil {
+			n.unsub()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// setDefaults sets the zero fields of cfg that have a default.
+func (cfg *Config) setDefaults() {
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Resend == 0 {
+		cfg.Resend = DefaultResend
+	}
+	if cfg.Copies == 0 {
+		cfg.Copies = DefaultCopies
+	}
+	if cfg.MaxRoundBytes == 0 {
+		cfg.MaxRoundBytes = DefaultMaxRoundBytes
+	}
+}
+
+// check returns an error wrapping throttle.ErrInvalid if cfg, its
+// defaults set, is not valid.
+func (cfg *Config) check() error {
+	switch {
+	case cfg.Interval < MinInterval:
+		return fmt.Errorf("%w: gossip interval %v is below %v", throttle.ErrInvalid, cfg.Interval, MinInterval)
+	case cfg.Resend < 1 || cfg.Resend > 1000:
+		return fmt.Errorf("%w: Resend %d out of [1, 1000]", throttle.ErrInvalid, cfg.Resend)
+	case cfg.MaxRoundBytes < MaxPacket:
+		return fmt.Errorf("%w: MaxRoundBytes %d below %d", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket)
+	case cfg.Copies < 1 || cfg.Copies > MaxCopies:
+		return fmt.Errorf("%w: Copies %d out of [1, %d]", throttle.ErrInvalid, cfg.Copies, MaxCopies)
+	case cfg.Transport == nil && len(cfg.Peers) > 0:
+		return fmt.Errorf("%w: peers need a Transport", throttle.ErrInvalid)
+	case cfg.Membership != nil && len(cfg.Peers) > 0:
+		return fmt.Errorf("%w: Peers and a Membership: list the peers in the Membership", throttle.ErrInvalid)
+	case cfg.Transport != nil && len(cfg.Secret) < MinSecretLen && (len(cfg.Secret) > 0 || !authenticated(cfg.Transport)):
+		return fmt.Errorf("%w: gossip secret must be at least %d bytes", throttle.ErrInvalid, MinSecretLen)
+	}
+	return nil
+}
+
+// identify sets the node's ID and incarnation: the membership's local
+// member's, else Config.ID and the start time.
+func (n *Node) identify(local Member) error {
+	n.id = cmp.Or(local.ID, n.cfg.ID)
+	if n.id == "" && n.cfg.Transport != nil {
+		n.id = n.cfg.Transport.Addr()
 	}
 	if n.id == "" {
 		n.id = "standalone"
 	}
 	switch {
-	case local.ID != "" && cfg.ID != "" && local.ID != cfg.ID:
-		return nil, fmt.Errorf("%w: Config.ID %q differs from the membership's %q", throttle.ErrInvalid, cfg.ID, local.ID)
+	case local.ID != "" && n.cfg.ID != "" && local.ID != n.cfg.ID:
+		return fmt.Errorf("%w: Config.ID %q differs from the membership's %q", throttle.ErrInvalid, n.cfg.ID, local.ID)
 	case len(n.id) > maxName:
-		return nil, fmt.Errorf("%w: node ID longer than %d bytes", throttle.ErrInvalid, maxName)
+		return fmt.Errorf("%w: node ID longer than %d bytes", throttle.ErrInvalid, maxName)
 	}
 	// The incarnation is the membership's, else the start time, so that
 	// a node's lives are ordered: a peer adopts only a newer incarnation
@@ -277,6 +308,11 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	// previous life; the first peer that still knows that life names it
 	// in its datagrams, and the node moves past it (see handle).
 	n.incarnation.Store(cmp.Or(local.Incarnation, uint64(max(n.created, 1))))
+	return nil
+}
+
+// join subscribes the node to ms's events and adds its members as peers.
+func (n *Node) join(ms Membership) error {
 	// Events may arrive from here on, concurrently with Members.
 	n.ms, n.unsub = ms, ms.Subscribe(n.memberEvent)
 	members := ms.Members() // not under n.mu: the membership may hold its lock while it calls memberEvent
@@ -284,8 +320,8 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	for _, m := range members {
 		if err := n.addPeer(m.ID); err != nil {
 			n.mu.Unlock()
-			n.unsub()
-			return nil, err
+			n.unsub() // not under n.mu either
+			return err
 		}
 		if p := n.peers[m.ID]; p != nil {
 			p.floor = max(p.floor, m.Incarnation)
@@ -293,13 +329,7 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	}
 	n.publishMembers()
 	n.mu.Unlock()
-	if cfg.Transport != nil {
-		if err := cfg.Transport.Listen(n.handle); err != nil {
-			n.unsub()
-			return nil, err
-		}
-	}
-	return n, nil
+	return nil
 }
 
 // memberEvent applies one change of the membership.

@@ -306,14 +306,27 @@ func (o *sendOrder) busiest(budget int, prev int64, past pos) []freshEntry {
 		}
 	}
 	var h busy
-	size := 0
+	size, full := 0, false
 	o.each(first, func(p pos, li int, e *entry) bool {
-		x := freshEntry{e, li, e.hits.Load()}
-		if _, ok := reportOf(e); !ok || p.cmp(past) < 0 || (size+entryBytes(e) > budget && (len(h) == 0 || x.hits <= h[0].hits)) {
+		if _, ok := reportOf(e); !ok || p.cmp(past) < 0 {
 			return true
 		}
-		heap.Push(&h, x)
-		for size += entryBytes(e); size > budget && len(h) > 0; {
+		x, b := freshEntry{e, li, e.hits.Load()}, entryBytes(e)
+		if !full && size+b <= budget {
+			h, size = append(h, x), size+b
+			return true
+		}
+		if !full {
+			heap.Init(&h) // the fewest hits at the root from now on
+			full = true
+		}
+		if len(h) == 0 || x.hits <= h[0].hits {
+			return true
+		}
+		size += b - entryBytes(h[0].e)
+		h[0] = x
+		heap.Fix(&h, 0)
+		for size > budget && len(h) > 1 {
 			size -= entryBytes(heap.Pop(&h).(freshEntry).e)
 		}
 		return true

@@ -382,21 +382,17 @@ func (rd *reader) key() string {
 	return string(rd.take(int(l)))
 }
 
-func (rd *reader) varint() int64 {
-	if rd.bad {
-		return 0
-	}
-	v, n := binary.Varint(rd.p)
-	rd.check(n > 0)
-	rd.take(max(n, 0))
-	return v
-}
+func (rd *reader) varint() int64 { return readVarint(rd, binary.Varint) }
 
-func (rd *reader) uvarint() uint64 {
+func (rd *reader) uvarint() uint64 { return readVarint(rd, binary.Uvarint) }
+
+// readVarint reads a varint that parse (binary.Varint or binary.Uvarint)
+// decodes.
+func readVarint[T int64 | uint64](rd *reader, parse func([]byte) (T, int)) T {
 	if rd.bad {
 		return 0
 	}
-	v, n := binary.Uvarint(rd.p)
+	v, n := parse(rd.p)
 	rd.check(n > 0)
 	rd.take(max(n, 0))
 	return v
