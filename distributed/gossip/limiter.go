@@ -783,8 +783,8 @@ const expireRounds = 8
 // changes is what one round took from a limiter's dirty entries: those
 // whose counters changed in round ch, the round run before it, in the
 // order it took them. The entry at index i was given sequence number
-// base+i (see entry.seq); it is in the list while that is still its
-// sequence number, that is until a later round takes it again.
+// base+i (see entry.seq); a later round that takes it again clears its
+// slot (nil).
 type changes struct {
 	ch   int64
 	base uint32
@@ -821,17 +821,42 @@ func (l *Limiter) rotate(r, prev int64) {
 		l.hist = append(l.hist[:0], l.hist[k:]...)
 	}
 	es := l.dirty.take(spare[:0])
-	base := l.seq
+	h := changes{ch: prev, base: l.seq, es: es}
 	for i, e := range es {
 		for c := e.changed.Load(); c < prev && !e.changed.CompareAndSwap(c, prev); c = e.changed.Load() {
 		}
 		if e.changed.Load() > prev {
 			l.dirty.add(e)
 		}
-		e.seq = base + uint32(i)
+		l.unlist(e, h.es[:i], h.base)
+		e.seq = h.base + uint32(i)
 	}
 	l.seq += uint32(len(es))
-	l.hist = append(l.hist, changes{ch: prev, base: base, es: es})
+	l.hist = append(l.hist, h)
+}
+
+// unlist clears e's slot in the list that last took it, if any: a kept
+// one, or taking, the entries the round being taken numbered so far from
+// base. A round walks past a cleared slot without reading the entry.
+// Called with l.histMu held.
+func (l *Limiter) unlist(e *entry, taking []*entry, base uint32) {
+	if h := (changes{base: base, es: taking}); h.clear(e) {
+		return
+	}
+	for i := range l.hist {
+		if l.hist[i].clear(e) {
+			return
+		}
+	}
+}
+
+// clear clears e's slot in h, if h holds it, and reports whether it did.
+func (h *changes) clear(e *entry) bool {
+	if i := e.seq - h.base; i < uint32(len(h.es)) && h.es[i] == e {
+		h.es[i] = nil
+		return true
+	}
+	return false
 }
 
 // allowance returns the most units a node could have admitted for one

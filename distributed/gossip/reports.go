@@ -128,8 +128,9 @@ func (h *changes) at(seq uint32) *entry {
 }
 
 // each calls f with the position, limiter index and entry of every
-// entry of the order at or after o.from that is still the latest take
-// of its entry and not dropped, in order, until f returns false.
+// entry of the runs from the run at index from on, at or after o.from,
+// that is still in the list that took it last and not dropped, in
+// order, until f returns false.
 func (o *sendOrder) each(from int, f func(p pos, li int, e *entry) bool) {
 	for _, ru := range o.runs[from:] {
 		name := o.lims[ru.li].name
@@ -162,7 +163,7 @@ func (ru *run) each(name string, from pos, f func(p pos, li int, e *entry) bool)
 		}
 		for i := start; i < len(h.es); i++ {
 			e := h.es[i]
-			if e.seq != h.base+uint32(i) || e.pin.Load() < 0 {
+			if e == nil || e.pin.Load() < 0 {
 				continue // taken again later, or dropped
 			}
 			if !f(pos{ru.ch, name, uint32(i) + 1, ""}, ru.li, e) {
