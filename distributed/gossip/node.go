@@ -165,7 +165,7 @@ type Node struct {
 
 // sentRound is what one round's reports carried to a peer: every counter
 // from position from (inclusive) to position to (exclusive; the round
-// itself, {r, "", ""}, unless MaxRoundBytes cut it).
+// itself, pos{ch: r}, unless MaxRoundBytes cut it).
 type sentRound struct {
 	from, to pos
 	parts    []pos // where each report datagram of the round starts

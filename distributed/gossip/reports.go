@@ -15,20 +15,23 @@ import (
 // round sends without sorting; an entry that changes again is taken
 // again by a later round, so its position only moves forward. A round's
 // entries whose list is no longer kept (for a peer far behind) are
-// ordered by key instead, after the positions of the list they were in,
-// so that a peer that acknowledged part of that list gets them all.
+// ordered by key instead (its hash in the table, then the key itself),
+// after the positions of the list they were in, so that a peer that
+// acknowledged part of that list gets them all.
 type pos struct {
-	ch  int64
-	lim string
-	idx uint32 // 1 + the entry's index in the limiter's list of round ch; keyed if ordered by key
-	key string // if keyed
+	ch   int64
+	lim  string
+	idx  uint32 // 1 + the entry's index in the limiter's list of round ch; keyed if ordered by key
+	hash uint64 // if keyed, the key's hash in the limiter's table...
+	key  string // ...and the key
 }
 
 // keyed is pos.idx of a position ordered by key.
 const keyed = math.MaxUint32
 
 func (a pos) cmp(b pos) int {
-	return cmp.Or(cmp.Compare(a.ch, b.ch), strings.Compare(a.lim, b.lim), cmp.Compare(a.idx, b.idx), strings.Compare(a.key, b.key))
+	return cmp.Or(cmp.Compare(a.ch, b.ch), strings.Compare(a.lim, b.lim), cmp.Compare(a.idx, b.idx),
+		cmp.Compare(a.hash, b.hash), strings.Compare(a.key, b.key))
 }
 
 // run is a stretch of the send order: the entries of one limiter whose
@@ -93,7 +96,9 @@ func (l *Limiter) scanRuns(li int, r, oldest int64) []run {
 			ss = append(ss, scanned{e, ch})
 		}
 	})
-	slices.SortFunc(ss, func(a, b scanned) int { return cmp.Or(cmp.Compare(a.ch, b.ch), strings.Compare(a.e.key, b.e.key)) })
+	slices.SortFunc(ss, func(a, b scanned) int {
+		return cmp.Or(cmp.Compare(a.ch, b.ch), cmp.Compare(a.e.hash, b.e.hash), strings.Compare(a.e.key, b.e.key))
+	})
 	var runs []run
 	for i := 0; i < len(ss); {
 		j := i
@@ -166,14 +171,14 @@ func (ru *run) each(name string, from pos, f func(p pos, li int, e *entry) bool)
 			if e == nil || e.pin.Load() < 0 {
 				continue // taken again later, or dropped
 			}
-			if !f(pos{ru.ch, name, uint32(i) + 1, ""}, ru.li, e) {
+			if !f(pos{ch: ru.ch, lim: name, idx: uint32(i) + 1}, ru.li, e) {
 				return false
 			}
 		}
 		return true
 	}
 	for _, e := range ru.keyed {
-		p := pos{ru.ch, name, keyed, e.key}
+		p := pos{ch: ru.ch, lim: name, idx: keyed, hash: e.hash, key: e.key}
 		if p.cmp(from) < 0 {
 			continue
 		}
