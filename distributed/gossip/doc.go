@@ -91,12 +91,16 @@
 // # Memory and the key cap
 //
 // Each limiter tracks at most the node's throttle.WithMaxKeys keys, about
-// 140 bytes a key decided on one node alone, plus a 144-byte record per
-// peer that reported it; idle keys are dropped by Tick after the retention,
-// once their bucket is full again. Past the cap, new keys share one bucket
+// 140 bytes a key decided on one node alone, plus a 128-byte record per
+// peer that reported it (about 480 bytes of heap a key and node where
+// each of three nodes admits every key), and 8 bytes per round that
+// changed it among the last Config.Resend+4 rounds run; idle keys are
+// dropped by Tick after the retention, once their bucket is full again. Past the cap, new keys share one bucket
 // under OverflowKey, limited and gossiped like any key, never unlimited.
 // A round sends each peer at most Config.MaxRoundBytes (before
 // Config.Copies copies), whatever the number of keys; the rest follows in
-// later rounds. Version 2 of the wire format does not understand version
+// later rounds. Its work follows what it sends, not the keys changed: it
+// reads the changed keys in the order the rounds took them, and sorts
+// nothing. Version 2 of the wire format does not understand version
 // 1: upgrade every node of a cluster together.
 package gossip

@@ -45,6 +45,7 @@ type Limiter struct {
 	histMu   sync.Mutex // guards the fields below (Tick's)
 	hist     []changes  // the entries each of the latest rounds took from dirty, oldest first
 	histFrom int64      // hist holds every entry whose counters changed in this round or later
+	seq      uint32     // the sequence number the next entry taken gets
 	scans    int        // rounds that scanned the whole table for a peer's reports
 	sweep    int        // the slot of the table the next expiry sweep starts at
 }
@@ -554,17 +555,8 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 	if sh.round == r && sh.members == mp && !e.cap.arrived(r) {
 		return sh
 	}
-	if last := &e.cap.last; sh.round == r-1 && sh.of != nil && last.round != r-1 {
-		last.round, last.of, last.sum = r-1, sh.of, sh.sum
-		last.w = append(last.w[:0], sh.w...)
-	}
+	e.cap.keepLast(r)
 	members := *mp
-	live := *l.node.live.Load()
-	sh.round, sh.members, sh.of, sh.pending = r, mp, mp, false
-	e.cap.waiting = e.cap.waiting[:0]
-	if cap(sh.w) < len(members) {
-		sh.w = make([]float64, len(members))
-	}
 	var pbuf [16]bool
 	var lbuf [16]float64
 	pending, late := pbuf[:0], lbuf[:0]
@@ -572,73 +564,137 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 		pending, late = make([]bool, 0, len(members)), make([]float64, 0, len(members))
 	}
 	pending, late = pending[:len(members)], late[:len(members)]
-	sh.w = sh.w[:len(members)]
-	clear(sh.w)
-	sh.sum, sh.self, sh.total = 0, 0, math.MinInt64
+	sh.reset(r, mp)
+	e.cap.waiting = e.cap.waiting[:0]
 	// What round r-1 could spend: the tokens at the start of round r,
 	// with what was spent in it.
 	spendable := float64(l.bucket.Tokens(r*l.node.interval, e.tat()) + e.spent + e.cap.prevSpent)
-	nonPending, pendingFrac := 0.0, 0.0
+	live := *l.node.live.Load()
 	for i, id := range members {
 		if id == l.node.id {
 			sh.self = i
 			sh.w[i] = float64(min(e.cap.prev, l.demand))
-			nonPending += sh.w[i]
 			continue
 		}
-		rec := e.peerRec(id)
-		p := live[id]
+		rec, p := e.peerRec(id), live[id]
 		done := int64(0)
 		if p != nil {
 			done = int64(p.done.Load())
 		}
+		if done < r {
+			late[i] = recentHits(rec, r)
+		}
 		if rec != nil && rec.r1 >= uint64(r) || p == nil || done >= r || done < r-pendingRounds {
 			// Heard for round r: what it spent in r-1 is charged. (Or
 			// never heard, or not for rounds: see the late estimate.)
-			if rec != nil && rec.r1 > rec.r0 {
-				if rec.r1 >= uint64(r) {
-					spendable += float64(rec.h1 - rec.h0)
-				}
-				if rec.r1 >= uint64(r-1) {
-					sh.w[i] = min(float64(rec.d1-rec.d0)/float64(rec.r1-rec.r0), float64(l.demand))
-				}
-				if n := r - int64(rec.r1); n >= 1 && n <= 3 && done < r {
-					late[i] = float64(n) * float64(rec.h1-rec.h0) / float64(rec.r1-rec.r0)
-				}
-			}
-			nonPending += sh.w[i]
+			w, spent := l.heard(rec, r)
+			sh.w[i], spendable = w, spendable+spent
 			continue
 		}
 		pending[i], sh.pending = true, true
 		e.cap.waiting = append(e.cap.waiting, p)
-		f := 1 / float64(len(members))
-		if last := &e.cap.last; last.round == r-1 {
-			f = 0
-			if k, ok := slices.BinarySearch(*last.of, id); ok {
-				f = last.w[k] / last.sum
-			}
+		sh.w[i] = e.cap.lastFraction(id, r, len(members))
+	}
+	sh.held = held(sh.w, pending, late, spendable)
+	sh.spread(pending)
+	return sh
+}
+
+// keepLast keeps the shares of round r-1, if they are the latest
+// computed, before they are computed for round r: a pending member keeps
+// its fraction of r-1. Called with the entry's mu held.
+func (c *spending) keepLast(r int64) {
+	if sh, last := &c.shares, &c.last; sh.round == r-1 && sh.of != nil && last.round != r-1 {
+		last.round, last.of, last.sum = r-1, sh.of, sh.sum
+		last.w = append(last.w[:0], sh.w...)
+	}
+}
+
+// lastFraction returns the fraction of the tokens the member with ID id,
+// pending in round r, had in round r-1 as this node computed it: 1/n if
+// it computed none, n being the members now. Called with the entry's mu
+// held.
+func (c *spending) lastFraction(id string, r int64, n int) float64 {
+	last := &c.last
+	if last.round != r-1 {
+		return 1 / float64(n)
+	}
+	if k, ok := slices.BinarySearch(*last.of, id); ok {
+		return last.w[k] / last.sum
+	}
+	return 0
+}
+
+// reset starts computing sh for round r and the members of mp.
+func (sh *shares) reset(r int64, mp *[]string) {
+	n := len(*mp)
+	sh.round, sh.members, sh.of, sh.pending = r, mp, mp, false
+	if cap(sh.w) < n {
+		sh.w = make([]float64, n)
+	}
+	sh.w = sh.w[:n]
+	clear(sh.w)
+	sh.sum, sh.self, sh.total = 0, 0, math.MinInt64
+}
+
+// heard returns the weight in round r of a peer heard for it, whose
+// record of the key is rec (nil if none): its demand per round lately;
+// and what it spent in round r-1, which this node was charged.
+func (l *Limiter) heard(rec *remoteRec, r int64) (w, spent float64) {
+	if rec == nil || rec.r1 <= rec.r0 {
+		return 0, 0
+	}
+	if rec.r1 >= uint64(r) {
+		spent = float64(rec.h1 - rec.h0)
+	}
+	if rec.r1 >= uint64(r-1) {
+		w = min(float64(rec.d1-rec.d0)/float64(rec.r1-rec.r0), float64(l.demand))
+	}
+	return w, spent
+}
+
+// recentHits estimates what a peer whose record of the key is rec (nil
+// if none), not heard for round r, spent in the 1 to 3 rounds it is
+// late: its hit rate lately. 0 if later than that.
+func recentHits(rec *remoteRec, r int64) float64 {
+	if rec == nil || rec.r1 <= rec.r0 {
+		return 0
+	}
+	if n := r - int64(rec.r1); n >= 1 && n <= 3 {
+		return float64(n) * float64(rec.h1-rec.h0) / float64(rec.r1-rec.r0)
+	}
+	return 0
+}
+
+// held returns the tokens set aside for what the members may have spent
+// unheard: for a pending one, its fraction w of what round r-1 could
+// spend, plus one for rounding; or its recent hit rate (late), if more.
+func held(w []float64, pending []bool, late []float64, spendable float64) int64 {
+	h := 0.0
+	for i := range w {
+		x := 0.0
+		if pending[i] && w[i] > 0 {
+			x = math.Ceil(w[i]*max(spendable, 0)) + 1
 		}
-		sh.w[i] = f
-		pendingFrac += f
-		if rec != nil && rec.r1 > rec.r0 {
-			if n := r - int64(rec.r1); n >= 1 && n <= 3 {
-				late[i] = float64(n) * float64(rec.h1-rec.h0) / float64(rec.r1-rec.r0)
-			}
+		h += max(x, late[i])
+	}
+	return int64(math.Ceil(h))
+}
+
+// spread turns the weights into the members' parts of the tokens: the
+// pending members keep their fractions; the others share the rest by
+// their weights (equally if none has any).
+func (sh *shares) spread(pending []bool) {
+	nonPending, pendingFrac := 0.0, 0.0
+	for i, w := range sh.w {
+		if pending[i] {
+			pendingFrac += w
+		} else {
+			nonPending += w
 		}
 	}
-	held := 0.0
-	for i := range members {
-		h := 0.0
-		if pending[i] && sh.w[i] > 0 {
-			h = math.Ceil(sh.w[i]*max(spendable, 0)) + 1
-		}
-		held += max(h, late[i])
-	}
-	sh.held = int64(math.Ceil(held))
-	// Fractions: the pending members keep theirs; the others share the
-	// rest by their weights (equally if none has any).
 	if nonPending == 0 {
-		for i := range members {
+		for i := range sh.w {
 			if !pending[i] {
 				sh.w[i] = 1
 				nonPending++
@@ -646,7 +702,7 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 		}
 	}
 	rest := max(1-pendingFrac, 0)
-	for i := range members {
+	for i := range sh.w {
 		if pending[i] {
 			sh.w[i] *= nonPending
 		} else {
@@ -662,7 +718,6 @@ func (l *Limiter) shares(e *entry, mp *[]string, r int64) *shares {
 		}
 		sh.sum = float64(len(sh.w))
 	}
-	return sh
 }
 
 func tieHash(key string, r int64, id string) uint64 {
@@ -721,10 +776,15 @@ func (l *Limiter) expire(r, minAck int64) {
 // takes.
 const expireRounds = 8
 
-// changes is what one round took from a limiter's dirty entries.
+// changes is what one round took from a limiter's dirty entries: those
+// whose counters changed in round ch, the round run before it, in the
+// order it took them. The entry at index i was given sequence number
+// base+i (see entry.seq); a later round that takes it again clears its
+// slot (nil).
 type changes struct {
-	round int64
-	es    []*entry
+	ch   int64
+	base uint32
+	es   []*entry
 }
 
 // histRounds is how many rounds run of changes beyond Config.Resend a
@@ -733,67 +793,66 @@ type changes struct {
 const histRounds = 4
 
 // rotate takes the entries changed since the last round, prev, at the
-// start of round r, and keeps them with those of the latest rounds. An
-// entry added with a round older than prev (by a decision that read the
-// round just before it moved on) is moved forward to prev, so that a peer
-// that acknowledged everything before prev still gets it.
+// start of round r, and keeps them with those of the latest rounds, each
+// numbered in the order taken: the order the rounds send them in (see
+// pos). An entry added with a round older than prev (by a decision that
+// read the round just before it moved on) is moved forward to prev, so
+// that a peer that acknowledged everything before prev still gets it.
+// An entry that changed in round r already (after the round began) is
+// also added back, for the next round to take it again: its changes
+// after this round reads it are news.
 func (l *Limiter) rotate(r, prev int64) {
-	es := l.dirty.take(nil)
-	for _, e := range es {
-		for c := e.changed.Load(); c < prev && !e.changed.CompareAndSwap(c, prev); c = e.changed.Load() {
-		}
-	}
 	l.histMu.Lock()
 	defer l.histMu.Unlock()
-	l.hist = append(l.hist, changes{r, es})
 	// The last rounds run, not round numbers: rounds run seconds apart (a
 	// starved process) keep as many, else a peer's acknowledged round would
 	// always be older than them, and every round would scan the table.
-	k := max(len(l.hist)-l.node.cfg.Resend-histRounds, 0)
-	for _, h := range l.hist[:k] {
-		l.histFrom = h.round + 1
+	var spare []*entry
+	if k := len(l.hist) + 1 - l.node.cfg.Resend - histRounds; k > 0 {
+		for _, h := range l.hist[:k] {
+			l.histFrom = h.ch + 1
+		}
+		spare = l.hist[0].es[:cap(l.hist[0].es)]
+		clear(spare) // it holds no dropped entry alive
+		l.hist = append(l.hist[:0], l.hist[k:]...)
 	}
-	l.hist = append(l.hist[:0], l.hist[k:]...)
+	es := l.dirty.take(spare[:0])
+	h := changes{ch: prev, base: l.seq, es: es}
+	for i, e := range es {
+		for c := e.changed.Load(); c < prev && !e.changed.CompareAndSwap(c, prev); c = e.changed.Load() {
+		}
+		if e.changed.Load() > prev {
+			l.dirty.add(e)
+		}
+		l.unlist(e, h.es[:i], h.base)
+		e.seq = h.base + uint32(i)
+	}
+	l.seq += uint32(len(es))
+	l.hist = append(l.hist, h)
 }
 
-// changedSince returns the entries (not dropped) whose counters changed
-// in round ch or later, and true; or false if the rounds kept do not go
-// back that far.
-func (l *Limiter) changedSince(ch int64) ([]*entry, bool) {
-	l.histMu.Lock()
-	defer l.histMu.Unlock()
-	if ch < l.histFrom {
-		return nil, false
+// unlist clears e's slot in the list that last took it, if any: a kept
+// one, or taking, the entries the round being taken numbered so far from
+// base. A round walks past a cleared slot without reading the entry.
+// Called with l.histMu held.
+func (l *Limiter) unlist(e *entry, taking []*entry, base uint32) {
+	if h := (changes{base: base, es: taking}); h.clear(e) {
+		return
 	}
-	var out []*entry
-	var seen map[*entry]struct{}
-	lists := 0
-	for _, h := range l.hist {
-		if h.round >= ch {
-			lists++
+	for i := range l.hist {
+		if l.hist[i].clear(e) {
+			return
 		}
 	}
-	if lists > 1 {
-		seen = map[*entry]struct{}{}
+}
+
+// clear clears e's slot in h, if h holds it, and reports whether it did.
+func (h *changes) clear(e *entry) bool {
+	if i := e.seq - h.base; i < uint32(len(h.es)) && h.es[i] == e {
+		h.es[i] = nil
+		return true
 	}
-	for _, h := range l.hist {
-		if h.round < ch {
-			continue
-		}
-		for _, e := range h.es {
-			if e.pin.Load() < 0 || e.changed.Load() < ch {
-				continue // dropped, or changed before ch
-			}
-			if seen != nil {
-				if _, dup := seen[e]; dup {
-					continue
-				}
-				seen[e] = struct{}{}
-			}
-			out = append(out, e)
-		}
-	}
-	return out, true
+	return false
 }
 
 // allowance returns the most units a node could have admitted for one
@@ -892,65 +951,82 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 			l.node.st.overflow.Add(1)
 			continue
 		}
-		var delta int64
 		e.mu.Lock()
-		rec := e.peerRec(m.sender)
-		if rec != nil && m.incarnation > rec.inc && x.born == rec.born && x.hits >= rec.hits {
-			// The same counter, its sender having moved past an
-			// earlier life (see Node.handle).
-			rec.inc = m.incarnation
-		}
-		switch {
-		case rec == nil || m.incarnation != rec.inc || x.born > rec.born:
-			// A counter we have not seen (the node checked that the
-			// incarnation is the peer's current one): all of it is news
-			// if it was born after we started listening to the peer;
-			// otherwise it is history (covered by the state sync) and
-			// becomes the baseline.
-			nr := &remoteRec{id: m.sender, inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
-				d0: x.demand, h0: x.hits, h1: x.hits, seen: t, allowRound: sr, credit: math.MinInt64 / 2}
-			fresh := l.allowance(0)
-			if x.born >= acceptFrom {
-				delta = int64(x.hits)
-				nr.d0, nr.h0, nr.r0 = 0, 0, m.round-1
-				fresh = l.allowance(sr - max(x.born, acceptFrom)/l.node.interval)
-			}
-			nr.allow = fresh
-			if rec != nil {
-				nr.allow, nr.credit = l.replaced(rec, sr, m.incarnation != rec.inc, fresh)
-			}
-			rec = e.setPeerRec(rec, nr)
-		case x.born < rec.born:
-			// An older counter, delayed: ignore.
-		default:
-			rec.seen = t
-			l.refillTo(rec, sr)
-			if x.hits > rec.hits {
-				delta = int64(x.hits - rec.hits)
-				rec.hits = x.hits
-			}
-			if m.round > rec.r1 && x.demand >= rec.d1 && x.hits >= rec.h1 {
-				rec.d0, rec.h0, rec.r0 = rec.d1, rec.h1, rec.r1
-				rec.d1, rec.h1, rec.r1 = x.demand, x.hits, m.round
-			}
-		}
-		if delta > 0 {
-			if delta > rec.allow {
-				capped = satAdd(capped, delta-rec.allow)
-				delta = rec.allow
-			}
-			rec.allow -= delta
-			e.bucket.Debit(now, l.bucket.Cost(delta))
-			total += delta
-		}
-		// What is left carries over to later rounds up to what a full
-		// bucket and the slack allow.
-		rec.allow = min(rec.allow, l.allowance(0))
-		e.sharesChanged() // after the debit: see entry.full
+		rec, delta := l.record(e, m, x, acceptFrom, t, sr)
+		debited, c := l.debit(e, rec, delta, now)
 		e.mu.Unlock()
 		e.unpin()
+		total, capped = total+debited, satAdd(capped, c)
 	}
 	return total, capped
+}
+
+// record updates e's record of m's sender with x, its report of e's key,
+// and returns the record and the units the report adds to what the
+// sender had reported. t is the receiver's round and sr the sender's
+// (see senderRound). Called with e.mu held.
+func (l *Limiter) record(e *entry, m *message, x reportEntry, acceptFrom, t, sr int64) (rec *remoteRec, delta int64) {
+	rec = e.peerRec(m.sender)
+	if rec != nil && m.incarnation > rec.inc && x.born == rec.born && x.hits >= rec.hits {
+		// The same counter, its sender having moved past an
+		// earlier life (see Node.handle).
+		rec.inc = m.incarnation
+	}
+	switch {
+	case rec == nil || m.incarnation != rec.inc || x.born > rec.born:
+		// A counter we have not seen (the node checked that the
+		// incarnation is the peer's current one): all of it is news
+		// if it was born after we started listening to the peer;
+		// otherwise it is history (covered by the state sync) and
+		// becomes the baseline.
+		nr := &remoteRec{id: m.sender, inc: m.incarnation, born: x.born, hits: x.hits, d1: x.demand, r1: m.round, r0: m.round,
+			d0: x.demand, h0: x.hits, h1: x.hits, seen: t, allowRound: sr, credit: math.MinInt64 / 2}
+		fresh := l.allowance(0)
+		if x.born >= acceptFrom {
+			delta = int64(x.hits)
+			nr.d0, nr.h0, nr.r0 = 0, 0, m.round-1
+			fresh = l.allowance(sr - max(x.born, acceptFrom)/l.node.interval)
+		}
+		nr.allow = fresh
+		if rec != nil {
+			nr.allow, nr.credit = l.replaced(rec, sr, m.incarnation != rec.inc, fresh)
+		}
+		return e.setPeerRec(rec, nr), delta
+	case x.born < rec.born:
+		// An older counter, delayed: ignore.
+	default:
+		rec.seen = t
+		l.refillTo(rec, sr)
+		if x.hits > rec.hits {
+			delta = int64(x.hits - rec.hits)
+			rec.hits = x.hits
+		}
+		if m.round > rec.r1 && x.demand >= rec.d1 && x.hits >= rec.h1 {
+			rec.d0, rec.h0, rec.r0 = rec.d1, rec.h1, rec.r1
+			rec.d1, rec.h1, rec.r1 = x.demand, x.hits, m.round
+		}
+	}
+	return rec, delta
+}
+
+// debit debits from e's bucket at now the delta units its record rec
+// adds, up to what rec's sender may still report, and returns the units
+// debited and those capped. Called with e.mu held.
+func (l *Limiter) debit(e *entry, rec *remoteRec, delta, now int64) (debited, capped int64) {
+	if delta > 0 {
+		if delta > rec.allow {
+			capped = delta - rec.allow
+			delta = rec.allow
+		}
+		rec.allow -= delta
+		e.bucket.Debit(now, l.bucket.Cost(delta))
+		debited = delta
+	}
+	// What is left carries over to later rounds up to what a full
+	// bucket and the slack allow.
+	rec.allow = min(rec.allow, l.allowance(0))
+	e.sharesChanged() // after the debit: see entry.full
+	return debited, capped
 }
 
 // applyState lowers each bucket to the level a peer reported, if it is
@@ -1056,6 +1132,7 @@ type entry struct {
 	hits   atomic.Int64 // units admitted here, cumulative
 	unmet  atomic.Int64 // with the spend cap, units asked for here and not admitted, cumulative, up to each round's ceiling; demand is hits + unmet
 	pin    atomic.Int32 // uses in progress (see table.pin); below dropped once dropped
+	seq    uint32       // where the last round that took it put it (see changes); Tick's
 	mu     sync.Mutex   // guards remote and the fields below
 	round  int64        // with the spend cap, the round of spent
 	spent  int64        // with the spend cap, units admitted here in round

@@ -164,24 +164,9 @@ type Node struct {
 	st stats
 }
 
-// pos is a position in the order in which reports are sent: by the
-// round the counter changed in, then limiter name, then hits (most
-// first), then key. A counter whose hits change changes round too, so its
-// position only moves forward.
-type pos struct {
-	ch   int64
-	lim  string
-	hits uint64 // descending: the busiest keys of a round first
-	key  string
-}
-
-func (a pos) cmp(b pos) int {
-	return cmp.Or(cmp.Compare(a.ch, b.ch), strings.Compare(a.lim, b.lim), cmp.Compare(b.hits, a.hits), strings.Compare(a.key, b.key))
-}
-
 // sentRound is what one round's reports carried to a peer: every counter
 // from position from (inclusive) to position to (exclusive; the round
-// itself, {r, "", ""}, unless MaxRoundBytes cut it).
+// itself, pos{ch: r}, unless MaxRoundBytes cut it).
 type sentRound struct {
 	from, to pos
 	parts    []pos // where each report datagram of the round starts
@@ -233,33 +218,9 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.Resend == 0 {
-		cfg.Resend = DefaultResend
-	}
-	if cfg.Copies == 0 {
-		cfg.Copies = DefaultCopies
-	}
-	if cfg.MaxRoundBytes == 0 {
-		cfg.MaxRoundBytes = DefaultMaxRoundBytes
-	}
-	switch {
-	case cfg.Interval < MinInterval:
-		return nil, fmt.Errorf("%w: gossip interval %v is below %v", throttle.ErrInvalid, cfg.Interval, MinInterval)
-	case cfg.Resend < 1 || cfg.Resend > 1000:
-		return nil, fmt.Errorf("%w: Resend %d out of [1, 1000]", throttle.ErrInvalid, cfg.Resend)
-	case cfg.MaxRoundBytes < MaxPacket:
-		return nil, fmt.Errorf("%w: MaxRoundBytes %d below %d", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket)
-	case cfg.Copies < 1 || cfg.Copies > MaxCopies:
-		return nil, fmt.Errorf("%w: Copies %d out of [1, %d]", throttle.ErrInvalid, cfg.Copies, MaxCopies)
-	case cfg.Transport == nil && len(cfg.Peers) > 0:
-		return nil, fmt.Errorf("%w: peers need a Transport", throttle.ErrInvalid)
-	case cfg.Membership != nil && len(cfg.Peers) > 0:
-		return nil, fmt.Errorf("%w: Peers and a Membership: list the peers in the Membership", throttle.ErrInvalid)
-	case cfg.Transport != nil && len(cfg.Secret) < MinSecretLen && (len(cfg.Secret) > 0 || !authenticated(cfg.Transport)):
-		return nil, fmt.Errorf("%w: gossip secret must be at least %d bytes", throttle.ErrInvalid, MinSecretLen)
+	cfg.setDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	n := &Node{
 		cfg: cfg, settings: s, clk: clock.New(s.Clock), interval: int64(cfg.Interval),
@@ -272,19 +233,74 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	if ms == nil {
 		ms = NewStaticMembership(Member{}, cfg.Peers...)
 	}
-	local := ms.Local()
-	n.id = cmp.Or(local.ID, cfg.ID)
-	if n.id == "" && cfg.Transport != nil {
-		n.id = cfg.Transport.Addr()
+	if err := n.identify(ms.Local()); err != nil {
+		return nil, err
+	}
+	if err := n.join(ms); err != nil {
+		return nil, err
+	}
+	if cfg.Transport != nil {
+		if err := cfg.Transport.Listen(n.handle); err != nil {
+			n.unsub()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// setDefaults sets the zero fields of cfg that have a default.
+func (cfg *Config) setDefaults() {
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Resend == 0 {
+		cfg.Resend = DefaultResend
+	}
+	if cfg.Copies == 0 {
+		cfg.Copies = DefaultCopies
+	}
+	if cfg.MaxRoundBytes == 0 {
+		cfg.MaxRoundBytes = DefaultMaxRoundBytes
+	}
+}
+
+// check returns an error wrapping throttle.ErrInvalid if cfg, its
+// defaults set, is not valid.
+func (cfg *Config) check() error {
+	switch {
+	case cfg.Interval < MinInterval:
+		return fmt.Errorf("%w: gossip interval %v is below %v", throttle.ErrInvalid, cfg.Interval, MinInterval)
+	case cfg.Resend < 1 || cfg.Resend > 1000:
+		return fmt.Errorf("%w: Resend %d out of [1, 1000]", throttle.ErrInvalid, cfg.Resend)
+	case cfg.MaxRoundBytes < MaxPacket:
+		return fmt.Errorf("%w: MaxRoundBytes %d below %d", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket)
+	case cfg.Copies < 1 || cfg.Copies > MaxCopies:
+		return fmt.Errorf("%w: Copies %d out of [1, %d]", throttle.ErrInvalid, cfg.Copies, MaxCopies)
+	case cfg.Transport == nil && len(cfg.Peers) > 0:
+		return fmt.Errorf("%w: peers need a Transport", throttle.ErrInvalid)
+	case cfg.Membership != nil && len(cfg.Peers) > 0:
+		return fmt.Errorf("%w: Peers and a Membership: list the peers in the Membership", throttle.ErrInvalid)
+	case cfg.Transport != nil && len(cfg.Secret) < MinSecretLen && (len(cfg.Secret) > 0 || !authenticated(cfg.Transport)):
+		return fmt.Errorf("%w: gossip secret must be at least %d bytes", throttle.ErrInvalid, MinSecretLen)
+	}
+	return nil
+}
+
+// identify sets the node's ID and incarnation: the membership's local
+// member's, else Config.ID and the start time.
+func (n *Node) identify(local Member) error {
+	n.id = cmp.Or(local.ID, n.cfg.ID)
+	if n.id == "" && n.cfg.Transport != nil {
+		n.id = n.cfg.Transport.Addr()
 	}
 	if n.id == "" {
 		n.id = "standalone"
 	}
 	switch {
-	case local.ID != "" && cfg.ID != "" && local.ID != cfg.ID:
-		return nil, fmt.Errorf("%w: Config.ID %q differs from the membership's %q", throttle.ErrInvalid, cfg.ID, local.ID)
+	case local.ID != "" && n.cfg.ID != "" && local.ID != n.cfg.ID:
+		return fmt.Errorf("%w: Config.ID %q differs from the membership's %q", throttle.ErrInvalid, n.cfg.ID, local.ID)
 	case len(n.id) > maxName:
-		return nil, fmt.Errorf("%w: node ID longer than %d bytes", throttle.ErrInvalid, maxName)
+		return fmt.Errorf("%w: node ID longer than %d bytes", throttle.ErrInvalid, maxName)
 	}
 	// The incarnation is the membership's, else the start time, so that
 	// a node's lives are ordered: a peer adopts only a newer incarnation
@@ -293,6 +309,11 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	// previous life; the first peer that still knows that life names it
 	// in its datagrams, and the node moves past it (see handle).
 	n.incarnation.Store(cmp.Or(local.Incarnation, uint64(max(n.created, 1))))
+	return nil
+}
+
+// join subscribes the node to ms's events and adds its members as peers.
+func (n *Node) join(ms Membership) error {
 	// Events may arrive from here on, concurrently with Members.
 	n.ms, n.unsub = ms, ms.Subscribe(n.memberEvent)
 	members := ms.Members() // not under n.mu: the membership may hold its lock while it calls memberEvent
@@ -300,8 +321,8 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	for _, m := range members {
 		if err := n.addPeer(m.ID); err != nil {
 			n.mu.Unlock()
-			n.unsub()
-			return nil, err
+			n.unsub() // not under n.mu either
+			return err
 		}
 		if p := n.peers[m.ID]; p != nil {
 			p.floor = max(p.floor, m.Incarnation)
@@ -309,13 +330,7 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	}
 	n.publishMembers()
 	n.mu.Unlock()
-	if cfg.Transport != nil {
-		if err := cfg.Transport.Listen(n.handle); err != nil {
-			n.unsub()
-			return nil, err
-		}
-	}
-	return n, nil
+	return nil
 }
 
 // memberEvent applies one change of the membership.
@@ -546,242 +561,161 @@ func (n *Node) deadAfter() int64 { return int64(n.cfg.Resend+3) * n.interval }
 func (n *Node) Tick() bool {
 	n.tickMu.Lock()
 	defer n.tickMu.Unlock()
-	now := n.clk.Now()
+	rd := n.beginRound(n.clk.Now())
+	if rd == nil {
+		return false
+	}
+	for _, l := range rd.lims {
+		l.rotate(rd.r, rd.prev)
+	}
+	n.st.rounds.Add(1)
+	order := slices.SortedFunc(maps.Keys(rd.groups), func(a, b group) int {
+		return cmp.Or(a.from.cmp(b.from), cmp.Compare(a.budget, b.budget))
+	})
+	for _, g := range order {
+		n.sendReports(rd, g, rd.groups[g])
+	}
+	if len(rd.silent) > 0 {
+		// What changed since the last round run, however late it ran.
+		rep := n.reports(rd.lims, rd.r, rd.prev, pos{ch: min(rd.r-int64(n.cfg.Resend), rd.prev)}, n.cfg.MaxRoundBytes, true)
+		for _, d := range rd.silent {
+			n.send(d.addr, d.ack, rep.bodies, rd.r)
+		}
+	}
+	for _, l := range rd.lims {
+		l.expire(rd.r, rd.minAck)
+	}
+	return true
+}
+
+// round is what a round sends, planned at its start under the node's
+// mutex.
+type round struct {
+	r, prev int64      // the round, and the one run before it
+	lims    []*Limiter // sorted by name
+	groups  map[group][]dest
+	silent  []dest // peers sent only what changed lately
+	minAck  int64  // the oldest round a live peer has not acknowledged
+}
+
+// dest is a peer a round sends to.
+type dest struct {
+	addr string
+	ack  uint64
+	cu   *catchUp // bucket levels to send the peer, if not nil
+	inc  uint64
+}
+
+// group is the peers sent the same reports: from the same position, with
+// the same budget.
+type group struct {
+	from   pos
+	budget int
+}
+
+// beginRound starts the round of now, if a round boundary has passed
+// since the last one (else it returns nil), and plans what it sends each
+// peer.
+func (n *Node) beginRound(now int64) *round {
 	r := now / n.interval
 	n.mu.Lock()
 	if n.closed || r <= n.round {
 		n.mu.Unlock()
-		return false
+		return nil
 	}
-	prev := n.round
+	rd := &round{r: r, prev: n.round, groups: map[group][]dest{}, minAck: r}
 	n.round = r
 	n.tick.Store(r)
 	if inc := n.ms.Local().Incarnation; inc > n.incarnation.Load() {
 		// The membership moved this node's life past an older one.
 		n.incarnation.Store(inc)
 	}
-	type dest struct {
-		addr string
-		ack  uint64
-		cu   *catchUp // bucket levels to send the peer, if not nil
-		inc  uint64
-	}
-	type group struct {
-		from   pos
-		budget int
-	}
-	groups := map[group][]dest{} // peers by the first round to resend, and size
-	var silent []dest
-	minAck := r
-	deadAfter := n.deadAfter()
 	// Sorted iteration keeps simulations on the in-memory network
 	// reproducible.
 	changed := false
 	for _, addr := range slices.Sorted(maps.Keys(n.peers)) {
-		p := n.peers[addr]
-		d := dest{addr: p.addr, ack: p.rxComplete, inc: p.incarnation}
-		if dead := p.unheard(now, deadAfter, prev*n.interval); dead != p.dead {
-			p.dead, changed = dead, true
-		}
-		if p.dead || p.down {
-			// Not heard from (yet, or lately), or declared dead: hello only, until it
-			// speaks; then it gets all it has not acknowledged. Its
-			// share of the tokens goes to the live members.
-			silent = append(silent, d)
-			continue
-		}
-		d.cu = p.catchingUp()
-		since := min(r-int64(n.cfg.Resend), int64(p.acked))
-		minAck = min(minAck, int64(p.acked))
-		switch {
-		case p.budget == 0:
-			p.budget = n.cfg.MaxRoundBytes
-		case int64(p.ackSeen) >= r-2:
-			p.budget = min(p.budget+8*MaxPacket, n.cfg.MaxRoundBytes)
-		case len(p.sent) > 0 && r-p.cutAt >= 2:
-			// Halve once per round trip: the rounds sent since the last
-			// cut are not answered yet.
-			p.budget = max(p.budget/2, MaxPacket)
-			p.cutAt = r
-		}
-		from := pos{ch: since}
-		if since == int64(p.acked) {
-			from = p.ackedPos
-		}
-		g := group{from, p.budget}
-		if d.cu != nil {
-			g.budget = max(p.budget/2, MaxPacket) // the other half for the levels
-		}
-		groups[g] = append(groups[g], d)
+		changed = n.plan(rd, n.peers[addr], now) || changed
 	}
 	if changed {
 		n.publishMembers()
 	}
-	lims := make([]*Limiter, 0, len(n.limiters))
 	for _, l := range n.limiters {
-		lims = append(lims, l)
+		rd.lims = append(rd.lims, l)
 	}
 	n.mu.Unlock()
-	slices.SortFunc(lims, func(a, b *Limiter) int { return strings.Compare(a.name, b.name) })
-	for _, l := range lims {
-		l.rotate(r, prev)
-	}
-	order := slices.SortedFunc(maps.Keys(groups), func(a, b group) int {
-		return cmp.Or(a.from.cmp(b.from), cmp.Compare(a.budget, b.budget))
-	})
-	n.st.rounds.Add(1)
-
-	for _, g := range order {
-		ds := groups[g]
-		bodies, to, parts, resent := n.reports(lims, r, g.from, g.budget, false)
-		n.st.resent.Add(uint64(resent * len(ds)))
-		n.mu.Lock()
-		for _, d := range ds {
-			if p := n.peers[d.addr]; p != nil {
-				if p.sent == nil || len(p.sent) > 1024 {
-					p.sent = map[uint64]sentRound{}
-				}
-				p.sent[uint64(r)] = sentRound{from: g.from, to: to, parts: parts}
-			}
-		}
-		n.mu.Unlock()
-		for _, d := range ds {
-			b := bodies
-			if d.cu != nil {
-				b = append(b[:len(b):len(b)], n.catchUpBodies(d.cu, lims, r, g.budget, len(b), d.addr, d.inc)...)
-			}
-			n.send(d.addr, d.ack, b, r)
-		}
-	}
-	if len(silent) > 0 {
-		// What changed since the last round run, however late it ran.
-		bodies, _, _, _ := n.reports(lims, r, pos{ch: min(r-int64(n.cfg.Resend), prev)}, n.cfg.MaxRoundBytes, true)
-		for _, d := range silent {
-			n.send(d.addr, d.ack, bodies, r)
-		}
-	}
-	for _, l := range lims {
-		l.expire(r, minAck)
-	}
-	return true
+	slices.SortFunc(rd.lims, func(a, b *Limiter) int { return strings.Compare(a.name, b.name) })
+	return rd
 }
 
-// reports returns the bodies of this round's reports for peers that need
-// the counters changed in rounds since and later (only those changed
-// within the retention if silent: a peer not heard from lately), at most
-// budget bytes of entries, those pending longest first; upTo,
-// the round before which every changed counter is included (r if none
-// was left out); and how many are resends.
-func (n *Node) reports(lims []*Limiter, r int64, from pos, budget int, silent bool) (bodies [][]byte, to pos, parts []pos, resent int) {
-	type pend struct {
-		l  int
-		ch int64
-		e  reportEntry
+// plan adds what round rd sends peer p to rd, and reports whether p
+// went dead or came back. Called with n.mu held.
+func (n *Node) plan(rd *round, p *peer, now int64) (changed bool) {
+	d := dest{addr: p.addr, ack: p.rxComplete, inc: p.incarnation}
+	if dead := p.unheard(now, n.deadAfter(), rd.prev*n.interval); dead != p.dead {
+		p.dead, changed = dead, true
 	}
-	var ps []pend
-	for i, l := range lims {
-		collect := func(key string, e *entry) {
-			ch := e.changed.Load()
-			hits := uint64(e.hits.Load())
-			if (pos{ch, l.name, hits, key}).cmp(from) < 0 || (silent && ch < r-l.retain) {
-				return
+	if p.dead || p.down {
+		// Not heard from (yet, or lately), or declared dead: hello only, until it
+		// speaks; then it gets all it has not acknowledged. Its
+		// share of the tokens goes to the live members.
+		rd.silent = append(rd.silent, d)
+		return changed
+	}
+	d.cu = p.catchingUp()
+	since := min(rd.r-int64(n.cfg.Resend), int64(p.acked))
+	rd.minAck = min(rd.minAck, int64(p.acked))
+	p.adapt(rd.r, n.cfg.MaxRoundBytes)
+	from := pos{ch: since}
+	if since == int64(p.acked) {
+		from = p.ackedPos
+	}
+	g := group{from, p.budget}
+	if d.cu != nil {
+		g.budget = max(p.budget/2, MaxPacket) // the other half for the levels
+	}
+	rd.groups[g] = append(rd.groups[g], d)
+	return changed
+}
+
+// adapt sets the peer's report budget for round r, like TCP's congestion
+// window: most at first, raised while the peer acknowledges rounds,
+// halved once per round trip while it does not. Called with n.mu held.
+func (p *peer) adapt(r int64, most int) {
+	switch {
+	case p.budget == 0:
+		p.budget = most
+	case int64(p.ackSeen) >= r-2:
+		p.budget = min(p.budget+8*MaxPacket, most)
+	case len(p.sent) > 0 && r-p.cutAt >= 2:
+		// Halve once per round trip: the rounds sent since the last
+		// cut are not answered yet.
+		p.budget = max(p.budget/2, MaxPacket)
+		p.cutAt = r
+	}
+}
+
+// sendReports sends the peers ds of group g their reports of round rd,
+// and the bucket levels of those catching up, and records what it sent.
+func (n *Node) sendReports(rd *round, g group, ds []dest) {
+	rep := n.reports(rd.lims, rd.r, rd.prev, g.from, g.budget, false)
+	n.st.resent.Add(uint64(rep.resent * len(ds)))
+	n.mu.Lock()
+	for _, d := range ds {
+		if p := n.peers[d.addr]; p != nil {
+			if p.sent == nil || len(p.sent) > 1024 {
+				p.sent = map[uint64]sentRound{}
 			}
-			if demand := hits + uint64(e.unmet.Load()); demand > 0 { // hits read first: never more hits than demand
-				ps = append(ps, pend{i, ch, reportEntry{key: key, born: e.born.Load(), hits: hits, demand: demand}})
-			}
-		}
-		// The entries changed since from, if the limiter kept the
-		// rounds back to it; else the whole table.
-		if es, ok := l.changedSince(from.ch); ok {
-			for _, e := range es {
-				collect(e.key, e)
-			}
-		} else {
-			l.histMu.Lock()
-			l.scans++
-			l.histMu.Unlock()
-			l.table.each(collect)
+			p.sent[uint64(rd.r)] = sentRound{from: g.from, to: rep.to, parts: rep.parts}
 		}
 	}
-	slices.SortFunc(ps, func(a, b pend) int { // lims are sorted by name
-		return cmp.Or(cmp.Compare(a.ch, b.ch), cmp.Compare(a.l, b.l), cmp.Compare(b.e.hits, a.e.hits), strings.Compare(a.e.key, b.e.key))
-	})
-	to = pos{ch: r}
-	total, backlog := 0, false
-	for _, p := range ps {
-		total += len(p.e.key) + 16
-		backlog = backlog || p.ch < r-1
+	n.mu.Unlock()
+	for _, d := range ds {
+		b := rep.bodies
+		if d.cu != nil {
+			b = append(b[:len(b):len(b)], n.catchUpBodies(d.cu, rd.lims, rd.r, g.budget, len(b), d.addr, d.inc)...)
+		}
+		n.send(d.addr, d.ack, b, rd.r)
 	}
-	var fresh []pend
-	if total > budget || backlog {
-		// Older counters go first, and the round may be cut. So that a
-		// backlog (a flood of new keys) cannot starve the keys in use
-		// now, up to a quarter of the budget first carries the counters
-		// changed in the last round, busiest first. They do not move the
-		// acknowledged position (and are sent again in order later:
-		// counters are cumulative).
-		for _, p := range ps {
-			if p.ch >= r-1 {
-				fresh = append(fresh, p)
-			}
-		}
-		slices.SortFunc(fresh, func(a, b pend) int {
-			return cmp.Or(cmp.Compare(b.e.hits, a.e.hits), cmp.Compare(a.l, b.l), strings.Compare(a.e.key, b.e.key))
-		})
-		size := 0
-		for k, p := range fresh {
-			if size += len(p.e.key) + 16; size > budget/4 {
-				fresh = fresh[:k]
-				break
-			}
-		}
-		budget -= size
-		slices.SortStableFunc(fresh, func(a, b pend) int { return cmp.Compare(a.l, b.l) })
-	}
-	size := 0
-	for k, p := range ps {
-		if size += len(p.e.key) + 16; size > budget && k > 0 {
-			to = pos{p.ch, lims[p.l].name, p.e.hits, p.e.key}
-			ps = ps[:k]
-			break
-		}
-		if p.ch < r-1 {
-			resent++
-		}
-	}
-	// Datagrams in the order of positions (a new one where the limiter
-	// changes), so that a prefix of them is a prefix of the order; the
-	// fresh ones first, at position from.
-	nFresh := len(fresh)
-	ps = append(fresh, ps...)
-	for i := 0; i < len(ps); {
-		j := i
-		for j < len(ps) && ps[j].l == ps[i].l && (i >= nFresh) == (j >= nFresh) {
-			j++
-		}
-		run := ps[i:j]
-		e := &encoder{hdr: header{typ: msgReport, sender: n.id, table: lims[ps[i].l].name, incarnation: n.incarnation.Load(), round: uint64(r), start: n.created}}
-		for _, p := range run {
-			e.addReport(p.e)
-		}
-		b := e.finish()
-		k := 0
-		for _, c := range e.counts {
-			p := run[k]
-			if i < nFresh {
-				parts = append(parts, from)
-			} else {
-				parts = append(parts, pos{p.ch, lims[p.l].name, p.e.hits, p.e.key})
-			}
-			k += c
-		}
-		bodies = append(bodies, b...)
-		i = j
-	}
-	if n.cfg.Transport == nil {
-		bodies = nil
-	}
-	return bodies, to, parts, resent
 }
 
 // send seals bodies for one peer (a hello if there are none) and sends

@@ -170,8 +170,8 @@ func (e *encoder) start() {
 }
 
 // room makes sure an entry of size n fits, starting a new datagram if it
-// does not.
-func (e *encoder) room(n int) {
+// does not, and reports whether the entry starts a datagram.
+func (e *encoder) room(n int) (first bool) {
 	if e.buf == nil {
 		e.start()
 	}
@@ -180,17 +180,20 @@ func (e *encoder) room(n int) {
 		e.start()
 	}
 	e.count++
+	return e.count == 1
 }
 
-func (e *encoder) addReport(r reportEntry) {
+// addReport adds r and reports whether it starts a datagram.
+func (e *encoder) addReport(r reportEntry) (first bool) {
 	var tmp [3 * binary.MaxVarintLen64]byte
 	nums := binary.AppendVarint(tmp[:0], r.born)
 	nums = binary.AppendUvarint(nums, r.hits)
 	nums = binary.AppendUvarint(nums, r.demand)
-	e.room(uvarintLen(uint64(len(r.key))) + len(r.key) + len(nums))
+	first = e.room(uvarintLen(uint64(len(r.key))) + len(r.key) + len(nums))
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(r.key)))
 	e.buf = append(e.buf, r.key...)
 	e.buf = append(e.buf, nums...)
+	return first
 }
 
 func uvarintLen(v uint64) int {
@@ -384,21 +387,17 @@ func (rd *reader) key() string {
 	return string(rd.take(int(l)))
 }
 
-func (rd *reader) varint() int64 {
-	if rd.bad {
-		return 0
-	}
-	v, n := binary.Varint(rd.p)
-	rd.check(n > 0)
-	rd.take(max(n, 0))
-	return v
-}
+func (rd *reader) varint() int64 { return readVarint(rd, binary.Varint) }
 
-func (rd *reader) uvarint() uint64 {
+func (rd *reader) uvarint() uint64 { return readVarint(rd, binary.Uvarint) }
+
+// readVarint reads a varint that parse (binary.Varint or binary.Uvarint)
+// decodes.
+func readVarint[T int64 | uint64](rd *reader, parse func([]byte) (T, int)) T {
 	if rd.bad {
 		return 0
 	}
-	v, n := binary.Uvarint(rd.p)
+	v, n := parse(rd.p)
 	rd.check(n > 0)
 	rd.take(max(n, 0))
 	return v
