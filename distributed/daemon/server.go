@@ -226,6 +226,14 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 		return fail(err)
 	}
 	s.lim.Store(lim)
+	if err := s.listen(cfg); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// listen binds the listeners of cfg.Listen and the admin listener, if any.
+func (s *Server) listen(cfg Config) error {
 	for _, l := range cfg.Listen {
 		network, addr, _ := splitListen(l)
 		if network == "unix" {
@@ -233,20 +241,20 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 		}
 		ln, err := net.Listen(network, addr)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		s.lns = append(s.lns, ln)
 	}
 	if cfg.Admin != "" {
 		ln, err := net.Listen("tcp", cfg.Admin)
 		if err != nil {
-			return fail(fmt.Errorf("admin listen: %w", err))
+			return fmt.Errorf("admin listen: %w", err)
 		}
 		s.adminLn = ln
 		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	}
-	return s, nil
+	return nil
 }
 
 // gossipTransport binds the gossip socket into gc, sealed under the key
