@@ -256,6 +256,48 @@ func TestOwnedAllowManyBatches(t *testing.T) {
 	})
 }
 
+// Under load, the asks for one owner leave at most once per Delay, so
+// that the datagrams (and the owner's answers) do not grow with the asks;
+// a lone ask, after a quiet Delay, still leaves at once.
+func TestOwnedDelayPacesDatagrams(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newOwnedCluster(t, 2, throttle.PerSecond(1_000_000), 1000, 7)
+		var keys []string
+		for _, k := range keyNames(100) {
+			if c.lims[0].Owner(k) == "n1" {
+				keys = append(keys, k)
+			}
+		}
+		const load, callers = 200 * time.Millisecond, 8
+		st0 := c.lims[0].Stats()
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				for j, end := i, time.Now().Add(load); time.Now().Before(end); j++ {
+					if _, err := c.lims[0].Allow(context.Background(), keys[j%len(keys)], 1); err != nil {
+						t.Error(err)
+						return
+					}
+					time.Sleep(200 * time.Microsecond)
+				}
+			})
+		}
+		wg.Wait()
+		st := c.lims[0].Stats()
+		sent, asked := st.Batches-st0.Batches, st.Forwarded-st0.Forwarded
+		if most := uint64(load/DefaultForwardDelay) + 2; sent > most || st.Fallback > 0 {
+			t.Errorf("%d asks in %d datagrams over %v (%d fallbacks), want at most %d datagrams: one per %v",
+				asked, sent, load, st.Fallback, most, DefaultForwardDelay)
+		}
+		time.Sleep(2 * DefaultForwardDelay)
+		start := time.Now()
+		c.lims[0].Allow(context.Background(), keys[0], 1)
+		if took := time.Since(start); took >= DefaultForwardDelay {
+			t.Errorf("a lone ask took %v, want a round trip (below %v)", took, DefaultForwardDelay)
+		}
+	})
+}
+
 // A dead owner's keys fall back until the membership declares it dead,
 // then move at once to the live members; the others' keys stay put.
 func TestOwnedOwnerKilled(t *testing.T) {
