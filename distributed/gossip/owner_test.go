@@ -135,6 +135,17 @@ func (c *ownedCluster) load(t *testing.T, keys []string, rate throttle.Rate, d t
 	return admitted
 }
 
+// keysOf returns the keys of keyNames(n) that owner owns.
+func (c *ownedCluster) keysOf(owner string, n int) []string {
+	var keys []string
+	for _, k := range keyNames(n) {
+		if c.lims[0].Owner(k) == owner {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 func keyNames(n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
@@ -237,10 +248,8 @@ func TestOwnedAllowManyBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newOwnedCluster(t, 2, throttle.PerSecond(10), 5, 5)
 		var asks []Ask
-		for _, k := range keyNames(400) {
-			if c.lims[0].Owner(k) == "n1" {
-				asks = append(asks, Ask{Key: k, N: 1})
-			}
+		for _, k := range c.keysOf("n1", 400) {
+			asks = append(asks, Ask{Key: k, N: 1})
 		}
 		c.lims[0].AllowMany(context.Background(), asks)
 		for _, a := range asks {
@@ -262,12 +271,7 @@ func TestOwnedAllowManyBatches(t *testing.T) {
 func TestOwnedDelayPacesDatagrams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newOwnedCluster(t, 2, throttle.PerSecond(1_000_000), 1000, 7)
-		var keys []string
-		for _, k := range keyNames(100) {
-			if c.lims[0].Owner(k) == "n1" {
-				keys = append(keys, k)
-			}
-		}
+		keys := c.keysOf("n1", 100)
 		const load, callers = 200 * time.Millisecond, 8
 		st0 := c.lims[0].Stats()
 		var wg sync.WaitGroup
