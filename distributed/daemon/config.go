@@ -146,9 +146,9 @@ type Gossip struct {
 	// gossip.DefaultForwardTimeout.
 	ForwardTimeout Duration `json:"forward_timeout,omitempty"`
 	// ForwardDelay is the least time between two datagrams of queries
-	// this daemon forwards to one owner (but for full ones): queries
-	// gather for up to that long under load, so that the datagrams, and
-	// the owner's answers, do not grow with the queries. Routing "owner"
+	// this daemon forwards to one owner (but for full ones): under load
+	// queries gather for up to that long, so that the datagrams, and the
+	// owner's answers, do not grow with the queries. Routing "owner"
 	// only. Default gossip.DefaultForwardDelay.
 	ForwardDelay Duration `json:"forward_delay,omitempty"`
 	// Members replaces Peers by a membership with failure detection,
