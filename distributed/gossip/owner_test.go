@@ -289,6 +289,7 @@ func TestOwnedDelayPacesDatagrams(t *testing.T) {
 		wg.Wait()
 		st := c.lims[0].Stats()
 		sent, asked := st.Batches-st0.Batches, st.Forwarded-st0.Forwarded
+		t.Logf("%d asks in %d datagrams over %v", asked, sent, load)
 		if most := uint64(load/DefaultForwardDelay) + 2; sent > most || st.Fallback > 0 {
 			t.Errorf("%d asks in %d datagrams over %v (%d fallbacks), want at most %d datagrams: one per %v",
 				asked, sent, load, st.Fallback, most, DefaultForwardDelay)
