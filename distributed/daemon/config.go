@@ -145,6 +145,12 @@ type Gossip struct {
 	// daemons): routing "owner" only. Default
 	// gossip.DefaultForwardTimeout.
 	ForwardTimeout Duration `json:"forward_timeout,omitempty"`
+	// ForwardDelay is the least time between two datagrams of queries
+	// this daemon forwards to one owner (but for full ones): under load
+	// queries gather for up to that long, so that the datagrams, and the
+	// owner's answers, do not grow with the queries. Routing "owner"
+	// only. Default gossip.DefaultForwardDelay.
+	ForwardDelay Duration `json:"forward_delay,omitempty"`
 	// Members replaces Peers by a membership with failure detection,
 	// which Membership starts.
 	Members *Members `json:"members,omitempty"`
@@ -368,8 +374,9 @@ func (g *Gossip) check() error {
 	if g.Routing != RoutingAll && g.Routing != RoutingOwner {
 		return conffile.Invalid("gossip.routing %q: must be %q or %q", g.Routing, RoutingAll, RoutingOwner)
 	}
-	if g.ForwardTimeout < 0 {
-		return conffile.Invalid("gossip.forward_timeout %v: must not be negative", time.Duration(g.ForwardTimeout))
+	if g.ForwardTimeout < 0 || g.ForwardDelay < 0 {
+		return conffile.Invalid("gossip.forward_timeout %v, forward_delay %v: must not be negative",
+			time.Duration(g.ForwardTimeout), time.Duration(g.ForwardDelay))
 	}
 	return g.Members.check(g)
 }

@@ -79,6 +79,10 @@ func TestRoutingConfig(t *testing.T) {
 	if err := cfg.Validate(); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("negative forward timeout: %v", err)
 	}
+	cfg.Gossip.ForwardTimeout, cfg.Gossip.ForwardDelay = 0, -1
+	if err := cfg.Validate(); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("negative forward delay: %v", err)
+	}
 	s := start(t, config("tcp:127.0.0.1:0"))
 	cfg = config("tcp:127.0.0.1:0")
 	cfg.Gossip.Routing = daemon.RoutingOwner

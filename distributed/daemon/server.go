@@ -411,7 +411,7 @@ func (s *Server) reload(cfg Config) error {
 			members = *g.Members
 		}
 		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Peers, g.Secret, g.SecretFile, g.SpendCap, g.Copies, g.KeyFile, members, c.MaxTagLen, c.MaxKeys, c.Admin,
-			g.Routing, g.ForwardTimeout)
+			g.Routing, g.ForwardTimeout, g.ForwardDelay)
 	}
 	if fixed(cfg) != fixed(s.cfg) || cfg.Gossip.Interval != s.cfg.Gossip.Interval {
 		return fmt.Errorf("%w: reload: listen, gossip, max_tag_len, max_keys and admin need a restart", throttle.ErrInvalid)

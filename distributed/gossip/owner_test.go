@@ -135,6 +135,17 @@ func (c *ownedCluster) load(t *testing.T, keys []string, rate throttle.Rate, d t
 	return admitted
 }
 
+// keysOf returns the keys of keyNames(n) that owner owns.
+func (c *ownedCluster) keysOf(owner string, n int) []string {
+	var keys []string
+	for _, k := range keyNames(n) {
+		if c.lims[0].Owner(k) == owner {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 func keyNames(n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
@@ -237,10 +248,8 @@ func TestOwnedAllowManyBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newOwnedCluster(t, 2, throttle.PerSecond(10), 5, 5)
 		var asks []Ask
-		for _, k := range keyNames(400) {
-			if c.lims[0].Owner(k) == "n1" {
-				asks = append(asks, Ask{Key: k, N: 1})
-			}
+		for _, k := range c.keysOf("n1", 400) {
+			asks = append(asks, Ask{Key: k, N: 1})
 		}
 		c.lims[0].AllowMany(context.Background(), asks)
 		for _, a := range asks {
@@ -252,6 +261,44 @@ func TestOwnedAllowManyBatches(t *testing.T) {
 		per := (MaxPacket - ownedHeaderSize("n0", "api")) / (askEntry{id: 1 << 14, key: "key-100", n: 1}).size()
 		if want := uint64((len(asks) + per - 1) / per); st.Forwarded != uint64(len(asks)) || st.Batches != want {
 			t.Errorf("%d asks forwarded in %d datagrams, want %d in %d", st.Forwarded, st.Batches, len(asks), want)
+		}
+	})
+}
+
+// Under load, the asks for one owner leave at most once per Delay, so
+// that the datagrams (and the owner's answers) do not grow with the asks;
+// a lone ask, after a quiet Delay, still leaves at once.
+func TestOwnedDelayPacesDatagrams(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newOwnedCluster(t, 2, throttle.PerSecond(1_000_000), 1000, 7)
+		keys := c.keysOf("n1", 100)
+		const load, callers = 200 * time.Millisecond, 8
+		st0 := c.lims[0].Stats()
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				for j, end := i, time.Now().Add(load); time.Now().Before(end); j++ {
+					if _, err := c.lims[0].Allow(context.Background(), keys[j%len(keys)], 1); err != nil {
+						t.Error(err)
+						return
+					}
+					time.Sleep(200 * time.Microsecond)
+				}
+			})
+		}
+		wg.Wait()
+		st := c.lims[0].Stats()
+		sent, asked := st.Batches-st0.Batches, st.Forwarded-st0.Forwarded
+		t.Logf("%d asks in %d datagrams over %v", asked, sent, load)
+		if most := uint64(load/DefaultForwardDelay) + 2; sent > most || st.Fallback > 0 {
+			t.Errorf("%d asks in %d datagrams over %v (%d fallbacks), want at most %d datagrams: one per %v",
+				asked, sent, load, st.Fallback, most, DefaultForwardDelay)
+		}
+		time.Sleep(2 * DefaultForwardDelay)
+		start := time.Now()
+		c.lims[0].Allow(context.Background(), keys[0], 1)
+		if took := time.Since(start); took >= DefaultForwardDelay {
+			t.Errorf("a lone ask took %v, want a round trip (below %v)", took, DefaultForwardDelay)
 		}
 	})
 }

@@ -70,6 +70,11 @@ func (e *encoder) addAnswer(a answerEntry) {
 // one, each n in [1, MaxInt32], each verdict known.
 func (m *message) decodeOwned(rd *reader, count int) {
 	rd.check(m.table != "" && count > 0)
+	if m.typ == msgAsk {
+		m.asks = make([]askEntry, 0, count)
+	} else {
+		m.answers = make([]answerEntry, 0, count)
+	}
 	for i := 0; i < count && !rd.bad; i++ {
 		if m.typ == msgAsk {
 			a := askEntry{id: rd.uvarint(), key: rd.key(), n: rd.uvarint()}
