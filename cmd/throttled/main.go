@@ -19,8 +19,9 @@
 // after answering every query it had received (within 5 s), and reloads
 // the configuration file on SIGHUP: limits and connection settings change
 // at once, and a changed limit keeps its tags' usage; an invalid file, or
-// one that changes what needs a restart (listeners, gossip, admin), is
-// refused with a log line and the running configuration stays.
+// one that changes what needs a restart (listeners, gossip but for its
+// peers, admin), is refused with a log line and the running configuration
+// stays.
 //
 // Peers are a static list (-peers, gossip.peers), or found and watched by
 // memberlist (-members, gossip.members: seeds, DNS names, SWIM failure

@@ -108,7 +108,8 @@ type Gossip struct {
 	// in their peers lists). Default: Listen, which is right unless
 	// Listen is a wildcard such as "0.0.0.0:7946".
 	Advertise string `json:"advertise,omitempty"`
-	// Peers are the other daemons' gossip addresses.
+	// Peers are the other daemons' gossip addresses. A reload joins new
+	// ones and leaves those no longer listed.
 	Peers []string `json:"peers,omitempty"`
 	// Interval is the gossip period (default 1s).
 	Interval Duration `json:"interval,omitempty"`

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -385,5 +386,38 @@ func TestReloadKeepsUsage(t *testing.T) {
 		if got := admits(); got != step.want {
 			t.Fatalf("after reloads to bursts %v: %d admitted, want %d", step.bursts, got, step.want)
 		}
+	}
+}
+
+// SIGHUP's Reload changes the static gossip peers: new ones are joined,
+// those no longer listed left; the other gossip settings still need a
+// restart.
+func TestReloadPeers(t *testing.T) {
+	cfg := config("tcp:127.0.0.1:0")
+	cfg.Gossip = daemon.Gossip{Listen: "127.0.0.1:0", Secret: secret, Peers: []string{"127.0.0.1:7001"}}
+	s, err := daemon.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	next := cfg
+	next.Gossip.Peers = []string{"127.0.0.1:7002", "127.0.0.1:7003"}
+	if err := s.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Node().Peers(); !slices.Equal(got, next.Gossip.Peers) {
+		t.Fatalf("peers after reload = %v, want %v", got, next.Gossip.Peers)
+	}
+	moved := next
+	moved.Gossip.Copies = 3
+	if err := s.Reload(moved); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("Reload with other copies: %v, want ErrInvalid", err)
+	}
+	next.Gossip.Peers = nil
+	if err := s.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Node().Peers(); len(got) != 0 {
+		t.Fatalf("peers after reload without any = %v", got)
 	}
 }

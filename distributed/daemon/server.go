@@ -71,6 +71,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -381,8 +382,9 @@ func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 // than once meanwhile: stricter, never looser; with routing "owner"
 // nothing is carried).
 // Queries racing a reload are answered by the old or the new limits,
-// never "ER". Settings that need a restart (listeners, gossip, max_tag_len,
-// max_keys, admin) must be unchanged. If cfg is invalid, the running
+// never "ER". New gossip peers are joined, and those no longer listed
+// left. Settings that need a restart (listeners, the other gossip settings,
+// max_tag_len, max_keys, admin) must be unchanged. If cfg is invalid, the running
 // configuration stays and the error wraps throttle.ErrInvalid.
 func (s *Server) Reload(cfg Config) error {
 	s.relMu.Lock()
@@ -410,11 +412,11 @@ func (s *Server) reload(cfg Config) error {
 		if g.Members != nil {
 			members = *g.Members
 		}
-		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Peers, g.Secret, g.SecretFile, g.SpendCap, g.Copies, g.KeyFile, members, c.MaxTagLen, c.MaxKeys, c.Admin,
+		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Secret, g.SecretFile, g.SpendCap, g.Copies, g.KeyFile, members, c.MaxTagLen, c.MaxKeys, c.Admin,
 			g.Routing, g.ForwardTimeout, g.ForwardDelay)
 	}
 	if fixed(cfg) != fixed(s.cfg) || cfg.Gossip.Interval != s.cfg.Gossip.Interval {
-		return fmt.Errorf("%w: reload: listen, gossip, max_tag_len, max_keys and admin need a restart", throttle.ErrInvalid)
+		return fmt.Errorf("%w: reload: listen, gossip (but for its peers), max_tag_len, max_keys and admin need a restart", throttle.ErrInvalid)
 	}
 	var keys [][]byte
 	if cfg.Gossip.KeyFile != "" && s.keys != nil {
@@ -426,6 +428,9 @@ func (s *Server) reload(cfg Config) error {
 	old := s.lim.Load()
 	l, err := s.buildLimits(cfg, old)
 	if err != nil {
+		return err
+	}
+	if err := s.setPeers(cfg.Gossip.Peers); err != nil {
 		return err
 	}
 	if keys != nil {
@@ -456,6 +461,26 @@ func (s *Server) reload(cfg Config) error {
 		defer s.relMu.Unlock()
 		s.dropPrev(l)
 	})
+	return nil
+}
+
+// setPeers makes the gossip node's static peers those listed: it joins
+// the new ones and leaves those no longer listed (whose hits stay charged).
+// Peers found by memberlist (gossip.members) are its business, not this.
+func (s *Server) setPeers(peers []string) error {
+	if s.cfg.Gossip.Listen == "" || s.cfg.Gossip.Members != nil {
+		return nil
+	}
+	for _, p := range peers {
+		if err := s.node.Join(p); err != nil {
+			return err
+		}
+	}
+	for _, p := range s.node.Peers() {
+		if !slices.Contains(peers, p) {
+			s.node.Leave(p)
+		}
+	}
 	return nil
 }
 
