@@ -93,6 +93,7 @@ type OwnedLimiter struct {
 	name     string
 	rate     throttle.Rate
 	burst    int
+	header   int // sealed size of an ask datagram's header and MAC
 	timeout  time.Duration
 	delay    time.Duration
 	exact    gcra.Keyed // the buckets of the keys this node owns
@@ -161,6 +162,13 @@ type outbox struct {
 	timer *time.Timer // sends the asks Delay after sent, if armed
 }
 
+// take empties o, its datagram having left at now, and returns its asks.
+func (o *outbox) take(header int, now time.Time) []askEntry {
+	asks := o.asks
+	o.asks, o.size, o.sent = nil, header, now
+	return asks
+}
+
 // errNoRoute marks an ask that could not be sent: decided on the
 // fallback bucket at once.
 var errNoRoute = fmt.Errorf("gossip: owner not reachable")
@@ -186,7 +194,7 @@ func (n *Node) NewOwnedLimiter(name string, rate throttle.Rate, burst int, cfg .
 	if _, err := gcra.NewConfig(rate, burst); err != nil {
 		return nil, err
 	}
-	l := &OwnedLimiter{node: n, name: name, rate: rate, burst: burst,
+	l := &OwnedLimiter{node: n, name: name, rate: rate, burst: burst, header: ownedHeaderSize(n.id, name),
 		timeout: cmp.Or(c.Timeout, DefaultForwardTimeout), delay: cmp.Or(c.Delay, DefaultForwardDelay),
 		calls: map[uint64]call{}, out: map[string]*outbox{}}
 	// Full buckets are swept every half refill time (within an interval
@@ -372,12 +380,11 @@ func (l *OwnedLimiter) enqueue(w *waiter, i int, owner string) (full []askEntry)
 	w.left++
 	o := l.out[owner]
 	if o == nil {
-		o = &outbox{size: ownedHeaderSize(l.node.id, l.name)}
+		o = &outbox{size: l.header}
 		l.out[owner] = o
 	}
 	if o.size+e.size() > MaxPacket && len(o.asks) > 0 {
-		full = o.asks
-		o.asks, o.size, o.sent = nil, ownedHeaderSize(l.node.id, l.name), time.Now()
+		full = o.take(l.header, time.Now())
 	}
 	o.asks = append(o.asks, e)
 	o.size += e.size()
@@ -404,9 +411,7 @@ func (l *OwnedLimiter) take(owner string, force bool) batch {
 		o.timer.Stop()
 		o.timer = nil
 	}
-	b := batch{owner, o.asks}
-	o.asks, o.size, o.sent = nil, ownedHeaderSize(l.node.id, l.name), now
-	return b
+	return batch{owner, o.take(l.header, now)}
 }
 
 // flush sends the asks collected for owner, if any: its timer fired,
