@@ -72,7 +72,7 @@ func Start(t testing.TB) *Server {
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		testproc.Unavailable(t, EnvRequire,
-			"etcd unavailable: etcd not found in PATH (install the etcd-server package, or set "+
+			"etcd unavailable: etcd not found in PATH (build it from internal/tools/etcd, see CONTRIBUTING, or set "+
 				EnvEndpoints+"=http://host:port)")
 	}
 	s := &Server{bin: bin, dir: t.TempDir()}
