@@ -197,19 +197,27 @@ func TestGuard(t *testing.T) {
 		return r
 	}
 	noisy := Subject{Name: "noisy", Ours: true}
-	res := []SpeedResult{mk(xr, 100, 200, 100), mk(fast, 50, 100, 60), mk(slow, 120, 250, 120), mk(noisy, 90, 250, 120)}
+	// Six paired rounds: slow is slower in all six (sign test p = 1/64);
+	// noisy in five, but its fastest sample is faster; unlucky in four
+	// (p = 0.34), although both its ratios are above 1.
+	unlucky := Subject{Name: "unlucky", Ours: true}
+	res := []SpeedResult{mk(xr, 100, 200, 100, 100, 150, 150), mk(fast, 50, 100, 60, 50, 50, 50),
+		mk(slow, 120, 240, 120, 120, 180, 180), mk(noisy, 90, 250, 120, 120, 180, 180), mk(unlucky, 130, 250, 130, 130, 120, 120)}
 	g := Guard(res, 1.0)
-	if len(g) != 3 {
+	if len(g) != 4 {
 		t.Fatalf("got %d guard rows", len(g))
 	}
 	if g[0].Fail || g[0].Ratio != 0.5 {
 		t.Errorf("fast: %+v", g[0])
 	}
-	if !g[1].Fail || g[1].Ratio != 1.2 || g[1].MinRatio != 1.2 {
+	if !g[1].Fail || g[1].Ratio != 1.2 || g[1].MinRatio != 1.2 || g[1].Slower != 6 || g[1].P != 1.0/64 {
 		t.Errorf("slow: %+v", g[1])
 	}
-	if g[2].Fail || g[2].Ratio != 1.2 || g[2].MinRatio != 0.9 {
+	if g[2].Fail || g[2].Ratio != 1.2 || g[2].MinRatio != 0.9 || g[2].Slower != 5 {
 		t.Errorf("noisy: %+v", g[2])
+	}
+	if g[3].Fail || g[3].Ratio <= 1 || g[3].MinRatio != 1.2 || g[3].Slower != 4 {
+		t.Errorf("unlucky: %+v", g[3])
 	}
 }
 

@@ -135,13 +135,13 @@ func SpeedTables(res []SpeedResult) (ns, mem Table) {
 
 // GuardTable shows the guard's ratios.
 func GuardTable(g []GuardResult, maxRatio float64) Table {
-	t := Table{Head: []string{"ours", "workload", "ours ns/op", "x/time/rate ns/op", "ratio (median of rounds)", "ratio of fastest samples", fmt.Sprintf("either ≤ %.2f", maxRatio)}}
+	t := Table{Head: []string{"ours", "workload", "ours ns/op", "x/time/rate ns/op", "ratio (median of rounds)", "ratio of fastest samples", "rounds slower (sign test p)", fmt.Sprintf("either ≤ %.2f, or p ≥ 0.05", maxRatio)}}
 	for _, r := range g {
 		ok := "ok"
 		if r.Fail {
 			ok = "**FAIL**"
 		}
-		t.Rows = append(t.Rows, []string{r.Subject, r.Workload, fmt.Sprintf("%.1f", r.Ours), fmt.Sprintf("%.1f", r.Peer), fmt.Sprintf("%.2f", r.Ratio), fmt.Sprintf("%.2f", r.MinRatio), ok})
+		t.Rows = append(t.Rows, []string{r.Subject, r.Workload, fmt.Sprintf("%.1f", r.Ours), fmt.Sprintf("%.1f", r.Peer), fmt.Sprintf("%.2f", r.Ratio), fmt.Sprintf("%.2f", r.MinRatio), fmt.Sprintf("%d of %d (%.3f)", r.Slower, r.Rounds, r.P), ok})
 	}
 	return t
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"slices"
 	"strconv"
@@ -489,6 +490,9 @@ type GuardResult struct {
 	MinRatio float64 // fastest sample of ours / fastest of x/time/rate
 	Ours     float64 // median ns/op
 	Peer     float64 // median ns/op of x/time/rate
+	Slower   int     // rounds in which ours was slower
+	Rounds   int
+	P        float64 // one-sided sign test: the chance of Slower or more of Rounds if both were as fast
 	Fail     bool
 }
 
@@ -498,7 +502,10 @@ type GuardResult struct {
 // within a round, and the ratio of the fastest samples (interference
 // from other processes only ever slows a sample down, so the fastest
 // ones are the least disturbed). A subject fails when both exceed
-// maxRatio: a real regression moves both, a noisy round moves one.
+// maxRatio and a one-sided sign test over the paired rounds says ours
+// was slower in more rounds than chance allows (p < 0.05): a real
+// regression moves all three, a noisy round or two moves none of them
+// far enough.
 func Guard(res []SpeedResult, maxRatio float64) []GuardResult {
 	const peer = "x/time/rate"
 	var out []GuardResult
@@ -517,20 +524,38 @@ func Guard(res []SpeedResult, maxRatio float64) []GuardResult {
 				continue
 			}
 			var ratios []float64
+			slower := 0
 			for i := range min(len(r.Samples), len(base.Samples)) {
 				ratios = append(ratios, r.Samples[i].NsPerOp/base.Samples[i].NsPerOp)
+				if ratios[i] > maxRatio {
+					slower++
+				}
 			}
 			lo, _ := r.Spread()
 			blo, _ := base.Spread()
 			g := GuardResult{
 				Subject: r.Subject.Name, Workload: w.Name,
 				Ratio: median(ratios), MinRatio: lo / blo, Ours: r.Median().NsPerOp, Peer: base.Median().NsPerOp,
+				Slower: slower, Rounds: len(ratios), P: signTest(slower, len(ratios)),
 			}
-			g.Fail = g.Ratio > maxRatio && g.MinRatio > maxRatio
+			g.Fail = g.Ratio > maxRatio && g.MinRatio > maxRatio && g.P < 0.05
 			out = append(out, g)
 		}
 	}
 	return out
+}
+
+// signTest returns the chance of k or more successes in n fair coin
+// tosses.
+func signTest(k, n int) float64 {
+	p, c := 0.0, 1.0 // c: n choose i
+	for i := 0; i <= n; i++ {
+		if i >= k {
+			p += c
+		}
+		c = c * float64(n-i) / float64(i+1)
+	}
+	return p / math.Pow(2, float64(n))
 }
 
 // emptySubject admits everything and does nothing else: through the
