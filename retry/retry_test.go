@@ -100,12 +100,23 @@ func TestDo(t *testing.T) {
 			t.Fatalf("Do = %v, %v after %d calls", v, err, calls)
 		}
 
-		// The context ends during the back-off.
+		// A back-off past the deadline is not started: the failure is
+		// returned at once (before, Do waited and failed with
+		// DeadlineExceeded).
 		ctx, cancel := context.WithTimeout(bg, time.Second)
 		defer cancel()
+		start = time.Now()
 		_, err = retry.Do(ctx, p, func(context.Context) (int, error) { return 0, limited })
-		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, throttle.ErrLimited) {
-			t.Fatalf("Do past its deadline = %v", err)
+		if errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, throttle.ErrLimited) || time.Since(start) != 0 {
+			t.Fatalf("Do with a deadline before the back-off's end = %v after %v", err, time.Since(start))
+		}
+
+		// The context is cancelled during the back-off.
+		ctx, cancel = context.WithCancel(bg)
+		time.AfterFunc(time.Second, cancel)
+		_, err = retry.Do(ctx, p, func(context.Context) (int, error) { return 0, limited })
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, throttle.ErrLimited) {
+			t.Fatalf("Do cancelled = %v", err)
 		}
 	})
 }
