@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/httplimit"
@@ -203,5 +204,25 @@ func TestLimitFromContext(t *testing.T) {
 	defer fw.Close()
 	if _, err := httplimit.New(fw, httplimit.WithLimitFromContext()); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("a limiter without AllowQuota: %v", err)
+	}
+}
+
+// TestConcurrencyDenialStatesNoTime: a full concurrency limit cannot say
+// when a slot frees, so its 429 carries no Retry-After and its RateLimit
+// item no t (r=0 alone). Before: Retry-After: 1 beside t=0.
+func TestConcurrencyDenialStatesNoTime(t *testing.T) {
+	l, _ := counting.New(1)
+	defer l.Close()
+	var h http.Handler
+	h = mw(t, l, httplimit.WithName("conc"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inner := get(h, "192.0.2.1:1")
+		if inner.Code != http.StatusTooManyRequests || inner.Header().Get("Retry-After") != "" ||
+			inner.Header().Get("RateLimit") != `"conc";r=0` {
+			t.Errorf("denied: %d, Retry-After %q, RateLimit %q; want 429, none, \"conc\";r=0",
+				inner.Code, inner.Header().Get("Retry-After"), inner.Header().Get("RateLimit"))
+		}
+	}))
+	if w := get(h, "192.0.2.1:1"); w.Code != 200 {
+		t.Fatalf("first request: %d", w.Code)
 	}
 }

@@ -229,10 +229,13 @@ func (c *config) failed(w http.ResponseWriter, r *http.Request, next http.Handle
 	c.fail(w, r, next, err)
 }
 
-// deny answers r, denied by d: 429 with Retry-After, or the WithDenied
-// handler's answer.
+// deny answers r, denied by d: 429 with Retry-After when d states a
+// time (a full concurrency limit does not: waiting frees nothing), or the
+// WithDenied handler's answer.
 func (c *config) deny(w http.ResponseWriter, r *http.Request, d throttle.Decision) {
-	w.Header().Set("Retry-After", strconv.FormatInt(max(ratefields.Seconds(d.RetryAfter), 1), 10))
+	if d.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(ratefields.Seconds(d.RetryAfter), 10))
+	}
 	if c.denied != nil {
 		c.denied.ServeHTTP(w, r.WithContext(withDecision(r.Context(), d)))
 		return
