@@ -117,11 +117,15 @@ func TestOpenBreakerRetryAfter(t *testing.T) {
 type events struct {
 	mu              sync.Mutex
 	allowed, denied int
+	errs            []error
 }
 
 func (e *events) Observe(ev throttle.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if ev.Kind == throttle.EventError {
+		e.errs = append(e.errs, ev.Err)
+	}
 	if ev.Kind != throttle.EventDecision {
 		return
 	}
@@ -148,6 +152,11 @@ func TestShadowAndSkip(t *testing.T) {
 	}
 	if w := get(h, "192.0.2.1:1"); w.Code != 200 { // no key
 		t.Fatalf("no key: %d", w.Code)
+	}
+	// The request the key function refused (a 400 outside shadow mode) is
+	// reported, as an EventError. Before, nothing was.
+	if len(ev.errs) != 1 || !errors.Is(ev.errs[0], throttle.ErrInvalid) {
+		t.Fatalf("key refusal in shadow mode: errors observed %v, want one wrapping ErrInvalid", ev.errs)
 	}
 	if ev.allowed != 2 || ev.denied != 3 {
 		t.Fatalf("observed %d allowed, %d denied; want 2, 3", ev.allowed, ev.denied)

@@ -102,7 +102,8 @@ func WithErrorHandler(f func(http.ResponseWriter, *http.Request, error)) Option 
 
 // WithObserver reports to o, under name, every decision of the
 // middleware as throttle.Observe does: an EventDecision, or an EventError
-// for a decision that failed. name is the limiter's label in metrics; it
+// for a decision that failed or a request whose key could not be had (the
+// key func's error, with no Key). name is the limiter's label in metrics; it
 // need not be the policy name of WithName. Nil turns it off.
 func WithObserver(name string, o throttle.Observer) Option {
 	return func(c *config) { c.obsName, c.observer = name, o }
@@ -182,6 +183,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	key, err := m.key(r)
 	if err != nil {
+		// Not a decision, but reported as a failed one: in shadow mode
+		// the observer is the only one to see it.
+		m.obs.Call(throttle.MethodAllow, "", 1, throttle.Decision{}, err, time.Time{})
 		m.fail(w, r, next, err)
 		return
 	}
