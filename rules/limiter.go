@@ -121,8 +121,10 @@ func WithErrorFunc(f func(error)) Option { return func(c *config) { c.onError = 
 // Reserve are safe for concurrent use with each other and with Update,
 // Reload, Watch, Refresh, Follow and Close; routing a key to its limit
 // takes no lock and allocates nothing, and tries only the patterns that
-// could match the key (they are indexed by their literal head or tail). The zero value is not
-// usable: its methods fail with an error wrapping throttle.ErrInvalid.
+// could match the key (they are indexed by their literal head or tail,
+// and those with a wildcard at both ends by their longest literal run,
+// found in one pass over the key). The zero value is not usable: its
+// methods fail with an error wrapping throttle.ErrInvalid.
 //
 // For a key, in order: the deny list refuses it (an error wrapping
 // throttle.ErrDenied); the allow list admits it without limit (a Decision
