@@ -162,3 +162,39 @@ func TestTransportAdaptiveIgnoresLocalRefusal(t *testing.T) {
 		}
 	}
 }
+
+// TestStackedMiddlewareAdaptiveIgnoresInnerRefusal: an adaptive.Limiter as
+// the outer middleware of a stack (global(perClient(h)), as the guide
+// stacks them) in front of a per-client limit that refuses most requests:
+// the 429s the inner one answers never ran the handler, and are no RTT
+// samples for the outer one. Before, each was a success of 0 s: the
+// window's MinRTT fell to 0 although the handler takes 50 ms.
+func TestStackedMiddlewareAdaptiveIgnoresInnerRefusal(t *testing.T) {
+	clk := throttletest.NewClock()
+	rec := &windows{}
+	global, err := adaptive.New(rec, adaptive.Config{}, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perClient, err := tokenbucket.New(throttle.PerSecond(10), 1, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(t, global, httplimit.WithName("global"))(mw(t, perClient, httplimit.WithName("client"))(
+		http.HandlerFunc(func(http.ResponseWriter, *http.Request) { clk.Advance(50 * time.Millisecond) })))
+	denied := 0
+	for range 60 {
+		if w := get(h, "192.0.2.1:1"); w.Code == http.StatusTooManyRequests {
+			denied++
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	if len(rec.seen) == 0 || denied == 0 {
+		t.Fatalf("%d windows closed, %d denied", len(rec.seen), denied)
+	}
+	for _, w := range rec.seen {
+		if w.MinRTT != 50*time.Millisecond {
+			t.Errorf("window %+v: the inner middleware's refusals counted as samples", w)
+		}
+	}
+}
