@@ -166,3 +166,24 @@ func TestNilPolicy(t *testing.T) {
 		}
 	})
 }
+
+// TestLocalRefusalNotCharged: a failure that never reached the backend
+// (a local limiter's *throttle.LimitedError, as throttle.Wrap returns) is
+// retried under the policy but not charged to the Budget, which counts
+// the backend's failures. Before, 10 such calls emptied a budget of 10.
+func TestLocalRefusalNotCharged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustBudget(t, 10, 0.1)
+		p := &retry.Policy{MaxAttempts: 3, Budget: b}
+		calls := 0
+		for range 10 {
+			retry.Do(bg, p, func(context.Context) (int, error) {
+				calls++
+				return 0, &throttle.LimitedError{Key: "k", Decision: throttle.Decision{RetryAfter: time.Second}}
+			})
+		}
+		if b.Tokens() != 10 || calls != 30 {
+			t.Fatalf("budget %.1f of 10 after %d calls, want 10 after 30", b.Tokens(), calls)
+		}
+	})
+}
