@@ -17,16 +17,36 @@ func appLimited(limit float64, w Window) bool { return float64(w.MaxInFlight)*2 
 
 // AIMD is loss-based: it adds one to the limit per limit's worth of
 // successes (about one per round trip, as TCP's congestion avoidance
-// does) and multiplies it by Backoff on a window with a drop. It keeps no
-// state; the zero value is the defaults.
+// does) and multiplies it by Backoff on a window with a loss. A loss is a
+// drop (a Dropped outcome, or a success slower than Config.Timeout) or,
+// by default, a window whose mean RTT is above RTTFactor times the
+// backend's RTT without a queue: the least such mean seen, over windows
+// that did not test the limit or, failing those, over all windows, reset
+// every Probe windows. So it needs no timeout tuned to the backend. Use
+// one AIMD per Limiter (it keeps that RTT); the zero value is the
+// defaults.
 type AIMD struct {
-	// Backoff is the factor applied on a drop, in (0, 1); default 0.9.
+	// Backoff is the factor applied on a loss, in (0, 1); default 0.9.
 	Backoff float64
+	// RTTFactor is how many times the RTT without a queue a window's
+	// mean RTT may reach before it counts as a loss; default 2, negative
+	// turns the signal off (drops alone count).
+	RTTFactor float64
+	// Probe is how many windows pass between resets of the RTT without a
+	// queue (see Vegas.Probe); default 1000, negative never.
+	Probe int
+
+	rtt noLoad
 }
 
 // Update implements Algorithm.
 func (a *AIMD) Update(limit float64, w Window) float64 {
-	if w.Dropped > 0 {
+	f := a.RTTFactor
+	if f == 0 {
+		f = 2
+	}
+	base := a.rtt.update(w, a.Probe)
+	if w.Dropped > 0 || f > 0 && base > 0 && float64(w.AvgRTT) > f*float64(base) {
 		b := a.Backoff
 		if b <= 0 || b >= 1 {
 			b = 0.9
@@ -39,11 +59,89 @@ func (a *AIMD) Update(limit float64, w Window) float64 {
 	return limit + float64(w.Samples)/limit
 }
 
+// noLoad estimates the RTT without a queue: the least of a sample-weighted
+// average of window mean RTTs (over about noLoadSamples successes, so that
+// the noise of one window's mean does not pull it down), reset every
+// probe windows (default 1000, negative never).
+type noLoad struct {
+	avg, least float64 // ns
+	short      float64 // ns: the average over about shortSamples successes
+	n          int     // successes averaged
+	windows    int
+	stall      stall
+}
+
+// stall notices a rise of the RTT that cutting the limit does not undo:
+// not a queue, but a slower path to the backend (a network, a dependency
+// of its own). After stallWindows windows in a row whose RTT is high, if
+// the requests in flight fell to half of what they were when it began (8
+// or more) and the RTT did not fall by a tenth, the RTT without a queue
+// is the new one.
+type stall struct {
+	run int
+	rtt float64 // ns, when the run began
+	in  int     // in flight when the run began
+}
+
+const stallWindows = 10
+
+// rose reports whether a run of windows with a high RTT (high, for w)
+// holds a rise that cutting the limit did not undo.
+func (s *stall) rose(w Window, high bool) bool {
+	if !high {
+		s.run = 0
+		return false
+	}
+	if s.run == 0 {
+		s.rtt, s.in = float64(w.AvgRTT), w.MaxInFlight
+	}
+	if s.run++; s.run >= stallWindows && s.in >= 8 && 2*w.MaxInFlight <= s.in && float64(w.AvgRTT) >= 0.9*s.rtt {
+		s.run = 0
+		return true
+	}
+	return false
+}
+
+// noLoadSamples is how many successes the average spans: the mean of
+// 1000 service times of coefficient of variation 1 is within ±6% of
+// theirs 95% of the time. shortSamples is the span of the short average Vegas
+// compares with it: ±14%, responding within a few windows.
+const (
+	noLoadSamples = 1000
+	shortSamples  = 200
+)
+
+func (e *noLoad) update(w Window, probe int) time.Duration {
+	if probe == 0 {
+		probe = 1000
+	}
+	if e.windows++; probe > 0 && e.windows%probe == 0 {
+		e.least = 0
+	}
+	if w.AvgRTT <= 0 || w.Samples <= 0 {
+		return time.Duration(e.least)
+	}
+	e.n += w.Samples
+	weight := min(1, float64(w.Samples)/float64(min(e.n, noLoadSamples)))
+	e.avg += (float64(w.AvgRTT) - e.avg) * weight
+	e.short += (float64(w.AvgRTT) - e.short) * min(1, float64(w.Samples)/float64(min(e.n, shortSamples)))
+	if e.stall.rose(w, e.least > 0 && float64(w.AvgRTT) > 1.25*e.least) {
+		e.least, e.avg, e.short = float64(w.AvgRTT), float64(w.AvgRTT), float64(w.AvgRTT)
+	}
+	if e.n >= noLoadSamples && (e.least == 0 || e.avg < e.least) {
+		e.least = e.avg
+	}
+	return time.Duration(e.least)
+}
+
 // Vegas estimates the requests queued at the backend as
-// limit × (1 − RTTnoload / RTT), RTT being a window's mean RTT and
-// RTTnoload the least such mean seen (not the least single RTT, which
-// under a spread of service times is far below the mean even with no
-// queue, and would hold the limit down), and
+// limit × (1 − RTTnoload / RTT), RTT being an average of window mean RTTs
+// over about 200 successes and RTTnoload the least of such an average over about 1000
+// successes (not the least single RTT, nor the least window mean: under
+// a spread of service times those are far below the mean even with no
+// queue, and would hold the limit down). A rise of the RTT that halving
+// the requests in flight does not undo (a slower path, not a queue) is
+// taken as the new RTTnoload after 10 windows. It
 // keeps that queue between alpha = 3·log10(limit) and beta =
 // 6·log10(limit): it grows fast while the queue is below log10(limit),
 // by log10(limit) while it is below alpha, and shrinks by log10(limit)
@@ -58,31 +156,21 @@ type Vegas struct {
 	// slower for good is measured again; default 1000, negative never.
 	Probe int
 
-	noLoad  time.Duration
-	windows int
+	rtt noLoad
 }
 
 // Update implements Algorithm.
 func (v *Vegas) Update(limit float64, w Window) float64 {
-	probe := v.Probe
-	if probe == 0 {
-		probe = 1000
-	}
-	if v.windows++; probe > 0 && v.windows%probe == 0 {
-		v.noLoad = 0
-	}
-	if w.AvgRTT > 0 && (v.noLoad == 0 || w.AvgRTT < v.noLoad) {
-		v.noLoad = w.AvgRTT
-	}
+	base := v.rtt.update(w, v.Probe)
 	l10 := max(1, math.Log10(limit))
 	var next float64
 	switch {
 	case w.Dropped > 0:
 		next = limit - l10
-	case appLimited(limit, w) || w.AvgRTT <= 0:
+	case appLimited(limit, w) || w.AvgRTT <= 0 || base <= 0:
 		return limit
 	default:
-		queue := math.Ceil(limit * (1 - float64(v.noLoad)/float64(w.AvgRTT)))
+		queue := math.Ceil(limit * (1 - float64(base)/v.rtt.short))
 		switch {
 		case queue <= l10:
 			next = limit + 6*l10

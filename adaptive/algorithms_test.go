@@ -98,3 +98,43 @@ func TestGradient2ProbeAboveMin(t *testing.T) {
 		}
 	}
 }
+
+// TestAIMDRTTLoss: at its defaults, AIMD backs off on a window whose mean
+// RTT is above twice the RTT without a queue, with no drop and no
+// timeout; RTTFactor -1 turns that off. Before, it only grew.
+func TestAIMDRTTLoss(t *testing.T) {
+	for _, tc := range []struct {
+		a      *AIMD
+		shrink bool
+	}{{&AIMD{}, true}, {&AIMD{RTTFactor: -1}, false}} {
+		w := Window{Samples: 100, AvgRTT: 10 * ms, MaxInFlight: 50}
+		for range 10 { // 1000 successes at 10 ms: the RTT without a queue
+			tc.a.Update(50, w)
+		}
+		w.AvgRTT = 25 * ms
+		if got := tc.a.Update(50, w); (got < 50) != tc.shrink {
+			t.Errorf("RTTFactor %v: limit 50 → %v at 2.5× the RTT without a queue", tc.a.RTTFactor, got)
+		}
+	}
+}
+
+// TestVegasSlowerPath: the RTT triples with no queue (a slower path):
+// Vegas cuts the limit, sees that halving the requests in flight did not
+// bring the RTT down, takes the new RTT as the RTT without a queue, and
+// grows again. Before, it cut the limit down to its floor and stayed
+// there until its next probe (1000 windows).
+func TestVegasSlowerPath(t *testing.T) {
+	v := &Vegas{}
+	limit := 40.0
+	for range 10 {
+		limit = v.Update(limit, Window{Samples: 100, AvgRTT: 10 * ms, MaxInFlight: int(limit)})
+	}
+	least := limit
+	for range 60 {
+		limit = max(1, v.Update(limit, Window{Samples: 100, AvgRTT: 30 * ms, MaxInFlight: int(limit)}))
+		least = min(least, limit)
+	}
+	if least > 25 || limit < 40 {
+		t.Errorf("limit fell to %.0f and came back to %.0f; want to half of 50 or below, then at least 40", least, limit)
+	}
+}

@@ -21,7 +21,7 @@ func Example() {
 		panic(err)
 	}
 	ctx := context.Background()
-	for range 50 { // 50 windows of 10 calls at 5 ms, the backend never queuing
+	for range 200 { // 200 windows of 10 calls at 5 ms, the backend never queuing
 		for range 10 {
 			l.Allow(ctx, "", 1)
 		}
@@ -63,10 +63,16 @@ func ExampleAIMD() {
 
 func ExampleVegas() {
 	v := &adaptive.Vegas{}
+	w := adaptive.Window{Samples: 100, AvgRTT: 10 * time.Millisecond, MinRTT: 10 * time.Millisecond, MaxInFlight: 100}
+	for range 9 { // the first 1000 successes measure the RTT without a queue: no change
+		v.Update(100, w)
+	}
 	// No queue (RTT at its least): grow by 6·log10(limit).
-	fmt.Printf("%.1f\n", v.Update(100, adaptive.Window{Samples: 100, AvgRTT: 10 * time.Millisecond, MinRTT: 10 * time.Millisecond, MaxInFlight: 100}))
-	// RTT doubled: half the requests are queued, shrink by log10(limit).
-	fmt.Printf("%.1f\n", v.Update(100, adaptive.Window{Samples: 100, AvgRTT: 20 * time.Millisecond, MinRTT: 20 * time.Millisecond, MaxInFlight: 100}))
+	fmt.Printf("%.1f\n", v.Update(100, w))
+	// RTT doubled: the average RTT rises by half, a third of the requests
+	// are queued: shrink by log10(limit).
+	w.AvgRTT = 20 * time.Millisecond
+	fmt.Printf("%.1f\n", v.Update(100, w))
 	// Output:
 	// 112.0
 	// 98.0

@@ -12,6 +12,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/report"
+	"github.com/throttlekit/throttle/internal/unsent"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -30,21 +31,36 @@ const (
 	Ignored
 )
 
-// OutcomeOf classifies an error returned by a call: nil is Success; a
-// deadline, or an error wrapping throttle.ErrLimited or
-// throttle.ErrUnavailable, is Dropped; a cancelled context is Ignored;
-// any other error is Success (the backend answered, with an error).
+// OutcomeOf classifies an error returned by a call: nil is Success; an
+// error of a call that never reached the backend (NotSent: a limiter's
+// refusal, ErrNotSent) or a cancelled context is Ignored; a deadline, or
+// an error wrapping throttle.ErrUnavailable, is Dropped; any other error
+// is Success (the backend answered, with an error).
 func OutcomeOf(err error) Outcome {
 	switch {
 	case err == nil:
 		return Success
-	case errors.Is(err, context.Canceled):
+	case NotSent(err), errors.Is(err, context.Canceled):
 		return Ignored
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, throttle.ErrLimited), errors.Is(err, throttle.ErrUnavailable):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, throttle.ErrUnavailable):
 		return Dropped
 	}
 	return Success
 }
+
+// ErrNotSent is wrapped by the errors of requests that never left the
+// client although a layer in front of them had let them through: a
+// limiter behind it refused them (httplimit.Transport, the grpclimit
+// client interceptors), or the caller gave up waiting for its turn. A
+// Throttler counts such a request neither as a request nor as a
+// rejection, a Limiter's Outcome for it is Ignored, and a retry.Policy
+// does not charge it to its Budget.
+var ErrNotSent = unsent.Err
+
+// NotSent reports whether err is the error of a request that never
+// reached the backend: it wraps ErrNotSent, or throttle.ErrLimited (a
+// limiter's refusal: the call was not run).
+func NotSent(err error) bool { return unsent.Is(err) }
 
 // Window is what a Limiter measured over one window of samples, the
 // input of an Algorithm.

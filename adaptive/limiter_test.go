@@ -3,6 +3,7 @@ package adaptive
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -223,12 +224,13 @@ func TestReleaseOutcomeFromContext(t *testing.T) {
 
 func TestOutcomeOf(t *testing.T) {
 	for err, want := range map[error]Outcome{
-		nil:                      Success,
-		errors.New("not found"):  Success,
-		context.Canceled:         Ignored,
-		context.DeadlineExceeded: Dropped,
-		throttle.ErrLimited:      Dropped,
-		throttle.ErrUnavailable:  Dropped,
+		nil:                                   Success,
+		errors.New("not found"):               Success,
+		context.Canceled:                      Ignored,
+		context.DeadlineExceeded:              Dropped,
+		throttle.ErrLimited:                   Ignored,
+		throttle.ErrUnavailable:               Dropped,
+		fmt.Errorf("waiting: %w", ErrNotSent): Ignored,
 	} {
 		if got := OutcomeOf(err); got != want {
 			t.Errorf("OutcomeOf(%v) = %v, want %v", err, got, want)

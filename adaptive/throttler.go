@@ -153,6 +153,18 @@ func (t *Throttler) Allow(_ context.Context, _ string, n int) (d throttle.Decisi
 	return d, nil
 }
 
+// done counts the outcome of one request Allow let through, from its
+// error: withdrawn when it was not sent (NotSent), an accept when
+// ThrottlerConfig.Accepted says so, else nothing (a rejection).
+func (t *Throttler) done(err error) {
+	switch {
+	case NotSent(err):
+		t.Withdraw(1)
+	case t.accepted(err):
+		t.Accept(1)
+	}
+}
+
 // Accept counts n requests the backend accepted: it answered with
 // anything but a refusal for overload (a 429, a 503,
 // RESOURCE_EXHAUSTED) or a timeout.
@@ -162,9 +174,39 @@ func (t *Throttler) Accept(n int) {
 	}
 }
 
+// Withdraw uncounts n requests that Allow counted and let through but
+// that never reached the backend (NotSent: a limiter behind the Throttler
+// refused them): they count neither as requests nor as rejections. They
+// are taken from the newest buckets of the window that hold requests. It
+// is lock-free and allocates nothing.
+func (t *Throttler) Withdraw(n int) {
+	if n <= 0 {
+		return
+	}
+	slot, left := uint64(t.clock.Now()/t.width), uint64(n)
+	for i := uint64(0); i < buckets && left > 0; i++ {
+		s := slot - i
+		tag := s & (1<<(64-slotShift) - 1)
+		b := &t.b[s%buckets]
+		for {
+			w := b.Load()
+			r := w >> countBits & countMax
+			if w>>slotShift != tag || r == 0 {
+				break
+			}
+			take := min(r, left)
+			if b.CompareAndSwap(w, tag<<slotShift|(r-take)<<countBits|w&countMax) {
+				left -= take
+				break
+			}
+		}
+	}
+}
+
 // Throttled returns f throttled by t: a call t drops returns the zero T
 // and a *throttle.LimitedError (errors.Is(err, throttle.ErrLimited))
-// without running f; a call that runs counts as accepted when
+// without running f; a call whose error says it was not sent (NotSent) is
+// withdrawn; a call that runs counts as accepted when
 // ThrottlerConfig.Accepted says so of its error. The returned function is
 // safe for concurrent use if f is.
 func Throttled[T any](t *Throttler, key string, f func(context.Context) (T, error)) func(context.Context) (T, error) {
@@ -178,9 +220,7 @@ func Throttled[T any](t *Throttler, key string, f func(context.Context) (T, erro
 			return zero, err
 		}
 		v, err := f(ctx)
-		if t.accepted(err) {
-			t.Accept(1)
-		}
+		t.done(err)
 		return v, err
 	}
 }

@@ -3,6 +3,7 @@ package adaptive
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -71,7 +72,7 @@ func TestThrottlerProbability(t *testing.T) {
 func TestThrottled(t *testing.T) {
 	clk := throttletest.NewClock()
 	th := mustThrottler(t, ThrottlerConfig{Rand: func() float64 { return 0 }}, clk)
-	fail := Throttled(th, "api", func(context.Context) (int, error) { return 0, throttle.ErrLimited })
+	fail := Throttled(th, "api", func(context.Context) (int, error) { return 0, throttle.ErrUnavailable })
 	ok := Throttled(th, "api", func(context.Context) (int, error) { return 1, nil })
 	if v, err := ok(bg); v != 1 || err != nil {
 		t.Fatalf("ok() = %v, %v", v, err)
@@ -82,6 +83,31 @@ func TestThrottled(t *testing.T) {
 	var le *throttle.LimitedError
 	if !errors.As(err, &le) || le.Key != "api" || !errors.Is(err, throttle.ErrLimited) {
 		t.Fatalf("dropped call = %v, want a *LimitedError for api", err)
+	}
+}
+
+// TestThrottledLocalRefusal: a call a local limiter refused (f is
+// throttle.Wrap of a full limiter, or fails with ErrNotSent) never reached
+// the backend and counts neither as a request nor as a rejection. Before,
+// each counted as a request without an accept: after 100 of them, p was
+// 0.99.
+func TestThrottledLocalRefusal(t *testing.T) {
+	th := mustThrottler(t, ThrottlerConfig{}, throttletest.NewClock())
+	full := func(context.Context) (int, error) { return 0, &throttle.LimitedError{Key: "api"} }
+	waited := func(context.Context) (int, error) {
+		return 0, fmt.Errorf("waiting: %w: %w", ErrNotSent, context.DeadlineExceeded)
+	}
+	for range 50 {
+		Throttled(th, "api", full)(bg)
+		Throttled(th, "api", waited)(bg)
+	}
+	if p := th.DropProbability(); p != 0 {
+		t.Fatalf("p = %v after 100 local refusals, want 0", p)
+	}
+	th.Allow(bg, "", 3)
+	th.Withdraw(5) // more than counted: the rest is ignored
+	if p := th.DropProbability(); p != 0 {
+		t.Fatalf("p = %v", p)
 	}
 }
 

@@ -68,3 +68,34 @@ func TestAdaptiveSimulation(t *testing.T) {
 	}
 	t.Log("wrote", files)
 }
+
+// TestAdaptiveShapes runs aegis's BBR at 1× and 3× load on the backends
+// of adaptivesim.Shapes, beside which package adaptive's TestShapes runs
+// this module's limiters, and prints its rows of the table of
+// docs/adaptive.md (with -adaptive-docs; it takes about a minute):
+//
+//	cd benchmarks && go test -run TestAdaptiveShapes -v . -args -adaptive-docs ../docs
+//
+// It asserts nothing of aegis, a peer, but that it served requests.
+func TestAdaptiveShapes(t *testing.T) {
+	if *adaptiveDocs == "" {
+		t.Skip("with -adaptive-docs only")
+	}
+	aegis := AdaptiveSubjects()[len(AdaptiveSubjects())-1]
+	var rows []adaptivesim.ShapeRow
+	for _, b := range adaptivesim.Shapes() {
+		unloaded := b.Unloaded()
+		for _, load := range []float64{1, 3} {
+			var r adaptivesim.Result
+			synctest.Test(t, func(*testing.T) { r = adaptivesim.RunOn(b, aegis.New(nil), load, 1, BubbleAt(), unloaded) })
+			if r.Goodput == 0 {
+				t.Errorf("%s at %.0f×: served nothing", b.Name, load)
+			}
+			rows = append(rows, adaptivesim.ShapeRow{Shape: b.Name, Unloaded: unloaded,
+				Row: adaptivesim.Row{Name: aegis.Name, Load: load, Result: r}, Miss: r.ShapeGoals(load, unloaded)})
+		}
+	}
+	var out strings.Builder
+	adaptivesim.WriteShapes(&out, rows)
+	t.Log("\n" + out.String())
+}

@@ -18,13 +18,18 @@
 // nothing and are never decided by the policy; a caller that cancels its
 // context, or whose own deadline (earlier than the per-call timeout)
 // passes, is not the store's failure either: its call counts for nothing
-// and returns the context's error.
+// and returns the context's error. Unless the store has answered no call
+// at all for a whole per-call timeout: then such a call counts as a
+// failure, so that a hanging store whose callers all have deadlines
+// shorter than the timeout still opens the breaker (and their later calls
+// go to the policy at once).
 package failsafe
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -136,6 +141,8 @@ type guard struct {
 	clk      clock.Source
 	br       Breaker
 	dl       deadline.Shared
+	timeout  int64        // the per-call timeout, ns
+	heard    atomic.Int64 // when the store last answered a call (g.clk), to within timeout/8
 }
 
 // ErrOpen is the store failure of a call the open breaker refused to
@@ -177,6 +184,8 @@ func New(inner throttle.Limiter, opts ...Option) (throttle.Limiter, error) {
 		return nil, err
 	}
 	g.dl.Init(s.timeout)
+	g.timeout = int64(s.timeout)
+	g.heard.Store(g.clk.Now())
 	if q, ok := inner.(throttle.QuotaReporter); ok {
 		g.quota = q.Quota
 	}
@@ -252,7 +261,11 @@ func (g *guard) settle(ctx, cctx context.Context, err error, probe bool) (failed
 		g.success(probe)
 		return false, nil
 	case callerEnded(ctx, cctx):
-		g.br.Release(probe) // the caller gave up, or its own deadline passed: not the store's fault
+		if g.silent() { // no caller heard from the store for a whole timeout
+			g.failure(probe, fmt.Errorf("%w: no answer within any caller's deadline for %v", throttle.ErrUnavailable, time.Duration(g.timeout)))
+		} else {
+			g.br.Release(probe) // the caller gave up, or its own deadline passed: not the store's fault
+		}
 		return false, err
 	case !errors.Is(err, throttle.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		g.success(probe) // the store answered: this request's own error
@@ -261,11 +274,21 @@ func (g *guard) settle(ctx, cctx context.Context, err error, probe bool) (failed
 	if !errors.Is(err, throttle.ErrUnavailable) {
 		err = fmt.Errorf("%w: %w", throttle.ErrUnavailable, err)
 	}
+	g.failure(probe, err)
+	return true, err
+}
+
+// failure counts a failure of the store, err, to the breaker.
+func (g *guard) failure(probe bool, err error) {
 	if g.br.Failure(g.clk.Now(), probe) {
 		g.report.Event(throttle.Event{Kind: throttle.EventBreakerOpen, Err: err})
 	}
-	return true, err
 }
+
+// silent reports whether the store has answered no call for a whole
+// per-call timeout: callers whose own deadlines are all shorter than the
+// timeout then count as its failures.
+func (g *guard) silent() bool { return g.clk.Now()-g.heard.Load() >= g.timeout }
 
 // ask passes c on to the store. A probe that panics lets the next caller
 // probe: it learned nothing of the store.
@@ -300,6 +323,9 @@ func callerEnded(ctx, cctx context.Context) bool {
 }
 
 func (g *guard) success(probe bool) {
+	if now := g.clk.Now(); now-g.heard.Load() >= g.timeout>>3 {
+		g.heard.Store(now)
+	}
 	if g.br.Success(probe) {
 		g.report.Event(throttle.Event{Kind: throttle.EventBreakerClosed})
 	}

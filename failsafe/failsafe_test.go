@@ -334,3 +334,37 @@ func TestClockOption(t *testing.T) {
 		t.Fatalf("after the cooldown on the injected clock: %+v, %v", d, err)
 	}
 }
+
+// TestHangingStoreShortCallers: a store that hangs, and 20 callers whose
+// deadlines (20 ms) are all shorter than the per-call timeout (100 ms):
+// once no call has been answered for a whole timeout, their expiries count
+// as failures, the breaker opens, and the later callers get the policy's
+// answer at once. Before: 20 calls, 0 openings, each caller waiting out
+// its deadline.
+func TestHangingStoreShortCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hang := throttle.LimiterFunc(func(ctx context.Context, _ string, n int) (throttle.Decision, error) {
+			<-ctx.Done()
+			return throttle.Decision{}, ctx.Err()
+		})
+		var obs kinds
+		l, err := failsafe.New(hang, failsafe.WithTimeout(100*time.Millisecond), failsafe.WithBreaker(3, time.Second, time.Second),
+			failsafe.WithObserver("s", &obs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast := 0
+		for range 20 {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			start := time.Now()
+			_, err := l.Allow(ctx, "k", 1)
+			if time.Since(start) == 0 && errors.Is(err, failsafe.ErrOpen) {
+				fast++
+			}
+			cancel()
+		}
+		if obs.count(throttle.EventBreakerOpen) != 1 || fast < 10 {
+			t.Fatalf("breaker openings %d, calls refused at once %d of 20", obs.count(throttle.EventBreakerOpen), fast)
+		}
+	})
+}

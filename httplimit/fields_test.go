@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/httplimit"
@@ -116,11 +117,15 @@ func TestOpenBreakerRetryAfter(t *testing.T) {
 type events struct {
 	mu              sync.Mutex
 	allowed, denied int
+	errs            []error
 }
 
 func (e *events) Observe(ev throttle.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if ev.Kind == throttle.EventError {
+		e.errs = append(e.errs, ev.Err)
+	}
 	if ev.Kind != throttle.EventDecision {
 		return
 	}
@@ -147,6 +152,11 @@ func TestShadowAndSkip(t *testing.T) {
 	}
 	if w := get(h, "192.0.2.1:1"); w.Code != 200 { // no key
 		t.Fatalf("no key: %d", w.Code)
+	}
+	// The request the key function refused (a 400 outside shadow mode) is
+	// reported, as an EventError. Before, nothing was.
+	if len(ev.errs) != 1 || !errors.Is(ev.errs[0], throttle.ErrInvalid) {
+		t.Fatalf("key refusal in shadow mode: errors observed %v, want one wrapping ErrInvalid", ev.errs)
 	}
 	if ev.allowed != 2 || ev.denied != 3 {
 		t.Fatalf("observed %d allowed, %d denied; want 2, 3", ev.allowed, ev.denied)
@@ -203,5 +213,25 @@ func TestLimitFromContext(t *testing.T) {
 	defer fw.Close()
 	if _, err := httplimit.New(fw, httplimit.WithLimitFromContext()); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("a limiter without AllowQuota: %v", err)
+	}
+}
+
+// TestConcurrencyDenialStatesNoTime: a full concurrency limit cannot say
+// when a slot frees, so its 429 carries no Retry-After and its RateLimit
+// item no t (r=0 alone). Before: Retry-After: 1 beside t=0.
+func TestConcurrencyDenialStatesNoTime(t *testing.T) {
+	l, _ := counting.New(1)
+	defer l.Close()
+	var h http.Handler
+	h = mw(t, l, httplimit.WithName("conc"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inner := get(h, "192.0.2.1:1")
+		if inner.Code != http.StatusTooManyRequests || inner.Header().Get("Retry-After") != "" ||
+			inner.Header().Get("RateLimit") != `"conc";r=0` {
+			t.Errorf("denied: %d, Retry-After %q, RateLimit %q; want 429, none, \"conc\";r=0",
+				inner.Code, inner.Header().Get("Retry-After"), inner.Header().Get("RateLimit"))
+		}
+	}))
+	if w := get(h, "192.0.2.1:1"); w.Code != 200 {
+		t.Fatalf("first request: %d", w.Code)
 	}
 }

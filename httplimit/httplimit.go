@@ -10,16 +10,19 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/ratefields"
 	"github.com/throttlekit/throttle/internal/report"
+	"github.com/throttlekit/throttle/internal/unsent"
 )
 
 // KeyFunc returns the key a request is limited under. An error wrapping
@@ -102,7 +105,8 @@ func WithErrorHandler(f func(http.ResponseWriter, *http.Request, error)) Option 
 
 // WithObserver reports to o, under name, every decision of the
 // middleware as throttle.Observe does: an EventDecision, or an EventError
-// for a decision that failed. name is the limiter's label in metrics; it
+// for a decision that failed or a request whose key could not be had (the
+// key func's error, with no Key). name is the limiter's label in metrics; it
 // need not be the policy name of WithName. Nil turns it off.
 func WithObserver(name string, o throttle.Observer) Option {
 	return func(c *config) { c.obsName, c.observer = name, o }
@@ -142,6 +146,7 @@ func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, e
 	}
 	m := &middleware{config: c, rep: ratefields.NewReporter(l), obs: report.New(c.obsName, c.observer)}
 	m.qa, _ = l.(throttle.QuotaAllower)
+	_, m.holds = l.(throttle.Holder)
 	m.l = throttle.Observe(l, c.obsName, c.observer)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
@@ -168,10 +173,11 @@ func (c *config) check(l throttle.Limiter) error {
 // concurrent use.
 type middleware struct {
 	config
-	l   throttle.Limiter      // observed
-	qa  throttle.QuotaAllower // the limiter before observing, if one
-	rep ratefields.Reporter   // the quota to state for a key
-	obs report.To             // reports the decisions allowQuota makes
+	l     throttle.Limiter      // observed
+	qa    throttle.QuotaAllower // the limiter before observing, if one
+	rep   ratefields.Reporter   // the quota to state for a key
+	obs   report.To             // reports the decisions allowQuota makes
+	holds bool                  // l is a throttle.Holder
 }
 
 // serve decides r and passes it to next, or answers it.
@@ -182,6 +188,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	key, err := m.key(r)
 	if err != nil {
+		// Not a decision, but reported as a failed one: in shadow mode
+		// the observer is the only one to see it.
+		m.obs.Call(throttle.MethodAllow, "", 1, throttle.Decision{}, err, time.Time{})
 		m.fail(w, r, next, err)
 		return
 	}
@@ -194,7 +203,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if lim != nil {
 		d, err = m.allowQuota(r, m.qa, key, lim, &m.obs)
 	} else {
-		d, release, err = throttle.TryHold(r.Context(), m.l, key, m.cost(r))
+		d, release, r, err = m.hold(r, key)
 	}
 	defer release()
 	if err != nil {
@@ -215,6 +224,50 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	next.ServeHTTP(w, r)
 }
 
+// hold asks the limiter for r's units under key. For a Holder, r comes
+// back marked (refusal) so that a middleware inside this one that refuses
+// it says so, and release then gives the units back as saying nothing
+// about the handler, which never ran (an adaptive.Limiter's Outcome is
+// Ignored, not a success of a few microseconds).
+func (m *middleware) hold(r *http.Request, key string) (throttle.Decision, func(), *http.Request, error) {
+	if !m.holds {
+		d, release, err := throttle.TryHold(r.Context(), m.l, key, m.cost(r))
+		return d, release, r, err
+	}
+	ctx, h := unsent.Begin(r.Context(), m.l)
+	d, release, err := throttle.TryHold(ctx, m.l, key, m.cost(r))
+	if err != nil || !d.Allowed {
+		h.End(release, nil)
+		return d, func() {}, r, err
+	}
+	f := &refusal{}
+	f.outer, _ = r.Context().Value(refusalKey{}).(*refusal)
+	r = r.WithContext(context.WithValue(r.Context(), refusalKey{}, f))
+	return d, func() {
+		var e error
+		if f.set.Load() {
+			e = unsent.Err
+		}
+		h.End(release, e)
+	}, r, nil
+}
+
+// refusal records that a middleware refused a request, for each
+// middleware outside it that holds units for it.
+type refusal struct {
+	set   atomic.Bool
+	outer *refusal
+}
+
+type refusalKey struct{}
+
+// refused marks r as refused by a middleware, for those outside it.
+func refused(r *http.Request) {
+	for f, _ := r.Context().Value(refusalKey{}).(*refusal); f != nil; f = f.outer {
+		f.set.Store(true)
+	}
+}
+
 // failed answers r, whose decision d failed with err, or passes it to
 // next when the store is unavailable and WithPassOnUnavailable says so.
 func (c *config) failed(w http.ResponseWriter, r *http.Request, next http.Handler, d throttle.Decision, err error) {
@@ -229,10 +282,14 @@ func (c *config) failed(w http.ResponseWriter, r *http.Request, next http.Handle
 	c.fail(w, r, next, err)
 }
 
-// deny answers r, denied by d: 429 with Retry-After, or the WithDenied
-// handler's answer.
+// deny answers r, denied by d: 429 with Retry-After when d states a
+// time (a full concurrency limit does not: waiting frees nothing), or the
+// WithDenied handler's answer.
 func (c *config) deny(w http.ResponseWriter, r *http.Request, d throttle.Decision) {
-	w.Header().Set("Retry-After", strconv.FormatInt(max(ratefields.Seconds(d.RetryAfter), 1), 10))
+	refused(r)
+	if d.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(ratefields.Seconds(d.RetryAfter), 10))
+	}
 	if c.denied != nil {
 		c.denied.ServeHTTP(w, r.WithContext(withDecision(r.Context(), d)))
 		return
@@ -262,6 +319,7 @@ func (c *config) fail(w http.ResponseWriter, r *http.Request, next http.Handler,
 		next.ServeHTTP(w, r)
 		return
 	}
+	refused(r)
 	if c.onError != nil {
 		c.onError(w, r, err)
 		return

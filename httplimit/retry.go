@@ -3,6 +3,7 @@ package httplimit
 import (
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,7 +16,11 @@ import (
 // RetryTransport is an http.RoundTripper that retries failed requests
 // under a retry.Policy: transport errors, 429, 502, 503 and 504, after
 // the policy's jittered back-off or the response's Retry-After (seconds
-// or a date), whichever is longer, up to the policy's bound. Only
+// or a date, spread by up to a fifth more), whichever is longer, up to
+// the policy's bound; a wait that would end past the request's deadline
+// is not started, and the last answer is returned. A request a local
+// limiter refused (adaptive.NotSent) is retried without charging the
+// policy's Budget. Only
 // idempotent requests are retried (GET, HEAD, OPTIONS, TRACE, PUT,
 // DELETE, or any with an Idempotency-Key header), unless
 // RetryNonIdempotent is set, and only if their body can be read again
@@ -55,7 +60,7 @@ func (t *RetryTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		if !canRetry {
 			return resp, err
 		}
-		delay, ok := p.Next(attempt, hint)
+		delay, ok := p.NextCall(ctx, attempt, hint, err)
 		if !ok {
 			return resp, err
 		}
@@ -94,17 +99,18 @@ func retryable(resp *http.Response, err error) (bool, time.Duration) {
 }
 
 // retryAfter parses a Retry-After value: seconds or an HTTP date; 0 if
-// absent or malformed.
+// absent or malformed. Seconds too many for an int64 are the longest
+// Duration: longer than any MaxRetryAfter, not absent.
 func retryAfter(v string) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s < 0 {
-			return 0
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) && v[0] != '-' {
+		if err != nil || s >= int64(math.MaxInt64/time.Second) {
+			return math.MaxInt64
 		}
-		return time.Duration(min(s, int64(1<<62/time.Second))) * time.Second
+		return time.Duration(max(s, 0)) * time.Second
 	}
 	if at, err := http.ParseTime(v); err == nil {
 		return max(time.Until(at), 0)

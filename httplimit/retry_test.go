@@ -1,9 +1,11 @@
 package httplimit_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -51,6 +53,8 @@ func TestRetryTransport(t *testing.T) {
 		{"not retryable", "GET", "", false, "", []int{500}, 1, 0},
 		{"Retry-After waited", "GET", "", false, "3", []int{429, 200}, 2, 3 * time.Second},
 		{"Retry-After above the bound", "GET", "", false, "60", []int{429, 200}, 1, 0},
+		// Before, read as absent: retried at once (5 attempts in 396 ms).
+		{"Retry-After overflowing", "GET", "", false, "99999999999999999999", []int{429, 200}, 1, 0},
 		{"POST not retried", "POST", "", false, "", []int{503, 200}, 1, 0},
 		{"POST with an Idempotency-Key", "POST", "k1", false, "", []int{503, 200}, 2, 0},
 		{"POST when told", "POST", "", true, "", []int{503, 200}, 2, 0},
@@ -83,6 +87,58 @@ func TestRetryTransport(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRetryAfterSpread: 100 clients refused together with Retry-After: 1
+// come back over a spread of at least 100 ms (up to a fifth more than
+// asked), none before the second asked for. Before, all 100 retries
+// landed at the same instant, 1 s later.
+func TestRetryAfterSpread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var mu sync.Mutex
+		var first, last time.Duration = time.Hour, 0
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() {
+				base, _ := script("1", 503, 200)
+				c := &http.Client{Transport: &httplimit.RetryTransport{Base: base}}
+				resp, err := c.Get("http://upstream.test/")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				el := time.Since(start)
+				mu.Lock()
+				first, last = min(first, el), max(last, el)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if first < time.Second || last > 1200*time.Millisecond || last-first < 100*time.Millisecond {
+			t.Errorf("retries from %v to %v: want a spread of at least 100ms within [1s, 1.2s]", first, last)
+		}
+	})
+}
+
+// TestRetryPastDeadline: a Retry-After longer than the request's remaining
+// deadline is not waited for: the caller gets the upstream's 503 at once.
+// Before, RetryTransport slept into the deadline and the caller got
+// context.DeadlineExceeded instead of the answer.
+func TestRetryPastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base, bodies := script("5", 503, 200)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r, _ := http.NewRequestWithContext(ctx, "GET", "http://upstream.test/", nil)
+		start := time.Now()
+		resp, err := (&http.Client{Transport: &httplimit.RetryTransport{Base: base}}).Do(r)
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable || len(*bodies) != 1 || time.Since(start) != 0 {
+			t.Fatalf("got %v, %v after %d attempts and %v; want the 503 at once", resp, err, len(*bodies), time.Since(start))
+		}
+		resp.Body.Close()
+	})
 }
 
 // A client of one upstream with the three protections stacked: retries

@@ -16,7 +16,9 @@ import (
 // with the probability the Throttler gives, so an overloaded upstream is
 // not drowned by requests it would refuse. A response counts as accepted
 // unless its status is 429 or 503; a transport error does not count,
-// except when the request's own context ended it. It is safe for
+// except when the request's own context ended it; a request Base did not
+// send (adaptive.NotSent: a Transport's limiter refused it) is withdrawn,
+// counting neither as a request nor as a rejection. It is safe for
 // concurrent use.
 type ThrottledTransport struct {
 	// Base makes the requests; nil means http.DefaultTransport.
@@ -45,7 +47,10 @@ func (t *ThrottledTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 		base = http.DefaultTransport
 	}
 	resp, err := base.RoundTrip(r)
-	if accepted(r.Context(), resp, err) {
+	switch {
+	case adaptive.NotSent(err):
+		t.Throttler.Withdraw(1)
+	case accepted(r.Context(), resp, err):
 		t.Throttler.Accept(1)
 	}
 	return resp, err

@@ -1,11 +1,13 @@
 package httplimit
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/unsent"
 )
 
 // Transport is an http.RoundTripper that asks Limiter before each request
@@ -29,7 +31,12 @@ type Transport struct {
 
 var _ http.RoundTripper = (*Transport)(nil)
 
-// RoundTrip asks the limiter, then Base.
+// RoundTrip asks the limiter, then Base. An error before the request is
+// sent (a refusal, a wait that ended) wraps adaptive.ErrNotSent or is a
+// *throttle.LimitedError, so the layers in front of this one (a
+// ThrottledTransport, a RetryTransport) count it as never sent. When Base
+// fails the same way, a Holder's units are released as saying nothing
+// about the upstream (an adaptive.Limiter's Outcome is Ignored).
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if t.Limiter == nil {
 		return nil, fmt.Errorf("%w: httplimit: Transport with a nil Limiter", throttle.ErrInvalid)
@@ -38,27 +45,11 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if t.Key != nil {
 		key = t.Key(r)
 	}
-	release := func() {}
-	switch h, holds := t.Limiter.(throttle.Holder); {
-	case t.Wait && holds:
-		rel, err := h.Hold(r.Context(), key, 1)
-		if err != nil {
-			return nil, err
-		}
-		release = rel
-	case t.Wait:
-		if err := throttle.Wait(r.Context(), t.Limiter, key, 1, t.WaitOptions...); err != nil {
-			return nil, err
-		}
-	default:
-		d, rel, err := throttle.TryHold(r.Context(), t.Limiter, key, 1)
-		if err != nil {
-			return nil, err
-		}
-		if !d.Allowed {
-			return nil, &throttle.LimitedError{Key: key, Decision: d}
-		}
-		release = rel
+	ctx, hold := unsent.Begin(r.Context(), t.Limiter)
+	release, err := t.turn(ctx, key)
+	if err != nil {
+		hold.End(func() {}, err)
+		return nil, err
 	}
 	base := t.Base
 	if base == nil {
@@ -66,16 +57,37 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp, err := base.RoundTrip(r)
 	if err != nil || resp.Body == nil {
-		release()
+		hold.End(release, err)
 		return resp, err
 	}
+	done := func() { hold.End(release, nil) }
 	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 		// An upgraded connection (a WebSocket): its body is written too.
-		resp.Body = &releasingConn{releasingBody{ReadCloser: rw, release: release}, rw}
+		resp.Body = &releasingConn{releasingBody{ReadCloser: rw, release: done}, rw}
 		return resp, nil
 	}
-	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: done}
 	return resp, nil
+}
+
+// turn waits for the limiter, or asks it once, and returns the release of
+// what it holds; its errors are marked as not sent.
+func (t *Transport) turn(ctx context.Context, key string) (func(), error) {
+	switch h, holds := t.Limiter.(throttle.Holder); {
+	case t.Wait && holds:
+		rel, err := h.Hold(ctx, key, 1)
+		return rel, unsent.Mark(err)
+	case t.Wait:
+		return func() {}, unsent.Mark(throttle.Wait(ctx, t.Limiter, key, 1, t.WaitOptions...))
+	}
+	d, rel, err := throttle.TryHold(ctx, t.Limiter, key, 1)
+	switch {
+	case err != nil:
+		return nil, unsent.Mark(err)
+	case !d.Allowed:
+		return nil, &throttle.LimitedError{Key: key, Decision: d}
+	}
+	return rel, nil
 }
 
 // releasingConn is the body of a 101 response: the connection, writable.

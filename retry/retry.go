@@ -15,12 +15,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/internal/unsent"
 )
 
 // Defaults of a Policy.
@@ -70,32 +72,59 @@ func (p *Policy) Backoff(i int) time.Duration {
 	if i >= 1 && i < 63 && base <= ceil>>(i-1) {
 		d = min(ceil, base<<(i-1))
 	}
-	r := rand.Float64
-	if p.Rand != nil {
-		r = p.Rand
-	}
-	return time.Duration(r() * float64(d))
+	return time.Duration(p.rand() * float64(d))
 }
 
 // Next is told that attempt (1 for the first) failed in a way worth
 // retrying, the server asking for a wait of retryAfter (0 if it did
 // not), and says whether to retry and after how long: not past
 // MaxAttempts, not when retryAfter is above MaxRetryAfter, and not when
-// the Budget refuses. It charges the failure to the Budget.
+// the Budget refuses. It charges the failure to the Budget. The delay is
+// the back-off, or retryAfter spread by up to a fifth more
+// (retryAfter·(1 + U[0, 0.2)), at most MaxRetryAfter) when that is
+// longer: never earlier than the server asked, and the clients it refused
+// together do not all come back at the same instant.
 func (p *Policy) Next(attempt int, retryAfter time.Duration) (delay time.Duration, ok bool) {
+	return p.next(attempt, retryAfter, true, math.MaxInt64)
+}
+
+// NextCall is Next for a call under ctx that failed with err: a failure
+// that never reached the backend (err wraps throttle.ErrLimited or
+// adaptive.ErrNotSent: a local limiter refused it) is not charged to the
+// Budget, and a retry whose delay would end after ctx's deadline is
+// refused (ok false), so the caller gets the backend's answer rather
+// than a deadline error.
+func (p *Policy) NextCall(ctx context.Context, attempt int, retryAfter time.Duration, err error) (delay time.Duration, ok bool) {
+	left := time.Duration(math.MaxInt64)
+	if dl, has := ctx.Deadline(); has {
+		left = time.Until(dl)
+	}
+	return p.next(attempt, retryAfter, !unsent.Is(err), left)
+}
+
+func (p *Policy) next(attempt int, retryAfter time.Duration, charge bool, left time.Duration) (delay time.Duration, ok bool) {
 	if p == nil {
 		p = &zero
 	}
 	maxAttempts, maxAfter := orDefault(p.MaxAttempts, DefaultMaxAttempts), orDefault(p.MaxRetryAfter, DefaultMaxRetryAfter)
-	ok = p.Budget.fail() && attempt < maxAttempts && retryAfter <= maxAfter
+	ok = (!charge || p.Budget.fail()) && attempt < maxAttempts && retryAfter <= maxAfter
 	if ok {
-		delay = max(p.Backoff(attempt), retryAfter)
+		spread := min(retryAfter+time.Duration(p.rand()*0.2*float64(retryAfter)), max(maxAfter, retryAfter))
+		delay = max(p.Backoff(attempt), spread)
+		ok = delay <= left
 	}
 	if p.Observer != nil {
 		p.Observer.Observe(throttle.Event{Kind: throttle.EventRetry, Limiter: p.Name, N: attempt,
 			Decision: throttle.Decision{Allowed: ok, RetryAfter: delay}})
 	}
 	return delay, ok
+}
+
+func (p *Policy) rand() float64 {
+	if p.Rand != nil {
+		return p.Rand()
+	}
+	return rand.Float64()
 }
 
 // Succeeded tells the Budget that an attempt succeeded.
@@ -119,8 +148,10 @@ func orDefault[T int | time.Duration](v, def T) T {
 // retry, or Next refuses a retry; it waits the back-off between attempts
 // and returns the last result. An error's Retry-After is the RetryAfter
 // of a *throttle.LimitedError it wraps. The caller vouches that f is safe
-// to repeat (idempotent). Do returns early, with an error wrapping
-// ctx.Err() and the last failure, when ctx ends during a back-off.
+// to repeat (idempotent). A back-off that would end past ctx's deadline
+// is not started: the last failure is returned (see NextCall). Do returns
+// early, with an error wrapping ctx.Err() and the last failure, when ctx
+// ends during a back-off.
 func Do[T any](ctx context.Context, p *Policy, f func(context.Context) (T, error)) (T, error) {
 	if p == nil {
 		p = &zero
@@ -144,7 +175,7 @@ func Do[T any](ctx context.Context, p *Policy, f func(context.Context) (T, error
 		if le := (*throttle.LimitedError)(nil); errors.As(err, &le) {
 			hint = le.Decision.RetryAfter
 		}
-		delay, ok := p.Next(attempt, hint)
+		delay, ok := p.NextCall(ctx, attempt, hint, err)
 		if !ok {
 			return v, err
 		}

@@ -100,12 +100,23 @@ func TestDo(t *testing.T) {
 			t.Fatalf("Do = %v, %v after %d calls", v, err, calls)
 		}
 
-		// The context ends during the back-off.
+		// A back-off past the deadline is not started: the failure is
+		// returned at once (before, Do waited and failed with
+		// DeadlineExceeded).
 		ctx, cancel := context.WithTimeout(bg, time.Second)
 		defer cancel()
+		start = time.Now()
 		_, err = retry.Do(ctx, p, func(context.Context) (int, error) { return 0, limited })
-		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, throttle.ErrLimited) {
-			t.Fatalf("Do past its deadline = %v", err)
+		if errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, throttle.ErrLimited) || time.Since(start) != 0 {
+			t.Fatalf("Do with a deadline before the back-off's end = %v after %v", err, time.Since(start))
+		}
+
+		// The context is cancelled during the back-off.
+		ctx, cancel = context.WithCancel(bg)
+		time.AfterFunc(time.Second, cancel)
+		_, err = retry.Do(ctx, p, func(context.Context) (int, error) { return 0, limited })
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, throttle.ErrLimited) {
+			t.Fatalf("Do cancelled = %v", err)
 		}
 	})
 }
@@ -152,6 +163,27 @@ func TestNilPolicy(t *testing.T) {
 		retry.Do(bg, nil, func(context.Context) (int, error) { calls++; return 0, throttle.ErrUnavailable })
 		if calls != retry.DefaultMaxAttempts {
 			t.Fatalf("%d calls, want %d", calls, retry.DefaultMaxAttempts)
+		}
+	})
+}
+
+// TestLocalRefusalNotCharged: a failure that never reached the backend
+// (a local limiter's *throttle.LimitedError, as throttle.Wrap returns) is
+// retried under the policy but not charged to the Budget, which counts
+// the backend's failures. Before, 10 such calls emptied a budget of 10.
+func TestLocalRefusalNotCharged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustBudget(t, 10, 0.1)
+		p := &retry.Policy{MaxAttempts: 3, Budget: b}
+		calls := 0
+		for range 10 {
+			retry.Do(bg, p, func(context.Context) (int, error) {
+				calls++
+				return 0, &throttle.LimitedError{Key: "k", Decision: throttle.Decision{RetryAfter: time.Second}}
+			})
+		}
+		if b.Tokens() != 10 || calls != 30 {
+			t.Fatalf("budget %.1f of 10 after %d calls, want 10 after 30", b.Tokens(), calls)
 		}
 	})
 }

@@ -53,6 +53,7 @@ func TestAllocs(t *testing.T) {
 	for doc, keys := range map[string][]string{
 		benchDoc():            {"user-500", "ppppp44:abc", "nobody", "ops:deploy", "bad", "svc-7-eu-prod"},
 		patternDoc(1000, 100): {"nobody", "tenant-50-eu-prod", "scraper-999-x"},
+		infixDoc(1000):        infixKeys,
 		`{"default": {"rate": "1/s", "burst": 1}, "rules": [{"pattern": "*-eu", "rate": "1000000/s", "burst": 1000000}, {"pattern": "*mid*", "rate": "1000000/s", "burst": 1000000}]}`: {"a-eu", "xmidx"},
 	} {
 		l, _ := newLimiter(t, doc)

@@ -80,5 +80,7 @@
 // service delays only the fetch, which the timeout given to Refresh ends.
 //
 // Cached(src, path) keeps the last document that parsed in a file and,
-// when the service is down at start-up, starts from it.
+// when the service is down at start-up or delivers a document that does
+// not parse, starts from it. Follow the cached source, so that the file
+// keeps up.
 package rules

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,8 +121,10 @@ func WithErrorFunc(f func(error)) Option { return func(c *config) { c.onError = 
 // Reserve are safe for concurrent use with each other and with Update,
 // Reload, Watch, Refresh, Follow and Close; routing a key to its limit
 // takes no lock and allocates nothing, and tries only the patterns that
-// could match the key (they are indexed by their literal head or tail). The zero value is not
-// usable: its methods fail with an error wrapping throttle.ErrInvalid.
+// could match the key (they are indexed by their literal head or tail,
+// and those with a wildcard at both ends by their longest literal run,
+// found in one pass over the key). The zero value is not usable: its
+// methods fail with an error wrapping throttle.ErrInvalid.
 //
 // For a key, in order: the deny list refuses it (an error wrapping
 // throttle.ErrDenied); the allow list admits it without limit (a Decision
@@ -134,9 +137,12 @@ func WithErrorFunc(f func(error)) Option { return func(c *config) { c.onError = 
 // prefix's limit, separately. A reload that changes a limit adjusts its
 // limiter in place when it can (what keys have used is kept, as SetRate,
 // SetBurst and SetLimit keep it); a key that moves to another rule or tier
-// starts afresh there, and so does every key of a window limit raised past
-// what its limiter's counters hold (its Capacity: below the next power of
-// two of the limit it was built with).
+// starts afresh there. A window limit whose limiter is rebuilt (raised
+// past what its counters hold, its Capacity; or given another window)
+// carries each key's usage over: for the old window's span, a key's first
+// decision charges the new limiter with what the old one says the key
+// used (up to the new limit), so a key that used its 5 of 5/h gets 5 more
+// at 10/h and none at 5/2h.
 type Limiter struct {
 	cur atomic.Pointer[table]
 	cfg config
@@ -250,6 +256,7 @@ type rebuild struct {
 	next    map[string]*live // id → the limiter of each limit of the new document
 	fresh   []*live          // the limiters the factory made for it
 	changes []change         // the limits to adjust in place
+	carried []*live          // the replaced limiters a carry took over
 }
 
 func (l *Limiter) apply(c *Config) error {
@@ -266,7 +273,7 @@ func (l *Limiter) apply(c *Config) error {
 	l.live = b.next
 	l.cur.Store(t)
 	for id, lv := range old {
-		if b.next[id] != lv {
+		if b.next[id] != lv && !slices.Contains(b.carried, lv) {
 			closeLimiter(lv.l)
 		}
 	}
@@ -339,6 +346,10 @@ func (b *rebuild) slot(id string, lim Limit) (*slot, error) {
 	if nl == nil {
 		return nil, invalid("%s: the factory returned a nil limiter", id)
 	}
+	if old := b.l.live[id]; old != nil && old.l != nil && old.lim.IsWindow() && lim.IsWindow() {
+		nl = newCarry(nl, old.l, old.lim, lim, b.l.set.Clock) // what keys used is carried over
+		b.carried = append(b.carried, old)
+	}
 	lv := &live{l: nl, lim: lim}
 	b.fresh = append(b.fresh, lv)
 	b.next[id] = lv
@@ -367,7 +378,7 @@ func (b *rebuild) undo() {
 		_ = adjust(b.changes[i].lv.l, b.changes[i].new, b.changes[i].old)
 	}
 	for _, lv := range b.fresh {
-		closeLimiter(lv.l)
+		closeLimiter(unwrapped(lv.l)) // not what a carry took over: still in force
 	}
 }
 
@@ -389,7 +400,7 @@ func adjustable(old *live, lim Limit) bool {
 		_, ok := old.l.(rateSetter)
 		return ok
 	case old.lim.IsWindow() && lim.IsWindow() && old.lim.Window == lim.Window:
-		_, ok := old.l.(limitSetter)
+		_, ok := unwrapped(old.l).(limitSetter)
 		if c, sized := old.l.(interface{ Capacity() int }); sized && lim.Count > c.Capacity() {
 			return false // past what its counters hold: rebuilt
 		}

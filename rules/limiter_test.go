@@ -640,10 +640,10 @@ func TestReloadWindowKeepsUsage(t *testing.T) {
 			}
 			defer l.Close()
 			steps := []struct{ limit, want int }{
-				{100, 100},   // the first hour
-				{50, 0},      // lowered: the 100 used stay used
-				{120, 20},    // raised: the difference
-				{1000, 1000}, // past the counters' capacity (127): rebuilt, empty
+				{100, 100},  // the first hour
+				{50, 0},     // lowered: the 100 used stay used
+				{120, 20},   // raised: the difference
+				{1000, 880}, // past the counters' capacity (127): rebuilt, the 120 used carried over
 			}
 			for i, s := range steps {
 				if i > 0 {
@@ -668,5 +668,44 @@ func TestReloadWindowKeepsUsage(t *testing.T) {
 	var zero slidingwindow.Limiter
 	if err := zero.SetLimit(1); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("zero Limiter: %v", err)
+	}
+}
+
+// TestReloadRebuiltWindowKeepsUsage: a window limit rebuilt on reload
+// (raised past its counters' capacity, 5 → 10/h; or given another window,
+// 1h → 2h) carries over what each key used: a key that used 5 of 5/h gets
+// 5 more at 10/h, and none at 5/2h, for the old window's span. Before,
+// every key got a fresh window (10 and 5 more).
+func TestReloadRebuiltWindowKeepsUsage(t *testing.T) {
+	doc := func(limit int, window string) *rules.Config {
+		c, err := rules.Parse([]byte(fmt.Sprintf(`{"default": {"limit": %d, "window": %q}}`, limit, window)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		limit  int
+		window string
+		want   int
+	}{{10, "1h", 5}, {5, "2h", 0}, {100, "30m", 95}} {
+		clk := throttletest.NewClock()
+		l, err := rules.New(doc(5, "1h"), rules.WithLimiterOptions(throttle.WithClock(clk)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := admitted(t, l, "k"); got != 5 {
+			t.Fatalf("first window: %d admitted", got)
+		}
+		if err := l.Update(doc(tc.limit, tc.window)); err != nil {
+			t.Fatal(err)
+		}
+		if got := admitted(t, l, "k"); got != tc.want {
+			t.Errorf("%d/%s after 5 used of 5/1h: %d admitted, want %d", tc.limit, tc.window, got, tc.want)
+		}
+		if got := admitted(t, l, "fresh"); got != tc.limit {
+			t.Errorf("%d/%s: a new key got %d", tc.limit, tc.window, got)
+		}
+		l.Close()
 	}
 }

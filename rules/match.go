@@ -103,8 +103,12 @@ func Glob(pattern, key string) bool {
 // are. A lookup asks each map for the key's head or tail of each length,
 // then tries with Glob only the patterns filed under it, most literal
 // first, and stops at the first that matches or cannot beat the best so
-// far. Patterns that begin and end with a wildcard ("*abc*") are tried
-// in a list of their own. Adding is O(1); seal sorts once.
+// far. Patterns that begin and end with a wildcard ("*abc*") are filed
+// under their longest literal run, which a matching key contains: one
+// pass of an Aho–Corasick automaton over the key (see infix) finds the
+// runs it contains, and only their patterns are tried. Patterns with no
+// literal byte at all ("*", "?*?") are tried in a list of their own.
+// Adding is O(1); seal sorts and builds once.
 type set[T any] struct {
 	exact    map[string]T
 	prefixes map[string]T
@@ -112,7 +116,10 @@ type set[T any] struct {
 
 	heads, tails map[string][]pattern[T] // patterns by literal head or tail
 	hlens, tlens []int                   // distinct head and tail lengths
-	rest         []pattern[T]            // patterns with neither
+	runs         map[string]int32        // the literal runs of the others, by id
+	byRun        [][]pattern[T]          // their patterns, by run id
+	infix        infix                   // the automaton of the runs
+	rest         []pattern[T]            // patterns without a literal byte
 	n            int                     // patterns added
 }
 
@@ -157,9 +164,29 @@ func (s *set[T]) add(m matcher, v T) {
 		case tail > 0:
 			s.tails, s.tlens = file(s.tails, s.tlens, m.s[len(m.s)-tail:], p)
 		default:
-			s.rest = append(s.rest, p)
+			s.fileRun(p)
 		}
 	}
+}
+
+// fileRun files p, which begins and ends with a wildcard, under its
+// longest literal run.
+func (s *set[T]) fileRun(p pattern[T]) {
+	run := longestRun(p.s)
+	if run == "" {
+		s.rest = append(s.rest, p)
+		return
+	}
+	if s.runs == nil {
+		s.runs = map[string]int32{}
+	}
+	id, ok := s.runs[run]
+	if !ok {
+		id = int32(len(s.byRun))
+		s.runs[run] = id
+		s.byRun = append(s.byRun, nil)
+	}
+	s.byRun[id] = append(s.byRun[id], p)
 }
 
 // file adds p under affix to m, noting a new length in lens.
@@ -190,6 +217,16 @@ func (s *set[T]) seal() {
 		slices.SortFunc(l, order)
 	}
 	slices.SortFunc(s.rest, order)
+	for _, l := range s.byRun {
+		slices.SortFunc(l, order)
+	}
+	if len(s.runs) > 0 {
+		runs := make([]string, len(s.runs))
+		for run, id := range s.runs {
+			runs[id] = run
+		}
+		s.infix = buildInfix(runs)
+	}
 }
 
 func (s *set[T]) empty() bool {
@@ -225,11 +262,39 @@ func (s *set[T]) lookup(key string) (v T, ok bool) {
 			win = try(s.tails[key[len(key)-n:]], key, win)
 		}
 	}
+	if len(s.byRun) > 0 {
+		win = s.tryRuns(key, win)
+	}
 	win = try(s.rest, key, win)
 	if win != &floor {
 		return win.v, true
 	}
 	return v, best >= 0
+}
+
+// tryRuns tries the patterns filed under the literal runs key contains,
+// each run's once (the first 16 runs found are remembered; a run found
+// again after those is tried again, which is only slower).
+func (s *set[T]) tryRuns(key string, win *pattern[T]) *pattern[T] {
+	var seen [16]int32
+	ns := 0
+	a := &s.infix
+	st := int32(0)
+	for i := 0; i < len(key); i++ {
+		st = a.step(st, key[i])
+		for o := st; o >= 0; o = a.dict[o] {
+			id := a.out[o]
+			if id < 0 || slices.Contains(seen[:ns], id) {
+				continue
+			}
+			if ns < len(seen) {
+				seen[ns] = id
+				ns++
+			}
+			win = try(s.byRun[id], key, win)
+		}
+	}
+	return win
 }
 
 // try returns the first pattern of list (most specific first) that

@@ -187,11 +187,15 @@ func (l *Limiter) take(d Document, err error) error {
 }
 
 // Cached returns src keeping its last good document (one that parses) in
-// the file at path: when src's first fetch fails, the file's document is
-// delivered instead (once; later failures are returned), so a
-// service starts on the last rules it had while its config service is
-// down. The file is written aside and renamed over, and not written for a
-// document that does not parse. The result is a Watcher if src is one.
+// the file at path: when src's first fetch fails, or delivers a document
+// that does not parse (a 200 with garbage or an HTML page, a bad value in
+// a store), the file's document is delivered instead (once; later
+// failures are returned, and later bad documents delivered for the
+// Limiter to reject), so a service starts on the last rules it had while
+// its config service is down or broken. The file is written aside and
+// renamed over, and not written for a document that does not parse. The
+// result is a Watcher if src is one; follow the result, not src, so that
+// the file is kept up to date.
 func Cached(src Source, path string) Source {
 	c := &cached{src: src, path: path}
 	if w, ok := src.(Watcher); ok {
@@ -218,37 +222,62 @@ func (c *cached) Fetch(ctx context.Context) (Document, error) {
 	return c.filter(d, err)
 }
 
-// filter records a good document, or stands in for a failure.
+// filter records a good document, or stands in for a failure: a fetch
+// that failed or a document that does not parse, before src delivered a
+// good one.
 func (c *cached) filter(d Document, err error) (Document, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err != nil {
+	var bad error
+	if err == nil {
+		if d.Version == "" {
+			d.Version = Hash(d.Data)
+		}
+		if d.Version != c.written { // not known good
+			_, bad = Parse(d.Data)
+		}
+	}
+	if err != nil || bad != nil {
 		if c.fetched || c.stood {
-			return d, err // the failure is for the caller to see
+			return d, err // the failure, or the bad document, is the caller's to reject
 		}
-		data, rerr := readFile(c.path)
-		if rerr != nil {
-			return d, errors.Join(err, fmt.Errorf("rules: no cached document: %w", rerr))
-		}
-		if _, perr := Parse(data); perr != nil {
-			return d, errors.Join(err, fmt.Errorf("rules: cached document %s: %w", c.path, perr))
-		}
-		c.stood = true
-		return Document{Data: data, Version: Hash(data)}, nil
+		return c.standIn(d, err, bad)
 	}
 	c.fetched = true
-	if d.Version == "" {
-		d.Version = Hash(d.Data)
-	}
 	if d.Version != c.written {
-		if _, perr := Parse(d.Data); perr == nil {
-			if werr := writeAtomic(c.path, d.Data); werr != nil {
-				return d, nil // the document is good; the cache is best effort
-			}
-			c.written = d.Version
+		if werr := writeAtomic(c.path, d.Data); werr != nil {
+			return d, nil // the document is good; the cache is best effort
 		}
+		c.written = d.Version
 	}
 	return d, nil
+}
+
+// standIn delivers the file's document in place of src's first answer: a
+// failure err, or a document d that failed validation with bad.
+func (c *cached) standIn(d Document, err, bad error) (Document, error) {
+	if bad != nil {
+		err = fmt.Errorf("rules: fetched document: %w", bad)
+	}
+	data, rerr := readFile(c.path)
+	if rerr != nil {
+		return c.firstFailure(d, err, bad, fmt.Errorf("rules: no cached document: %w", rerr))
+	}
+	if _, perr := Parse(data); perr != nil {
+		return c.firstFailure(d, err, bad, fmt.Errorf("rules: cached document %s: %w", c.path, perr))
+	}
+	c.stood = true
+	return Document{Data: data, Version: Hash(data)}, nil
+}
+
+// firstFailure is src's first answer when the file cannot stand in: a bad
+// document is delivered as it is (for the caller to reject with its own
+// error), a failure joined with the file's.
+func (c *cached) firstFailure(d Document, err, bad, ferr error) (Document, error) {
+	if bad != nil {
+		return d, nil
+	}
+	return d, errors.Join(err, ferr)
 }
 
 type cachedWatcher struct {

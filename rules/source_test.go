@@ -253,6 +253,41 @@ func TestCachedSource(t *testing.T) {
 	}
 }
 
+// TestCachedStartsOnInvalidDocument: at start-up, a document that fails
+// validation (a 200 with garbage, an HTML error page) is treated like an
+// unreachable service: the last good file stands in. Before, OpenSource
+// failed although the file was good.
+func TestCachedStartsOnInvalidDocument(t *testing.T) {
+	for _, body := range []string{"garbage {", "<html><body>502 Bad Gateway</body></html>"} {
+		cache := filepath.Join(t.TempDir(), "rules.cache.json")
+		if err := os.WriteFile(cache, []byte(bucketDoc("1/m", 10)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		srv := newConfigServer(t, body)
+		src := rules.Cached(&rules.HTTPSource{URL: srv.URL}, cache)
+		l, err := rules.OpenSource(ctx, src, time.Second)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if q, _, _ := l.KeyQuota("k"); q.Limit != 10 {
+			t.Errorf("%q: started on %v", body, q)
+		}
+		// Later bad documents are the Limiter's to reject; a good one
+		// replaces the file.
+		if err := l.Refresh(ctx, src, time.Second); err == nil {
+			t.Errorf("%q: a bad document refreshed without error", body)
+		}
+		srv.set("ok", bucketDoc("1/m", 7))
+		if err := l.Refresh(ctx, src, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(cache); string(b) != bucketDoc("1/m", 7) {
+			t.Errorf("cache not updated: %q", b)
+		}
+		l.Close()
+	}
+}
+
 // Follow polls a Source every interval and stops with ctx.
 func TestFollowPolls(t *testing.T) {
 	srv := newConfigServer(t, bucketDoc("1/m", 10))

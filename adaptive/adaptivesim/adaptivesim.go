@@ -69,12 +69,77 @@ type Result struct {
 // the clock g reads there (see OnClock). Runs with the same seed see the
 // same arrivals and service times.
 func Run(g Gate, load float64, seed uint64, at func(time.Duration)) Result {
-	return score(simulate(g, load, seed, at), load)
+	return score(Default(), simulate(Default(), g, load, seed, at), load)
+}
+
+// Backend is a simulated backend's shape: Servers working one FIFO queue,
+// service times drawn by Service (at full speed; mean Mean), Slow times
+// them at t (a slow start; nil: 1), Delay adds latency outside the
+// servers at t (a network or a dependency slowing down, with no queue;
+// nil: none), and half the servers go away from HalveAt to RecoverAt (0:
+// never). A run ends at End.
+type Backend struct {
+	Name               string
+	Servers            int
+	Mean               time.Duration
+	Service            func(rng *rand.Rand) time.Duration
+	Slow               func(t time.Duration) float64
+	Delay              func(t time.Duration) time.Duration
+	HalveAt, RecoverAt time.Duration
+	End                time.Duration
+}
+
+// Default is the backend of Run and of the package's constants.
+func Default() *Backend {
+	return &Backend{Name: fmt.Sprintf("%d servers, log-normal cv %.1f, halved and back", Servers, CV), Servers: Servers, Mean: Mean,
+		Service: LogNormal(Mean, CV), HalveAt: HalveAt, RecoverAt: RecoverAt, End: End}
+}
+
+// LogNormal returns a service time drawn from a log-normal distribution
+// of mean and coefficient of variation cv.
+func LogNormal(mean time.Duration, cv float64) func(*rand.Rand) time.Duration {
+	sg := math.Sqrt(math.Log(1 + cv*cv))
+	m := math.Log(float64(mean)) - sg*sg/2
+	return func(rng *rand.Rand) time.Duration { return time.Duration(math.Exp(m + sg*rng.NormFloat64())) }
+}
+
+// Capacity is what b serves a second at full speed.
+func (b *Backend) Capacity() float64 {
+	return float64(b.Servers) * float64(time.Second) / float64(b.Mean)
+}
+
+// servers is how many servers b has at t.
+func (b *Backend) servers(t time.Duration) int {
+	if b.HalveAt > 0 && t >= b.HalveAt && t < b.RecoverAt {
+		return b.Servers / 2
+	}
+	return b.Servers
+}
+
+// capAt is what b can serve in second s.
+func (b *Backend) capAt(s int) float64 {
+	t := time.Duration(s)*time.Second + time.Second/2
+	c := float64(b.servers(t)) * float64(time.Second) / float64(b.Mean)
+	if b.Slow != nil {
+		c /= b.Slow(t)
+	}
+	return c
+}
+
+// settled reports whether second s counts in goodput and p99: after the
+// warm-up, and not within Settle of a change of capacity.
+func (b *Backend) settled(s int) bool {
+	d := time.Duration(s) * time.Second
+	if d < Warmup {
+		return false
+	}
+	return b.HalveAt == 0 || !(d >= b.HalveAt && d < b.HalveAt+Settle) && !(d >= b.RecoverAt && d < b.RecoverAt+Settle)
 }
 
 // job is a request admitted by the gate.
 type job struct {
 	arrived, done time.Duration
+	served, delay time.Duration // with a Backend.Delay: when its service ends, and the delay after
 	release       func(rtt time.Duration)
 }
 
@@ -126,19 +191,19 @@ type tally struct {
 	limits  []int             // the gate's limit at the end
 }
 
-// simulate runs the events of Run: arrivals, admissions and completions
-// on Servers servers (half of them between HalveAt and RecoverAt).
-func simulate(g Gate, load float64, seed uint64, at func(time.Duration)) tally {
+// simulate runs the events of Run on b: arrivals, admissions and
+// completions on b's servers.
+func simulate(b *Backend, g Gate, load float64, seed uint64, at func(time.Duration)) tally {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	var (
 		running jobHeap
 		queue   []job // admitted, waiting for a server
-		servers = Servers
-		rate    = load * Capacity
+		rate    = load * b.Capacity()
 		next    = time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
-		secs    = int(End / time.Second)
+		secs    = int(b.End / time.Second)
 		t       = tally{lat: make([][]time.Duration, secs), served: make([]int, secs), arrived: make([]int, secs), limits: make([]int, secs)}
 		sec     = 0
+		busy    = 0 // servers working: running jobs not past their service
 	)
 	for {
 		now := next
@@ -148,84 +213,95 @@ func simulate(g Gate, load float64, seed uint64, at func(time.Duration)) tally {
 		for ; sec < secs && time.Duration(sec+1)*time.Second <= now; sec++ {
 			t.limits[sec] = g.Limit()
 		}
-		if now >= End {
+		if now >= b.End {
 			return t
-		}
-		switch {
-		case now >= RecoverAt:
-			servers = Servers
-		case now >= HalveAt:
-			servers = Servers / 2
 		}
 		at(now)
 		if now == next { // an arrival
 			next += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
 			t.arrived[sec]++
-			release := g.Admit()
-			if release == nil {
-				continue
+			if release := g.Admit(); release != nil {
+				queue = append(queue, job{arrived: now, release: release})
 			}
-			queue = append(queue, job{arrived: now, release: release})
-		} else { // a completion
+		} else { // a completion, or a job leaving its server
 			j := running.pop()
-			rtt := j.done - j.arrived
-			j.release(rtt)
-			t.lat[sec] = append(t.lat[sec], rtt)
-			t.served[sec]++
+			if j.served > 0 { // its service ends; its extra delay begins
+				busy--
+				j.done, j.served = j.done+j.delay, 0
+				running.push(j)
+			} else {
+				if j.delay == 0 {
+					busy--
+				}
+				rtt := j.done - j.arrived
+				j.release(rtt)
+				t.lat[sec] = append(t.lat[sec], rtt)
+				t.served[sec]++
+			}
 		}
-		for len(queue) > 0 && len(running) < servers {
-			j := queue[0]
-			j.done = now + time.Duration(math.Exp(mu+sigma*rng.NormFloat64()))
-			running.push(j)
+		for len(queue) > 0 && busy < b.servers(now) {
+			busy++
+			queue[0].start(b, now, rng)
+			running.push(queue[0])
 			queue = queue[1:]
 		}
 	}
 }
 
-// score is the Result of a run at load that counted t.
-func score(t tally, load float64) Result {
+// start puts j on a server at now: it is done after its service time and
+// b's delay (served is when its service ends, if a delay follows).
+func (j *job) start(b *Backend, now time.Duration, rng *rand.Rand) {
+	svc := b.Service(rng)
+	if b.Slow != nil {
+		svc = time.Duration(float64(svc) * b.Slow(now))
+	}
+	j.done = now + svc
+	if b.Delay != nil {
+		if j.delay = b.Delay(now); j.delay > 0 {
+			j.served = j.done // the delay is added when the service ends
+		}
+	}
+}
+
+// score is the Result of a run on b at load that counted t.
+func score(b *Backend, t tally, load float64) Result {
+	return scoreBound(b, t, load, P99)
+}
+
+// scoreBound is score with unloaded as the unloaded p99 the recovery of
+// the p99 is judged against (against twice it).
+func scoreBound(b *Backend, t tally, load float64, unloaded time.Duration) Result {
 	secs := len(t.served)
 	res := Result{Limits: t.limits, SecondP99: make([]time.Duration, secs), SecondServed: t.served}
 	var all, halved []time.Duration
 	var done, capacity float64
+	offered := load * b.Capacity()
 	for s := range secs {
 		res.SecondP99[s] = p99(t.lat[s])
-		if !settled(s) {
+		if !b.settled(s) {
 			continue
 		}
 		all = append(all, t.lat[s]...)
 		done += float64(t.served[s])
-		capacity += min(capAt(s), load*Capacity)
-		if d := time.Duration(s) * time.Second; d >= HalveAt && d < RecoverAt {
+		capacity += min(b.capAt(s), offered)
+		if d := time.Duration(s) * time.Second; b.HalveAt > 0 && d >= b.HalveAt && d < b.RecoverAt {
 			halved = append(halved, t.lat[s]...)
 		}
 	}
 	res.Goodput, res.P99, res.P99Halved = done/capacity, p99(all), p99(halved)
-	res.RecoverP99 = settle(HalveAt, RecoverAt, func(s int) bool { return res.SecondP99[s] <= 2*P99 })
-	res.RecoverGood = settle(RecoverAt, End, func(s int) bool { // over 3 s, against what arrived
+	if b.HalveAt == 0 {
+		return res
+	}
+	res.RecoverP99 = settle(b.HalveAt, b.RecoverAt, func(s int) bool { return res.SecondP99[s] <= 2*unloaded })
+	res.RecoverGood = settle(b.RecoverAt, b.End, func(s int) bool { // over 3 s, against what arrived
 		var got, want float64
 		for i := max(s-2, 0); i <= s; i++ {
 			got += float64(t.served[i])
-			want += min(capAt(i), float64(t.arrived[i]))
+			want += min(b.capAt(i), float64(t.arrived[i]))
 		}
 		return got >= 0.95*want
 	})
 	return res
-}
-
-// capAt is the capacity in second s.
-func capAt(s int) float64 {
-	if d := time.Duration(s) * time.Second; d >= HalveAt && d < RecoverAt {
-		return Capacity / 2
-	}
-	return Capacity
-}
-
-// settled reports whether second s counts in goodput and p99: after the
-// warm-up, and not within Settle of a change of capacity.
-func settled(s int) bool {
-	d := time.Duration(s) * time.Second
-	return d >= Warmup && !(d >= HalveAt && d < HalveAt+Settle) && !(d >= RecoverAt && d < RecoverAt+Settle)
 }
 
 // settle is the time from from to the end of the first second from which

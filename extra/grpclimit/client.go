@@ -5,8 +5,10 @@ import (
 	"errors"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/unsent"
 )
 
 // UnaryClientInterceptor limits outgoing unary calls with l: by default a
@@ -17,12 +19,15 @@ import (
 func UnaryClientInterceptor(l throttle.Limiter, opts ...Option) grpc.UnaryClientInterceptor {
 	c := newConfig(l, Method(), opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		ctx, hold := unsent.Begin(ctx, l)
 		release, err := c.turn(ctx, l, method)
 		if err != nil {
+			hold.End(func() {}, err)
 			return err
 		}
-		defer release()
-		return invoker(ctx, method, req, reply, cc, callOpts...)
+		err = invoker(ctx, method, req, reply, cc, callOpts...)
+		hold.End(release, err)
+		return err
 	}
 }
 
@@ -32,17 +37,31 @@ func UnaryClientInterceptor(l throttle.Limiter, opts ...Option) grpc.UnaryClient
 func StreamClientInterceptor(l throttle.Limiter, opts ...Option) grpc.StreamClientInterceptor {
 	c := newConfig(l, Method(), opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
-		release, err := c.turn(ctx, l, method)
+		hctx, hold := unsent.Begin(ctx, l)
+		release, err := c.turn(hctx, l, method)
 		if err != nil {
+			hold.End(func() {}, err)
 			return nil, err
 		}
-		defer release()
-		return streamer(ctx, desc, cc, method, callOpts...)
+		s, err := streamer(ctx, desc, cc, method, callOpts...)
+		hold.End(release, err)
+		return s, err
 	}
 }
 
-// turn waits for (or, failing fast, asks for) the call's units.
+// turn waits for (or, failing fast, asks for) the call's units. Its
+// errors are marked as not sent (adaptive.NotSent), so the throttling and
+// retry interceptors in front of this one do not count them as the
+// server's.
 func (c *config) turn(ctx context.Context, l throttle.Limiter, method string) (func(), error) {
+	release, err := c.turn1(ctx, l, method)
+	if err != nil {
+		return nil, localStatus(err)
+	}
+	return release, nil
+}
+
+func (c *config) turn1(ctx context.Context, l throttle.Limiter, method string) (func(), error) {
 	if c.skip != nil && c.skip(method) {
 		return func() {}, nil
 	}
@@ -72,4 +91,21 @@ func (c *config) turn(ctx context.Context, l throttle.Limiter, method string) (f
 		return func() {}, nil
 	}
 	return nil, statusOf(err)
+}
+
+// notSent is the status error of a call a client interceptor refused
+// before it left the client: its status is the refusal's, and it wraps
+// adaptive.ErrNotSent.
+type notSent struct{ err error }
+
+func (e notSent) Error() string              { return e.err.Error() }
+func (e notSent) Unwrap() []error            { return []error{e.err, unsent.Err} }
+func (e notSent) GRPCStatus() *status.Status { return status.Convert(e.err) }
+
+// localStatus marks a client interceptor's refusal as not sent.
+func localStatus(err error) error {
+	if err == nil || unsent.Is(err) {
+		return err
+	}
+	return notSent{err}
 }

@@ -9,7 +9,8 @@
 //	)
 //
 // A refused call ends with codes.ResourceExhausted, a google.rpc.RetryInfo
-// detail whose retry_delay is the limiter's RetryAfter, and in its
+// detail whose retry_delay is the limiter's RetryAfter (none when it
+// states no time, as a full concurrency limit), and in its
 // trailer the metadata of the IETF RateLimit header fields
 // (draft-ietf-httpapi-ratelimit-headers, as httplimit sends them):
 // ratelimit-policy ("name";q=limit;w=window seconds, from the limiter's
@@ -224,13 +225,15 @@ func (c *config) keyOf(ctx context.Context, method string) (string, error) {
 }
 
 // Denied returns the status error of a call refused by d:
-// codes.ResourceExhausted with a RetryInfo detail holding d.RetryAfter, or
-// 1 s when d states no time (a full concurrency limit), as HTTP's
-// Retry-After: 1.
+// codes.ResourceExhausted with a RetryInfo detail holding d.RetryAfter,
+// or without one when d states no time (a full concurrency limit, where
+// waiting frees nothing: the client backs off as it sees fit).
 func Denied(d throttle.Decision) error {
-	delay := retryAfter(d)
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limited, retry after %v", delay))
-	if ds, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
+	if d.RetryAfter <= 0 {
+		return status.Error(codes.ResourceExhausted, "limited, no time stated")
+	}
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limited, retry after %v", d.RetryAfter))
+	if ds, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
 		st = ds
 	}
 	return st.Err()
@@ -270,19 +273,10 @@ func (c *config) headers(key string, d throttle.Decision) metadata.MD {
 		md["x-ratelimit-remaining"] = []string{strconv.Itoa(max(d.Remaining, 0))}
 		md["x-ratelimit-reset"] = []string{strconv.FormatInt(ratefields.Seconds(t), 10)}
 	}
-	if !d.Allowed {
-		md["retry-after"] = []string{strconv.FormatInt(ratefields.Seconds(retryAfter(d)), 10)}
+	if !d.Allowed && d.RetryAfter > 0 {
+		md["retry-after"] = []string{strconv.FormatInt(ratefields.Seconds(d.RetryAfter), 10)}
 	}
 	return md
-}
-
-// retryAfter is the delay a refused call is told: d's, at least 1 s when
-// d states none.
-func retryAfter(d throttle.Decision) time.Duration {
-	if d.RetryAfter <= 0 {
-		return time.Second
-	}
-	return d.RetryAfter
 }
 
 // RetryDelay returns the retry delay a refused call's status carries, and

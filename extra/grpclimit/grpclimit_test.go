@@ -130,10 +130,15 @@ func TestStreamHolds(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("second stream: %v", err)
 	}
-	// A full concurrency limit knows no time: the delay is 1 s, as HTTP's
-	// Retry-After: 1, never 0 (an immediate retry).
-	if d, ok := grpclimit.RetryDelay(err); !ok || d != time.Second {
-		t.Fatalf("second stream: retry delay %v, %v; want 1s", d, ok)
+	// A full concurrency limit knows no time (waiting frees nothing): no
+	// RetryInfo, no retry-after, and ratelimit r=0 without t. Before: a
+	// delay of 1 s beside t=0.
+	trl := s2.Trailer()
+	if d, ok := grpclimit.RetryDelay(err); ok || len(trl.Get("retry-after")) != 0 {
+		t.Fatalf("second stream: retry delay %v, retry-after %v; want none", d, trl.Get("retry-after"))
+	}
+	if got := trl.Get("ratelimit"); len(got) != 1 || got[0] != `"default";r=0` {
+		t.Fatalf("second stream: ratelimit %v, want \"default\";r=0", got)
 	}
 	cancel1()
 	// The first stream's handler returns and releases; a new one fits.

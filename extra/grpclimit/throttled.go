@@ -14,18 +14,19 @@ import (
 // ThrottledUnaryClientInterceptor adds client-side adaptive throttling
 // (see adaptive.Throttler) to outgoing unary calls: a call t drops fails
 // at once with codes.ResourceExhausted and a RetryInfo detail, without
-// reaching the server. A call counts as accepted unless it fails with
-// ResourceExhausted, Unavailable or DeadlineExceeded. Share one
-// Throttler among the clients of one backend.
+// reaching the server (its error also wraps adaptive.ErrNotSent). A call
+// counts as accepted unless it fails with ResourceExhausted, Unavailable
+// or DeadlineExceeded; a call a client interceptor after this one refused
+// locally (adaptive.NotSent) is withdrawn: it counts neither as a request
+// nor as a rejection. Share one Throttler among the clients of one
+// backend.
 func ThrottledUnaryClientInterceptor(t *adaptive.Throttler) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if err := throttled(ctx, t, method); err != nil {
 			return err
 		}
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if acceptedCode(status.Code(err)) {
-			t.Accept(1)
-		}
+		count(t, err)
 		return err
 	}
 }
@@ -39,23 +40,34 @@ func ThrottledStreamClientInterceptor(t *adaptive.Throttler) grpc.StreamClientIn
 			return nil, err
 		}
 		s, err := streamer(ctx, desc, cc, method, opts...)
-		if acceptedCode(status.Code(err)) {
-			t.Accept(1)
-		}
+		count(t, err)
 		return s, err
 	}
 }
 
-// throttled asks t about a call and returns the error of a dropped one.
+// throttled asks t about a call and returns the error of a dropped one,
+// marked as not sent.
 func throttled(ctx context.Context, t *adaptive.Throttler, method string) error {
 	d, err := t.Allow(ctx, method, 1)
 	switch {
 	case err != nil:
-		return statusOf(err)
+		return localStatus(statusOf(err))
 	case !d.Allowed:
-		return Denied(d)
+		return localStatus(Denied(d))
 	}
 	return nil
+}
+
+// count tells t how a call it let through ended: withdrawn when a local
+// limiter behind t refused it (adaptive.NotSent), accepted unless the
+// server refused it for overload or it timed out.
+func count(t *adaptive.Throttler, err error) {
+	switch {
+	case adaptive.NotSent(err):
+		t.Withdraw(1)
+	case acceptedCode(status.Code(err)):
+		t.Accept(1)
+	}
 }
 
 func acceptedCode(c codes.Code) bool {
@@ -65,9 +77,13 @@ func acceptedCode(c codes.Code) bool {
 // RetryUnaryClientInterceptor retries outgoing unary calls under p: a
 // call refused with RESOURCE_EXHAUSTED (which a server limiter answers
 // before running it) is retried after the policy's back-off or the
-// RetryInfo delay, whichever is longer; a call failing with UNAVAILABLE
-// is retried only when idempotent(method) says the method is safe to
-// repeat (nil: no method is). Share p, and its Budget, per backend.
+// RetryInfo delay (spread by up to a fifth more), whichever is longer; a
+// call failing with UNAVAILABLE is retried only when idempotent(method)
+// says the method is safe to repeat (nil: no method is). A wait that
+// would end past the call's deadline is not started (the last error is
+// returned), and a call refused by a client interceptor after this one
+// (adaptive.NotSent) is not charged to p's Budget (retry.Policy.NextCall).
+// Share p, and its Budget, per backend.
 func RetryUnaryClientInterceptor(p *retry.Policy, idempotent func(fullMethod string) bool) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		for attempt := 1; ; attempt++ {
@@ -82,7 +98,7 @@ func RetryUnaryClientInterceptor(p *retry.Policy, idempotent func(fullMethod str
 				return err
 			}
 			hint, _ := RetryDelay(err)
-			delay, ok := p.Next(attempt, hint)
+			delay, ok := p.NextCall(ctx, attempt, hint, err)
 			if !ok || retry.Sleep(ctx, delay) != nil {
 				return err
 			}

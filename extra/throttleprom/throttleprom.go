@@ -19,6 +19,15 @@
 //	throttle_in_flight{limiter}                 units held by concurrency limits, not yet released
 //	throttle_reloads_total{limiter}             configurations put in force (rules documents)
 //	throttle_config_info{limiter, version}      1 for the version in force, the only series per limiter
+//	throttle_limit{limiter}                     the limit an adaptive limiter set last (EventLimit)
+//	throttle_retries_total{limiter, outcome}    failures a retry policy judged retryable, "retried" or "refused" (EventRetry)
+//
+// A limiter exports only the series its events can move: its decisions,
+// errors and warnings from its first event; the others from the first
+// event of their kind (the breaker's, a fallback, a timed call unless
+// WithLatency, a unit held, a reload, a limit, a retry). A limiter
+// without a breaker has no throttle_breaker_open, one that is never timed
+// no latency histogram.
 //
 // An error's class tells the callers' mistakes from the backend's
 // failures: "client" for an error wrapping throttle.ErrInvalid or
@@ -41,6 +50,8 @@
 package throttleprom
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/obskit"
@@ -96,21 +107,45 @@ type Observer struct {
 	inFlight  *prometheus.GaugeVec
 	reloads   *prometheus.CounterVec
 	version   *prometheus.GaugeVec
+	limit     *prometheus.GaugeVec
+	retries   *prometheus.CounterVec
 	all       []prometheus.Collector // the above, for Describe and Collect
 	timed     bool
 
 	byName *obskit.Cache[*series]
 }
 
-// series are one limiter's metrics, resolved once.
+// series are one limiter's metrics, resolved once; the lazy ones are
+// made on their first use.
 type series struct {
 	count    [obskit.NumOutcomes]prometheus.Counter     // nil for the breaker outcomes
 	class    [obskit.NumErrorClasses]prometheus.Counter // nil for NoError
-	breaker  prometheus.Gauge
-	latency  prometheus.Observer
-	inFlight prometheus.Gauge
-	reloads  prometheus.Counter
+	fallback [2]lazy[prometheus.Counter]                // allowed, denied
+	breaker  lazy[prometheus.Gauge]
+	latency  lazy[prometheus.Observer]
+	inFlight lazy[prometheus.Gauge]
+	reloads  lazy[prometheus.Counter]
+	limit    lazy[prometheus.Gauge]
+	retries  [2]lazy[prometheus.Counter] // refused, retried
 }
+
+// lazy is a series made by mk on its first use. Safe for concurrent use:
+// racing first uses each call mk, which returns the same child of a vector.
+type lazy[T any] struct {
+	p  atomic.Pointer[T]
+	mk func() T
+}
+
+func (l *lazy[T]) get() T {
+	if p := l.p.Load(); p != nil {
+		return *p
+	}
+	v := l.mk()
+	l.p.Store(&v)
+	return v
+}
+
+func lazyOf[T any](mk func() T) lazy[T] { return lazy[T]{mk: mk} }
 
 // New returns an Observer; register it with a prometheus.Registerer.
 func New(opts ...Option) *Observer {
@@ -139,29 +174,46 @@ func New(opts ...Option) *Observer {
 			"Configurations put in force (a rejected one is a warning).")), []string{"limiter"}),
 		version: prometheus.NewGaugeVec(prometheus.GaugeOpts(opt("config_info",
 			"1 for the version of the configuration in force.")), []string{"limiter", "version"}),
+		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts(opt("limit",
+			"The limit an adaptive limiter set last.")), []string{"limiter"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts(opt("retries_total",
+			"Failures a retry policy judged retryable, by outcome: retried or refused.")), []string{"limiter", "outcome"}),
 		timed: c.timed,
 	}
 	lat := opt("backend_latency_seconds", "How long calls to the limiter took, where they are timed: round trips to its backend.")
 	o.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: lat.Namespace, Name: lat.Name,
 		Help: lat.Help, ConstLabels: lat.ConstLabels, Buckets: c.buckets}, []string{"limiter"})
-	o.all = []prometheus.Collector{o.decisions, o.fallbacks, o.breaker, o.warnings, o.errs, o.latency, o.inFlight, o.reloads, o.version}
-	o.byName = obskit.NewCache(func(name string) *series {
-		s := &series{breaker: o.breaker.WithLabelValues(name)}
-		s.count[obskit.Allowed] = o.decisions.WithLabelValues(name, "allowed")
-		s.count[obskit.Denied] = o.decisions.WithLabelValues(name, "denied")
-		s.count[obskit.Errored] = o.decisions.WithLabelValues(name, "error")
-		s.count[obskit.FallbackAllowed] = o.fallbacks.WithLabelValues(name, "allowed")
-		s.count[obskit.FallbackDenied] = o.fallbacks.WithLabelValues(name, "denied")
-		s.count[obskit.Warning] = o.warnings.WithLabelValues(name)
-		s.class[obskit.ClientError] = o.errs.WithLabelValues(name, "client")
-		s.class[obskit.BackendError] = o.errs.WithLabelValues(name, "backend")
-		s.class[obskit.OtherError] = o.errs.WithLabelValues(name, "other")
-		s.latency = o.latency.WithLabelValues(name)
-		s.inFlight = o.inFlight.WithLabelValues(name)
-		s.reloads = o.reloads.WithLabelValues(name)
-		return s
-	})
+	o.all = []prometheus.Collector{o.decisions, o.fallbacks, o.breaker, o.warnings, o.errs, o.latency, o.inFlight, o.reloads, o.version, o.limit, o.retries}
+	o.byName = obskit.NewCache(o.series)
 	return o
+}
+
+// series returns the series of the limiter name.
+func (o *Observer) series(name string) *series {
+	s := &series{
+		breaker:  lazyOf(func() prometheus.Gauge { return o.breaker.WithLabelValues(name) }),
+		latency:  lazyOf(func() prometheus.Observer { return o.latency.WithLabelValues(name) }),
+		inFlight: lazyOf(func() prometheus.Gauge { return o.inFlight.WithLabelValues(name) }),
+		reloads:  lazyOf(func() prometheus.Counter { return o.reloads.WithLabelValues(name) }),
+		limit:    lazyOf(func() prometheus.Gauge { return o.limit.WithLabelValues(name) }),
+	}
+	for i, out := range [2]string{"allowed", "denied"} {
+		s.fallback[i] = lazyOf(func() prometheus.Counter { return o.fallbacks.WithLabelValues(name, out) })
+	}
+	for i, out := range [2]string{"refused", "retried"} {
+		s.retries[i] = lazyOf(func() prometheus.Counter { return o.retries.WithLabelValues(name, out) })
+	}
+	s.count[obskit.Allowed] = o.decisions.WithLabelValues(name, "allowed")
+	s.count[obskit.Denied] = o.decisions.WithLabelValues(name, "denied")
+	s.count[obskit.Errored] = o.decisions.WithLabelValues(name, "error")
+	s.count[obskit.Warning] = o.warnings.WithLabelValues(name)
+	s.class[obskit.ClientError] = o.errs.WithLabelValues(name, "client")
+	s.class[obskit.BackendError] = o.errs.WithLabelValues(name, "backend")
+	s.class[obskit.OtherError] = o.errs.WithLabelValues(name, "other")
+	if o.timed {
+		s.latency.get()
+	}
+	return s
 }
 
 // Observe counts e.
@@ -170,30 +222,49 @@ func (o *Observer) Observe(e throttle.Event) {
 	switch out := obskit.Of(e); out {
 	case obskit.None:
 	case obskit.BreakerOpen:
-		s.breaker.Set(1)
+		s.breaker.get().Set(1)
 	case obskit.BreakerClosed:
-		s.breaker.Set(0)
-	case obskit.Errored, obskit.FallbackAllowed, obskit.FallbackDenied:
+		s.breaker.get().Set(0)
+	case obskit.FallbackAllowed, obskit.FallbackDenied:
+		s.fallback[out-obskit.FallbackAllowed].get().Inc()
+		s.countClass(e)
+	case obskit.Errored:
 		s.count[out].Inc()
-		if c := obskit.ClassOf(e); c != obskit.NoError {
-			s.class[c].Inc()
-		}
+		s.countClass(e)
 	default:
 		s.count[out].Inc()
 	}
 	if e.Latency > 0 && e.Kind != throttle.EventLimit { // EventLimit's is a window's mean
-		s.latency.Observe(e.Latency.Seconds())
+		s.latency.get().Observe(e.Latency.Seconds())
 	}
 	switch {
 	case e.Kind == throttle.EventReload:
-		s.reloads.Inc()
+		s.reloads.get().Inc()
 		o.version.DeletePartialMatch(prometheus.Labels{"limiter": e.Limiter})
 		o.version.WithLabelValues(e.Limiter, e.Key).Set(1)
 	case e.Kind == throttle.EventRelease:
-		s.inFlight.Sub(float64(e.N))
+		s.inFlight.get().Sub(float64(e.N))
 	case e.Kind == throttle.EventDecision && e.Decision.Allowed && (e.Method == throttle.MethodTryHold || e.Method == throttle.MethodHold):
-		s.inFlight.Add(float64(e.N))
+		s.inFlight.get().Add(float64(e.N))
+	case e.Kind == throttle.EventLimit:
+		s.limit.get().Set(float64(e.Decision.Limit))
+	case e.Kind == throttle.EventRetry:
+		s.retries[b2i(e.Decision.Allowed)].get().Inc()
 	}
+}
+
+// countClass counts the failure of e by its class.
+func (s *series) countClass(e throttle.Event) {
+	if c := obskit.ClassOf(e); c != obskit.NoError {
+		s.class[c].Inc()
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ObservesLatency reports whether WithLatency was given.

@@ -100,8 +100,13 @@ func Policy(name string, q throttle.Quota) string {
 	return b.String()
 }
 
-// Limit formats one RateLimit item: "name";r=remaining;t=seconds.
+// Limit formats one RateLimit item: "name";r=remaining;t=seconds. With
+// no units left and no time stated (a full concurrency limit: time alone
+// frees nothing), t is left out: "name";r=0.
 func Limit(name string, remaining int, t time.Duration) string {
+	if remaining <= 0 && t <= 0 {
+		return quoteSF(name) + ";r=0"
+	}
 	return quoteSF(name) + ";r=" + strconv.Itoa(max(remaining, 0)) + ";t=" + strconv.FormatInt(Seconds(t), 10)
 }
 

@@ -1,10 +1,10 @@
 // Package rulesetcd delivers a rules document (see package rules) from an
 // etcd key, and follows its changes with an etcd watch.
 //
-//	src := rulesetcd.New(client, "/config/rules")
-//	l, err := rules.OpenSource(ctx, rules.Cached(src, cachePath), 5*time.Second)
+//	src := rules.Cached(rulesetcd.New(client, "/config/rules"), cachePath)
+//	l, err := rules.OpenSource(ctx, src, 5*time.Second)
 //	...
-//	go l.Follow(ctx, src, 0)
+//	go l.Follow(ctx, src, 0) // the cached source: each good document refreshes the file
 //
 // A Document's Version is the key's modification revision. A missing key
 // is an error wrapping throttle.ErrInvalid, an unreachable etcd one

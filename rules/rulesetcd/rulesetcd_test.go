@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -157,5 +158,26 @@ func TestFollowKey(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Follow = %v", err)
+	}
+}
+
+// TestCachedBadValueAtStart: a value at the key that is not a valid
+// document, at start-up, is treated like an unreachable etcd: the last
+// good file stands in. Before, OpenSource failed.
+func TestCachedBadValueAtStart(t *testing.T) {
+	srv := etcdtest.Start(t)
+	c := newClient(t, srv.Endpoints[0])
+	cache := filepath.Join(t.TempDir(), "rules.json")
+	if err := os.WriteFile(cache, []byte(bucketDoc(6)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	put(t, c, `{"default": {"rate": "1/h"}}`)
+	l, err := rules.OpenSource(context.Background(), rules.Cached(New(c, key), cache), 5*time.Second)
+	if err != nil {
+		t.Fatalf("a bad value at start-up with a good file: %v", err)
+	}
+	defer l.Close()
+	if burst(l) != 6 {
+		t.Fatalf("started on burst %d, want the cached 6", burst(l))
 	}
 }
