@@ -47,8 +47,10 @@ type Config struct {
 	// 300 KB per connection) under half the host's TCP memory-pressure
 	// threshold (net.ipv4.tcp_mem). Local workers all connect from the
 	// same loopback address over TCP, so they share a cap (idle
-	// connections make room for active workers); on the Unix socket each
-	// process has its own.
+	// connections make room for active workers, and on Linux a process
+	// holding fewer connections takes the place of one of the biggest
+	// holder's: see Server); on the Unix socket, recommended for local
+	// workers, each process has its own.
 	MaxConnsPerAddr int `json:"max_conns_per_addr,omitempty"`
 	// IdleTimeout closes a connection that sends nothing for this long
 	// (default 5m).

@@ -28,6 +28,10 @@ func TestMain(m *testing.M) {
 		serveForBenchmark()
 		return
 	}
+	if os.Getenv(hogEnv) != "" {
+		hog()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -53,7 +53,15 @@
 // retries on a fresh connection. Otherwise the new connection gets
 // "RF\n" and is closed: the Go client reports it as client.ErrRefused,
 // apart from a daemon that is down. A connection that sent anything
-// within Config.IdleBudget is never closed for another.
+// within Config.IdleBudget is never closed for another, with one
+// exception: local processes share a loopback address's cap. On Linux, a
+// connection from a loopback address that finds its cap full takes the
+// place of the longest-idle connection of the process that holds the
+// most, if that process holds at least two more than the new
+// connection's (processes found through /proc, at most once per 50 ms,
+// among those of the daemon's user), so that one busy process cannot
+// lock the other local processes out. Local workers should prefer the
+// Unix socket, where each process has its own cap.
 //
 // On Shutdown (SIGTERM for throttled) the server stops accepting, answers
 // every query a connection had received before it (read or still in the
@@ -118,6 +126,7 @@ type Server struct {
 	started   bool
 	stopped   atomic.Bool  // closing, readable without mu
 	lingering atomic.Int64 // refused connections being closed
+	shareAt   atomic.Int64 // when shareLoopback last looked up processes (see now)
 	wg        sync.WaitGroup
 
 	st struct {
@@ -683,6 +692,11 @@ func (s *Server) accept(ln net.Listener) {
 		ok := !s.closing
 		if ok {
 			victim, ok = s.admit(sc, cl)
+		}
+		if !ok && !s.closing {
+			s.mu.Unlock()
+			victim, ok = s.shareLoopback(sc, cl)
+			s.mu.Lock()
 		}
 		if !ok {
 			closing := s.closing
