@@ -162,24 +162,29 @@ func (s *Server) link(c *conn, pl *connList) {
 // look-up reads the host's TCP table and open files.
 const shareEvery = 50 * time.Millisecond
 
-// shareLoopback is admit's second chance for c, a connection refused at
-// its address's cap (MaxConnsPerAddr) with no idle connection to close:
-// when that address is a loopback one, its connections come from local
-// processes that share it, and the cap is shared among them. It finds
-// the process of c and of that address's connections (see peerPIDs); if
-// another process holds at least two more connections than c's, c takes
-// the place of that process's longest-idle connection, busy or not,
-// which is closed as reclaim does. It reports false, c refused, otherwise,
-// or when the processes are unknown (not Linux, another user's process)
-// or were looked up less than shareEvery ago. Called without s.mu.
-func (s *Server) shareLoopback(c *conn, cl *connLimits) (victim *conn, ok bool) {
+// mayShare reports whether c, a connection refused at its address's cap
+// (MaxConnsPerAddr) with no idle connection to close, may have a second
+// chance (see shareLoopback): its address is a loopback one, and no
+// other connection had one within shareEvery. Lock-free.
+func (s *Server) mayShare(c *conn) bool {
 	tc, isTCP := c.c.RemoteAddr().(*net.TCPAddr)
 	if !isTCP || !tc.IP.IsLoopback() || c.peer == "" {
-		return nil, false
+		return false
 	}
-	if last := s.shareAt.Load(); last != 0 && s.now()-last < int64(shareEvery) || !s.shareAt.CompareAndSwap(last, s.now()) {
-		return nil, false
-	}
+	last, now := s.shareAt.Load(), s.now()
+	return (last == 0 || now-last >= int64(shareEvery)) && s.shareAt.CompareAndSwap(last, now)
+}
+
+// shareLoopback is admit's second chance for c, a connection that
+// mayShare: its address is a loopback one, whose connections come from
+// local processes that share it, and the cap is shared among them. It
+// finds the process of c and of that address's connections (see
+// peerPIDs); if another process holds at least two more connections than
+// c's, c takes the place of that process's longest-idle connection, busy
+// or not, which is closed as reclaim does. It reports false, c refused,
+// otherwise, or when c's process is unknown (not Linux, another user's
+// process). Called without s.mu.
+func (s *Server) shareLoopback(c *conn, cl *connLimits) (victim *conn, ok bool) {
 	conns, hint := []net.Conn{c.c}, []int{}
 	var unknown []*conn
 	s.mu.Lock()

@@ -1,29 +1,32 @@
 package daemon
 
 import (
-	"bufio"
 	"encoding/binary"
-	"encoding/hex"
 	"net"
-	"net/netip"
 	"os"
 	"strconv"
-	"strings"
+	"syscall"
 )
 
 // peerPIDs returns, for each of conns (TCP connections accepted from a
 // local address), the id of the process holding the client's end; 0 when
 // unknown: not found, or in a process of another user whose descriptors
-// this one may not read. It finds each client socket's inode in
-// /proc/net/tcp and tcp6, then looks for the inode among the open files
-// of the processes of hint first, then, if full, of every process. The
-// cost grows with the host's sockets and, on a full scan, its processes'
-// open files: call it rarely.
+// this one may not read. It finds each client socket's inode in the
+// kernel's socket table (sock_diag: one exact look-up each, however many
+// sockets the host has), then looks for the inode among the open files
+// of the processes of hint first, then, if full, of every process: a
+// full scan costs a few milliseconds on a host of a hundred processes,
+// more with more open files, so call it rarely.
 func peerPIDs(conns []net.Conn, hint []int, full bool) []int {
 	pids := make([]int, len(conns))
 	want := map[string]int{} // "socket:[inode]" -> index in conns
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		socketInodes(f, conns, want)
+	if fd, err := syscall.Socket(syscall.AF_NETLINK, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, netlinkSockDiag); err == nil {
+		for i, c := range conns {
+			if ino := clientInode(fd, c); ino != 0 {
+				want["socket:["+strconv.FormatUint(uint64(ino), 10)+"]"] = i
+			}
+		}
+		syscall.Close(fd)
 	}
 	left := len(want)
 	look := func(pid int) {
@@ -59,53 +62,47 @@ func peerPIDs(conns []net.Conn, hint []int, full bool) []int {
 	return pids
 }
 
-// socketInodes adds to want the inode ("socket:[N]") of the client end
-// of each of conns found in file, a /proc/net/tcp table: the socket whose
-// local address is the connection's remote one and the other way round.
-func socketInodes(file string, conns []net.Conn, want map[string]int) {
-	f, err := os.Open(file)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	type ends struct{ local, remote netip.AddrPort }
-	idx := make(map[ends]int, len(conns))
-	for i, c := range conns {
-		l, lok := c.LocalAddr().(*net.TCPAddr)
-		r, rok := c.RemoteAddr().(*net.TCPAddr)
-		if lok && rok {
-			idx[ends{unmap(r.AddrPort()), unmap(l.AddrPort())}] = i
-		}
-	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fld := strings.Fields(sc.Text())
-		if len(fld) < 10 {
-			continue
-		}
-		local, ok1 := procAddr(fld[1])
-		remote, ok2 := procAddr(fld[2])
-		if i, ok := idx[ends{local, remote}]; ok && ok1 && ok2 {
-			want["socket:["+fld[9]+"]"] = i
-		}
-	}
-}
+// netlinkSockDiag is NETLINK_SOCK_DIAG, and sockDiagByFamily
+// SOCK_DIAG_BY_FAMILY, of linux/sock_diag.h.
+const (
+	netlinkSockDiag  = 4
+	sockDiagByFamily = 20
+)
 
-func unmap(a netip.AddrPort) netip.AddrPort { return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()) }
-
-// procAddr decodes an address of /proc/net/tcp ("0100007F:1F90": the IP
-// in 32-bit words of host byte order, the port in hex), IPv4-mapped
-// addresses unmapped.
-func procAddr(s string) (netip.AddrPort, bool) {
-	h, p, ok := strings.Cut(s, ":")
-	b, err := hex.DecodeString(h)
-	port, perr := strconv.ParseUint(p, 16, 16)
-	if !ok || err != nil || perr != nil || len(b)%4 != 0 {
-		return netip.AddrPort{}, false
+// clientInode returns the inode of the client end of c, a TCP connection
+// from a local address, looked up through the sock_diag socket fd
+// (inet_diag_req_v2 for that one socket: its addresses and ports, no
+// cookie); 0 when not found.
+func clientInode(fd int, c net.Conn) uint32 {
+	l, lok := c.LocalAddr().(*net.TCPAddr)
+	r, rok := c.RemoteAddr().(*net.TCPAddr)
+	if !lok || !rok {
+		return 0
 	}
-	for i := 0; i < len(b); i += 4 {
-		binary.BigEndian.PutUint32(b[i:], binary.NativeEndian.Uint32(b[i:]))
+	family, src, dst := byte(syscall.AF_INET6), r.IP.To16(), l.IP.To16()
+	if r4, l4 := r.IP.To4(), l.IP.To4(); r4 != nil && l4 != nil {
+		family, src, dst = syscall.AF_INET, r4, l4
 	}
-	ip, ok := netip.AddrFromSlice(b)
-	return netip.AddrPortFrom(ip.Unmap(), uint16(port)), ok
+	var req [72]byte // nlmsghdr (16), inet_diag_req_v2 (8 and a sockid of 48)
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:], sockDiagByFamily)
+	binary.NativeEndian.PutUint16(req[6:], syscall.NLM_F_REQUEST)
+	req[16], req[17] = family, syscall.IPPROTO_TCP
+	binary.NativeEndian.PutUint32(req[20:], ^uint32(0)) // every state
+	binary.BigEndian.PutUint16(req[24:], uint16(r.Port))
+	binary.BigEndian.PutUint16(req[26:], uint16(l.Port))
+	copy(req[28:44], src)
+	copy(req[44:60], dst)
+	binary.NativeEndian.PutUint64(req[64:], ^uint64(0)) // INET_DIAG_NOCOOKIE
+	if syscall.Sendto(fd, req[:], 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}) != nil {
+		return 0
+	}
+	var resp [512]byte
+	n, _, err := syscall.Recvfrom(fd, resp[:], 0)
+	// nlmsghdr, then inet_diag_msg: 4 bytes, the sockid, expires,
+	// rqueue, wqueue, uid, inode.
+	if err != nil || n < 88 || binary.NativeEndian.Uint16(resp[4:]) != sockDiagByFamily {
+		return 0
+	}
+	return binary.NativeEndian.Uint32(resp[84:])
 }

@@ -693,33 +693,62 @@ func (s *Server) accept(ln net.Listener) {
 		if ok {
 			victim, ok = s.admit(sc, cl)
 		}
-		if !ok && !s.closing {
+		switch {
+		case ok:
+			s.wg.Add(1)
 			s.mu.Unlock()
-			victim, ok = s.shareLoopback(sc, cl)
-			s.mu.Lock()
-		}
-		if !ok {
+			s.open(sc, victim)
+			go s.serve(sc)
+		case !s.closing && s.mayShare(sc):
+			s.wg.Add(1)
+			s.mu.Unlock()
+			go s.share(sc, cl)
+		default:
 			closing := s.closing
 			s.mu.Unlock()
-			if s.st.rejected.Add(1)%1000 == 1 {
-				s.log.Warn("connection limit reached, refusing new connections", "max_conns", cl.maxConns,
-					"max_conns_per_addr", cl.perAddr, "client", sc.peer)
-			}
-			if closing {
-				c.Close()
-			} else {
-				s.refuse(c)
-			}
-			continue
+			s.turnAway(sc, cl, closing)
 		}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		if victim != nil {
-			s.reclaim(victim)
-		}
-		s.st.conns.Add(1)
-		go s.serve(sc)
 	}
+}
+
+// open counts sc, a connection admitted in the place of victim if not
+// nil, and reclaims victim.
+func (s *Server) open(sc, victim *conn) {
+	if victim != nil {
+		s.reclaim(victim)
+	}
+	s.st.conns.Add(1)
+}
+
+// turnAway refuses sc, a connection over a cap of cl (closes it at once
+// if closing).
+func (s *Server) turnAway(sc *conn, cl *connLimits, closing bool) {
+	if s.st.rejected.Add(1)%1000 == 1 {
+		s.log.Warn("connection limit reached, refusing new connections", "max_conns", cl.maxConns,
+			"max_conns_per_addr", cl.perAddr, "client", sc.peer)
+	}
+	if closing {
+		sc.c.Close()
+	} else {
+		s.refuse(sc.c)
+	}
+}
+
+// share serves sc, a connection refused at its loopback address's cap,
+// if it may take the place of another local process's (shareLoopback),
+// and refuses it otherwise. The caller added it to s.wg.
+func (s *Server) share(sc *conn, cl *connLimits) {
+	victim, ok := s.shareLoopback(sc, cl)
+	if !ok {
+		s.mu.Lock()
+		closing := s.closing
+		s.mu.Unlock()
+		s.turnAway(sc, cl, closing)
+		s.wg.Done()
+		return
+	}
+	s.open(sc, victim)
+	s.serve(sc)
 }
 
 // replyBudget is the send buffer of a connection: the reply bytes it may

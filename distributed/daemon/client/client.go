@@ -1,6 +1,6 @@
 // Package client queries a throttled daemon (package daemon) over its
 // line protocol, built to fail safe: every query has a short timeout
-// (DefaultTimeout, 100 ms), a failure is answered by the failure policy
+// (DefaultTimeout, 200 ms), a failure is answered by the failure policy
 // (by default it admits the request: fail open; WithPolicy chooses
 // refusing, or asking a local limiter), and after DefaultFailures
 // consecutive failures (WithFailures) further queries are skipped for a
@@ -14,7 +14,7 @@
 // The timeout must exceed the longest the daemon may take to answer: with
 // routing "owner", a query whose owner does not answer is decided on the
 // daemon's fallback bucket after its forward_timeout (default 50 ms),
-// plus up to its forward_delay (default 5 ms). The defaults leave 45 ms
+// plus up to its forward_delay (default 5 ms). The defaults leave 145 ms
 // for the round trip and scheduling; a shorter WithTimeout, or a longer
 // forward_timeout, turns a slow owner into client timeouts, hence into
 // the failure policy's answers (with fail-open, admissions).
@@ -62,7 +62,7 @@ var _ throttle.Limiter = (*Client)(nil)
 
 // Defaults of the options.
 const (
-	DefaultTimeout    = 100 * time.Millisecond
+	DefaultTimeout    = 200 * time.Millisecond
 	DefaultPoolSize   = 16
 	DefaultMinBackoff = 100 * time.Millisecond
 	DefaultMaxBackoff = time.Second
