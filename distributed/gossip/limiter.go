@@ -157,6 +157,9 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 	now := l.node.clk.Now() // the decision's one clock reading
 	t := l.node.tick.Load()
 	e.touch(now, t, &l.dirty)
+	if l.gated(d, e, now, n) {
+		return nil
+	}
 	if u := e.full.Load(); n == 1 && now < u {
 		limiterkit.Fill(d, false, int64(l.burst), 0, u-now, untilFull(now, e.tat()))
 		e.ask(1, e.unmetMax.Load())
@@ -261,6 +264,9 @@ func (l *Limiter) allow(d *throttle.Decision, key string, n int) error {
 	now := l.node.clk.Now() // the decision's one clock reading
 	t := l.node.tick.Load()
 	e.touch(now, t, &l.dirty)
+	if l.gated(d, e, now, n) {
+		return nil
+	}
 	if err := l.bucket.Decide(d, &e.bucket, now, n); err != nil || !d.Allowed {
 		return err
 	}

@@ -144,6 +144,7 @@ type Node struct {
 	size    atomic.Int64                     // self and every peer, live or not
 	live    atomic.Pointer[map[string]*peer] // the live peers of members, by ID (read only their done)
 	tick    atomic.Int64                     // round of the last Tick: marks when counters change
+	gated   atomic.Bool                      // catching up after a late start: see Node.gate
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -156,6 +157,8 @@ type Node struct {
 	started  bool
 	ms       Membership
 	unsub    func() // stops the membership's events
+
+	gateDone bool // the gate was lifted, for good (see Node.gate)
 
 	rmu     sync.Mutex // guards recvSig
 	recvSig *signer
@@ -205,6 +208,8 @@ type peer struct {
 	rxGot      []uint64      // bitset of parts received
 	rxPrefix   uint16        // parts received from part 0 without a gap
 	rxComplete uint64        // latest round of the peer received in full
+	rx         rxCatchUp     // what the peer's rounds say of this node's catch-up
+	start      int64         // when the peer's current life started (ns); 0 before heard
 	done       atomic.Uint64 // rxComplete, for the spend cap's lock-free readers (see Limiter.shares)
 }
 
@@ -639,6 +644,7 @@ func (n *Node) beginRound(now int64) *round {
 	if changed {
 		n.publishMembers()
 	}
+	n.gate()
 	for _, l := range n.limiters {
 		rd.lims = append(rd.lims, l)
 	}
@@ -820,6 +826,9 @@ func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, dro
 	case from != "" && !n.matchAddr(pr.addr, from):
 		pr.wrongSrc++
 		return nil, 0, &n.st.wrongSource
+	}
+	n.noteStart(pr, m)
+	switch {
 	case !n.current(pr, m):
 		return nil, 0, &n.st.stale
 	}
@@ -834,6 +843,7 @@ func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, dro
 	}
 	if !ownedMsg(m.typ) { // asks and answers are outside the rounds
 		pr.acknowledged(m)
+		pr.rx.note(m, pr.rxRound, pr.rxCount == pr.rxParts, n.incarnation.Load())
 		pr.received(m)
 	}
 	pr.lastHeard = now
