@@ -934,6 +934,10 @@ func (s *Server) watchGossip(stop <-chan struct{}, every time.Duration) {
 				s.log.Warn("gossip datagrams dropped", "count", c.n, "cause", c.what)
 			}
 		}
+		if g.Behind > last.Behind {
+			s.log.Warn("gossip rounds cannot carry every changed tag: charges lag the decisions", "rounds", g.Behind-last.Behind,
+				"hint", "every hit is still charged (long-run rate exact for tags in steady use), but a tag asked on every daemon before its charges arrive gets up to a burst and the lag's refill on each: use routing \"owner\" for this many active tags")
+		}
 		if g.PacketsReceived == last.PacketsReceived && len(s.node.Peers()) > 0 && g.Rounds > 10 {
 			s.log.Warn("no gossip received from any peer lately", "peers", s.node.Peers(), "advertise", s.node.ID())
 		}

@@ -77,6 +77,16 @@
 // peers exhausted are not admitted again. Decisions before that first
 // datagram are on fresh buckets.
 //
+// # Rounds that cannot carry every change
+//
+// A round carries at most Config.MaxRoundBytes of counters to a peer;
+// when more change, the rest follow in later rounds, cumulative, and
+// every reported hit is charged however late (buckets go negative), so
+// the long-run rate of a key in steady use stays exact. The lag, L
+// rounds, widens the burst bound: a key may be admitted up to
+// burst + rate x L x interval on each node before its first charges
+// arrive. Stats.Behind counts the rounds that left counters out.
+//
 // # Owner routing
 //
 // For limits with many active keys (a million on three nodes), a
