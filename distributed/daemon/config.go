@@ -83,6 +83,14 @@ type Config struct {
 	// listener serving /healthz (no token spent) and /metrics (Prometheus
 	// text format). Empty: none.
 	Admin string `json:"admin,omitempty"`
+	// StateFile, for a daemon without gossip, is where Shutdown (SIGTERM
+	// for throttled) saves the level of every tag below full, and where
+	// the next start takes them back from (then removes it), refilled for
+	// the time the daemon was down, if that was at most MaxStateAge: so a
+	// restart does not give every tag a fresh burst. Empty: none (a
+	// restart starts every tag full). A crash saves nothing. With gossip,
+	// the peers catch a restarted daemon up instead.
+	StateFile string `json:"state_file,omitempty"`
 	// Gossip configures the peer-to-peer exchange. With no peers the
 	// daemon limits on its own.
 	Gossip Gossip `json:"gossip"`
@@ -283,7 +291,8 @@ func (c Config) check() error {
 	return c.Gossip.check()
 }
 
-// checkSockets checks the listeners and the admin address.
+// checkSockets checks the listeners, the admin address and the state
+// file.
 func (c *Config) checkSockets() error {
 	if len(c.Listen) == 0 {
 		return conffile.Invalid("listen: no socket to listen on")
@@ -301,6 +310,9 @@ func (c *Config) checkSockets() error {
 			return conffile.Invalid("listen %q: listed twice", l)
 		}
 		seen[network+":"+addr] = true
+	}
+	if c.StateFile != "" && c.Gossip.Listen != "" {
+		return conffile.Invalid("state_file is for a daemon without gossip: its peers catch a restarted daemon up")
 	}
 	if c.Admin == "" {
 		return nil

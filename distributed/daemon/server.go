@@ -86,6 +86,8 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Replies of the protocol.
@@ -105,6 +107,7 @@ const (
 type Server struct {
 	cfg   Config // the listeners and gossip settings; limits are in lim
 	log   *slog.Logger
+	clk   clock.Source // the limiters' clock
 	node  *gossip.Node
 	keys  *keyring                // gossip.key_file's keys; nil without
 	seal  *gossip.SealedTransport // nil without a key file
@@ -205,7 +208,11 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, all: connList{k: 0}, peers: map[string]*connList{}, epoch: time.Now()}
+	settings, err := limiterkit.NewSettings(opts...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, clk: clock.New(settings.Clock), all: connList{k: 0}, peers: map[string]*connList{}, epoch: time.Now()}
 	s.conf.Store(connLimitsOf(cfg))
 	gc := gossip.Config{ID: cfg.Gossip.Advertise, Peers: cfg.Gossip.Peers, Interval: time.Duration(cfg.Gossip.Interval), SpendCap: cfg.Gossip.SpendCap, Copies: cfg.Gossip.Copies}
 	if cfg.Gossip.Listen != "" {
@@ -236,6 +243,11 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 		return fail(err)
 	}
 	s.lim.Store(lim)
+	if n, err := s.restoreState(lim); err != nil {
+		log.Warn("state file not restored: every tag starts full", "err", err)
+	} else if n > 0 {
+		log.Info("state restored", "tags", n, "file", cfg.StateFile)
+	}
 	if err := s.listen(cfg); err != nil {
 		return fail(err)
 	}
@@ -422,10 +434,10 @@ func (s *Server) reload(cfg Config) error {
 			members = *g.Members
 		}
 		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Secret, g.SecretFile, g.SpendCap, g.Copies, g.KeyFile, members, c.MaxTagLen, c.MaxKeys, c.Admin,
-			g.Routing, g.ForwardTimeout, g.ForwardDelay)
+			g.Routing, g.ForwardTimeout, g.ForwardDelay, c.StateFile)
 	}
 	if fixed(cfg) != fixed(s.cfg) || cfg.Gossip.Interval != s.cfg.Gossip.Interval {
-		return fmt.Errorf("%w: reload: listen, gossip (but for its peers), max_tag_len, max_keys and admin need a restart", throttle.ErrInvalid)
+		return fmt.Errorf("%w: reload: listen, gossip (but for its peers), max_tag_len, max_keys, admin and state_file need a restart", throttle.ErrInvalid)
 	}
 	var keys [][]byte
 	if cfg.Gossip.KeyFile != "" && s.keys != nil {
@@ -895,6 +907,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		<-done
+	}
+	if err := s.saveState(); err != nil {
+		s.log.Error("state not saved: the next start gives every tag a full bucket", "err", err)
 	}
 	s.node.Close()
 	s.closeMembership()

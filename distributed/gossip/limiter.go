@@ -98,6 +98,20 @@ func (l *Limiter) Tokens(key string) int64 {
 	return l.bucket.Tokens(l.node.clk.Now(), e.tat())
 }
 
+// Below calls f with each key whose bucket is below full now, and its
+// whole tokens (negative in debt), until f returns false; the overflow
+// key (OverflowKey) included. Keys added or dropped meanwhile may be
+// seen or not. For saving a standalone daemon's state across a restart.
+func (l *Limiter) Below(f func(key string, tokens int64) bool) {
+	now := l.node.clk.Now()
+	stop := false
+	l.table.each(func(key string, e *entry) {
+		if t := l.bucket.Tokens(now, e.tat()); !stop && t < int64(l.burst) {
+			stop = !f(key, t)
+		}
+	})
+}
+
 // Hits returns the units this node admitted for key since its counter was
 // created (counters of idle keys are dropped after a while).
 func (l *Limiter) Hits(key string) int64 {
