@@ -159,8 +159,14 @@ func (s *Server) link(c *conn, pl *connList) {
 }
 
 // shareEvery bounds how often shareLoopback looks up processes: each
-// look-up reads the host's TCP table and open files.
-const shareEvery = 50 * time.Millisecond
+// look-up may read every process's open files. shareLookup bounds one
+// look-up, so that a refused client (the Go client waits 200 ms by
+// default) gets its "RF" in time; a process not found by then is
+// refused.
+const (
+	shareEvery  = 50 * time.Millisecond
+	shareLookup = 80 * time.Millisecond
+)
 
 // mayShare reports whether c, a connection refused at its address's cap
 // (MaxConnsPerAddr) with no idle connection to close, may have a second
@@ -198,7 +204,7 @@ func (s *Server) shareLoopback(c *conn, cl *connLimits) (victim *conn, ok bool) 
 		}
 	}
 	s.mu.Unlock()
-	pids := peerPIDs(conns, hint, true)
+	pids := peerPIDs(conns, hint, true, time.Now().Add(shareLookup))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c.pid = pids[0]

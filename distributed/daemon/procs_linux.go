@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // peerPIDs returns, for each of conns (TCP connections accepted from a
@@ -16,8 +17,9 @@ import (
 // sockets the host has), then looks for the inode among the open files
 // of the processes of hint first, then, if full, of every process: a
 // full scan costs a few milliseconds on a host of a hundred processes,
-// more with more open files, so call it rarely.
-func peerPIDs(conns []net.Conn, hint []int, full bool) []int {
+// more with more open files, so call it rarely. It gives up at deadline,
+// leaving the processes not found yet unknown.
+func peerPIDs(conns []net.Conn, hint []int, full bool, deadline time.Time) []int {
 	pids := make([]int, len(conns))
 	want := map[string]int{} // "socket:[inode]" -> index in conns
 	if fd, err := syscall.Socket(syscall.AF_NETLINK, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, netlinkSockDiag); err == nil {
@@ -55,7 +57,10 @@ func peerPIDs(conns []net.Conn, hint []int, full bool) []int {
 	}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
-		if pid, err := strconv.Atoi(p.Name()); err == nil && left > 0 {
+		if left == 0 || time.Now().After(deadline) {
+			break
+		}
+		if pid, err := strconv.Atoi(p.Name()); err == nil {
 			look(pid)
 		}
 	}

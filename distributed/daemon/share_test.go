@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -82,15 +83,26 @@ func TestLoopbackProcessesShareTheCap(t *testing.T) {
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
 		t.Fatalf("hog process: %q, %v", line, err)
 	}
-	c, err := client.New("tcp", addr)
+	c, err := client.New("tcp", addr, client.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	for i := range 5 {
+	// A loaded machine may make the look-up of the processes give up
+	// (refused, "RF"): the next connection, 50 ms later, looks again.
+	for i := 0; ; i++ {
 		ok, err := c.Check(context.Background(), "alice")
-		if !ok || err != nil {
+		if ok && err == nil {
+			break
+		}
+		if i == 4 || !errors.Is(err, client.ErrRefused) {
 			t.Fatalf("query %d of another local process, a busy process holding the address's 20 connections: %v, %v", i, ok, err)
+		}
+		time.Sleep(60 * time.Millisecond)
+	}
+	for i := range 5 {
+		if ok, err := c.Check(context.Background(), "alice"); !ok || err != nil {
+			t.Fatalf("query %d on the connection it got: %v, %v", i, ok, err)
 		}
 	}
 	if st := s.Stats(); st.Conns > 20 || st.Reclaimed == 0 {
