@@ -11,7 +11,6 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/daemon/client"
-	"github.com/throttlekit/throttle/distributed/gossip"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -95,14 +94,15 @@ func TestRoutingConfig(t *testing.T) {
 }
 
 // ownerPair starts two owner-routed daemons that know each other, with
-// the limit lim and the gossip and forward settings at their defaults,
-// and returns them with a tag daemon 1 owns.
-func ownerPair(t *testing.T, lim daemon.Limit, rules ...daemon.Rule) (srv []*daemon.Server, tag string) {
+// the limit lim, the forward timeout fwd (0: the default) and the other
+// gossip and forward settings at their defaults, and returns them with a
+// tag daemon 1 owns.
+func ownerPair(t *testing.T, fwd time.Duration, lim daemon.Limit, rules ...daemon.Rule) (srv []*daemon.Server, tag string) {
 	t.Helper()
 	for range 2 {
 		cfg := config("tcp:127.0.0.1:0")
 		cfg.Default, cfg.Rules = lim, rules
-		cfg.Gossip = daemon.Gossip{Listen: "127.0.0.1:0", Secret: secret, Routing: daemon.RoutingOwner}
+		cfg.Gossip = daemon.Gossip{Listen: "127.0.0.1:0", Secret: secret, Routing: daemon.RoutingOwner, ForwardTimeout: daemon.Duration(fwd)}
 		srv = append(srv, start(t, cfg))
 	}
 	for i, s := range srv {
@@ -143,8 +143,12 @@ func forwardedTag(s *daemon.Server, prefix string) string {
 // 25 ms timeout below the daemon's 50 ms forward timeout, nearly every
 // query timed out and was admitted.)
 func TestPausedOwnerClientDefaults(t *testing.T) {
-	srv, tag := ownerPair(t, daemon.Limit{Rate: "1/m", Burst: 6})
-	c, err := client.New("tcp", srv[0].Addrs()[0].String())
+	srv, tag := ownerPair(t, 0, daemon.Limit{Rate: "1/m", Burst: 6})
+	timeout := client.DefaultTimeout
+	if race {
+		timeout *= 5 // the detector slows the daemon, not the owner's silence
+	}
+	c, err := client.New("tcp", srv[0].Addrs()[0].String(), client.WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,9 +158,9 @@ func TestPausedOwnerClientDefaults(t *testing.T) {
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); calls++ {
 		t0 := time.Now()
 		ok, err := c.Check(context.Background(), tag)
-		if d := time.Since(t0); err != nil || d > client.DefaultTimeout {
+		if d := time.Since(t0); err != nil || d > timeout {
 			if failed++; failed == 1 {
-				t.Errorf("call %d: %v after %v (client timeout %v)", calls, err, d, client.DefaultTimeout)
+				t.Errorf("call %d: %v after %v (client timeout %v)", calls, err, d, timeout)
 			}
 		}
 		if ok {
@@ -176,10 +180,12 @@ func TestPausedOwnerClientDefaults(t *testing.T) {
 
 // The lines of one read that match different limits, whose owner does
 // not answer, wait for one forward timeout together, not one per limit
-// (they waited 2 x 50 ms with two limits).
+// (they waited 2 x 50 ms with two limits at the default timeout). A long
+// timeout keeps the test clear of a loaded machine's scheduling delays.
 func TestUnreachableOwnerDelaysAReadOnce(t *testing.T) {
 	lim := daemon.Limit{Rate: "1/m", Burst: 6}
-	srv, a := ownerPair(t, lim, daemon.Rule{Pattern: "b-*", Limit: daemon.Limit{Rate: "1/m", Burst: 8}})
+	const fwd = 300 * time.Millisecond
+	srv, a := ownerPair(t, fwd, lim, daemon.Rule{Pattern: "b-*", Limit: daemon.Limit{Rate: "1/m", Burst: 8}})
 	b := forwardedTag(srv[0], "b-")
 	srv[1].Node().Close()
 	c := dial(t, srv[0].Addrs()[0])
@@ -188,7 +194,7 @@ func TestUnreachableOwnerDelaysAReadOnce(t *testing.T) {
 	if got := ask(t, c, 2, a, b); got != daemon.ReplyOK+daemon.ReplyOK {
 		t.Errorf("replies %q, want two fallback admissions", got)
 	}
-	if d, most := time.Since(t0), gossip.DefaultForwardTimeout+gossip.DefaultForwardDelay+30*time.Millisecond; d > most {
+	if d, most := time.Since(t0), fwd*3/2; d > most {
 		t.Errorf("a read of two limits' tags, their owner paused, answered after %v; want one forward timeout (< %v)", d, most)
 	}
 }
