@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -57,9 +58,7 @@ func (s *Server) answerLines(lines [][]byte, dst []byte, b *lineAsks) []byte {
 		return dst
 	}
 	b.collect(l, lines, s.cfg.MaxTagLen)
-	for lim, asks := range b.by {
-		lim.AllowMany(context.Background(), asks)
-	}
+	b.decide()
 	for j, line := range lines {
 		a := b.at[j]
 		if a.lim == nil {
@@ -79,6 +78,28 @@ func (s *Server) answerLines(lines [][]byte, dst []byte, b *lineAsks) []byte {
 		b.by[lim] = asks[:0]
 	}
 	return dst
+}
+
+// decide decides the collected asks, each limiter's together, the
+// limiters at the same time: a read waits for one forward timeout at
+// most (plus the forward delay), however many limits its lines match,
+// not one per limit.
+func (b *lineAsks) decide() {
+	var wg sync.WaitGroup
+	var first *gossip.OwnedLimiter
+	for lim, asks := range b.by {
+		switch {
+		case len(asks) == 0:
+		case first == nil:
+			first = lim // decided on this goroutine, below
+		default:
+			wg.Go(func() { lim.AllowMany(context.Background(), asks) })
+		}
+	}
+	if first != nil {
+		first.AllowMany(context.Background(), b.by[first])
+	}
+	wg.Wait()
 }
 
 // collect sorts the queries of lines by owned limiter.

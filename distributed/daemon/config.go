@@ -47,8 +47,10 @@ type Config struct {
 	// 300 KB per connection) under half the host's TCP memory-pressure
 	// threshold (net.ipv4.tcp_mem). Local workers all connect from the
 	// same loopback address over TCP, so they share a cap (idle
-	// connections make room for active workers); on the Unix socket each
-	// process has its own.
+	// connections make room for active workers, and on Linux a process
+	// holding fewer connections takes the place of one of the biggest
+	// holder's: see Server); on the Unix socket, recommended for local
+	// workers, each process has its own.
 	MaxConnsPerAddr int `json:"max_conns_per_addr,omitempty"`
 	// IdleTimeout closes a connection that sends nothing for this long
 	// (default 5m).
@@ -81,6 +83,14 @@ type Config struct {
 	// listener serving /healthz (no token spent) and /metrics (Prometheus
 	// text format). Empty: none.
 	Admin string `json:"admin,omitempty"`
+	// StateFile, for a daemon without gossip, is where Shutdown (SIGTERM
+	// for throttled) saves the level of every tag below full, and where
+	// the next start takes them back from (then removes it), refilled for
+	// the time the daemon was down, if that was at most MaxStateAge: so a
+	// restart does not give every tag a fresh burst. Empty: none (a
+	// restart starts every tag full). A crash saves nothing. With gossip,
+	// the peers catch a restarted daemon up instead.
+	StateFile string `json:"state_file,omitempty"`
 	// Gossip configures the peer-to-peer exchange. With no peers the
 	// daemon limits on its own.
 	Gossip Gossip `json:"gossip"`
@@ -281,7 +291,8 @@ func (c Config) check() error {
 	return c.Gossip.check()
 }
 
-// checkSockets checks the listeners and the admin address.
+// checkSockets checks the listeners, the admin address and the state
+// file.
 func (c *Config) checkSockets() error {
 	if len(c.Listen) == 0 {
 		return conffile.Invalid("listen: no socket to listen on")
@@ -299,6 +310,9 @@ func (c *Config) checkSockets() error {
 			return conffile.Invalid("listen %q: listed twice", l)
 		}
 		seen[network+":"+addr] = true
+	}
+	if c.StateFile != "" && c.Gossip.Listen != "" {
+		return conffile.Invalid("state_file is for a daemon without gossip: its peers catch a restarted daemon up")
 	}
 	if c.Admin == "" {
 		return nil

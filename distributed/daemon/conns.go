@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -21,10 +22,12 @@ type conn struct {
 	// reclaimed is set when the connection was closed to make room for
 	// a new one: serve answers what it has received and closes.
 	reclaimed atomic.Bool
-	// Under Server.mu: its places in the two lists, and whether it left
-	// them.
+	// Under Server.mu: its places in the two lists, whether it left
+	// them, and the process of a loopback peer (0: not known yet; see
+	// Server.shareLoopback).
 	links [2]link
 	gone  bool
+	pid   int
 }
 
 // link is a conn's place in one connList. seen is the conn's last as
@@ -136,6 +139,13 @@ func (s *Server) admit(c *conn, cl *connLimits) (victim *conn, ok bool) {
 		s.unlink(victim)
 		pl = s.peers[c.peer]
 	}
+	s.link(c, pl)
+	return victim, true
+}
+
+// link puts c in the lists: every connection's, and pl, its client's
+// (created if nil). Called under s.mu.
+func (s *Server) link(c *conn, pl *connList) {
 	now := c.last.Load()
 	c.links[0].seen, c.links[1].seen = now, now
 	s.all.insert(c)
@@ -146,7 +156,100 @@ func (s *Server) admit(c *conn, cl *connLimits) (victim *conn, ok bool) {
 		}
 		pl.insert(c)
 	}
+}
+
+// shareEvery bounds how often shareLoopback looks up processes: each
+// look-up may read every process's open files. shareLookup bounds one
+// look-up, so that a refused client (the Go client waits 200 ms by
+// default) gets its "RF" in time; a process not found by then is
+// refused.
+const (
+	shareEvery  = 50 * time.Millisecond
+	shareLookup = 80 * time.Millisecond
+)
+
+// mayShare reports whether c, a connection refused at its address's cap
+// (MaxConnsPerAddr) with no idle connection to close, may have a second
+// chance (see shareLoopback): its address is a loopback one, and no
+// other connection had one within shareEvery. Lock-free.
+func (s *Server) mayShare(c *conn) bool {
+	tc, isTCP := c.c.RemoteAddr().(*net.TCPAddr)
+	if !isTCP || !tc.IP.IsLoopback() || c.peer == "" {
+		return false
+	}
+	last, now := s.shareAt.Load(), s.now()
+	return (last == 0 || now-last >= int64(shareEvery)) && s.shareAt.CompareAndSwap(last, now)
+}
+
+// shareLoopback is admit's second chance for c, a connection that
+// mayShare: its address is a loopback one, whose connections come from
+// local processes that share it, and the cap is shared among them. It
+// finds the process of c and of that address's connections (see
+// peerPIDs); if another process holds at least two more connections than
+// c's, c takes the place of that process's longest-idle connection, busy
+// or not, which is closed as reclaim does. It reports false, c refused,
+// otherwise, or when c's process is unknown (not Linux, another user's
+// process). Called without s.mu.
+func (s *Server) shareLoopback(c *conn, cl *connLimits) (victim *conn, ok bool) {
+	conns, hint := []net.Conn{c.c}, []int{}
+	var unknown []*conn
+	s.mu.Lock()
+	if pl := s.peers[c.peer]; pl != nil {
+		for x := pl.head; x != nil; x = x.links[1].next {
+			if x.pid == 0 {
+				unknown, conns = append(unknown, x), append(conns, x.c)
+			} else if !slices.Contains(hint, x.pid) {
+				hint = append(hint, x.pid)
+			}
+		}
+	}
+	s.mu.Unlock()
+	pids := peerPIDs(conns, hint, true, time.Now().Add(shareLookup))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.pid = pids[0]
+	for i, x := range unknown {
+		x.pid = pids[i+1]
+	}
+	pl := s.peers[c.peer]
+	if s.closing || c.pid == 0 || pl == nil || pl.n != cl.perAddr || s.all.n > cl.maxConns {
+		return nil, false
+	}
+	if victim = pl.biggestHolder(c.pid); victim == nil {
+		return nil, false
+	}
+	s.unlink(victim)
+	s.link(c, s.peers[c.peer])
 	return victim, true
+}
+
+// biggestHolder returns the longest-idle connection of the process that
+// holds the most connections of l, if it holds at least two more than
+// process pid; nil otherwise. Connections of unknown processes count for
+// none. Called under Server.mu.
+func (l *connList) biggestHolder(pid int) *conn {
+	held := map[int]int{}
+	for x := l.head; x != nil; x = x.links[l.k].next {
+		if x.pid != 0 {
+			held[x.pid]++
+		}
+	}
+	top := 0
+	for p, n := range held {
+		if n > held[top] || n == held[top] && p < top {
+			top = p
+		}
+	}
+	if top == 0 || held[top] < held[pid]+2 {
+		return nil
+	}
+	var oldest *conn
+	for x := l.head; x != nil; x = x.links[l.k].next {
+		if x.pid == top && (oldest == nil || x.last.Load() < oldest.last.Load()) {
+			oldest = x
+		}
+	}
+	return oldest
 }
 
 // unlink takes c out of the lists, once. Called under s.mu.

@@ -28,6 +28,10 @@ func TestMain(m *testing.M) {
 		serveForBenchmark()
 		return
 	}
+	if os.Getenv(hogEnv) != "" {
+		hog()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -37,7 +41,8 @@ func config(listen ...string) daemon.Config {
 	return daemon.Config{Listen: listen, Default: daemon.Limit{Rate: "1/s", Burst: 20}}
 }
 
-func start(t testing.TB, cfg daemon.Config, opts ...throttle.Option) *daemon.Server {
+// started returns a started server of cfg; the caller shuts it down.
+func started(t testing.TB, cfg daemon.Config, opts ...throttle.Option) *daemon.Server {
 	t.Helper()
 	s, err := daemon.New(cfg, nil, opts...)
 	if err != nil {
@@ -46,6 +51,12 @@ func start(t testing.TB, cfg daemon.Config, opts ...throttle.Option) *daemon.Ser
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+func start(t testing.TB, cfg daemon.Config, opts ...throttle.Option) *daemon.Server {
+	t.Helper()
+	s := started(t, cfg, opts...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -395,14 +406,7 @@ func TestClusterOverUDP(t *testing.T) {
 		cfg := config("tcp:127.0.0.1:0")
 		cfg.Default = daemon.Limit{Rate: "1/m", Burst: 10}
 		cfg.Gossip = daemon.Gossip{Listen: gossipAddr, Secret: secret, Interval: daemon.Duration(time.Second)}
-		s, err := daemon.New(cfg, nil, throttle.WithClock(clk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return started(t, cfg, throttle.WithClock(clk))
 	}
 	srv := []*daemon.Server{mk("127.0.0.1:0"), mk("127.0.0.1:0"), mk("127.0.0.1:0")}
 	defer func() {

@@ -72,6 +72,7 @@ func (s *Server) WriteMetrics(w io.Writer) error {
 	metric("throttled_gossip_hits_capped_total", "counter", "Reported units not debited: more than the peer could have admitted.", one(g.Capped))
 	metric("throttled_gossip_overflow_total", "counter", "Keys not tracked on their own because max_keys was reached.", one(g.Overflow))
 	metric("throttled_gossip_resent_total", "counter", "Counters resent because a peer had not acknowledged them.", one(g.Resent))
+	metric("throttled_gossip_rounds_behind_total", "counter", "Gossip rounds that could not carry every changed counter: charges lag.", one(g.Behind))
 	o := st.Owned
 	metric("throttled_gossip_owned_total", "counter", "Decisions of owner-routed limits (gossip.routing \"owner\"), by event.",
 		sample{`event="local"`, o.Local}, sample{`event="served"`, o.Served}, sample{`event="forwarded"`, o.Forwarded},

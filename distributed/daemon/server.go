@@ -53,7 +53,15 @@
 // retries on a fresh connection. Otherwise the new connection gets
 // "RF\n" and is closed: the Go client reports it as client.ErrRefused,
 // apart from a daemon that is down. A connection that sent anything
-// within Config.IdleBudget is never closed for another.
+// within Config.IdleBudget is never closed for another, with one
+// exception: local processes share a loopback address's cap. On Linux, a
+// connection from a loopback address that finds its cap full takes the
+// place of the longest-idle connection of the process that holds the
+// most, if that process holds at least two more than the new
+// connection's (processes found through /proc, at most once per 50 ms,
+// among those of the daemon's user), so that one busy process cannot
+// lock the other local processes out. Local workers should prefer the
+// Unix socket, where each process has its own cap.
 //
 // On Shutdown (SIGTERM for throttled) the server stops accepting, answers
 // every query a connection had received before it (read or still in the
@@ -78,6 +86,8 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Replies of the protocol.
@@ -97,6 +107,7 @@ const (
 type Server struct {
 	cfg   Config // the listeners and gossip settings; limits are in lim
 	log   *slog.Logger
+	clk   clock.Source // the limiters' clock
 	node  *gossip.Node
 	keys  *keyring                // gossip.key_file's keys; nil without
 	seal  *gossip.SealedTransport // nil without a key file
@@ -118,6 +129,7 @@ type Server struct {
 	started   bool
 	stopped   atomic.Bool  // closing, readable without mu
 	lingering atomic.Int64 // refused connections being closed
+	shareAt   atomic.Int64 // when shareLoopback last looked up processes (see now)
 	wg        sync.WaitGroup
 
 	st struct {
@@ -196,7 +208,11 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, all: connList{k: 0}, peers: map[string]*connList{}, epoch: time.Now()}
+	settings, err := limiterkit.NewSettings(opts...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, clk: clock.New(settings.Clock), all: connList{k: 0}, peers: map[string]*connList{}, epoch: time.Now()}
 	s.conf.Store(connLimitsOf(cfg))
 	gc := gossip.Config{ID: cfg.Gossip.Advertise, Peers: cfg.Gossip.Peers, Interval: time.Duration(cfg.Gossip.Interval), SpendCap: cfg.Gossip.SpendCap, Copies: cfg.Gossip.Copies}
 	if cfg.Gossip.Listen != "" {
@@ -227,6 +243,11 @@ func New(cfg Config, log *slog.Logger, opts ...throttle.Option) (*Server, error)
 		return fail(err)
 	}
 	s.lim.Store(lim)
+	if n, err := s.restoreState(lim); err != nil {
+		log.Warn("state file not restored: every tag starts full", "err", err)
+	} else if n > 0 {
+		log.Info("state restored", "tags", n, "file", cfg.StateFile)
+	}
 	if err := s.listen(cfg); err != nil {
 		return fail(err)
 	}
@@ -413,10 +434,10 @@ func (s *Server) reload(cfg Config) error {
 			members = *g.Members
 		}
 		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Secret, g.SecretFile, g.SpendCap, g.Copies, g.KeyFile, members, c.MaxTagLen, c.MaxKeys, c.Admin,
-			g.Routing, g.ForwardTimeout, g.ForwardDelay)
+			g.Routing, g.ForwardTimeout, g.ForwardDelay, c.StateFile)
 	}
 	if fixed(cfg) != fixed(s.cfg) || cfg.Gossip.Interval != s.cfg.Gossip.Interval {
-		return fmt.Errorf("%w: reload: listen, gossip (but for its peers), max_tag_len, max_keys and admin need a restart", throttle.ErrInvalid)
+		return fmt.Errorf("%w: reload: listen, gossip (but for its peers), max_tag_len, max_keys, admin and state_file need a restart", throttle.ErrInvalid)
 	}
 	var keys [][]byte
 	if cfg.Gossip.KeyFile != "" && s.keys != nil {
@@ -684,28 +705,62 @@ func (s *Server) accept(ln net.Listener) {
 		if ok {
 			victim, ok = s.admit(sc, cl)
 		}
-		if !ok {
+		switch {
+		case ok:
+			s.wg.Add(1)
+			s.mu.Unlock()
+			s.open(sc, victim)
+			go s.serve(sc)
+		case !s.closing && s.mayShare(sc):
+			s.wg.Add(1)
+			s.mu.Unlock()
+			go s.share(sc, cl)
+		default:
 			closing := s.closing
 			s.mu.Unlock()
-			if s.st.rejected.Add(1)%1000 == 1 {
-				s.log.Warn("connection limit reached, refusing new connections", "max_conns", cl.maxConns,
-					"max_conns_per_addr", cl.perAddr, "client", sc.peer)
-			}
-			if closing {
-				c.Close()
-			} else {
-				s.refuse(c)
-			}
-			continue
+			s.turnAway(sc, cl, closing)
 		}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		if victim != nil {
-			s.reclaim(victim)
-		}
-		s.st.conns.Add(1)
-		go s.serve(sc)
 	}
+}
+
+// open counts sc, a connection admitted in the place of victim if not
+// nil, and reclaims victim.
+func (s *Server) open(sc, victim *conn) {
+	if victim != nil {
+		s.reclaim(victim)
+	}
+	s.st.conns.Add(1)
+}
+
+// turnAway refuses sc, a connection over a cap of cl (closes it at once
+// if closing).
+func (s *Server) turnAway(sc *conn, cl *connLimits, closing bool) {
+	if s.st.rejected.Add(1)%1000 == 1 {
+		s.log.Warn("connection limit reached, refusing new connections", "max_conns", cl.maxConns,
+			"max_conns_per_addr", cl.perAddr, "client", sc.peer)
+	}
+	if closing {
+		sc.c.Close()
+	} else {
+		s.refuse(sc.c)
+	}
+}
+
+// share serves sc, a connection refused at its loopback address's cap,
+// if it may take the place of another local process's (shareLoopback),
+// and refuses it otherwise. The caller added it to s.wg.
+func (s *Server) share(sc *conn, cl *connLimits) {
+	victim, ok := s.shareLoopback(sc, cl)
+	if !ok {
+		s.mu.Lock()
+		closing := s.closing
+		s.mu.Unlock()
+		s.turnAway(sc, cl, closing)
+		s.wg.Done()
+		return
+	}
+	s.open(sc, victim)
+	s.serve(sc)
 }
 
 // replyBudget is the send buffer of a connection: the reply bytes it may
@@ -853,6 +908,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Unlock()
 		<-done
 	}
+	if err := s.saveState(); err != nil {
+		s.log.Error("state not saved: the next start gives every tag a full bucket", "err", err)
+	}
 	s.node.Close()
 	s.closeMembership()
 	s.log.Info("stopped", "queries", s.st.ok.Load()+s.st.no.Load())
@@ -890,6 +948,10 @@ func (s *Server) watchGossip(stop <-chan struct{}, every time.Duration) {
 			if c.n > 0 {
 				s.log.Warn("gossip datagrams dropped", "count", c.n, "cause", c.what)
 			}
+		}
+		if g.Behind > last.Behind {
+			s.log.Warn("gossip rounds cannot carry every changed tag: charges lag the decisions", "rounds", g.Behind-last.Behind,
+				"hint", "every hit is still charged (long-run rate exact for tags in steady use), but a tag asked on every daemon before its charges arrive gets up to a burst and the lag's refill on each: use routing \"owner\" for this many active tags")
 		}
 		if g.PacketsReceived == last.PacketsReceived && len(s.node.Peers()) > 0 && g.Rounds > 10 {
 			s.log.Warn("no gossip received from any peer lately", "peers", s.node.Peers(), "advertise", s.node.ID())

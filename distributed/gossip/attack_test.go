@@ -173,8 +173,10 @@ func TestRestartAfterClockStepBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	lb, _ := b.NewLimiter("api", throttle.PerHour(1), 100)
+	// Enough rounds for b, which started after a (in its clock), to
+	// catch up and decide normally (see Node.gate).
 	step := func(b *Node, clkB *throttletest.Clock) {
-		for range 3 {
+		for range 6 {
 			clkA.Advance(time.Second)
 			clkB.Advance(time.Second)
 			a.Tick()

@@ -1,6 +1,11 @@
 package gossip
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/limiterkit"
+)
 
 // catchUp is the state sync of one peer that joined or restarted: the
 // entries of every limiter whose bucket was below full when it began,
@@ -217,4 +222,95 @@ func (p *peer) ackCatchUp(m *message) {
 	if sr, ok := p.sent[m.pround]; ok && len(sr.parts) > 0 && int(m.prefix) >= len(sr.parts) && sr.from.cmp(cur) <= 0 && sr.to.cmp(cur) > 0 {
 		p.acked, p.ackedPos = uint64(sr.to.ch), sr.to
 	}
+}
+
+// rxCatchUp follows, from a peer's rounds, whether the peer has sent this
+// node every bucket level it is catching up: a complete round of the peer
+// addressed to this node's life that carries no level says so (the peer
+// sends levels in every round until they are acknowledged, or waits one
+// round for the acknowledgement, then sends again what was lost), and
+// two in a row say so for sure. Guarded by Node.mu.
+type rxCatchUp struct {
+	round        uint64 // the peer's round the flags are of
+	state, other bool   // that round carried levels / a datagram for another life of this node
+	clean        uint8  // consecutive complete rounds before round without levels, all for this life
+}
+
+// note records m, a datagram of the peer's round m.round, before the
+// peer's receive state takes it: rxRound is the peer round that state is
+// at, complete whether it arrived in full, and self this node's life.
+func (x *rxCatchUp) note(m *message, rxRound uint64, complete bool, self uint64) {
+	if m.round > x.round {
+		if m.round == x.round+1 && rxRound == x.round && complete && !x.state && !x.other {
+			x.clean = min(x.clean+1, 255)
+		} else {
+			x.clean = 0
+		}
+		x.round, x.state, x.other = m.round, false, false
+	}
+	if m.round == x.round {
+		x.state = x.state || m.typ == msgState
+		x.other = x.other || m.dstInc != self
+	}
+}
+
+// noteStart records when the peer's current life started, from m (an
+// authentic datagram of the peer's), and engages the gate if that was
+// more than an interval before this node started: this node joined late
+// or restarted, and the peer has levels for it. Called with n.mu held.
+func (n *Node) noteStart(pr *peer, m *message) {
+	if m.incarnation < max(pr.incarnation, pr.floor) {
+		return // from an earlier life of the peer
+	}
+	pr.start = m.start
+	if !n.gateDone && m.start < n.created-n.interval {
+		n.gated.Store(true)
+	}
+}
+
+// gate lifts the catch-up gate, for good, once a live peer that started
+// more than an interval before this node has sent it every level (each
+// such peer's levels include what every member reported to it), or none
+// is left alive. While the gate is engaged, this node, which started
+// late (a restart, or a join to a running cluster), decides each key
+// conservatively (see Limiter.gated). Called with n.mu held, once a
+// round.
+func (n *Node) gate() {
+	if !n.gated.Load() {
+		return
+	}
+	waiting := false
+	for _, p := range n.peers {
+		if p.start == 0 || p.start >= n.created-n.interval || p.dead || p.down {
+			continue
+		}
+		if p.rx.clean >= 2 {
+			waiting = false // one peer's levels are enough
+			break
+		}
+		waiting = true // still sending levels
+	}
+	if waiting {
+		return
+	}
+	n.gated.Store(false)
+	n.gateDone = true
+}
+
+// gated reports whether the catch-up gate denies n units of e at now,
+// and if so fills d. While a node that started late has not caught up
+// (Node.gate), a key's admissions in this life stay within what its
+// bucket would have refilled had it been empty at the start: its peers
+// may have emptied it, and their levels of it may not have arrived yet.
+// Racing decisions may each pass it.
+func (l *Limiter) gated(d *throttle.Decision, e *entry, now int64, n int) bool {
+	if !l.node.gated.Load() {
+		return false
+	}
+	since, need := now-l.node.created, int64(l.rate.Duration(e.hits.Load()+int64(n)))
+	if need <= since {
+		return false
+	}
+	limiterkit.Fill(d, false, int64(l.burst), 0, need-since, untilFull(now, e.tat()))
+	return true
 }

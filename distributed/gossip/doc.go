@@ -66,11 +66,26 @@
 // node (never missed); clocks must agree within about one interval; a
 // counter idle for longer than the retention (twice the time to refill
 // the bucket, at least 10 rounds) and acknowledged by every live peer is
-// forgotten, so a peer that comes back later misses those hits; a node
-// that joins or restarts decides a key on a fresh bucket until its
-// peers' level of it arrives: they send their levels a budget a round,
-// resuming after what it acknowledged, so the catch-up takes rounds in
-// proportion to the keys below full.
+// forgotten, so a peer that comes back later misses those hits. A node
+// that joins or restarts catches up from its peers' bucket levels: they
+// send them a budget a round, resuming after what it acknowledged, so
+// the catch-up takes rounds in proportion to the keys below full. From
+// the first datagram of a peer that started more than an interval
+// before it (about an interval after its start) until one such peer has
+// sent every level, the node keeps each key's admissions in its new life
+// within what a bucket empty at its start would have refilled: keys its
+// peers exhausted are not admitted again. Decisions before that first
+// datagram are on fresh buckets.
+//
+// # Rounds that cannot carry every change
+//
+// A round carries at most Config.MaxRoundBytes of counters to a peer;
+// when more change, the rest follow in later rounds, cumulative, and
+// every reported hit is charged however late (buckets go negative), so
+// the long-run rate of a key in steady use stays exact. The lag, L
+// rounds, widens the burst bound: a key may be admitted up to
+// burst + rate x L x interval on each node before its first charges
+// arrive. Stats.Behind counts the rounds that left counters out.
 //
 // # Owner routing
 //

@@ -98,6 +98,20 @@ func (l *Limiter) Tokens(key string) int64 {
 	return l.bucket.Tokens(l.node.clk.Now(), e.tat())
 }
 
+// Below calls f with each key whose bucket is below full now, and its
+// whole tokens (negative in debt), until f returns false; the overflow
+// key (OverflowKey) included. Keys added or dropped meanwhile may be
+// seen or not. For saving a standalone daemon's state across a restart.
+func (l *Limiter) Below(f func(key string, tokens int64) bool) {
+	now := l.node.clk.Now()
+	stop := false
+	l.table.each(func(key string, e *entry) {
+		if t := l.bucket.Tokens(now, e.tat()); !stop && t < int64(l.burst) {
+			stop = !f(key, t)
+		}
+	})
+}
+
 // Hits returns the units this node admitted for key since its counter was
 // created (counters of idle keys are dropped after a while).
 func (l *Limiter) Hits(key string) int64 {
@@ -157,6 +171,9 @@ func (l *Limiter) allowCapped(d *throttle.Decision, asked string, n int) error {
 	now := l.node.clk.Now() // the decision's one clock reading
 	t := l.node.tick.Load()
 	e.touch(now, t, &l.dirty)
+	if l.gated(d, e, now, n) {
+		return nil
+	}
 	if u := e.full.Load(); n == 1 && now < u {
 		limiterkit.Fill(d, false, int64(l.burst), 0, u-now, untilFull(now, e.tat()))
 		e.ask(1, e.unmetMax.Load())
@@ -261,6 +278,9 @@ func (l *Limiter) allow(d *throttle.Decision, key string, n int) error {
 	now := l.node.clk.Now() // the decision's one clock reading
 	t := l.node.tick.Load()
 	e.touch(now, t, &l.dirty)
+	if l.gated(d, e, now, n) {
+		return nil
+	}
 	if err := l.bucket.Decide(d, &e.bucket, now, n); err != nil || !d.Allowed {
 		return err
 	}

@@ -118,11 +118,18 @@ type Stats struct {
 	Capped          uint64 // reported units not debited, and units of state levels not taken: more than the senders could have admitted
 	Overflow        uint64 // keys not tracked for gossip because MaxKeys was reached
 	Resent          uint64 // counters sent again because a peer had not acknowledged them
+	// Behind counts rounds whose reports left changed counters for later
+	// rounds: more counters changed than a round carries to a peer
+	// (Config.MaxRoundBytes, or less while the peer acknowledges little).
+	// Each round behind delays the charges of the counters left out by a
+	// round: see "Rounds that cannot carry every change" in the package
+	// documentation.
+	Behind uint64
 }
 
 type stats struct {
 	rounds, sent, bytes, sendErr, recv, malformed, badMAC, unknown, stale, unknownTable, applied, overflow, resent atomic.Uint64
-	dup, wrongSource, capped                                                                                       atomic.Uint64
+	dup, wrongSource, capped, behind                                                                               atomic.Uint64
 	closing                                                                                                        atomic.Uint64 // datagrams that arrived while closing (not in Stats)
 }
 
@@ -144,6 +151,7 @@ type Node struct {
 	size    atomic.Int64                     // self and every peer, live or not
 	live    atomic.Pointer[map[string]*peer] // the live peers of members, by ID (read only their done)
 	tick    atomic.Int64                     // round of the last Tick: marks when counters change
+	gated   atomic.Bool                      // catching up after a late start: see Node.gate
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -156,6 +164,8 @@ type Node struct {
 	started  bool
 	ms       Membership
 	unsub    func() // stops the membership's events
+
+	gateDone bool // the gate was lifted, for good (see Node.gate)
 
 	rmu     sync.Mutex // guards recvSig
 	recvSig *signer
@@ -205,6 +215,8 @@ type peer struct {
 	rxGot      []uint64      // bitset of parts received
 	rxPrefix   uint16        // parts received from part 0 without a gap
 	rxComplete uint64        // latest round of the peer received in full
+	rx         rxCatchUp     // what the peer's rounds say of this node's catch-up
+	start      int64         // when the peer's current life started (ns); 0 before heard
 	done       atomic.Uint64 // rxComplete, for the spend cap's lock-free readers (see Limiter.shares)
 }
 
@@ -465,6 +477,7 @@ func (n *Node) Stats() Stats {
 		BadMAC: n.st.badMAC.Load(), UnknownSender: n.st.unknown.Load(), Stale: n.st.stale.Load(),
 		UnknownTable: n.st.unknownTable.Load(), HitsApplied: n.st.applied.Load(), Overflow: n.st.overflow.Load(),
 		Resent: n.st.resent.Load(), Duplicate: n.st.dup.Load(), WrongSource: n.st.wrongSource.Load(), Capped: n.st.capped.Load(),
+		Behind: n.st.behind.Load(),
 	}
 }
 
@@ -572,8 +585,12 @@ func (n *Node) Tick() bool {
 	order := slices.SortedFunc(maps.Keys(rd.groups), func(a, b group) int {
 		return cmp.Or(a.from.cmp(b.from), cmp.Compare(a.budget, b.budget))
 	})
+	behind := false
 	for _, g := range order {
-		n.sendReports(rd, g, rd.groups[g])
+		behind = n.sendReports(rd, g, rd.groups[g]) || behind
+	}
+	if behind {
+		n.st.behind.Add(1)
 	}
 	if len(rd.silent) > 0 {
 		// What changed since the last round run, however late it ran.
@@ -639,6 +656,7 @@ func (n *Node) beginRound(now int64) *round {
 	if changed {
 		n.publishMembers()
 	}
+	n.gate()
 	for _, l := range n.limiters {
 		rd.lims = append(rd.lims, l)
 	}
@@ -696,7 +714,8 @@ func (p *peer) adapt(r int64, most int) {
 
 // sendReports sends the peers ds of group g their reports of round rd,
 // and the bucket levels of those catching up, and records what it sent.
-func (n *Node) sendReports(rd *round, g group, ds []dest) {
+// It reports whether the reports left changed counters for later rounds.
+func (n *Node) sendReports(rd *round, g group, ds []dest) (behind bool) {
 	rep := n.reports(rd.lims, rd.r, rd.prev, g.from, g.budget, false)
 	n.st.resent.Add(uint64(rep.resent * len(ds)))
 	n.mu.Lock()
@@ -716,6 +735,7 @@ func (n *Node) sendReports(rd *round, g group, ds []dest) {
 		}
 		n.send(d.addr, d.ack, b, rd.r)
 	}
+	return rep.to.cmp(pos{ch: rd.r}) < 0
 }
 
 // send seals bodies for one peer (a hello if there are none) and sends
@@ -820,6 +840,9 @@ func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, dro
 	case from != "" && !n.matchAddr(pr.addr, from):
 		pr.wrongSrc++
 		return nil, 0, &n.st.wrongSource
+	}
+	n.noteStart(pr, m)
+	switch {
 	case !n.current(pr, m):
 		return nil, 0, &n.st.stale
 	}
@@ -834,6 +857,7 @@ func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, dro
 	}
 	if !ownedMsg(m.typ) { // asks and answers are outside the rounds
 		pr.acknowledged(m)
+		pr.rx.note(m, pr.rxRound, pr.rxCount == pr.rxParts, n.incarnation.Load())
 		pr.received(m)
 	}
 	pr.lastHeard = now

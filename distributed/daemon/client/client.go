@@ -1,15 +1,23 @@
 // Package client queries a throttled daemon (package daemon) over its
-// line protocol, built to fail safe: every query has a short timeout, a
-// failure is answered by the failure policy (by default it admits the
-// request: fail open; WithPolicy chooses refusing, or asking a local
-// limiter), and after DefaultFailures consecutive failures (WithFailures)
-// further queries are skipped for a backoff that doubles up to a maximum
-// (default one second), so a dead daemon costs callers nothing but one
-// timeout now and then, while one slow reply among answered ones stops
-// nobody. When a backoff ends, one caller probes the daemon while the
-// others keep skipping; the first success ends the backoff, so the client
-// answers for real again at most one maximum backoff after the daemon
-// comes back.
+// line protocol, built to fail safe: every query has a short timeout
+// (DefaultTimeout, 200 ms), a failure is answered by the failure policy
+// (by default it admits the request: fail open; WithPolicy chooses
+// refusing, or asking a local limiter), and after DefaultFailures
+// consecutive failures (WithFailures) further queries are skipped for a
+// backoff that doubles up to a maximum (default one second), so a dead
+// daemon costs callers nothing but one timeout now and then, while one
+// slow reply among answered ones stops nobody. When a backoff ends, one
+// caller probes the daemon while the others keep skipping; the first
+// success ends the backoff, so the client answers for real again at most
+// one maximum backoff after the daemon comes back.
+//
+// The timeout must exceed the longest the daemon may take to answer: with
+// routing "owner", a query whose owner does not answer is decided on the
+// daemon's fallback bucket after its forward_timeout (default 50 ms),
+// plus up to its forward_delay (default 5 ms). The defaults leave 145 ms
+// for the round trip and scheduling; a shorter WithTimeout, or a longer
+// forward_timeout, turns a slow owner into client timeouts, hence into
+// the failure policy's answers (with fail-open, admissions).
 //
 // A daemon at its connection limits closes an idle connection to make
 // room for a new one (see the daemon's idle_budget), and idle connections
@@ -18,7 +26,10 @@
 // daemon with no idle connection to close answers a new connection "RF"
 // and closes it: such a query fails with an error wrapping ErrRefused
 // (and throttle.ErrUnavailable), so that a caller can tell "the daemon
-// refused me" from "the daemon is down"; it counts as a failure too.
+// refused me" from "the daemon is down". A refusal is not an outage: it
+// is answered by the refused policy (WithRefusedPolicy; by default it
+// denies the request, or asks the WithFallback limiter if one is given),
+// and it does not count towards the backoff.
 //
 // Only the daemon's failures count towards the backoff. A tag the daemon
 // cannot take (checked before sending against WithMaxTagLen, or refused
@@ -51,7 +62,7 @@ var _ throttle.Limiter = (*Client)(nil)
 
 // Defaults of the options.
 const (
-	DefaultTimeout    = 25 * time.Millisecond
+	DefaultTimeout    = 200 * time.Millisecond
 	DefaultPoolSize   = 16
 	DefaultMinBackoff = 100 * time.Millisecond
 	DefaultMaxBackoff = time.Second
@@ -106,8 +117,18 @@ func WithPolicy(p failsafe.Policy) Option { return func(c *Client) { c.policy = 
 // selects failsafe.Fallback. A good one is the daemon's limit divided by
 // the number of processes sharing it.
 func WithFallback(l throttle.Limiter) Option {
-	return func(c *Client) { c.fallback, c.policy = l, failsafe.Fallback }
+	return func(c *Client) { c.fallback, c.policy, c.refused = l, failsafe.Fallback, failsafe.Fallback }
 }
+
+// WithRefusedPolicy sets what a query the daemon refused answers
+// (default failsafe.Closed: deny). The daemon refuses a connection at its
+// connection limits (max_conns, or max_conns_per_addr for this client's
+// address or process, with no idle connection to close for it): it is up
+// and said no, which is not an outage, so by default the query is denied
+// rather than admitted, and refusals do not start a backoff. failsafe.Open
+// admits, and failsafe.Fallback asks the limiter of WithFallback (which
+// selects it, unless this option comes after).
+func WithRefusedPolicy(p failsafe.Policy) Option { return func(c *Client) { c.refused = p } }
 
 // FailClosed makes failures deny requests instead of admitting them:
 // WithPolicy(failsafe.Closed).
@@ -133,6 +154,7 @@ type Client struct {
 	minBackoff, maxBackoff time.Duration
 	failures               int
 	policy                 failsafe.Policy
+	refused                failsafe.Policy // what a refused query answers
 	fallback               throttle.Limiter
 	maxTagLen              int
 	dial                   func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -188,9 +210,9 @@ func New(network, addr string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: backoff must satisfy 0 <= min <= max", throttle.ErrInvalid)
 	case c.failures < 1:
 		return nil, fmt.Errorf("%w: failures %d: must be at least 1", throttle.ErrInvalid, c.failures)
-	case c.policy < failsafe.Closed || c.policy > failsafe.Fallback:
-		return nil, fmt.Errorf("%w: unknown policy %v", throttle.ErrInvalid, c.policy)
-	case c.policy == failsafe.Fallback && c.fallback == nil:
+	case c.policy < failsafe.Closed || c.policy > failsafe.Fallback || c.refused < failsafe.Closed || c.refused > failsafe.Fallback:
+		return nil, fmt.Errorf("%w: unknown policy %v or refused policy %v", throttle.ErrInvalid, c.policy, c.refused)
+	case (c.policy == failsafe.Fallback || c.refused == failsafe.Fallback) && c.fallback == nil:
 		return nil, fmt.Errorf("%w: policy Fallback needs WithFallback", throttle.ErrInvalid)
 	case c.maxTagLen < 1 || c.maxTagLen > HardMaxTagLen:
 		return nil, fmt.Errorf("%w: max tag length %d out of [1, %d]", throttle.ErrInvalid, c.maxTagLen, HardMaxTagLen)
@@ -227,9 +249,10 @@ func (e *rejectedError) Error() string {
 func (e *rejectedError) Unwrap() error { return throttle.ErrInvalid }
 
 // Check asks whether a request tagged tag should be served. On failure
-// (daemon down, slow, refusing connections, or backing off) it returns
-// the policy's answer (true with failsafe.Open, false with Closed, the
-// fallback's with Fallback) and an error wrapping throttle.ErrUnavailable,
+// (daemon down, slow, or backing off) it returns the policy's answer
+// (true with failsafe.Open, false with Closed, the fallback's with
+// Fallback), or if the daemon refused the connection the refused
+// policy's (see WithRefusedPolicy), and an error wrapping throttle.ErrUnavailable,
 // which callers that fail open may ignore. A tag the protocol cannot
 // carry, or that the daemon rejects, returns false and an error wrapping
 // throttle.ErrInvalid. If ctx ends before the answer, the error wraps
@@ -280,10 +303,14 @@ func (c *Client) Allow(ctx context.Context, key string, n int) (throttle.Decisio
 	var out [1]bool
 	err := c.query(ctx, []string{key}, out[:], false)
 	ok := out[0]
+	policy := c.policy
+	if errors.Is(err, ErrRefused) {
+		policy = c.refused
+	}
 	switch {
-	case errors.Is(err, throttle.ErrUnavailable) && c.policy == failsafe.Open:
+	case errors.Is(err, throttle.ErrUnavailable) && policy == failsafe.Open:
 		return throttle.Decision{Allowed: true, Limit: 1}, nil
-	case errors.Is(err, throttle.ErrUnavailable) && c.policy == failsafe.Fallback:
+	case errors.Is(err, throttle.ErrUnavailable) && policy == failsafe.Fallback:
 		return c.fallback.Allow(ctx, key, 1)
 	case err != nil:
 		return throttle.Decision{}, err
@@ -300,7 +327,11 @@ func (c *Client) Allow(ctx context.Context, key string, n int) (throttle.Decisio
 func (c *Client) query(ctx context.Context, tags []string, out []bool, decide bool) error {
 	fail := func(err error) error {
 		if decide {
-			c.decideFailed(ctx, tags, out)
+			p := c.policy
+			if errors.Is(err, ErrRefused) {
+				p = c.refused
+			}
+			c.decideFailed(ctx, p, tags, out)
 		}
 		return err
 	}
@@ -375,18 +406,22 @@ func (c *Client) failure(ctx context.Context, probe bool, deadline time.Time, er
 		c.released(probe)
 		return fmt.Errorf("daemon %s: %v: %w: %w", c.addr, err, throttle.ErrUnavailable, cerr)
 	}
-	c.failed(probe)
 	if errors.Is(err, ErrRefused) {
+		// The daemon is up and said no: not a failure of the daemon's,
+		// no backoff (its skipped queries would answer as in an outage).
+		c.st.failures.Add(1)
 		c.st.refused.Add(1)
+		c.released(probe)
 		return fmt.Errorf("daemon %s: %w", c.addr, err)
 	}
+	c.failed(probe)
 	return fmt.Errorf("daemon %s: %v: %w", c.addr, err, throttle.ErrUnavailable)
 }
 
-// decideFailed stores the policy's answers to tags in out.
-func (c *Client) decideFailed(ctx context.Context, tags []string, out []bool) {
+// decideFailed stores policy p's answers to tags in out.
+func (c *Client) decideFailed(ctx context.Context, p failsafe.Policy, tags []string, out []bool) {
 	for i := range out {
-		switch c.policy {
+		switch p {
 		case failsafe.Open:
 			out[i] = true
 		case failsafe.Fallback:
@@ -433,7 +468,7 @@ func (c *Client) roundTrip(cn *conn, deadline time.Time, tags []string, out []bo
 			// The daemon closes the connection after an oversized line:
 			// the rejection is the news, not the failure; the rest are
 			// unanswered.
-			c.decideFailed(context.Background(), tags, out)
+			c.decideFailed(context.Background(), c.policy, tags, out)
 			return rejected
 		case err != nil:
 			return err
@@ -461,7 +496,7 @@ func (c *Client) exchange(cn *conn, tags []string, out []bool) error {
 			if rejected != nil {
 				// The daemon closed the connection after an oversized
 				// line: the rest are unanswered.
-				c.decideFailed(context.Background(), tags[i:], out[i:])
+				c.decideFailed(context.Background(), c.policy, tags[i:], out[i:])
 				return rejected
 			}
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/daemon/client"
+	"github.com/throttlekit/throttle/failsafe"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -218,4 +219,46 @@ func equal(a, b []bool) bool {
 		}
 	}
 	return true
+}
+
+// A daemon that refuses the connection ("RF": at max_conns or
+// max_conns_per_addr, no idle connection to reclaim) is up and said no:
+// by default the query is denied, not admitted as in an outage, and
+// refusals do not start a backoff whose skipped queries would fail open.
+func TestRefusalIsNotFailOpen(t *testing.T) {
+	s, err := daemon.New(daemon.Config{Listen: []string{"tcp:127.0.0.1:0"}, MaxConns: 1,
+		Default: daemon.Limit{Rate: "1/m", Burst: 100}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	busy, err := net.Dial("tcp", s.Addrs()[0].String()) // the one connection, active
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busy.Write([]byte("PING\n"))
+	busy.Read(make([]byte, 5))
+	// The default policies; a long timeout, for a loaded test machine:
+	// the daemon looks up the local processes before it refuses.
+	c := newClient(t, "tcp", s.Addrs()[0].String(), client.WithTimeout(5*time.Second))
+	for i := range 2 * client.DefaultFailures {
+		if ok, err := c.Check(ctx, "alice"); ok || !errors.Is(err, client.ErrRefused) {
+			t.Fatalf("query %d, refused by the daemon: %v, %v; want denied with ErrRefused", i, ok, err)
+		}
+	}
+	if d, err := c.Allow(ctx, "alice", 1); d.Allowed || !errors.Is(err, client.ErrRefused) {
+		t.Fatalf("Allow refused by the daemon: %+v, %v; want denied with ErrRefused", d, err)
+	}
+	if st := c.Stats(); st.Skipped != 0 || st.Refused == 0 {
+		t.Fatalf("stats %+v: refusals must not start a backoff", st)
+	}
+	// The refused policy is the caller's choice.
+	open := newClient(t, "tcp", s.Addrs()[0].String(), client.WithRefusedPolicy(failsafe.Open))
+	if ok, err := open.Check(ctx, "alice"); !ok || !errors.Is(err, client.ErrRefused) {
+		t.Fatalf("WithRefusedPolicy(Open): %v, %v", ok, err)
+	}
 }
