@@ -326,10 +326,21 @@ type holder struct {
 	prev      uint64
 	prevF     float64
 	prevUntil int64
+	// What earlier incarnations of the client may still hold (see
+	// retire): counted on top of the current lease until oldUntil, and
+	// never confirmed lower.
+	old      uint64
+	oldF     float64
+	oldUntil int64
 }
 
-// counted is what the holder counts toward what is held, in quanta.
-func (h *holder) counted() uint64 { return max(h.held, h.prev) }
+// counted is what the holder counts toward what is held, in quanta: the
+// current incarnation's lease (or a lowered one's old size), and what
+// earlier incarnations may still hold.
+func (h *holder) counted() uint64 { return h.current() + h.old }
+
+// current is what the current incarnation of h's client holds, in quanta.
+func (h *holder) current() uint64 { return max(h.held, h.prev) }
 
 // NewServer returns a server of cfg. Errors wrap throttle.ErrInvalid.
 func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
@@ -445,7 +456,7 @@ func (r *resource) setTemplate(t Template) {
 	}
 	r.held = 0
 	for _, h := range r.list {
-		h.held, h.prev = count(h.heldF), count(h.prevF)
+		h.held, h.prev, h.old = count(h.heldF), count(h.prevF), count(h.oldF)
 		r.held += h.counted()
 	}
 	r.q = q
@@ -583,7 +594,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 			r = s.addResource(rr.Resource)
 		}
 		r.syncUpstream()
-		resp.Grants[i] = s.grant(r, req.Client, &rr, now)
+		resp.Grants[i] = s.grant(r, req, &rr, now)
 		r.applied(req)
 		s.reportUpstream(r)
 	}
@@ -729,7 +740,7 @@ func (s *Server) refresh(ctx context.Context, req *Request) (resp *Response, ok 
 	}
 	resp = &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
 	for i := range req.Resources {
-		resp.Grants[i] = s.grant(rs[i], req.Client, &req.Resources[i], now)
+		resp.Grants[i] = s.grant(rs[i], req, &req.Resources[i], now)
 		rs[i].applied(req)
 	}
 	return resp, true, nil
@@ -772,14 +783,20 @@ func unlockAll(locked []*resource) {
 	}
 }
 
-// grant updates the client's demand on r and returns its new lease.
-func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int64) Grant {
+// grant updates the demand rr of req's client on r and returns its new
+// lease.
+func (s *Server) grant(r *resource, req *Request, rr *ResourceRequest, now int64) Grant {
 	t := r.tmpl
+	client := req.Client
 	h := r.holder(client)
+	if h.restarted(req.Incarnation, req.Sequence) {
+		r.retire(h)
+	}
 	r.setDemand(h, rr)
 	if h.prev > 0 && rr.Has <= h.heldF {
 		// The client holds the last grant or less. Has above it means
-		// the last answer has not arrived: the old lease still counts.
+		// the last answer has not arrived, or (a gauge) that the client
+		// still holds more units: the old lease still counts.
 		r.dropPrev(h)
 	}
 	var g float64
@@ -796,6 +813,11 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	lease, refresh := r.capLease(t.LeaseLength, refresh)
 	h.expiry = now + int64(lease)
 	r.wakeAt(h.expiry)
+	if h.prev > 0 && rr.Has > h.heldF && h.prevUntil < h.expiry {
+		// The client still uses more than its new lease: count the
+		// old size for as long as the new lease may be in use.
+		h.prevUntil = h.expiry
+	}
 	return Grant{Resource: r.id, Capacity: g, Lease: lease, Refresh: max(refresh, time.Millisecond), SafeCapacity: t.SafeCapacity,
 		Token: s.set.keys.sign(s.lead.Term, client, r.id, g, h.expiry)}
 }
@@ -842,7 +864,7 @@ func (s *Server) take(r *resource, h *holder, rr *ResourceRequest, now int64) (g
 	refresh = t.RefreshInterval
 	learnEnd := s.since + int64(t.LearningDuration)
 	learning := now < learnEnd
-	othersHeld := r.held - h.counted()
+	othersHeld := r.held - h.current() // with what h's earlier lives hold
 	free := uint64(0)
 	if r.units > othersHeld {
 		free = r.units - othersHeld
@@ -894,6 +916,37 @@ func (r *resource) setHeld(h *holder, u uint64, f float64) {
 		r.wakeAt(h.prevUntil)
 	}
 	h.held, h.heldF = u, f
+	r.held = r.held - c0 + h.counted()
+}
+
+// restarted reports whether the call inc, seq comes from a newer
+// incarnation of h's client than the last call applied to h.
+func (h *holder) restarted(inc int64, seq uint64) bool {
+	return seq != 0 && h.seq != 0 && inc > h.inc
+}
+
+// retire moves h's lease to what earlier incarnations of its client may
+// still hold, for a call of a new incarnation: the client restarted, and
+// its previous life may have handed the lease on (a server in a tree
+// passes it to its own clients, which keep using it). That lease counts
+// on top of the new life's until it expires, and nothing the new life
+// reports confirms it lower.
+func (r *resource) retire(h *holder) {
+	c0 := h.counted()
+	if h.held > 0 || h.prev > 0 {
+		h.old += max(h.held, h.prev)
+		h.oldF += max(h.heldF, h.prevF)
+		h.oldUntil = max(h.oldUntil, h.expiry, h.prevUntil)
+		r.wakeAt(h.oldUntil)
+	}
+	h.held, h.heldF, h.prev, h.prevF, h.prevUntil = 0, 0, 0, 0, 0
+	r.held = r.held - c0 + h.counted()
+}
+
+// dropOld stops counting what earlier incarnations of h's client held.
+func (r *resource) dropOld(h *holder) {
+	c0 := h.counted()
+	h.old, h.oldF, h.oldUntil = 0, 0, 0
 	r.held = r.held - c0 + h.counted()
 }
 
@@ -971,7 +1024,7 @@ func (r *resource) expire(now int64) {
 	r.next = 0
 	for i := 0; i < len(r.list); {
 		h := r.list[i]
-		if h.expiry <= now && h.prevUntil <= now {
+		if h.expiry <= now && h.prevUntil <= now && h.oldUntil <= now {
 			r.remove(h)
 			continue
 		}
@@ -980,6 +1033,13 @@ func (r *resource) expire(now int64) {
 				r.dropPrev(h)
 			} else {
 				r.wakeAt(h.prevUntil)
+			}
+		}
+		if h.oldUntil != 0 {
+			if h.oldUntil <= now {
+				r.dropOld(h)
+			} else {
+				r.wakeAt(h.oldUntil)
 			}
 		}
 		if h.expiry > now {
@@ -1058,14 +1118,38 @@ func (s *Server) Release(_ context.Context, req *ReleaseRequest) (*Response, err
 	if !s.lead.IsMaster {
 		return &Response{Redirect: true, Master: s.lead.Master}, nil
 	}
+	now := s.now.Now()
 	for _, id := range req.Resources {
 		if r := s.resources[id]; r != nil {
+			r.expire(now)
 			if h := r.holders[req.Client]; h != nil && (req.Sequence == 0 || !h.newer(req.Incarnation, req.Sequence)) {
-				r.remove(h)
+				r.release(h, req)
 			}
 		}
 	}
 	return &Response{Master: s.lead.Master}, nil
+}
+
+// release gives back h's lease and demand for req. What earlier
+// incarnations of the client may still hold keeps counting (and h with
+// it, wanting nothing) until it expires.
+func (r *resource) release(h *holder, req *ReleaseRequest) {
+	if h.restarted(req.Incarnation, req.Sequence) {
+		r.retire(h)
+	}
+	if h.old == 0 {
+		r.remove(h)
+		return
+	}
+	c0 := h.counted()
+	h.held, h.heldF, h.prev, h.prevF, h.prevUntil = 0, 0, 0, 0, 0
+	r.held = r.held - c0 + h.counted()
+	r.sumU -= h.u
+	h.u, h.wants, h.expiry = 0, 0, 0
+	r.dirty = true
+	if req.Sequence != 0 {
+		h.inc, h.seq = req.Incarnation, req.Sequence
+	}
 }
 
 // Status returns a snapshot of the server's leadership and resources.
@@ -1088,7 +1172,7 @@ func (s *Server) Status() Status {
 		}
 		for _, h := range r.list {
 			rs.Wants += h.wants
-			rs.Held += max(h.heldF, h.prevF)
+			rs.Held += max(h.heldF, h.prevF) + h.oldF
 		}
 		r.mu.Unlock()
 		st.Resources = append(st.Resources, rs)

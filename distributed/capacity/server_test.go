@@ -195,6 +195,13 @@ func TestGrantWaitsForOthersToRelease(t *testing.T) {
 		clk.Advance(time.Second)
 	}
 	clk.Advance(time.Second) // a's old lease expires at t=20s
+	// a's last refresh said it still used 100 (a gauge's units in flight
+	// outlive a lease): that counts until a says less, or until the lease
+	// granted then has expired.
+	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 0 {
+		t.Fatalf("b got %v while a may still use 100", g[0].Capacity)
+	}
+	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 100}) // its old lease expired: a holds nothing
 	if g := ask(t, s, "b", ResourceRequest{Resource: "r", Wants: 100}); g[0].Capacity != 50 {
 		t.Fatalf("b got %v after a's old lease expired, want 50", g[0].Capacity)
 	}

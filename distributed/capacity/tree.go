@@ -156,19 +156,31 @@ func (l *treeLink) giveUp(res *Resource) {
 }
 
 func (l *treeLink) close() error {
-	l.mu.Lock()
-	var cs []*Client
-	for _, band := range l.band {
-		cs = append(cs, band...)
-	}
-	l.mu.Unlock()
 	var err error
-	for _, c := range cs {
+	for _, c := range l.clients() {
 		if e := c.Close(); e != nil {
 			err = e
 		}
 	}
 	return err
+}
+
+// abandon stops the link's clients without giving their leases back.
+func (l *treeLink) abandon() {
+	for _, c := range l.clients() {
+		c.Abandon()
+	}
+}
+
+// clients returns the link's clients, of all bands.
+func (l *treeLink) clients() []*Client {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var cs []*Client
+	for _, band := range l.band {
+		cs = append(cs, band...)
+	}
+	return cs
 }
 
 // upstream is a resource's leases from the parent, one per band.
@@ -351,6 +363,20 @@ func (s *Server) Close() error {
 	}
 	s.parent.once.Do(func() { close(s.parent.stop) })
 	return s.parent.close()
+}
+
+// Abandon stops a server as a crash of its process would: a server with a
+// parent stops asking it for capacity and gives no lease back (the parent
+// counts them until they expire). The server answers requests still, so
+// detach it from the network first. A new Server with the same
+// configuration and parent client id is then the process restarted with
+// its state lost. For simulations and tests. Idempotent.
+func (s *Server) Abandon() {
+	if s.parent == nil {
+		return
+	}
+	s.parent.once.Do(func() { close(s.parent.stop) })
+	s.parent.abandon()
 }
 
 // sweep drops the resources the server's clients left every DropInterval

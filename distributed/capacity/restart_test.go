@@ -1,0 +1,125 @@
+package capacity
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+)
+
+// treeConfig is the setting of the restart tests: root capacity 120,
+// leases of 10s refreshed every 2s.
+func treeConfig() Config {
+	return Config{Resources: []Template{{ID: "*", Capacity: 120, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+}
+
+// leaf starts a server at addr leasing from root under the client id addr.
+func (g *rig) leaf(addr string, opts ...ClientOption) *Server {
+	g.t.Helper()
+	s, _ := g.server(addr, g.cfg, nil, WithParent(g.net, []string{"root"}, append([]ClientOption{WithClientID(addr), WithMinRefreshGap(0)}, opts...)...))
+	return s
+}
+
+// restartTree starts the tree: a root of 120 and two leaves past
+// learning; on leaf1 c1 wants 10 and c2 110, on leaf2 d1 wants 120, and
+// the shares settle at 10, 55 and 55.
+func restartTree(g *rig) (root, leaf1 *Server) {
+	root, _ = g.server("root", g.cfg, nil)
+	leaf1 = g.leaf("leaf1")
+	g.leaf("leaf2")
+	time.Sleep(g.cfg.Resources[0].LeaseLength) // all three learn
+	g.client("c1", []string{"leaf1"}, 10)
+	g.client("c2", []string{"leaf1"}, 110)
+	g.client("d1", []string{"leaf2"}, 120)
+	g.run("steady", 30*time.Second)
+	return root, leaf1
+}
+
+// TestFaultTreeLeafRestart: leaf1 crashes and, 2s later, restarts under
+// the same client id at the root, while c2 has lost its network and keeps
+// enforcing its unexpired lease of 55 from leaf1's previous life. The
+// restarted leaf knows only c1; the root must go on counting what it
+// granted leaf1's previous life until that lease has expired, and never
+// take what the new life reports as confirming it lower: otherwise it
+// grants leaf2 110 while c2 still enforces 55 (Σ 165 of 120).
+func TestFaultTreeLeafRestart(t *testing.T) {
+	scenario(t, treeConfig(), 120, func(g *rig) {
+		_, leaf1 := restartTree(g)
+		g.net.Cut("c2", true)
+		g.net.SetDown("leaf1", true)
+		leaf1.Abandon() // crashed: it gives nothing back
+		g.run("leaf1 down, c2 cut off", 2*time.Second)
+		g.leaf("leaf1") // restarted, its state lost
+		g.net.SetDown("leaf1", false)
+		g.run("leaf1 restarted, c2 cut off", 30*time.Second)
+		g.net.Cut("c2", false)
+		g.run("c2 back", 40*time.Second)
+		g.settled(10, 55, 55)
+	})
+}
+
+// settled checks that the clients, in order, hold the leases want.
+func (g *rig) settled(want ...float64) {
+	g.t.Helper()
+	var got []float64
+	for i := range want {
+		l, _ := g.res[i].Lease()
+		got = append(got, l.Capacity)
+	}
+	for i, w := range want {
+		if math.Abs(got[i]-w) > 0.01 {
+			g.t.Errorf("clients hold %v, want %v", got, want)
+			return
+		}
+	}
+}
+
+// TestFaultTreeRootRestart: the root crashes and restarts at once, its
+// state lost, while c2 is cut off: the new root learns for a lease
+// length, confirming only what the leaves report, so c2's unreported 55
+// has expired before it divides again.
+func TestFaultTreeRootRestart(t *testing.T) {
+	scenario(t, treeConfig(), 120, func(g *rig) {
+		restartTree(g)
+		g.net.Cut("c2", true)
+		g.server("root", g.cfg, nil) // restarted, its state lost
+		g.run("root restarted, c2 cut off", 30*time.Second)
+		g.net.Cut("c2", false)
+		g.run("c2 back", 40*time.Second)
+		g.settled(10, 55, 55)
+	})
+}
+
+// TestReleaseKeepsOldIncarnation: a release from a new incarnation of a
+// client gives back its own lease, not what its previous life may still
+// hold; a call of the old life after the new one's is stale.
+func TestReleaseKeepsOldIncarnation(t *testing.T) {
+	s, clk := pastLearning(t, 100)
+	get := func(client string, inc int64, wants float64) *Response {
+		t.Helper()
+		resp, err := s.GetCapacity(context.Background(), &Request{Client: client, Incarnation: inc, Sequence: 1, Resources: []ResourceRequest{{Resource: "r", Wants: wants}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if g := get("a", 1, 100).Grants[0]; g.Capacity != 100 {
+		t.Fatalf("a's first life got %v", g.Capacity)
+	}
+	if g := get("a", 2, 100).Grants[0]; g.Capacity != 0 {
+		t.Fatalf("a's second life got %v while its first may hold 100", g.Capacity)
+	}
+	if _, err := s.Release(context.Background(), &ReleaseRequest{Client: "a", Resources: []string{"r"}, Incarnation: 2, Sequence: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if held(s, "r") != 100 {
+		t.Fatalf("held %v after the second life's release, want the first life's 100", held(s, "r"))
+	}
+	if r := get("a", 1, 100); !r.Stale {
+		t.Fatalf("a call of the first life after the second's: %+v", r)
+	}
+	clk.Advance(20 * time.Second) // the first life's lease expires
+	if g := get("b", 1, 100).Grants[0]; g.Capacity != 100 {
+		t.Fatalf("b got %v once the old lease expired", g.Capacity)
+	}
+}
