@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/distributed/capacity"
+)
+
+// cuttable is a Transport whose calls fail while cut, as for a client
+// that has lost its network.
+type cuttable struct {
+	capacity.Transport
+	cut atomic.Bool
+}
+
+func (c *cuttable) GetCapacity(ctx context.Context, addr string, req *capacity.Request) (*capacity.Response, error) {
+	if c.cut.Load() {
+		return nil, fmt.Errorf("%w: cut off", throttle.ErrUnavailable)
+	}
+	return c.Transport.GetCapacity(ctx, addr, req)
+}
+
+func (c *cuttable) Release(ctx context.Context, addr string, req *capacity.ReleaseRequest) (*capacity.Response, error) {
+	if c.cut.Load() {
+		return nil, fmt.Errorf("%w: cut off", throttle.ErrUnavailable)
+	}
+	return c.Transport.Release(ctx, addr, req)
+}
+
+// sampler sums, every 2ms, the capacity the clients' limiters enforce,
+// and records the worst sum and how long it was above bound.
+type sampler struct {
+	bound float64
+	res   []*capacity.RateResource
+	stop  chan struct{}
+	done  chan struct{}
+
+	mu    sync.Mutex
+	step  string
+	worst float64
+	over  map[string]time.Duration
+}
+
+func newSampler(bound float64, res []*capacity.RateResource) *sampler {
+	s := &sampler{bound: bound, res: res, stop: make(chan struct{}), done: make(chan struct{}), over: map[string]time.Duration{}}
+	go s.loop()
+	return s
+}
+
+func (s *sampler) loop() {
+	defer close(s.done)
+	const every = 2 * time.Millisecond
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		var sum float64
+		for _, r := range s.res {
+			sum += r.Capacity()
+			r.Allow(context.Background(), "", 1) // the clients under load
+		}
+		s.mu.Lock()
+		s.worst = max(s.worst, sum)
+		if sum > s.bound*(1+1e-9) {
+			s.over[s.step] += every
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *sampler) setStep(step string) {
+	s.mu.Lock()
+	s.step = step
+	s.mu.Unlock()
+}
+
+// end stops sampling and fails t if the sum went above the bound.
+func (s *sampler) end(t *testing.T) {
+	t.Helper()
+	close(s.stop)
+	<-s.done
+	t.Logf("worst Σ enforced %v (bound %v)", s.worst, s.bound)
+	if len(s.over) > 0 {
+		t.Errorf("Σ enforced above %v: worst %v, for %v", s.bound, s.worst, s.over)
+	}
+}
+
+// TestProcessTreeRestart runs a tree of capacityd processes: a root of
+// 120 and two leaves; on leaf 1 c1 wants 10 and c2 110, on leaf 2 d1
+// wants 120 (shares 10, 55, 55). With c2 cut off and enforcing its
+// unexpired lease, leaf 1 is killed (SIGKILL) and restarted on its
+// address, so under the same id at the root; then the root is. Sampled
+// every 2ms, what the clients' limiters enforce adds up to at most 120.
+func TestProcessTreeRestart(t *testing.T) {
+	hc := newHTTPClient(t)
+	const lease = 3 * time.Second // long beside a restart, as in production
+	res := `"resources": [{"id": "*", "capacity": 120, "lease_length": "` + lease.String() + `", "refresh_interval": "500ms"}]`
+	rootCfg := `{"listen": "API", "admin": "ADMIN", ` + res + `}`
+	root := startProc(t, hc, rootCfg)
+	leafCfg := `{"listen": "API", "admin": "ADMIN", "parent": ["` + root.api + `"], ` + res + `}`
+	leaf1 := startProc(t, hc, leafCfg)
+	leaf2 := startProc(t, hc, leafCfg)
+	time.Sleep(lease) // all three learn
+
+	var rs []*capacity.RateResource
+	cuts := map[string]*cuttable{}
+	for _, c := range []struct {
+		id    string
+		leaf  *proc
+		wants float64
+	}{{"c1", leaf1, 10}, {"c2", leaf1, 110}, {"d1", leaf2, 120}} {
+		tr := &cuttable{Transport: capacity.NewHTTPTransport(hc, connect.WithProtoJSON())}
+		cuts[c.id] = tr
+		cl, err := capacity.NewClient(tr, []string{c.leaf.api}, capacity.WithClientID(c.id), capacity.WithMode(capacity.Pessimistic),
+			capacity.WithRetry(50*time.Millisecond), capacity.WithRequestTimeout(500*time.Millisecond), capacity.WithMinRefreshGap(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		r, err := cl.Rate("db", c.wants)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	settled := func(step string) {
+		t.Helper()
+		eventually(t, step+": shares 10, 55, 55", func() bool {
+			for i, w := range []float64{10, 55, 55} {
+				if math.Abs(rs[i].Capacity()-w) > 0.01 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	settled("start")
+	s := newSampler(120, rs)
+	defer s.end(t)
+	for _, step := range []struct {
+		name string
+		p    **proc
+		cfg  string
+	}{{"leaf 1", &leaf1, leafCfg}, {"root", &root, rootCfg}} {
+		s.setStep(step.name + " killed, c2 cut off")
+		cuts["c2"].cut.Store(true)
+		(*step.p).Kill()
+		time.Sleep(300 * time.Millisecond)
+		*step.p = restartProc(t, hc, *step.p, step.cfg)
+		s.setStep(step.name + " restarted, c2 cut off")
+		time.Sleep(lease) // c2's lease expires
+		if h := health(hc, *step.p); !strings.HasPrefix(h, "200") {
+			t.Errorf("%s after restart: /healthz %s", step.name, h)
+		}
+		cuts["c2"].cut.Store(false)
+		s.setStep(step.name + " restarted, c2 back")
+		settled(step.name + " restarted")
+	}
+}
