@@ -37,8 +37,14 @@ import (
 // The leases of the whole tree stay within the root's capacity: a parent
 // counts a child's lowered lease at its old size until the child confirms
 // the lower one (reporting that it and its clients hold no more) or the
-// old lease expires. While a parent is unreachable the bound is the safe
-// capacities its children hand out.
+// old lease expires. A child that restarts (a new Server under the same
+// client id at its parent) knows only the clients that report to it while
+// the others keep the leases its previous life cut for them: its parent
+// sees a new incarnation of the client and counts the previous life's
+// grant, on top of the new one's, until that grant expires, whatever the
+// new life reports. A restarted server learns, as a new master does, so a
+// restarted root is covered too. While a parent is unreachable the bound
+// is the safe capacities its children hand out.
 
 // WithParent makes the server a child in a server tree: the capacity of
 // each resource is what it leases from the servers at addrs (the parent
