@@ -48,7 +48,9 @@ type Request struct {
 	// each call it sends. A server ignores a call older, in (Incarnation,
 	// Sequence) order, than the newest it applied for the client on one
 	// of the call's resources, answering Stale. Sequence 0 is never
-	// refused (and orders nothing).
+	// refused (and orders nothing). A call of a newer incarnation than
+	// the last one applied (the client restarted) makes the server count
+	// the older one's lease, on top of the new one's, until it expires.
 	Incarnation int64
 	Sequence    uint64
 }
@@ -60,9 +62,12 @@ type ResourceRequest struct {
 	// Wants is the capacity the client would use: finite and >= 0.
 	Wants float64
 	// Has is the capacity of the client's unexpired lease when it sent
-	// the request, 0 if none. While learning a server confirms it, capped
-	// by what is unclaimed; afterwards Has at most the last grant confirms
-	// that grant, and more says that its answer never arrived.
+	// the request, 0 if none; for a gauge, the larger of that and the
+	// units it holds. While learning a server confirms it, capped by what
+	// is unclaimed; afterwards Has at most the last grant confirms that
+	// grant, and more says that its answer never arrived or that the
+	// client still uses more: a lowered lease then keeps counting at its
+	// old size until the new lease expires.
 	Has float64
 	// Priority puts the client in a band; higher bands are served first.
 	Priority int32
