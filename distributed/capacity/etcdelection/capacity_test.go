@@ -1,0 +1,193 @@
+package etcdelection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle/distributed/capacity"
+	"github.com/throttlekit/throttle/internal/etcdtest"
+	"github.com/throttlekit/throttle/internal/faultproxy"
+)
+
+// capacityRig is three capacity servers electing a master on a real etcd,
+// each through a fault proxy of its own, and clients reaching them over
+// an in-memory network, whose limiters a sampler sums every 2ms.
+type capacityRig struct {
+	t       *testing.T
+	net     *capacity.Network
+	addrs   []string
+	proxies map[string]*faultproxy.Proxy
+	servers map[string]*capacity.Server
+	res     []*capacity.Resource
+	stop    chan struct{}
+	wg      sync.WaitGroup
+
+	mu    sync.Mutex
+	step  string
+	worst float64
+	over  map[string]time.Duration
+}
+
+const rigCapacity = 100
+
+func newCapacityRig(t *testing.T, srv *etcdtest.Server) *capacityRig {
+	g := &capacityRig{t: t, net: new(capacity.Network), proxies: map[string]*faultproxy.Proxy{},
+		servers: map[string]*capacity.Server{}, stop: make(chan struct{}), over: map[string]time.Duration{}}
+	cfg := capacity.Config{Resources: []capacity.Template{{ID: "*", Capacity: rigCapacity, LeaseLength: 2 * time.Second, RefreshInterval: 500 * time.Millisecond}}}
+	for i := range 3 {
+		addr := fmt.Sprintf("s%d", i+1)
+		p := faultproxy.New(t, srv.Endpoints[0])
+		e, err := New(newClient(t, p.Endpoint), "/test/"+t.Name(), WithTTL(testTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := capacity.NewServer(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx, e, addr) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: Run = %v", addr, err)
+			}
+		})
+		g.net.Attach(addr, s)
+		g.addrs, g.proxies[addr], g.servers[addr] = append(g.addrs, addr), p, s
+	}
+	return g
+}
+
+// client opens "db" wanting wants on a new Pessimistic client.
+func (g *capacityRig) client(id string, wants float64) {
+	c, err := capacity.NewClient(g.net, g.addrs, capacity.WithClientID(id), capacity.WithMode(capacity.Pessimistic),
+		capacity.WithRetry(50*time.Millisecond), capacity.WithRequestTimeout(300*time.Millisecond), capacity.WithMinRefreshGap(0))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.t.Cleanup(func() { c.Close() })
+	r, err := c.Resource("db", wants)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.res = append(g.res, r)
+}
+
+// sample starts summing what the clients enforce every 2ms.
+func (g *capacityRig) sample() {
+	g.wg.Go(func() {
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-g.stop:
+				return
+			case <-tick.C:
+			}
+			var sum float64
+			for _, r := range g.res {
+				sum += r.Capacity()
+			}
+			g.mu.Lock()
+			g.worst = max(g.worst, sum)
+			if sum > rigCapacity*(1+1e-9) {
+				g.over[g.step] += 2 * time.Millisecond
+			}
+			g.mu.Unlock()
+		}
+	})
+}
+
+func (g *capacityRig) setStep(s string) {
+	g.mu.Lock()
+	g.step = s
+	g.mu.Unlock()
+}
+
+// master returns the address of the server that is master, "" if none
+// or more than one says it is.
+func (g *capacityRig) master() string {
+	m := ""
+	for addr, s := range g.servers {
+		if s.Status().Leadership.IsMaster {
+			if m != "" {
+				return ""
+			}
+			m = addr
+		}
+	}
+	return m
+}
+
+// settled waits until one server is master and the clients hold
+// rigCapacity between them.
+func (g *capacityRig) settled(what string) string {
+	g.t.Helper()
+	var m string
+	waitFor(g.t, 4*testTTL, what, func() bool {
+		var sum float64
+		for _, r := range g.res {
+			sum += r.Capacity()
+		}
+		m = g.master()
+		return m != "" && sum > rigCapacity-1e-9
+	})
+	return m
+}
+
+func (g *capacityRig) end() {
+	close(g.stop)
+	g.wg.Wait()
+	g.t.Logf("worst Σ enforced %v of %v", g.worst, rigCapacity)
+	if len(g.over) > 0 {
+		g.t.Errorf("Σ enforced above %v for %v", rigCapacity, g.over)
+	}
+}
+
+// TestFaultEtcdUnderCapacity: three capacity servers elect their master
+// on a real etcd while three clients share 100; etcd is killed and
+// restarted (the leader of a one-member cluster), answers the master
+// slowly (each answer 1s late, a third of the TTL), and is cut off from
+// the master but not from the clients. Sampled every 2ms, what the
+// clients enforce adds up to at most 100, and the servers settle on one
+// master serving the whole capacity after each fault.
+func TestFaultEtcdUnderCapacity(t *testing.T) {
+	srv := etcdtest.Start(t)
+	srv.NeedOwn(t)
+	g := newCapacityRig(t, srv)
+	for _, id := range []string{"a", "b", "c"} {
+		g.client(id, 50)
+	}
+	g.settled("the first master shares 100")
+	g.sample()
+	defer g.end()
+
+	g.setStep("etcd killed")
+	srv.Kill()
+	time.Sleep(testTTL / 2)
+	srv.Restart(t)
+	g.setStep("etcd restarted")
+	g.settled("one master after etcd's restart")
+
+	m := g.master()
+	g.setStep("etcd slow to the master")
+	g.proxies[m].Set(faultproxy.LateAnswers(time.Second))
+	time.Sleep(testTTL)
+	g.proxies[m].Set(faultproxy.Pass)
+	g.settled("one master after etcd was slow")
+
+	m = g.master()
+	g.setStep("etcd cut off from the master")
+	g.proxies[m].Set(faultproxy.Hang)
+	waitFor(t, 2*testTTL, "another master", func() bool { n := g.master(); return n != "" && n != m })
+	g.settled("the new master shares 100")
+	g.proxies[m].Set(faultproxy.Pass)
+	g.setStep("healed")
+	time.Sleep(testTTL / 2)
+}
