@@ -99,7 +99,7 @@ func TestHostileMessages(t *testing.T) {
 	}{
 		{"oversized protobuf", bytes.Repeat([]byte{0}, capacity.MaxRequestBytes+1), codes.ResourceExhausted},
 		{"nested protobuf", deepGroups(100), codes.OK},
-		{"deeply nested protobuf", deepGroups(200_000), codes.Internal},
+		{"deeply nested protobuf", deepGroups(200_000), codes.InvalidArgument},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var out []byte
