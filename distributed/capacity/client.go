@@ -46,9 +46,10 @@ type clientSettings struct {
 func WithClientID(id string) ClientOption { return func(s *clientSettings) { s.id = id } }
 
 // WithIncarnation sets the client's incarnation (Request.Incarnation),
-// by default its start time in Unix nanoseconds. A process restarted
-// under the same id must have a larger one than its previous life: a
-// simulation that restarts clients on a clock of its own sets it.
+// by default its start time in Unix nanoseconds, for simulations that
+// restart clients on a clock of their own. A client restarted under the
+// same id with an incarnation not above its previous life's is answered
+// Stale once and moves past it.
 func WithIncarnation(n int64) ClientOption { return func(s *clientSettings) { s.inc = n } }
 
 // WithMode sets what the client uses after a lease expired (default Safe).
