@@ -27,6 +27,19 @@ func idle(t *testing.T, addr string) <-chan struct{} {
 	return closed
 }
 
+// allClosed fails t unless every one of conns is closed within d of t0.
+func allClosed(t *testing.T, conns []<-chan struct{}, t0 time.Time, d time.Duration) {
+	t.Helper()
+	deadline := time.After(time.Until(t0.Add(d)))
+	for i, c := range conns {
+		select {
+		case <-c:
+		case <-deadline:
+			t.Fatalf("connection %d (of %d) still open %v after it was opened", i, len(conns), time.Since(t0).Round(time.Millisecond))
+		}
+	}
+}
+
 // TestConnectionFlood: 150 connections that send nothing, on each API
 // port (listen and grpc_listen), five times max_connections: those beyond
 // the bound are closed at once (counted in the metrics), the others once
@@ -41,14 +54,7 @@ func TestConnectionFlood(t *testing.T) {
 	for range 150 {
 		conns = append(conns, idle(t, a.apiLn.Addr().String()), idle(t, a.grpcLn.Addr().String()))
 	}
-	deadline := time.After(3 * time.Second) // read_header_timeout and slack
-	for i, c := range conns {
-		select {
-		case <-c:
-		case <-deadline:
-			t.Fatalf("idle connection %d (of %d) still open %v after the flood began", i, len(conns), time.Since(t0).Round(time.Millisecond))
-		}
-	}
+	allClosed(t, conns, t0, 3*time.Second) // read_header_timeout and slack
 	t.Logf("all %d idle connections closed %v after the flood began", len(conns), time.Since(t0).Round(time.Millisecond))
 	t1 := time.Now()
 	conn := grpcConn(t, a.grpcLn.Addr().String(), insecure.NewCredentials())
