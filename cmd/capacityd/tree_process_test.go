@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/capacity"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 // cuttable is a Transport whose calls fail while cut, as for a client
@@ -37,65 +37,16 @@ func (c *cuttable) Release(ctx context.Context, addr string, req *capacity.Relea
 	return c.Transport.Release(ctx, addr, req)
 }
 
-// sampler sums, every 2ms, the capacity the clients' limiters enforce,
-// and records the worst sum and how long it was above bound.
-type sampler struct {
-	bound float64
-	res   []*capacity.RateResource
-	stop  chan struct{}
-	done  chan struct{}
-
-	mu    sync.Mutex
-	step  string
-	worst float64
-	over  map[string]time.Duration
-}
-
-func newSampler(bound float64, res []*capacity.RateResource) *sampler {
-	s := &sampler{bound: bound, res: res, stop: make(chan struct{}), done: make(chan struct{}), over: map[string]time.Duration{}}
-	go s.loop()
-	return s
-}
-
-func (s *sampler) loop() {
-	defer close(s.done)
-	const every = 2 * time.Millisecond
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick.C:
-		}
+// sumCapacity is what the limiters of rs enforce now, added up; each
+// is also asked for a unit, as by a client under load.
+func sumCapacity(rs []*capacity.RateResource) func() float64 {
+	return func() float64 {
 		var sum float64
-		for _, r := range s.res {
+		for _, r := range rs {
 			sum += r.Capacity()
-			r.Allow(context.Background(), "", 1) // the clients under load
+			r.Allow(context.Background(), "", 1)
 		}
-		s.mu.Lock()
-		s.worst = max(s.worst, sum)
-		if sum > s.bound*(1+1e-9) {
-			s.over[s.step] += every
-		}
-		s.mu.Unlock()
-	}
-}
-
-func (s *sampler) setStep(step string) {
-	s.mu.Lock()
-	s.step = step
-	s.mu.Unlock()
-}
-
-// end stops sampling and fails t if the sum went above the bound.
-func (s *sampler) end(t *testing.T) {
-	t.Helper()
-	close(s.stop)
-	<-s.done
-	t.Logf("worst Σ enforced %v (bound %v)", s.worst, s.bound)
-	if len(s.over) > 0 {
-		t.Errorf("Σ enforced above %v: worst %v, for %v", s.bound, s.worst, s.over)
+		return sum
 	}
 }
 
@@ -149,25 +100,31 @@ func TestProcessTreeRestart(t *testing.T) {
 		})
 	}
 	settled("start")
-	s := newSampler(120, rs)
-	defer s.end(t)
+	s := testproc.Sample(2*time.Millisecond, 120, sumCapacity(rs))
+	defer func() {
+		worst, over := s.Stop()
+		t.Logf("worst Σ enforced %v (bound 120)", worst)
+		if len(over) > 0 {
+			t.Errorf("Σ enforced above 120: worst %v, for %v", worst, over)
+		}
+	}()
 	for _, step := range []struct {
 		name string
 		p    **proc
 		cfg  string
 	}{{"leaf 1", &leaf1, leafCfg}, {"root", &root, rootCfg}} {
-		s.setStep(step.name + " killed, c2 cut off")
+		s.Step(step.name + " killed, c2 cut off")
 		cuts["c2"].cut.Store(true)
 		(*step.p).Kill()
 		time.Sleep(300 * time.Millisecond)
 		*step.p = restartProc(t, hc, *step.p, step.cfg)
-		s.setStep(step.name + " restarted, c2 cut off")
+		s.Step(step.name + " restarted, c2 cut off")
 		time.Sleep(lease) // c2's lease expires
 		if h := health(hc, *step.p); !strings.HasPrefix(h, "200") {
 			t.Errorf("%s after restart: /healthz %s", step.name, h)
 		}
 		cuts["c2"].cut.Store(false)
-		s.setStep(step.name + " restarted, c2 back")
+		s.Step(step.name + " restarted, c2 back")
 		settled(step.name + " restarted")
 	}
 }

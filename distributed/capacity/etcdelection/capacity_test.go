@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttle/distributed/capacity"
 	"github.com/throttlekit/throttle/internal/etcdtest"
 	"github.com/throttlekit/throttle/internal/faultproxy"
+	"github.com/throttlekit/throttle/internal/testproc"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -25,13 +25,7 @@ type capacityRig struct {
 	proxies map[string]*faultproxy.Proxy
 	servers map[string]*capacity.Server
 	res     []*capacity.Resource
-	stop    chan struct{}
-	wg      sync.WaitGroup
-
-	mu    sync.Mutex
-	step  string
-	worst float64
-	over  map[string]time.Duration
+	s       *testproc.Sampler
 }
 
 const rigCapacity = 100
@@ -40,7 +34,7 @@ const rigCapacity = 100
 // endpoints that endpoints returns for it.
 func newCapacityRig(t *testing.T, endpoints func(g *capacityRig, addr string) []string) *capacityRig {
 	g := &capacityRig{t: t, net: new(capacity.Network), proxies: map[string]*faultproxy.Proxy{},
-		servers: map[string]*capacity.Server{}, stop: make(chan struct{}), over: map[string]time.Duration{}}
+		servers: map[string]*capacity.Server{}}
 	cfg := capacity.Config{Resources: []capacity.Template{{ID: "*", Capacity: rigCapacity, LeaseLength: 2 * time.Second, RefreshInterval: 500 * time.Millisecond}}}
 	for i := range 3 {
 		addr := fmt.Sprintf("s%d", i+1)
@@ -98,33 +92,13 @@ func (g *capacityRig) client(id string, wants float64) {
 
 // sample starts summing what the clients enforce every 2ms.
 func (g *capacityRig) sample() {
-	g.wg.Go(func() {
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-g.stop:
-				return
-			case <-tick.C:
-			}
-			var sum float64
-			for _, r := range g.res {
-				sum += r.Capacity()
-			}
-			g.mu.Lock()
-			g.worst = max(g.worst, sum)
-			if sum > rigCapacity*(1+1e-9) {
-				g.over[g.step] += 2 * time.Millisecond
-			}
-			g.mu.Unlock()
+	g.s = testproc.Sample(2*time.Millisecond, rigCapacity, func() float64 {
+		var sum float64
+		for _, r := range g.res {
+			sum += r.Capacity()
 		}
+		return sum
 	})
-}
-
-func (g *capacityRig) setStep(s string) {
-	g.mu.Lock()
-	g.step = s
-	g.mu.Unlock()
 }
 
 // master returns the address of the server that is master, "" if none
@@ -159,11 +133,10 @@ func (g *capacityRig) settled(what string) string {
 }
 
 func (g *capacityRig) end() {
-	close(g.stop)
-	g.wg.Wait()
-	g.t.Logf("worst Σ enforced %v of %v", g.worst, rigCapacity)
-	if len(g.over) > 0 {
-		g.t.Errorf("Σ enforced above %v for %v", rigCapacity, g.over)
+	worst, over := g.s.Stop()
+	g.t.Logf("worst Σ enforced %v of %v", worst, rigCapacity)
+	if len(over) > 0 {
+		g.t.Errorf("Σ enforced above %v for %v", rigCapacity, over)
 	}
 }
 
@@ -185,27 +158,27 @@ func TestFaultEtcdUnderCapacity(t *testing.T) {
 	g.sample()
 	defer g.end()
 
-	g.setStep("etcd killed")
+	g.s.Step("etcd killed")
 	srv.Kill()
 	time.Sleep(testTTL / 2)
 	srv.Restart(t)
-	g.setStep("etcd restarted")
+	g.s.Step("etcd restarted")
 	g.settled("one master after etcd's restart")
 
 	m := g.master()
-	g.setStep("etcd slow to the master")
+	g.s.Step("etcd slow to the master")
 	g.proxies[m].Set(faultproxy.LateAnswers(time.Second))
 	time.Sleep(testTTL)
 	g.proxies[m].Set(faultproxy.Pass)
 	g.settled("one master after etcd was slow")
 
 	m = g.master()
-	g.setStep("etcd cut off from the master")
+	g.s.Step("etcd cut off from the master")
 	g.proxies[m].Set(faultproxy.Hang)
 	waitFor(t, 2*testTTL, "another master", func() bool { n := g.master(); return n != "" && n != m })
 	g.settled("the new master shares 100")
 	g.proxies[m].Set(faultproxy.Pass)
-	g.setStep("healed")
+	g.s.Step("healed")
 	time.Sleep(testTTL / 2)
 }
 
@@ -226,13 +199,13 @@ func TestFaultEtcdLeaderKilled(t *testing.T) {
 	defer g.end()
 	for range 2 {
 		l := c.Leader(t, 5*time.Second)
-		g.setStep("etcd leader " + l.Endpoints[0] + " killed")
+		g.s.Step("etcd leader " + l.Endpoints[0] + " killed")
 		l.Kill()
 		g.settled("one master after the etcd leader was killed")
 		time.Sleep(testTTL)
 		g.settled("one master a TTL later")
 		l.Restart(t)
-		g.setStep("etcd member " + l.Endpoints[0] + " restarted")
+		g.s.Step("etcd member " + l.Endpoints[0] + " restarted")
 		g.settled("one master after the member's restart")
 	}
 }
