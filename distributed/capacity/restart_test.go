@@ -2,7 +2,9 @@ package capacity
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -122,4 +124,91 @@ func TestReleaseKeepsOldIncarnation(t *testing.T) {
 	if g := get("b", 1, 100).Grants[0]; g.Capacity != 100 {
 		t.Fatalf("b got %v once the old lease expired", g.Capacity)
 	}
+}
+
+// TestFaultRandomRestarts runs the tree under random schedules of
+// crashes and restarts (leaves, the root, clients, all under their ids),
+// clients cut off and healed, and changes of wants, one event every 1 to
+// 6s for 3 minutes per seed, on virtual time. Σ enforced, sampled every
+// 10ms, stays within 120 throughout.
+func TestFaultRandomRestarts(t *testing.T) {
+	for seed := range uint64(40) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			scenario(t, treeConfig(), 120, func(g *rig) {
+				rng := rand.New(rand.NewPCG(seed, 37))
+				servers := map[string]*Server{}
+				servers["root"], _ = g.server("root", g.cfg, nil)
+				for _, l := range []string{"leaf1", "leaf2"} {
+					servers[l] = g.leaf(l)
+				}
+				time.Sleep(g.cfg.Resources[0].LeaseLength)
+				type cl struct {
+					id, leaf string
+					c        *Client
+					r        *RateResource
+				}
+				var cls []*cl
+				for i, leaf := range []string{"leaf1", "leaf1", "leaf2", "leaf2"} {
+					x := &cl{id: fmt.Sprint("c", i), leaf: leaf}
+					x.c, x.r = g.clientVia(g.net, x.id, []string{leaf}, float64(10+rng.IntN(110)))
+					cls = append(cls, x)
+				}
+				for end := time.Now().Add(3 * time.Minute); time.Now().Before(end); {
+					step := g.randomStep(rng, servers, func(i int) (*Client, string, string) { return cls[i].c, cls[i].id, cls[i].leaf },
+						func(i int, c *Client, r *RateResource) { cls[i].c, cls[i].r = c, r }, len(cls))
+					g.run(step, time.Duration(1000+rng.IntN(5000))*time.Millisecond)
+				}
+				for _, x := range cls {
+					g.net.Cut(x.id, false)
+				}
+				g.run("healed", 20*time.Second)
+			})
+		})
+	}
+}
+
+// randomStep applies one random fault or change to the tree and returns
+// its name. A crashed server or client is restarted, its state lost,
+// after up to 3s.
+func (g *rig) randomStep(rng *rand.Rand, servers map[string]*Server, client func(int) (*Client, string, string), set func(int, *Client, *RateResource), n int) string {
+	i := rng.IntN(n)
+	c, id, leaf := client(i)
+	switch rng.IntN(5) {
+	case 0, 1:
+		addr := []string{"leaf1", "leaf2", "root"}[rng.IntN(3)]
+		g.net.SetDown(addr, true)
+		servers[addr].Abandon()
+		g.run(addr+" down", time.Duration(rng.IntN(3000))*time.Millisecond)
+		if addr == "root" {
+			servers[addr], _ = g.server(addr, g.cfg, nil)
+		} else {
+			servers[addr] = g.leaf(addr)
+		}
+		g.net.SetDown(addr, false)
+		return addr + " restarted"
+	case 2:
+		c.Abandon()
+		g.run(id+" down", time.Duration(rng.IntN(3000))*time.Millisecond)
+		nc, err := NewClient(g.net, []string{leaf}, WithClientID(id), WithMode(g.mode))
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		g.closers = append(g.closers, func() { nc.Close() })
+		set(i, nc, g.rate(nc, float64(rng.IntN(130))))
+		return id + " restarted"
+	case 3:
+		cut := rng.IntN(2) == 0
+		g.net.Cut(id, cut)
+		return fmt.Sprintf("%s cut %v", id, cut)
+	}
+	c.mu.Lock()
+	var r *Resource
+	for _, x := range c.res {
+		r = x
+	}
+	c.mu.Unlock()
+	if r != nil {
+		_ = r.SetWants(float64(rng.IntN(130)))
+	}
+	return id + " wants changed"
 }
