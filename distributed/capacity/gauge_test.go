@@ -1,6 +1,8 @@
 package capacity
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -70,4 +72,79 @@ func TestFaultGaugeUnitsInFlight(t *testing.T) {
 		}
 		t.Logf("worst units held %d of 10", worst)
 	})
+}
+
+// TestFaultGaugeTreeRandom: four gauge clients of two leaves under a
+// root of 20 take every unit their leases allow, release some at random
+// and change their wants, on virtual time, for 40 seeds of 2 minutes:
+// sampled every 10ms, the units they hold add up to at most 20.
+func TestFaultGaugeTreeRandom(t *testing.T) {
+	for seed := range uint64(40) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { gaugeTreeRun(t, seed) })
+		})
+	}
+}
+
+func gaugeTreeRun(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	cfg := Config{Resources: []Template{{ID: "*", Capacity: 20, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+	net := new(Network)
+	newTree(t, net, cfg, []treeNode{{"root", ""}, {"leaf1", "root"}, {"leaf2", "root"}})
+	time.Sleep(10 * time.Second) // all learn
+	type gauge struct {
+		g        *GaugeResource
+		releases []func()
+	}
+	var gs []*gauge
+	for i, leaf := range []string{"leaf1", "leaf1", "leaf2", "leaf2"} {
+		c := dialClient(t, net, []string{leaf}, WithClientID(fmt.Sprint("g", i)), WithMode(Pessimistic), WithMinRefreshGap(0))
+		g, err := c.Gauge("r", float64(1+rng.IntN(20)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, &gauge{g: g})
+	}
+	worst := 0
+	for now := time.Duration(0); now < 2*time.Minute; now += 10 * time.Millisecond {
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		x := gs[rng.IntN(len(gs))]
+		switch rng.IntN(100) {
+		case 0: // give back some units
+			n := rng.IntN(len(x.releases) + 1)
+			for _, release := range x.releases[:n] {
+				release()
+			}
+			x.releases = x.releases[n:]
+		case 1:
+			_ = x.g.SetWants(float64(rng.IntN(21)))
+		}
+		sum := 0
+		for _, y := range gs {
+			for { // take every unit the lease allows
+				d, release, _ := y.g.TryHold(t.Context(), "", 1)
+				if !d.Allowed {
+					break
+				}
+				y.releases = append(y.releases, release)
+			}
+			sum += y.g.InFlight()
+		}
+		if sum > worst {
+			worst = sum
+			if sum > 20 {
+				for _, y := range gs {
+					l, ok := y.g.Lease()
+					t.Logf("%s: in flight %d, capacity %v, lease %+v %v, wants %v", y.g.c.ID(), y.g.InFlight(), y.g.Capacity(), l, ok, y.g.Wants())
+				}
+				t.Fatalf("t=%v: units held add up to %d > 20", now, sum)
+			}
+		}
+	}
+	for _, y := range gs {
+		for _, release := range y.releases {
+			release()
+		}
+	}
 }

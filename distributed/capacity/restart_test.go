@@ -212,3 +212,30 @@ func (g *rig) randomStep(rng *rand.Rand, servers map[string]*Server, client func
 	}
 	return id + " wants changed"
 }
+
+// TestFaultTreeLeafDownToZero: a on leaf1 and b on leaf2 share the root's
+// 100; a then wants nothing, but the answers to it are lost, so a keeps
+// enforcing its 50 until its lease expires. leaf1 lowers a to 0 and
+// wants 0 of the root, which lowers leaf1 to 0. leaf1 must go on
+// reporting the 50 that a may hold, although it has no capacity left to
+// count in, so that the root does not give b 100 meanwhile.
+func TestFaultTreeLeafDownToZero(t *testing.T) {
+	cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+	scenario(t, cfg, 100, func(g *rig) {
+		g.server("root", g.cfg, nil)
+		g.leaf("leaf1")
+		g.leaf("leaf2")
+		time.Sleep(g.cfg.Resources[0].LeaseLength)
+		a := g.client("a", []string{"leaf1"}, 100)
+		g.client("b", []string{"leaf2"}, 100)
+		g.run("a and b", 20*time.Second)
+		g.settled(50, 50)
+		g.net.set("a", fault{drop: true})
+		if err := a.SetWants(0); err != nil {
+			g.t.Fatal(err)
+		}
+		g.run("a wants 0, the answers to it lost", 20*time.Second)
+		g.heal("a", 10*time.Second)
+		g.settled(0, 100)
+	})
+}

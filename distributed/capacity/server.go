@@ -347,6 +347,10 @@ func (h *holder) counted() uint64 { return h.current() + h.old }
 // current is what the current incarnation of h's client holds, in quanta.
 func (h *holder) current() uint64 { return max(h.held, h.prev) }
 
+// holds is what h's client may hold, in capacity: counted, exactly, and
+// also at capacity 0, where there are no quanta.
+func (h *holder) holds() float64 { return max(h.heldF, h.prevF) + h.oldF }
+
 // NewServer returns a server of cfg. Errors wrap throttle.ErrInvalid.
 func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
 	c := cfg.WithDefaults()
@@ -798,7 +802,7 @@ func (s *Server) grant(r *resource, req *Request, rr *ResourceRequest, now int64
 		r.retire(h)
 	}
 	r.setDemand(h, rr)
-	if h.prev > 0 && rr.Has <= h.heldF {
+	if h.prevF > 0 && rr.Has <= h.heldF {
 		// The client holds the last grant or less. Has above it means
 		// the last answer has not arrived, or (a gauge) that the client
 		// still holds more units: the old lease still counts.
@@ -818,7 +822,7 @@ func (s *Server) grant(r *resource, req *Request, rr *ResourceRequest, now int64
 	lease, refresh := r.capLease(t.LeaseLength, refresh)
 	h.expiry = now + int64(lease)
 	r.wakeAt(h.expiry)
-	if h.prev > 0 && rr.Has > h.heldF && h.prevUntil < h.expiry {
+	if h.prevF > 0 && rr.Has > h.heldF && h.prevUntil < h.expiry {
 		// The client still uses more than its new lease: count the
 		// old size for as long as the new lease may be in use.
 		h.prevUntil = h.expiry
@@ -910,11 +914,14 @@ func (s *Server) take(r *resource, h *holder, rr *ResourceRequest, now int64) (g
 
 // setHeld records that h now holds u quanta (f in capacity). A lowered
 // lease keeps counting at its old size until it expires (h.expiry, not yet
-// moved on) or the client confirms the lower one.
+// moved on) or the client confirms the lower one. At capacity 0 there are
+// no quanta to count in: the sizes in capacity (heldF, prevF) still say
+// what h's client may hold, for a server in a tree to report to its
+// parent, and count again once the capacity is back.
 func (r *resource) setHeld(h *holder, u uint64, f float64) {
 	c0 := h.counted()
-	if u < h.held {
-		if h.held > h.prev {
+	if u < h.held || r.q == 0 && f < h.heldF {
+		if h.heldF > h.prevF {
 			h.prev, h.prevF = h.held, h.heldF
 		}
 		h.prevUntil = max(h.prevUntil, h.expiry)
@@ -938,7 +945,7 @@ func (h *holder) restarted(inc int64, seq uint64) bool {
 // reports confirms it lower.
 func (r *resource) retire(h *holder) {
 	c0 := h.counted()
-	if h.held > 0 || h.prev > 0 {
+	if h.heldF > 0 || h.prevF > 0 {
 		h.old += max(h.held, h.prev)
 		h.oldF += max(h.heldF, h.prevF)
 		h.oldUntil = max(h.oldUntil, h.expiry, h.prevUntil)
@@ -1177,7 +1184,7 @@ func (s *Server) Status() Status {
 		}
 		for _, h := range r.list {
 			rs.Wants += h.wants
-			rs.Held += max(h.heldF, h.prevF) + h.oldF
+			rs.Held += h.holds()
 		}
 		r.mu.Unlock()
 		st.Resources = append(st.Resources, rs)

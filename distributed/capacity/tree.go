@@ -275,7 +275,7 @@ func (s *Server) reportUpstream(r *resource) {
 		// parent accepts.
 		b.wants = addSat(b.wants, h.wants)
 		b.weight = addSat(b.weight, h.weight)
-		b.held += float64(h.counted()) * r.q
+		b.held += h.holds()
 	}
 	if r.up != nil {
 		for p, u := range r.up.bands {
