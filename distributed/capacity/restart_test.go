@@ -128,8 +128,9 @@ func TestReleaseKeepsOldIncarnation(t *testing.T) {
 
 // TestFaultRandomRestarts runs the tree under random schedules of
 // crashes and restarts (leaves, the root, clients, all under their ids),
-// clients cut off and healed, and changes of wants, one event every 1 to
-// 6s for 3 minutes per seed, on virtual time. Σ enforced, sampled every
+// clients cut off and healed, their answers lost or late and their calls
+// held up, and changes of wants, one event every 1 to 6s for 3 minutes
+// per seed, on virtual time. Σ enforced, sampled every
 // 10ms, stays within 120 throughout.
 func TestFaultRandomRestarts(t *testing.T) {
 	for seed := range uint64(40) {
@@ -160,6 +161,7 @@ func TestFaultRandomRestarts(t *testing.T) {
 				}
 				for _, x := range cls {
 					g.net.Cut(x.id, false)
+					g.net.set(x.id, fault{})
 				}
 				g.run("healed", 20*time.Second)
 			})
@@ -173,7 +175,7 @@ func TestFaultRandomRestarts(t *testing.T) {
 func (g *rig) randomStep(rng *rand.Rand, servers map[string]*Server, client func(int) (*Client, string, string), set func(int, *Client, *RateResource), n int) string {
 	i := rng.IntN(n)
 	c, id, leaf := client(i)
-	switch rng.IntN(5) {
+	switch rng.IntN(6) {
 	case 0, 1:
 		addr := []string{"leaf1", "leaf2", "root"}[rng.IntN(3)]
 		g.net.SetDown(addr, true)
@@ -200,6 +202,10 @@ func (g *rig) randomStep(rng *rand.Rand, servers map[string]*Server, client func
 		cut := rng.IntN(2) == 0
 		g.net.Cut(id, cut)
 		return fmt.Sprintf("%s cut %v", id, cut)
+	case 4:
+		f := []fault{{}, {drop: true}, {late: time.Duration(rng.IntN(6000)) * time.Millisecond}, {slowIn: time.Duration(rng.IntN(8000)) * time.Millisecond}}[rng.IntN(4)]
+		g.net.set(id, f)
+		return fmt.Sprintf("%s's calls %+v", id, f)
 	}
 	c.mu.Lock()
 	var r *Resource
