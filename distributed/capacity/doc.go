@@ -47,10 +47,12 @@
 //     the clients that have reported to it, while the others keep using
 //     leases cut from its old life's grant, which its parent thus counts.
 //   - A GaugeResource reports the larger of its lease and its units in
-//     flight, and a lowered lease counts at its old size for as long as
-//     the client reports more than its new one: the units the clients
-//     hold add up to at most the capacity, but for units a client keeps
-//     past its lease's expiry while it cannot reach the servers.
+//     flight, and a server counts what a client reports beyond its new
+//     lease (up to what it granted it before, or while learning what an
+//     earlier master may have) until the client reports less: the units
+//     the clients hold add up to at most the capacity, also across a
+//     failover, but for units a client keeps past its lease's expiry
+//     while it cannot reach the servers.
 //   - A new master learns for at least the template's MaxLeaseLength,
 //     confirming only what clients say they hold, at most the capacity in
 //     total, and granting newcomers nothing: every lease an earlier master

@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -147,4 +148,73 @@ func gaugeTreeRun(t *testing.T, seed uint64) {
 			release()
 		}
 	}
+}
+
+// TestFaultGaugeFailover: a holds 10 units of 10 and then wants only 5;
+// the master fails, and the new one learns: a reports its 10 units, which
+// the new master must count, although it confirms a lease of 5, so that b
+// gets nothing until a has released units.
+func TestFaultGaugeFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+		e := &testElection{}
+		e.elect("s1")
+		n := new(Network)
+		var cancels []context.CancelFunc
+		for _, addr := range []string{"s1", "s2"} {
+			s, err := NewServer(cfg, WithSeed(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancels = append(cancels, cancel)
+			go s.Run(ctx, e, addr)
+			n.Attach(addr, s)
+		}
+		defer func() {
+			for _, c := range cancels {
+				c()
+			}
+		}()
+		time.Sleep(10 * time.Second)
+		gauge := func(id string, wants float64) *GaugeResource {
+			c := dialClient(t, n, []string{"s1", "s2"}, WithClientID(id), WithMode(Pessimistic), WithMinRefreshGap(0))
+			g, err := c.Gauge("r", wants)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		a := gauge("a", 10)
+		time.Sleep(time.Second)
+		release, err := a.Hold(t.Context(), "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = a.SetWants(5)
+		time.Sleep(5 * time.Second)
+		n.SetDown("s1", true)
+		cancels[0]()
+		e.elect("s2")
+		b := gauge("b", 10)
+		worst := 0
+		for range 3000 { // 30s
+			time.Sleep(10 * time.Millisecond)
+			for {
+				d, _, _ := b.TryHold(t.Context(), "", 1)
+				if !d.Allowed {
+					break
+				}
+			}
+			worst = max(worst, a.InFlight()+b.InFlight())
+		}
+		if worst > 10 {
+			t.Errorf("units held add up to %d of 10 across the failover", worst)
+		}
+		release() // a is down to its share: b gets the other half
+		time.Sleep(10 * time.Second)
+		if c := b.Capacity(); c != 5 {
+			t.Errorf("b may use %v once a released its units, want 5", c)
+		}
+	})
 }

@@ -65,9 +65,11 @@ type ResourceRequest struct {
 	// the request, 0 if none; for a gauge, the larger of that and the
 	// units it holds. While learning a server confirms it, capped by what
 	// is unclaimed; afterwards Has at most the last grant confirms that
-	// grant, and more says that its answer never arrived or that the
-	// client still uses more: a lowered lease then keeps counting at its
-	// old size until the new lease expires.
+	// grant. More than the new grant says that an answer never arrived or
+	// that the client still uses more: the server counts it, up to what
+	// it granted the client before (while learning, up to the capacity,
+	// or with lease keys what the Token proves), until the client reports
+	// less or the new lease expires.
 	Has float64
 	// Priority puts the client in a band; higher bands are served first.
 	Priority int32
@@ -455,26 +457,28 @@ func (r *resource) setTemplate(t Template) {
 	if q > 0 {
 		r.units = uint64(math.Floor(t.Capacity / q))
 	}
-	// More than the whole capacity counts as just above it, so that
-	// sums cannot overflow.
-	count := func(f float64) uint64 {
-		if q == 0 {
-			return 0
-		}
-		return uint64(min(math.Ceil(f/q), float64(r.units+1)))
-	}
+	r.q = q
 	r.held = 0
 	for _, h := range r.list {
-		h.held, h.prev, h.old = count(h.heldF), count(h.prevF), count(h.oldF)
+		h.held, h.prev, h.old = r.count(h.heldF), r.count(h.prevF), r.count(h.oldF)
 		r.held += h.counted()
 	}
-	r.q = q
 	r.sumU = 0
 	for _, h := range r.list {
 		h.u = r.quanta(h.wants)
 		r.sumU += h.u
 	}
 	r.dirty = true
+}
+
+// count returns held capacity f in quanta, rounded up so that it is
+// never undercounted; more than the whole capacity counts as just above
+// it, so that sums cannot overflow.
+func (r *resource) count(f float64) uint64 {
+	if r.q == 0 {
+		return 0
+	}
+	return uint64(min(math.Ceil(f/r.q), float64(r.units+1)))
 }
 
 // quanta returns wants as the division counts it: at most the capacity,
@@ -801,6 +805,7 @@ func (s *Server) grant(r *resource, req *Request, rr *ResourceRequest, now int64
 	if h.restarted(req.Incarnation, req.Sequence) {
 		r.retire(h)
 	}
+	before := h.heldF // the lease the client may hold
 	r.setDemand(h, rr)
 	if h.prevF > 0 && rr.Has <= h.heldF {
 		// The client holds the last grant or less. Has above it means
@@ -822,10 +827,8 @@ func (s *Server) grant(r *resource, req *Request, rr *ResourceRequest, now int64
 	lease, refresh := r.capLease(t.LeaseLength, refresh)
 	h.expiry = now + int64(lease)
 	r.wakeAt(h.expiry)
-	if h.prevF > 0 && rr.Has > h.heldF && h.prevUntil < h.expiry {
-		// The client still uses more than its new lease: count the
-		// old size for as long as the new lease may be in use.
-		h.prevUntil = h.expiry
+	if t.Algorithm.shares() && rr.Has > h.heldF {
+		r.claim(h, min(rr.Has, s.claimLimit(r, h, rr, before, now)))
 	}
 	return Grant{Resource: r.id, Capacity: g, Lease: lease, Refresh: max(refresh, time.Millisecond), SafeCapacity: t.SafeCapacity,
 		Token: s.set.keys.sign(s.lead.Term, client, r.id, g, h.expiry)}
@@ -929,6 +932,39 @@ func (r *resource) setHeld(h *holder, u uint64, f float64) {
 	}
 	h.held, h.heldF = u, f
 	r.held = r.held - c0 + h.counted()
+}
+
+// claimLimit bounds what h's client may be counted as holding beyond its
+// lease: what the server granted it before (its lease before this grant,
+// and the old size of a lease it lowered); while learning, what an earlier
+// master may have granted: up to the capacity, or with lease keys what a
+// valid token proves.
+func (s *Server) claimLimit(r *resource, h *holder, rr *ResourceRequest, before float64, now int64) float64 {
+	limit := max(h.prevF, before)
+	switch {
+	case now >= s.since+int64(r.tmpl.LearningDuration):
+	case s.set.keys != nil:
+		limit = max(limit, s.set.keys.credit(rr.Token, h.client, r.id, now))
+	default:
+		limit = max(limit, r.tmpl.Capacity)
+	}
+	return limit
+}
+
+// claim counts what h's client says it holds beyond its new lease, has:
+// the answer that lowered its lease may not have arrived, and a gauge's
+// units in flight outlive a lease. It counts as a lowered lease's old
+// size until the client reports less or the new lease expires.
+func (r *resource) claim(h *holder, has float64) {
+	if has > h.prevF {
+		c0 := h.counted()
+		h.prev, h.prevF = r.count(has), has
+		r.held = r.held - c0 + h.counted()
+	}
+	if h.prevF > 0 && h.prevUntil < h.expiry {
+		h.prevUntil = h.expiry
+		r.wakeAt(h.prevUntil)
+	}
 }
 
 // restarted reports whether the call inc, seq comes from a newer
