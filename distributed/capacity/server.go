@@ -148,7 +148,12 @@ type ResourceStatus struct {
 	Learning  bool    // still learning what clients hold
 	Clients   int     // clients with an unexpired lease or demand
 	Wants     float64 // sum of the clients' wants
-	Held      float64 // sum of the capacity of unexpired leases
+	// Held is what the clients may hold: their unexpired leases, a
+	// lowered lease at its old size until confirmed, what earlier
+	// incarnations of a client hold, and what clients report holding
+	// beyond their leases (ResourceRequest.Has). It can exceed Capacity
+	// while those come down, and while the server learns.
+	Held float64
 }
 
 // ServerOption configures a Server.
