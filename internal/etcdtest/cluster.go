@@ -35,7 +35,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
-		testproc.Unavailable(t, EnvRequire, "etcd unavailable: etcd not found in PATH (install the etcd-server package)")
+		testproc.Unavailable(t, EnvRequire, "etcd unavailable: etcd not found in PATH (build it from internal/tools/etcd, see CONTRIBUTING)")
 	}
 	ports, err := testproc.FreePorts(2 * n)
 	if err != nil {
