@@ -33,7 +33,8 @@
 //     hold). A lease the server lowered counts at its old size until the
 //     client confirms the lower one (a refresh reporting Has at most the
 //     new capacity) or the old lease has expired: a refresh reporting
-//     more means the answer never arrived.
+//     more means the answer never arrived (or that a gauge still holds
+//     more units), and keeps it counting until the new lease expires.
 //   - A server applies no request whose caller has given up on it (its
 //     context is done), and none older than one it has applied for the
 //     same client: each call carries the client's incarnation (its start
