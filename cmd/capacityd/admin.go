@@ -160,12 +160,12 @@ func (m *metrics) countRefusals(r *capacityv1.GetCapacityResponse) {
 // whatever ids clients send.
 var (
 	descCapacity = prometheus.NewDesc("capacityd_resource_capacity", "Configured capacity of the resource (resources configured by exact id).", []string{"resource"}, nil)
-	descGranted  = prometheus.NewDesc("capacityd_resource_granted", "Sum of the capacity of the resource's unexpired leases (resources configured by exact id).", []string{"resource"}, nil)
+	descGranted  = prometheus.NewDesc("capacityd_resource_granted", "What the resource's clients may hold: unexpired leases, lowered ones at their old size until confirmed, and what clients report holding beyond them (resources configured by exact id).", []string{"resource"}, nil)
 	descWants    = prometheus.NewDesc("capacityd_resource_wants", "Sum of what the resource's clients want (resources configured by exact id).", []string{"resource"}, nil)
 	descClients  = prometheus.NewDesc("capacityd_resource_clients", "Clients with an unexpired lease or demand on the resource (resources configured by exact id).", []string{"resource"}, nil)
 	descLearning = prometheus.NewDesc("capacityd_resource_learning", "1 while the server learns what the resource's clients hold after becoming master (resources configured by exact id).", []string{"resource"}, nil)
 	descTmplRes  = prometheus.NewDesc("capacityd_template_resources", "Resources the server tracks whose configuration is the template.", []string{"template"}, nil)
-	descTmplHeld = prometheus.NewDesc("capacityd_template_granted", "Sum of the capacity of the unexpired leases on the template's resources.", []string{"template"}, nil)
+	descTmplHeld = prometheus.NewDesc("capacityd_template_granted", "What the clients of the template's resources may hold: unexpired leases, lowered ones at their old size until confirmed, and what clients report holding beyond them.", []string{"template"}, nil)
 	descTmplWant = prometheus.NewDesc("capacityd_template_wants", "Sum of what clients want of the template's resources.", []string{"template"}, nil)
 	descTmplCli  = prometheus.NewDesc("capacityd_template_clients", "Client leases or demands on the template's resources.", []string{"template"}, nil)
 	descMaster   = prometheus.NewDesc("capacityd_master", "1 while this server is the master.", nil, nil)

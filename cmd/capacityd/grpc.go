@@ -100,6 +100,11 @@ func unary[Req, Resp any](method string, call func(capacityv1connect.CapacitySer
 		t0 := time.Now()
 		in := new(Req)
 		err := dec(in)
+		if err != nil {
+			// A request that does not decode (malformed, nested too
+			// deep) is the caller's fault, as on the listen port.
+			err = connect.NewError(connect.CodeInvalidArgument, errors.New(status.Convert(err).Message()))
+		}
 		var out *connect.Response[Resp]
 		if err == nil {
 			if ctx, err = g.authenticate(ctx); err == nil {
@@ -143,9 +148,6 @@ func (g *grpcAPI) authenticate(ctx context.Context) (context.Context, error) {
 
 // grpcError turns a wire error into a gRPC status of the same code.
 func grpcError(err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err // grpc-go's own: the request did not decode
-	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		return status.Error(codes.Code(ce.Code()), ce.Message())

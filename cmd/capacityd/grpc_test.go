@@ -236,14 +236,7 @@ func TestGRPCTrickle(t *testing.T) {
 		Resources: []*capacityv1.ResourceRequest{{ResourceId: "db", Wants: 1}}}, new(capacityv1.GetCapacityResponse)); err == nil {
 		t.Fatal("answered while the trickling calls hold every connection")
 	}
-	deadline := time.After(2500 * time.Millisecond) // read_timeout and slack
-	for i, c := range conns {
-		select {
-		case <-c:
-		case <-deadline:
-			t.Fatalf("trickling connection %d (of %d) still open %v after it started, read_timeout 1s", i, len(conns), time.Since(t0).Round(time.Millisecond))
-		}
-	}
+	allClosed(t, conns, t0, 2500*time.Millisecond) // read_timeout and slack
 	eventually(t, "GetCapacity answers over gRPC", func() bool {
 		_, err := getCapacity(late, "alice", 10)
 		return err == nil

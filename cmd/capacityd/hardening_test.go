@@ -143,14 +143,7 @@ func TestSlowLoris(t *testing.T) {
 		return code == 200
 	})
 	eventually(t, "GetCapacity answers", func() bool { return a.answers("c1") })
-	deadline := time.After(10 * time.Second)
-	for i, c := range conns {
-		select {
-		case <-c:
-		case <-deadline:
-			t.Fatalf("trickling connection %d (of %d) still open after 10s", i, len(conns))
-		}
-	}
+	allClosed(t, conns, time.Now(), 10*time.Second)
 }
 
 // TestErrorsNameTheCommandOnce: a refused configuration's error does not

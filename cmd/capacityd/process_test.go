@@ -57,35 +57,55 @@ type proc struct {
 // (any status: a follower may not know the master yet).
 func startProc(t *testing.T, hc *http.Client, cfg string) *proc {
 	t.Helper()
-	bin := binary(t)
 	var p *proc
 	err := testproc.Retry(5, func() error {
 		ports, err := testproc.FreePorts(2)
 		if err != nil {
 			return err
 		}
-		api, admin := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
-		c := strings.Replace(strings.Replace(cfg, "API", api, -1), "ADMIN", admin, -1)
-		path := testproc.WriteFile(t, "capacityd.json", c)
-		cmd := exec.Command(bin, "-config", path, "-log-level", "debug")
-		tp, err := testproc.Start(cmd, 20*time.Second, func() error {
-			resp, err := hc.Get("http://" + admin + "/healthz")
-			if err == nil {
-				resp.Body.Close()
-			}
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		p = &proc{Proc: tp, cmd: cmd, api: api, admin: admin, path: path}
-		return nil
+		p, err = launch(t, hc, cfg, fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1]))
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Kill)
 	return p
+}
+
+// restartProc runs capacityd again on p's configuration and ports (a
+// killed process's ports may linger for a moment).
+func restartProc(t *testing.T, hc *http.Client, p *proc, cfg string) *proc {
+	t.Helper()
+	var q *proc
+	err := testproc.RetryFor(10*time.Second, func() (err error) {
+		q, err = launch(t, hc, cfg, p.api, p.admin)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Kill)
+	return q
+}
+
+// launch runs capacityd on cfg with API and ADMIN replaced by api and
+// admin, and waits until /healthz answers.
+func launch(t *testing.T, hc *http.Client, cfg, api, admin string) (*proc, error) {
+	c := strings.Replace(strings.Replace(cfg, "API", api, -1), "ADMIN", admin, -1)
+	path := testproc.WriteFile(t, "capacityd.json", c)
+	cmd := exec.Command(binary(t), "-config", path, "-log-level", "debug")
+	tp, err := testproc.Start(cmd, 20*time.Second, func() error {
+		resp, err := hc.Get("http://" + admin + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &proc{Proc: tp, cmd: cmd, api: api, admin: admin, path: path}, nil
 }
 
 func health(hc *http.Client, p *proc) string {

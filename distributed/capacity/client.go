@@ -34,6 +34,7 @@ type ClientOption func(*clientSettings)
 
 type clientSettings struct {
 	id      string
+	inc     int64
 	mode    Mode
 	timeout time.Duration
 	minGap  time.Duration
@@ -43,6 +44,13 @@ type clientSettings struct {
 // WithClientID sets the client's id, which must be unique among all
 // clients of the servers. By default it is host:pid:random.
 func WithClientID(id string) ClientOption { return func(s *clientSettings) { s.id = id } }
+
+// WithIncarnation sets the client's incarnation (Request.Incarnation),
+// by default its start time in Unix nanoseconds, for simulations that
+// restart clients on a clock of their own. A client restarted under the
+// same id with an incarnation not above its previous life's is answered
+// Stale once and moves past it.
+func WithIncarnation(n int64) ClientOption { return func(s *clientSettings) { s.inc = n } }
 
 // WithMode sets what the client uses after a lease expired (default Safe).
 func WithMode(m Mode) ClientOption { return func(s *clientSettings) { s.mode = m } }
@@ -127,7 +135,10 @@ func NewClient(t Transport, addrs []string, opts ...ClientOption) (*Client, erro
 		res: map[string]*Resource{}, target: addrs[0],
 		kick: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}),
 	}
-	c.inc.Store(time.Now().UnixNano())
+	if set.inc == 0 {
+		set.inc = time.Now().UnixNano()
+	}
+	c.inc.Store(set.inc)
 	go c.loop(ctx)
 	return c, nil
 }
@@ -162,6 +173,23 @@ func (c *Client) refusal() error {
 // wrapping throttle.ErrUnavailable when no server took the release (the
 // leases then expire on their own).
 func (c *Client) Close() error {
+	if ids := c.halt(); len(ids) > 0 {
+		return c.release(ids)
+	}
+	return nil
+}
+
+// Abandon stops the client as a crash of its process would: it stops
+// refreshing, its resources admit nothing more, and it gives no lease
+// back, so that the servers count its leases until they expire. A new
+// Client with the same WithClientID is then the process restarted with
+// its state lost (a new incarnation). For simulations and tests; a
+// Client abandoned or closed stays so.
+func (c *Client) Abandon() { c.halt() }
+
+// halt stops the client's loop and shuts its resources, and returns the
+// ids of those it had open; nil if it was stopped already.
+func (c *Client) halt() []string {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -177,10 +205,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	<-c.done
-	if len(ids) == 0 {
-		return nil
-	}
-	return c.release(ids)
+	return ids
 }
 
 // stamp returns the incarnation and the sequence number of a new call.
@@ -188,11 +213,14 @@ func (c *Client) stamp() (int64, uint64) { return c.inc.Load(), c.seq.Add(1) }
 
 // adopt moves the client's incarnation past inc, a server's newest for
 // the client's id (a previous process under the same id, on a clock that
-// was ahead): the client's calls are then newer than that process's.
+// was ahead): the client's calls are then newer than that process's. An
+// inc of the client's own means that a newer call of its own went first:
+// it stays as it is, since a new incarnation makes the servers count its
+// leases twice until they expire.
 func (c *Client) adopt(inc int64) {
 	for {
 		old := c.inc.Load()
-		if old > inc || c.inc.CompareAndSwap(old, inc+1) {
+		if old >= inc || c.inc.CompareAndSwap(old, inc+1) {
 			return
 		}
 	}

@@ -17,7 +17,8 @@
 // capacity: exactly, not within a rounding error, and whatever the
 // network does to the calls (answers lost, late, or hanging for longer
 // than the leases), while shares move, across a master's kill or pause,
-// a restart with shorter leases, and huge wants. The tests check it
+// a restart with shorter leases, the crash and restart under the same id
+// of a client or of a server in a tree, and huge wants. The tests check it
 // where it can break: they run real Clients and Servers, on an in-memory
 // network under virtual time and over loopback HTTP/2 through a fault
 // proxy, inject those faults, and sum every 10ms what the clients'
@@ -32,13 +33,27 @@
 //     hold). A lease the server lowered counts at its old size until the
 //     client confirms the lower one (a refresh reporting Has at most the
 //     new capacity) or the old lease has expired: a refresh reporting
-//     more means the answer never arrived.
+//     more means the answer never arrived (or that a gauge still holds
+//     more units), and keeps it counting until the new lease expires.
 //   - A server applies no request whose caller has given up on it (its
 //     context is done), and none older than one it has applied for the
 //     same client: each call carries the client's incarnation (its start
 //     time) and a sequence number, and an older call held up in the
 //     network is answered Stale and changes nothing, so it cannot undo a
 //     newer one (a demand rolled back, or a lease taken again released).
+//   - A call from a new incarnation of a client (restarted under the
+//     same id) never confirms a lease granted to an older one: the server
+//     counts what it granted the old life, on top of the new life's
+//     leases, until it expires. A restarted server in a tree knows only
+//     the clients that have reported to it, while the others keep using
+//     leases cut from its old life's grant, which its parent thus counts.
+//   - A GaugeResource reports the larger of its lease and its units in
+//     flight, and a server counts what a client reports beyond its new
+//     lease (up to what it granted it before, or while learning what an
+//     earlier master may have) until the client reports less: the units
+//     the clients hold add up to at most the capacity, also across a
+//     failover, but for units a client keeps past its lease's expiry
+//     while it cannot reach the servers.
 //   - A new master learns for at least the template's MaxLeaseLength,
 //     confirming only what clients say they hold, at most the capacity in
 //     total, and granting newcomers nothing: every lease an earlier master

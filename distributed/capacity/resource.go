@@ -477,8 +477,12 @@ func (rr *RateResource) untilRefresh() time.Duration {
 // GaugeResource is a resource whose capacity is a number of units in use
 // at once (such as transactions in flight), upheld by a counting
 // semaphore whose limit follows the lease (rounded down). Units already
-// held are not taken back when the limit drops. All methods are safe for
-// concurrent use.
+// held are not taken back when the limit drops: each refresh reports that
+// the client holds the larger of its lease and its units in flight, and
+// the server counts a lowered lease at its old size for as long as the
+// units exceed the new one, so that the units the clients hold add up to
+// at most the capacity while they reach the servers. All methods are
+// safe for concurrent use.
 type GaugeResource struct {
 	*Resource
 	s    *counting.Semaphore
@@ -498,6 +502,9 @@ func (c *Client) Gauge(id string, wants float64, opts ...ResourceOption) (*Gauge
 	}
 	g := &GaugeResource{Resource: r, s: s}
 	r.apply = g.applyLimit
+	// Units held are not taken back when the limit drops: the client
+	// holds the larger of its lease and them.
+	r.has = func() float64 { return float64(s.InFlight()) }
 	g.applyLimit(r.limit)
 	return g, c.add(r)
 }

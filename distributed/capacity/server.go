@@ -48,7 +48,9 @@ type Request struct {
 	// each call it sends. A server ignores a call older, in (Incarnation,
 	// Sequence) order, than the newest it applied for the client on one
 	// of the call's resources, answering Stale. Sequence 0 is never
-	// refused (and orders nothing).
+	// refused (and orders nothing). A call of a newer incarnation than
+	// the last one applied (the client restarted) makes the server count
+	// the older one's lease, on top of the new one's, until it expires.
 	Incarnation int64
 	Sequence    uint64
 }
@@ -60,9 +62,14 @@ type ResourceRequest struct {
 	// Wants is the capacity the client would use: finite and >= 0.
 	Wants float64
 	// Has is the capacity of the client's unexpired lease when it sent
-	// the request, 0 if none. While learning a server confirms it, capped
-	// by what is unclaimed; afterwards Has at most the last grant confirms
-	// that grant, and more says that its answer never arrived.
+	// the request, 0 if none; for a gauge, the larger of that and the
+	// units it holds. While learning a server confirms it, capped by what
+	// is unclaimed; afterwards Has at most the last grant confirms that
+	// grant. More than the new grant says that an answer never arrived or
+	// that the client still uses more: the server counts it, up to what
+	// it granted the client before (while learning, up to the capacity,
+	// or with lease keys what the Token proves), until the client reports
+	// less or the new lease expires.
 	Has float64
 	// Priority puts the client in a band; higher bands are served first.
 	Priority int32
@@ -141,7 +148,12 @@ type ResourceStatus struct {
 	Learning  bool    // still learning what clients hold
 	Clients   int     // clients with an unexpired lease or demand
 	Wants     float64 // sum of the clients' wants
-	Held      float64 // sum of the capacity of unexpired leases
+	// Held is what the clients may hold: their unexpired leases, a
+	// lowered lease at its old size until confirmed, what earlier
+	// incarnations of a client hold, and what clients report holding
+	// beyond their leases (ResourceRequest.Has). It can exceed Capacity
+	// while those come down, and while the server learns.
+	Held float64
 }
 
 // ServerOption configures a Server.
@@ -326,10 +338,25 @@ type holder struct {
 	prev      uint64
 	prevF     float64
 	prevUntil int64
+	// What earlier incarnations of the client may still hold (see
+	// retire): counted on top of the current lease until oldUntil, and
+	// never confirmed lower.
+	old      uint64
+	oldF     float64
+	oldUntil int64
 }
 
-// counted is what the holder counts toward what is held, in quanta.
-func (h *holder) counted() uint64 { return max(h.held, h.prev) }
+// counted is what the holder counts toward what is held, in quanta: the
+// current incarnation's lease (or a lowered one's old size), and what
+// earlier incarnations may still hold.
+func (h *holder) counted() uint64 { return h.current() + h.old }
+
+// current is what the current incarnation of h's client holds, in quanta.
+func (h *holder) current() uint64 { return max(h.held, h.prev) }
+
+// holds is what h's client may hold, in capacity: counted, exactly, and
+// also at capacity 0, where there are no quanta.
+func (h *holder) holds() float64 { return max(h.heldF, h.prevF) + h.oldF }
 
 // NewServer returns a server of cfg. Errors wrap throttle.ErrInvalid.
 func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
@@ -435,26 +462,28 @@ func (r *resource) setTemplate(t Template) {
 	if q > 0 {
 		r.units = uint64(math.Floor(t.Capacity / q))
 	}
-	// More than the whole capacity counts as just above it, so that
-	// sums cannot overflow.
-	count := func(f float64) uint64 {
-		if q == 0 {
-			return 0
-		}
-		return uint64(min(math.Ceil(f/q), float64(r.units+1)))
-	}
+	r.q = q
 	r.held = 0
 	for _, h := range r.list {
-		h.held, h.prev = count(h.heldF), count(h.prevF)
+		h.held, h.prev, h.old = r.count(h.heldF), r.count(h.prevF), r.count(h.oldF)
 		r.held += h.counted()
 	}
-	r.q = q
 	r.sumU = 0
 	for _, h := range r.list {
 		h.u = r.quanta(h.wants)
 		r.sumU += h.u
 	}
 	r.dirty = true
+}
+
+// count returns held capacity f in quanta, rounded up so that it is
+// never undercounted; more than the whole capacity counts as just above
+// it, so that sums cannot overflow.
+func (r *resource) count(f float64) uint64 {
+	if r.q == 0 {
+		return 0
+	}
+	return uint64(min(math.Ceil(f/r.q), float64(r.units+1)))
 }
 
 // quanta returns wants as the division counts it: at most the capacity,
@@ -583,7 +612,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 			r = s.addResource(rr.Resource)
 		}
 		r.syncUpstream()
-		resp.Grants[i] = s.grant(r, req.Client, &rr, now)
+		resp.Grants[i] = s.grant(r, req, &rr, now)
 		r.applied(req)
 		s.reportUpstream(r)
 	}
@@ -729,7 +758,7 @@ func (s *Server) refresh(ctx context.Context, req *Request) (resp *Response, ok 
 	}
 	resp = &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
 	for i := range req.Resources {
-		resp.Grants[i] = s.grant(rs[i], req.Client, &req.Resources[i], now)
+		resp.Grants[i] = s.grant(rs[i], req, &req.Resources[i], now)
 		rs[i].applied(req)
 	}
 	return resp, true, nil
@@ -772,14 +801,21 @@ func unlockAll(locked []*resource) {
 	}
 }
 
-// grant updates the client's demand on r and returns its new lease.
-func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int64) Grant {
+// grant updates the demand rr of req's client on r and returns its new
+// lease.
+func (s *Server) grant(r *resource, req *Request, rr *ResourceRequest, now int64) Grant {
 	t := r.tmpl
+	client := req.Client
 	h := r.holder(client)
+	if h.restarted(req.Incarnation, req.Sequence) {
+		r.retire(h)
+	}
+	before := h.heldF // the lease the client may hold
 	r.setDemand(h, rr)
-	if h.prev > 0 && rr.Has <= h.heldF {
+	if h.prevF > 0 && rr.Has <= h.heldF {
 		// The client holds the last grant or less. Has above it means
-		// the last answer has not arrived: the old lease still counts.
+		// the last answer has not arrived, or (a gauge) that the client
+		// still holds more units: the old lease still counts.
 		r.dropPrev(h)
 	}
 	var g float64
@@ -796,6 +832,9 @@ func (s *Server) grant(r *resource, client string, rr *ResourceRequest, now int6
 	lease, refresh := r.capLease(t.LeaseLength, refresh)
 	h.expiry = now + int64(lease)
 	r.wakeAt(h.expiry)
+	if t.Algorithm.shares() && rr.Has > h.heldF {
+		r.claim(h, min(rr.Has, s.claimLimit(r, h, rr, before, now)))
+	}
 	return Grant{Resource: r.id, Capacity: g, Lease: lease, Refresh: max(refresh, time.Millisecond), SafeCapacity: t.SafeCapacity,
 		Token: s.set.keys.sign(s.lead.Term, client, r.id, g, h.expiry)}
 }
@@ -842,7 +881,7 @@ func (s *Server) take(r *resource, h *holder, rr *ResourceRequest, now int64) (g
 	refresh = t.RefreshInterval
 	learnEnd := s.since + int64(t.LearningDuration)
 	learning := now < learnEnd
-	othersHeld := r.held - h.counted()
+	othersHeld := r.held - h.current() // with what h's earlier lives hold
 	free := uint64(0)
 	if r.units > othersHeld {
 		free = r.units - othersHeld
@@ -883,17 +922,84 @@ func (s *Server) take(r *resource, h *holder, rr *ResourceRequest, now int64) (g
 
 // setHeld records that h now holds u quanta (f in capacity). A lowered
 // lease keeps counting at its old size until it expires (h.expiry, not yet
-// moved on) or the client confirms the lower one.
+// moved on) or the client confirms the lower one. At capacity 0 there are
+// no quanta to count in: the sizes in capacity (heldF, prevF) still say
+// what h's client may hold, for a server in a tree to report to its
+// parent, and count again once the capacity is back.
 func (r *resource) setHeld(h *holder, u uint64, f float64) {
 	c0 := h.counted()
-	if u < h.held {
-		if h.held > h.prev {
+	if u < h.held || r.q == 0 && f < h.heldF {
+		if h.heldF > h.prevF {
 			h.prev, h.prevF = h.held, h.heldF
 		}
 		h.prevUntil = max(h.prevUntil, h.expiry)
 		r.wakeAt(h.prevUntil)
 	}
 	h.held, h.heldF = u, f
+	r.held = r.held - c0 + h.counted()
+}
+
+// claimLimit bounds what h's client may be counted as holding beyond its
+// lease: what the server granted it before (its lease before this grant,
+// and the old size of a lease it lowered); while learning, what an earlier
+// master may have granted: up to the capacity, or with lease keys what a
+// valid token proves.
+func (s *Server) claimLimit(r *resource, h *holder, rr *ResourceRequest, before float64, now int64) float64 {
+	limit := max(h.prevF, before)
+	switch {
+	case now >= s.since+int64(r.tmpl.LearningDuration):
+	case s.set.keys != nil:
+		limit = max(limit, s.set.keys.credit(rr.Token, h.client, r.id, now))
+	default:
+		limit = max(limit, r.tmpl.Capacity)
+	}
+	return limit
+}
+
+// claim counts what h's client says it holds beyond its new lease, has:
+// the answer that lowered its lease may not have arrived, and a gauge's
+// units in flight outlive a lease. It counts as a lowered lease's old
+// size until the client reports less or the new lease expires.
+func (r *resource) claim(h *holder, has float64) {
+	if has > h.prevF {
+		c0 := h.counted()
+		h.prev, h.prevF = r.count(has), has
+		r.held = r.held - c0 + h.counted()
+	}
+	if h.prevF > 0 && h.prevUntil < h.expiry {
+		h.prevUntil = h.expiry
+		r.wakeAt(h.prevUntil)
+	}
+}
+
+// restarted reports whether the call inc, seq comes from a newer
+// incarnation of h's client than the last call applied to h.
+func (h *holder) restarted(inc int64, seq uint64) bool {
+	return seq != 0 && h.seq != 0 && inc > h.inc
+}
+
+// retire moves h's lease to what earlier incarnations of its client may
+// still hold, for a call of a new incarnation: the client restarted, and
+// its previous life may have handed the lease on (a server in a tree
+// passes it to its own clients, which keep using it). That lease counts
+// on top of the new life's until it expires, and nothing the new life
+// reports confirms it lower.
+func (r *resource) retire(h *holder) {
+	c0 := h.counted()
+	if h.heldF > 0 || h.prevF > 0 {
+		h.old += max(h.held, h.prev)
+		h.oldF += max(h.heldF, h.prevF)
+		h.oldUntil = max(h.oldUntil, h.expiry, h.prevUntil)
+		r.wakeAt(h.oldUntil)
+	}
+	h.held, h.heldF, h.prev, h.prevF, h.prevUntil = 0, 0, 0, 0, 0
+	r.held = r.held - c0 + h.counted()
+}
+
+// dropOld stops counting what earlier incarnations of h's client held.
+func (r *resource) dropOld(h *holder) {
+	c0 := h.counted()
+	h.old, h.oldF, h.oldUntil = 0, 0, 0
 	r.held = r.held - c0 + h.counted()
 }
 
@@ -971,7 +1077,7 @@ func (r *resource) expire(now int64) {
 	r.next = 0
 	for i := 0; i < len(r.list); {
 		h := r.list[i]
-		if h.expiry <= now && h.prevUntil <= now {
+		if h.expiry <= now && h.prevUntil <= now && h.oldUntil <= now {
 			r.remove(h)
 			continue
 		}
@@ -980,6 +1086,13 @@ func (r *resource) expire(now int64) {
 				r.dropPrev(h)
 			} else {
 				r.wakeAt(h.prevUntil)
+			}
+		}
+		if h.oldUntil != 0 {
+			if h.oldUntil <= now {
+				r.dropOld(h)
+			} else {
+				r.wakeAt(h.oldUntil)
 			}
 		}
 		if h.expiry > now {
@@ -1058,14 +1171,38 @@ func (s *Server) Release(_ context.Context, req *ReleaseRequest) (*Response, err
 	if !s.lead.IsMaster {
 		return &Response{Redirect: true, Master: s.lead.Master}, nil
 	}
+	now := s.now.Now()
 	for _, id := range req.Resources {
 		if r := s.resources[id]; r != nil {
+			r.expire(now)
 			if h := r.holders[req.Client]; h != nil && (req.Sequence == 0 || !h.newer(req.Incarnation, req.Sequence)) {
-				r.remove(h)
+				r.release(h, req)
 			}
 		}
 	}
 	return &Response{Master: s.lead.Master}, nil
+}
+
+// release gives back h's lease and demand for req. What earlier
+// incarnations of the client may still hold keeps counting (and h with
+// it, wanting nothing) until it expires.
+func (r *resource) release(h *holder, req *ReleaseRequest) {
+	if h.restarted(req.Incarnation, req.Sequence) {
+		r.retire(h)
+	}
+	if h.old == 0 {
+		r.remove(h)
+		return
+	}
+	c0 := h.counted()
+	h.held, h.heldF, h.prev, h.prevF, h.prevUntil = 0, 0, 0, 0, 0
+	r.held = r.held - c0 + h.counted()
+	r.sumU -= h.u
+	h.u, h.wants, h.expiry = 0, 0, 0
+	r.dirty = true
+	if req.Sequence != 0 {
+		h.inc, h.seq = req.Incarnation, req.Sequence
+	}
 }
 
 // Status returns a snapshot of the server's leadership and resources.
@@ -1088,7 +1225,7 @@ func (s *Server) Status() Status {
 		}
 		for _, h := range r.list {
 			rs.Wants += h.wants
-			rs.Held += max(h.heldF, h.prevF)
+			rs.Held += h.holds()
 		}
 		r.mu.Unlock()
 		st.Resources = append(st.Resources, rs)

@@ -37,8 +37,14 @@ import (
 // The leases of the whole tree stay within the root's capacity: a parent
 // counts a child's lowered lease at its old size until the child confirms
 // the lower one (reporting that it and its clients hold no more) or the
-// old lease expires. While a parent is unreachable the bound is the safe
-// capacities its children hand out.
+// old lease expires. A child that restarts (a new Server under the same
+// client id at its parent) knows only the clients that report to it while
+// the others keep the leases its previous life cut for them: its parent
+// sees a new incarnation of the client and counts the previous life's
+// grant, on top of the new one's, until that grant expires, whatever the
+// new life reports. A restarted server learns, as a new master does, so a
+// restarted root is covered too. While a parent is unreachable the bound
+// is the safe capacities its children hand out.
 
 // WithParent makes the server a child in a server tree: the capacity of
 // each resource is what it leases from the servers at addrs (the parent
@@ -156,19 +162,31 @@ func (l *treeLink) giveUp(res *Resource) {
 }
 
 func (l *treeLink) close() error {
-	l.mu.Lock()
-	var cs []*Client
-	for _, band := range l.band {
-		cs = append(cs, band...)
-	}
-	l.mu.Unlock()
 	var err error
-	for _, c := range cs {
+	for _, c := range l.clients() {
 		if e := c.Close(); e != nil {
 			err = e
 		}
 	}
 	return err
+}
+
+// abandon stops the link's clients without giving their leases back.
+func (l *treeLink) abandon() {
+	for _, c := range l.clients() {
+		c.Abandon()
+	}
+}
+
+// clients returns the link's clients, of all bands.
+func (l *treeLink) clients() []*Client {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var cs []*Client
+	for _, band := range l.band {
+		cs = append(cs, band...)
+	}
+	return cs
 }
 
 // upstream is a resource's leases from the parent, one per band.
@@ -257,7 +275,7 @@ func (s *Server) reportUpstream(r *resource) {
 		// parent accepts.
 		b.wants = addSat(b.wants, h.wants)
 		b.weight = addSat(b.weight, h.weight)
-		b.held += float64(h.counted()) * r.q
+		b.held += h.holds()
 	}
 	if r.up != nil {
 		for p, u := range r.up.bands {
@@ -351,6 +369,20 @@ func (s *Server) Close() error {
 	}
 	s.parent.once.Do(func() { close(s.parent.stop) })
 	return s.parent.close()
+}
+
+// Abandon stops a server as a crash of its process would: a server with a
+// parent stops asking it for capacity and gives no lease back (the parent
+// counts them until they expire). The server answers requests still, so
+// detach it from the network first. A new Server with the same
+// configuration and parent client id is then the process restarted with
+// its state lost. For simulations and tests. Idempotent.
+func (s *Server) Abandon() {
+	if s.parent == nil {
+		return
+	}
+	s.parent.once.Do(func() { close(s.parent.stop) })
+	s.parent.abandon()
 }
 
 // sweep drops the resources the server's clients left every DropInterval

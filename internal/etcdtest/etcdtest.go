@@ -50,6 +50,8 @@ type Server struct {
 	dir        string
 	clientPort int
 	peerPort   int
+	name       string // the member's name, "test" when alone
+	cluster    string // --initial-cluster, this member alone when ""
 
 	proc testproc.Slot
 }
@@ -101,14 +103,18 @@ func (s *Server) dataDir() string { return s.dir + "/data" }
 
 func (s *Server) args() []string {
 	peer := s.url(s.peerPort)
+	name, cluster := s.name, s.cluster
+	if name == "" {
+		name, cluster = "test", "test="+peer
+	}
 	return []string{
-		"--name", "test",
+		"--name", name,
 		"--data-dir", s.dataDir(),
 		"--listen-client-urls", s.Endpoints[0],
 		"--advertise-client-urls", s.Endpoints[0],
 		"--listen-peer-urls", peer,
 		"--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "test=" + peer,
+		"--initial-cluster", cluster,
 		"--initial-cluster-state", "new",
 		"--logger", "zap", "--log-level", "warn", "--log-outputs", "stderr",
 	}

@@ -66,3 +66,25 @@ func TestStartPauseResumeKillRestart(t *testing.T) {
 	s.Kill() // kills a paused server too
 	s.Kill() // and is idempotent
 }
+
+// TestCluster: a cluster of three members elects a leader; once the
+// leader is killed the other two elect another, and the killed member
+// comes back with its data.
+func TestCluster(t *testing.T) {
+	c := StartCluster(t, 3)
+	l := c.Leader(t, 5*time.Second)
+	l.Kill()
+	rest := &Cluster{}
+	for _, m := range c.Members {
+		if m != l {
+			rest.Members = append(rest.Members, m)
+		}
+	}
+	if l2 := rest.Leader(t, 10*time.Second); l2 == l {
+		t.Fatal("the killed member is still the leader")
+	}
+	l.Restart(t)
+	if err := Healthy(l.Endpoints[0], 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}

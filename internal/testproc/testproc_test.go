@@ -172,3 +172,23 @@ func TestUnavailableIsReported(t *testing.T) {
 		t.Fatalf("skip report\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestSampler: the sampler records the worst sum and how long, per step,
+// it was above the bound.
+func TestSampler(t *testing.T) {
+	var v atomic.Int64
+	s := Sample(time.Millisecond, 10, func() float64 { return float64(v.Load()) })
+	s.Step("under")
+	time.Sleep(20 * time.Millisecond)
+	s.Step("over")
+	v.Store(12)
+	time.Sleep(20 * time.Millisecond)
+	v.Store(0)
+	worst, over := s.Stop()
+	if worst != 12 || over["over"] == 0 || over["under"] != 0 {
+		t.Fatalf("worst %v, over %v", worst, over)
+	}
+	if w, _ := s.Stop(); w != worst {
+		t.Fatal("a second Stop changed the result")
+	}
+}

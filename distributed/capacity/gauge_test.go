@@ -1,0 +1,220 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestFaultGaugeUnitsInFlight: A holds 10 units of a gauge of capacity 10
+// when B asks for 10; A's lease drops to 5, but the semaphore does not
+// take held units back. A reports what it holds, max(lease, units held),
+// so the server counts A's 10 until A has released units: sampled every
+// 10ms while B takes every unit its lease allows, the units held add up
+// to at most 10, and B gets its 5 once A is down to its lease.
+func TestFaultGaugeUnitsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+		s, err := NewServer(cfg, WithSeed(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second) // past learning
+		n := new(Network)
+		n.Attach("s1", s)
+		gauge := func(id string) *GaugeResource {
+			c := dialClient(t, n, []string{"s1"}, WithClientID(id), WithMode(Pessimistic), WithMinRefreshGap(0))
+			g, err := c.Gauge("r", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		a := gauge("a")
+		time.Sleep(time.Second)
+		var releases []func()
+		for range 10 {
+			d, release, err := a.TryHold(t.Context(), "", 1)
+			if err != nil || !d.Allowed {
+				t.Fatalf("a's unit %d of its lease of 10: %+v, %v", len(releases)+1, d, err)
+			}
+			releases = append(releases, release)
+		}
+		b := gauge("b")
+		worst := 0
+		sample := func(d time.Duration) {
+			for end := time.Now().Add(d); time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+				for {
+					if d, release, _ := b.TryHold(t.Context(), "", 1); !d.Allowed {
+						break
+					} else {
+						releases = append(releases, release) // b keeps them
+					}
+				}
+				if sum := a.InFlight() + b.InFlight(); sum > worst {
+					worst = sum
+					if sum > 10 {
+						t.Errorf("t=%v: units held %d (a %d, b %d) > 10", time.Now(), sum, a.InFlight(), b.InFlight())
+					}
+				}
+			}
+		}
+		sample(40 * time.Second) // several of a's old leases expire
+		for _, release := range releases[:5] {
+			release() // a is down to its share
+		}
+		sample(10 * time.Second)
+		if got := b.InFlight(); got != 5 {
+			t.Errorf("b holds %d units once a released 5, want 5", got)
+		}
+		t.Logf("worst units held %d of 10", worst)
+	})
+}
+
+// TestFaultGaugeTreeRandom: four gauge clients of two leaves under a
+// root of 20 take every unit their leases allow, release some at random
+// and change their wants, on virtual time, for 40 seeds of 2 minutes:
+// sampled every 10ms, the units they hold add up to at most 20.
+func TestFaultGaugeTreeRandom(t *testing.T) {
+	for seed := range uint64(40) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { gaugeTreeRun(t, seed) })
+		})
+	}
+}
+
+func gaugeTreeRun(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	cfg := Config{Resources: []Template{{ID: "*", Capacity: 20, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+	net := new(Network)
+	newTree(t, net, cfg, []treeNode{{"root", ""}, {"leaf1", "root"}, {"leaf2", "root"}})
+	time.Sleep(10 * time.Second) // all learn
+	type gauge struct {
+		g        *GaugeResource
+		releases []func()
+	}
+	var gs []*gauge
+	for i, leaf := range []string{"leaf1", "leaf1", "leaf2", "leaf2"} {
+		c := dialClient(t, net, []string{leaf}, WithClientID(fmt.Sprint("g", i)), WithMode(Pessimistic), WithMinRefreshGap(0))
+		g, err := c.Gauge("r", float64(1+rng.IntN(20)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, &gauge{g: g})
+	}
+	worst := 0
+	for now := time.Duration(0); now < 2*time.Minute; now += 10 * time.Millisecond {
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		x := gs[rng.IntN(len(gs))]
+		switch rng.IntN(100) {
+		case 0: // give back some units
+			n := rng.IntN(len(x.releases) + 1)
+			for _, release := range x.releases[:n] {
+				release()
+			}
+			x.releases = x.releases[n:]
+		case 1:
+			_ = x.g.SetWants(float64(rng.IntN(21)))
+		}
+		sum := 0
+		for _, y := range gs {
+			for { // take every unit the lease allows
+				d, release, _ := y.g.TryHold(t.Context(), "", 1)
+				if !d.Allowed {
+					break
+				}
+				y.releases = append(y.releases, release)
+			}
+			sum += y.g.InFlight()
+		}
+		if sum > worst {
+			worst = sum
+			if sum > 20 {
+				for _, y := range gs {
+					l, ok := y.g.Lease()
+					t.Logf("%s: in flight %d, capacity %v, lease %+v %v, wants %v", y.g.c.ID(), y.g.InFlight(), y.g.Capacity(), l, ok, y.g.Wants())
+				}
+				t.Fatalf("t=%v: units held add up to %d > 20", now, sum)
+			}
+		}
+	}
+	for _, y := range gs {
+		for _, release := range y.releases {
+			release()
+		}
+	}
+}
+
+// TestFaultGaugeFailover: a holds 10 units of 10 and then wants only 5;
+// the master fails, and the new one learns: a reports its 10 units, which
+// the new master must count, although it confirms a lease of 5, so that b
+// gets nothing until a has released units.
+func TestFaultGaugeFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+		e := &testElection{}
+		e.elect("s1")
+		n := new(Network)
+		var cancels []context.CancelFunc
+		for _, addr := range []string{"s1", "s2"} {
+			s, err := NewServer(cfg, WithSeed(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancels = append(cancels, cancel)
+			go s.Run(ctx, e, addr)
+			n.Attach(addr, s)
+		}
+		defer func() {
+			for _, c := range cancels {
+				c()
+			}
+		}()
+		time.Sleep(10 * time.Second)
+		gauge := func(id string, wants float64) *GaugeResource {
+			c := dialClient(t, n, []string{"s1", "s2"}, WithClientID(id), WithMode(Pessimistic), WithMinRefreshGap(0))
+			g, err := c.Gauge("r", wants)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		a := gauge("a", 10)
+		time.Sleep(time.Second)
+		release, err := a.Hold(t.Context(), "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = a.SetWants(5)
+		time.Sleep(5 * time.Second)
+		n.SetDown("s1", true)
+		cancels[0]()
+		e.elect("s2")
+		b := gauge("b", 10)
+		worst := 0
+		for range 3000 { // 30s
+			time.Sleep(10 * time.Millisecond)
+			for {
+				d, _, _ := b.TryHold(t.Context(), "", 1)
+				if !d.Allowed {
+					break
+				}
+			}
+			worst = max(worst, a.InFlight()+b.InFlight())
+		}
+		if worst > 10 {
+			t.Errorf("units held add up to %d of 10 across the failover", worst)
+		}
+		release() // a is down to its share: b gets the other half
+		time.Sleep(10 * time.Second)
+		if c := b.Capacity(); c != 5 {
+			t.Errorf("b may use %v once a released its units, want 5", c)
+		}
+	})
+}
