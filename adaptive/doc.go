@@ -1,6 +1,10 @@
 // Package adaptive protects a service and its dependencies from overload
 // without a hand-set limit.
 //
+//	lim, err := adaptive.New(&adaptive.Gradient2{}, adaptive.Config{Initial: 20})
+//	// as any concurrency limit: around a call (or in httplimit, grpclimit)
+//	rows, err := throttle.Wrap(lim, "db", query)(ctx)
+//
 // A Limiter is a concurrency limit that finds itself: the number of
 // requests in flight it admits moves with the latency and the failures the
 // callers report when they release, the way TCP congestion control moves

@@ -3,6 +3,10 @@
 // deny list that is always refused, and a default, read from a JSON
 // document that can be reloaded while the service runs.
 //
+//	l, err := rules.Open("/etc/throttle/limits.json") // reloaded when the file changes
+//	defer l.Close()
+//	d, err := l.Allow(ctx, "partner:acme", 1) // the limit of partner:acme's rule
+//
 // A Limiter routes every call to the keyed limiter of the limit that
 // applies to the key (by default a tokenbucket.Limiter for a rate and
 // burst, a slidingwindow.Limiter for a limit per window), or, with

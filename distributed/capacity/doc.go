@@ -1,6 +1,11 @@
 // Package capacity shares the capacity of resources among many
 // distributed clients with leases: global client-side rate limiting.
 //
+//	c, err := capacity.NewClient(capacity.NewHTTPTransport(http.DefaultClient),
+//		[]string{"http://capacityd.internal:7400"}, capacity.WithClientID(host))
+//	db, err := c.Rate("db.queries", 500) // wants 500/s; upholds what it is granted
+//	d, err := db.Allow(ctx, "", 1)
+//
 // Each client tells a server how much of a resource it wants; the server
 // divides the resource's capacity among all the clients that want it
 // (with Allocate: weighted max-min fairness in strict priority bands, or

@@ -3,6 +3,13 @@
 // for many local workers, deciding locally with a gossip-adjusted token
 // bucket (package gossip) that peers on other hosts keep in step.
 //
+//	cfg := daemon.DefaultConfig()
+//	cfg.Listen = []string{"unix:/run/throttled.sock"}
+//	cfg.Default = daemon.Limit{Rate: "10/s", Burst: 20}
+//	s, err := daemon.New(cfg, slog.Default())
+//	err = s.Start()
+//	defer s.Shutdown(ctx)
+//
 // # Protocol
 //
 // A client connects over TCP or a Unix socket and sends a tag followed by

@@ -1,6 +1,11 @@
 // Package etcdelection elects the master of a level of capacity servers
 // on etcd, implementing capacity.Election.
 //
+//	e, err := etcdelection.New(etcdClient, "/throttle/capacity/root")
+//	err = e.Campaign(ctx, "10.0.0.1:7000", func(l capacity.Leadership) {
+//		// l.IsMaster: serve (learning first); l.Master: redirect there
+//	})
+//
 // Every replica holds an etcd lease (a concurrency.Session) and puts a key
 // under a common prefix, attached to that lease, whose value is the
 // replica's address. The replica whose key was created first is the

@@ -11,6 +11,12 @@
 // success ends the backoff, so the client answers for real again at most
 // one maximum backoff after the daemon comes back.
 //
+//	c, err := client.New("unix", "/run/throttled.sock")
+//	defer c.Close()
+//	if ok, err := c.Check(ctx, clientIP); !ok {
+//		// throttle: answer 429 (err says why when the daemon failed)
+//	}
+//
 // The timeout must exceed the longest the daemon may take to answer: with
 // routing "owner", a query whose owner does not answer is decided on the
 // daemon's fallback bucket after its forward_timeout (default 50 ms),
