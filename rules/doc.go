@@ -3,8 +3,9 @@
 // deny list that is always refused, and a default, read from a JSON
 // document that can be reloaded while the service runs.
 //
-//	l, err := rules.Open("/etc/throttle/limits.json") // reloaded when the file changes
+//	l, err := rules.Open("/etc/throttle/limits.json")
 //	defer l.Close()
+//	go l.Watch(ctx, 10*time.Second) // reload when the file changes
 //	d, err := l.Allow(ctx, "partner:acme", 1) // the limit of partner:acme's rule
 //
 // A Limiter routes every call to the keyed limiter of the limit that
