@@ -19,6 +19,9 @@ import (
 var srv *pgtest.Server
 
 func TestMain(m *testing.M) {
+	if hotChild() {
+		return
+	}
 	os.Exit(testproc.ServerMain(m, pgtest.EnvRequire, pgtest.ErrNoServer, func() (func(), error) {
 		s, err := pgtest.StartServer()
 		if err != nil {
@@ -48,10 +51,18 @@ func newPool(t testing.TB, s *pgtest.Server, conns int32) *pgxpool.Pool {
 
 var tableSeq atomic.Int64
 
+// newTableName returns a table name no other test uses.
+func newTableName() string { return fmt.Sprintf("t%d_%d", os.Getpid(), tableSeq.Add(1)) }
+
 // newStore returns a Store over a table of its own in db.
 func newStore(t testing.TB, db pglimit.DB, opts ...pglimit.Option) *pglimit.Store {
 	t.Helper()
-	name := fmt.Sprintf("t%d_%d", os.Getpid(), tableSeq.Add(1))
+	return newStoreOn(t, db, newTableName(), opts...)
+}
+
+// newStoreOn returns a Store over the table name in db, created if need be.
+func newStoreOn(t testing.TB, db pglimit.DB, name string, opts ...pglimit.Option) *pglimit.Store {
+	t.Helper()
 	s, err := pglimit.New(db, append([]pglimit.Option{pglimit.WithTable(name)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -251,3 +251,21 @@ func TestServerKilled(t *testing.T) {
 		t.Fatalf("admitted %d in all across the restart, want exactly %d", got, limit)
 	}
 }
+
+// TestServerDurability: the test server runs with PostgreSQL's production
+// durability (fsync, synchronous_commit and full_page_writes on), so that
+// the tests and benchmarks of this package pay what a deployment pays for
+// a commit.
+func TestServerDurability(t *testing.T) {
+	srv.NeedOwn(t)
+	pool := newPool(t, srv, 1)
+	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes"} {
+		var v string
+		if err := pool.QueryRow(context.Background(), "SHOW "+name).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v != "on" {
+			t.Errorf("%s = %s, want on", name, v)
+		}
+	}
+}
