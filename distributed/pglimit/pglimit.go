@@ -172,10 +172,17 @@ func New(db DB, opts ...Option) (*Store, error) {
 }
 
 // CreateTable creates the table and its index on expires if they do not
-// exist.
+// exist. It is safe to call from many processes at once (replicas
+// starting together): the calls on one table name take turns under a
+// transaction-scoped advisory lock, since CREATE ... IF NOT EXISTS alone
+// fails on a concurrent creation.
 func (s *Store) CreateTable(ctx context.Context) error {
 	idx := s.table[strings.LastIndexByte(s.table, '.')+1:] + "_expires"
-	_, err := s.db.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+s.table+
+	// One Exec of several statements without arguments is one implicit
+	// transaction, which holds the lock to its end. The table name is
+	// an identifier (checked by New), safe in a literal.
+	_, err := s.db.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('throttle pglimit "+s.table+"'));"+
+		" CREATE TABLE IF NOT EXISTS "+s.table+
 		" (key bytea PRIMARY KEY, state bigint NOT NULL, expires timestamptz NOT NULL);"+
 		" CREATE INDEX IF NOT EXISTS "+idx+" ON "+s.table+" (expires)")
 	return err
