@@ -17,6 +17,13 @@
 //	state   bigint NOT NULL      -- the Algorithm's state, offset by its fresh state
 //	expires timestamptz NOT NULL -- from then on the state decides as a fresh one
 //
+// A key of up to MaxKeyLen bytes is stored as it is. A longer one (a
+// limiter whose WithMaxKeyLen allows it) is stored as its SHA-256 digest,
+// in a form of MaxKeyLen+1 bytes that no shorter key has: a B-tree
+// entry of PostgreSQL holds about 2.7 KB at most, so a longer key could
+// not be stored as it is, and distinct keys stay distinct but for a
+// SHA-256 collision.
+//
 // One table may serve several limiters if their keys differ (prefix
 // them); two limiters of different algorithms on one key read each
 // other's state as corrupt (an error wrapping throttle.ErrInvalid).
@@ -78,6 +85,7 @@ package pglimit
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -100,6 +108,10 @@ type DB interface {
 
 // DefaultTable is the table a Store uses unless WithTable names another.
 const DefaultTable = "throttle_state"
+
+// MaxKeyLen is the longest key stored as it is; a longer key is stored as
+// its digest (see "The table").
+const MaxKeyLen = 1024
 
 // DefaultTimeout bounds each call of a Store unless WithTimeout says
 // otherwise.
@@ -193,7 +205,7 @@ func (s *Store) Load(ctx context.Context, key string, now int64) (int64, error) 
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var state int64
-	err := s.db.QueryRow(ctx, s.load, []byte(key), floorMicro(now)).Scan(&state)
+	err := s.db.QueryRow(ctx, s.load, dbKey(key), floorMicro(now)).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -215,9 +227,9 @@ func (s *Store) CompareAndSwapLoad(ctx context.Context, key string, old, next, n
 	defer cancel()
 	var row pgx.Row
 	if old == 0 {
-		row = s.db.QueryRow(bctx, s.insert, []byte(key), next, floorMicro(now), ceilMicro(expires))
+		row = s.db.QueryRow(bctx, s.insert, dbKey(key), next, floorMicro(now), ceilMicro(expires))
 	} else {
-		row = s.db.QueryRow(bctx, s.update, []byte(key), old, next, floorMicro(now), ceilMicro(expires))
+		row = s.db.QueryRow(bctx, s.update, dbKey(key), old, next, floorMicro(now), ceilMicro(expires))
 	}
 	var swapped bool
 	var state int64
@@ -227,6 +239,20 @@ func (s *Store) CompareAndSwapLoad(ctx context.Context, key string, old, next, n
 		return state, false, err
 	}
 	return state, err == nil && swapped, err
+}
+
+// dbKey is key as stored: its bytes, or for a key longer than MaxKeyLen
+// its SHA-256 digest at the end of MaxKeyLen+1 bytes starting with a
+// mark.
+func dbKey(key string) []byte {
+	if len(key) <= MaxKeyLen {
+		return []byte(key)
+	}
+	b := make([]byte, MaxKeyLen+1)
+	copy(b, "throttle: SHA-256 of a long key\x00")
+	sum := sha256.Sum256([]byte(key))
+	copy(b[len(b)-len(sum):], sum[:])
+	return b
 }
 
 // conflict reports whether err is PostgreSQL refusing the statement

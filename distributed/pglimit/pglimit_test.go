@@ -3,6 +3,7 @@ package pglimit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/internal/pgtest"
 	"github.com/throttlekit/throttle/internal/testproc"
+	"github.com/throttlekit/throttle/storelimit"
 	"github.com/throttlekit/throttle/storelimit/storetest"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -309,5 +311,36 @@ func TestCreateTableTogether(t *testing.T) {
 	l := storetest.NewLimiter(t, newStoreOn(t, pool, name), a, throttletest.NewClock())
 	if d, err := l.Allow(context.Background(), "k", 1); err != nil || !d.Allowed {
 		t.Fatalf("Allow on the table: %+v, %v", d, err)
+	}
+}
+
+// TestLongKeys: keys longer than a B-tree entry holds (about 2.7 KB), up
+// to 1 MiB, work when the limiter allows them (before, every one failed
+// with ErrUnavailable, which fail-open admits and a breaker counts
+// against every key); keys that differ in their last byte only, and a
+// short key equal to a long one's stored form, are keys of their own.
+func TestLongKeys(t *testing.T) {
+	a, err := tokenbucket.NewAlgorithm(throttle.PerSecond(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := storelimit.New(newStore(t, newPool(t, srv, 2)), a, throttle.WithClock(throttletest.NewClock()), throttle.WithMaxKeyLen(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("k", 1<<20-1)
+	keys := []string{
+		strings.Repeat("a", pglimit.MaxKeyLen), strings.Repeat("a", pglimit.MaxKeyLen+1),
+		strings.Repeat("x", 3000) + "1", strings.Repeat("x", 3000) + "2",
+		long + "1", long + "2",
+		"throttle: SHA-256 of a long key\x00",
+	}
+	for _, want := range []bool{true, false} {
+		for _, k := range keys {
+			d, err := l.Allow(context.Background(), k, 1)
+			if err != nil || d.Allowed != want {
+				t.Fatalf("Allow(key of %d bytes) = %+v, %v; want allowed %v", len(k), d, err, want)
+			}
+		}
 	}
 }
