@@ -3,6 +3,7 @@ package pglimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -341,6 +342,112 @@ func TestLongKeys(t *testing.T) {
 			if err != nil || d.Allowed != want {
 				t.Fatalf("Allow(key of %d bytes) = %+v, %v; want allowed %v", len(k), d, err, want)
 			}
+		}
+	}
+}
+
+// TestRowLocked: a transaction left open on a key's row (a stuck
+// migration, a debugging session) makes the decisions on that key wait
+// for its lock: each ends within the Store's timeout as a whole with an
+// error wrapping ErrUnavailable and DeadlineExceeded, or, under a
+// server-side statement_timeout shorter than that, with the server's
+// cancellation (SQLSTATE 57014), also ErrUnavailable; other keys are not
+// held up; once the transaction ends, the key decides exactly again.
+func TestRowLocked(t *testing.T) {
+	a, err := fixedwindow.NewAlgorithm(3, time.Hour, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "100"
+	short, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	pool := newPool(t, srv, 4)
+	name := newTableName()
+	clk := throttletest.NewClock()
+	l := storetest.NewLimiter(t, newStoreOn(t, pool, name, pglimit.WithTimeout(300*time.Millisecond)), a, clk)
+	ls := storetest.NewLimiter(t, newStoreOn(t, short, name), a, clk)
+	if d, err := l.Allow(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("first Allow: %+v, %v", d, err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+name+" FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		l    *storelimit.Limiter
+		want error
+	}{{"store timeout", l, context.DeadlineExceeded}, {"statement_timeout", ls, throttle.ErrUnavailable}} {
+		start := time.Now()
+		_, err := c.l.Allow(ctx, "k", 1)
+		if took := time.Since(start); !errors.Is(err, throttle.ErrUnavailable) || !errors.Is(err, c.want) || took > time.Second {
+			t.Fatalf("%s: a decision on a locked row: %v after %v, want ErrUnavailable (%v) within a second", c.name, err, took, c.want)
+		}
+	}
+	if d, err := l.Allow(ctx, "other", 1); err != nil || !d.Allowed {
+		t.Fatalf("another key while the row is locked: %+v, %v", d, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 1 // before the lock; the failed calls may have been charged (at most 2)
+	for {
+		d, err := l.Allow(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+		admitted++
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d in all after the lock ended, want 3 (the failed calls charged nothing: their statements were cancelled)", admitted)
+	}
+}
+
+// TestTableGrowth: keys that come and go on a moving clock (100 new keys
+// every 1.5 s, 6 times, each full again a second after its call) leave
+// their rows behind only until Sweep: the table does not grow, each
+// Sweep deleting every row expired.
+func TestTableGrowth(t *testing.T) {
+	a, err := tokenbucket.NewAlgorithm(throttle.PerSecond(10), 10) // full again 1s after a call
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, srv, 4)
+	name := newTableName()
+	s := newStoreOn(t, pool, name)
+	clk := throttletest.NewClock()
+	l := storetest.NewLimiter(t, s, a, clk)
+	ctx := context.Background()
+	for sec := range 6 {
+		for i := range 100 {
+			if _, err := l.Allow(ctx, fmt.Sprintf("s%d-k%d", sec, i), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Advance(1500 * time.Millisecond)
+		if _, err := s.Sweep(ctx, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		var rows int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+name).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if rows != 0 {
+			t.Fatalf("after second %d and a Sweep: %d rows, want 0 (every key expired)", sec, rows)
 		}
 	}
 }
