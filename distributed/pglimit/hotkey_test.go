@@ -161,7 +161,9 @@ func checkHot(t *testing.T, hs []hotLoad) {
 }
 
 // hotSpec returns a load on a new table of srv starting in a moment. Its
-// burst is half a second of the rate, so that a process descheduled for
+// timeout is generous, so that a busy machine fails no decision (that a
+// decision ends within the timeout is TestRowLocked's and storelimit's
+// TestDecisionBoundedByTimeout's); its burst is half a second of the rate, so that a process descheduled for
 // less than that on a busy machine loses no tokens to a full bucket (what
 // a smaller burst loses is measured in docs/performance.md).
 func hotSpec(t *testing.T, workers, rate int, d time.Duration) hotLoad {
@@ -169,7 +171,7 @@ func hotSpec(t *testing.T, workers, rate int, d time.Duration) hotLoad {
 	newStoreOn(t, newPool(t, srv, 1), name)
 	start := time.Now().Add(500 * time.Millisecond)
 	return hotLoad{URL: srv.URL, Table: name, Workers: workers, Rate: rate, Burst: rate / 2,
-		Start: start.UnixNano(), End: start.Add(d).UnixNano(), Timeout: 500 * time.Millisecond}
+		Start: start.UnixNano(), End: start.Add(d).UnixNano(), Timeout: 5 * time.Second}
 }
 
 // TestHotKey: 16 goroutines of one process on one key limited to 2000/s,
