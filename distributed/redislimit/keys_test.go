@@ -18,7 +18,7 @@ import (
 // over WithMaxKeyLen is refused with ErrInvalid, never ErrUnavailable.
 func TestLongKeys(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
-	opts := []Option{WithPrefix(uniquePrefix()), WithOptions(throttle.WithClock(throttletest.NewClock()), throttle.WithMaxKeyLen(1<<20))}
+	opts := []Option{WithPrefix(uniquePrefix()), WithTimeout(5 * time.Second), WithOptions(throttle.WithClock(throttletest.NewClock()), throttle.WithMaxKeyLen(1<<20))}
 	tb, err := NewTokenBucket(c, throttle.PerSecond(1), 1, opts...)
 	if err != nil {
 		t.Fatal(err)
