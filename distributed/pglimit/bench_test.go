@@ -2,6 +2,7 @@ package pglimit_test
 
 import (
 	"context"
+	"flag"
 	"runtime"
 	"slices"
 	"strconv"
@@ -26,12 +27,14 @@ import (
 // BenchmarkBackends measures decisions per second of one token bucket
 // (burst 100, 1000/s) per key kept in PostgreSQL (storelimit over this
 // package's Store, the server running with fsync and synchronous_commit
-// on), in Redis (redislimit's script) and in memory (storelimit.Memory,
-// the cost of the loop itself), in one run, on the real (moving) clock:
-// 16 goroutines over 16 connections, on 1000 keys (mostly admissions) and
-// on one hot key (mostly denials, the limit's 1000/s admitted). It reports
-// decisions/s, admitted/s, the 99th percentile of a decision's latency
-// and, for PostgreSQL, the statements sent per decision (round-trips/op).
+// on; and with synchronous_commit off for the limiter's connections), in
+// Redis (redislimit's script) and in memory (storelimit.Memory, the cost
+// of the loop itself), in one run, on the real (moving) clock: 16
+// goroutines over 16 connections (-pglimit.callers sets another number),
+// on 1000 keys (mostly admissions) and on one hot key (mostly denials,
+// the limit's 1000/s admitted). It reports decisions/s, admitted/s, the
+// 99th percentile of a decision's latency and, for PostgreSQL, the
+// statements sent per decision (round-trips/op).
 func BenchmarkBackends(b *testing.B) {
 	rate, burst := throttle.PerSecond(1000), 100
 	alg, err := tokenbucket.NewAlgorithm(rate, burst)
@@ -47,7 +50,7 @@ func BenchmarkBackends(b *testing.B) {
 			// Statements are counted but for the SELECT after a conflict,
 			// which READ COMMITTED never needs.
 			statements.Store(0)
-			s := storetest.Counted(newStore(b, newPool(b, srv, 16), benchTimeout), &statements)
+			s := storetest.Counted(newStore(b, newPool(b, srv, int32(*callers)), benchTimeout), &statements)
 			return newLimiter(b, s, alg)
 		}},
 		{"postgres-async", func(b *testing.B) throttle.Limiter {
@@ -58,7 +61,7 @@ func BenchmarkBackends(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			cfg.MaxConns = 16
+			cfg.MaxConns = int32(*callers)
 			cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 			if err != nil {
@@ -68,7 +71,7 @@ func BenchmarkBackends(b *testing.B) {
 			return newLimiter(b, storetest.Counted(newStore(b, pool, benchTimeout), &statements), alg)
 		}},
 		{"redis", func(b *testing.B) throttle.Limiter {
-			c := redis.NewClient(&redis.Options{Addr: redistest.Start(b).Addr, PoolSize: 16})
+			c := redis.NewClient(&redis.Options{Addr: redistest.Start(b).Addr, PoolSize: *callers})
 			b.Cleanup(func() { c.Close() })
 			l, err := redislimit.NewTokenBucket(c, rate, burst, redislimit.WithTimeout(10*time.Second))
 			if err != nil {
@@ -96,14 +99,14 @@ func BenchmarkBackends(b *testing.B) {
 	}
 }
 
-// runParallel runs b.N decisions of one unit on l from about 16
+// runParallel runs b.N decisions of one unit on l from about *callers
 // goroutines over keys keys and returns how many were admitted and the
 // 99th percentile of their latency.
 func runParallel(b *testing.B, l throttle.Limiter, keys int) (int64, time.Duration) {
 	var seq, admitted atomic.Int64
 	var mu sync.Mutex
 	var lat []time.Duration
-	b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0))) // about 16 goroutines
+	b.SetParallelism(max(1, *callers/runtime.GOMAXPROCS(0))) // about *callers goroutines
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		var mine []time.Duration
@@ -142,6 +145,10 @@ func newLimiter(t testing.TB, s throttle.Store, a throttle.Algorithm) *storelimi
 	}
 	return l
 }
+
+// callers is how many goroutines, over as many connections, the
+// benchmarks run.
+var callers = flag.Int("pglimit.callers", 16, "goroutines (and connections) of BenchmarkBackends")
 
 // benchTimeout is generous: the benchmark measures throughput on a machine
 // that may be busy, not faults.
