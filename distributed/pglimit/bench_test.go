@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttle"
@@ -57,17 +56,7 @@ func BenchmarkBackends(b *testing.B) {
 			// synchronous_commit off for the limiter's connections: a
 			// commit does not wait for its WAL flush.
 			statements.Store(0)
-			cfg, err := pgxpool.ParseConfig(srv.URL)
-			if err != nil {
-				b.Fatal(err)
-			}
-			cfg.MaxConns = int32(*callers)
-			cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(pool.Close)
+			pool := newPoolWith(b, srv, int32(*callers), map[string]string{"synchronous_commit": "off"})
 			return newLimiter(b, storetest.Counted(newStore(b, pool, benchTimeout), &statements), alg)
 		}},
 		{"redis", func(b *testing.B) throttle.Limiter {

@@ -3,6 +3,7 @@ package pglimit_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -36,11 +37,27 @@ func TestMain(m *testing.M) {
 // end of the test.
 func newPool(t testing.TB, s *pgtest.Server, conns int32) *pgxpool.Pool {
 	t.Helper()
+	return newPoolWith(t, s, conns, nil)
+}
+
+// newFastPool is newPool with synchronous_commit off: commits do not wait
+// for their WAL flush, for the tests of decisions that make thousands of
+// them (durability is TestServerKilled's).
+func newFastPool(t testing.TB, s *pgtest.Server, conns int32) *pgxpool.Pool {
+	t.Helper()
+	return newPoolWith(t, s, conns, map[string]string{"synchronous_commit": "off"})
+}
+
+// newPoolWith is newPool with the server settings params for its
+// connections.
+func newPoolWith(t testing.TB, s *pgtest.Server, conns int32, params map[string]string) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(s.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.MaxConns = conns
+	maps.Copy(cfg.ConnConfig.RuntimeParams, params)
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

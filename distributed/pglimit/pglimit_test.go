@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/pglimit"
 	"github.com/throttlekit/throttle/fixedwindow"
@@ -24,11 +22,12 @@ import (
 )
 
 // TestConformance: a table passes the Store conformance test for every
-// algorithm: throttletest's suite (but its long bound check, which the
+// algorithm (commits not waiting for their flush: the test is of
+// decisions): throttletest's suite (but its long bound check, which the
 // in-memory store runs), the same decisions as the in-process limiters on
 // a random trace, and 32 goroutines on one key.
 func TestConformance(t *testing.T) {
-	pool := newPool(t, srv, 16)
+	pool := newFastPool(t, srv, 16)
 	storetest.Run(t, storetest.Config{
 		New:     func(t testing.TB) throttle.Store { return newStore(t, pool) },
 		Steps:   600,
@@ -60,17 +59,7 @@ func TestSerializable(t *testing.T) {
 	}
 	for _, level := range []string{"serializable", "repeatable read"} {
 		t.Run(level, func(t *testing.T) {
-			cfg, err := pgxpool.ParseConfig(srv.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.MaxConns = 16
-			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = level
-			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Close()
+			pool := newPoolWith(t, srv, 16, map[string]string{"default_transaction_isolation": level})
 			var got string
 			if err := pool.QueryRow(context.Background(), "SHOW transaction_isolation").Scan(&got); err != nil || got != level {
 				t.Fatalf("isolation %q, %v; want %q", got, err, level)
@@ -359,16 +348,7 @@ func TestRowLocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "100"
-	short, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer short.Close()
+	short := newPoolWith(t, srv, 4, map[string]string{"statement_timeout": "100"})
 	pool := newPool(t, srv, 4)
 	name := newTableName()
 	clk := throttletest.NewClock()
@@ -426,7 +406,7 @@ func TestTableGrowth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := newPool(t, srv, 4)
+	pool := newFastPool(t, srv, 4)
 	name := newTableName()
 	s := newStoreOn(t, pool, name)
 	clk := throttletest.NewClock()
