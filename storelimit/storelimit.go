@@ -40,8 +40,9 @@
 // ends while it waits leaves at once and is not decided; one whose
 // context ends while its round is in flight fails, its units possibly
 // charged (as when a store's reply is lost). A round runs until the
-// latest deadline of its calls, whether or not the caller leading it
-// cancels.
+// latest deadline of the calls waiting when the previous one ended (those
+// that join it later and have a later deadline fail at that one, never
+// after their own), whether or not the caller leading it cancels.
 //
 // # Timeouts
 //
