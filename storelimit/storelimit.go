@@ -21,10 +21,35 @@
 //
 // On a throttle.LoadingStore the Limiter first decides on the state it
 // last saw of the key (kept in a two-way table of 4096 guesses by a hash
-// of the key, 64 KiB): an admission whose guess holds is then one call to the
-// store, and a wrong guess costs nothing but the call that corrects it,
-// since the swap fails and returns the state. A denial is decided on a
-// state read from the store in the same call, as above.
+// of the key, 96 KiB, with the expiry of the states it wrote): an
+// admission whose guess holds is then one call to the store, and a wrong
+// guess costs nothing but the call that corrects it, since the swap fails
+// and returns the state. A denial is decided on a state read from the
+// store in the same call, as above.
+//
+// # Hot keys
+//
+// Concurrent calls of one Limiter on one key are decided in rounds: while
+// one call decides with the store, the calls for the same key that arrive
+// wait, and the next round decides all of them in their order on one
+// state (at the latest instant any of them read), with one
+// read-decide-swap. Decisions are those of the in-process limiter on that
+// trace, so exactness holds as above; a hot key costs the store one round
+// trip or two per round rather than per call, and the calls of one
+// process never race each other's compare-and-swap. A call whose context
+// ends while it waits leaves at once and is not decided; one whose
+// context ends while its round is in flight fails, its units possibly
+// charged (as when a store's reply is lost). A round runs until the
+// latest deadline of the calls waiting when the previous one ended (those
+// that join it later and have a later deadline fail at that one, never
+// after their own), whether or not the caller leading it cancels.
+//
+// # Timeouts
+//
+// Over a Store that is a Timeouter (pglimit's), each decision is bounded
+// by the store's timeout as a whole, however many calls to the store it
+// takes (a key contended by other processes): it then fails with an
+// error wrapping throttle.ErrUnavailable and context.DeadlineExceeded.
 //
 // Each process decides with its own clock, passed to the store with every
 // call (a store reads no clock), so processes sharing a store need
@@ -45,6 +70,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
@@ -68,6 +94,18 @@ type Limiter struct {
 	limit int
 	clk   clock.Source
 	keys  limiterkit.Settings
+	// timeout bounds each decision as a whole: the Store's Timeout.
+	timeout time.Duration
+	seed    maphash.Seed
+	shards  [shardCount]shard // the keys with a round in flight
+}
+
+// Timeouter is a Store whose calls are bounded by a timeout (pglimit's):
+// a Limiter over it bounds each decision as a whole by Timeout, however
+// many calls to the store it takes, so that a contended key costs the
+// caller at most the store's timeout.
+type Timeouter interface {
+	Timeout() time.Duration
 }
 
 // New returns a limiter deciding with a over the states kept in s. The
@@ -89,9 +127,12 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 	if limit <= 0 {
 		return nil, fmt.Errorf("%w: storelimit.New: the Algorithm has no limit (a zero Algorithm?)", throttle.ErrInvalid)
 	}
-	l := &Limiter{s: s, a: a, fresh: a.Fresh(), limit: limit, clk: clock.New(set.Clock), keys: set}
+	l := &Limiter{s: s, a: a, fresh: a.Fresh(), limit: limit, clk: clock.New(set.Clock), keys: set, seed: maphash.MakeSeed()}
 	if ls, ok := s.(throttle.LoadingStore); ok {
-		l.ls, l.g = ls, &guesses{seed: maphash.MakeSeed()}
+		l.ls, l.g = ls, new(guesses)
+	}
+	if t, ok := s.(Timeouter); ok {
+		l.timeout = max(t.Timeout(), 0)
 	}
 	return l, nil
 }
@@ -99,81 +140,141 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 // Allow decides n units for key now. It reads the key's state from the
 // store, decides with the Algorithm and, when it admits, stores the next
 // state if the key's state is still the one read, else reads and decides
-// again. Errors wrap throttle.ErrInvalid (a bad key or n, a zero Limiter,
-// a stored state no Algorithm of this limit wrote), throttle.ErrExceedsLimit
-// (n above the limit) or throttle.ErrUnavailable (the store failed, or the
-// key stayed contended for MaxAttempts tries).
-func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
+// again. Concurrent calls of this Limiter on one key are decided together
+// (see "Hot keys" in the package documentation). Errors wrap
+// throttle.ErrInvalid (a bad key or n, a zero Limiter, a stored state no
+// Algorithm of this limit wrote), throttle.ErrExceedsLimit (n above the
+// limit) or throttle.ErrUnavailable (the store failed, the call ran out
+// of time, or the key stayed contended for MaxAttempts tries).
+func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if l == nil || l.s == nil {
-		return d, fmt.Errorf("%w: zero storelimit.Limiter: use New", throttle.ErrInvalid)
+		return throttle.Decision{}, fmt.Errorf("%w: zero storelimit.Limiter: use New", throttle.ErrInvalid)
 	}
 	if err := l.keys.CheckKey(key); err != nil {
-		return d, err
+		return throttle.Decision{}, err
 	}
 	if err := limiterkit.CheckN(n, l.limit); err != nil {
-		return d, err
+		return throttle.Decision{}, err
 	}
-	now := l.clk.Now()
-	if l.ls != nil {
-		return l.guess(ctx, key, n, now)
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
 	}
-	for range MaxAttempts {
-		old, err := l.s.Load(ctx, key, now)
-		if err != nil {
-			return throttle.Decision{}, unavailable(err)
+	r := requests.Get().(*request)
+	r.n, r.now, r.d, r.err = n, l.clk.Now(), throttle.Decision{}, nil
+	r.deadline, _ = ctx.Deadline()
+	r.state.Store(waiting)
+	h := maphash.String(l.seed, key)
+	sh := &l.shards[h%shardCount]
+	if sh.join(key, r) {
+		if d, left, err := l.await(ctx, sh, key, h, r); left {
+			return d, err // r may still be written by a round: not reused
 		}
-		// Stored states are offset by the fresh state, so that the 0 a
-		// store reads for a missing key is the fresh state.
-		next, d, err := l.a.Decide(old+l.fresh, now, n)
-		if err != nil || !d.Allowed {
-			return d, err
-		}
-		ok, err := l.s.CompareAndSwap(ctx, key, old, next-l.fresh, now, expires(now, int64(d.ResetAfter)))
-		if err != nil {
-			return throttle.Decision{}, unavailable(err)
-		}
-		if ok {
-			return d, nil
-		}
+	} else {
+		r.state.Store(leading)
+		r.one[0] = r
+		l.lead(ctx, sh, key, h, r, r.one[:1])
+		r.one[0] = nil
 	}
-	return throttle.Decision{}, errContended
+	d, err := r.d, r.err
+	requests.Put(r)
+	return d, err
 }
 
 var errContended = fmt.Errorf("%w: storelimit: key still contended after %d attempts", throttle.ErrUnavailable, MaxAttempts)
 
-// guess is Allow on a LoadingStore: it decides on the state last seen of
-// key, and swaps and learns the state in one call. A denial, or an error,
-// on a guess is decided again on the state read from the store.
-func (l *Limiter) guess(ctx context.Context, key string, n int, now int64) (throttle.Decision, error) {
-	slot, old := l.g.get(key)
-	read := false // old is the store's state, read in this call
+// decide decides the requests of round, in order, on key's state at now,
+// and stores the state they leave if the key's state is still the one
+// they were decided on, else decides them again on the key's new state.
+// On a LoadingStore it starts from the state last seen of key, and swaps
+// and learns the state in one call; a round that admits nothing is
+// decided on the state read from the store.
+func (l *Limiter) decide(ctx context.Context, key string, h uint64, round []*request, now int64) {
+	var sl slot
+	var old int64
+	if l.ls != nil {
+		sl, old = l.g.get(h, now)
+	}
+	read := false // old is the store's state, read in this round
 	for range MaxAttempts {
-		// Stored states are offset by the fresh state, so that the 0 a
-		// store reads for a missing key is the fresh state.
-		next, d, err := l.a.Decide(old+l.fresh, now, n)
-		if !read && (err != nil || !d.Allowed) {
-			if old, err = l.s.Load(ctx, key, now); err != nil {
-				return throttle.Decision{}, unavailable(err)
+		if !read && l.ls == nil {
+			if !l.load(ctx, key, now, round, &old) {
+				return
 			}
 			read = true
-			l.g.put(slot, old)
+		}
+		next, reset, admitted := l.step(round, old, now)
+		if admitted == 0 && !read {
+			if !l.load(ctx, key, now, round, &old) {
+				return
+			}
+			read = true
+			l.g.put(sl, old, math.MaxInt64)
 			continue
 		}
-		if err != nil || !d.Allowed {
-			return d, err
+		if admitted == 0 {
+			return
 		}
-		cur, ok, err := l.ls.CompareAndSwapLoad(ctx, key, old, next-l.fresh, now, expires(now, int64(d.ResetAfter)))
+		exp := expires(now, int64(reset))
+		cur, ok, err := l.swap(ctx, key, old, next, now, exp)
 		if err != nil {
-			return throttle.Decision{}, unavailable(err)
+			fail(round, unavailable(err))
+			return
 		}
 		if ok {
-			l.g.put(slot, next-l.fresh)
-			return d, nil
+			l.g.put(sl, next, exp)
+			return
 		}
-		old, read = cur, true
-		l.g.put(slot, old)
+		old, read = cur, l.ls != nil // a plain Store reads again
+		l.g.put(sl, old, math.MaxInt64)
 	}
-	return throttle.Decision{}, errContended
+	fail(round, errContended)
+}
+
+// load reads key's state into old, or fails round and reports false.
+func (l *Limiter) load(ctx context.Context, key string, now int64, round []*request, old *int64) bool {
+	s, err := l.s.Load(ctx, key, now)
+	if err != nil {
+		fail(round, unavailable(err))
+		return false
+	}
+	*old = s
+	return true
+}
+
+// step decides each request of round in turn, from state old at now, and
+// returns the state they leave, its time to reset and how many were
+// admitted. Stored states are offset by the fresh state, so that the 0 a
+// store reads for a missing key is the fresh state.
+func (l *Limiter) step(round []*request, old, now int64) (next int64, reset time.Duration, admitted int) {
+	next = old
+	for _, r := range round {
+		s, d, err := l.a.Decide(next+l.fresh, now, r.n)
+		r.d, r.err = d, err
+		if err == nil && d.Allowed {
+			next, reset = s-l.fresh, d.ResetAfter
+			admitted++
+		}
+	}
+	return next, reset, admitted
+}
+
+// swap stores next for key if its state is still old; on a LoadingStore
+// a failed swap returns the key's state.
+func (l *Limiter) swap(ctx context.Context, key string, old, next, now, exp int64) (int64, bool, error) {
+	if l.ls != nil {
+		return l.ls.CompareAndSwapLoad(ctx, key, old, next, now, exp)
+	}
+	ok, err := l.s.CompareAndSwap(ctx, key, old, next, now, exp)
+	return 0, ok, err
+}
+
+// fail ends every request of round with err.
+func fail(round []*request, err error) {
+	for _, r := range round {
+		r.d, r.err = throttle.Decision{}, err
+	}
 }
 
 // guessSlots is the size of a Limiter's table of guesses.
@@ -185,10 +286,10 @@ const guessSlots = 4096
 // state read from two writes racing) costs one call to the store, never a
 // wrong decision, since a swap from it fails. Safe for concurrent use.
 type guesses struct {
-	seed  maphash.Seed
 	slots [guessSlots]struct {
-		tag   atomic.Uint64
-		state atomic.Int64
+		tag     atomic.Uint64
+		state   atomic.Int64
+		expires atomic.Int64
 	}
 }
 
@@ -198,17 +299,20 @@ type slot struct {
 	tag uint64
 }
 
-// get returns key's slot and its guess, 0 (the fresh state) if neither
-// way of its set holds the key; then the slot is an empty way, or one
-// picked by the hash.
-func (g *guesses) get(key string) (slot, int64) {
-	h := maphash.String(g.seed, key)
+// get returns the slot of the key of hash h and its guess at now, 0 (the
+// fresh state) if neither way of its set holds the key or its state has
+// expired (then the store has none live either, or one it drops on the
+// next write); then the slot is an empty way, or one picked by the hash.
+func (g *guesses) get(h uint64, now int64) (slot, int64) {
 	set := int(h%(guessSlots/2)) * 2
 	tag := h>>1 | 1<<63 // never 0, the tag of an empty slot
 	victim := set + int(h>>63)
 	for i := set; i < set+2; i++ {
 		switch g.slots[i].tag.Load() {
 		case tag:
+			if g.slots[i].expires.Load() < now {
+				return slot{i, tag}, 0
+			}
 			return slot{i, tag}, g.slots[i].state.Load()
 		case 0:
 			victim = i
@@ -217,9 +321,14 @@ func (g *guesses) get(key string) (slot, int64) {
 	return slot{victim, tag}, 0
 }
 
-// put records state as the guess of the key of s.
-func (g *guesses) put(s slot, state int64) {
+// put records state, live until expires, as the guess of the key of s;
+// on a nil table it does nothing.
+func (g *guesses) put(s slot, state, expires int64) {
+	if g == nil {
+		return
+	}
 	g.slots[s.i].state.Store(state)
+	g.slots[s.i].expires.Store(expires)
 	g.slots[s.i].tag.Store(s.tag)
 }
 

@@ -3,28 +3,31 @@ package pglimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/pglimit"
 	"github.com/throttlekit/throttle/fixedwindow"
 	"github.com/throttlekit/throttle/internal/pgtest"
 	"github.com/throttlekit/throttle/internal/testproc"
+	"github.com/throttlekit/throttle/storelimit"
 	"github.com/throttlekit/throttle/storelimit/storetest"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
 // TestConformance: a table passes the Store conformance test for every
-// algorithm: throttletest's suite (but its long bound check, which the
+// algorithm (commits not waiting for their flush: the test is of
+// decisions): throttletest's suite (but its long bound check, which the
 // in-memory store runs), the same decisions as the in-process limiters on
 // a random trace, and 32 goroutines on one key.
 func TestConformance(t *testing.T) {
-	pool := newPool(t, srv, 16)
+	pool := newFastPool(t, srv, 16)
 	storetest.Run(t, storetest.Config{
 		New:     func(t testing.TB) throttle.Store { return newStore(t, pool) },
 		Steps:   600,
@@ -56,17 +59,7 @@ func TestSerializable(t *testing.T) {
 	}
 	for _, level := range []string{"serializable", "repeatable read"} {
 		t.Run(level, func(t *testing.T) {
-			cfg, err := pgxpool.ParseConfig(srv.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.MaxConns = 16
-			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = level
-			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Close()
+			pool := newPoolWith(t, srv, 16, map[string]string{"default_transaction_isolation": level})
 			var got string
 			if err := pool.QueryRow(context.Background(), "SHOW transaction_isolation").Scan(&got); err != nil || got != level {
 				t.Fatalf("isolation %q, %v; want %q", got, err, level)
@@ -249,5 +242,192 @@ func TestServerKilled(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // room for an over-admission to show
 	if got := admitted.Load(); got != limit {
 		t.Fatalf("admitted %d in all across the restart, want exactly %d", got, limit)
+	}
+}
+
+// TestServerDurability: the test server runs with PostgreSQL's production
+// durability (fsync, synchronous_commit and full_page_writes on), so that
+// the tests and benchmarks of this package pay what a deployment pays for
+// a commit.
+func TestServerDurability(t *testing.T) {
+	srv.NeedOwn(t)
+	pool := newPool(t, srv, 1)
+	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes"} {
+		var v string
+		if err := pool.QueryRow(context.Background(), "SHOW "+name).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v != "on" {
+			t.Errorf("%s = %s, want on", name, v)
+		}
+	}
+}
+
+// TestCreateTableTogether: 120 replicas starting together each call
+// CreateTable on the same new table: every call succeeds (before, 105 of
+// 120 failed with a unique violation, SQLSTATE 23505, or a duplicate
+// object, 42710, from the catalog), and the table works.
+func TestCreateTableTogether(t *testing.T) {
+	pool := newPool(t, srv, 60)
+	name := newTableName()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	start := make(chan struct{})
+	var first error
+	var once sync.Once
+	for range 120 {
+		wg.Go(func() {
+			s, err := pglimit.New(pool, pglimit.WithTable(name))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			<-start
+			if err := s.CreateTable(context.Background()); err != nil {
+				failed.Add(1)
+				once.Do(func() { first = err })
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of 120 concurrent CreateTable calls failed, the first with %v", n, first)
+	}
+	a, err := tokenbucket.NewAlgorithm(throttle.PerSecond(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := storetest.NewLimiter(t, newStoreOn(t, pool, name), a, throttletest.NewClock())
+	if d, err := l.Allow(context.Background(), "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("Allow on the table: %+v, %v", d, err)
+	}
+}
+
+// TestLongKeys: keys longer than a B-tree entry holds (about 2.7 KB), up
+// to 1 MiB, work when the limiter allows them (before, every one failed
+// with ErrUnavailable, which fail-open admits and a breaker counts
+// against every key); keys that differ in their last byte only, and a
+// short key equal to a long one's stored form, are keys of their own.
+func TestLongKeys(t *testing.T) {
+	a, err := tokenbucket.NewAlgorithm(throttle.PerSecond(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := storelimit.New(newStore(t, newPool(t, srv, 2)), a, throttle.WithClock(throttletest.NewClock()), throttle.WithMaxKeyLen(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("k", 1<<20-1)
+	keys := []string{
+		strings.Repeat("a", pglimit.MaxKeyLen), strings.Repeat("a", pglimit.MaxKeyLen+1),
+		strings.Repeat("x", 3000) + "1", strings.Repeat("x", 3000) + "2",
+		long + "1", long + "2",
+		"throttle: SHA-256 of a long key\x00",
+	}
+	for _, want := range []bool{true, false} {
+		for _, k := range keys {
+			d, err := l.Allow(context.Background(), k, 1)
+			if err != nil || d.Allowed != want {
+				t.Fatalf("Allow(key of %d bytes) = %+v, %v; want allowed %v", len(k), d, err, want)
+			}
+		}
+	}
+}
+
+// TestRowLocked: a transaction left open on a key's row (a stuck
+// migration, a debugging session) makes the decisions on that key wait
+// for its lock: each ends within the Store's timeout as a whole with an
+// error wrapping ErrUnavailable and DeadlineExceeded, or, under a
+// server-side statement_timeout shorter than that, with the server's
+// cancellation (SQLSTATE 57014), also ErrUnavailable; other keys are not
+// held up; once the transaction ends, the key decides exactly again.
+func TestRowLocked(t *testing.T) {
+	a, err := fixedwindow.NewAlgorithm(3, time.Hour, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	short := newPoolWith(t, srv, 4, map[string]string{"statement_timeout": "100"})
+	pool := newPool(t, srv, 4)
+	name := newTableName()
+	clk := throttletest.NewClock()
+	l := storetest.NewLimiter(t, newStoreOn(t, pool, name, pglimit.WithTimeout(300*time.Millisecond)), a, clk)
+	ls := storetest.NewLimiter(t, newStoreOn(t, short, name), a, clk)
+	if d, err := l.Allow(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("first Allow: %+v, %v", d, err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+name+" FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		l    *storelimit.Limiter
+		want error
+	}{{"store timeout", l, context.DeadlineExceeded}, {"statement_timeout", ls, throttle.ErrUnavailable}} {
+		start := time.Now()
+		_, err := c.l.Allow(ctx, "k", 1)
+		if took := time.Since(start); !errors.Is(err, throttle.ErrUnavailable) || !errors.Is(err, c.want) || took > time.Second {
+			t.Fatalf("%s: a decision on a locked row: %v after %v, want ErrUnavailable (%v) within a second", c.name, err, took, c.want)
+		}
+	}
+	if d, err := l.Allow(ctx, "other", 1); err != nil || !d.Allowed {
+		t.Fatalf("another key while the row is locked: %+v, %v", d, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 1 // before the lock; the failed calls may have been charged (at most 2)
+	for {
+		d, err := l.Allow(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+		admitted++
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d in all after the lock ended, want 3 (the failed calls charged nothing: their statements were cancelled)", admitted)
+	}
+}
+
+// TestTableGrowth: keys that come and go on a moving clock (100 new keys
+// every 1.5 s, 6 times, each full again a second after its call) leave
+// their rows behind only until Sweep: the table does not grow, each
+// Sweep deleting every row expired.
+func TestTableGrowth(t *testing.T) {
+	a, err := tokenbucket.NewAlgorithm(throttle.PerSecond(10), 10) // full again 1s after a call
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := newFastPool(t, srv, 4)
+	name := newTableName()
+	s := newStoreOn(t, pool, name)
+	clk := throttletest.NewClock()
+	l := storetest.NewLimiter(t, s, a, clk)
+	ctx := context.Background()
+	for sec := range 6 {
+		for i := range 100 {
+			if _, err := l.Allow(ctx, fmt.Sprintf("s%d-k%d", sec, i), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Advance(1500 * time.Millisecond)
+		if _, err := s.Sweep(ctx, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		var rows int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+name).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if rows != 0 {
+			t.Fatalf("after second %d and a Sweep: %d rows, want 0 (every key expired)", sec, rows)
+		}
 	}
 }

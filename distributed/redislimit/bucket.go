@@ -92,7 +92,7 @@ func newBucket(client redis.UniversalClient, alg string, rate throttle.Rate, bur
 	if err := checkSpan(cfg); err != nil {
 		return nil, err
 	}
-	c, conf, err := newCore(client, alg, burst, opts)
+	c, conf, err := newCore(client, alg, fmt.Sprintf("%v,%d", time.Duration(cfg.Interval), burst), burst, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,7 @@ func NewConcurrency(client redis.UniversalClient, limit int, lease time.Duration
 	case lease < time.Millisecond || lease > MaxWindow:
 		return nil, fmt.Errorf("%w: lease %v out of range [1ms, %v]", throttle.ErrInvalid, lease, MaxWindow)
 	}
-	c, _, err := newCore(client, "cc", limit, opts)
+	c, _, err := newCore(client, "cc", strconv.Itoa(limit), limit, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -40,9 +40,12 @@
 //
 // # Keys
 //
-// The state of a limiter key lives under prefix + algorithm + ":" + key
-// (WithPrefix; default DefaultPrefix), with a TTL so idle keys vanish
-// from Redis. Every script touches one key, or two keys sharing a hash
+// The state of a limiter key lives under DefaultPrefix + algorithm + "(" +
+// configuration + "):" + key, so that two limiters of one algorithm and
+// different limits never share a key's state by accident (limiters of the
+// same algorithm and limit do), or, with WithPrefix(p), under p +
+// algorithm + ":" + key, for limiters that share state on purpose. Keys
+// have a TTL so idle keys vanish from Redis. Every script touches one key, or two keys sharing a hash
 // tag (the sliding log: the key itself, or a hash of it when it has
 // braces), so it works on Redis Cluster for any key; any go-redis v9
 // UniversalClient will do (standalone, Sentinel, Cluster, Ring).

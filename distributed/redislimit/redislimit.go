@@ -60,6 +60,7 @@ type Option func(*config)
 
 type config struct {
 	prefix   string
+	shared   bool // WithPrefix: the prefix is the namespace
 	timeout  time.Duration
 	policy   Policy
 	fallback throttle.Limiter
@@ -78,11 +79,17 @@ type config struct {
 	sawFallbak     bool
 }
 
-// WithPrefix sets the prefix of every Redis key (default DefaultPrefix).
-// The key of a limiter key is prefix + algorithm + ":" + key, so that
-// limiters of different algorithms never share state. Limiters that must
-// not share state need different prefixes.
-func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+// WithPrefix names the namespace of the limiter's keys, for limiters that
+// share state on purpose: the Redis key of a limiter key is then prefix +
+// algorithm + ":" + key, the same for every limiter of the algorithm with
+// this prefix, whatever its configuration (a limit changed at runtime by
+// a new deployment keeps what each key has used). Without WithPrefix the
+// Redis key is DefaultPrefix + algorithm + "(" + configuration + "):" +
+// key, so that two limiters of one algorithm and different limits never
+// share state by accident; limiters of the same algorithm and the same
+// limit do share it (they decide alike), unless given different
+// prefixes.
+func WithPrefix(p string) Option { return func(c *config) { c.prefix, c.shared = p, true } }
 
 // WithTimeout bounds each decision (default DefaultTimeout). When Redis
 // does not answer before this timeout or the caller's own deadline,
@@ -192,8 +199,10 @@ type core struct {
 }
 
 // newCore returns the core of a limiter of algorithm alg (the key
-// prefix's part: "tb", "fw", ...) and its configuration, from opts.
-func newCore(client redis.UniversalClient, alg string, limit int, opts []Option) (*core, *config, error) {
+// prefix's part: "tb", "fw", ...) and its configuration, from opts; conf
+// states the limit (the parameters its decisions depend on), the
+// namespace of its keys unless WithPrefix names one.
+func newCore(client redis.UniversalClient, alg, conf string, limit int, opts []Option) (*core, *config, error) {
 	if client == nil {
 		return nil, nil, fmt.Errorf("%w: nil redis client", throttle.ErrInvalid)
 	}
@@ -210,7 +219,7 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 	}
 	c := &core{
 		client:   client,
-		prefix:   cfg.prefix + alg + ":",
+		prefix:   namespace(cfg, alg, conf),
 		limit:    limit,
 		settings: s,
 		clk:      clock.New(s.Clock),
@@ -233,6 +242,16 @@ func newCore(client redis.UniversalClient, alg string, limit int, opts []Option)
 	}
 	c.deadlines.Init(cfg.timeout)
 	return c, cfg, nil
+}
+
+// namespace is the prefix of a limiter's Redis keys: WithPrefix's prefix
+// and the algorithm, or the default prefix, the algorithm and its
+// configuration.
+func namespace(cfg *config, alg, conf string) string {
+	if cfg.shared {
+		return cfg.prefix + alg + ":"
+	}
+	return cfg.prefix + alg + "(" + conf + "):"
 }
 
 // newConfig applies opts to the defaults.

@@ -21,6 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if burstChild() {
+		return
+	}
 	os.Exit(testproc.ServerMain(m, redistest.EnvRequire, redistest.ErrNoServer, func() (func(), error) {
 		srv, err := redistest.StartServer()
 		if err != nil {

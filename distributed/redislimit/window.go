@@ -69,7 +69,7 @@ func newWindowed(client redis.UniversalClient, alg string, limit int, window tim
 	case window <= 0 || window > MaxWindow:
 		return windowed{}, fmt.Errorf("%w: window %v out of range (0, %v]", throttle.ErrInvalid, window, MaxWindow)
 	}
-	c, _, err := newCore(client, alg, limit, opts)
+	c, _, err := newCore(client, alg, fmt.Sprintf("%d,%v", limit, window), limit, opts)
 	if err != nil {
 		return windowed{}, err
 	}
