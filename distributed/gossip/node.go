@@ -144,6 +144,7 @@ type Node struct {
 	size    atomic.Int64                     // self and every peer, live or not
 	live    atomic.Pointer[map[string]*peer] // the live peers of members, by ID (read only their done)
 	tick    atomic.Int64                     // round of the last Tick: marks when counters change
+	own     ownership                        // who owns keys of owned limiters: see publishOwners
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -404,6 +405,7 @@ func (n *Node) publishMembers() {
 	n.live.Store(&live)
 	n.members.Store(&m)
 	n.size.Store(int64(len(n.peers) + 1))
+	n.publishOwners(len(m))
 	// Shares change with the members: clear what denials published with
 	// the old ones. A denial that computed with them and publishes after
 	// this sees the new list and clears its own. Without the spend cap
@@ -837,6 +839,7 @@ func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, dro
 		pr.received(m)
 	}
 	pr.lastHeard = now
+	n.own.heard(m.start, n.created-n.interval)
 	if pr.dead {
 		pr.dead = false // back in the shares
 		n.publishMembers()
