@@ -50,32 +50,54 @@ type OwnedConfig struct {
 }
 
 // OwnedLimiter is a keyed token bucket limiter whose keys each have one
-// owner in the cluster: the member (this node or a live peer) that wins
-// the rendezvous hash of the key and the member IDs. The owner decides on
-// its own bucket of the key, exactly; the other nodes forward the
-// decisions to it in batches, one datagram per owner, and wait for its
-// answer. A key's state lives on its owner only, so memory and traffic
-// do not grow with the number of nodes times the number of keys, as the
-// all-to-all counters of Limiter do.
+// owner in the cluster: the member that wins the rendezvous hash of the
+// key and the IDs of the owners. With a Config.Membership the owners are
+// the members it does not declare dead (the node's own silence rule does
+// not move keys, so a loss in one direction cannot give a key two owners
+// while the membership reports every member alive); without one, the
+// members not declared dead and not unheard for Resend+3 intervals. The
+// owner decides on its own bucket of the key, exactly; the other nodes
+// forward the decisions to it in batches, one datagram per owner, and
+// wait for its answer. A key's state lives on its owner only, so memory
+// and traffic do not grow with the number of nodes times the number of
+// keys, as the all-to-all counters of Limiter do.
 //
-// Guarantees: while every node sees the same live members and the
-// answers arrive within the timeout, the cluster admits exactly what one
-// bucket per key admits. An ask whose datagram or answer is lost or late,
-// or whose owner is dead or partitioned, is decided after the timeout on
-// the asker's fallback bucket of the key (at once if the ask cannot be
-// sent: an owner not heard from yet): the limit's rate and burst divided
-// by the number of members N (burst at least 1). So over a time t the
-// cluster admits for a key at most burst + rate x t on its owner plus, on
-// each of the N-1 other nodes, max(1, burst/N) + rate x t/N. An owner
-// that charged an ask whose answer was lost has charged it although the
-// caller decides it again on its fallback bucket: stricter by that ask,
-// looser by what the fallback bucket admits, within the bound. A
-// datagram is never applied twice: a duplicated or replayed ask is
-// refused by the node's sequence window (Stats.Duplicate, Stats.Stale).
-// When the live members change, the keys of the member that joined or
-// died move, and only those: the new owner starts their buckets full, so
-// a move can admit one more burst, as does an owner's restart; while the
-// nodes' views of the members differ, a key may have two owners.
+// Guarantees: while every node sees the same owners and the answers
+// arrive within the timeout, the cluster admits exactly what one bucket
+// per key admits. An ask whose datagram or answer is lost or late, or
+// whose owner is dead or partitioned, is decided after the timeout on the
+// asker's fallback bucket of the key: the limit's rate and burst divided
+// by N, the number of configured members, live or not (burst at least
+// 1). The owner is then quiet: until an answer from it arrives, its asks
+// are decided on the fallback buckets at once, and one of them per
+// timeout is still sent to it as a probe that no caller waits for. Asks
+// that cannot be sent (an owner not heard from yet) fall back at once. A
+// node that hears no majority of the configured members (itself
+// included) decides every key on its fallback bucket, its own keys too,
+// so at most one side of a partition has owners. Over a time t the
+// cluster thus admits for a key at most burst + rate x t on its owner
+// plus, on each of the N-1 other nodes, max(1, burst/N) + rate x t/N,
+// whatever the partition: two-way, three-way, one node alone. What a
+// node admits on a fallback bucket is then charged to the key's owner,
+// once the node hears a majority and the owner answers again (a charge
+// datagram, sent twice; lost if both copies are), so that, as with
+// all-to-all, over a time that includes the payback the cluster admits
+// about one bucket per key: at most burst + rate x t plus what is not
+// charged yet. An owner that charged an ask whose answer was lost, or
+// was charged for a fallback decision on an ask it had also decided, is
+// stricter by that ask. A datagram is never applied twice: a duplicated
+// or replayed ask or charge is refused by the node's sequence window
+// (Stats.Duplicate, Stats.Stale).
+//
+// When the owners change, the keys of the member that joined or left
+// move, and only those. A bucket that a node creates within a refill
+// time (burst/rate) of when it may have gained keys (its start, if a peer
+// it hears started more than an interval before it, or it has heard none
+// yet: a restart, or a join into a running cluster; a member leaving the
+// owners; its quorum coming back) starts as if emptied then, not full: a
+// restart or a move adds no burst. A bucket the node already held is
+// kept. While the nodes' views of the owners differ, a key may have two
+// owners: up to one more bucket for that time.
 //
 // Memory: an owner keeps one bucket per key it owns (the node's
 // throttle.WithMaxKeys bounds them; full buckets are swept every half
