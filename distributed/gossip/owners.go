@@ -26,11 +26,13 @@ const (
 // started before before (this node's start less an interval, as the
 // catch-up of all-to-all tells a restart) ran before this node.
 func (o *ownership) heard(start, before int64) {
-	if start < before {
+	switch st := o.start.Load(); {
+	case st == startLate:
+	case start < before:
 		o.start.Store(startLate)
-		return
+	case st == startUnknown:
+		o.start.CompareAndSwap(startUnknown, startFirst)
 	}
-	o.start.CompareAndSwap(startUnknown, startFirst)
 }
 
 // publishOwners publishes the owners of keys and whether this node has a
