@@ -144,7 +144,6 @@ type Node struct {
 	size    atomic.Int64                     // self and every peer, live or not
 	live    atomic.Pointer[map[string]*peer] // the live peers of members, by ID (read only their done)
 	tick    atomic.Int64                     // round of the last Tick: marks when counters change
-	own     ownership                        // who owns keys of owned limiters: see publishOwners
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -163,6 +162,8 @@ type Node struct {
 
 	wg sync.WaitGroup
 	st stats
+
+	own ownership // who owns the keys of owned limiters: see publishOwners
 }
 
 // sentRound is what one round's reports carried to a peer: every counter
