@@ -245,3 +245,43 @@ func TestOwnedRefusesOversizedAsks(t *testing.T) {
 		t.Errorf("a short ID: %v", err)
 	}
 }
+
+// A node that gets its majority back empties the buckets it kept: while it
+// had none, the others may have decided its keys (with Config.Peers they
+// took them over), so what its stale buckets hold may be spent already. It
+// handed those tokens out again before.
+func TestOwnedQuorumBackEmptiesStaleBuckets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rate, burst := throttle.PerSecond(5), 20
+		c := newOwnedClusterOf(t, ownedSpec{n: 3, rate: rate, burst: burst, seed: 11, peers: true})
+		key := c.keysOf("n0", 30)[0]
+		ctx := context.Background()
+		for range burst {
+			c.lims[0].Allow(ctx, key, 1)
+		}
+		c.net.Partition([]string{"n0"}, []string{"n1", "n2"})
+		for range 40 { // 2 s: the others take key over and spend it
+			c.lims[1].Allow(ctx, key, 1)
+			time.Sleep(50 * time.Millisecond)
+		}
+		if c.nodes[0].own.quorum.Load() {
+			t.Fatal("n0 alone still has a quorum")
+		}
+		c.net.Heal()
+		for !c.nodes[0].own.quorum.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		back := time.Now()
+		time.Sleep(ownedInterval)
+		admitted := int64(0)
+		for range 30 {
+			if d, _ := c.lims[0].Allow(ctx, key, 1); d.Allowed {
+				admitted++
+			}
+		}
+		if most := rate.Events(time.Since(back)) + 1; admitted > most {
+			t.Errorf("n0 admitted %d of %s right after its quorum came back, at most %d refilled since", admitted, key, most)
+		}
+		t.Logf("n0 admitted %d right after its quorum came back; %+v", admitted, c.stats())
+	})
+}

@@ -55,10 +55,19 @@ func (n *Node) publishOwners(reachable int) {
 	if old := n.own.owners.Load(); old != nil {
 		// This node may gain keys when a member leaves the owners or when
 		// it gets its quorum back: buckets it creates then start empty
-		// (see OwnedLimiter.decideOwn).
+		// (see OwnedLimiter.startCold).
 		lost := slices.ContainsFunc(*old, func(m string) bool { _, found := slices.BinarySearch(owners, m); return !found })
-		if lost || quorum && !n.own.quorum.Load() {
+		back := quorum && !n.own.quorum.Load()
+		if lost || back {
 			n.own.moved.Store(n.clk.Now())
+		}
+		if back {
+			// Without a quorum this node decided every key on its
+			// fallback buckets, and the others may have decided its keys
+			// meanwhile: the buckets it kept are stale. Empty them.
+			for _, l := range n.owned {
+				go l.exact.EmptyAll()
+			}
 		}
 	}
 	n.own.quorum.Store(quorum)
@@ -67,11 +76,13 @@ func (n *Node) publishOwners(reachable int) {
 
 // coldSince returns the instant (ns) from which a bucket of a key this
 // node owns, created now, is taken as emptied: the latest move of keys to
-// this node, or its start if it restarted or joined a running cluster
-// (or has not heard a peer yet); 0 if none.
+// this node, or its start if it restarted or joined a running cluster, or
+// has not heard a peer yet (a node restarted where it reaches no member
+// may take itself for a cluster of one); 0 if none. A node without a
+// transport is alone for good: never cold.
 func (n *Node) coldSince() int64 {
 	since := n.own.moved.Load()
-	if n.own.start.Load() != startFirst && n.size.Load() > 1 {
+	if n.own.start.Load() != startFirst && n.cfg.Transport != nil {
 		since = max(since, n.created)
 	}
 	return since
