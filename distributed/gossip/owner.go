@@ -95,8 +95,9 @@ type OwnedConfig struct {
 // it hears started more than an interval before it, or it has heard none
 // yet: a restart, or a join into a running cluster; a member leaving the
 // owners; its quorum coming back) starts as if emptied then, not full: a
-// restart or a move adds no burst. A bucket the node already held is
-// kept. While the nodes' views of the owners differ, a key may have two
+// restart or a move adds no burst. When its majority comes back, it
+// empties every bucket it kept (others may have decided its keys
+// meanwhile); other buckets it already held are kept. While the nodes' views of the owners differ, a key may have two
 // owners: up to one more bucket for that time.
 //
 // Memory: an owner keeps one bucket per key it owns (the node's
