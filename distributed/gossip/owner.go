@@ -51,12 +51,13 @@ type OwnedConfig struct {
 
 // OwnedLimiter is a keyed token bucket limiter whose keys each have one
 // owner in the cluster: the member that wins the rendezvous hash of the
-// key and the IDs of the owners. With a Config.Membership the owners are
-// the members it does not declare dead (the node's own silence rule does
-// not move keys, so a loss in one direction cannot give a key two owners
-// while the membership reports every member alive); without one, the
-// members not declared dead and not unheard for Resend+3 intervals. The
-// owner decides on its own bucket of the key, exactly; the other nodes
+// key and the IDs of the owners: the members the node's Membership does
+// not declare dead. The node's own silence rule does not move keys, so a
+// loss in one direction cannot give a key two owners while the membership
+// reports every member alive; with Config.Peers (a StaticMembership, which
+// declares no one dead) keys move only when the peers change (Node.Join,
+// Node.Leave), and the keys of a dead peer are decided on the fallback
+// buckets until it comes back or leaves. The owner decides on its own bucket of the key, exactly; the other nodes
 // forward the decisions to it in batches, one datagram per owner, and
 // wait for its answer. A key's state lives on its owner only, so memory
 // and traffic do not grow with the number of nodes times the number of

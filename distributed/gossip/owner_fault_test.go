@@ -166,11 +166,17 @@ func (b *blockTo) Send(addr string, p []byte) error {
 }
 
 // A loss in one direction (n0's datagrams to n1 lost) while the membership
-// reports every member alive: every node keeps the same owner for every
-// key (n1's silence rule gave n0's keys a second owner), the keys stay
-// within the fault bound, and asks to the owner that does not answer fall
-// back at once after the first timeouts instead of each waiting for it.
+// reports every member alive (a Membership, or Config.Peers): every node
+// keeps the same owner for every key (n1's silence rule gave n0's keys a
+// second owner), the keys stay within the fault bound, and asks to the
+// owner that does not answer fall back at once after the first timeouts
+// instead of each waiting for it.
 func TestOwnedOneWayLossKeepsOneOwner(t *testing.T) {
+	t.Run("membership", func(t *testing.T) { oneWayLoss(t, false) })
+	t.Run("peers", func(t *testing.T) { oneWayLoss(t, true) })
+}
+
+func oneWayLoss(t *testing.T, peers bool) {
 	synctest.Test(t, func(t *testing.T) {
 		rate, burst := throttle.PerSecond(10), 6
 		var cut *blockTo
@@ -181,7 +187,7 @@ func TestOwnedOneWayLossKeepsOneOwner(t *testing.T) {
 			cut = &blockTo{Transport: tr, to: "n1"}
 			return cut
 		}
-		c := newOwnedClusterOf(t, ownedSpec{n: 3, rate: rate, burst: burst, seed: 10, wrap: wrap})
+		c := newOwnedClusterOf(t, ownedSpec{n: 3, rate: rate, burst: burst, seed: 10, wrap: wrap, peers: peers})
 		keys := keyNames(30)
 		cut.blocked.Store(true)
 		const d = 3 * time.Second
@@ -247,9 +253,10 @@ func TestOwnedRefusesOversizedAsks(t *testing.T) {
 }
 
 // A node that gets its majority back empties the buckets it kept: while it
-// had none, the others may have decided its keys (with Config.Peers they
-// took them over), so what its stale buckets hold may be spent already. It
-// handed those tokens out again before.
+// had none, the others may have decided its keys (on their fallback
+// buckets; before, with Config.Peers, they took them over), so what its
+// stale buckets hold may be spent already. It handed those tokens out
+// again before.
 func TestOwnedQuorumBackEmptiesStaleBuckets(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rate, burst := throttle.PerSecond(5), 20

@@ -36,17 +36,17 @@ func (o *ownership) heard(start, before int64) {
 }
 
 // publishOwners publishes the owners of keys and whether this node has a
-// quorum, reachable being this node and the peers it hears. With a
-// Membership configured, the owners are the members it does not declare
-// dead: the node's own silence rule does not move keys, so a loss in one
-// direction does not give a key a second owner while the membership
-// reports every member alive. Without one (Config.Peers), the silence
-// rule is the only failure detector and a peer unheard for Resend+3
-// intervals owns nothing. Called with n.mu held.
+// quorum, reachable being this node and the peers it hears. The owners
+// are the members the membership does not declare dead: the node's own
+// silence rule does not move keys (it only counts for the quorum), so a
+// loss in one direction does not give a key a second owner while the
+// membership reports every member alive. With Config.Peers (a
+// StaticMembership that declares no one dead) keys move only when the
+// peers change. Called with n.mu held.
 func (n *Node) publishOwners(reachable int) {
 	owners := []string{n.id}
 	for a, p := range n.peers {
-		if !p.down && (n.cfg.Membership != nil || !p.dead) {
+		if !p.down {
 			owners = append(owners, a)
 		}
 	}
