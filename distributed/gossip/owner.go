@@ -74,8 +74,10 @@ type OwnedConfig struct {
 // timeout is still sent to it as a probe that no caller waits for. Asks
 // that cannot be sent (an owner not heard from yet) fall back at once. A
 // node that hears no majority of the configured members (itself
-// included) decides every key on its fallback bucket, its own keys too,
-// so at most one side of a partition has owners. Over a time t the
+// included) decides every key on its fallback bucket, and its own keys on
+// its own bucket read at the fallback rate and burst (what it admits of
+// them, before and while apart, stays within one bucket), so at most one
+// side of a partition decides at the full rate. Over a time t the
 // cluster thus admits for a key at most burst + rate x t on its owner
 // plus, on each of the N-1 other nodes, max(1, burst/N) + rate x t/N,
 // whatever the partition: two-way, three-way, one node alone. What a
@@ -143,7 +145,7 @@ type OwnedStats struct {
 	Served    uint64 // decisions made for peers' asks
 	Forwarded uint64 // asks sent to their owner
 	Answered  uint64 // forwarded asks answered in time
-	Fallback  uint64 // asks decided on a fallback bucket: owner unreachable or unheard, ask or answer lost or late, too many in flight
+	Fallback  uint64 // asks decided on a fallback bucket (owner unreachable or quiet, ask or answer lost or late, too many in flight), or on this node's bucket at the fallback rate (no majority)
 	Late      uint64 // answers that came after their ask was decided otherwise, or matched no ask (probes included)
 	Batches   uint64 // ask datagrams sent
 	Charged   uint64 // units debited from this node's buckets for what peers admitted on their fallback buckets
@@ -287,10 +289,9 @@ func (l *OwnedLimiter) Name() string { return l.name }
 func (l *OwnedLimiter) Owner(key string) string { return ownerOf(key, *l.node.own.owners.Load()) }
 
 // Tokens returns the whole tokens in key's bucket on this node: the
-// owner's exact bucket if this node owns key and hears a majority of the
-// members, else its fallback bucket.
+// owner's exact bucket if this node owns key, else its fallback bucket.
 func (l *OwnedLimiter) Tokens(key string) int64 {
-	if l.node.own.quorum.Load() && l.Owner(key) == l.node.id {
+	if l.Owner(key) == l.node.id {
 		return l.exact.Tokens(key)
 	}
 	return l.fallback.Tokens(key)
@@ -339,7 +340,7 @@ func (l *OwnedLimiter) Allow(ctx context.Context, key string, n int) (d throttle
 	if err := l.check(key, n); err != nil {
 		return d, err
 	}
-	if l.node.own.quorum.Load() && l.Owner(key) == l.node.id {
+	if l.Owner(key) == l.node.id {
 		l.st.local.Add(1)
 		err = l.decideOwn(&d, key, n)
 		return d, err
@@ -377,11 +378,11 @@ func (l *OwnedLimiter) AllowMany(ctx context.Context, asks []Ask) {
 		if a.Err = l.check(a.Key, a.N); a.Err != nil {
 			continue
 		}
-		if !quorum {
+		owner := ownerOf(a.Key, members)
+		if !quorum && owner != l.node.id {
 			a.Err = errNoRoute // decided on the fallback bucket by wait
 			continue
 		}
-		owner := ownerOf(a.Key, members)
 		if owner == l.node.id {
 			l.st.local.Add(1)
 			a.Err = l.decideOwn(&a.Decision, a.Key, a.N)
@@ -573,6 +574,16 @@ func (l *OwnedLimiter) wait(ctx context.Context, w *waiter) {
 // (burst at least 1). What it admits is owed to the key's owner (see
 // payBack).
 func (l *OwnedLimiter) decideFallback(d *throttle.Decision, key string, n, members int) error {
+	err := l.decideScaled(&l.fallback, d, key, n, members)
+	if err == nil && d.Allowed {
+		l.owe(key, int64(n))
+	}
+	return err
+}
+
+// decideScaled decides n units of key on its bucket in b read at the
+// limit's rate and burst divided by members (burst at least 1).
+func (l *OwnedLimiter) decideScaled(b *gcra.Keyed, d *throttle.Decision, key string, n, members int) error {
 	members = max(members, 1)
 	rate := throttle.NewRate(int(l.rate.Count()), l.rate.Period()*time.Duration(members))
 	burst := max(1, l.burst/members)
@@ -580,11 +591,8 @@ func (l *OwnedLimiter) decideFallback(d *throttle.Decision, key string, n, membe
 		limiterkit.Fill(d, false, int64(l.burst), 0, int64(rate.Duration(int64(n))), int64(rate.Duration(int64(burst))))
 		return nil
 	}
-	err := l.fallback.AllowWith(d, key, n, rate, burst)
+	err := b.AllowWith(d, key, n, rate, burst)
 	d.Limit = l.burst
-	if err == nil && d.Allowed {
-		l.owe(key, int64(n))
-	}
 	return err
 }
 

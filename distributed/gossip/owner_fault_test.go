@@ -292,3 +292,37 @@ func TestOwnedQuorumBackEmptiesStaleBuckets(t *testing.T) {
 		t.Logf("n0 admitted %d right after its quorum came back; %+v", admitted, c.stats())
 	})
 }
+
+// An owner that loses its majority decides its own keys on its own bucket
+// read at the fallback rate, not on a fresh fallback bucket: what it
+// admits of a key before and while apart stays within one bucket. A
+// fallback bucket of its own added burst/N to the partition bound.
+func TestOwnedOwnerApartKeepsItsBucket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rate, burst := throttle.PerSecond(1), 21
+		c := newOwnedClusterOf(t, ownedSpec{n: 3, rate: rate, burst: burst, seed: 12})
+		key := c.keysOf("n0", 30)[0]
+		ctx := context.Background()
+		start, admitted := time.Now(), int64(0)
+		ask := func() {
+			if d, _ := c.lims[0].Allow(ctx, key, 1); d.Allowed {
+				admitted++
+			}
+		}
+		for range 2 * burst {
+			ask()
+		}
+		c.net.Partition([]string{"n0"}, []string{"n1"}, []string{"n2"})
+		for range 150 { // 1.5 s: n0 loses its majority after 4 intervals
+			ask()
+			time.Sleep(10 * time.Millisecond)
+		}
+		if c.nodes[0].own.quorum.Load() {
+			t.Fatal("n0 alone still has a quorum")
+		}
+		if most := int64(burst) + rate.Events(time.Since(start)); admitted > most {
+			t.Errorf("n0 admitted %d of its key across losing its majority, one bucket admits %d", admitted, most)
+		}
+		t.Logf("n0 admitted %d of its key; %+v", admitted, c.lims[0].Stats())
+	})
+}

@@ -10,9 +10,16 @@ import (
 )
 
 // decideOwn decides n units of key on this node's bucket of it, started
-// as startCold says.
+// as startCold says. While the node hears no majority, it reads that
+// bucket at the fallback rate and burst (see decideFallback): what it
+// admits for a key it owns, before and while apart, then stays within one
+// bucket, and the other nodes' fallback buckets add the rest of the bound.
 func (l *OwnedLimiter) decideOwn(d *throttle.Decision, key string, n int) error {
 	l.startCold(key)
+	if !l.node.own.quorum.Load() {
+		l.st.fallback.Add(1)
+		return l.decideScaled(&l.exact, d, key, n, int(l.node.size.Load()))
+	}
 	return l.exact.Allow(d, key, n)
 }
 
