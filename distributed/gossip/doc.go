@@ -97,10 +97,14 @@
 // its own exact bucket; the other nodes forward their decisions to it in
 // batches (one datagram per owner, authenticated like every other) and
 // wait for the answer up to a timeout, after which they decide on a local
-// fallback bucket of rate and burst divided by the members. While the
-// members agree and answers arrive in time the cluster admits exactly one
-// bucket per key; a member that joins or dies moves only its keys. See
-// OwnedLimiter for the bounds under loss and failure, and
+// fallback bucket of rate and burst divided by the configured members (at
+// once while that owner has not answered since). While the members agree
+// and answers arrive in time the cluster admits exactly one bucket per
+// key; a member that joins or dies moves only its keys, and their new
+// owner, like a restarted one, starts them empty. A node that hears no
+// majority of the members decides every key on its fallback buckets, and
+// what fallback buckets admit is charged to the owners afterwards. See
+// OwnedLimiter for the bounds under loss, partitions and restarts, and
 // docs/design/gossip.md for which to pick when.
 //
 // # Memory and the key cap

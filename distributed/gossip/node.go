@@ -172,6 +172,8 @@ type Node struct {
 
 	wg sync.WaitGroup
 	st stats
+
+	own ownership // who owns the keys of owned limiters: see publishOwners
 }
 
 // sentRound is what one round's reports carried to a peer: every counter
@@ -416,6 +418,7 @@ func (n *Node) publishMembers() {
 	n.live.Store(&live)
 	n.members.Store(&m)
 	n.size.Store(int64(len(n.peers) + 1))
+	n.publishOwners(len(m))
 	// Shares change with the members: clear what denials published with
 	// the old ones. A denial that computed with them and publishes after
 	// this sees the new list and clears its own. Without the spend cap
@@ -861,6 +864,7 @@ func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, dro
 		pr.received(m)
 	}
 	pr.lastHeard = now
+	n.own.heard(m.start, n.created-n.interval)
 	if pr.dead {
 		pr.dead = false // back in the shares
 		n.publishMembers()

@@ -50,32 +50,58 @@ type OwnedConfig struct {
 }
 
 // OwnedLimiter is a keyed token bucket limiter whose keys each have one
-// owner in the cluster: the member (this node or a live peer) that wins
-// the rendezvous hash of the key and the member IDs. The owner decides on
-// its own bucket of the key, exactly; the other nodes forward the
-// decisions to it in batches, one datagram per owner, and wait for its
-// answer. A key's state lives on its owner only, so memory and traffic
-// do not grow with the number of nodes times the number of keys, as the
-// all-to-all counters of Limiter do.
+// owner in the cluster: the member that wins the rendezvous hash of the
+// key and the IDs of the owners: the members the node's Membership does
+// not declare dead. The node's own silence rule does not move keys, so a
+// loss in one direction cannot give a key two owners while the membership
+// reports every member alive; with Config.Peers (a StaticMembership, which
+// declares no one dead) keys move only when the peers change (Node.Join,
+// Node.Leave), and the keys of a dead peer are decided on the fallback
+// buckets until it comes back or leaves. The owner decides on its own bucket of the key, exactly; the other nodes
+// forward the decisions to it in batches, one datagram per owner, and
+// wait for its answer. A key's state lives on its owner only, so memory
+// and traffic do not grow with the number of nodes times the number of
+// keys, as the all-to-all counters of Limiter do.
 //
-// Guarantees: while every node sees the same live members and the
-// answers arrive within the timeout, the cluster admits exactly what one
-// bucket per key admits. An ask whose datagram or answer is lost or late,
-// or whose owner is dead or partitioned, is decided after the timeout on
-// the asker's fallback bucket of the key (at once if the ask cannot be
-// sent: an owner not heard from yet): the limit's rate and burst divided
-// by the number of members N (burst at least 1). So over a time t the
-// cluster admits for a key at most burst + rate x t on its owner plus, on
-// each of the N-1 other nodes, max(1, burst/N) + rate x t/N. An owner
-// that charged an ask whose answer was lost has charged it although the
-// caller decides it again on its fallback bucket: stricter by that ask,
-// looser by what the fallback bucket admits, within the bound. A
-// datagram is never applied twice: a duplicated or replayed ask is
-// refused by the node's sequence window (Stats.Duplicate, Stats.Stale).
-// When the live members change, the keys of the member that joined or
-// died move, and only those: the new owner starts their buckets full, so
-// a move can admit one more burst, as does an owner's restart; while the
-// nodes' views of the members differ, a key may have two owners.
+// Guarantees: while every node sees the same owners and the answers
+// arrive within the timeout, the cluster admits exactly what one bucket
+// per key admits. An ask whose datagram or answer is lost or late, or
+// whose owner is dead or partitioned, is decided after the timeout on the
+// asker's fallback bucket of the key: the limit's rate and burst divided
+// by N, the number of configured members, live or not (burst at least
+// 1). The owner is then quiet: until an answer from it arrives, its asks
+// are decided on the fallback buckets at once, and one of them per
+// timeout is still sent to it as a probe that no caller waits for. Asks
+// that cannot be sent (an owner not heard from yet) fall back at once. A
+// node that hears no majority of the configured members (itself
+// included) decides every key on its fallback bucket, and its own keys on
+// its own bucket read at the fallback rate and burst (what it admits of
+// them, before and while apart, stays within one bucket), so at most one
+// side of a partition decides at the full rate. Over a time t the
+// cluster thus admits for a key at most burst + rate x t on its owner
+// plus, on each of the N-1 other nodes, max(1, burst/N) + rate x t/N,
+// whatever the partition: two-way, three-way, one node alone. What a
+// node admits on a fallback bucket is then charged to the key's owner,
+// once the node hears a majority and the owner answers again (a charge
+// datagram, sent twice; lost if both copies are), so that, as with
+// all-to-all, over a time that includes the payback the cluster admits
+// about one bucket per key: at most burst + rate x t plus what is not
+// charged yet. An owner that charged an ask whose answer was lost, or
+// was charged for a fallback decision on an ask it had also decided, is
+// stricter by that ask. A datagram is never applied twice: a duplicated
+// or replayed ask or charge is refused by the node's sequence window
+// (Stats.Duplicate, Stats.Stale).
+//
+// When the owners change, the keys of the member that joined or left
+// move, and only those. A bucket that a node creates within a refill
+// time (burst/rate) of when it may have gained keys (its start, if a peer
+// it hears started more than an interval before it, or it has heard none
+// yet: a restart, or a join into a running cluster; a member leaving the
+// owners; its quorum coming back) starts as if emptied then, not full: a
+// restart or a move adds no burst. When its majority comes back, it
+// empties every bucket it kept (others may have decided its keys
+// meanwhile); other buckets it already held are kept. While the nodes' views of the owners differ, a key may have two
+// owners: up to one more bucket for that time.
 //
 // Memory: an owner keeps one bucket per key it owns (the node's
 // throttle.WithMaxKeys bounds them; full buckets are swept every half
@@ -93,13 +119,18 @@ type OwnedLimiter struct {
 	name     string
 	rate     throttle.Rate
 	burst    int
-	header   int // sealed size of an ask datagram's header and MAC
+	header   int           // sealed size of an ask datagram's header and MAC
+	refill   time.Duration // from empty to full
 	timeout  time.Duration
 	delay    time.Duration
 	exact    gcra.Keyed // the buckets of the keys this node owns
 	fallback gcra.Keyed // the buckets of keys whose owner did not answer
 	closed   atomic.Bool
 	st       ownedStats
+
+	pmu      sync.Mutex       // guards the fields below
+	owed     map[string]int64 // units admitted on fallback buckets, not yet charged to their owners
+	payTimer *time.Timer      // runs payBack while owed is not empty
 
 	mu    sync.Mutex // guards the fields below
 	next  uint64     // the last ask id
@@ -114,20 +145,23 @@ type OwnedStats struct {
 	Served    uint64 // decisions made for peers' asks
 	Forwarded uint64 // asks sent to their owner
 	Answered  uint64 // forwarded asks answered in time
-	Fallback  uint64 // asks decided on a fallback bucket: owner unreachable or unheard, ask or answer lost or late, too many in flight
-	Late      uint64 // answers that came after their ask was decided otherwise, or matched no ask
+	Fallback  uint64 // asks decided on a fallback bucket (owner unreachable or quiet, ask or answer lost or late, too many in flight), or on this node's bucket at the fallback rate (no majority)
+	Late      uint64 // answers that came after their ask was decided otherwise, or matched no ask (probes included)
 	Batches   uint64 // ask datagrams sent
+	Charged   uint64 // units debited from this node's buckets for what peers admitted on their fallback buckets
+	Unowed    uint64 // units admitted on fallback buckets that will not be charged to their owner: too many keys owed
 }
 
 // Plus returns s and o added field by field: the counters of several
 // limiters.
 func (s OwnedStats) Plus(o OwnedStats) OwnedStats {
 	return OwnedStats{Local: s.Local + o.Local, Served: s.Served + o.Served, Forwarded: s.Forwarded + o.Forwarded,
-		Answered: s.Answered + o.Answered, Fallback: s.Fallback + o.Fallback, Late: s.Late + o.Late, Batches: s.Batches + o.Batches}
+		Answered: s.Answered + o.Answered, Fallback: s.Fallback + o.Fallback, Late: s.Late + o.Late, Batches: s.Batches + o.Batches,
+		Charged: s.Charged + o.Charged, Unowed: s.Unowed + o.Unowed}
 }
 
 type ownedStats struct {
-	local, served, forwarded, answered, fallback, late, batches atomic.Uint64
+	local, served, forwarded, answered, fallback, late, batches, charged, unowed atomic.Uint64
 }
 
 // Ask is one decision of OwnedLimiter.AllowMany: Key and N in, Decision
@@ -160,6 +194,8 @@ type outbox struct {
 	size  int         // sealed size of the datagram they make
 	sent  time.Time   // when the last datagram left
 	timer *time.Timer // sends the asks Delay after sent, if armed
+	quiet time.Time   // when an ask to the owner went unanswered; zero while it answers
+	probe time.Time   // when the last probe left for a quiet owner
 }
 
 // take empties o, its datagram having left at now, and returns its asks.
@@ -194,14 +230,19 @@ func (n *Node) NewOwnedLimiter(name string, rate throttle.Rate, burst int, cfg .
 	if _, err := gcra.NewConfig(rate, burst); err != nil {
 		return nil, err
 	}
+	keyLen := min(n.settings.MaxKeyLen, MaxKeyLen)
+	if size := ownedHeaderSize(n.id, name) + maxAskSize(keyLen); size > MaxPacket {
+		return nil, fmt.Errorf("%w: an ask for a key of %d bytes (throttle.WithMaxKeyLen) from node %q to limiter %q takes %d bytes, more than MaxPacket (%d): shorten them",
+			throttle.ErrInvalid, keyLen, n.id, name, size, MaxPacket)
+	}
 	l := &OwnedLimiter{node: n, name: name, rate: rate, burst: burst, header: ownedHeaderSize(n.id, name),
-		timeout: cmp.Or(c.Timeout, DefaultForwardTimeout), delay: cmp.Or(c.Delay, DefaultForwardDelay),
+		refill: rate.Duration(int64(burst)), timeout: cmp.Or(c.Timeout, DefaultForwardTimeout), delay: cmp.Or(c.Delay, DefaultForwardDelay),
 		calls: map[uint64]call{}, out: map[string]*outbox{}}
 	// Full buckets are swept every half refill time (within an interval
 	// and a minute): a sweep reads every bucket, and one emptied just
 	// before it cannot be full again sooner.
 	sweep := min(max(rate.Duration(int64(burst))/2, n.Interval()), time.Minute)
-	opts := []throttle.Option{throttle.WithMaxKeys(n.settings.MaxKeys), throttle.WithMaxKeyLen(min(n.settings.MaxKeyLen, MaxKeyLen)),
+	opts := []throttle.Option{throttle.WithMaxKeys(n.settings.MaxKeys), throttle.WithMaxKeyLen(keyLen),
 		throttle.WithSweepInterval(sweep)}
 	if n.settings.Clock != nil {
 		opts = append(opts, throttle.WithClock(n.settings.Clock))
@@ -245,7 +286,7 @@ func unregister[L comparable](n *Node, m map[string]L, name string, l L) {
 func (l *OwnedLimiter) Name() string { return l.name }
 
 // Owner returns the ID of key's owner as this node sees the members now.
-func (l *OwnedLimiter) Owner(key string) string { return ownerOf(key, *l.node.members.Load()) }
+func (l *OwnedLimiter) Owner(key string) string { return ownerOf(key, *l.node.own.owners.Load()) }
 
 // Tokens returns the whole tokens in key's bucket on this node: the
 // owner's exact bucket if this node owns key, else its fallback bucket.
@@ -260,7 +301,8 @@ func (l *OwnedLimiter) Tokens(key string) int64 {
 func (l *OwnedLimiter) Stats() OwnedStats {
 	s := &l.st
 	return OwnedStats{Local: s.local.Load(), Served: s.served.Load(), Forwarded: s.forwarded.Load(),
-		Answered: s.answered.Load(), Fallback: s.fallback.Load(), Late: s.late.Load(), Batches: s.batches.Load()}
+		Answered: s.answered.Load(), Fallback: s.fallback.Load(), Late: s.late.Load(), Batches: s.batches.Load(),
+		Charged: s.charged.Load(), Unowed: s.unowed.Load()}
 }
 
 // Close closes the limiter: later calls fail with throttle.ErrClosed, and
@@ -278,6 +320,11 @@ func (l *OwnedLimiter) Close() error {
 	}
 	clear(l.out)
 	l.mu.Unlock()
+	l.pmu.Lock()
+	if l.payTimer != nil {
+		l.payTimer.Stop()
+	}
+	l.pmu.Unlock()
 	l.exact.Close()
 	l.fallback.Close()
 	return nil
@@ -286,14 +333,16 @@ func (l *OwnedLimiter) Close() error {
 // Allow decides n units of key: on this node's bucket if it owns key,
 // else on the owner's, waiting for its answer up to the forward timeout
 // or the end of ctx (then the error is ctx's), and on the key's fallback
-// bucket if none comes in time.
+// bucket if none comes in time. It decides on the fallback bucket at
+// once while the owner has not answered lately (see OwnedLimiter), and
+// for every key while this node hears no majority of the members.
 func (l *OwnedLimiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
 	if err := l.check(key, n); err != nil {
 		return d, err
 	}
 	if l.Owner(key) == l.node.id {
 		l.st.local.Add(1)
-		err = l.exact.Allow(&d, key, n)
+		err = l.decideOwn(&d, key, n)
 		return d, err
 	}
 	a := []Ask{{Key: key, N: n}}
@@ -318,7 +367,7 @@ func (l *OwnedLimiter) check(key string, n int) error {
 // owner together, and waits for all of them at once: one round trip for
 // the lot, not one each.
 func (l *OwnedLimiter) AllowMany(ctx context.Context, asks []Ask) {
-	members := *l.node.members.Load()
+	members, quorum := *l.node.own.owners.Load(), l.node.own.quorum.Load()
 	// left starts at 1, for the enqueueing: answers that come before the
 	// last ask is enqueued must not complete w.
 	w := &waiter{asks: asks, done: make(chan struct{}), left: 1}
@@ -330,9 +379,13 @@ func (l *OwnedLimiter) AllowMany(ctx context.Context, asks []Ask) {
 			continue
 		}
 		owner := ownerOf(a.Key, members)
+		if !quorum && owner != l.node.id {
+			a.Err = errNoRoute // decided on the fallback bucket by wait
+			continue
+		}
 		if owner == l.node.id {
 			l.st.local.Add(1)
-			a.Err = l.exact.Allow(&a.Decision, a.Key, a.N)
+			a.Err = l.decideOwn(&a.Decision, a.Key, a.N)
 			continue
 		}
 		if full := l.enqueue(w, i, owner); full != nil {
@@ -364,31 +417,47 @@ type batch struct {
 
 // enqueue adds ask i of w to the outbox of owner, and returns the
 // outbox's asks to send now if the datagram is full. Past maxInFlight
-// asks waiting, the ask is marked to fall back at once.
+// asks waiting, or while the owner is quiet (an ask to it went
+// unanswered and no answer came since), the ask is marked to fall back at
+// once; a quiet owner is still sent one such ask per timeout, as a probe
+// that no caller waits for (its answer ends the quiet).
 func (l *OwnedLimiter) enqueue(w *waiter, i int, owner string) (full []askEntry) {
 	a := &w.asks[i]
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.calls) >= maxInFlight {
+	o, now := l.box(owner), time.Now()
+	quiet := !o.quiet.IsZero()
+	if quiet || len(l.calls) >= maxInFlight {
 		a.Err = errNoRoute
-		return nil
+		if !quiet || now.Sub(o.probe) < l.timeout {
+			return nil
+		}
+		o.probe = now
 	}
 	l.next++
 	e := askEntry{id: l.next, key: a.Key, n: uint64(a.N)}
-	l.calls[e.id] = call{w: w, i: i, owner: owner}
-	w.ids = append(w.ids, e.id)
-	w.left++
+	if a.Err == nil {
+		l.calls[e.id] = call{w: w, i: i, owner: owner}
+		w.ids = append(w.ids, e.id)
+		w.left++
+	}
+	if o.size+e.size() > MaxPacket && len(o.asks) > 0 {
+		full = o.take(l.header, now)
+	}
+	o.asks = append(o.asks, e)
+	o.size += e.size()
+	return full
+}
+
+// box returns owner's outbox, made if there is none. Called with l.mu
+// held.
+func (l *OwnedLimiter) box(owner string) *outbox {
 	o := l.out[owner]
 	if o == nil {
 		o = &outbox{size: l.header}
 		l.out[owner] = o
 	}
-	if o.size+e.size() > MaxPacket && len(o.asks) > 0 {
-		full = o.take(l.header, time.Now())
-	}
-	o.asks = append(o.asks, e)
-	o.size += e.size()
-	return full
+	return o
 }
 
 // take returns the asks of owner's outbox to send now, if any: all of
@@ -439,7 +508,7 @@ func (l *OwnedLimiter) send(owner string, asks []askEntry) {
 		e.addAsk(a)
 	}
 	bodies := e.finish()
-	if n.sendDirect(owner, bodies) {
+	if n.sendDirect(owner, bodies, 1) {
 		l.st.forwarded.Add(uint64(len(asks)))
 		l.st.batches.Add(uint64(len(bodies)))
 		return
@@ -466,16 +535,18 @@ func (w *waiter) finish() {
 // wait waits for w's answers, up to the timeout or the end of ctx, and
 // decides those not answered (or not sent) on the fallback buckets.
 func (l *OwnedLimiter) wait(ctx context.Context, w *waiter) {
+	timedOut := false
 	if len(w.ids) > 0 {
 		t := time.NewTimer(l.timeout)
 		select {
 		case <-w.done:
 		case <-t.C:
+			timedOut = true
 		case <-ctx.Done():
 		}
 		t.Stop()
 	}
-	cerr := ctx.Err()
+	cerr, now := ctx.Err(), time.Now()
 	l.mu.Lock()
 	for _, id := range w.ids {
 		if c, ok := l.calls[id]; ok {
@@ -483,11 +554,13 @@ func (l *OwnedLimiter) wait(ctx context.Context, w *waiter) {
 			c.w.asks[c.i].Err = errNoRoute
 			if cerr != nil {
 				c.w.asks[c.i].Err = cerr
+			} else if o := l.box(c.owner); timedOut && o.quiet.IsZero() {
+				o.quiet = now // its next asks fall back at once, but for a probe
 			}
 		}
 	}
 	l.mu.Unlock()
-	members := len(*l.node.members.Load())
+	members := int(l.node.size.Load())
 	for i := range w.asks {
 		if a := &w.asks[i]; a.Err == errNoRoute {
 			l.st.fallback.Add(1)
@@ -497,8 +570,20 @@ func (l *OwnedLimiter) wait(ctx context.Context, w *waiter) {
 }
 
 // decideFallback decides n units of key on its fallback bucket: the
-// limit's rate and burst divided by the members (burst at least 1).
+// limit's rate and burst divided by the configured members, live or not
+// (burst at least 1). What it admits is owed to the key's owner (see
+// payBack).
 func (l *OwnedLimiter) decideFallback(d *throttle.Decision, key string, n, members int) error {
+	err := l.decideScaled(&l.fallback, d, key, n, members)
+	if err == nil && d.Allowed {
+		l.owe(key, int64(n))
+	}
+	return err
+}
+
+// decideScaled decides n units of key on its bucket in b read at the
+// limit's rate and burst divided by members (burst at least 1).
+func (l *OwnedLimiter) decideScaled(b *gcra.Keyed, d *throttle.Decision, key string, n, members int) error {
 	members = max(members, 1)
 	rate := throttle.NewRate(int(l.rate.Count()), l.rate.Period()*time.Duration(members))
 	burst := max(1, l.burst/members)
@@ -506,16 +591,17 @@ func (l *OwnedLimiter) decideFallback(d *throttle.Decision, key string, n, membe
 		limiterkit.Fill(d, false, int64(l.burst), 0, int64(rate.Duration(int64(n))), int64(rate.Duration(int64(burst))))
 		return nil
 	}
-	err := l.fallback.AllowWith(d, key, n, rate, burst)
+	err := b.AllowWith(d, key, n, rate, burst)
 	d.Limit = l.burst
 	return err
 }
 
 // sendDirect seals bodies for peer addr, outside the rounds, and sends
-// them once. It reports false, sending nothing, if the node cannot: no
-// transport, not a peer, or a peer whose incarnation it does not know
-// yet (owner-routing messages must name it).
-func (n *Node) sendDirect(addr string, bodies [][]byte) bool {
+// them copies times (a copy shares its sequence number: applied once). It
+// reports false, sending nothing, if the node cannot: no transport, not a
+// peer, or a peer whose incarnation it does not know yet (owner-routing
+// messages must name it).
+func (n *Node) sendDirect(addr string, bodies [][]byte, copies int) bool {
 	if n.cfg.Transport == nil {
 		return false
 	}
@@ -532,7 +618,7 @@ func (n *Node) sendDirect(addr string, bodies [][]byte) bool {
 	}
 	n.mu.Unlock()
 	ok := true
-	for _, p := range sealed {
+	for _, p := range slices.Repeat(sealed, copies) {
 		if err := n.cfg.Transport.Send(addr, p); err != nil {
 			n.st.sendErr.Add(1)
 			ok = false
@@ -545,7 +631,7 @@ func (n *Node) sendDirect(addr string, bodies [][]byte) bool {
 }
 
 // ownedMsg reports whether typ is a message of owner routing.
-func ownedMsg(typ byte) bool { return typ == msgAsk || typ == msgAnswer }
+func ownedMsg(typ byte) bool { return typ == msgAsk || typ == msgAnswer || typ == msgCharge }
 
 // applyOwned handles an admitted ask or answer. It returns the counter of
 // why it could not (no owned limiter of that name).
@@ -556,10 +642,13 @@ func (n *Node) applyOwned(m *message) *atomic.Uint64 {
 	if l == nil || l.closed.Load() {
 		return &n.st.unknownTable
 	}
-	if m.typ == msgAsk {
+	switch m.typ {
+	case msgAsk:
 		l.serve(m)
-	} else {
+	case msgAnswer:
 		l.answered(m)
+	case msgCharge:
+		l.charged(m)
 	}
 	return nil
 }
@@ -574,7 +663,7 @@ func (l *OwnedLimiter) serve(m *message) {
 	var d throttle.Decision
 	for _, a := range m.asks {
 		ans := answerEntry{id: a.id, verdict: verdictErr}
-		if int(a.n) <= l.burst && l.exact.Allow(&d, a.key, int(a.n)) == nil {
+		if int(a.n) <= l.burst && l.decideOwn(&d, a.key, int(a.n)) == nil {
 			ans.verdict = verdictNo
 			if d.Allowed {
 				ans.verdict = verdictOK
@@ -584,13 +673,16 @@ func (l *OwnedLimiter) serve(m *message) {
 		e.addAnswer(ans)
 	}
 	l.st.served.Add(uint64(len(m.asks)))
-	n.sendDirect(m.sender, e.finish())
+	n.sendDirect(m.sender, e.finish(), 1)
 }
 
 // answered completes the asks a peer's answer decides.
 func (l *OwnedLimiter) answered(m *message) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if o := l.out[m.sender]; o != nil {
+		o.quiet = time.Time{} // it answers: ask it again
+	}
 	for _, a := range m.answers {
 		c, ok := l.calls[a.id]
 		if !ok || c.owner != m.sender {

@@ -28,6 +28,21 @@ type ownedCluster struct {
 	nodes []*Node
 	lims  []*OwnedLimiter
 	ms    []*StaticMembership
+	spec  ownedSpec
+}
+
+// ownedSpec is how newOwnedClusterOf builds a cluster.
+type ownedSpec struct {
+	n     int
+	rate  throttle.Rate
+	burst int
+	seed  uint64
+	opts  []throttle.Option
+	// peers: Config.Peers instead of a Membership, so that the node's
+	// silence rule is its failure detector.
+	peers bool
+	// wrap, if set, returns node i's transport made from its endpoint.
+	wrap func(i int, tr Transport) Transport
 }
 
 const ownedInterval = 100 * time.Millisecond
@@ -49,18 +64,19 @@ func ownedNode(tb testing.TB, cfg Config, rate throttle.Rate, burst int, oc []Ow
 }
 
 func newOwnedCluster(t *testing.T, n int, rate throttle.Rate, burst int, seed uint64, opts ...throttle.Option) *ownedCluster {
+	return newOwnedClusterOf(t, ownedSpec{n: n, rate: rate, burst: burst, seed: seed, opts: opts})
+}
+
+func newOwnedClusterOf(t *testing.T, spec ownedSpec) *ownedCluster {
 	t.Helper()
-	c := &ownedCluster{net: NewNetwork(sysClock{}, seed)}
+	c := &ownedCluster{net: NewNetwork(sysClock{}, spec.seed), spec: spec}
 	c.net.SetDelay(100*time.Microsecond, 0)
-	for i := range n {
+	for i := range spec.n {
 		c.addrs = append(c.addrs, fmt.Sprintf("n%d", i))
 	}
-	for i := range n {
-		ms := NewStaticMembership(Member{ID: c.addrs[i]}, c.addrs...)
-		node, l := ownedNode(t, Config{Transport: c.net.Endpoint(c.addrs[i]), Secret: secret, Membership: ms, Interval: ownedInterval},
-			rate, burst, nil, append([]throttle.Option{throttle.WithClock(sysClock{})}, opts...)...)
-		node.Start()
-		c.nodes, c.lims, c.ms = append(c.nodes, node), append(c.lims, l), append(c.ms, ms)
+	c.nodes, c.lims, c.ms = make([]*Node, spec.n), make([]*OwnedLimiter, spec.n), make([]*StaticMembership, spec.n)
+	for i := range spec.n {
+		c.start(t, i)
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -84,6 +100,24 @@ func newOwnedCluster(t *testing.T, n int, rate throttle.Rate, burst int, seed ui
 	})
 	time.Sleep(3 * ownedInterval) // hellos: the nodes learn each other's incarnations
 	return c
+}
+
+// start starts node i (again, if it ran: a new life, its state lost).
+func (c *ownedCluster) start(t *testing.T, i int) {
+	var tr Transport = c.net.Endpoint(c.addrs[i])
+	if c.spec.wrap != nil {
+		tr = c.spec.wrap(i, tr)
+	}
+	cfg := Config{Transport: tr, Secret: secret, Interval: ownedInterval}
+	if c.spec.peers {
+		cfg.ID, cfg.Peers = c.addrs[i], c.addrs
+	} else {
+		c.ms[i] = NewStaticMembership(Member{ID: c.addrs[i]}, c.addrs...)
+		cfg.Membership = c.ms[i]
+	}
+	node, l := ownedNode(t, cfg, c.spec.rate, c.spec.burst, nil, append([]throttle.Option{throttle.WithClock(sysClock{})}, c.spec.opts...)...)
+	node.Start()
+	c.nodes[i], c.lims[i] = node, l
 }
 
 func (c *ownedCluster) stats() (s OwnedStats) {

@@ -1,6 +1,9 @@
 package gossip
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // Messages of owner routing (see OwnedLimiter). They share the wire
 // format of version 2 and its checks (MAC bound to the receiver, sender
@@ -11,9 +14,11 @@ import "encoding/binary"
 //
 //	ask:    uvarint id, uvarint key length, key, uvarint n
 //	answer: uvarint id, 1 byte verdict, uvarint remaining, uvarint retry (ns), uvarint reset (ns)
+//	charge: as an ask, id 0: n units admitted on a fallback bucket, for the owner to debit
 const (
 	msgAsk    = 4 // decisions forwarded to the keys' owner
 	msgAnswer = 5 // the owner's decisions, matched to asks by id
+	msgCharge = 6 // units admitted on fallback buckets, for the owner to debit: entries of an ask, id 0
 )
 
 // Verdicts of an answer entry.
@@ -39,6 +44,12 @@ type answerEntry struct {
 // askSize is the encoded size of a.
 func (a askEntry) size() int {
 	return uvarintLen(a.id) + uvarintLen(uint64(len(a.key))) + len(a.key) + uvarintLen(a.n)
+}
+
+// maxAskSize is the largest encoded ask for a key of keyLen bytes: a
+// 64-bit id and n up to MaxInt32.
+func maxAskSize(keyLen int) int {
+	return binary.MaxVarintLen64 + uvarintLen(uint64(keyLen)) + keyLen + uvarintLen(math.MaxInt32)
 }
 
 // ownedHeaderSize is the size of a sealed owner-routing datagram before
@@ -70,13 +81,13 @@ func (e *encoder) addAnswer(a answerEntry) {
 // one, each n in [1, MaxInt32], each verdict known.
 func (m *message) decodeOwned(rd *reader, count int) {
 	rd.check(m.table != "" && count > 0)
-	if m.typ == msgAsk {
+	if m.typ != msgAnswer {
 		m.asks = make([]askEntry, 0, count)
 	} else {
 		m.answers = make([]answerEntry, 0, count)
 	}
 	for i := 0; i < count && !rd.bad; i++ {
-		if m.typ == msgAsk {
+		if m.typ != msgAnswer {
 			a := askEntry{id: rd.uvarint(), key: rd.key(), n: rd.uvarint()}
 			rd.check(a.n >= 1 && a.n <= 1<<31-1)
 			m.asks = append(m.asks, a)

@@ -13,7 +13,7 @@ import (
 //
 //	magic    2 bytes  "TG"
 //	version  1 byte   2
-//	type     1 byte   msgReport, msgState, msgHello, msgAsk or msgAnswer
+//	type     1 byte   msgReport, msgState, msgHello, msgAsk, msgAnswer or msgCharge
 //	ack      8 bytes  big endian     the receiver's latest round of which
 //	                                 the sender got every datagram
 //	part     2 bytes  big endian     index of this datagram in its round
@@ -321,7 +321,7 @@ func (m *message) decodeEntries(rd *reader, count int) {
 			rd.check(s.born >= 0)
 			m.states = append(m.states, s)
 		}
-	case msgAsk, msgAnswer:
+	case msgAsk, msgAnswer, msgCharge:
 		m.decodeOwned(rd, count)
 	default:
 		rd.check(false)

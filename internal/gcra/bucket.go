@@ -294,6 +294,20 @@ func (l *Keyed) Debit(key string, n int64) error {
 	})
 }
 
+// EmptyAll empties the bucket of every key held now (those in debt are
+// left as they are). Decisions go on meanwhile: one on a bucket not
+// emptied yet takes from it first.
+func (l *Keyed) EmptyAll() {
+	if l.m == nil {
+		return
+	}
+	tau, now := l.cfg.Load().Tau, l.m.Now()
+	l.m.Range(func(s *State) bool {
+		s.Empty(now, tau)
+		return true
+	})
+}
+
 // tat returns the TAT of key, that of a full bucket if absent.
 func (l *Keyed) tat(key string) int64 {
 	// A dead state was retired (full) or moved to a rebuilt table: look

@@ -284,6 +284,21 @@ func (s *State) Debit(now, cost int64) (live bool) {
 	}
 }
 
+// Empty empties the bucket at now, tau being Config.Tau: its TAT is
+// raised to now + tau, and one already past it (in debt) is left as it
+// is. It reports false if the state was retired from a keyed map.
+func (s *State) Empty(now, tau int64) (live bool) {
+	for {
+		old := s.load()
+		if old == dead {
+			return false
+		}
+		if old >= now+tau || s.cas(old, now+tau) {
+			return true
+		}
+	}
+}
+
 // Refund undoes a Take that left the state at booked by moving TAT back by
 // cost, but only if nothing was booked since (TAT still equals booked). It
 // reports whether the refund happened. The result is never more generous

@@ -284,3 +284,24 @@ func FuzzWhen(f *testing.F) {
 		}
 	})
 }
+
+// EmptyAll empties every bucket held, full or not, and leaves one in debt
+// as it is; keys not held yet still start full.
+func TestKeyedEmptyAll(t *testing.T) {
+	clk := throttletest.NewClock()
+	l := newKeyed(t, throttle.PerSecond(10), 4, clk)
+	allow(l, "some", 1)
+	if err := l.Debit("debt", 10); err != nil {
+		t.Fatal(err)
+	}
+	l.EmptyAll()
+	for key, want := range map[string]int64{"some": 0, "debt": -6, "new": 4} {
+		if got := l.Tokens(key); got != want {
+			t.Errorf("%s: %d tokens after EmptyAll, want %d", key, got, want)
+		}
+	}
+	clk.Advance(100 * time.Millisecond)
+	if got := l.Tokens("some"); got != 1 {
+		t.Errorf("a token's refill time after: %d tokens, want 1", got)
+	}
+}

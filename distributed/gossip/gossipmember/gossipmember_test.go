@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/gossip"
 )
 
@@ -193,5 +194,83 @@ func TestLogLevels(t *testing.T) {
 	log.New(w, "", 0).Printf("[DEBUG] memberlist: Stream connection")
 	if got := b.String(); !strings.Contains(got, `level=WARN msg="memberlist: Refuting`) || !strings.Contains(got, `level=DEBUG msg="[DEBUG] memberlist`) {
 		t.Fatalf("log %q", got)
+	}
+}
+
+// wall is the system clock, for the gossip network.
+type wall struct{}
+
+func (wall) Now() time.Time { return time.Now() }
+
+// dropTo loses every gossip datagram a transport sends to one address: a
+// loss in one direction that memberlist, on its own sockets, does not see.
+type dropTo struct {
+	gossip.Transport
+	to string
+}
+
+func (d dropTo) Send(addr string, p []byte) error {
+	if addr == d.to {
+		return nil
+	}
+	return d.Transport.Send(addr, p)
+}
+
+// While memberlist reports every member alive, a loss of the gossip
+// datagrams in one direction (a to b) does not give a key two owners:
+// ownership follows the membership only. Before, b took a for dead after
+// its silence rule (4 intervals) and owned a's keys too.
+func TestOneWayLossKeepsOneOwner(t *testing.T) {
+	a := start(t, "a", nil)
+	b := start(t, "b", []string{addr(a)})
+	c := start(t, "c", []string{addr(a)})
+	net := gossip.NewNetwork(wall{}, 1)
+	var lims []*gossip.OwnedLimiter
+	for _, m := range []*Membership{a, b, c} {
+		tr := net.Endpoint(m.Local().ID)
+		if m == a {
+			tr = dropTo{tr, b.Local().ID}
+		}
+		n, err := gossip.NewNode(gossip.Config{Transport: tr, Secret: []byte("0123456789abcdef0123"), Membership: m,
+			Interval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		n.Start()
+		l, err := n.NewOwnedLimiter("api", throttle.PerSecond(10), 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims = append(lims, l)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			net.Deliver()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(a.Members()) < 2 || len(b.Members()) < 2 || len(c.Members()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the members did not all join")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // 20 intervals: b has not heard a's gossip for all of them
+	split := 0
+	for i := range 300 {
+		k := fmt.Sprintf("key-%d", i)
+		if o := lims[0].Owner(k); lims[1].Owner(k) != o || lims[2].Owner(k) != o {
+			split++
+		}
+	}
+	if got := ids(b.Members()); len(got) != 2 {
+		t.Skipf("memberlist itself no longer reports every member alive: %v", got)
+	}
+	if split > 0 {
+		t.Errorf("%d of 300 keys have two owners while memberlist reports every member alive", split)
 	}
 }

@@ -1,0 +1,89 @@
+package gossip
+
+import (
+	"slices"
+	"sync/atomic"
+)
+
+// ownership is who owns the keys of a node's owned limiters, published
+// under Node.mu for the deciding calls to read lock-free. The zero value
+// is a node that has published nothing yet.
+type ownership struct {
+	owners atomic.Pointer[[]string] // sorted IDs of the members that own keys
+	quorum atomic.Bool              // this node hears a majority of the configured members, itself included
+	moved  atomic.Int64             // ns: when this node last may have gained keys; 0 if never
+	start  atomic.Int32             // startUnknown, startFirst or startLate: see heard
+}
+
+// What a node knows of its start, from its peers' start times.
+const (
+	startUnknown = iota // no peer heard yet
+	startFirst          // only peers that started with it: a cluster's first start
+	startLate           // a peer that ran before it: a restart, or a join into a running cluster
+)
+
+// heard records the start time (ns) of a peer just heard: a peer that
+// started before before (this node's start less an interval, as the
+// catch-up of all-to-all tells a restart) ran before this node.
+func (o *ownership) heard(start, before int64) {
+	switch st := o.start.Load(); {
+	case st == startLate:
+	case start < before:
+		o.start.Store(startLate)
+	case st == startUnknown:
+		o.start.CompareAndSwap(startUnknown, startFirst)
+	}
+}
+
+// publishOwners publishes the owners of keys and whether this node has a
+// quorum, reachable being this node and the peers it hears. The owners
+// are the members the membership does not declare dead: the node's own
+// silence rule does not move keys (it only counts for the quorum), so a
+// loss in one direction does not give a key a second owner while the
+// membership reports every member alive. With Config.Peers (a
+// StaticMembership that declares no one dead) keys move only when the
+// peers change. Called with n.mu held.
+func (n *Node) publishOwners(reachable int) {
+	owners := []string{n.id}
+	for a, p := range n.peers {
+		if !p.down {
+			owners = append(owners, a)
+		}
+	}
+	slices.Sort(owners)
+	quorum := 2*reachable > len(n.peers)+1
+	if old := n.own.owners.Load(); old != nil {
+		// This node may gain keys when a member leaves the owners or when
+		// it gets its quorum back: buckets it creates then start empty
+		// (see OwnedLimiter.startCold).
+		lost := slices.ContainsFunc(*old, func(m string) bool { _, found := slices.BinarySearch(owners, m); return !found })
+		back := quorum && !n.own.quorum.Load()
+		if lost || back {
+			n.own.moved.Store(n.clk.Now())
+		}
+		if back {
+			// Without a quorum this node decided every key on its
+			// fallback buckets, and the others may have decided its keys
+			// meanwhile: the buckets it kept are stale. Empty them.
+			for _, l := range n.owned {
+				go l.exact.EmptyAll()
+			}
+		}
+	}
+	n.own.quorum.Store(quorum)
+	n.own.owners.Store(&owners)
+}
+
+// coldSince returns the instant (ns) from which a bucket of a key this
+// node owns, created now, is taken as emptied: the latest move of keys to
+// this node, or its start if it restarted or joined a running cluster, or
+// has not heard a peer yet (a node restarted where it reaches no member
+// may take itself for a cluster of one); 0 if none. A node without a
+// transport is alone for good: never cold.
+func (n *Node) coldSince() int64 {
+	since := n.own.moved.Load()
+	if n.own.start.Load() != startFirst && n.cfg.Transport != nil {
+		since = max(since, n.created)
+	}
+	return since
+}
