@@ -78,6 +78,8 @@ func (s *Server) WriteMetrics(w io.Writer) error {
 		sample{`event="local"`, o.Local}, sample{`event="served"`, o.Served}, sample{`event="forwarded"`, o.Forwarded},
 		sample{`event="answered"`, o.Answered}, sample{`event="fallback"`, o.Fallback}, sample{`event="late"`, o.Late},
 		sample{`event="batches"`, o.Batches})
+	metric("throttled_gossip_owned_units_total", "counter", "Units of owner-routed limits admitted on fallback buckets during a partition: charged to this node's buckets by their owner (charged) or never charged (unowed: too many keys owed).",
+		sample{`kind="charged"`, o.Charged}, sample{`kind="unowed"`, o.Unowed})
 	return b.Flush()
 }
 

@@ -66,6 +66,16 @@ func TestOwnerRouting(t *testing.T) {
 			t.Fatalf("tag-%d on the other daemon: %q", i, r)
 		}
 	}
+	// The metrics count owner routing's events and partition charges.
+	var m strings.Builder
+	if err := srv[0].WriteMetrics(&m); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`throttled_gossip_owned_total{event="forwarded"}`, `throttled_gossip_owned_units_total{kind="charged"} 0`} {
+		if !strings.Contains(m.String(), want) {
+			t.Errorf("metrics lack %s:\n%s", want, m.String())
+		}
+	}
 }
 
 func TestRoutingConfig(t *testing.T) {
