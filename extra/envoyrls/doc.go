@@ -1,0 +1,2 @@
+// Package envoyrls serves Envoy's global rate-limit API.
+package envoyrls
