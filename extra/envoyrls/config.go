@@ -222,7 +222,21 @@ func Load(path string, o LoadOptions) (*Config, error) {
 	return Parse(files, o)
 }
 
-// configError is an ErrInvalidConfig naming the file and line.
+// ConfigError is a refused configuration file: its name, the line, and
+// why. It wraps ErrInvalidConfig.
+type ConfigError struct {
+	File   string
+	Line   int
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("envoyrls: %s:%d: %s", e.File, e.Line, e.Reason)
+}
+
+// Unwrap returns ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
 func configError(file string, line int, format string, a ...any) error {
-	return fmt.Errorf("%w: %s:%d: %s", ErrInvalidConfig, file, line, fmt.Sprintf(format, a...))
+	return &ConfigError{File: file, Line: line, Reason: fmt.Sprintf(format, a...)}
 }

@@ -135,3 +135,7 @@ type (
 	rlv3Desc     = rlv3.RateLimitDescriptor
 	rlv3Override = rlv3.RateLimitDescriptor_RateLimitOverride
 )
+
+func req(domain string, ds ...*rlv3Desc) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds}
+}
