@@ -1,0 +1,233 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/throttlekit/throttle"
+)
+
+// Concurrent requests on one key of the in-process backend: each window
+// admits exactly the limit, sampled from the clients' answers.
+func TestMemoryFixedWindowExactUnderConcurrency(t *testing.T) {
+	clock := newFakeClock()
+	svc := New(mustParse(t, "f.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n"), Options{Now: clock.Now})
+	for window := range 3 {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		ok := 0
+		for range 8 {
+			wg.Go(func() {
+				for range 50 {
+					resp, err := svc.Decide(context.Background(), req("d", desc("k", "v")))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if resp.OverallCode == codeOK {
+						mu.Lock()
+						ok++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if ok != 100 {
+			t.Errorf("window %d: %d admitted of 400, want 100", window, ok)
+		}
+		clock.Add(time.Second)
+	}
+}
+
+// Expired counters are swept; a key charged again gets a fresh window.
+func TestMemorySweep(t *testing.T) {
+	m := NewMemory()
+	defer m.Close()
+	l := &RateLimit{Unit: UnitSecond, RequestsPerUnit: 1}
+	now := time.Unix(1000, 0)
+	out := make([]Outcome, 1)
+	for i := range 100 {
+		if err := m.Charge(context.Background(), now, []Hit{{Key: string(rune('a' + i%26)), Limit: l, N: 1}}, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.Len() != 26 {
+		t.Fatalf("%d keys, want 26", m.Len())
+	}
+	now = now.Add(sweepEvery + time.Second)
+	m.Charge(context.Background(), now, []Hit{{Key: "a", Limit: l, N: 1}}, out)
+	if m.Len() != 1 || out[0].Over || out[0].After != 1 {
+		t.Errorf("after the sweep: %d keys, outcome %+v", m.Len(), out[0])
+	}
+}
+
+// The algorithms beyond the reference keep their bounds over the RLS
+// API: a token bucket admits its burst then its rate, a sliding window
+// or log never more than the limit in any window of one unit (the fixed
+// window admits twice the limit across an edge).
+func TestAlgorithmsOverTheAPI(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		svc := New(mustParse(t, "f.yaml", `
+domain: d
+descriptors:
+  - key: fixed
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 5}
+  - key: window
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: sliding_window}
+  - key: log
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: sliding_log}
+`), Options{})
+		defer svc.o.Backend.(*Memory).Close()
+		ask := func(key string, n int) int {
+			ok := 0
+			for range n {
+				resp, err := svc.Decide(context.Background(), req("d", desc(key, "x")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.OverallCode == codeOK {
+					ok++
+				}
+			}
+			return ok
+		}
+		// Across a window edge: 10 just before it, 10 just after.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second - time.Millisecond)))
+		got := map[string]int{}
+		for _, k := range []string{"fixed", "bucket", "window", "log"} {
+			got[k] = ask(k, 10)
+		}
+		time.Sleep(2 * time.Millisecond)
+		for _, k := range []string{"fixed", "bucket", "window", "log"} {
+			got[k] += ask(k, 10)
+		}
+		want := map[string]int{"fixed": 20, "bucket": 5, "window": 10, "log": 10}
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("%s: %d admitted within 2 ms across an edge, want %d", k, got[k], w)
+			}
+		}
+		time.Sleep(time.Second)
+		if n := ask("bucket", 20); n != 5 {
+			t.Errorf("bucket after a second: %d, want its burst 5", n)
+		}
+	})
+}
+
+// A failing backend fails the request with Unavailable, or answers OK
+// with FailOpen.
+func TestBackendDown(t *testing.T) {
+	down := backendFunc(func(context.Context, time.Time, []Hit, []Outcome) error { return throttle.ErrUnavailable })
+	cfg := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	r := newRig(t, cfg, Options{Backend: down})
+	_, err := r.client.ShouldRateLimit(t.Context(), req("d", desc("k", "v")))
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("fail closed: %v", err)
+	}
+	open := newRig(t, cfg, Options{Backend: down, FailOpen: true})
+	if resp := open.ask("d", desc("k", "v"), desc("k", "w")); resp.OverallCode != codeOK || len(resp.Statuses) != 2 {
+		t.Errorf("fail open: %v", resp)
+	}
+	_, err = r.client.ShouldRateLimit(t.Context(), req("", desc("k", "v")))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("no domain: %v", err)
+	}
+	if _, err := r.svc.Decide(t.Context(), req("d")); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("no descriptor: %v", err)
+	}
+}
+
+type backendFunc func(context.Context, time.Time, []Hit, []Outcome) error
+
+func (f backendFunc) Charge(ctx context.Context, now time.Time, h []Hit, o []Outcome) error {
+	return f(ctx, now, h, o)
+}
+
+// The global shadow mode answers OK and keeps the statuses' codes.
+func TestGlobalShadowMode(t *testing.T) {
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n", Options{ShadowMode: true})
+	resp := r.ask("d", desc("k", "v"))
+	if resp.OverallCode != codeOK || resp.Statuses[0].Code != codeOver {
+		t.Errorf("global shadow: %v", resp)
+	}
+}
+
+// The HTTP endpoints: /json answers 200 or 429 with the JSON response,
+// 400 for a bad body; /healthcheck; /metrics.
+func TestHTTPEndpoints(t *testing.T) {
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", Options{})
+	healthy := true
+	srv := httptest.NewServer(r.svc.Handler(func() bool { return healthy }))
+	defer srv.Close()
+	post := func(body string) (int, string) {
+		resp, err := http.Post(srv.URL+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	body := `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`
+	if code, out := post(body); code != 200 || !strings.Contains(out, `"overallCode":"OK"`) {
+		t.Errorf("first: %d %s", code, out)
+	}
+	if code, out := post(body); code != 429 || !strings.Contains(out, `"overallCode":"OVER_LIMIT"`) {
+		t.Errorf("second: %d %s", code, out)
+	}
+	if code, _ := post(`{"domain": 1}`); code != 400 {
+		t.Errorf("bad body: %d", code)
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, out := get("/healthcheck"); code != 200 || out != "OK" {
+		t.Errorf("healthcheck: %d %q", code, out)
+	}
+	healthy = false
+	if code, _ := get("/healthcheck"); code != 500 {
+		t.Errorf("unhealthy: %d", code)
+	}
+	if code, out := get("/metrics"); code != 200 || !strings.Contains(out, `envoyrls_over_limit_total{key="d.k"} 1`) {
+		t.Errorf("metrics: %d %s", code, out)
+	}
+}
+
+// The metric series are capped: keys past the cap are counted under _other.
+func TestMetricSeriesBounded(t *testing.T) {
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n", Options{MaxMetricSeries: 3})
+	for _, v := range []string{"a", "b", "c", "d", "e"} {
+		r.ask("d", desc("k", v))
+	}
+	var b strings.Builder
+	r.svc.WriteMetrics(&b)
+	if n := strings.Count(b.String(), "envoyrls_hits_total{"); n != 4 {
+		t.Errorf("%d hit series, want 3 and _other:\n%s", n, b.String())
+	}
+	if !strings.Contains(b.String(), `envoyrls_hits_total{key="_other"} 2`) {
+		t.Errorf("_other:\n%s", b.String())
+	}
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
