@@ -82,3 +82,18 @@ func decisionOutcome(d throttle.Decision, err error) (Outcome, error) {
 	}
 	return o, nil
 }
+
+// allowHit decides a hit of an algorithm other than the fixed window with
+// the limiter limiter returns for its limit. Hits of 0 are answered
+// under the limit without a check (these limiters have no read-only
+// query).
+func allowHit(ctx context.Context, h Hit, limiter func(*RateLimit) (throttle.Limiter, error)) (Outcome, error) {
+	if h.N == 0 {
+		return Outcome{Remaining: h.Limit.RequestsPerUnit}, nil
+	}
+	lim, err := limiter(h.Limit)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return decisionOutcome(lim.Allow(ctx, h.Key, int(min(h.N, math.MaxInt32))))
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +59,7 @@ func (m *Memory) Charge(ctx context.Context, now time.Time, hits []Hit, out []Ou
 			out[i] = fixedOutcome(now, h.Limit, h.N, after)
 			continue
 		}
-		o, err := m.allow(ctx, h)
+		o, err := allowHit(ctx, h, m.limiter)
 		if err != nil {
 			return err
 		}
@@ -172,20 +171,6 @@ func closeLimiter(l throttle.Limiter) {
 	if c, ok := l.(io.Closer); ok {
 		c.Close()
 	}
-}
-
-// allow decides a hit with its algorithm's limiter. Hits of 0 are
-// answered under the limit without a check (these limiters have no
-// read-only query).
-func (m *Memory) allow(ctx context.Context, h Hit) (Outcome, error) {
-	if h.N == 0 {
-		return Outcome{Remaining: h.Limit.RequestsPerUnit}, nil
-	}
-	lim, err := m.limiter(h.Limit)
-	if err != nil {
-		return Outcome{}, err
-	}
-	return decisionOutcome(lim.Allow(ctx, h.Key, int(min(h.N, math.MaxInt32))))
 }
 
 // Close releases the limiters; Charge then fails with throttle.ErrClosed.

@@ -87,7 +87,7 @@ func (r *Redis) Charge(ctx context.Context, now time.Time, hits []Hit, out []Out
 	var at []int
 	for i, h := range hits {
 		if h.Limit.Algorithm != FixedWindow {
-			o, err := r.allow(ctx, h)
+			o, err := allowHit(ctx, h, r.limiter)
 			if err != nil {
 				return err
 			}
@@ -172,17 +172,6 @@ func cmpOr(a, b uint32) uint32 {
 		return a
 	}
 	return b
-}
-
-func (r *Redis) allow(ctx context.Context, h Hit) (Outcome, error) {
-	if h.N == 0 {
-		return Outcome{Remaining: h.Limit.RequestsPerUnit}, nil
-	}
-	lim, err := r.limiter(h.Limit)
-	if err != nil {
-		return Outcome{}, err
-	}
-	return decisionOutcome(lim.Allow(ctx, h.Key, int(min(h.N, 1<<31-1))))
 }
 
 // Close closes the client.
