@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,8 +16,8 @@ import (
 )
 
 // Memory is the in-process Backend: one node, no store. Fixed windows
-// are counters per key and window, updated by compare-and-swap and
-// atomic adds (no lock); the other algorithms are the limiters of
+// are counters per key and window start (as the reference's keys),
+// updated by compare-and-swap (no lock); the other algorithms are the limiters of
 // packages tokenbucket, slidingwindow and slidinglog, one per distinct
 // limit. Safe for concurrent use; the zero value is not usable: use
 // NewMemory, and Close it.
@@ -33,19 +34,16 @@ func NewMemory() *Memory { return &Memory{} }
 // sweepEvery is how often expired fixed-window counters are removed.
 const sweepEvery = 10 * time.Second
 
-// fwCounter holds a key's current fixed window.
-type fwCounter struct{ slot atomic.Pointer[fwSlot] }
-
-// fwSlot is one window of a key: it opened at start, closes at end
-// (Unix seconds), and n hits were charged to it.
-type fwSlot struct {
-	start, end int64
-	n          atomic.Uint64
+// fwCounter is one window of a key: it closes at end (Unix seconds);
+// n is the hits charged to it, with deadBit set once the sweep removed it.
+type fwCounter struct {
+	end int64
+	n   atomic.Uint64
 }
 
-// dead marks a counter removed by the sweep: a charger finding it takes
-// a fresh counter.
-var dead = &fwSlot{}
+// deadBit marks a counter removed by the sweep: a charger finding it
+// takes a fresh counter.
+const deadBit = 1 << 63
 
 // Charge implements Backend.
 func (m *Memory) Charge(ctx context.Context, now time.Time, hits []Hit, out []Outcome) error {
@@ -55,7 +53,8 @@ func (m *Memory) Charge(ctx context.Context, now time.Time, hits []Hit, out []Ou
 	m.maybeSweep(now)
 	for i, h := range hits {
 		if h.Limit.Algorithm == FixedWindow {
-			after := m.add(h.Key, windowStart(now, h.Limit.Unit), h.Limit.Unit.Seconds(), h.N)
+			start := windowStart(now, h.Limit.Unit)
+			after := m.add(h.Key+strconv.FormatInt(start, 10), start+h.Limit.Unit.Seconds(), h.N)
 			out[i] = fixedOutcome(now, h.Limit, h.N, after)
 			continue
 		}
@@ -68,29 +67,26 @@ func (m *Memory) Charge(ctx context.Context, now time.Time, hits []Hit, out []Ou
 	return nil
 }
 
-// add charges n to key's window opening at start, and returns the count
-// after. A window already opened later (a clock read earlier than
-// another goroutine's) takes the hits instead.
-func (m *Memory) add(key string, start, length int64, n uint64) uint64 {
+// add charges n to the counter of key (which names its window, as the
+// reference's Redis keys do), closing at end, and returns the count after.
+func (m *Memory) add(key string, end int64, n uint64) uint64 {
 	for {
 		v, ok := m.counters.Load(key)
 		if !ok {
-			v, _ = m.counters.LoadOrStore(key, &fwCounter{})
+			v, _ = m.counters.LoadOrStore(key, &fwCounter{end: end})
 		}
 		c := v.(*fwCounter)
 		for {
-			s := c.slot.Load()
-			if s == dead {
+			old := c.n.Load()
+			if old&deadBit != 0 {
 				m.counters.CompareAndDelete(key, c)
 				break
 			}
-			if s != nil && s.start >= start {
-				return s.n.Add(n)
+			if after := old + n; after&deadBit == 0 && c.n.CompareAndSwap(old, after) {
+				return after
 			}
-			ns := &fwSlot{start: start, end: start + length}
-			ns.n.Store(n)
-			if c.slot.CompareAndSwap(s, ns) {
-				return n
+			if (old+n)&deadBit != 0 {
+				return old // saturated: over any limit
 			}
 		}
 	}
@@ -106,9 +102,16 @@ func (m *Memory) maybeSweep(now time.Time) {
 	sec := now.Unix()
 	m.counters.Range(func(k, v any) bool {
 		c := v.(*fwCounter)
-		if s := c.slot.Load(); s != nil && s != dead && s.end <= sec && c.slot.CompareAndSwap(s, dead) {
-			m.counters.CompareAndDelete(k, c)
+		if c.end > sec {
+			return true
 		}
+		for {
+			old := c.n.Load()
+			if old&deadBit != 0 || c.n.CompareAndSwap(old, old|deadBit) {
+				break
+			}
+		}
+		m.counters.CompareAndDelete(k, c)
 		return true
 	})
 }

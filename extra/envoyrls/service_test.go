@@ -231,3 +231,23 @@ func TestMetricSeriesBounded(t *testing.T) {
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
+
+// A limit override with a minute unit on the same entries as an hourly
+// rule counts apart from it, as in the reference, whose keys carry the
+// window start (the in-process backend once kept one counter per entries
+// and let the override's window replace the rule's).
+func TestOverrideCountsApartFromRule(t *testing.T) {
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n", Options{})
+	r.clock.Add(2 * time.Minute) // the minute and the hour windows start apart
+	if got := r.admitted(3, "d", "k", "v"); got != 3 {
+		t.Fatalf("rule: %d admitted, want 3", got)
+	}
+	over := desc("k", "v")
+	over.Limit = &rlv3Override{RequestsPerUnit: 5, Unit: 2}
+	if st := r.ask("d", over).Statuses[0]; st.Code != codeOK || st.LimitRemaining != 4 {
+		t.Errorf("override: %v, want OK with 4 remaining", st)
+	}
+	if got := r.admitted(1, "d", "k", "v"); got != 0 {
+		t.Errorf("the hourly rule was reset by the override's minute window: %d admitted, want 0", got)
+	}
+}
