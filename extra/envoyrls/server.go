@@ -58,11 +58,21 @@ type ServerConfig struct {
 // ParseServerConfig reads the section strictly (unknown fields and keys
 // given twice are refused) and checks it. Errors wrap ErrInvalidConfig.
 func ParseServerConfig(b []byte) (ServerConfig, error) {
+	c, err := DecodeServerConfig(b)
+	if err != nil {
+		return c, err
+	}
+	return c, c.Check()
+}
+
+// DecodeServerConfig reads the section strictly, without checking it
+// (for a program that sets some fields from its flags first).
+func DecodeServerConfig(b []byte) (ServerConfig, error) {
 	var c ServerConfig
 	if err := conffile.Decode(b, &c); err != nil {
 		return c, fmt.Errorf("%w: envoy: %v", ErrInvalidConfig, err)
 	}
-	return c, c.Check()
+	return c, nil
 }
 
 // Check validates the section without reading the files.
