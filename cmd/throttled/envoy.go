@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/throttlekit/throttle/distributed/daemon"
+	"github.com/throttlekit/throttle/distributed/gossip"
 	"github.com/throttlekit/throttle/extra/envoyrls"
 )
 
@@ -44,11 +45,13 @@ type envoyService struct {
 }
 
 // startEnvoy starts the service of the section, if any.
-func startEnvoy(c envoyrls.ServerConfig, ok bool, log *slog.Logger) (*envoyService, error) {
+// The "gossip" backend shares the daemon's gossip node (nil when the
+// daemon does not gossip).
+func startEnvoy(c envoyrls.ServerConfig, ok bool, node *gossip.Node, log *slog.Logger) (*envoyService, error) {
 	if !ok {
 		return nil, nil
 	}
-	srv, err := envoyrls.Start(c, log)
+	srv, err := envoyrls.Start(c, log, node)
 	if err != nil {
 		return nil, err
 	}

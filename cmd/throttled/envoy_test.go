@@ -74,7 +74,7 @@ func TestEnvoyServesAndReloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	envoy, err := startEnvoy(ec, on, log)
+	envoy, err := startEnvoy(ec, on, srv.Node(), log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/throttlekit/throttle/distributed/gossip"
 	"github.com/throttlekit/throttle/internal/conffile"
 )
 
@@ -49,7 +50,9 @@ type ServerConfig struct {
 	KeyPrefix string `json:"key_prefix,omitempty"`
 	// NearLimitRatio is NEAR_LIMIT_RATIO (default 0.8).
 	NearLimitRatio float64 `json:"near_limit_ratio,omitempty"`
-	// Backend is "memory" (the default: this process alone) or "redis".
+	// Backend is "memory" (the default: this process alone), "redis"
+	// (see Redis), or "gossip" (see Fleet: the limits shared with the
+	// other throttled daemons through the daemon's own gossip node).
 	Backend string `json:"backend,omitempty"`
 	// Redis configures the "redis" backend.
 	Redis *RedisConfig `json:"redis,omitempty"`
@@ -98,13 +101,13 @@ func (c ServerConfig) Check() error {
 		return bad("near_limit_ratio %v: want a number in [0, 1]", c.NearLimitRatio)
 	}
 	switch c.Backend {
-	case "", "memory":
+	case "", "memory", "gossip":
 	case "redis":
 		if c.Redis == nil || len(c.Redis.Addrs) == 0 {
 			return bad("backend redis: redis.addrs is empty")
 		}
 	default:
-		return bad("backend %q: want memory or redis", c.Backend)
+		return bad("backend %q: want memory, redis or gossip", c.Backend)
 	}
 	return nil
 }
@@ -139,12 +142,17 @@ type Server struct {
 }
 
 // Start loads the configuration files, binds the listeners and serves.
-func Start(c ServerConfig, log *slog.Logger) (*Server, error) {
+// node is the gossip node of the "gossip" backend (nil otherwise); log
+// gets the refused reloads and backend failures (nil: discarded).
+func Start(c ServerConfig, log *slog.Logger, node *gossip.Node) (*Server, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	s := &Server{}
-	backend, closer, err := c.backend()
+	backend, closer, err := c.backend(node)
 	if err != nil {
 		return nil, err
 	}
@@ -176,8 +184,15 @@ func (c ServerConfig) options(b Backend, log *slog.Logger) Options {
 	}
 }
 
-func (c ServerConfig) backend() (Backend, func() error, error) {
-	if c.Backend == "redis" {
+func (c ServerConfig) backend(node *gossip.Node) (Backend, func() error, error) {
+	switch c.Backend {
+	case "gossip":
+		if node == nil {
+			return nil, nil, fmt.Errorf("%w: envoy: backend gossip needs a gossip node (the daemon's gossip.listen)", ErrInvalidConfig)
+		}
+		f := NewFleet(node)
+		return f, f.Close, nil
+	case "redis":
 		r, err := NewRedis(*c.Redis)
 		if err != nil {
 			return nil, nil, err

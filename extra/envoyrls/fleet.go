@@ -1,0 +1,77 @@
+package envoyrls
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/distributed/gossip"
+)
+
+// Fleet is the Backend of several service instances without a store:
+// each decides locally on a gossip.Limiter of its node and is charged,
+// one gossip interval later, for what the others admitted (package
+// gossip, all-to-all routing, and its guarantees: with the node's spend
+// cap, at most burst + rate·d + N-1 in any window d across N nodes).
+// Every rule runs as a token bucket of requests_per_unit per unit and
+// burst (default requests_per_unit), whatever its algorithm: a fleet
+// does not reproduce the reference's fixed windows. A rule of 0 requests
+// refuses everything. Every node must run the same rules. Safe for
+// concurrent use; Close closes the limiters it made, not the node.
+type Fleet struct {
+	node     *gossip.Node
+	mu       sync.Mutex // serializes the creation of limiters
+	limiters sync.Map   // limiterSpec → *gossip.Limiter
+}
+
+// NewFleet decides on node's limiters.
+func NewFleet(node *gossip.Node) *Fleet { return &Fleet{node: node} }
+
+// Charge implements Backend.
+func (f *Fleet) Charge(ctx context.Context, _ time.Time, hits []Hit, out []Outcome) error {
+	for i, h := range hits {
+		if h.Limit.RequestsPerUnit == 0 {
+			out[i] = Outcome{Over: true, Reset: h.Limit.Unit.Period()}
+			continue
+		}
+		o, err := allowHit(ctx, h, f.limiter)
+		if err != nil {
+			return err
+		}
+		out[i] = o
+	}
+	return nil
+}
+
+// limiter returns the node's limiter of l's rate and burst, gossiped
+// under a name made of them, so that every node finds the same one.
+func (f *Fleet) limiter(l *RateLimit) (throttle.Limiter, error) {
+	s := limiterSpec{alg: TokenBucket, rpu: l.RequestsPerUnit, unit: l.Unit, burst: cmpOr(l.Burst, l.RequestsPerUnit)}
+	if v, ok := f.limiters.Load(s); ok {
+		return v.(*gossip.Limiter), nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if v, ok := f.limiters.Load(s); ok {
+		return v.(*gossip.Limiter), nil
+	}
+	name := fmt.Sprintf("rls:%d/%ds:%d", s.rpu, s.unit.Seconds(), s.burst)
+	lim, err := f.node.NewLimiter(name, throttle.NewRate(int(s.rpu), s.unit.Period()), int(s.burst))
+	if err != nil {
+		return nil, err
+	}
+	f.limiters.Store(s, lim)
+	return lim, nil
+}
+
+// Close closes the limiters the fleet made.
+func (f *Fleet) Close() error {
+	f.limiters.Range(func(k, v any) bool {
+		v.(*gossip.Limiter).Close()
+		f.limiters.Delete(k)
+		return true
+	})
+	return nil
+}

@@ -1,0 +1,76 @@
+package envoyrls
+
+import (
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle/distributed/gossip"
+)
+
+// fleet starts n gossip nodes on loopback UDP that know each other, with
+// the spend cap, and a service on each over real gRPC.
+func fleet(t *testing.T, n int, yaml string) []*rig {
+	var trs []*gossip.UDPTransport
+	for range n {
+		tr, err := gossip.ListenUDP("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		trs = append(trs, tr)
+	}
+	var rigs []*rig
+	for i, tr := range trs {
+		var peers []string
+		for j, p := range trs {
+			if j != i {
+				peers = append(peers, p.Addr())
+			}
+		}
+		node, err := gossip.NewNode(gossip.Config{Transport: tr, Secret: []byte("0123456789abcdef0123"), Peers: peers,
+			Interval: 20 * time.Millisecond, SpendCap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Start(); err != nil {
+			t.Fatal(err)
+		}
+		f := NewFleet(node)
+		t.Cleanup(func() { f.Close(); node.Close() })
+		rigs = append(rigs, newRig(t, yaml, Options{Backend: f}))
+	}
+	return rigs
+}
+
+// Three instances sharing limits by gossip: what the clients are admitted
+// across the three stays within the spend cap's bound, burst + rate·d +
+// N-1, where each instance alone would admit the burst.
+func TestFleetSharesTheLimit(t *testing.T) {
+	const cfg = `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket, burst: 20}
+  - key: zero
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`
+	rigs := fleet(t, 3, cfg)
+	for _, r := range rigs { // every node makes the limiter, then hears the others
+		r.admitted(1, "d", "k", "warmup")
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	ok := 0
+	for i := range 90 {
+		ok += rigs[i%3].admitted(1, "d", "k", "shared")
+		time.Sleep(2 * time.Millisecond)
+	}
+	d := time.Since(start)
+	bound := 20 + int(d.Seconds()*1) + 2
+	t.Logf("3 instances admitted %d of 90 in %v; bound %d, one instance alone would admit 20", ok, d.Round(time.Millisecond), bound)
+	if ok > bound || ok < 10 {
+		t.Errorf("admitted %d, want at most %d (and some)", ok, bound)
+	}
+	if got := rigs[0].admitted(2, "d", "zero", "x"); got != 0 {
+		t.Errorf("a rule of 0: %d admitted", got)
+	}
+}
