@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -18,62 +14,17 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/throttlekit/throttle/internal/envoyreftest"
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/internal/testproc"
 )
 
-// Environment of the side-by-side test with the reference service,
-// envoyproxy/ratelimit: a built binary, or a checkout that the test
-// builds; THROTTLE_REQUIRE_ENVOY_RLS=1 fails the test without either.
-const (
-	envRefBin     = "THROTTLE_ENVOY_RLS_BIN"
-	envRefSrc     = "THROTTLE_ENVOY_RLS_SRC"
-	envRefRequire = "THROTTLE_REQUIRE_ENVOY_RLS"
-)
-
-// referenceBinary finds or builds the reference service.
-func referenceBinary(t *testing.T) string {
-	if bin := os.Getenv(envRefBin); bin != "" {
-		return bin
-	}
-	src := os.Getenv(envRefSrc)
-	if src == "" {
-		testproc.Unavailable(t, envRefRequire, "the reference rate-limit service is absent: set "+envRefBin+
-			" to an envoyproxy/ratelimit binary, or "+envRefSrc+" to a checkout of it")
-	}
-	bin := filepath.Join(t.TempDir(), "ratelimit")
-	cmd := exec.Command("go", "build", "-o", bin, "./src/service_cmd")
-	cmd.Dir, cmd.Env = src, append(os.Environ(), "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the reference in %s: %v\n%s", src, err, out)
-	}
-	return bin
-}
-
-// startReference runs the reference on free loopback ports with the
-// YAML configuration yaml, counting in the Redis at redisAddr, the
-// response headers on, and returns a client of its gRPC API.
-func startReference(t *testing.T, bin, yaml, redisAddr string) rlsv3.RateLimitServiceClient {
-	root := t.TempDir()
-	writeFiles(t, root, map[string]string{"ratelimit/config/config.yaml": yaml})
-	ports, err := testproc.FreePorts(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	grpcAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "USE_STATSD=false", "LOG_LEVEL=warn", "BACKEND_TYPE=redis",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=ref_",
-		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"LIMIT_RESPONSE_HEADERS_ENABLED=true",
-		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-		"GRPC_PORT="+strconv.Itoa(ports[0]), "PORT="+strconv.Itoa(ports[1]), "DEBUG_PORT="+strconv.Itoa(ports[2]))
-	p, err := testproc.Start(cmd, 30*time.Second, testproc.Dials("tcp", grpcAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// startReference runs the reference (see envoyreftest) with the
+// response headers on, and returns a client of its gRPC API once it
+// answers.
+func startReference(t *testing.T, yaml, redisAddr string) rlsv3.RateLimitServiceClient {
+	addr := envoyreftest.Start(t, envoyreftest.Binary(t), yaml, redisAddr, "LIMIT_RESPONSE_HEADERS_ENABLED=true")
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,9 +167,8 @@ func absDiff(a, b time.Duration) time.Duration { return max(a-b, b-a) }
 // service in fixed-window mode (in process, and on the same Redis):
 // every answer the same, decision by decision.
 func TestSideBySideWithReference(t *testing.T) {
-	bin := referenceBinary(t)
 	srv := redistest.Start(t)
-	ref := startReference(t, bin, compareConfig, srv.Addr)
+	ref := startReference(t, compareConfig, srv.Addr)
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rc.Close() })
 	mem := newRig(t, compareConfig, Options{ResponseHeaders: true})
