@@ -135,7 +135,7 @@ func dial(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 
 // Environment of a child process serving this service (see TestMain).
 const (
-	envServe  = "ENVOYRLS_BENCH_SERVE" // the ServerConfig, JSON
+	envServe  = "ENVOYRLS_BENCH_SERVE"  // the ServerConfig, JSON
 	envGossip = "ENVOYRLS_BENCH_GOSSIP" // the gossip listen address, then the peers, comma separated
 )
 
