@@ -50,7 +50,7 @@ func mustParse(t testing.TB, name, yaml string) *Config {
 
 // serveGRPC serves svc on a loopback port and returns a go-control-plane
 // client connected to it over real gRPC.
-func serveGRPC(t testing.TB, svc *Service) rlsv3.RateLimitServiceClient {
+func serveGRPC(t testing.TB, svc *Service) (rlsv3.RateLimitServiceClient, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,7 +65,7 @@ func serveGRPC(t testing.TB, svc *Service) rlsv3.RateLimitServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return rlsv3.NewRateLimitServiceClient(conn), ln.Addr().String()
 }
 
 // rig is a service on a fake clock behind a real gRPC client.
@@ -74,19 +74,20 @@ type rig struct {
 	clock  *fakeClock
 	svc    *Service
 	client rlsv3.RateLimitServiceClient
+	addr   string // the gRPC listener's
 }
 
 func newRig(t testing.TB, yaml string, o Options) *rig {
 	t.Helper()
 	r := &rig{t: t, clock: newFakeClock()}
 	o.Now = r.clock.Now
-	mem := NewMemory()
+	mem := NewMemory(0)
 	t.Cleanup(func() { mem.Close() })
 	if o.Backend == nil {
 		o.Backend = mem
 	}
 	r.svc = New(mustParse(t, "test.yaml", yaml), o)
-	r.client = serveGRPC(t, r.svc)
+	r.client, r.addr = serveGRPC(t, r.svc)
 	return r
 }
 

@@ -17,19 +17,34 @@ import (
 
 // Memory is the in-process Backend: one node, no store. Fixed windows
 // are counters per key and window start (as the reference's keys),
-// updated by compare-and-swap (no lock); the other algorithms are the limiters of
-// packages tokenbucket, slidingwindow and slidinglog, one per distinct
-// limit. Safe for concurrent use; the zero value is not usable: use
-// NewMemory, and Close it.
+// updated by compare-and-swap (no lock); the other algorithms are the
+// limiters of packages tokenbucket, slidingwindow and slidinglog, one per
+// distinct limit. Safe for concurrent use; the zero value is not usable:
+// use NewMemory, and Close it.
 type Memory struct {
 	counters  sync.Map // counter key → *fwCounter
+	keys      atomic.Int64
+	maxKeys   int64
 	limiters  sync.Map // limiterSpec → throttle.Limiter
 	lastSweep atomic.Int64
 	closed    atomic.Bool
 }
 
-// NewMemory returns an empty in-process backend.
-func NewMemory() *Memory { return &Memory{} }
+// DefaultMaxKeys bounds the fixed-window counters of NewMemory(0).
+const DefaultMaxKeys = 1_000_000
+
+// NewMemory returns an empty in-process backend that keeps about maxKeys
+// fixed-window counters at most (0: DefaultMaxKeys; about 150 bytes
+// each). Past it, a new key of a rule is counted in one counter shared by
+// all the overflowing keys of that rule: still limited, never admitted
+// unlimited. The counters of closed windows are removed within
+// sweepEvery of their end.
+func NewMemory(maxKeys int) *Memory {
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxKeys
+	}
+	return &Memory{maxKeys: int64(maxKeys)}
+}
 
 // sweepEvery is how often expired fixed-window counters are removed.
 const sweepEvery = 10 * time.Second
@@ -54,7 +69,7 @@ func (m *Memory) Charge(ctx context.Context, now time.Time, hits []Hit, out []Ou
 	for i, h := range hits {
 		if h.Limit.Algorithm == FixedWindow {
 			start := windowStart(now, h.Limit.Unit)
-			after := m.add(h.Key+strconv.FormatInt(start, 10), start+h.Limit.Unit.Seconds(), h.N)
+			after := m.add(h.Key, h.Limit.Key, start, start+h.Limit.Unit.Seconds(), h.N)
 			out[i] = fixedOutcome(now, h.Limit, h.N, after)
 			continue
 		}
@@ -67,28 +82,50 @@ func (m *Memory) Charge(ctx context.Context, now time.Time, hits []Hit, out []Ou
 	return nil
 }
 
-// add charges n to the counter of key (which names its window, as the
-// reference's Redis keys do), closing at end, and returns the count after.
-func (m *Memory) add(key string, end int64, n uint64) uint64 {
+// add charges n to the counter of key in the window opening at start
+// (named by both, as the reference's Redis keys are), closing at end, and
+// returns the count after.
+func (m *Memory) add(key, rule string, start, end int64, n uint64) uint64 {
+	key += strconv.FormatInt(start, 10)
 	for {
-		v, ok := m.counters.Load(key)
-		if !ok {
-			v, _ = m.counters.LoadOrStore(key, &fwCounter{end: end})
-		}
-		c := v.(*fwCounter)
+		k, c := m.counter(key, rule, start, end)
 		for {
 			old := c.n.Load()
 			if old&deadBit != 0 {
-				m.counters.CompareAndDelete(key, c)
+				m.remove(k, c)
 				break
 			}
-			if after := old + n; after&deadBit == 0 && c.n.CompareAndSwap(old, after) {
-				return after
-			}
-			if (old+n)&deadBit != 0 {
+			after := old + n
+			if after&deadBit != 0 {
 				return old // saturated: over any limit
 			}
+			if c.n.CompareAndSwap(old, after) {
+				return after
+			}
 		}
+	}
+}
+
+// counter finds or makes the counter of key, or past maxKeys the one of
+// rule's overflow in that window; it returns the key it is stored under.
+func (m *Memory) counter(key, rule string, start, end int64) (string, *fwCounter) {
+	if v, ok := m.counters.Load(key); ok {
+		return key, v.(*fwCounter)
+	}
+	if m.keys.Load() >= m.maxKeys {
+		key = "\x00overflow\x00" + rule + "\x00" + strconv.FormatInt(start, 10)
+	}
+	v, loaded := m.counters.LoadOrStore(key, &fwCounter{end: end})
+	if !loaded {
+		m.keys.Add(1)
+	}
+	return key, v.(*fwCounter)
+}
+
+// remove deletes the dead counter c of key, once.
+func (m *Memory) remove(key any, c *fwCounter) {
+	if m.counters.CompareAndDelete(key, c) {
+		m.keys.Add(-1)
 	}
 }
 
@@ -111,17 +148,13 @@ func (m *Memory) maybeSweep(now time.Time) {
 				break
 			}
 		}
-		m.counters.CompareAndDelete(k, c)
+		m.remove(k, c)
 		return true
 	})
 }
 
-// Len is the number of keys with a fixed-window counter.
-func (m *Memory) Len() int {
-	n := 0
-	m.counters.Range(func(any, any) bool { n++; return true })
-	return n
-}
+// Len is the number of fixed-window counters (a key's window each).
+func (m *Memory) Len() int { return int(m.keys.Load()) }
 
 // limiterSpec identifies the limiter of a non-fixed-window limit.
 type limiterSpec struct {

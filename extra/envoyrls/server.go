@@ -56,6 +56,9 @@ type ServerConfig struct {
 	Backend string `json:"backend,omitempty"`
 	// Redis configures the "redis" backend.
 	Redis *RedisConfig `json:"redis,omitempty"`
+	// MaxKeys bounds the "memory" backend's fixed-window counters (see
+	// NewMemory; default DefaultMaxKeys).
+	MaxKeys int `json:"max_keys,omitempty"`
 }
 
 // ParseServerConfig reads the section strictly (unknown fields and keys
@@ -96,6 +99,9 @@ func (c ServerConfig) Check() error {
 	}
 	if _, err := c.watchInterval(); err != nil {
 		return bad("watch %q: %v", c.Watch, err)
+	}
+	if c.MaxKeys < 0 {
+		return bad("max_keys %d: want 0 (the default) or more", c.MaxKeys)
 	}
 	if c.NearLimitRatio < 0 || c.NearLimitRatio > 1 {
 		return bad("near_limit_ratio %v: want a number in [0, 1]", c.NearLimitRatio)
@@ -199,7 +205,7 @@ func (c ServerConfig) backend(node *gossip.Node) (Backend, func() error, error) 
 		}
 		return r, r.Close, nil
 	}
-	m := NewMemory()
+	m := NewMemory(c.MaxKeys)
 	return m, m.Close, nil
 }
 

@@ -74,7 +74,7 @@ type Service struct {
 // New returns a service answering from cfg (nil: no domain yet).
 func New(cfg *Config, o Options) *Service {
 	if o.Backend == nil {
-		o.Backend = NewMemory()
+		o.Backend = NewMemory(0)
 	}
 	o.LimitHeader = cmp.Or(o.LimitHeader, "RateLimit-Limit")
 	o.RemainingHeader = cmp.Or(o.RemainingHeader, "RateLimit-Remaining")

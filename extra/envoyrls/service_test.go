@@ -13,8 +13,11 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/throttlekit/throttle"
 )
@@ -54,7 +57,7 @@ func TestMemoryFixedWindowExactUnderConcurrency(t *testing.T) {
 
 // Expired counters are swept; a key charged again gets a fresh window.
 func TestMemorySweep(t *testing.T) {
-	m := NewMemory()
+	m := NewMemory(0)
 	defer m.Close()
 	l := &RateLimit{Unit: UnitSecond, RequestsPerUnit: 1}
 	now := time.Unix(1000, 0)
@@ -249,5 +252,46 @@ func TestOverrideCountsApartFromRule(t *testing.T) {
 	}
 	if got := r.admitted(1, "d", "k", "v"); got != 0 {
 		t.Errorf("the hourly rule was reset by the override's minute window: %d admitted, want 0", got)
+	}
+}
+
+// Past its key cap the in-process backend counts new keys of a rule in one
+// shared counter: they stay limited, and the counters stay bounded.
+func TestMemoryMaxKeys(t *testing.T) {
+	mem := NewMemory(3)
+	defer mem.Close()
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n", Options{Backend: mem})
+	for _, v := range []string{"a", "b", "c"} {
+		if got := r.admitted(3, "d", "k", v); got != 2 {
+			t.Errorf("%s: %d admitted, want 2", v, got)
+		}
+	}
+	if got := r.admitted(3, "d", "k", "x") + r.admitted(3, "d", "k", "y"); got != 2 {
+		t.Errorf("two keys past the cap: %d admitted, want 2 (one shared counter)", got)
+	}
+	if mem.Len() != 4 {
+		t.Errorf("%d counters, want 3 and the overflow", mem.Len())
+	}
+}
+
+// A raw call by the method's full name, with the request written in
+// JSON as grpcurl takes it.
+func TestRawGRPCCall(t *testing.T) {
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", Options{})
+	var in rlsv3.RateLimitRequest
+	if err := protojson.Unmarshal([]byte(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}],"hitsAddend":2}`), &in); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var out rlsv3.RateLimitResponse
+	if err := conn.Invoke(t.Context(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &in, &out); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := protojson.Marshal(&out); !strings.Contains(string(b), `"overallCode":"OVER_LIMIT"`) {
+		t.Errorf("2 hits over a limit of 1: %s", b)
 	}
 }
