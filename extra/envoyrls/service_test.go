@@ -295,3 +295,31 @@ func TestRawGRPCCall(t *testing.T) {
 		t.Errorf("2 hits over a limit of 1: %s", b)
 	}
 }
+
+// The metrics split a rule's hits as the reference does: within the
+// limit, past the near-limit ratio (80%), over it.
+func TestMetricsNearAndOver(t *testing.T) {
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n", Options{})
+	r.admitted(9, "d", "k", "v")
+	r.ask("d", withHits(desc("k", "v"), 3)) // 9 → 12: one within, two over
+	st := r.svc.metrics.stats("d.k")
+	if st.total.Load() != 12 || st.within.Load() != 9 || st.near.Load() != 2 || st.over.Load() != 2 {
+		t.Errorf("total %d within %d near %d over %d, want 12, 9, 2, 2",
+			st.total.Load(), st.within.Load(), st.near.Load(), st.over.Load())
+	}
+}
+
+// More hits than a token bucket holds are OVER_LIMIT, not an error; 0 hits
+// are answered OK without a charge.
+func TestBucketHitsAboveBurst(t *testing.T) {
+	r := newRig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket}\n", Options{})
+	if st := r.ask("d", withHits(desc("k", "v"), 6)).Statuses[0]; st.Code != codeOver {
+		t.Errorf("6 hits on a burst of 5: %v", st)
+	}
+	if st := r.ask("d", withHits(desc("k", "v"), 0)).Statuses[0]; st.Code != codeOK {
+		t.Errorf("0 hits: %v", st)
+	}
+	if got := r.admitted(6, "d", "k", "v"); got != 5 {
+		t.Errorf("then %d admitted, want the whole burst 5", got)
+	}
+}
