@@ -80,6 +80,9 @@ func TestRedisSharedAndOneRoundTrip(t *testing.T) {
 	if v, err := client.Get(t.Context(), "p_d_a_y_"+itoa(start)).Int(); err != nil || v != 2 {
 		t.Errorf("the reference's key holds %d (%v), want 2", v, err)
 	}
+	if ttl := client.TTL(t.Context(), "p_d_a_y_"+itoa(start)).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Errorf("the key expires in %v, want within its minute", ttl)
+	}
 	if got := one.admitted(6, "d", "bucket", "z"); got != 4 {
 		t.Errorf("token bucket on Redis: %d admitted, want its burst 4", got)
 	}
