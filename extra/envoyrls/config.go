@@ -75,7 +75,9 @@ const (
 	// (default requests_per_unit); rejected hits are not charged.
 	TokenBucket
 	// SlidingWindow weighs the previous window's count by its overlap
-	// with the sliding window (package slidingwindow).
+	// with the sliding window (package slidingwindow): at most the limit
+	// per aligned window, 2·limit-1 over a window length in the worst
+	// case.
 	SlidingWindow
 	// SlidingLog keeps every admitted hit's time: exact over any window
 	// of one unit (package slidinglog).

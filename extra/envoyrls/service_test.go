@@ -78,9 +78,9 @@ func TestMemorySweep(t *testing.T) {
 }
 
 // The algorithms beyond the reference keep their bounds over the RLS
-// API: a token bucket admits its burst then its rate, a sliding window
-// or log never more than the limit in any window of one unit (the fixed
-// window admits twice the limit across an edge).
+// API across a window edge: the fixed window admits twice the limit
+// within 2 ms, the sliding window and log the limit only, a token bucket
+// its burst, then its rate.
 func TestAlgorithmsOverTheAPI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		svc := New(mustParse(t, "f.yaml", `
