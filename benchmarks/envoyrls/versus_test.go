@@ -172,7 +172,11 @@ func serveChild(cfg, gossipAddrs string) error {
 			return err
 		}
 	}
-	if _, err := envoyrls.Start(c, nil, node); err != nil {
+	var fleet *envoyrls.Fleet
+	if node != nil {
+		fleet = envoyrls.NewFleet(node, envoyrls.FleetOptions{})
+	}
+	if _, err := envoyrls.Start(c, nil, fleet); err != nil {
 		return err
 	}
 	select {}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/gossip"
@@ -44,14 +45,19 @@ type envoyService struct {
 	log *slog.Logger
 }
 
-// startEnvoy starts the service of the section, if any.
-// The "gossip" backend shares the daemon's gossip node (nil when the
-// daemon does not gossip).
-func startEnvoy(c envoyrls.ServerConfig, ok bool, node *gossip.Node, log *slog.Logger) (*envoyService, error) {
+// startEnvoy starts the service of the section, if any. The "gossip"
+// backend shares the daemon's gossip node, with its routing; it is
+// refused when the daemon does not gossip (no gossip.listen).
+func startEnvoy(c envoyrls.ServerConfig, ok bool, node *gossip.Node, g daemon.Gossip, log *slog.Logger) (*envoyService, error) {
 	if !ok {
 		return nil, nil
 	}
-	srv, err := envoyrls.Start(c, log, node)
+	var fleet *envoyrls.Fleet
+	if node != nil && g.Listen != "" {
+		fleet = envoyrls.NewFleet(node, envoyrls.FleetOptions{Owner: g.Routing == daemon.RoutingOwner,
+			Owned: gossip.OwnedConfig{Timeout: time.Duration(g.ForwardTimeout), Delay: time.Duration(g.ForwardDelay)}})
+	}
+	srv, err := envoyrls.Start(c, log, fleet)
 	if err != nil {
 		return nil, err
 	}

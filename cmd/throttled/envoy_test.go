@@ -74,7 +74,7 @@ func TestEnvoyServesAndReloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	envoy, err := startEnvoy(ec, on, srv.Node(), log)
+	envoy, err := startEnvoy(ec, on, srv.Node(), cfg.Gossip, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,5 +114,44 @@ func TestEnvoyServesAndReloads(t *testing.T) {
 	}
 	if envoy.srv.Service.Config() != good {
 		t.Fatal("a refused reload replaced the configuration")
+	}
+}
+
+// The "gossip" backend runs on the daemon's gossip node, and needs one.
+func TestEnvoyGossipBackend(t *testing.T) {
+	yaml := testproc.WriteFile(t, "rls.yaml", rlsYAML("2"))
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		gossip string
+		ok     bool
+	}{{``, false}, {`,"gossip":{"listen":"127.0.0.1:0","secret":"0123456789abcdef0123","routing":"owner"}`, true}} {
+		path := testproc.WriteFile(t, "c.json", `{"listen":["tcp:127.0.0.1:0"],"default":{"rate":"1/m","burst":2}`+c.gossip+`,
+			"envoy":{"grpc":"127.0.0.1:0","config":"`+yaml+`","watch":"off","backend":"gossip"}}`)
+		o := &options{Flags: cmdkit.Flags{ConfigPath: path, LogLevel: "error"}}
+		cfg, err := o.config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ec, on, err := o.envoySection(&cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := start(cfg, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envoy, err := startEnvoy(ec, on, srv.Node(), cfg.WithDefaults().Gossip, log)
+		if (err == nil) != c.ok {
+			t.Errorf("gossip %q: %v", c.gossip, err)
+		}
+		if err == nil {
+			resp, err := envoy.srv.Service.Decide(context.Background(), &rlsv3.RateLimitRequest{Domain: "api",
+				Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}})
+			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+				t.Errorf("decide on the gossip backend: %v %v", resp, err)
+			}
+			envoy.shutdown(context.Background())
+		}
+		srv.Shutdown(context.Background())
 	}
 }

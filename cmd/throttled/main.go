@@ -194,7 +194,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	envoy, err := startEnvoy(envoyCfg, envoyOn, srv.Node(), log)
+	envoy, err := startEnvoy(envoyCfg, envoyOn, srv.Node(), cfg.WithDefaults().Gossip, log)
 	if err != nil {
 		srv.Shutdown(context.Background())
 		return err

@@ -9,7 +9,7 @@ import (
 
 // fleet starts n gossip nodes on loopback UDP that know each other, with
 // the spend cap, and a service on each over real gRPC.
-func fleet(t *testing.T, n int, yaml string) []*rig {
+func fleet(t *testing.T, n int, yaml string, o FleetOptions) []*rig {
 	var trs []*gossip.UDPTransport
 	for range n {
 		tr, err := gossip.ListenUDP("127.0.0.1:0")
@@ -34,18 +34,14 @@ func fleet(t *testing.T, n int, yaml string) []*rig {
 		if err := node.Start(); err != nil {
 			t.Fatal(err)
 		}
-		f := NewFleet(node)
+		f := NewFleet(node, o)
 		t.Cleanup(func() { f.Close(); node.Close() })
 		rigs = append(rigs, newRig(t, yaml, Options{Backend: f}))
 	}
 	return rigs
 }
 
-// Three instances sharing limits by gossip: what the clients are admitted
-// across the three stays within the spend cap's bound, burst + rate·d +
-// N-1, where each instance alone would admit the burst.
-func TestFleetSharesTheLimit(t *testing.T) {
-	const cfg = `
+const fleetConfig = `
 domain: d
 descriptors:
   - key: k
@@ -53,7 +49,12 @@ descriptors:
   - key: zero
     rate_limit: {unit: minute, requests_per_unit: 0}
 `
-	rigs := fleet(t, 3, cfg)
+
+// Three instances sharing limits by gossip: what the clients are admitted
+// across the three stays within the spend cap's bound, burst + rate·d +
+// N-1, where each instance alone would admit the burst.
+func TestFleetSharesTheLimit(t *testing.T) {
+	rigs := fleet(t, 3, fleetConfig, FleetOptions{})
 	for _, r := range rigs { // every node makes the limiter, then hears the others
 		r.admitted(1, "d", "k", "warmup")
 	}
@@ -72,5 +73,26 @@ descriptors:
 	}
 	if got := rigs[0].admitted(2, "d", "zero", "x"); got != 0 {
 		t.Errorf("a rule of 0: %d admitted", got)
+	}
+}
+
+// With owner routing each key is decided by its owner: three instances
+// admit one bucket between them, burst + rate·d, over real gRPC.
+func TestFleetOwnerRouting(t *testing.T) {
+	rigs := fleet(t, 3, fleetConfig, FleetOptions{Owner: true})
+	for _, r := range rigs {
+		r.admitted(1, "d", "k", "warmup")
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	ok := 0
+	for i := range 60 {
+		ok += rigs[i%3].admitted(1, "d", "k", "owned")
+	}
+	d := time.Since(start)
+	bound := 20 + int(d.Seconds())
+	t.Logf("3 instances, owner routing: %d admitted of 60 in %v; bound %d", ok, d.Round(time.Millisecond), bound)
+	if ok > bound || ok < 15 {
+		t.Errorf("admitted %d, want at most %d (and most of the burst)", ok, bound)
 	}
 }

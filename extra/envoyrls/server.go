@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/throttlekit/throttle/distributed/gossip"
 	"github.com/throttlekit/throttle/internal/conffile"
 )
 
@@ -52,7 +51,8 @@ type ServerConfig struct {
 	NearLimitRatio float64 `json:"near_limit_ratio,omitempty"`
 	// Backend is "memory" (the default: this process alone), "redis"
 	// (see Redis), or "gossip" (see Fleet: the limits shared with the
-	// other throttled daemons through the daemon's own gossip node).
+	// other throttled daemons through the daemon's own gossip node, with
+	// its routing).
 	Backend string `json:"backend,omitempty"`
 	// Redis configures the "redis" backend.
 	Redis *RedisConfig `json:"redis,omitempty"`
@@ -148,9 +148,9 @@ type Server struct {
 }
 
 // Start loads the configuration files, binds the listeners and serves.
-// node is the gossip node of the "gossip" backend (nil otherwise); log
-// gets the refused reloads and backend failures (nil: discarded).
-func Start(c ServerConfig, log *slog.Logger, node *gossip.Node) (*Server, error) {
+// fleet is the backend "gossip" uses (nil otherwise); log gets the
+// refused reloads and backend failures (nil: discarded).
+func Start(c ServerConfig, log *slog.Logger, fleet *Fleet) (*Server, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func Start(c ServerConfig, log *slog.Logger, node *gossip.Node) (*Server, error)
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{}
-	backend, closer, err := c.backend(node)
+	backend, closer, err := c.backend(fleet)
 	if err != nil {
 		return nil, err
 	}
@@ -190,14 +190,13 @@ func (c ServerConfig) options(b Backend, log *slog.Logger) Options {
 	}
 }
 
-func (c ServerConfig) backend(node *gossip.Node) (Backend, func() error, error) {
+func (c ServerConfig) backend(fleet *Fleet) (Backend, func() error, error) {
 	switch c.Backend {
 	case "gossip":
-		if node == nil {
+		if fleet == nil {
 			return nil, nil, fmt.Errorf("%w: envoy: backend gossip needs a gossip node (the daemon's gossip.listen)", ErrInvalidConfig)
 		}
-		f := NewFleet(node)
-		return f, f.Close, nil
+		return fleet, fleet.Close, nil
 	case "redis":
 		r, err := NewRedis(*c.Redis)
 		if err != nil {
