@@ -50,22 +50,28 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 0}
 `
 
+// spread asks the rigs in turn about one key, n times, gap apart, after
+// every node made the limiter and heard the others, and returns what the
+// clients were admitted and how long it took.
+func spread(rigs []*rig, n int, key string, gap time.Duration) (ok int, d time.Duration) {
+	for _, r := range rigs {
+		r.admitted(1, "d", "k", "warmup")
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	for i := range n {
+		ok += rigs[i%len(rigs)].admitted(1, "d", "k", key)
+		time.Sleep(gap)
+	}
+	return ok, time.Since(start)
+}
+
 // Three instances sharing limits by gossip: what the clients are admitted
 // across the three stays within the spend cap's bound, burst + rate·d +
 // N-1, where each instance alone would admit the burst.
 func TestFleetSharesTheLimit(t *testing.T) {
 	rigs := fleet(t, 3, fleetConfig, FleetOptions{})
-	for _, r := range rigs { // every node makes the limiter, then hears the others
-		r.admitted(1, "d", "k", "warmup")
-	}
-	time.Sleep(100 * time.Millisecond)
-	start := time.Now()
-	ok := 0
-	for i := range 90 {
-		ok += rigs[i%3].admitted(1, "d", "k", "shared")
-		time.Sleep(2 * time.Millisecond)
-	}
-	d := time.Since(start)
+	ok, d := spread(rigs, 90, "shared", 2*time.Millisecond)
 	bound := 20 + int(d.Seconds()*1) + 2
 	t.Logf("3 instances admitted %d of 90 in %v; bound %d, one instance alone would admit 20", ok, d.Round(time.Millisecond), bound)
 	if ok > bound || ok < 10 {
@@ -80,16 +86,7 @@ func TestFleetSharesTheLimit(t *testing.T) {
 // admit one bucket between them, burst + rate·d, over real gRPC.
 func TestFleetOwnerRouting(t *testing.T) {
 	rigs := fleet(t, 3, fleetConfig, FleetOptions{Owner: true})
-	for _, r := range rigs {
-		r.admitted(1, "d", "k", "warmup")
-	}
-	time.Sleep(100 * time.Millisecond)
-	start := time.Now()
-	ok := 0
-	for i := range 60 {
-		ok += rigs[i%3].admitted(1, "d", "k", "owned")
-	}
-	d := time.Since(start)
+	ok, d := spread(rigs, 60, "owned", 0)
 	bound := 20 + int(d.Seconds())
 	t.Logf("3 instances, owner routing: %d admitted of 60 in %v; bound %d", ok, d.Round(time.Millisecond), bound)
 	if ok > bound || ok < 15 {
