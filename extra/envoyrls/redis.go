@@ -51,6 +51,7 @@ return out
 type Redis struct {
 	client   redis.UniversalClient
 	cluster  bool
+	direct   bool // the client honours context deadlines
 	timeout  time.Duration
 	limiters sync.Map // limiterSpec → throttle.Limiter
 }
@@ -65,15 +66,21 @@ func NewRedis(c RedisConfig) (*Redis, error) {
 		}
 		timeout = d
 	}
-	o := &redis.UniversalOptions{Addrs: c.Addrs, IsClusterMode: c.Cluster, ReadTimeout: timeout, WriteTimeout: timeout}
+	o := &redis.UniversalOptions{Addrs: c.Addrs, IsClusterMode: c.Cluster, ContextTimeoutEnabled: true,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout}
 	if c.PasswordEnv != "" {
 		o.Password = getenv(c.PasswordEnv)
 	}
-	return NewRedisClient(redis.NewUniversalClient(o), c.Cluster, timeout), nil
+	r := NewRedisClient(redis.NewUniversalClient(o), c.Cluster, timeout)
+	r.direct = true
+	return r, nil
 }
 
 // NewRedisClient uses client (a *redis.ClusterClient when cluster),
-// each request bounded by timeout. Close closes client.
+// each request bounded by timeout: a request waits for the client's
+// answer at most that long (the call goes on in its own goroutine, to the
+// client's own timeouts, as go-redis applies a context's deadline only
+// with ContextTimeoutEnabled). Close closes client.
 func NewRedisClient(client redis.UniversalClient, cluster bool, timeout time.Duration) *Redis {
 	return &Redis{client: client, cluster: cluster, timeout: timeout}
 }
@@ -111,8 +118,30 @@ func (r *Redis) Charge(ctx context.Context, now time.Time, hits []Hit, out []Out
 	return nil
 }
 
-// incr runs fixedScript on keys: once, or per key on a Cluster.
+// incr runs fixedScript on keys within ctx's deadline.
 func (r *Redis) incr(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	if r.direct {
+		return r.run(ctx, keys, args)
+	}
+	type result struct {
+		counts []int64
+		err    error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := r.run(ctx, keys, args)
+		ch <- result{c, err}
+	}()
+	select {
+	case res := <-ch:
+		return res.counts, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// run runs fixedScript on keys: once, or per key on a Cluster.
+func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	if !r.cluster {
 		return fixedScript.Run(ctx, r.client, keys, args...).Int64Slice()
 	}
@@ -125,7 +154,7 @@ func (r *Redis) incr(ctx context.Context, keys []string, args []any) ([]int64, e
 	})
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
 		if err = fixedScript.Load(ctx, r.client).Err(); err == nil {
-			return r.incr(ctx, keys, args)
+			return r.run(ctx, keys, args)
 		}
 	}
 	if err != nil {

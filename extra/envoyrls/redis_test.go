@@ -3,7 +3,9 @@ package envoyrls
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 // countingHook counts the round trips a client makes (a pipeline is one).
@@ -129,3 +132,64 @@ func TestRedisDown(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A paused Redis (SIGSTOP: connections accepted, nothing answered): every
+// request still returns within the backend's timeout, UNAVAILABLE or, with
+// FailOpen, OK, whether the client applies context deadlines (NewRedis)
+// or not (a plain client: requests once waited for its 5 s dial timeout);
+// after SIGCONT decisions resume.
+func TestRedisPaused(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.NeedOwn(t)
+	info, err := redistest.Do(srv.Addr, time.Second, "INFO", "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(info, "process_id:")
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+	if err != nil {
+		t.Fatalf("no process_id in INFO: %v", err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	const timeout = 150 * time.Millisecond
+	closed := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, timeout)})
+	open := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, timeout), FailOpen: true})
+	own, err := NewRedis(RedisConfig{Addrs: []string{srv.Addr}, Timeout: timeout.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { own.Close() })
+	direct := newRig(t, redisCfg, Options{Backend: own})
+	closed.ask("d", desc("a", "x"))
+	direct.ask("d", desc("a", "x"))
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	for range 3 {
+		for name, r := range map[string]*rig{"plain client": closed, "NewRedis": direct} {
+			start := time.Now()
+			_, err := r.client.ShouldRateLimit(t.Context(), req("d", desc("a", "x")))
+			if status.Code(err) != codes.Unavailable || time.Since(start) > timeout+time.Second {
+				t.Errorf("paused, fail closed, %s: %v after %v", name, err, time.Since(start))
+			}
+		}
+		start := time.Now()
+		if resp := open.ask("d", desc("a", "x")); resp.OverallCode != codeOK || time.Since(start) > timeout+time.Second {
+			t.Errorf("paused, fail open: %v after %v", resp.OverallCode, time.Since(start))
+		}
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	testproc.Eventually(t, 5*time.Second, func() bool {
+		_, err := closed.svc.Decide(t.Context(), req("d", desc("a", "probe")))
+		return err == nil
+	})
+	if got := closed.admitted(4, "d", "a", "after"); got != 3 {
+		t.Errorf("after SIGCONT: %d admitted, want 3", got)
+	}
+	testproc.Eventually(t, 5*time.Second, func() bool {
+		_, err := direct.svc.Decide(t.Context(), req("d", desc("a", "probe2")))
+		return err == nil
+	})
+}
