@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/throttlekit/throttle/distributed/daemon"
@@ -42,6 +43,7 @@ func (o *options) envoySection(cfg *daemon.Config) (c envoyrls.ServerConfig, ok 
 // otherwise, and then its methods do nothing.
 type envoyService struct {
 	srv *envoyrls.Server
+	cfg envoyrls.ServerConfig // the section it runs
 	log *slog.Logger
 }
 
@@ -64,16 +66,24 @@ func startEnvoy(c envoyrls.ServerConfig, ok bool, node *gossip.Node, g daemon.Go
 	cfg := srv.Service.Config()
 	log.Info("envoy rate-limit service running", "grpc", srv.Addrs()[0].String(), "http", c.HTTP,
 		"domains", len(cfg.Domains()), "rules", cfg.Rules(), "backend", c.Backend)
-	return &envoyService{srv: srv, log: log}, nil
+	return &envoyService{srv: srv, cfg: c, log: log}, nil
 }
 
-// reload rereads the YAML files; a refused version keeps the running one.
-func (e *envoyService) reload() {
+// reload rereads the YAML files; a refused version keeps the running
+// one. A changed envoy section is reported: it needs a restart.
+func (e *envoyService) reload(o *options) {
 	if e == nil {
 		return
 	}
 	if err := e.srv.Reload(); err != nil {
 		e.log.Error("SIGHUP: envoy configuration refused, keeping the running one", "err", err)
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return // reported by the daemon's reload
+	}
+	if c, _, err := o.envoySection(&cfg); err != nil || !reflect.DeepEqual(c, e.cfg) {
+		e.log.Warn("SIGHUP: the envoy section changed; it applies at the next restart", "err", err)
 	}
 }
 

@@ -53,13 +53,17 @@ func TestEnvoyCheckAndPrint(t *testing.T) {
 }
 
 // throttled serves the RLS API from its envoy section; SIGHUP rereads
-// the YAML file, a bad one is refused and the running one kept.
+// the YAML file, a bad one is refused and the running one kept, and a
+// changed section is reported as needing a restart.
 func TestEnvoyServesAndReloads(t *testing.T) {
 	dir := t.TempDir()
 	yaml := filepath.Join(dir, "rls.yaml")
 	os.WriteFile(yaml, []byte(rlsYAML("2")), 0o600)
-	path := testproc.WriteFile(t, "c.json", `{"listen":["tcp:127.0.0.1:0"],"default":{"rate":"1/m","burst":2},
-		"envoy":{"grpc":"127.0.0.1:0","config":"`+yaml+`","watch":"off"}}`)
+	daemonCfg := func(extra string) string {
+		return `{"listen":["tcp:127.0.0.1:0"],"default":{"rate":"1/m","burst":2},
+		"envoy":{"grpc":"127.0.0.1:0","config":"` + yaml + `","watch":"off"` + extra + `}}`
+	}
+	path := testproc.WriteFile(t, "c.json", daemonCfg(""))
 	o := &options{Flags: cmdkit.Flags{ConfigPath: path, LogLevel: "error"}}
 	cfg, err := o.config()
 	if err != nil {
@@ -69,7 +73,8 @@ func TestEnvoyServesAndReloads(t *testing.T) {
 	if err != nil || !on {
 		t.Fatalf("section: %v %v", on, err)
 	}
-	log := slog.New(slog.DiscardHandler)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv, err := start(cfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +112,7 @@ func TestEnvoyServesAndReloads(t *testing.T) {
 	})
 	good := envoy.srv.Service.Config()
 	os.WriteFile(yaml, []byte("domain: api\nbogus: 1\n"), 0o600)
+	os.WriteFile(path, []byte(daemonCfg(`,"shadow_mode":true`)), 0o600)
 	sigs <- syscall.SIGHUP
 	sigs <- syscall.SIGTERM
 	if err := <-done; err != nil {
@@ -114,6 +120,9 @@ func TestEnvoyServesAndReloads(t *testing.T) {
 	}
 	if envoy.srv.Service.Config() != good {
 		t.Fatal("a refused reload replaced the configuration")
+	}
+	if n := strings.Count(logs.String(), "the envoy section changed"); n != 1 {
+		t.Errorf("%d warnings of a changed section, want 1:\n%s", n, logs.String())
 	}
 }
 

@@ -228,7 +228,7 @@ func serve(srv *daemon.Server, envoy *envoyService, o *options, mb *members, log
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
 			reload(srv, o, mb, log)
-			envoy.reload()
+			envoy.reload(o)
 			continue
 		}
 		break
