@@ -28,6 +28,13 @@
 // detection); with a key file (-key-file, gossip.key_file) the counters
 // and memberlist's traffic are encrypted under its keys, which SIGHUP
 // reads again, so keys rotate without a restart.
+//
+// With an "envoy" section (or -envoy-grpc and -envoy-config) it also
+// serves Envoy's global rate-limit API, envoy.service.ratelimit.v3, from
+// envoyproxy/ratelimit's YAML configuration (see package
+// github.com/throttlekit/throttle/extra/envoyrls and docs/guide/envoy.md);
+// SIGHUP rereads those YAML files too, and a change of the section itself
+// needs a restart.
 package main
 
 import (
@@ -59,7 +66,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, strings.Split(s, ",")..
 type options struct {
 	cmdkit.Flags
 	rate, gossipAddr, advertise, secretFile, query, admin string
-	keyFile, membersBind                                  string
+	keyFile, membersBind, envoyGRPC, envoyConfig          string
 	burst                                                 int
 	interval                                              time.Duration
 	check, spendCap                                       bool
@@ -83,6 +90,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Var(&o.peers, "peers", "gossip peers, comma separated HOST:PORT (overrides the config)")
 	fs.StringVar(&o.keyFile, "key-file", "", "gossip key file: one base64 AES key a line, the primary first (overrides the config)")
 	fs.StringVar(&o.membersBind, "members", "", "memberlist address to find the peers by, e.g. 0.0.0.0:7947, instead of -peers (overrides the config)")
+	fs.StringVar(&o.envoyGRPC, "envoy-grpc", "", "serve Envoy's rate-limit API (RLS v3) on this gRPC address, e.g. 0.0.0.0:8081 (overrides envoy.grpc)")
+	fs.StringVar(&o.envoyConfig, "envoy-config", "", "envoyproxy/ratelimit YAML configuration for the RLS API: a file or a directory (overrides envoy.config)")
 	fs.Var(&o.seeds, "seeds", "memberlist addresses or DNS names to join through, comma separated HOST:PORT (overrides the config)")
 	if err := cmdkit.Parse(fs, args); err != nil {
 		return nil, err
@@ -162,6 +171,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	envoyCfg, envoyOn, err := o.envoySection(&cfg)
+	if err != nil {
+		return err
+	}
 	cfg.Gossip.Membership = mb.start
 	switch {
 	case o.PrintConfig:
@@ -172,10 +185,18 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case o.query != "":
 		return queryMode(cfg.Listen[0], strings.Split(o.query, ","), stdout)
 	case o.check:
-		return check(cfg, log, stdout)
+		if err := check(cfg, log, stdout); err != nil {
+			return err
+		}
+		return checkEnvoy(envoyCfg, envoyOn, stdout)
 	}
 	srv, err := start(cfg, log)
 	if err != nil {
+		return err
+	}
+	envoy, err := startEnvoy(envoyCfg, envoyOn, srv.Node(), cfg.WithDefaults().Gossip, log)
+	if err != nil {
+		srv.Shutdown(context.Background())
 		return err
 	}
 	log.Info("throttled running", "default_rate", cfg.Default.Rate, "default_burst", cfg.Default.Burst,
@@ -184,7 +205,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	return serve(srv, o, mb, log, sigs)
+	return serve(srv, envoy, o, mb, log, sigs)
 }
 
 // start makes the server of cfg and starts it.
@@ -200,12 +221,14 @@ func start(cfg daemon.Config, log *slog.Logger) (*daemon.Server, error) {
 	return srv, nil
 }
 
-// serve runs until SIGINT or SIGTERM, reloading on SIGHUP, then shuts
-// the server down.
-func serve(srv *daemon.Server, o *options, mb *members, log *slog.Logger, sigs <-chan os.Signal) error {
+// serve runs until SIGINT or SIGTERM, reloading on SIGHUP (the
+// daemon's configuration, and the Envoy service's YAML files), then
+// shuts the servers down.
+func serve(srv *daemon.Server, envoy *envoyService, o *options, mb *members, log *slog.Logger, sigs <-chan os.Signal) error {
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
 			reload(srv, o, mb, log)
+			envoy.reload(o)
 			continue
 		}
 		break
@@ -213,6 +236,7 @@ func serve(srv *daemon.Server, o *options, mb *members, log *slog.Logger, sigs <
 	log.Info("shutting down")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	envoy.shutdown(ctx)
 	if err := srv.Shutdown(ctx); err != nil {
 		// Connections still open were closed: a clean stop all the same.
 		log.Warn("shutdown: connections closed before their queries were answered", "err", err)

@@ -93,7 +93,7 @@ func TestSignals(t *testing.T) {
 	}
 	sigs := make(chan os.Signal)
 	done := make(chan error, 1)
-	go func() { done <- serve(srv, o, &members{}, slog.New(slog.DiscardHandler), sigs) }()
+	go func() { done <- serve(srv, nil, o, &members{}, slog.New(slog.DiscardHandler), sigs) }()
 	os.WriteFile(path, []byte(`{"listen":["tcp:127.0.0.1:0"],"default":{"rate":"1/m","burst":4}}`), 0o600)
 	sigs <- syscall.SIGHUP
 	for deadline := time.Now().Add(5 * time.Second); srv.Stats().Reloads == 0 && time.Now().Before(deadline); {

@@ -94,6 +94,10 @@ type Config struct {
 	// Gossip configures the peer-to-peer exchange. With no peers the
 	// daemon limits on its own.
 	Gossip Gossip `json:"gossip"`
+	// Envoy is the section of the Envoy rate-limit service that
+	// cmd/throttled runs beside the daemon (the module extra/envoyrls
+	// reads it: see its ServerConfig). The daemon itself only keeps it.
+	Envoy json.RawMessage `json:"envoy,omitempty"`
 }
 
 // Limit is a token bucket: Rate as "count/period" (see

@@ -1,0 +1,303 @@
+package envoyrls
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/extra/envoyrls"
+	"github.com/throttlekit/throttle/internal/envoyreftest"
+	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/internal/testproc"
+)
+
+// envBench turns the measurement on; it takes about four minutes.
+const envBench = "THROTTLE_ENVOY_RLS_BENCH"
+
+// benchConfig has four rules no load of the measurement reaches, so that
+// every decision is a full one (a charge and an answer).
+const benchConfig = `
+domain: bench
+descriptors:
+  - key: d0
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: d1
+    rate_limit: {unit: minute, requests_per_unit: 1000000000}
+  - key: d2
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+  - key: d3
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+`
+
+// cellTime is how long each cell of the table is measured, after a
+// warm-up of a tenth of it.
+var cellTime = time.Second
+
+// rounds is how many times each cell is measured; the median is kept.
+const rounds = 3
+
+// median is the result of median throughput (with its own p99).
+func median(rs []result) result {
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b result) int { return a.decisions - b.decisions })
+	return rs[len(rs)/2]
+}
+
+// result is one cell: requests answered, descriptors decided, latencies.
+type result struct {
+	requests, decisions int
+	p99                 time.Duration
+	elapsed             time.Duration
+}
+
+func (r result) perSecond() float64 { return float64(r.decisions) / r.elapsed.Seconds() }
+
+// request builds a request of n descriptors on key.
+func request(n int, key string) *rlsv3.RateLimitRequest {
+	r := &rlsv3.RateLimitRequest{Domain: "bench"}
+	for i := range n {
+		r.Descriptors = append(r.Descriptors, &rlv3.RateLimitDescriptor{
+			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "d" + strconv.Itoa(i), Value: key}}})
+	}
+	return r
+}
+
+// load runs streams concurrent callers on c for d, each asking about
+// descriptors descriptors on the hot key or on one of keys keys.
+func load(t *testing.T, c rlsv3.RateLimitServiceClient, streams, descriptors, keys int, d time.Duration) result {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var lat []time.Duration
+	res := result{}
+	stop := time.Now().Add(d)
+	for s := range streams {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(s), 1))
+			var mine []time.Duration
+			n := 0
+			for time.Now().Before(stop) {
+				key := "hot"
+				if keys > 1 {
+					key = "k" + strconv.Itoa(rng.IntN(keys))
+				}
+				start := time.Now()
+				if _, err := c.ShouldRateLimit(context.Background(), request(descriptors, key)); err != nil {
+					t.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(start))
+				n++
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			res.requests += n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	res.elapsed = d
+	res.decisions = res.requests * descriptors
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		res.p99 = lat[len(lat)*99/100]
+	}
+	return res
+}
+
+func dial(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	testproc.Eventually(t, 10*time.Second, func() bool {
+		_, err := c.ShouldRateLimit(context.Background(), request(1, "warmup"))
+		return err == nil
+	})
+	return c
+}
+
+// Environment of a child process serving this service (see TestMain).
+const (
+	envServe  = "ENVOYRLS_BENCH_SERVE"  // the ServerConfig, JSON
+	envGossip = "ENVOYRLS_BENCH_GOSSIP" // the gossip listen address, then the peers, comma separated
+)
+
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv(envServe); cfg != "" {
+		if err := serveChild(cfg, os.Getenv(envGossip)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// serveChild runs this service until killed: the measured server is a
+// process of its own, as the reference is.
+func serveChild(cfg, gossipAddrs string) error {
+	c, err := envoyrls.ParseServerConfig([]byte(cfg))
+	if err != nil {
+		return err
+	}
+	var node *gossip.Node
+	if gossipAddrs != "" {
+		addrs := strings.Split(gossipAddrs, ",")
+		tr, err := gossip.ListenUDP(addrs[0])
+		if err != nil {
+			return err
+		}
+		node, err = gossip.NewNode(gossip.Config{Transport: tr, Secret: []byte("0123456789abcdef0123"), Peers: addrs[1:], SpendCap: true})
+		if err != nil {
+			return err
+		}
+		if err := node.Start(); err != nil {
+			return err
+		}
+	}
+	var fleet *envoyrls.Fleet
+	if node != nil {
+		fleet = envoyrls.NewFleet(node, envoyrls.FleetOptions{})
+	}
+	if _, err := envoyrls.Start(c, nil, fleet); err != nil {
+		return err
+	}
+	select {}
+}
+
+// serve starts this service in a child process on a free loopback port
+// with backend, and returns its gRPC address.
+func serve(t *testing.T, dir, backend, redisAddr, gossipAddrs string) string {
+	ports, err := testproc.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	c := envoyrls.ServerConfig{GRPC: addr, Config: dir, Watch: "off", Backend: backend}
+	if backend == "redis" {
+		c.Redis = &envoyrls.RedisConfig{Addrs: []string{redisAddr}, Timeout: "1s"}
+	}
+	b, _ := json.Marshal(c)
+	p, err := testproc.Start(testproc.Self([]string{envServe + "=" + string(b), envGossip + "=" + gossipAddrs}), 20*time.Second, testproc.Dials("tcp", addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	return addr
+}
+
+// fleetOf starts n child processes gossiping with each other, and a
+// client that spreads its calls over them.
+func fleetOf(t *testing.T, n int, dir string) *roundRobin {
+	ports, err := testproc.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, p := range ports {
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	rr := &roundRobin{}
+	for i := range addrs {
+		order := append([]string{addrs[i]}, slices.Delete(slices.Clone(addrs), i, i+1)...)
+		rr.all = append(rr.all, dial(t, serve(t, dir, "gossip", "", strings.Join(order, ","))))
+	}
+	return rr
+}
+
+// roundRobin spreads the calls over several clients, as Envoy spreads
+// them over the hosts of the rate-limit cluster.
+type roundRobin struct {
+	rlsv3.RateLimitServiceClient
+	all  []rlsv3.RateLimitServiceClient
+	next sync.Mutex
+	i    int
+}
+
+func (r *roundRobin) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, opts ...grpc.CallOption) (*rlsv3.RateLimitResponse, error) {
+	r.next.Lock()
+	c := r.all[r.i%len(r.all)]
+	r.i++
+	r.next.Unlock()
+	return c.ShouldRateLimit(ctx, in, opts...)
+}
+
+// TestVersusReference measures the reference and this service on the same
+// Redis, this service in process, and across 3 gossip nodes, on the same
+// configuration and load. Run it by hand:
+//
+//	THROTTLE_ENVOY_RLS_BENCH=1 THROTTLE_ENVOY_RLS_BIN=/path/to/ratelimit \
+//		go test -run Versus -v -timeout 10m ./benchmarks/envoyrls
+func TestVersusReference(t *testing.T) {
+	if os.Getenv(envBench) != "1" {
+		t.Skip("a measurement of about four minutes: set " + envBench + "=1 to run it")
+	}
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/bench.yaml", []byte(benchConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rc.Close() })
+	fleet := fleetOf(t, 3, dir)
+	subjects := []subject{
+		{"envoyproxy/ratelimit, Redis", dial(t, envoyreftest.Start(t, envoyreftest.Binary(t), benchConfig, srv.Addr))},
+		{"throttled, Redis", dial(t, serve(t, dir, "redis", srv.Addr, ""))},
+		{"throttled, in process", dial(t, serve(t, dir, "memory", "", ""))},
+		{"throttled, 3 gossip nodes", fleet},
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "| streams | descriptors | keys | %s |\n|---|---|---|%s\n", joinNames(subjects), strings.Repeat("---|", len(subjects)))
+	for _, streams := range []int{1, 16, 64} {
+		for _, descriptors := range []int{1, 4} {
+			for _, keys := range []int{1, 100_000} {
+				fmt.Fprintf(&table, "| %d | %d | %s |", streams, descriptors, map[bool]string{true: "hot", false: "100k"}[keys == 1])
+				runs := make([][]result, len(subjects))
+				for range rounds { // the subjects alternate, so that a change of the machine's load hits all
+					for i, s := range subjects {
+						rc.FlushAll(context.Background())
+						load(t, s.c, streams, descriptors, keys, cellTime/10)
+						runs[i] = append(runs[i], load(t, s.c, streams, descriptors, keys, cellTime))
+					}
+				}
+				for _, rs := range runs {
+					r := median(rs)
+					fmt.Fprintf(&table, " %.0f/s, p99 %v |", r.perSecond(), r.p99.Round(10*time.Microsecond))
+				}
+				table.WriteString("\n")
+			}
+		}
+	}
+	t.Log("decisions (descriptors decided) per second and p99 per request:\n" + table.String())
+}
+
+// subject is a service measured.
+type subject struct {
+	name string
+	c    rlsv3.RateLimitServiceClient
+}
+
+func joinNames(ss []subject) string {
+	var names []string
+	for _, s := range ss {
+		names = append(names, s.name)
+	}
+	return strings.Join(names, " | ")
+}

@@ -1,0 +1,95 @@
+package envoyrls
+
+import (
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle/distributed/gossip"
+)
+
+// fleet starts n gossip nodes on loopback UDP that know each other, with
+// the spend cap, and a service on each over real gRPC.
+func fleet(t *testing.T, n int, yaml string, o FleetOptions) []*rig {
+	var trs []*gossip.UDPTransport
+	for range n {
+		tr, err := gossip.ListenUDP("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		trs = append(trs, tr)
+	}
+	var rigs []*rig
+	for i, tr := range trs {
+		var peers []string
+		for j, p := range trs {
+			if j != i {
+				peers = append(peers, p.Addr())
+			}
+		}
+		node, err := gossip.NewNode(gossip.Config{Transport: tr, Secret: []byte("0123456789abcdef0123"), Peers: peers,
+			Interval: 20 * time.Millisecond, SpendCap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Start(); err != nil {
+			t.Fatal(err)
+		}
+		f := NewFleet(node, o)
+		t.Cleanup(func() { f.Close(); node.Close() })
+		rigs = append(rigs, newRig(t, yaml, Options{Backend: f}))
+	}
+	return rigs
+}
+
+const fleetConfig = `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket, burst: 20}
+  - key: zero
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`
+
+// spread asks the rigs in turn about one key, n times, gap apart, after
+// every node made the limiter and heard the others, and returns what the
+// clients were admitted and how long it took.
+func spread(rigs []*rig, n int, key string, gap time.Duration) (ok int, d time.Duration) {
+	for _, r := range rigs {
+		r.admitted(1, "d", "k", "warmup")
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	for i := range n {
+		ok += rigs[i%len(rigs)].admitted(1, "d", "k", key)
+		time.Sleep(gap)
+	}
+	return ok, time.Since(start)
+}
+
+// Three instances sharing limits by gossip: what the clients are admitted
+// across the three stays within the spend cap's bound, burst + rate·d +
+// N-1, where each instance alone would admit the burst.
+func TestFleetSharesTheLimit(t *testing.T) {
+	rigs := fleet(t, 3, fleetConfig, FleetOptions{})
+	ok, d := spread(rigs, 90, "shared", 2*time.Millisecond)
+	bound := 20 + int(d.Seconds()*1) + 2
+	t.Logf("3 instances admitted %d of 90 in %v; bound %d, one instance alone would admit 20", ok, d.Round(time.Millisecond), bound)
+	if ok > bound || ok < 10 {
+		t.Errorf("admitted %d, want at most %d (and some)", ok, bound)
+	}
+	if got := rigs[0].admitted(2, "d", "zero", "x"); got != 0 {
+		t.Errorf("a rule of 0: %d admitted", got)
+	}
+}
+
+// With owner routing each key is decided by its owner: three instances
+// admit one bucket between them, burst + rate·d, over real gRPC.
+func TestFleetOwnerRouting(t *testing.T) {
+	rigs := fleet(t, 3, fleetConfig, FleetOptions{Owner: true})
+	ok, d := spread(rigs, 60, "owned", 0)
+	bound := 20 + int(d.Seconds())
+	t.Logf("3 instances, owner routing: %d admitted of 60 in %v; bound %d", ok, d.Round(time.Millisecond), bound)
+	if ok > bound || ok < 15 {
+		t.Errorf("admitted %d, want at most %d (and most of the burst)", ok, bound)
+	}
+}

@@ -1,0 +1,209 @@
+package envoyrls
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/distributed/redislimit"
+)
+
+// RedisConfig is the "redis" backend's connection.
+type RedisConfig struct {
+	// Addrs are host:port addresses: one server, or the seeds of a
+	// Redis Cluster when Cluster is set.
+	Addrs   []string `json:"addrs"`
+	Cluster bool     `json:"cluster,omitempty"`
+	// PasswordEnv names an environment variable holding the password.
+	PasswordEnv string `json:"password_env,omitempty"`
+	// Timeout bounds each command (a Go duration; default "100ms").
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// fixedScript charges every fixed-window key of a request in one round
+// trip: INCRBY by its hits and EXPIRE after its unit, returning the
+// counts. ARGV holds hits and time-to-live in pairs.
+var fixedScript = redis.NewScript(`
+local out = {}
+for i = 1, #KEYS do
+  out[i] = redis.call('INCRBY', KEYS[i], ARGV[2*i-1])
+  redis.call('EXPIRE', KEYS[i], ARGV[2*i])
+end
+return out
+`)
+
+// Redis is the Backend of a Redis server or Cluster shared by several
+// service instances. Fixed windows use the reference's keys (prefix,
+// domain, entries, window start), so that a migration keeps the counts,
+// and all the fixed-window descriptors of a request are charged by one
+// script, one round trip (on a Cluster, one per key, pipelined: the keys
+// of one request need not share a slot). The other algorithms are the
+// limiters of package redislimit, one round trip per descriptor. A
+// failing server fails the request with an error wrapping
+// throttle.ErrUnavailable (see Options.FailOpen). Safe for concurrent
+// use.
+type Redis struct {
+	client   redis.UniversalClient
+	cluster  bool
+	direct   bool // the client honours context deadlines
+	timeout  time.Duration
+	limiters sync.Map // limiterSpec → throttle.Limiter
+}
+
+// NewRedis connects to c (lazily: the first request dials).
+func NewRedis(c RedisConfig) (*Redis, error) {
+	timeout := 100 * time.Millisecond
+	if c.Timeout != "" {
+		d, err := time.ParseDuration(c.Timeout)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%w: envoy: redis.timeout %q", ErrInvalidConfig, c.Timeout)
+		}
+		timeout = d
+	}
+	o := &redis.UniversalOptions{Addrs: c.Addrs, IsClusterMode: c.Cluster, ContextTimeoutEnabled: true,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout}
+	if c.PasswordEnv != "" {
+		o.Password = getenv(c.PasswordEnv)
+	}
+	r := NewRedisClient(redis.NewUniversalClient(o), c.Cluster, timeout)
+	r.direct = true
+	return r, nil
+}
+
+// NewRedisClient uses client (a *redis.ClusterClient when cluster),
+// each request bounded by timeout: a request waits for the client's
+// answer at most that long (the call goes on in its own goroutine, to the
+// client's own timeouts, as go-redis applies a context's deadline only
+// with ContextTimeoutEnabled). Close closes client.
+func NewRedisClient(client redis.UniversalClient, cluster bool, timeout time.Duration) *Redis {
+	return &Redis{client: client, cluster: cluster, timeout: timeout}
+}
+
+// Charge implements Backend.
+func (r *Redis) Charge(ctx context.Context, now time.Time, hits []Hit, out []Outcome) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	var keys []string
+	var args []any
+	var at []int
+	for i, h := range hits {
+		if h.Limit.Algorithm != FixedWindow {
+			o, err := allowHit(ctx, h, r.limiter)
+			if err != nil {
+				return err
+			}
+			out[i] = o
+			continue
+		}
+		keys = append(keys, h.Key+strconv.FormatInt(windowStart(now, h.Limit.Unit), 10))
+		args = append(args, h.N, h.Limit.Unit.Seconds())
+		at = append(at, i)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	counts, err := r.incr(ctx, keys, args)
+	if err != nil {
+		return fmt.Errorf("%w: redis: %v", throttle.ErrUnavailable, err)
+	}
+	for j, i := range at {
+		out[i] = fixedOutcome(now, hits[i].Limit, hits[i].N, uint64(counts[j]))
+	}
+	return nil
+}
+
+// incr runs fixedScript on keys within ctx's deadline.
+func (r *Redis) incr(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	if r.direct {
+		return r.run(ctx, keys, args)
+	}
+	type result struct {
+		counts []int64
+		err    error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := r.run(ctx, keys, args)
+		ch <- result{c, err}
+	}()
+	select {
+	case res := <-ch:
+		return res.counts, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// run runs fixedScript on keys: once, or per key on a Cluster.
+func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	if !r.cluster {
+		return fixedScript.Run(ctx, r.client, keys, args...).Int64Slice()
+	}
+	cmds := make([]*redis.Cmd, len(keys))
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = fixedScript.EvalSha(ctx, p, []string{k}, args[2*i:2*i+2]...)
+		}
+		return nil
+	})
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err = fixedScript.Load(ctx, r.client).Err(); err == nil {
+			return r.run(ctx, keys, args)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	counts := make([]int64, len(keys))
+	for i, c := range cmds {
+		v, err := c.Int64Slice()
+		if err != nil {
+			return nil, err
+		}
+		counts[i] = v[0]
+	}
+	return counts, nil
+}
+
+func (r *Redis) limiter(l *RateLimit) (throttle.Limiter, error) {
+	s := specOf(l)
+	if v, ok := r.limiters.Load(s); ok {
+		return v.(throttle.Limiter), nil
+	}
+	limit, per := int(s.rpu), s.unit.Period()
+	var lim throttle.Limiter
+	var err error
+	switch s.alg {
+	case TokenBucket:
+		lim, err = redislimit.NewTokenBucket(r.client, throttle.NewRate(limit, per), int(cmpOr(s.burst, s.rpu)), redislimit.WithPrefix("envoyrls:tb:"))
+	case SlidingWindow:
+		lim, err = redislimit.NewSlidingWindow(r.client, limit, per, redislimit.WithPrefix("envoyrls:sw:"))
+	case SlidingLog:
+		lim, err = redislimit.NewSlidingLog(r.client, limit, per, redislimit.WithPrefix("envoyrls:sl:"))
+	default:
+		err = fmt.Errorf("%w: %v", ErrUnsupported, s.alg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, _ := r.limiters.LoadOrStore(s, lim)
+	return v.(throttle.Limiter), nil
+}
+
+func cmpOr(a, b uint32) uint32 {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// Close closes the client.
+func (r *Redis) Close() error { return r.client.Close() }
+
+var getenv = os.Getenv

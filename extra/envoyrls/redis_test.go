@@ -1,0 +1,195 @@
+package envoyrls
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/internal/testproc"
+)
+
+// countingHook counts the round trips a client makes (a pipeline is one).
+type countingHook struct{ n atomic.Int64 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+const redisCfg = `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: c
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: e
+    rate_limit: {unit: day, requests_per_unit: 5}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 4}
+`
+
+// Two services sharing one Redis admit one limit between them, a request
+// of four descriptors is one round trip, and the keys are the
+// reference's, so that a migration keeps its counts.
+func TestRedisSharedAndOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	hook := &countingHook{}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	client.AddHook(hook)
+	t.Cleanup(func() { client.Close() })
+	clock := newFakeClock()
+	one := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, time.Second), KeyPrefix: "p_"})
+	two := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, time.Second), KeyPrefix: "p_"})
+	one.clock, two.clock = clock, clock
+	one.svc.o.Now, two.svc.o.Now = clock.Now, clock.Now
+	client.FlushAll(t.Context())
+	ok := 0
+	for i := range 6 {
+		r := one
+		if i%2 == 1 {
+			r = two
+		}
+		ok += r.admitted(1, "d", "a", "x")
+	}
+	if ok != 3 {
+		t.Errorf("two services on one Redis: %d admitted, want 3", ok)
+	}
+	four := []*rlv3Desc{desc("a", "y"), desc("b", "y"), desc("c", "y"), desc("e", "y")}
+	one.ask("d", four...) // loads the script
+	before := hook.n.Load()
+	resp := one.ask("d", four...)
+	if n := hook.n.Load() - before; n != 1 {
+		t.Errorf("4 descriptors took %d round trips, want 1", n)
+	}
+	if resp.Statuses[0].LimitRemaining != 1 || resp.Statuses[3].LimitRemaining != 3 {
+		t.Errorf("statuses %v", resp.Statuses)
+	}
+	start := clock.Now().Unix() - clock.Now().Unix()%60
+	if v, err := client.Get(t.Context(), "p_d_a_y_"+itoa(start)).Int(); err != nil || v != 2 {
+		t.Errorf("the reference's key holds %d (%v), want 2", v, err)
+	}
+	if ttl := client.TTL(t.Context(), "p_d_a_y_"+itoa(start)).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Errorf("the key expires in %v, want within its minute", ttl)
+	}
+	if got := one.admitted(6, "d", "bucket", "z"); got != 4 {
+		t.Errorf("token bucket on Redis: %d admitted, want its burst 4", got)
+	}
+}
+
+// A Redis Cluster: the keys of one request may be on different nodes.
+func TestRedisCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	t.Cleanup(func() { client.Close() })
+	r := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, true, time.Second)})
+	for i := range 5 {
+		resp := r.ask("d", desc("a", "x"), desc("b", "x"), desc("c", "q"))
+		want := codeOK
+		if i >= 3 {
+			want = codeOver
+		}
+		if resp.Statuses[0].Code != want || resp.Statuses[1].Code != codeOK || resp.Statuses[2].Code != codeOK {
+			t.Fatalf("request %d: %v", i, resp.Statuses)
+		}
+	}
+}
+
+// Redis down: Unavailable (Envoy's failure_mode_deny decides), or OK with
+// FailOpen; back up, decisions resume.
+func TestRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.NeedOwn(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	closed := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, 200*time.Millisecond)})
+	open := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, 200*time.Millisecond), FailOpen: true})
+	srv.Kill()
+	if _, err := closed.client.ShouldRateLimit(t.Context(), req("d", desc("a", "x"))); status.Code(err) != codes.Unavailable {
+		t.Errorf("fail closed: %v", err)
+	}
+	if resp := open.ask("d", desc("a", "x")); resp.OverallCode != codeOK {
+		t.Errorf("fail open: %v", resp)
+	}
+	srv.Restart(t)
+	if got := closed.admitted(4, "d", "a", "w"); got != 3 {
+		t.Errorf("after the restart: %d admitted, want 3", got)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A paused Redis (SIGSTOP: connections accepted, nothing answered): every
+// request still returns within the backend's timeout, UNAVAILABLE or, with
+// FailOpen, OK, whether the client applies context deadlines (NewRedis)
+// or not (a plain client: requests once waited for its 5 s dial timeout);
+// after SIGCONT decisions resume.
+func TestRedisPaused(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.NeedOwn(t)
+	info, err := redistest.Do(srv.Addr, time.Second, "INFO", "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(info, "process_id:")
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+	if err != nil {
+		t.Fatalf("no process_id in INFO: %v", err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	const timeout = 150 * time.Millisecond
+	closed := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, timeout)})
+	open := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, timeout), FailOpen: true})
+	own, err := NewRedis(RedisConfig{Addrs: []string{srv.Addr}, Timeout: timeout.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { own.Close() })
+	direct := newRig(t, redisCfg, Options{Backend: own})
+	closed.ask("d", desc("a", "x"))
+	direct.ask("d", desc("a", "x"))
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	for range 3 {
+		for name, r := range map[string]*rig{"plain client": closed, "NewRedis": direct} {
+			start := time.Now()
+			_, err := r.client.ShouldRateLimit(t.Context(), req("d", desc("a", "x")))
+			if status.Code(err) != codes.Unavailable || time.Since(start) > timeout+time.Second {
+				t.Errorf("paused, fail closed, %s: %v after %v", name, err, time.Since(start))
+			}
+		}
+		start := time.Now()
+		if resp := open.ask("d", desc("a", "x")); resp.OverallCode != codeOK || time.Since(start) > timeout+time.Second {
+			t.Errorf("paused, fail open: %v after %v", resp.OverallCode, time.Since(start))
+		}
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	testproc.Eventually(t, 5*time.Second, func() bool {
+		_, err := closed.svc.Decide(t.Context(), req("d", desc("a", "probe")))
+		return err == nil
+	})
+	if got := closed.admitted(4, "d", "a", "after"); got != 3 {
+		t.Errorf("after SIGCONT: %d admitted, want 3", got)
+	}
+	testproc.Eventually(t, 5*time.Second, func() bool {
+		_, err := direct.svc.Decide(t.Context(), req("d", desc("a", "probe2")))
+		return err == nil
+	})
+}
