@@ -276,10 +276,20 @@ func (l *Limiter) release(n int, rtt int64, o Outcome) (due bool, err error) {
 	return l.sample(rtt, int64(cur), o), nil
 }
 
+// Past twice WindowSamples, only every lateSmall-th sample of a window
+// may close it, and past lateFrom samples every lateLarge-th: the clock is
+// read that much less often. Windows of under lateFrom samples (under
+// 10,240 requests a second with the default Window) close as before.
+const (
+	lateSmall = 8
+	lateFrom  = 1024
+	lateLarge = 64
+)
+
 // sample adds one request to the open window and reports whether the
 // window holds enough samples to close. Past twice WindowSamples, only
-// every 8th sample says so: the clock is read that much less often, and a
-// busy window closes at most 8 samples late.
+// every 8th sample says so, and past 1024 samples every 64th: a busy
+// window closes at most 8 samples late, or 64 of more than 1024.
 func (l *Limiter) sample(rtt, inFlight int64, o Outcome) (due bool) {
 	if o == Success && l.cfg.Timeout > 0 && rtt > int64(l.cfg.Timeout) {
 		o = Dropped
@@ -301,7 +311,15 @@ func (l *Limiter) sample(rtt, inFlight int64, o Outcome) (due bool) {
 	for m := l.maxIn.Load(); inFlight > m && !l.maxIn.CompareAndSwap(m, inFlight); m = l.maxIn.Load() {
 	}
 	ws := int64(l.cfg.WindowSamples)
-	return total >= ws && (total < 2*ws || mine%8 == 0)
+	switch {
+	case total < ws:
+		return false
+	case total < 2*ws:
+		return true
+	case total < lateFrom:
+		return mine%lateSmall == 0
+	}
+	return mine%lateLarge == 0
 }
 
 // closeIfDue closes the open window if it is at least Config.Window old,

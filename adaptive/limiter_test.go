@@ -112,6 +112,34 @@ func TestWindow(t *testing.T) {
 	}
 }
 
+// TestWindowCloseLate holds the promise of sample: a window due by time
+// closes within 8 samples while it holds fewer than 1024, and within 64
+// once it holds more.
+func TestWindowCloseLate(t *testing.T) {
+	for _, c := range []struct{ before, late int }{{20, lateSmall}, {100, lateSmall}, {1000, lateSmall}, {1024, lateLarge}, {5000, lateLarge}} {
+		clk := throttletest.NewClock()
+		f := &fixed{}
+		l := mustNew(t, f, Config{Initial: 1000, Max: 1000, Window: time.Second}, clk)
+		release := func() {
+			l.Allow(bg, "", 1)
+			l.Release(1, time.Millisecond, Success)
+		}
+		for range c.before {
+			release()
+		}
+		clk.Advance(time.Second)
+		n := 0
+		for len(f.seen) == 0 && n <= c.late {
+			release()
+			n++
+		}
+		if len(f.seen) != 1 || n > c.late {
+			t.Errorf("window of %d samples due by time: closed after %d more (windows %d), want at most %d",
+				c.before, n, len(f.seen), c.late)
+		}
+	}
+}
+
 // TestHeldNeverAboveLimit races TryHold and release from many goroutines
 // on a limit of 8 and checks, from the callers' side, that no more than
 // 8 units are ever held.
