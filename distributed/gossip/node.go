@@ -151,7 +151,8 @@ type Node struct {
 	size    atomic.Int64                     // self and every peer, live or not
 	live    atomic.Pointer[map[string]*peer] // the live peers of members, by ID (read only their done)
 	tick    atomic.Int64                     // round of the last Tick: marks when counters change
-	gated   atomic.Bool                      // catching up after a late start: see Node.gate
+	gated   atomic.Bool                      // deciding conservatively: see Node.gate
+	gateEnd atomic.Int64                     // if not 0, the start gate lifts at this instant (ns): see Node.gateStart
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -251,6 +252,7 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	if err := n.join(ms); err != nil {
 		return nil, err
 	}
+	n.gateStart()
 	if cfg.Transport != nil {
 		if err := cfg.Transport.Listen(n.handle); err != nil {
 			n.unsub()
@@ -656,7 +658,7 @@ func (n *Node) beginRound(now int64) *round {
 	if changed {
 		n.publishMembers()
 	}
-	n.gate()
+	n.gate(now)
 	for _, l := range n.limiters {
 		rd.lims = append(rd.lims, l)
 	}
