@@ -73,6 +73,9 @@ func TestConfigErrors(t *testing.T) {
 		{Copies: -1},
 		{Copies: MaxCopies + 1},
 		{MaxRoundBytes: 100},
+		// A round of more datagrams than their 16-bit numbers count
+		// would be cut, and the counters past the cut lost.
+		{MaxRoundBytes: MaxMaxRoundBytes + 1},
 	}
 	for i, c := range bad {
 		if _, err := NewNode(c); !errors.Is(err, throttle.ErrInvalid) {

@@ -30,6 +30,12 @@ const (
 	// DefaultMaxRoundBytes is the default of Config.MaxRoundBytes: about
 	// 100,000 short keys.
 	DefaultMaxRoundBytes = 2 << 20
+	// MaxMaxRoundBytes bounds Config.MaxRoundBytes: a round's datagrams
+	// to a peer are numbered in 16 bits, and a round of that many bytes
+	// of reports and levels takes at most about 44,000 datagrams, even
+	// with the longest node ID and limiter name (a round cut at 65,535
+	// datagrams, as acknowledged in full, would lose the rest).
+	MaxMaxRoundBytes = 16 << 20
 )
 
 // Config configures a Node. The zero value of each field except
@@ -96,7 +102,8 @@ type Config struct {
 	// MaxRoundBytes, while it does; so a round too large for a peer's receive buffer, which would
 	// otherwise be lost again every round, shrinks until it gets through.
 	// It also keeps a flood of new keys from overrunning the peers.
-	// Default DefaultMaxRoundBytes, at least MaxPacket.
+	// Default DefaultMaxRoundBytes, at least MaxPacket, at most
+	// MaxMaxRoundBytes.
 	MaxRoundBytes int
 }
 
@@ -286,8 +293,8 @@ func (cfg *Config) check() error {
 		return fmt.Errorf("%w: gossip interval %v is below %v", throttle.ErrInvalid, cfg.Interval, MinInterval)
 	case cfg.Resend < 1 || cfg.Resend > 1000:
 		return fmt.Errorf("%w: Resend %d out of [1, 1000]", throttle.ErrInvalid, cfg.Resend)
-	case cfg.MaxRoundBytes < MaxPacket:
-		return fmt.Errorf("%w: MaxRoundBytes %d below %d", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket)
+	case cfg.MaxRoundBytes < MaxPacket || cfg.MaxRoundBytes > MaxMaxRoundBytes:
+		return fmt.Errorf("%w: MaxRoundBytes %d out of [%d, %d]", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket, MaxMaxRoundBytes)
 	case cfg.Copies < 1 || cfg.Copies > MaxCopies:
 		return fmt.Errorf("%w: Copies %d out of [1, %d]", throttle.ErrInvalid, cfg.Copies, MaxCopies)
 	case cfg.Transport == nil && len(cfg.Peers) > 0:
@@ -750,7 +757,9 @@ func (n *Node) send(addr string, ack uint64, bodies [][]byte, r int64) {
 		bodies = n.encode(msgHello, "", r, func(*encoder) {})
 	}
 	if len(bodies) > math.MaxUint16 {
-		bodies = bodies[:math.MaxUint16] // the rest goes next round
+		// Not within MaxMaxRoundBytes: a round cut here would be
+		// acknowledged as if whole.
+		bodies = bodies[:math.MaxUint16]
 	}
 	n.mu.Lock()
 	pr := n.peers[addr]
