@@ -115,11 +115,11 @@
 // changed it among the last Config.Resend+4 rounds run; idle keys are
 // dropped by Tick after the retention, once their bucket is full again. Past the cap, new keys share one bucket
 // under OverflowKey, limited and gossiped like any key, never unlimited;
-// a peer's reports of keys a full table has no room for are not charged
-// (there is no counter to take their growth from), so the cluster admits
-// at most one bucket per key plus the overflow bucket in all, and a key
-// that some nodes hold and others decide under OverflowKey at most its
-// bucket and the overflow bucket's admissions.
+// a peer's reports of keys a full table has no room for are charged to
+// that bucket too (their growth over the last value seen, remembered in
+// a fixed array of 4,096 counters; a counter forgotten is charged again
+// in full), no lower than the reports of every member could take a full
+// bucket, so every key stays within about one bucket.
 // A round sends each peer at most Config.MaxRoundBytes (before
 // Config.Copies copies), whatever the number of keys; the rest follows in
 // later rounds. Its work follows what it sends, not the keys changed: it

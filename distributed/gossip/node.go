@@ -122,8 +122,8 @@ type Stats struct {
 	HitsApplied     uint64 // units debited because peers reported them
 	Duplicate       uint64 // datagrams dropped: sequence number already seen (copies, network duplicates, replays)
 	WrongSource     uint64 // authentic datagrams dropped: not from the member's configured address
-	Capped          uint64 // reported units not debited, and units of state levels not taken: more than the senders could have admitted
-	Overflow        uint64 // keys not tracked for gossip because MaxKeys was reached
+	Capped          uint64 // reported units not debited, and units of state levels not taken: more than the senders could have admitted, or (keys a full table has no room for) than the overflow bucket's floor
+	Overflow        uint64 // decisions and peers' reports of keys MaxKeys left no room for (decided and charged under OverflowKey)
 	Resent          uint64 // counters sent again because a peer had not acknowledged them
 	// Behind counts rounds whose reports left changed counters for later
 	// rounds: more counters changed than a round carries to a peer
