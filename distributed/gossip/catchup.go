@@ -254,29 +254,81 @@ func (x *rxCatchUp) note(m *message, rxRound uint64, complete bool, self uint64)
 	}
 }
 
+// startSilence is how many intervals a node that has peers waits, from
+// its start, for a datagram of each before it takes the silent ones for
+// absent: every live peer sends one at its first round boundary after
+// this node's start (one interval at most), and the margin covers the
+// delivery and a round's work.
+const startSilence = 2
+
+// gateStart engages the start gate of a node that has peers: until it
+// has heard from them, it cannot tell a first start of the cluster (its
+// peers started about when it did) from a restart or a late join (a
+// peer started more than an interval before it, and may have emptied
+// buckets this node holds full), so it decides conservatively (see
+// Limiter.gated) from its first decision. The gate lifts as soon as
+// every peer not declared dead was heard and none started earlier
+// (noteStart), or startSilence intervals after the start (gate); a peer
+// that started earlier turns it into the catch-up gate.
+func (n *Node) gateStart() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cfg.Transport == nil || len(n.peers) == 0 {
+		return
+	}
+	n.gateEnd.Store(n.created + startSilence*n.interval)
+	n.gated.Store(true)
+}
+
 // noteStart records when the peer's current life started, from m (an
-// authentic datagram of the peer's), and engages the gate if that was
-// more than an interval before this node started: this node joined late
-// or restarted, and the peer has levels for it. Called with n.mu held.
+// authentic datagram of the peer's). If that was more than an interval
+// before this node started, this node joined late or restarted, and the
+// peer has levels for it: the gate holds until it has them (gate).
+// Otherwise, once every peer not declared dead was heard so, the start
+// gate lifts: a first start of the cluster. Called with n.mu held.
 func (n *Node) noteStart(pr *peer, m *message) {
 	if m.incarnation < max(pr.incarnation, pr.floor) {
 		return // from an earlier life of the peer
 	}
 	pr.start = m.start
-	if !n.gateDone && m.start < n.created-n.interval {
+	switch {
+	case n.gateDone:
+	case m.start < n.created-n.interval:
+		n.gateEnd.Store(0) // before gated: a decision that sees it engaged sees no end
 		n.gated.Store(true)
+	case n.gateEnd.Load() != 0 && n.heardAll():
+		n.gateEnd.Store(0)
+		n.gated.Store(false)
 	}
 }
 
-// gate lifts the catch-up gate, for good, once a live peer that started
-// more than an interval before this node has sent it every level (each
-// such peer's levels include what every member reported to it), or none
-// is left alive. While the gate is engaged, this node, which started
-// late (a restart, or a join to a running cluster), decides each key
-// conservatively (see Limiter.gated). Called with n.mu held, once a
-// round.
-func (n *Node) gate() {
+// heardAll reports whether every peer not declared dead has been heard
+// in its current life. Called with n.mu held.
+func (n *Node) heardAll() bool {
+	for _, p := range n.peers {
+		if p.start == 0 && !p.down {
+			return false
+		}
+	}
+	return true
+}
+
+// gate lifts the start gate startSilence intervals after the start (at
+// now, the round's start), and the catch-up gate, for good, once a live
+// peer that started more than an interval before this node has sent it
+// every level (each such peer's levels include what every member
+// reported to it), or none is left alive. While the gate is engaged,
+// this node decides each key conservatively (see Limiter.gated). Called
+// with n.mu held, once a round.
+func (n *Node) gate(now int64) {
 	if !n.gated.Load() {
+		return
+	}
+	if end := n.gateEnd.Load(); end != 0 {
+		if now >= end {
+			n.gateEnd.Store(0)
+			n.gated.Store(false)
+		}
 		return
 	}
 	waiting := false
@@ -297,8 +349,9 @@ func (n *Node) gate() {
 	n.gateDone = true
 }
 
-// gated reports whether the catch-up gate denies n units of e at now,
-// and if so fills d. While a node that started late has not caught up
+// gated reports whether the gate denies n units of e at now, and if so
+// fills d. While a node has not heard from its peers since it started
+// (Node.gateStart), or, having started late, has not caught up
 // (Node.gate), a key's admissions in this life stay within what its
 // bucket would have refilled had it been empty at the start: its peers
 // may have emptied it, and their levels of it may not have arrived yet.
@@ -306,6 +359,9 @@ func (n *Node) gate() {
 func (l *Limiter) gated(d *throttle.Decision, e *entry, now int64, n int) bool {
 	if !l.node.gated.Load() {
 		return false
+	}
+	if end := l.node.gateEnd.Load(); end != 0 && now >= end {
+		return false // the start gate's silence is over (Node.gate lifts it)
 	}
 	since, need := now-l.node.created, int64(l.rate.Duration(e.hits.Load()+int64(n)))
 	if need <= since {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/throttletest"
 )
 
 // restartReadmitted exhausts keys keys (rate 1/hour, burst 1) on node 0
@@ -111,5 +112,88 @@ func TestRestartConservativeBeforeCaughtUp(t *testing.T) {
 	t.Logf("%d exhausted keys: %d (%.2f%%) admitted again by the node restarted %d rounds earlier", keys, got, 100*float64(got)/float64(keys), rounds)
 	if got > keys/100 {
 		t.Errorf("%d of %d exhausted keys (%.1f%%) admitted again %d rounds after the restart, want at most 1%%", got, keys, 100*float64(got)/float64(keys), rounds)
+	}
+}
+
+// TestRestartConservativeFromFirstDecision: a node restarted while its
+// peers hold keys exhausted decides them conservatively from its first
+// decision, before any datagram of a peer tells it that it restarted
+// (the peers' next round is up to an interval away): asked at once, it
+// admits none of them again. Before, it decided them on full buckets
+// until the first datagram of a peer: every key was admitted again.
+func TestRestartConservativeFromFirstDecision(t *testing.T) {
+	keys := 5_000
+	got := restartReadmitted(t, keys, 150, 0)
+	t.Logf("%d exhausted keys asked at once of the node just restarted: %d (%.2f%%) admitted again", keys, got, 100*float64(got)/float64(keys))
+	if got > keys/100 {
+		t.Errorf("%d of %d exhausted keys (%.1f%%) admitted again at once after the restart, want at most 1%%", got, keys, 100*float64(got)/float64(keys))
+	}
+}
+
+// TestFirstStartAdmitsBurst: at a first start of the whole cluster the
+// start gate costs a node only the wait for its peers' first datagrams
+// (Start runs a round at once): a fresh key is decided conservatively
+// until they arrive, then gets its burst. A configured member that never
+// speaks holds the gate for startSilence intervals, no longer.
+func TestFirstStartAdmitsBurst(t *testing.T) {
+	const burst = 10
+	for _, silent := range []bool{false, true} {
+		clk := throttletest.NewClock()
+		net := NewNetwork(clk, 1)
+		net.SetDelay(10*time.Millisecond, 0)
+		addrs := []string{"n0", "n1", "n2"}
+		if silent {
+			addrs = append(addrs, "n3") // configured, never started
+		}
+		var nodes []*Node
+		var lims []*Limiter
+		for _, a := range addrs[:3] {
+			n, l := newNode(t, Config{Transport: net.Endpoint(a), Secret: secret, Peers: addrs}, throttle.PerMinute(1), burst, throttle.WithClock(clk))
+			t.Cleanup(func() { n.Close() })
+			nodes, lims = append(nodes, n), append(lims, l)
+		}
+		start := clk.Now()
+		flood := func(key string) (admitted int) {
+			for range 2 * burst {
+				if d, _ := lims[0].Allow(ctx, key, 1); d.Allowed {
+					admitted++
+				}
+			}
+			return admitted
+		}
+		for _, n := range nodes {
+			n.Tick()
+		}
+		if got := flood("before"); got != 0 {
+			t.Errorf("silent member %v: %d admitted before the peers' first datagrams, want 0", silent, got)
+		}
+		lifted := time.Duration(-1)
+		for clk.Now().Sub(start) < 5*time.Second {
+			if d, ok := net.NextDue(); ok && d.Before(clk.Now().Add(10*time.Millisecond)) {
+				clk.Set(d)
+			} else {
+				clk.Advance(10 * time.Millisecond)
+			}
+			net.Deliver()
+			for _, n := range nodes {
+				n.Tick()
+			}
+			if !nodes[0].gated.Load() {
+				lifted = clk.Now().Sub(start)
+				break
+			}
+		}
+		got := flood("after")
+		t.Logf("silent member %v: decisions conservative for %v after the start, then a fresh key admitted %d of %d (burst %d)", silent, lifted, got, 2*burst, burst)
+		want := 10 * time.Millisecond
+		if silent {
+			want = startSilence * time.Second
+		}
+		if lifted < 0 || lifted > want {
+			t.Errorf("silent member %v: the start gate lifted after %v, want at most %v", silent, lifted, want)
+		}
+		if got != burst {
+			t.Errorf("silent member %v: a fresh key admitted %d once the gate lifted, want the burst %d", silent, got, burst)
+		}
 	}
 }

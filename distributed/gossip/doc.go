@@ -69,13 +69,16 @@
 // forgotten, so a peer that comes back later misses those hits. A node
 // that joins or restarts catches up from its peers' bucket levels: they
 // send them a budget a round, resuming after what it acknowledged, so
-// the catch-up takes rounds in proportion to the keys below full. From
-// the first datagram of a peer that started more than an interval
-// before it (about an interval after its start) until one such peer has
-// sent every level, the node keeps each key's admissions in its new life
-// within what a bucket empty at its start would have refilled: keys its
-// peers exhausted are not admitted again. Decisions before that first
-// datagram are on fresh buckets.
+// the catch-up takes rounds in proportion to the keys below full. A node
+// that has peers keeps each key's admissions in its new life within what
+// a bucket empty at its start would have refilled (rate x the time
+// since), from its first decision: until it has heard every peer start
+// within an interval of it (a first start of the cluster; Start runs a
+// round at once, so this costs the wait for the peers' first datagrams),
+// or for 2 intervals if some stay silent; and, once a peer that started
+// more than an interval before it has spoken (a restart, or a late
+// join), until one such peer has sent every level. Keys its peers
+// exhausted are not admitted again.
 //
 // # Rounds that cannot carry every change
 //
@@ -115,7 +118,12 @@
 // each of three nodes admits every key), and 8 bytes per round that
 // changed it among the last Config.Resend+4 rounds run; idle keys are
 // dropped by Tick after the retention, once their bucket is full again. Past the cap, new keys share one bucket
-// under OverflowKey, limited and gossiped like any key, never unlimited.
+// under OverflowKey, limited and gossiped like any key, never unlimited;
+// a peer's reports of keys a full table has no room for are charged to
+// that bucket too (their growth over the last value seen, remembered in
+// a fixed array of 4,096 counters; a counter forgotten is charged again
+// in full), no lower than the reports of every member could take a full
+// bucket, so every key stays within about one bucket.
 // A round sends each peer at most Config.MaxRoundBytes (before
 // Config.Copies copies), whatever the number of keys; the rest follows in
 // later rounds. Its work follows what it sends, not the keys changed: it

@@ -36,11 +36,14 @@ func TestConformanceStandalone(t *testing.T) {
 
 // nodeSuite is the conformance suite of a node made with the
 // configuration cfg returns and a limiter at 10/s, burst 5, which behaves
-// as a local token bucket.
+// as a local token bucket. The node starts startSilence intervals before
+// the suite's clock: past its start gate (see Node.gateStart).
 func nodeSuite(cfg func(*throttletest.Clock) Config) throttletest.Suite {
 	return throttletest.Suite{
 		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
+			clk.Advance(-startSilence * DefaultInterval)
 			n, l := newNode(t, cfg(clk), throttle.PerSecond(10), 5, throttle.WithClock(clk))
+			clk.Advance(startSilence * DefaultInterval)
 			t.Cleanup(func() { n.Close() })
 			return l
 		},
@@ -50,7 +53,8 @@ func nodeSuite(cfg func(*throttletest.Clock) Config) throttletest.Suite {
 }
 
 // A node with a transport and a peer that never answers behaves like a
-// local token bucket too.
+// local token bucket too, once it has waited startSilence intervals for
+// the peer (until then it decides conservatively: see Node.gateStart).
 func TestConformanceWithSilentPeer(t *testing.T) {
 	throttletest.Run(t, nodeSuite(func(clk *throttletest.Clock) Config {
 		return Config{Transport: NewNetwork(clk, 1).Endpoint("a"), Secret: secret, Peers: []string{"b"}}
@@ -69,6 +73,9 @@ func TestConfigErrors(t *testing.T) {
 		{Copies: -1},
 		{Copies: MaxCopies + 1},
 		{MaxRoundBytes: 100},
+		// A round of more datagrams than their 16-bit numbers count
+		// would be cut, and the counters past the cut lost.
+		{MaxRoundBytes: MaxMaxRoundBytes + 1},
 	}
 	for i, c := range bad {
 		if _, err := NewNode(c); !errors.Is(err, throttle.ErrInvalid) {
@@ -359,6 +366,12 @@ func ExampleNode() {
 	defer b.Close()
 	la, _ := a.NewLimiter("api", throttle.PerMinute(60), 10)
 	lb, _ := b.NewLimiter("api", throttle.PerMinute(60), 10)
+	// The first rounds (Start runs one at once): until a node has heard
+	// its peers start with it, it cannot tell a first start from its own
+	// restart, and decides conservatively.
+	a.Tick()
+	b.Tick()
+	net.Deliver()
 
 	for range 8 {
 		la.Allow(context.Background(), "alice", 1) // 8 requests land on node a

@@ -48,6 +48,8 @@ type Limiter struct {
 	seq      uint32     // the sequence number the next entry taken gets
 	scans    int        // rounds that scanned the whole table for a peer's reports
 	sweep    int        // the slot of the table the next expiry sweep starts at
+
+	untracked untracked // peers' counters of keys the full table has no room for
 }
 
 // NewLimiter returns a limiter of buckets of burst tokens refilled at
@@ -969,6 +971,8 @@ func (l *Limiter) applyReport(m *message, acceptFrom, t int64) (total, capped in
 		e := l.table.pin(x.key)
 		if e == nil {
 			l.node.st.overflow.Add(1)
+			debited, c := l.chargeUntracked(m, x, acceptFrom, sr, now)
+			total, capped = total+debited, satAdd(capped, c)
 			continue
 		}
 		e.mu.Lock()

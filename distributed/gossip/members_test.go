@@ -72,6 +72,8 @@ func TestStaticMembershipSet(t *testing.T) {
 	node, lim := newNode(t, Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs},
 		throttle.PerMinute(1), 10, throttle.WithClock(c.clk))
 	c.nodes = append(c.nodes, node)
+	// Past its start gate: its peers do not answer it (see Node.gateStart).
+	c.runTo(c.clk.Now().Add(startSilence * time.Second))
 	lim.Allow(ctx, "k", 4)
 	c.runTo(c.clk.Now().Add(3 * time.Second))
 	if tok := c.lims[0].Tokens("k"); tok != 10 {
@@ -164,6 +166,9 @@ func ExampleSeal() {
 	defer b.Close()
 	la, _ := a.NewLimiter("api", throttle.PerMinute(60), 10)
 	lb, _ := b.NewLimiter("api", throttle.PerMinute(60), 10)
+	a.Tick() // the first rounds (Start runs one at once): each node hears
+	b.Tick() // the other started with it, and stops deciding conservatively
+	net.Deliver()
 	la.Allow(context.Background(), "alice", 8)
 	ring.set(key1, key2) // rotation: add the new key everywhere...
 	ring.set(key2, key1) // ...make it primary everywhere...

@@ -76,6 +76,16 @@ func TestPeerRestart(t *testing.T) {
 	}
 	lim, _ := node.NewLimiter("api", throttle.PerHour(1), 100)
 	c.nodes[0], c.lims[0] = node, lim
+	// It decides conservatively until it has caught up (see Node.gate).
+	if d, _ := lim.Allow(ctx, "k", 3); d.Allowed {
+		t.Fatal("the restarted node admitted 3 units before hearing from its peer")
+	}
+	for r := 0; node.gated.Load(); r++ {
+		if r == 10 {
+			t.Fatal("the restarted node has not caught up within 10 rounds")
+		}
+		c.runTo(c.clk.Now().Add(time.Second))
+	}
 	lim.Allow(ctx, "k", 3)
 	c.runTo(c.clk.Now().Add(3 * time.Second))
 	if tok := c.lims[1].Tokens("k"); tok != 87 {
@@ -143,6 +153,11 @@ func udpNodes(t testing.TB, opts ...throttle.Option) (a, b *Node, ta, tb *UDPTra
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
+	// Their first rounds: until a node has heard its peer start with it,
+	// it decides conservatively (see Node.gateStart).
+	a.Tick()
+	b.Tick()
+	testproc.Eventually(t, 10*time.Second, func() bool { return !a.gated.Load() && !b.gated.Load() })
 	return a, b, ta, tb
 }
 

@@ -30,6 +30,12 @@ const (
 	// DefaultMaxRoundBytes is the default of Config.MaxRoundBytes: about
 	// 100,000 short keys.
 	DefaultMaxRoundBytes = 2 << 20
+	// MaxMaxRoundBytes bounds Config.MaxRoundBytes: a round's datagrams
+	// to a peer are numbered in 16 bits, and a round of that many bytes
+	// of reports and levels takes at most about 44,000 datagrams, even
+	// with the longest node ID and limiter name (a round cut at 65,535
+	// datagrams, as acknowledged in full, would lose the rest).
+	MaxMaxRoundBytes = 16 << 20
 )
 
 // Config configures a Node. The zero value of each field except
@@ -96,7 +102,8 @@ type Config struct {
 	// MaxRoundBytes, while it does; so a round too large for a peer's receive buffer, which would
 	// otherwise be lost again every round, shrinks until it gets through.
 	// It also keeps a flood of new keys from overrunning the peers.
-	// Default DefaultMaxRoundBytes, at least MaxPacket.
+	// Default DefaultMaxRoundBytes, at least MaxPacket, at most
+	// MaxMaxRoundBytes.
 	MaxRoundBytes int
 }
 
@@ -115,8 +122,8 @@ type Stats struct {
 	HitsApplied     uint64 // units debited because peers reported them
 	Duplicate       uint64 // datagrams dropped: sequence number already seen (copies, network duplicates, replays)
 	WrongSource     uint64 // authentic datagrams dropped: not from the member's configured address
-	Capped          uint64 // reported units not debited, and units of state levels not taken: more than the senders could have admitted
-	Overflow        uint64 // keys not tracked for gossip because MaxKeys was reached
+	Capped          uint64 // reported units not debited, and units of state levels not taken: more than the senders could have admitted, or (keys a full table has no room for) than the overflow bucket's floor
+	Overflow        uint64 // decisions and peers' reports of keys MaxKeys left no room for (decided and charged under OverflowKey)
 	Resent          uint64 // counters sent again because a peer had not acknowledged them
 	// Behind counts rounds whose reports left changed counters for later
 	// rounds: more counters changed than a round carries to a peer
@@ -151,7 +158,8 @@ type Node struct {
 	size    atomic.Int64                     // self and every peer, live or not
 	live    atomic.Pointer[map[string]*peer] // the live peers of members, by ID (read only their done)
 	tick    atomic.Int64                     // round of the last Tick: marks when counters change
-	gated   atomic.Bool                      // catching up after a late start: see Node.gate
+	gated   atomic.Bool                      // deciding conservatively: see Node.gate
+	gateEnd atomic.Int64                     // if not 0, the start gate lifts at this instant (ns): see Node.gateStart
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -253,6 +261,7 @@ func NewNode(cfg Config, opts ...throttle.Option) (*Node, error) {
 	if err := n.join(ms); err != nil {
 		return nil, err
 	}
+	n.gateStart()
 	if cfg.Transport != nil {
 		if err := cfg.Transport.Listen(n.handle); err != nil {
 			n.unsub()
@@ -286,8 +295,8 @@ func (cfg *Config) check() error {
 		return fmt.Errorf("%w: gossip interval %v is below %v", throttle.ErrInvalid, cfg.Interval, MinInterval)
 	case cfg.Resend < 1 || cfg.Resend > 1000:
 		return fmt.Errorf("%w: Resend %d out of [1, 1000]", throttle.ErrInvalid, cfg.Resend)
-	case cfg.MaxRoundBytes < MaxPacket:
-		return fmt.Errorf("%w: MaxRoundBytes %d below %d", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket)
+	case cfg.MaxRoundBytes < MaxPacket || cfg.MaxRoundBytes > MaxMaxRoundBytes:
+		return fmt.Errorf("%w: MaxRoundBytes %d out of [%d, %d]", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket, MaxMaxRoundBytes)
 	case cfg.Copies < 1 || cfg.Copies > MaxCopies:
 		return fmt.Errorf("%w: Copies %d out of [1, %d]", throttle.ErrInvalid, cfg.Copies, MaxCopies)
 	case cfg.Transport == nil && len(cfg.Peers) > 0:
@@ -659,7 +668,7 @@ func (n *Node) beginRound(now int64) *round {
 	if changed {
 		n.publishMembers()
 	}
-	n.gate()
+	n.gate(now)
 	for _, l := range n.limiters {
 		rd.lims = append(rd.lims, l)
 	}
@@ -751,7 +760,9 @@ func (n *Node) send(addr string, ack uint64, bodies [][]byte, r int64) {
 		bodies = n.encode(msgHello, "", r, func(*encoder) {})
 	}
 	if len(bodies) > math.MaxUint16 {
-		bodies = bodies[:math.MaxUint16] // the rest goes next round
+		// Not within MaxMaxRoundBytes: a round cut here would be
+		// acknowledged as if whole.
+		bodies = bodies[:math.MaxUint16]
 	}
 	n.mu.Lock()
 	pr := n.peers[addr]
