@@ -1,0 +1,208 @@
+package faultsim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// World is the component under test, built fresh for each run inside the
+// synctest bubble. Run calls its methods from one goroutine.
+type World interface {
+	// Apply starts a process-level fault (Pause, Crash, ClockStep, Skew,
+	// Config); link faults are Net's. Run has already marked a paused or
+	// crashed process down in Net, and stepped or skewed its Clock.
+	Apply(e Event)
+	// End ends a Pause (resume with the state kept) or a Crash (restart
+	// with the state lost). Run marks the process up in Net first.
+	End(e Event)
+	// Check samples the invariant from the clients' side; an error is a
+	// violation. Its text up to the first ':' is the violation's class in
+	// Run's report.
+	Check(now time.Duration) error
+	// Close stops every process of the run; what they leave running
+	// counts as a deadlock.
+	Close()
+}
+
+// Env is what a World is built from: the test, the schedule, the fabric
+// and one clock per process, and a generator for the component's own
+// random choices (the load), all derived from the seed.
+type Env struct {
+	T      *testing.T
+	Spec   Spec
+	Sched  Schedule
+	Net    *Net
+	Clocks []*Clock
+	Rand   *rand.Rand
+
+	start time.Time
+	mu    sync.Mutex
+	found *failure
+}
+
+// Elapsed returns the virtual time since the start of the run.
+func (e *Env) Elapsed() time.Duration { return time.Since(e.start) }
+
+// Violate records a violation found outside Check (a watchdog, a call's
+// result): the run fails with the first one. Safe for concurrent use.
+func (e *Env) Violate(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.found == nil {
+		e.found = &failure{at: time.Since(e.start), err: err}
+	}
+}
+
+func (e *Env) violation() *failure {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.found
+}
+
+// ErrLiveness is the class of a call that did not return within its
+// stated time.
+var ErrLiveness = errors.New("liveness")
+
+// Within runs fn, and records a violation wrapping ErrLiveness when it
+// has not returned d after it started (whether or not it returns later).
+func (e *Env) Within(what string, d time.Duration, fn func()) {
+	t := time.AfterFunc(d, func() { e.Violate(fmt.Errorf("%w: %s did not return within %v", ErrLiveness, what, d)) })
+	fn()
+	t.Stop()
+}
+
+// failure is a run's first violation.
+type failure struct {
+	at  time.Duration
+	err error
+}
+
+// class is the violation's class: its text up to the first ':'.
+func (f *failure) class() string {
+	s := f.err.Error()
+	if i := strings.IndexByte(s, ':'); i > 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// Run runs spec.Seeds plus spec.Count random seeds (more with
+// THROTTLE_SIM_SEEDS=N; exactly one with THROTTLE_SIM_SEED=S; a tenth of
+// them under the race detector), each as a subtest "seed=S" inside its own
+// synctest bubble: it builds the world, applies the schedule in time
+// order, checks every Sample and after every event, and fails at the
+// first violation with the seed, the virtual time, the violation, the
+// minimal schedule the shrinker finds (re-runs with events removed and
+// the run cut short, while it still fails; THROTTLE_SIM_SHRINK=N bounds
+// the re-runs, 0 turns it off) and one replay command. It reports at the
+// end: seeds run, simulated time, faults injected per kind, violations per
+// class.
+func Run(t *testing.T, spec Spec, build func(env *Env) World) {
+	t.Helper()
+	if spec.Procs < 1 || spec.Len <= 0 || spec.Sample <= 0 {
+		t.Fatalf("faultsim: spec %q needs Procs >= 1, Len > 0 and Sample > 0", spec.Name)
+	}
+	seeds := seedsToRun(t, spec)
+	var st stats
+	began := time.Now()
+	for _, seed := range seeds {
+		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
+			sched := Generate(spec, seed)
+			f := runOne(t, spec, sched, build)
+			st.add(spec, sched, f)
+			if f != nil {
+				fail(t, spec, sched, f, build)
+			}
+		})
+	}
+	t.Log(st.report(time.Since(began)))
+}
+
+// fail shrinks the failing schedule and fails t with the report.
+func fail(t *testing.T, spec Spec, sched Schedule, f *failure, build func(*Env) World) {
+	t.Helper()
+	msg := fmt.Sprintf("seed %d: violation at %v: %v\nschedule: %v", sched.Seed, f.at, f.err, sched)
+	if budget := envInt("THROTTLE_SIM_SHRINK", 60); budget > 0 {
+		m, mf, runs := Shrink(t, spec, sched, f, budget, build)
+		msg += fmt.Sprintf("\nminimal schedule (%d re-runs): %v\n\tfails at %v: %v", runs, m, mf.at, mf.err)
+	}
+	msg += fmt.Sprintf("\nreplay: THROTTLE_SIM_SEED=%d go test ./%s -run '^TestSim%s$' -count=1 -v", sched.Seed, pkgPath(), spec.Name)
+	t.Fatal(msg)
+}
+
+// seedsToRun returns the seeds of a run of spec, by the environment.
+func seedsToRun(t *testing.T, spec Spec) []uint64 {
+	if s := os.Getenv("THROTTLE_SIM_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("faultsim: THROTTLE_SIM_SEED=%q: %v", s, err)
+		}
+		return []uint64{seed}
+	}
+	fixed, count := spec.Seeds, spec.Count
+	if n := envInt("THROTTLE_SIM_SEEDS", -1); n >= 0 {
+		count = n
+	} else if raceEnabled {
+		fixed, count = nil, (count+9)/10
+		for i := 0; i < len(spec.Seeds); i += 10 {
+			fixed = append(fixed, spec.Seeds[i])
+		}
+	}
+	base := uint64(time.Now().UnixNano())
+	if count > 0 {
+		t.Logf("faultsim: %d random seeds drawn from %d", count, base)
+	}
+	seeds := slices.Clone(fixed)
+	for i := range count {
+		seeds = append(seeds, splitmix(base+uint64(i)))
+	}
+	return seeds
+}
+
+func envInt(name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return def
+	}
+	return n
+}
+
+// pkgPath returns the test's package directory relative to the workspace
+// (or module) root, for the replay command.
+func pkgPath() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	root := ""
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			root = dir
+			break
+		}
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil && root == "" {
+			root = dir
+		}
+		if filepath.Dir(dir) == dir {
+			break
+		}
+	}
+	rel, err := filepath.Rel(root, wd)
+	if root == "" || err != nil {
+		return "."
+	}
+	return filepath.ToSlash(rel)
+}
