@@ -84,6 +84,8 @@ type Config struct {
 	// Gossip configures the peer-to-peer exchange. With no peers the
 	// daemon limits on its own.
 	Gossip Gossip `json:"gossip"`
+
+	hooks *hooks // tests only: sockets in memory
 }
 
 // Limit is a token bucket: Rate as "count/period" (see
