@@ -96,14 +96,12 @@ type simWorld struct {
 	capped  bool
 	p       simbound.Params
 	timeout time.Duration
-	eps     []simbound.Episode
-	capEps  []simbound.Episode // eps, settled for the spend cap
-	keys    []string
-	keyIdx  map[string]int
-	fabric  *simnet.Fabric
-	procs   []*simProc
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	simbound.Run
+	capEps []simbound.Episode // the episodes, settled for the spend cap
+	fabric *simnet.Fabric
+	procs  []*simProc
+	stop   chan struct{}
+	wg     sync.WaitGroup
 
 	mu      sync.Mutex // guards the fields below
 	counts  []int64    // admitted per key
@@ -141,32 +139,21 @@ func newSimWorld(env *faultsim.Env, owned bool) *simWorld {
 	if owned {
 		settle = 2*simInterval + w.timeout + 100*time.Millisecond
 	}
-	length := env.Spec.Len
-	if env.Sched.Len > 0 {
-		length = min(length, env.Sched.Len)
-	}
-	w.eps = append(simbound.Episodes(env.Sched, length, settle),
-		simbound.Episode{Kind: simbound.Start, From: 0, To: 2*simInterval + settle, Count: 1})
+	w.Run = simbound.NewRun(env, settle, 2*simInterval+settle)
 	// The spend cap's bound holds once every peer's reports of the last
 	// rounds arrived and the demand they carry reflects the load again:
 	// 10 intervals after a fault (1.07 s after a delay spike of 485 ms
 	// ended, 5 nodes admitted 27 in 400 ms against 26).
-	w.capEps = append(simbound.Episodes(env.Sched, length, 10*simInterval),
-		simbound.Episode{Kind: simbound.Start, From: 0, To: 12 * simInterval, Count: 1})
-	w.keys = simKeys(env.Sched.Load)
-	w.keyIdx = map[string]int{}
-	for i, k := range w.keys {
-		w.keyIdx[k] = i
-	}
-	w.counts = make([]int64, len(w.keys))
-	w.denied = make([]time.Duration, len(w.keys))
+	w.capEps = simbound.NewRun(env, 10*simInterval, 12*simInterval).Eps
+	w.counts = make([]int64, len(w.Keys))
+	w.denied = make([]time.Duration, len(w.Keys))
 	for i := range w.denied {
 		w.denied[i] = -1
 	}
-	w.series = simbound.NewSeries(w.keys)
+	w.series = simbound.NewSeries(w.Keys)
 	w.restart = make([]*simRestart, n)
 	for range n {
-		d := make([]time.Duration, len(w.keys))
+		d := make([]time.Duration, len(w.Keys))
 		for i := range d {
 			d[i] = -1
 		}
@@ -206,73 +193,17 @@ func newSimWorld(env *faultsim.Env, owned bool) *simWorld {
 
 func simID(i int) string { return fmt.Sprintf("n%d", i) }
 
-// simKeys are the keys a load asks.
-func simKeys(load faultsim.Load) []string {
-	var ks []string
-	switch load {
-	case faultsim.NewKeys:
-		for i := range int(simLen/time.Second) + 3 {
-			ks = append(ks, fmt.Sprintf("new-%d", i))
-		}
-	case faultsim.HotKey:
-		ks = append(ks, "hot")
-		fallthrough
-	default:
-		for i := range 5 {
-			ks = append(ks, fmt.Sprintf("key-%d", i))
-		}
-	}
-	return ks
-}
-
 // client asks keys on p, one of callers goroutines of p, at 1.5x the
 // rate per key and node in all (the load's shape aside), until the run
 // ends.
 func (w *simWorld) client(p *simProc, rng *rand.Rand, callers int) {
 	defer w.wg.Done()
-	perKey := 1.5 * simRate / float64(callers)
-	for {
-		now := w.env.Elapsed()
-		key, rate := w.pick(rng, now, perKey)
-		gap := time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
-		if rate == 0 {
-			gap = 2*time.Second - now%(2*time.Second) // Bursty, off
-		}
-		select {
-		case <-w.stop:
-			return
-		case <-time.After(gap):
-		}
-		if rate > 0 {
-			p.ask(key)
-		}
-	}
-}
-
-// pick returns the key to ask next and the rate of asks (per second) of
-// this caller, by the load's shape.
-func (w *simWorld) pick(rng *rand.Rand, now time.Duration, perKey float64) (string, float64) {
-	switch w.env.Sched.Load {
-	case faultsim.Bursty: // on 2 s at twice the rate, off 2 s
-		if now/(2*time.Second)%2 == 1 {
-			return "", 0
-		}
-		return w.keys[rng.IntN(len(w.keys))], 2 * perKey * float64(len(w.keys))
-	case faultsim.NewKeys: // a new key every second, each asked for 3 s
-		i := min(int(now/time.Second)+rng.IntN(3), len(w.keys)-1)
-		return w.keys[i], 3 * perKey
-	case faultsim.HotKey: // the hot key takes 70% of the asks, at about 3x
-		if rng.IntN(10) < 7 {
-			return w.keys[0], 2 * perKey * float64(len(w.keys))
-		}
-		return w.keys[1+rng.IntN(len(w.keys)-1)], 2 * perKey * float64(len(w.keys))
-	}
-	return w.keys[rng.IntN(len(w.keys))], perKey * float64(len(w.keys))
+	simbound.Drive(w.stop, w.env.Sched.Load, w.Keys, rng, 1.5*simRate/float64(callers), w.env.Elapsed, p.ask)
 }
 
 // record counts one decision a caller of p (in its life) was told.
 func (w *simWorld) record(p *simProc, life int, key string, admitted, local bool) {
-	k := w.keyIdx[key]
+	k := w.KeyIdx[key]
 	now := w.env.Elapsed()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -291,34 +222,24 @@ func (w *simWorld) record(p *simProc, life int, key string, admitted, local bool
 }
 
 // Apply starts a process-level fault.
-func (w *simWorld) Apply(e faultsim.Event) {
-	if e.From < 0 || e.From >= w.n {
-		return
-	}
-	p := w.procs[e.From]
-	switch e.Kind {
-	case faultsim.Pause:
-		p.setPaused(true)
-	case faultsim.Crash:
-		w.mu.Lock()
-		p.crashAt, p.crashOff = w.env.Elapsed(), w.env.Clocks[p.i].Offset()
-		w.mu.Unlock()
-		p.crash()
-	}
-}
+func (w *simWorld) Apply(e faultsim.Event) { simbound.Fault(w.procs, e, false) }
 
 // End ends a pause (resume) or a crash (restart with the state lost).
-func (w *simWorld) End(e faultsim.Event) {
-	if e.From < 0 || e.From >= w.n {
-		return
-	}
-	switch p := w.procs[e.From]; e.Kind {
-	case faultsim.Pause:
-		p.setPaused(false)
-	case faultsim.Crash:
-		p.start()
-		w.restarted(p)
-	}
+func (w *simWorld) End(e faultsim.Event) { simbound.Fault(w.procs, e, true) }
+
+// Crash ends p's life, as a fault: its state is lost.
+func (p *simProc) Crash() {
+	w := p.w
+	w.mu.Lock()
+	p.crashAt, p.crashOff = w.env.Elapsed(), w.env.Clocks[p.i].Offset()
+	w.mu.Unlock()
+	p.crash()
+}
+
+// Restart begins p's next life after a crash.
+func (p *simProc) Restart() {
+	p.start()
+	p.w.restarted(p)
 }
 
 // restarted records p's restart: from now on, what it admits of a key
@@ -330,9 +251,9 @@ func (w *simWorld) restarted(p *simProc) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.env.Elapsed()
-	r := &simRestart{life: life, at: now, off: p.crashOff, since: make([]time.Duration, len(w.keys)),
-		admits: make([]int64, len(w.keys))}
-	for k := range w.keys {
+	r := &simRestart{life: life, at: now, off: p.crashOff, since: make([]time.Duration, len(w.Keys)),
+		admits: make([]int64, len(w.Keys))}
+	for k := range w.Keys {
 		if w.owned {
 			r.since[k] = w.ownDeny[p.i][k]
 			if r.since[k] > p.crashAt {
@@ -349,10 +270,7 @@ func (w *simWorld) restarted(p *simProc) {
 // an earlier sample against the routing's bound, and what each restarted
 // process admitted of keys exhausted before its restart.
 func (w *simWorld) Check(now time.Duration) error {
-	off := make([]time.Duration, w.n)
-	for i, c := range w.env.Clocks {
-		off[i] = c.Offset()
-	}
+	off := simbound.Offsets(w.env.Clocks)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.checkRestarts(now, off); err != nil {
@@ -360,11 +278,11 @@ func (w *simWorld) Check(now time.Duration) error {
 	}
 	counts := slices.Clone(w.counts)
 	if w.owned {
-		return w.world(w.series.Add(now, counts, off, "owner-bound", w.eps, func(win simbound.Window) float64 {
+		return w.world(w.series.Add(now, counts, off, "owner-bound", w.Eps, func(win simbound.Window) float64 {
 			return simbound.Owner(w.p, win)
 		}))
 	}
-	return w.world(w.series.Add(now, counts, off, "a2a-bound", w.eps, func(win simbound.Window) float64 {
+	return w.world(w.series.Add(now, counts, off, "a2a-bound", w.Eps, func(win simbound.Window) float64 {
 		if w.capped && simbound.At(w.capEps, win.T0, win.T, nil, nil).Episodes == 0 {
 			return simbound.Capped(w.p, win)
 		}
@@ -401,7 +319,7 @@ func (w *simWorld) checkRestarts(now time.Duration, off []time.Duration) error {
 			}
 			if b := simbound.Restart(w.p, d, lag); float64(r.admits[k]) > b {
 				return w.world(fmt.Errorf("restart-burst: n%d restarted at %v admitted %d of key %q by %v, exhausted (denied) at %v; bound %.1f",
-					i, r.at, r.admits[k], w.keys[k], now, since, b))
+					i, r.at, r.admits[k], w.Keys[k], now, since, b))
 			}
 		}
 	}
@@ -514,8 +432,8 @@ func (p *simProc) rounds(node *Node, halt chan struct{}) {
 	}
 }
 
-// setPaused pauses or resumes p: no rounds, no asks while paused.
-func (p *simProc) setPaused(paused bool) {
+// SetPaused pauses or resumes p: no rounds, no asks while paused.
+func (p *simProc) SetPaused(paused bool) {
 	p.mu.Lock()
 	p.paused = paused
 	p.mu.Unlock()

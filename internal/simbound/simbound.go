@@ -224,3 +224,62 @@ func kinds(ks []faultsim.Kind) string {
 	b.WriteByte(']')
 	return b.String()
 }
+
+// Offsets returns how far each clock is ahead of virtual time now, for
+// Series.Add.
+func Offsets(clocks []*faultsim.Clock) []time.Duration {
+	off := make([]time.Duration, len(clocks))
+	for i, c := range clocks {
+		off[i] = c.Offset()
+	}
+	return off
+}
+
+// Host is a process of a simulation that pauses, crashes (its state
+// lost) and restarts.
+type Host interface {
+	SetPaused(paused bool)
+	Crash()
+	Restart()
+}
+
+// Fault applies the start (end false) or the end of a Pause or Crash of
+// e.From among hosts; other kinds are left to the caller.
+func Fault[H Host](hosts []H, e faultsim.Event, end bool) {
+	if e.From < 0 || e.From >= len(hosts) {
+		return
+	}
+	h := hosts[e.From]
+	switch {
+	case e.Kind == faultsim.Pause:
+		h.SetPaused(!end)
+	case e.Kind == faultsim.Crash && !end:
+		h.Crash()
+	case e.Kind == faultsim.Crash:
+		h.Restart()
+	}
+}
+
+// Run is what a component's world shares with the bounds: the episodes
+// of its schedule (each settle longer than its fault, plus the start,
+// while the members have not heard each other: start long) and the keys
+// its load asks.
+type Run struct {
+	Eps    []Episode
+	Keys   []string
+	KeyIdx map[string]int
+}
+
+// NewRun returns the run of env's schedule cut at its length.
+func NewRun(env *faultsim.Env, settle, start time.Duration) Run {
+	length := env.Spec.Len
+	if env.Sched.Len > 0 {
+		length = min(length, env.Sched.Len)
+	}
+	r := Run{Eps: append(Episodes(env.Sched, length, settle), Episode{Kind: Start, To: start, Count: 1}),
+		Keys: Keys(env.Sched.Load, env.Spec.Len), KeyIdx: map[string]int{}}
+	for i, k := range r.Keys {
+		r.KeyIdx[k] = i
+	}
+	return r
+}
