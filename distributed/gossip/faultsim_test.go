@@ -102,6 +102,7 @@ type simWorld struct {
 	procs  []*simProc
 	stop   chan struct{}
 	wg     sync.WaitGroup
+	viewMu sync.Mutex // held while the memberships change, so that checkOwners sees them settled
 
 	mu      sync.Mutex // guards the fields below
 	counts  []int64    // admitted per key
@@ -271,6 +272,9 @@ func (w *simWorld) restarted(p *simProc) {
 // process admitted of keys exhausted before its restart.
 func (w *simWorld) Check(now time.Duration) error {
 	off := simbound.Offsets(w.env.Clocks)
+	if err := w.checkOwners(); err != nil {
+		return w.world(err)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.checkRestarts(now, off); err != nil {
@@ -296,6 +300,39 @@ func (w *simWorld) world(err error) error {
 		return nil
 	}
 	return fmt.Errorf("%w (%d nodes, membership %v, spend cap %v, load %v)", err, w.n, w.members, w.capped, w.env.Sched.Load)
+}
+
+// checkOwners checks, with a membership, that every running node routes
+// each key to the owner its membership's view gives (itself and the
+// members it reports alive): a node's own silence rule must not move
+// keys while the membership reports their owner alive, or a key has two
+// owners (issue 38: a one-way loss).
+func (w *simWorld) checkOwners() error {
+	if !w.owned || !w.members {
+		return nil
+	}
+	w.viewMu.Lock()
+	defer w.viewMu.Unlock()
+	for _, p := range w.procs {
+		p.mu.Lock()
+		own, ms, out := p.own, p.ms, p.down || p.paused
+		p.mu.Unlock()
+		if out || own == nil {
+			continue
+		}
+		view := []string{p.id}
+		for _, m := range ms.Members() {
+			view = append(view, m.ID)
+		}
+		slices.Sort(view)
+		for _, key := range w.Keys {
+			if got, want := own.Owner(key), ownerOf(key, view); got != want {
+				return fmt.Errorf("owner-split: %s routes key %q to %s, its membership reporting %v alive, whose owner is %s",
+					p.id, key, got, view, want)
+			}
+		}
+	}
+	return nil
 }
 
 // checkRestarts checks what each restarted process admitted since its
@@ -591,6 +628,7 @@ func (w *simWorld) watchMembers() {
 		case <-time.After(100 * time.Millisecond):
 		}
 		now := w.env.Elapsed()
+		w.viewMu.Lock()
 		for i, p := range w.procs {
 			p.mu.Lock()
 			ms, out := p.ms, p.down || p.paused
@@ -602,6 +640,7 @@ func (w *simWorld) watchMembers() {
 				ms.emit(e)
 			}
 		}
+		w.viewMu.Unlock()
 	}
 }
 

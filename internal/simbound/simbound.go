@@ -131,11 +131,15 @@ func (p Params) fallback(w Window) float64 {
 // Owner is the bound of owner routing (gossip.OwnedLimiter, and the daemon
 // with routing "owner") for one key over w: the owner's exact bucket,
 // burst + rate x DC; plus, while faults overlap the window, the fallback
-// buckets of N-1 members (each burst/N + rate/N x the time), and burst/N
-// for each restart's fresh fallback bucket. A restarted owner and a new
-// owner after a move add nothing: they must start the key conservatively.
+// buckets of the N-1 other members (each burst/N + rate/N x the time),
+// the owner's own fallback bucket while it sees no majority (its burst/N
+// per episode: its rate replaces the exact bucket's), and burst/N for
+// each restart's fresh fallback bucket. A restarted owner and a new owner
+// after a move add nothing: they must start the key conservatively.
 func Owner(p Params, w Window) float64 {
-	return float64(p.Burst) + p.refill(w.DC) + float64(p.N-1)*p.fallback(w) + float64(w.Restarts)*p.FallbackBurst()
+	fb := p.FallbackBurst()
+	own := min(float64(w.Episodes)*fb, fb+p.refill(w.DC)/float64(p.N))
+	return float64(p.Burst) + p.refill(w.DC) + float64(p.N-1)*p.fallback(w) + own + float64(w.Restarts)*fb
 }
 
 // AllToAll is the bound of the all-to-all counters (gossip.Limiter without
