@@ -37,8 +37,16 @@ const (
 	simDaemonLen      = 20 * time.Second
 )
 
-// Seeds that found defects (issue 38) on the code before their fixes.
-var simDaemonSeeds = []uint64{}
+// Seeds that found defects (issue 38) on the code before their fixes,
+// each with the minimal schedule the shrinker found.
+var simDaemonSeeds = []uint64{
+	979599088713971211,   // 2 daemons, Pause of d0 for 3.2 s: the clients of d1 fail open (25 ms) before d1 falls back (50 ms)
+	16001679333635924370, // 3 daemons, Pause of d0 for 3.4 s: likewise
+	5356166781598040963,  // 2 daemons, Delay 1→0 up to 257 ms for 3.3 s: late answers, the clients fail open
+	11599365465898084388, // 2 daemons, Spike of 957 ms on d0's links: likewise
+	13469614416545121173, // 3 daemons, Cut [[0] [1 2]] for 1.9 s: the minority daemon owns every tag at the full rate
+	7909063639783156389,  // 3 daemons, Split3 for 4.8 s: each daemon owns every tag at the full rate
+}
 
 func TestSimDaemon(t *testing.T) {
 	for _, n := range []int{2, 3} {
