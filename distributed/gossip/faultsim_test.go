@@ -41,12 +41,12 @@ var (
 	simOwnerSeeds = []uint64{
 		18335112235643666782, // Split3 [[1] [0] [2]] for 3.3 s: each side owns every key at the full rate
 		17003624827183994294, // 5 nodes, Split3 [[0] [1 4] [2 3]] for 3.1 s: likewise
-		5643445526606183372,  // Cut [[1] [0 2]] for 3.5 s: the minority side owns every key at the full rate
-		3260867944135985205,  // 5 nodes, Cut [[2] [0 1 3 4]] for 2.9 s: likewise
-		17798438909690644057, // OneWay 0→1 for 3.4 s, the membership reporting every member alive: two owners
+		3260867944135985205,  // Cut [[0 1] [2]] for 4.8 s: the minority side owns every key at the full rate
+		17798438909690644057, // with a membership, OneWay 0→1 for 3.4 s, every member reported alive: two owners (owner-split)
+		3526031145607612368,  // Crash of n2 for 0.95 s: the restarted owner hands out a fresh burst (restart-burst)
 		3559039605497070921,  // Crash of n1 for 2.6 s: its keys start full on the new owner, and again on its restart
 		5131079198140448997,  // Pause of n2 for 2.6 s: its keys move and start full, and it resumes as their owner too
-		7500943200448183315,  // Spike of 1.9 s on n2's links: likewise, the others taking it for dead
+		7500943200448183315,  // 5 nodes, Spike of 1.9 s on n4's links: likewise, the others taking it for dead
 	}
 	simA2ASeeds = []uint64{
 		9046172740114346456,  // Crash of n2 for 1.5 s: the restarted node re-admits keys its peers exhausted
