@@ -109,11 +109,12 @@ func newDaemonWorld(env *faultsim.Env) *daemonWorld {
 }
 
 // config is daemon i's configuration: the default limit, owner routing,
-// the other daemons as peers, and its sockets in memory.
-func (w *daemonWorld) config(i int) Config {
+// the other daemons but those left out as peers, and its sockets in
+// memory.
+func (w *daemonWorld) config(i int, left map[int]bool) Config {
 	var peers []string
 	for j := range w.n {
-		if j != i {
+		if j != i && !left[j] {
 			peers = append(peers, gossipAddr(j))
 		}
 	}
@@ -129,8 +130,35 @@ func (w *daemonWorld) config(i int) Config {
 }
 
 // Apply starts a process-level fault: a pause or a crash of a daemon's
-// host.
-func (w *daemonWorld) Apply(e faultsim.Event) { simbound.Fault(w.procs, e, false) }
+// host, or a reload of a daemon's peers.
+func (w *daemonWorld) Apply(e faultsim.Event) {
+	if e.Kind == faultsim.Config {
+		w.reconfigure(e)
+		return
+	}
+	simbound.Fault(w.procs, e, false)
+}
+
+// reconfigure applies a Config event (simbound.ConfigPair): daemon u
+// reloads its configuration with daemon v left out of its peers, or
+// taken back.
+func (w *daemonWorld) reconfigure(e faultsim.Event) {
+	u, v := simbound.ConfigPair(e, w.n)
+	p := w.procs[u]
+	p.mu.Lock()
+	if p.left == nil {
+		p.left = map[int]bool{}
+	}
+	p.left[v] = !p.left[v]
+	srv, down := p.srv, p.down
+	cfg := w.config(u, p.left)
+	p.mu.Unlock()
+	if srv != nil && !down {
+		if err := srv.Reload(cfg); err != nil {
+			w.env.Violate(fmt.Errorf("setup: reload: %v", err))
+		}
+	}
+}
 
 // End resumes a paused host, or restarts a crashed one (a new daemon,
 // its state lost, and new workers).
@@ -173,12 +201,13 @@ type daemonProc struct {
 	ln     *memListener
 	paused bool
 	down   bool
+	left   map[int]bool // daemons this life left out of its peers (Config)
 }
 
 // Restart begins a new life of the host: a daemon and a client.
 func (p *daemonProc) Restart() {
 	w := p.w
-	srv, err := New(w.config(p.i), nil, throttle.WithClock(w.env.Clocks[p.i]))
+	srv, err := New(w.config(p.i, nil), nil, throttle.WithClock(w.env.Clocks[p.i]))
 	if err == nil {
 		err = srv.Start()
 	}
@@ -193,7 +222,7 @@ func (p *daemonProc) Restart() {
 	}
 	p.mu.Lock()
 	p.life++
-	p.srv, p.cl, p.down = srv, cl, false
+	p.srv, p.cl, p.down, p.left = srv, cl, false, nil
 	p.mu.Unlock()
 }
 

@@ -222,8 +222,40 @@ func (w *simWorld) record(p *simProc, life int, key string, admitted, local bool
 	}
 }
 
-// Apply starts a process-level fault.
-func (w *simWorld) Apply(e faultsim.Event) { simbound.Fault(w.procs, e, false) }
+// Apply starts a process-level fault, or changes a node's peers.
+func (w *simWorld) Apply(e faultsim.Event) {
+	if e.Kind == faultsim.Config {
+		w.reconfigure(e)
+		return
+	}
+	simbound.Fault(w.procs, e, false)
+}
+
+// reconfigure applies a Config event (simbound.ConfigPair) to static
+// peers: node u leaves node v out of its peers, or takes it back.
+func (w *simWorld) reconfigure(e faultsim.Event) {
+	if w.members {
+		return // the membership decides the peers (a daemon does not reload them either)
+	}
+	u, v := simbound.ConfigPair(e, w.n)
+	p := w.procs[u]
+	p.mu.Lock()
+	node := p.node
+	if p.left == nil {
+		p.left, p.cfgOut = map[string]bool{}, map[string]bool{}
+	}
+	back := p.cfgOut[simID(v)]
+	p.cfgOut[simID(v)], p.left[simID(v)] = !back, !back
+	p.mu.Unlock()
+	if node == nil {
+		return
+	}
+	if back {
+		node.Join(simID(v))
+	} else {
+		node.Leave(simID(v))
+	}
+}
 
 // End ends a pause (resume) or a crash (restart with the state lost).
 func (w *simWorld) End(e faultsim.Event) { simbound.Fault(w.procs, e, true) }
@@ -321,9 +353,13 @@ func (w *simWorld) checkOwners() error {
 			continue
 		}
 		view := []string{p.id}
+		p.mu.Lock()
 		for _, m := range ms.Members() {
-			view = append(view, m.ID)
+			if !p.left[m.ID] {
+				view = append(view, m.ID)
+			}
 		}
+		p.mu.Unlock()
 		slices.Sort(view)
 		for _, key := range w.Keys {
 			if got, want := own.Owner(key), ownerOf(key, view); got != want {
@@ -403,7 +439,9 @@ type simProc struct {
 	ms     *simMembership
 	paused bool
 	down   bool
-	halt   chan struct{} // stops the life's round timer
+	left   map[string]bool // peers this life left out (Config), until its membership brings them back
+	cfgOut map[string]bool // peers this life's configuration leaves out
+	halt   chan struct{}   // stops the life's round timer
 	ticker sync.WaitGroup
 }
 
@@ -415,6 +453,7 @@ func (p *simProc) start() {
 	defer p.mu.Unlock()
 	p.life++
 	p.inc.Store(uint64(p.life))
+	p.left, p.cfgOut = nil, nil
 	cfg := Config{Transport: w.fabric.Endpoint(p.i), Secret: secret, Interval: simInterval, SpendCap: w.capped}
 	if w.members {
 		p.ms = newSimMembership(Member{ID: p.id, Incarnation: uint64(p.life)}, w.initialMembers(p.i))
@@ -637,6 +676,11 @@ func (w *simWorld) watchMembers() {
 				continue
 			}
 			for _, e := range w.viewChanges(i, now) {
+				if e.Kind == MemberJoin {
+					p.mu.Lock()
+					delete(p.left, e.Member.ID) // a join brings a peer left out back
+					p.mu.Unlock()
+				}
 				ms.emit(e)
 			}
 		}

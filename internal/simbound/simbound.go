@@ -68,6 +68,75 @@ func Episodes(sched faultsim.Schedule, length, settle time.Duration) []Episode {
 	return eps
 }
 
+// ConfigPair is the change a Config event makes among n members: member
+// u leaves member v out of its peers, or takes it back if it left it
+// out.
+func ConfigPair(e faultsim.Event, n int) (u, v int) {
+	u = int(e.Value % uint64(n))
+	v = (u + 1 + int(e.Value/uint64(n)%uint64(n-1))) % n
+	return u, v
+}
+
+// ConfigEpisodes returns the episodes of sched's Config events among n
+// members: from a member left out of another's peers (ConfigPair) until
+// it is taken back, or the one that left it out restarts (with its full
+// configuration), or the run ends; each settle longer.
+func ConfigEpisodes(sched faultsim.Schedule, n int, length, settle time.Duration) []Episode {
+	if n < 2 {
+		return nil
+	}
+	out := map[[2]int]time.Duration{} // left out since
+	var eps []Episode
+	end := func(pair [2]int, at time.Duration) {
+		eps = append(eps, Episode{Kind: faultsim.Config, From: out[pair], To: at + settle, Count: 1})
+		delete(out, pair)
+	}
+	for _, st := range stepsOf(sched, length) {
+		switch e := st.e; {
+		case e.Kind == faultsim.Config && !st.end:
+			u, v := ConfigPair(e, n)
+			if _, ok := out[[2]int{u, v}]; ok {
+				end([2]int{u, v}, e.At)
+			} else {
+				out[[2]int{u, v}] = e.At
+			}
+		case e.Kind == faultsim.Crash && st.end:
+			for pair := range out {
+				if pair[0] == e.From {
+					end(pair, st.at)
+				}
+			}
+		}
+	}
+	for pair := range out {
+		end(pair, length)
+	}
+	slices.SortFunc(eps, func(a, b Episode) int { return int(a.From - b.From) })
+	return eps
+}
+
+type step struct {
+	at  time.Duration
+	end bool
+	e   faultsim.Event
+}
+
+// stepsOf lists the starts of sched's events and the ends of its crashes
+// up to length, in time order.
+func stepsOf(sched faultsim.Schedule, length time.Duration) []step {
+	var out []step
+	for _, e := range sched.Events {
+		if e.At <= length {
+			out = append(out, step{at: e.At, e: e})
+		}
+		if e.Kind == faultsim.Crash && e.At+e.Dur <= length {
+			out = append(out, step{at: e.At + e.Dur, end: true, e: e})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b step) int { return int(a.at - b.at) })
+	return out
+}
+
 // Window is what a bound knows of the window [t0, t] it bounds.
 type Window struct {
 	T0, T    time.Duration // the window, since the start of the run
@@ -75,8 +144,17 @@ type Window struct {
 	DC       time.Duration // the most any member's clock advanced over it (steps and skew), at least D
 	Overlap  time.Duration // of the window with the union of the episodes
 	Episodes int           // episodes overlapping it (Episode.Count each)
+	// Since counts the episodes that started before its end, overlapping
+	// it or not: a member that took an owner for silent decides its next
+	// ask to it on its fallback bucket, however late (its probe), so a
+	// fault may cost one fallback burst after it ended.
+	Since int
 	Restarts int           // crash-restarts overlapping it
 	Kinds    []faultsim.Kind
+	// Configs counts the configuration episodes overlapping it (a member
+	// left out of another's peers), ConfigOverlap their total overlap.
+	Configs       int
+	ConfigOverlap time.Duration
 }
 
 // At returns the window [t0, t] given the episodes and the clock offsets
@@ -90,15 +168,23 @@ func At(eps []Episode, t0, t time.Duration, off0, off []time.Duration) Window {
 	}
 	var spans [][2]time.Duration
 	for _, e := range eps {
+		if e.From < t && e.Kind != faultsim.Config {
+			w.Since += e.Count
+		}
 		if e.To <= t0 || e.From >= t {
+			continue
+		}
+		if !slices.Contains(w.Kinds, e.Kind) {
+			w.Kinds = append(w.Kinds, e.Kind)
+		}
+		if e.Kind == faultsim.Config {
+			w.Configs++
+			w.ConfigOverlap += min(e.To, t) - max(e.From, t0)
 			continue
 		}
 		w.Episodes += e.Count
 		if e.Restart {
 			w.Restarts++
-		}
-		if !slices.Contains(w.Kinds, e.Kind) {
-			w.Kinds = append(w.Kinds, e.Kind)
 		}
 		spans = append(spans, [2]time.Duration{max(e.From, t0), min(e.To, t)})
 	}
@@ -118,14 +204,14 @@ func At(eps []Episode, t0, t time.Duration, off0, off []time.Duration) Window {
 func (p Params) refill(d time.Duration) float64 { return p.Rate * d.Seconds() }
 
 // fallback is what the fallback buckets of one member may admit in w: one
-// bucket of burst/N at rate/N over the window, or burst/N per episode and
-// rate/N while they last, whichever is less.
+// bucket of burst/N at rate/N over the window, or burst/N per episode
+// begun by then and rate/N while they last, whichever is less.
 func (p Params) fallback(w Window) float64 {
-	if w.Episodes == 0 {
+	if w.Since == 0 {
 		return 0
 	}
 	fb, n := p.FallbackBurst(), float64(p.N)
-	return min(fb+p.refill(w.DC)/n, float64(w.Episodes)*fb+p.refill(w.Overlap)/n)
+	return min(fb+p.refill(w.DC)/n, float64(w.Since)*fb+p.refill(w.Overlap)/n)
 }
 
 // Owner is the bound of owner routing (gossip.OwnedLimiter, and the daemon
@@ -139,7 +225,15 @@ func (p Params) fallback(w Window) float64 {
 func Owner(p Params, w Window) float64 {
 	fb := p.FallbackBurst()
 	own := min(float64(w.Episodes)*fb, fb+p.refill(w.DC)/float64(p.N))
-	return float64(p.Burst) + p.refill(w.DC) + float64(p.N-1)*p.fallback(w) + own + float64(w.Restarts)*fb
+	return float64(p.Burst) + p.refill(w.DC) + float64(p.N-1)*p.fallback(w) + own + float64(w.Restarts)*fb + p.configs(w)
+}
+
+// configs is what configuration changes overlapping w add: while a member
+// is left out of another's peers the two disagree on the members, and a
+// key may be decided on one more bucket (burst + rate x the time), as the
+// docs state for views that differ.
+func (p Params) configs(w Window) float64 {
+	return float64(w.Configs*p.Burst) + p.refill(w.ConfigOverlap)
 }
 
 // AllToAll is the bound of the all-to-all counters (gossip.Limiter without
@@ -148,7 +242,7 @@ func Owner(p Params, w Window) float64 {
 // and, while faults delay or cut the reports, rate x the overlap each.
 func AllToAll(p Params, w Window) float64 {
 	n := float64(p.N)
-	return n*float64(p.Burst) + p.refill(w.DC) + (n-1)*p.refill(p.Lag+w.Overlap)
+	return n*float64(p.Burst) + p.refill(w.DC) + (n-1)*p.refill(p.Lag+w.Overlap) + p.configs(w)
 }
 
 // Capped is the bound of the all-to-all counters with the spend cap over a
@@ -280,7 +374,8 @@ func NewRun(env *faultsim.Env, settle, start time.Duration) Run {
 	if env.Sched.Len > 0 {
 		length = min(length, env.Sched.Len)
 	}
-	r := Run{Eps: append(Episodes(env.Sched, length, settle), Episode{Kind: Start, To: start, Count: 1}),
+	eps := append(Episodes(env.Sched, length, settle), ConfigEpisodes(env.Sched, env.Spec.Procs, length, settle)...)
+	r := Run{Eps: append(eps, Episode{Kind: Start, To: start, Count: 1}),
 		Keys: Keys(env.Sched.Load, env.Spec.Len), KeyIdx: map[string]int{}}
 	for i, k := range r.Keys {
 		r.KeyIdx[k] = i
