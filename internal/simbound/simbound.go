@@ -148,8 +148,8 @@ type Window struct {
 	// it or not: a member that took an owner for silent decides its next
 	// ask to it on its fallback bucket, however late (its probe), so a
 	// fault may cost one fallback burst after it ended.
-	Since int
-	Restarts int           // crash-restarts overlapping it
+	Since    int
+	Restarts int // crash-restarts overlapping it
 	Kinds    []faultsim.Kind
 	// Configs counts the configuration episodes overlapping it (a member
 	// left out of another's peers), ConfigOverlap their total overlap.
