@@ -52,7 +52,7 @@ func TestSimDaemon(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			spec := faultsim.Spec{Name: "Daemon", Procs: n, Len: simDaemonLen, Sample: 100 * time.Millisecond,
-				Kinds: faultsim.AllKinds(), MaxEvents: 12, Seeds: simDaemonSeeds, Count: 10}
+				Kinds: faultsim.AllKinds(), MaxEvents: 12, Seeds: simDaemonSeeds, Count: 25}
 			faultsim.Run(t, spec, func(env *faultsim.Env) faultsim.World { return newDaemonWorld(env) })
 		})
 	}

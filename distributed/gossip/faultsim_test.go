@@ -67,7 +67,7 @@ func simSpec(name string, procs int, seeds []uint64, count int) faultsim.Spec {
 func TestSimGossipAllToAll(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			faultsim.Run(t, simSpec("GossipAllToAll", n, simA2ASeeds, 20), func(env *faultsim.Env) faultsim.World {
+			faultsim.Run(t, simSpec("GossipAllToAll", n, simA2ASeeds, 30), func(env *faultsim.Env) faultsim.World {
 				return newSimWorld(env, false)
 			})
 		})
@@ -79,7 +79,7 @@ func TestSimGossipAllToAll(t *testing.T) {
 func TestSimGossipOwner(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			faultsim.Run(t, simSpec("GossipOwner", n, simOwnerSeeds, 20), func(env *faultsim.Env) faultsim.World {
+			faultsim.Run(t, simSpec("GossipOwner", n, simOwnerSeeds, 30), func(env *faultsim.Env) faultsim.World {
 				return newSimWorld(env, true)
 			})
 		})
