@@ -121,7 +121,6 @@ type simRestart struct {
 	off    time.Duration   // its clock's offset at the crash
 	since  []time.Duration // per key: the denial the bound counts from, -1 for none
 	admits []int64
-	others []time.Duration // episodes other than its crash overlapping since the denial (all-to-all lag)
 }
 
 // simView is what an observer's membership says of a member.
