@@ -318,7 +318,7 @@ func (w *simWorld) Check(now time.Duration) error {
 		}))
 	}
 	return w.world(w.series.Add(now, counts, off, "a2a-bound", w.Eps, func(win simbound.Window) float64 {
-		if w.capped && simbound.At(w.capEps, win.T0, win.T, nil, nil).Episodes == 0 {
+		if c := simbound.At(w.capEps, win.T0, win.T, nil, nil); w.capped && c.Episodes == 0 && c.Configs == 0 {
 			return simbound.Capped(w.p, win)
 		}
 		return simbound.AllToAll(w.p, win)

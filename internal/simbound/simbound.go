@@ -239,14 +239,15 @@ func (p Params) configs(w Window) float64 {
 // AllToAll is the bound of the all-to-all counters (gossip.Limiter without
 // the spend cap) for one key over w: N x burst + rate x DC, plus what the
 // other N-1 members admit before they hear of the hits, rate x Lag each,
-// and, while faults delay or cut the reports, rate x the overlap each.
+// and, while faults delay or cut the reports or a member is left out of
+// another's peers, rate x the overlap each (and a burst per such change).
 func AllToAll(p Params, w Window) float64 {
 	n := float64(p.N)
-	return n*float64(p.Burst) + p.refill(w.DC) + (n-1)*p.refill(p.Lag+w.Overlap) + p.configs(w)
+	return n*float64(p.Burst) + p.refill(w.DC) + (n-1)*p.refill(p.Lag+w.Overlap+w.ConfigOverlap) + float64(w.Configs*p.Burst)
 }
 
 // Capped is the bound of the all-to-all counters with the spend cap over a
-// window that no fault overlaps (every report of the round before the last
+// window that no fault nor configuration change overlaps (every report of the round before the last
 // arrived, clocks agree): burst + rate x DC + N-1.
 func Capped(p Params, w Window) float64 {
 	return float64(p.Burst) + p.refill(w.DC) + float64(p.N-1)
