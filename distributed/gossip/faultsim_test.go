@@ -47,12 +47,14 @@ var (
 		3559039605497070921,  // Crash of n1 for 2.6 s: its keys start full on the new owner, and again on its restart
 		5131079198140448997,  // Pause of n2 for 2.6 s: its keys move and start full, and it resumes as their owner too
 		7500943200448183315,  // 5 nodes, Spike of 1.9 s on n4's links: likewise, the others taking it for dead
+		16132015137265454601, // with a membership, n1 restarts inside a three-way split, alone: a cluster of one, full buckets
 	}
 	simA2ASeeds = []uint64{
 		9046172740114346456,  // Crash of n2 for 1.5 s: the restarted node re-admits keys its peers exhausted
 		3622951864764400747,  // with a membership, Crash of n0 for 1.1 s: likewise
 		11037224978216906361, // 5 nodes, with a membership, Crash of n3 for 4.6 s: likewise
 		4068980218992442,     // 5 nodes, spend cap: 27 in 400 ms against 26, 1.07 s after a 485 ms delay spike ended
+		9161032582156860097,  // n1 restarts inside a three-way split: hearing no peer, it re-admits an exhausted key (18 in 0.28 s)
 	}
 )
 
