@@ -45,27 +45,56 @@ type Env struct {
 	Rand   *rand.Rand
 
 	start time.Time
+	stop  func(*failure) bool // whether a violation ends the run
 	mu    sync.Mutex
-	found *failure
+	found []*failure // the first violation of each class, in order
+	about string
+}
+
+// Describe sets what a failure's report says about the world (its
+// topology and settings, drawn from the seed).
+func (e *Env) Describe(about string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.about = about
 }
 
 // Elapsed returns the virtual time since the start of the run.
 func (e *Env) Elapsed() time.Duration { return time.Since(e.start) }
 
 // Violate records a violation found outside Check (a watchdog, a call's
-// result): the run fails with the first one. Safe for concurrent use.
+// result): the run fails with the first one (of each class, with
+// THROTTLE_SIM_ALL=1). Safe for concurrent use.
 func (e *Env) Violate(err error) {
+	f := &failure{at: time.Since(e.start), err: err}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.found == nil {
-		e.found = &failure{at: time.Since(e.start), err: err}
+	for _, g := range e.found {
+		if g.class() == f.class() {
+			return
+		}
 	}
+	f.about = e.about
+	e.found = append(e.found, f)
 }
 
+// violation returns the first violation that ends the run, nil if none.
 func (e *Env) violation() *failure {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.found
+	for _, f := range e.found {
+		if e.stop(f) {
+			return f
+		}
+	}
+	return nil
+}
+
+// violations returns the first violation of each class.
+func (e *Env) violations() []*failure {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.found)
 }
 
 // ErrLiveness is the class of a call that did not return within its
@@ -80,10 +109,11 @@ func (e *Env) Within(what string, d time.Duration, fn func()) {
 	t.Stop()
 }
 
-// failure is a run's first violation.
+// failure is a violation in a run.
 type failure struct {
-	at  time.Duration
-	err error
+	at    time.Duration
+	err   error
+	about string // the world, as the Env describes it
 }
 
 // class is the violation's class: its text up to the first ':'.
@@ -102,10 +132,11 @@ func (f *failure) class() string {
 // order, checks every Sample and after every event, and fails at the
 // first violation with the seed, the virtual time, the violation, the
 // minimal schedule the shrinker finds (re-runs with events removed and
-// the run cut short, while it still fails; THROTTLE_SIM_SHRINK=N bounds
-// the re-runs, 0 turns it off) and one replay command. It reports at the
-// end: seeds run, simulated time, faults injected per kind, violations per
-// class.
+// the run cut short, while it still fails with a violation of the same
+// class; THROTTLE_SIM_SHRINK=N bounds the re-runs, 0 turns it off) and one
+// replay command. With THROTTLE_SIM_ALL=1 a run goes on after a violation
+// and reports the first of each class. It reports at the end: seeds run,
+// simulated time, faults injected per kind, violations per class.
 func Run(t *testing.T, spec Spec, build func(env *Env) World) {
 	t.Helper()
 	if spec.Procs < 1 || spec.Len <= 0 || spec.Sample <= 0 {
@@ -117,20 +148,30 @@ func Run(t *testing.T, spec Spec, build func(env *Env) World) {
 	for _, seed := range seeds {
 		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
 			sched := Generate(spec, seed)
-			f := runOne(t, spec, sched, build)
-			st.add(spec, sched, f)
-			if f != nil {
-				fail(t, spec, sched, f, build)
+			stop := anyFailure
+			if os.Getenv("THROTTLE_SIM_ALL") == "1" {
+				stop = func(*failure) bool { return false }
+			}
+			fs := runOne(t, spec, sched, stop, build)
+			st.add(spec, sched, fs)
+			if len(fs) > 0 {
+				fail(t, spec, sched, fs, build)
 			}
 		})
 	}
 	t.Log(st.report(time.Since(began)))
 }
 
-// fail shrinks the failing schedule and fails t with the report.
-func fail(t *testing.T, spec Spec, sched Schedule, f *failure, build func(*Env) World) {
+// fail shrinks the failing schedule to its first violation and fails t
+// with the report.
+func fail(t *testing.T, spec Spec, sched Schedule, fs []*failure, build func(*Env) World) {
 	t.Helper()
-	msg := fmt.Sprintf("seed %d: violation at %v: %v\nschedule: %v", sched.Seed, f.at, f.err, sched)
+	f := fs[0]
+	msg := fmt.Sprintf("seed %d (%s): violation at %v: %v", sched.Seed, f.about, f.at, f.err)
+	for _, g := range fs[1:] {
+		msg += fmt.Sprintf("\nalso at %v: %v", g.at, g.err)
+	}
+	msg += fmt.Sprintf("\nschedule: %v", sched)
 	if budget := envInt("THROTTLE_SIM_SHRINK", 60); budget > 0 {
 		m, mf, runs := Shrink(t, spec, sched, f, budget, build)
 		msg += fmt.Sprintf("\nminimal schedule (%d re-runs): %v\n\tfails at %v: %v", runs, m, mf.at, mf.err)
