@@ -28,7 +28,7 @@ var simSpec = faultsim.Spec{
 	Sample: 25 * time.Millisecond,
 	Kinds: []faultsim.Kind{faultsim.Loss, faultsim.Duplicate, faultsim.Delay, faultsim.Spike, faultsim.Cut,
 		faultsim.OneWay, faultsim.Split3, faultsim.Flap, faultsim.Pause, faultsim.Crash, faultsim.Skew, faultsim.Config},
-	MaxEvents: 10,
+	MaxEvents: 12,
 	Hot:       []int{0, 1, 2},
 	Count:     40,
 }
@@ -127,7 +127,7 @@ type capHandle struct {
 func newCapWorld(env *faultsim.Env) faultsim.World {
 	r := env.Rand
 	w := &capWorld{env: env, topo: r.IntN(numTopos), tracing: os.Getenv("THROTTLE_SIM_TRACE") == "1"}
-	w.lease = []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second}[r.IntN(3)]
+	w.lease = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}[r.IntN(3)]
 	capacity := []float64{10, 12, 120}[r.IntN(3)]
 	w.cfg = Config{Resources: []Template{{ID: "*", Capacity: capacity, LeaseLength: w.lease}}}
 	w.history = []capChange{{0, capacity}}
@@ -142,6 +142,12 @@ func newCapWorld(env *faultsim.Env) faultsim.World {
 		w.procs = append(w.procs, w.newProc(i, capacity))
 	}
 	env.Describe(fmt.Sprintf("%s; capacity %v, lease %v", topoNames[w.topo], capacity, w.lease))
+	if w.tracing {
+		env.T.Logf("%s; capacity %v, lease %v; %v", topoNames[w.topo], capacity, w.lease, env.Sched)
+		for _, p := range w.procs {
+			env.T.Logf("p%d: role %d, addrs %v, wants %v, gauge %v, mode %v", p.i, p.role, p.addrs, p.wants, p.gauge, p.mode)
+		}
+	}
 	for _, p := range w.procs {
 		w.start(p)
 	}
@@ -152,7 +158,7 @@ func newCapWorld(env *faultsim.Env) faultsim.World {
 func (w *capWorld) newProc(i int, capacity float64) *capProc {
 	r := w.env.Rand
 	p := &capProc{i: i, role: roleClient, addr: addrOf(i), mode: []Mode{Safe, Pessimistic}[r.IntN(2)], gauge: r.IntN(2) == 0}
-	p.wants = capacity * []float64{0.1, 0.3, 0.5, 0.9, 1, 2}[r.IntN(6)]
+	p.wants = capacity * float64(1+r.IntN(20)) / 10 // 0.1 to 2 times the capacity
 	if w.env.Sched.Load == faultsim.HotKey {
 		p.wants = 2 * capacity
 	}
@@ -612,23 +618,23 @@ func (l *simLink) call(ctx context.Context, addr string, serve func(context.Cont
 	sctx, cancel := context.WithCancel(context.Background())
 	defer net.Send(l.proc, to, cancel)
 	net.Send(l.proc, to, func() {
+		// Served on the Net's goroutine, in the order of arrival: a
+		// Server call does not wait on the network.
 		s := l.w.serverAt(to)
 		if s == nil {
 			return
 		}
-		go func() {
-			var a simAnswer
-			l.w.env.Within("Server.GetCapacity", 100*time.Millisecond, func() { a.resp, a.err = serve(sctx, s) })
-			if l.w.tracing && a.resp != nil {
-				l.w.env.T.Logf("%v p%d→p%d: %+v", l.w.env.Elapsed(), to, l.proc, *a.resp)
+		var a simAnswer
+		l.w.env.Within("Server.GetCapacity", 100*time.Millisecond, func() { a.resp, a.err = serve(sctx, s) })
+		if l.w.tracing && a.resp != nil {
+			l.w.env.T.Logf("%v p%d→p%d: %+v", l.w.env.Elapsed(), to, l.proc, *a.resp)
+		}
+		net.Send(to, l.proc, func() {
+			select {
+			case answers <- a:
+			default:
 			}
-			net.Send(to, l.proc, func() {
-				select {
-				case answers <- a:
-				default:
-				}
-			})
-		}()
+		})
 	})
 	select {
 	case a := <-answers:

@@ -135,7 +135,8 @@ func (f *failure) class() string {
 // the run cut short, while it still fails with a violation of the same
 // class; THROTTLE_SIM_SHRINK=N bounds the re-runs, 0 turns it off) and one
 // replay command. With THROTTLE_SIM_ALL=1 a run goes on after a violation
-// and reports the first of each class. It reports at the end: seeds run,
+// and reports the first of each class; with THROTTLE_SIM_CLASS=class it
+// looks for violations of that class only. It reports at the end: seeds run,
 // simulated time, faults injected per kind, violations per class.
 func Run(t *testing.T, spec Spec, build func(env *Env) World) {
 	t.Helper()
@@ -148,11 +149,10 @@ func Run(t *testing.T, spec Spec, build func(env *Env) World) {
 	for _, seed := range seeds {
 		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
 			sched := Generate(spec, seed)
-			stop := anyFailure
-			if os.Getenv("THROTTLE_SIM_ALL") == "1" {
-				stop = func(*failure) bool { return false }
+			fs := runOne(t, spec, sched, stopOn(), build)
+			if c := os.Getenv("THROTTLE_SIM_CLASS"); c != "" {
+				fs = slices.DeleteFunc(fs, func(f *failure) bool { return f.class() != c })
 			}
-			fs := runOne(t, spec, sched, stop, build)
 			st.add(spec, sched, fs)
 			if len(fs) > 0 {
 				fail(t, spec, sched, fs, build)
@@ -160,6 +160,19 @@ func Run(t *testing.T, spec Spec, build func(env *Env) World) {
 		})
 	}
 	t.Log(st.report(time.Since(began)))
+}
+
+// stopOn returns which violations end a run, by the environment: any
+// (the default), none (THROTTLE_SIM_ALL=1), or those of one class
+// (THROTTLE_SIM_CLASS=class; the others are ignored).
+func stopOn() func(*failure) bool {
+	if c := os.Getenv("THROTTLE_SIM_CLASS"); c != "" {
+		return func(f *failure) bool { return f.class() == c }
+	}
+	if os.Getenv("THROTTLE_SIM_ALL") == "1" {
+		return func(*failure) bool { return false }
+	}
+	return anyFailure
 }
 
 // fail shrinks the failing schedule to its first violation and fails t
