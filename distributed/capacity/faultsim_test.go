@@ -18,16 +18,18 @@ import (
 	"github.com/throttlekit/throttle/internal/faultsim"
 )
 
-// simSpec is capacity's fault simulation: seven processes whose roles
+// simSpec is capacity's fault simulation: nine processes whose roles
 // depend on the seed's topology (one server, two replicas with an
 // election, or a root with two leaves), the others clients.
 var simSpec = faultsim.Spec{
 	Name:   "Capacity",
-	Procs:  7,
+	Procs:  9,
 	Len:    40 * time.Second,
 	Sample: 25 * time.Millisecond,
-	Kinds: []faultsim.Kind{faultsim.Loss, faultsim.Duplicate, faultsim.Delay, faultsim.Spike, faultsim.Cut,
-		faultsim.OneWay, faultsim.Split3, faultsim.Flap, faultsim.Pause, faultsim.Crash, faultsim.Skew, faultsim.Config},
+	// Every kind: a clock step moves a process's wall clock, which
+	// capacity does not read (leases run on monotonic time), so the
+	// servers get the clocks' monotonic view: skewed, never stepped.
+	Kinds: faultsim.AllKinds(),
 	MaxEvents: 12,
 	Hot:       []int{0, 1, 2},
 	Count:     40,
@@ -52,9 +54,9 @@ func TestSimCapacity(t *testing.T) {
 
 // Topologies of the simulation.
 const (
-	topoSingle   = iota // p0 serves p1..p6
-	topoElection        // p0 and p1 elect a master; p2..p6 are clients
-	topoTree            // p0 is the root, p1 and p2 leaves, p3..p6 clients of a leaf each
+	topoSingle   = iota // p0 serves p1..p8
+	topoElection        // p0 and p1 elect a master; p2..p8 are clients
+	topoTree            // p0 is the root, p1 and p2 leaves, p3..p8 clients of a leaf each
 	numTopos
 )
 
@@ -128,7 +130,7 @@ type capHandle struct {
 func newCapWorld(env *faultsim.Env) faultsim.World {
 	r := env.Rand
 	w := &capWorld{env: env, topo: r.IntN(numTopos), tracing: os.Getenv("THROTTLE_SIM_TRACE") == "1"}
-	w.lease = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}[r.IntN(3)]
+	w.lease = []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second}[r.IntN(3)]
 	capacity := []float64{10, 12, 120}[r.IntN(3)]
 	w.cfg = Config{Resources: []Template{{ID: "*", Capacity: capacity, LeaseLength: w.lease}}}
 	w.history = []capChange{{0, capacity}}
@@ -205,6 +207,8 @@ func (w *capWorld) start(p *capProc) {
 	ctx, stop := context.WithCancel(context.Background())
 	inc := &capInc{link: &simLink{w: w, proc: p.i, dead: make(chan struct{})}, stop: stop,
 		rand: rand.New(rand.NewPCG(w.env.Rand.Uint64(), uint64(p.i))), handle: map[string]capHandle{}}
+	// Calls time out after 1s; a failed refresh is retried after 250ms,
+	// doubling.
 	copts := []ClientOption{WithRequestTimeout(time.Second), WithRetry(250 * time.Millisecond), WithMinRefreshGap(100 * time.Millisecond)}
 	switch p.role {
 	case roleServer, roleLeaf:

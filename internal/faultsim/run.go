@@ -149,10 +149,7 @@ func Run(t *testing.T, spec Spec, build func(env *Env) World) {
 	for _, seed := range seeds {
 		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
 			sched := Generate(spec, seed)
-			fs := runOne(t, spec, sched, stopOn(), build)
-			if c := os.Getenv("THROTTLE_SIM_CLASS"); c != "" {
-				fs = slices.DeleteFunc(fs, func(f *failure) bool { return f.class() != c })
-			}
+			fs := wanted(runOne(t, spec, sched, stopOn(), build))
 			st.add(spec, sched, fs)
 			if len(fs) > 0 {
 				fail(t, spec, sched, fs, build)
@@ -173,6 +170,15 @@ func stopOn() func(*failure) bool {
 		return func(*failure) bool { return false }
 	}
 	return anyFailure
+}
+
+// wanted keeps of fs the violations of the class THROTTLE_SIM_CLASS names,
+// all of them without it.
+func wanted(fs []*failure) []*failure {
+	if c := os.Getenv("THROTTLE_SIM_CLASS"); c != "" {
+		return slices.DeleteFunc(fs, func(f *failure) bool { return f.class() != c })
+	}
+	return fs
 }
 
 // fail shrinks the failing schedule to its first violation and fails t
@@ -259,4 +265,19 @@ func pkgPath() string {
 		return "."
 	}
 	return filepath.ToSlash(rel)
+}
+
+// Replay runs one given schedule (a shrunk one kept as a regression test,
+// or one written by hand) as Run runs a seed, and fails t at its first
+// violation, without shrinking.
+func Replay(t *testing.T, spec Spec, sched Schedule, build func(env *Env) World) {
+	t.Helper()
+	fs := wanted(runOne(t, spec, sched, stopOn(), build))
+	if len(fs) > 0 {
+		msg := fmt.Sprintf("schedule %v\n(%s) violation at %v: %v", sched, fs[0].about, fs[0].at, fs[0].err)
+		for _, g := range fs[1:] {
+			msg += fmt.Sprintf("\nalso at %v: %v", g.at, g.err)
+		}
+		t.Fatal(msg)
+	}
 }
