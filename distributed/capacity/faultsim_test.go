@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ var simSpec = faultsim.Spec{
 	// Every kind: a clock step moves a process's wall clock, which
 	// capacity does not read (leases run on monotonic time), so the
 	// servers get the clocks' monotonic view: skewed, never stepped.
-	Kinds: faultsim.AllKinds(),
+	Kinds:     faultsim.AllKinds(),
 	MaxEvents: 12,
 	Hot:       []int{0, 1, 2},
 	Count:     40,
@@ -387,8 +388,9 @@ func (w *capWorld) Check(now time.Duration) error {
 	}
 	w.mu.Unlock()
 	for _, id := range w.ids {
-		leases, enforced, detail := 0.0, 0.0, ""
-		for _, h := range hs {
+		leases, enforced := 0.0, 0.0
+		each := make([]float64, len(hs))
+		for i, h := range hs {
 			if h.r.ID() != id {
 				continue
 			}
@@ -396,17 +398,27 @@ func (w *capWorld) Check(now time.Duration) error {
 			if h.g != nil {
 				e = max(c, w.fresh(h.g))
 			}
-			leases, enforced = leases+c, enforced+e
-			detail += fmt.Sprintf(" %s:%v", h.r.c.ID(), e)
+			leases, enforced, each[i] = leases+c, enforced+e, e
 		}
 		if w.tracing && now%(250*time.Millisecond) == 0 {
-			w.env.T.Logf("%v %s Σ %v:%s%s", now, id, enforced, detail, w.servers(id))
+			w.env.T.Logf("%v %s Σ %v:%s%s", now, id, enforced, detail(hs, id, each), w.servers(id))
 		}
 		if err := w.judge(id, now, bound, leases, enforced); err != nil {
-			return fmt.Errorf("%w (leases %v;%s)", err, leases, detail)
+			return fmt.Errorf("%w (leases %v;%s)", err, leases, detail(hs, id, each))
 		}
 	}
 	return nil
+}
+
+// detail lists what each client enforces on resource id.
+func detail(hs []capHandle, id string, each []float64) string {
+	var b strings.Builder
+	for i, h := range hs {
+		if h.r.ID() == id {
+			fmt.Fprintf(&b, " %s:%v", h.r.c.ID(), each[i])
+		}
+	}
+	return b.String()
 }
 
 // servers describes, for a trace, what each server has of resource id
