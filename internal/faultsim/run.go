@@ -131,10 +131,10 @@ func (f *failure) class() string {
 // synctest bubble: it builds the world, applies the schedule in time
 // order, checks every Sample and after every event, and fails at the
 // first violation with the seed, the virtual time, the violation, the
-// minimal schedule the shrinker finds (re-runs with events removed and
-// the run cut short, while it still fails with a violation of the same
-// class; THROTTLE_SIM_SHRINK=N bounds the re-runs, 0 turns it off) and one
-// replay command. With THROTTLE_SIM_ALL=1 a run goes on after a violation
+// minimal schedule the shrinker finds for the first failing seed
+// (re-runs with events removed and the run cut short, while it still
+// fails with a violation of the same class; THROTTLE_SIM_SHRINK=N bounds
+// the re-runs, default 60, 0 turns it off) and one replay command. With THROTTLE_SIM_ALL=1 a run goes on after a violation
 // and reports the first of each class; with THROTTLE_SIM_CLASS=class it
 // looks for violations of that class only. It reports at the end: seeds run,
 // simulated time, faults injected per kind, violations per class.
@@ -146,13 +146,15 @@ func Run(t *testing.T, spec Spec, build func(env *Env) World) {
 	seeds := seedsToRun(t, spec)
 	var st stats
 	began := time.Now()
+	budget := envInt("THROTTLE_SIM_SHRINK", 60)
 	for _, seed := range seeds {
 		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
 			sched := Generate(spec, seed)
 			fs := wanted(runOne(t, spec, sched, stopOn(), build))
 			st.add(spec, sched, fs)
 			if len(fs) > 0 {
-				fail(t, spec, sched, fs, build)
+				fail(t, spec, sched, fs, budget, build)
+				budget = 0 // the first failing seed only: the others replay
 			}
 		})
 	}
@@ -181,9 +183,9 @@ func wanted(fs []*failure) []*failure {
 	return fs
 }
 
-// fail shrinks the failing schedule to its first violation and fails t
-// with the report.
-func fail(t *testing.T, spec Spec, sched Schedule, fs []*failure, build func(*Env) World) {
+// fail shrinks the failing schedule to its first violation in at most
+// budget re-runs and fails t with the report.
+func fail(t *testing.T, spec Spec, sched Schedule, fs []*failure, budget int, build func(*Env) World) {
 	t.Helper()
 	f := fs[0]
 	msg := fmt.Sprintf("seed %d (%s): violation at %v: %v", sched.Seed, f.about, f.at, f.err)
@@ -191,7 +193,7 @@ func fail(t *testing.T, spec Spec, sched Schedule, fs []*failure, build func(*En
 		msg += fmt.Sprintf("\nalso at %v: %v", g.at, g.err)
 	}
 	msg += fmt.Sprintf("\nschedule: %v", sched)
-	if budget := envInt("THROTTLE_SIM_SHRINK", 60); budget > 0 {
+	if budget > 0 {
 		m, mf, runs := Shrink(t, spec, sched, f, budget, build)
 		msg += fmt.Sprintf("\nminimal schedule (%d re-runs): %v\n\tfails at %v: %v", runs, m, mf.at, mf.err)
 	}

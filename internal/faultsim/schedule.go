@@ -303,3 +303,13 @@ func groups(r *rand.Rand, procs, n int) [][]int {
 	}
 	return append(gs, slices.Sorted(slices.Values(perm[prev:])))
 }
+
+// Range returns the n seeds from, from+1, …: a block of fixed seeds for
+// Spec.Seeds.
+func Range(from uint64, n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = from + uint64(i)
+	}
+	return out
+}
