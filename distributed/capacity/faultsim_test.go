@@ -41,12 +41,13 @@ var simSpec = faultsim.Spec{
 // alone; each fails on the code before its fix. Replay one with
 // THROTTLE_SIM_SEED=S (THROTTLE_SIM_TRACE=1 logs every call).
 var simDefectSeeds = []uint64{
-	// A gauge client reported its lease, not the units it held: 124 of
-	// 120 units in flight with no fault at all.
-	4742803589254876298,
+	// A gauge client reported its lease, not the units it held: 127 of
+	// 120 units in flight at one server, with no fault at all.
+	3015048007949149169,
 	// A restarted tree leaf let the root over-grant: the leaf's first
 	// report after a crash of 279ms (and of 169ms in the second seed)
-	// confirmed its lowered lease; Σ 13 of 12 and 16 of 12.
+	// confirmed its lowered lease; Σ 13 of 12 and 16 of 12. (The second
+	// also finds the gauge defect in a tree below.)
 	17479477297254288466, 14625525414414217414,
 	// A leaf that gave a resource up while cut off from its clients
 	// retries the release after the partition heals, with a new sequence
@@ -54,9 +55,9 @@ var simDefectSeeds = []uint64{
 	// its clients keep using; Σ 132 of 120 and 16 of 10.
 	9881197673380654550, 15341542327155105696,
 	// Gauge units in a tree: a leaf reports less than its clients hold
-	// once their wants drop below the units they hold (no fault): 11.5 of
-	// 10.
-	14603561293364919289,
+	// once their wants drop below the units they hold, with no fault:
+	// 11.5 of 10, 124 of 120.
+	14603561293364919289, 4742803589254876298,
 }
 
 // TestSimCapacity runs capacity's Servers, Clients, trees and elections
