@@ -65,8 +65,9 @@ var simDefectSeeds = []uint64{
 // after every fault, from the clients' side: the capacity they enforce
 // on each resource (a rate client's limit; a gauge client's larger of its
 // limit and the units it holds, but for those it kept past its lease's
-// expiry) adds up to no more than the largest capacity configured within
-// the last lease length; and every call returns within its stated time.
+// expiry or held when the capacity dropped) adds up to no more than the
+// largest capacity configured within the last lease length; and every
+// call returns within its stated time.
 func TestSimCapacity(t *testing.T) {
 	faultsim.Run(t, simSpec, newCapWorld)
 	skewStats.Lock()
@@ -365,16 +366,30 @@ func (w *capWorld) End(e faultsim.Event) {
 func (w *capWorld) configure(v uint64) {
 	w.mu.Lock()
 	capacity := w.history[0].capacity * []float64{0.5, 1, 1.5}[v%3]
+	lower := capacity < w.cfg.Resources[0].Capacity
 	w.cfg.Resources[0].Capacity = capacity
 	cfg := w.cfg
 	w.history = append(w.history, capChange{w.env.Elapsed(), capacity})
 	var servers []*Server
+	var gauges []*GaugeResource
 	for _, p := range w.procs {
 		if p.role == roleServer && p.inc != nil {
 			servers = append(servers, p.inc.server)
 		}
+		if p.inc != nil && lower {
+			for _, h := range p.inc.handle {
+				if h.g != nil {
+					gauges = append(gauges, h.g)
+				}
+			}
+		}
 	}
 	w.mu.Unlock()
+	// No unit is taken back when the capacity drops: those held then
+	// drain as they are released, on top of the new capacity.
+	for _, g := range gauges {
+		w.keep(g, g.InFlight())
+	}
 	for _, s := range servers {
 		if err := s.SetConfig(cfg); err != nil {
 			w.env.T.Fatal(err)
@@ -466,11 +481,22 @@ func (w *capWorld) servers(id string) string {
 	return out
 }
 
+// keep leaves the units g holds now out of its count until released.
+func (w *capWorld) keep(g *GaugeResource, held int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.carry == nil {
+		w.carry = map[*GaugeResource]int{}
+	}
+	w.carry[g] = max(w.carry[g], held)
+}
+
 // fresh returns the units g holds that the gauge guarantee covers: those
-// it did not already hold when its lease last expired. Units a client
-// keeps past its lease's expiry, while it cannot reach the servers, come
-// on top until it releases them (by design: the semaphore takes no unit
-// back); they are left out, as long as they are held.
+// it did not already hold when its lease last expired, or when the
+// capacity was lowered. Units a client keeps past its lease's expiry,
+// while it cannot reach the servers, come on top until it releases them
+// (by design: the semaphore takes no unit back), as do those held when
+// the capacity drops; they are left out, as long as they are held.
 func (w *capWorld) fresh(g *GaugeResource) float64 {
 	held := g.InFlight()
 	_, leased := g.Lease()
