@@ -435,7 +435,10 @@ func (w *capWorld) Check(now time.Duration) error {
 			}
 			c, e := h.r.Capacity(), h.r.Capacity()
 			if h.g != nil {
-				e = max(c, w.fresh(h.g))
+				// The units left out take up their part of the limit.
+				fresh, carried := w.fresh(h.g)
+				c = max(c-carried, 0)
+				e = max(c, fresh)
 			}
 			leases, enforced, each[i] = leases+c, enforced+e, e
 		}
@@ -491,13 +494,16 @@ func (w *capWorld) keep(g *GaugeResource, held int) {
 	w.carry[g] = max(w.carry[g], held)
 }
 
-// fresh returns the units g holds that the gauge guarantee covers: those
+// fresh returns the units g holds that the gauge guarantee covers, and
+// the others (carried): those
 // it did not already hold when its lease last expired, or when the
 // capacity was lowered. Units a client keeps past its lease's expiry,
 // while it cannot reach the servers, come on top until it releases them
 // (by design: the semaphore takes no unit back), as do those held when
-// the capacity drops; they are left out, as long as they are held.
-func (w *capWorld) fresh(g *GaugeResource) float64 {
+// the capacity drops; they are left out, as long as they are held, with
+// the part of the limit they take up (a server learning after a restart
+// confirms them as a lease).
+func (w *capWorld) fresh(g *GaugeResource) (fresh, carried float64) {
 	held := g.InFlight()
 	_, leased := g.Lease()
 	w.mu.Lock()
@@ -510,7 +516,7 @@ func (w *capWorld) fresh(g *GaugeResource) float64 {
 		carry = min(w.carry[g], held)
 	}
 	w.carry[g] = carry
-	return float64(held - carry)
+	return float64(held - carry), float64(carry)
 }
 
 // skewStats is what the runs measured past the bound while a server's
