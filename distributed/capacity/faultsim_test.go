@@ -54,10 +54,15 @@ var simDefectSeeds = []uint64{
 	// number: it frees the lease the leaf has taken again since, which
 	// its clients keep using; Σ 132 of 120 and 16 of 10.
 	9881197673380654550, 15341542327155105696,
-	// Gauge units in a tree: a leaf reports less than its clients hold
-	// once their wants drop below the units they hold, with no fault:
-	// 11.5 of 10, 124 of 120.
-	14603561293364919289, 4742803589254876298,
+	// Gauge units in a tree: a leaf reported less than its clients hold
+	// once their wants dropped below the units they hold, with no fault:
+	// 11.5 of 10, 127 of 120; and, through a lossy link from the root to
+	// a leaf (the third seed), 12.5 of 10.
+	14603561293364919289, 4742803589254876298, 13212417863010102307,
+	// A server learning after a restart confirms as a lease the units a
+	// gauge client kept past its lease's expiry (paused 5.3s) while the
+	// others have not reported theirs yet: leases of 181 of 180.
+	6839967670367348011,
 }
 
 // TestSimCapacity runs capacity's Servers, Clients, trees and elections
