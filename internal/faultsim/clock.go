@@ -13,6 +13,7 @@ type Clock struct {
 	anchor time.Time // the virtual time of the last change
 	at     time.Time // what the clock read then
 	rate   float64   // the clock's rate against virtual time
+	steps  time.Duration
 }
 
 // NewClock returns a clock reading the current (virtual) time, at rate 1.
@@ -38,6 +39,22 @@ func (c *Clock) Step(d time.Duration) {
 	defer c.mu.Unlock()
 	real := time.Now()
 	c.at, c.anchor = c.nowLocked(real).Add(d), real
+	c.steps += d
+}
+
+// Monotonic returns the clock without its steps, skewed alike: what a
+// process's monotonic clock reads, which steps of the wall clock do not
+// move. It implements throttle.Clock.
+func (c *Clock) Monotonic() Monotonic { return Monotonic{c} }
+
+// Monotonic is a Clock read without its steps.
+type Monotonic struct{ c *Clock }
+
+// Now returns the clock's time less its steps.
+func (m Monotonic) Now() time.Time {
+	m.c.mu.Lock()
+	defer m.c.mu.Unlock()
+	return m.c.nowLocked(time.Now()).Add(-m.c.steps)
 }
 
 // SetSkew makes the clock run at rate 1+p from now on.

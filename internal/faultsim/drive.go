@@ -20,21 +20,31 @@ var ErrDeadlock = errors.New("deadlock")
 // closeWait bounds World.Close, in virtual time.
 const closeWait = 10 * time.Minute
 
-// runOne runs sched in a synctest bubble and returns its first violation,
-// nil if none.
-func runOne(t *testing.T, spec Spec, sched Schedule, build func(*Env) World) (f *failure) {
+// runOne runs sched in a synctest bubble, ending it at the first
+// violation that stop accepts, and returns the first violation of each
+// class it saw, in order.
+func runOne(t *testing.T, spec Spec, sched Schedule, stop func(*failure) bool, build func(*Env) World) (fs []*failure) {
 	defer func() {
 		if r := recover(); r != nil {
 			if !strings.Contains(fmt.Sprint(r), "deadlock") {
 				panic(r)
 			}
-			if f == nil {
-				f = &failure{at: -1, err: fmt.Errorf("%w: %v", ErrDeadlock, r)}
-			}
+			fs = append(fs, &failure{at: -1, err: fmt.Errorf("%w: %v", ErrDeadlock, r)})
 		}
 	}()
-	synctest.Test(t, func(t *testing.T) { f = drive(t, spec, sched, build) })
-	return f
+	synctest.Test(t, func(t *testing.T) { fs = drive(t, spec, sched, stop, build) })
+	return fs
+}
+
+// anyFailure ends a run at its first violation.
+func anyFailure(*failure) bool { return true }
+
+// first returns the first of fs, nil if none.
+func first(fs []*failure) *failure {
+	if len(fs) == 0 {
+		return nil
+	}
+	return fs[0]
 }
 
 // step is a fault starting or ending at a time of the run.
@@ -74,12 +84,12 @@ func steps(sched Schedule, length time.Duration) []step {
 }
 
 // drive builds the world and runs sched on it; it runs inside the bubble.
-func drive(t *testing.T, spec Spec, sched Schedule, build func(*Env) World) *failure {
+func drive(t *testing.T, spec Spec, sched Schedule, stop func(*failure) bool, build func(*Env) World) []*failure {
 	lat := spec.Latency
 	if lat == 0 {
 		lat = time.Millisecond
 	}
-	env := &Env{T: t, Spec: spec, Sched: sched, start: time.Now(),
+	env := &Env{T: t, Spec: spec, Sched: sched, start: time.Now(), stop: stop,
 		Net: NewNet(sched.Seed, spec.Procs, lat), Rand: rand.New(rand.NewPCG(sched.Seed, 0x10ad))}
 	for range spec.Procs {
 		env.Clocks = append(env.Clocks, NewClock())
@@ -89,12 +99,10 @@ func drive(t *testing.T, spec Spec, sched Schedule, build func(*Env) World) *fai
 	if sched.Len > 0 {
 		length = min(length, sched.Len)
 	}
-	f := play(env, w, steps(sched, length), length)
-	if c := closeWorld(env, w); f == nil {
-		f = c
-	}
+	play(env, w, steps(sched, length), length)
+	closeWorld(env, w)
 	env.Net.Close()
-	return f
+	return env.violations()
 }
 
 // play applies the steps and samples the world until length, returning
@@ -156,7 +164,7 @@ func apply(env *Env, w World, s step) {
 
 // closeWorld closes w, a violation when Close does not return within
 // closeWait.
-func closeWorld(env *Env, w World) *failure {
+func closeWorld(env *Env, w World) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -166,21 +174,26 @@ func closeWorld(env *Env, w World) *failure {
 	defer t.Stop()
 	select {
 	case <-done:
-		return nil
 	case <-t.C:
-		return &failure{at: env.Elapsed(), err: fmt.Errorf("%w: Close did not return within %v", ErrDeadlock, closeWait)}
+		env.Violate(fmt.Errorf("%w: Close did not return within %v", ErrDeadlock, closeWait))
 	}
 }
 
 // Shrink reduces sched, which failed with f, to a schedule that still
-// fails with as few events as it finds and the run cut short after the
-// failure, in at most budget re-runs. It returns that schedule, its
-// failure and the re-runs it took.
+// fails with a violation of f's class with as few events as it finds and
+// the run cut short after the failure, in at most budget re-runs. It
+// returns that schedule, its failure and the re-runs it took.
 func Shrink(t *testing.T, spec Spec, sched Schedule, f *failure, budget int, build func(*Env) World) (Schedule, *failure, int) {
 	runs := 0
+	class := f.class()
+	same := func(g *failure) bool { return g.class() == class }
 	try := func(s Schedule) *failure {
 		runs++
-		return runOne(t, spec, s, build)
+		fs := runOne(t, spec, s, same, build)
+		if i := slices.IndexFunc(fs, same); i >= 0 {
+			return fs[i]
+		}
+		return nil
 	}
 	cur, cf := sched, f
 	cut := func(s Schedule, at time.Duration) Schedule {
@@ -220,7 +233,7 @@ type stats struct {
 	failed     []uint64
 }
 
-func (s *stats) add(spec Spec, sched Schedule, f *failure) {
+func (s *stats) add(spec Spec, sched Schedule, fs []*failure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seeds++
@@ -229,13 +242,16 @@ func (s *stats) add(spec Spec, sched Schedule, f *failure) {
 	for _, e := range sched.Events {
 		s.faults[e.Kind%NumKinds]++
 	}
-	if f != nil {
-		if s.violations == nil {
-			s.violations = map[string]int{}
-		}
-		s.violations[f.class()]++
-		s.failed = append(s.failed, sched.Seed)
+	if len(fs) == 0 {
+		return
 	}
+	if s.violations == nil {
+		s.violations = map[string]int{}
+	}
+	for _, f := range fs {
+		s.violations[f.class()]++
+	}
+	s.failed = append(s.failed, sched.Seed)
 }
 
 func (s *stats) report(took time.Duration) string {
@@ -248,7 +264,7 @@ func (s *stats) report(took time.Duration) string {
 			fmt.Fprintf(&b, " %v=%d", Kind(k), n)
 		}
 	}
-	fmt.Fprintf(&b, "; loads: %v; violations: %d", s.loads, len(s.failed))
+	fmt.Fprintf(&b, "; loads: %v; seeds with violations: %d; by class:", s.loads, len(s.failed))
 	for _, c := range slices.Sorted(maps.Keys(s.violations)) {
 		fmt.Fprintf(&b, " %s=%d", c, s.violations[c])
 	}

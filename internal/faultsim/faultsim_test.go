@@ -154,7 +154,7 @@ func TestNetLossDupDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		net := NewNet(7, 3, 5*time.Millisecond)
 		defer net.Close()
-		if got := arrivals(net, 0, 1, 10); len(got) != 10 || got[0] != 5*time.Millisecond {
+		if got := arrivals(net, 0, 1, 10); len(got) != 10 || got[0].Truncate(time.Microsecond) != 5*time.Millisecond {
 			t.Fatalf("no fault: %v", got)
 		}
 		loss := Event{Kind: Loss, From: 0, To: 1, P: 0.5}
@@ -179,17 +179,17 @@ func TestNetLossDupDelay(t *testing.T) {
 			t.Fatal("delay did not reorder")
 		}
 		for _, d := range got {
-			if d < 5*time.Millisecond || d >= 105*time.Millisecond {
+			if d < 5*time.Millisecond || d >= 105*time.Millisecond+time.Microsecond {
 				t.Fatalf("delay %v outside [5ms, 105ms)", d)
 			}
 		}
 		net.End(delay)
 		spike := Event{Kind: Spike, From: 1, D: time.Second}
 		net.Start(spike)
-		if got := arrivals(net, 0, 1, 1); got[0] != time.Second+5*time.Millisecond {
+		if got := arrivals(net, 0, 1, 1); got[0].Truncate(time.Microsecond) != time.Second+5*time.Millisecond {
 			t.Fatalf("spike: %v", got)
 		}
-		if got := arrivals(net, 0, 2, 1); got[0] != 5*time.Millisecond {
+		if got := arrivals(net, 0, 2, 1); got[0].Truncate(time.Microsecond) != 5*time.Millisecond {
 			t.Fatalf("spike of 1 delayed 0→2: %v", got)
 		}
 	})
@@ -290,6 +290,9 @@ func TestClock(t *testing.T) {
 		time.Sleep(10 * time.Second)
 		if got := c.Offset(); got != -3*time.Second+500*time.Millisecond {
 			t.Fatalf("after 10s at +5%%: offset %v", got)
+		}
+		if got := time.Until(c.Monotonic().Now()); got != 500*time.Millisecond {
+			t.Fatalf("monotonic after 10s at +5%%: offset %v", got)
 		}
 	})
 }

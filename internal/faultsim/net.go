@@ -175,8 +175,9 @@ func apart(groups [][]int, a, b int) bool {
 }
 
 // Latency returns the one-way delay a message from → to takes now: the
-// base, the spikes of either end, and a draw of the link's Delay faults
-// (one message number of the link is used for it).
+// base (plus the link's fixed offset, under a microsecond), the spikes of
+// either end, and a draw of the link's Delay faults (one message number
+// of the link is used for it).
 func (n *Net) Latency(from, to int) time.Duration {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -191,7 +192,10 @@ func (n *Net) draw(from, to int) (delay time.Duration, lost, dup bool) {
 	num := n.sent[k]
 	n.sent[k] = num + 1
 	h := mix(n.seed, uint64(from), uint64(to), num)
-	delay = n.base
+	// A fixed offset per link below a microsecond: messages that different
+	// senders send at the same instant arrive in an order set by the seed,
+	// not by which goroutine ran first.
+	delay = n.base + time.Duration(mix(n.seed, uint64(from), uint64(to))%1000)
 	for i, f := range n.faults {
 		switch {
 		case f.Kind == Spike && (f.From == from || f.From == to || f.From == -1):

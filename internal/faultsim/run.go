@@ -45,27 +45,56 @@ type Env struct {
 	Rand   *rand.Rand
 
 	start time.Time
+	stop  func(*failure) bool // whether a violation ends the run
 	mu    sync.Mutex
-	found *failure
+	found []*failure // the first violation of each class, in order
+	about string
+}
+
+// Describe sets what a failure's report says about the world (its
+// topology and settings, drawn from the seed).
+func (e *Env) Describe(about string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.about = about
 }
 
 // Elapsed returns the virtual time since the start of the run.
 func (e *Env) Elapsed() time.Duration { return time.Since(e.start) }
 
 // Violate records a violation found outside Check (a watchdog, a call's
-// result): the run fails with the first one. Safe for concurrent use.
+// result): the run fails with the first one (of each class, with
+// THROTTLE_SIM_ALL=1). Safe for concurrent use.
 func (e *Env) Violate(err error) {
+	f := &failure{at: time.Since(e.start), err: err}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.found == nil {
-		e.found = &failure{at: time.Since(e.start), err: err}
+	for _, g := range e.found {
+		if g.class() == f.class() {
+			return
+		}
 	}
+	f.about = e.about
+	e.found = append(e.found, f)
 }
 
+// violation returns the first violation that ends the run, nil if none.
 func (e *Env) violation() *failure {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.found
+	for _, f := range e.found {
+		if e.stop(f) {
+			return f
+		}
+	}
+	return nil
+}
+
+// violations returns the first violation of each class.
+func (e *Env) violations() []*failure {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.found)
 }
 
 // ErrLiveness is the class of a call that did not return within its
@@ -80,10 +109,11 @@ func (e *Env) Within(what string, d time.Duration, fn func()) {
 	t.Stop()
 }
 
-// failure is a run's first violation.
+// failure is a violation in a run.
 type failure struct {
-	at  time.Duration
-	err error
+	at    time.Duration
+	err   error
+	about string // the world, as the Env describes it
 }
 
 // class is the violation's class: its text up to the first ':'.
@@ -101,11 +131,13 @@ func (f *failure) class() string {
 // synctest bubble: it builds the world, applies the schedule in time
 // order, checks every Sample and after every event, and fails at the
 // first violation with the seed, the virtual time, the violation, the
-// minimal schedule the shrinker finds (re-runs with events removed and
-// the run cut short, while it still fails; THROTTLE_SIM_SHRINK=N bounds
-// the re-runs, 0 turns it off) and one replay command. It reports at the
-// end: seeds run, simulated time, faults injected per kind, violations per
-// class.
+// minimal schedule the shrinker finds for the first failing seed
+// (re-runs with events removed and the run cut short, while it still
+// fails with a violation of the same class; THROTTLE_SIM_SHRINK=N bounds
+// the re-runs, default 60, 0 turns it off) and one replay command. With THROTTLE_SIM_ALL=1 a run goes on after a violation
+// and reports the first of each class; with THROTTLE_SIM_CLASS=class it
+// looks for violations of that class only. It reports at the end: seeds run,
+// simulated time, faults injected per kind, violations per class.
 func Run(t *testing.T, spec Spec, build func(env *Env) World) {
 	t.Helper()
 	if spec.Procs < 1 || spec.Len <= 0 || spec.Sample <= 0 {
@@ -114,24 +146,54 @@ func Run(t *testing.T, spec Spec, build func(env *Env) World) {
 	seeds := seedsToRun(t, spec)
 	var st stats
 	began := time.Now()
+	budget := envInt("THROTTLE_SIM_SHRINK", 60)
 	for _, seed := range seeds {
 		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
 			sched := Generate(spec, seed)
-			f := runOne(t, spec, sched, build)
-			st.add(spec, sched, f)
-			if f != nil {
-				fail(t, spec, sched, f, build)
+			fs := wanted(runOne(t, spec, sched, stopOn(), build))
+			st.add(spec, sched, fs)
+			if len(fs) > 0 {
+				fail(t, spec, sched, fs, budget, build)
+				budget = 0 // the first failing seed only: the others replay
 			}
 		})
 	}
 	t.Log(st.report(time.Since(began)))
 }
 
-// fail shrinks the failing schedule and fails t with the report.
-func fail(t *testing.T, spec Spec, sched Schedule, f *failure, build func(*Env) World) {
+// stopOn returns which violations end a run, by the environment: any
+// (the default), none (THROTTLE_SIM_ALL=1), or those of one class
+// (THROTTLE_SIM_CLASS=class; the others are ignored).
+func stopOn() func(*failure) bool {
+	if c := os.Getenv("THROTTLE_SIM_CLASS"); c != "" {
+		return func(f *failure) bool { return f.class() == c }
+	}
+	if os.Getenv("THROTTLE_SIM_ALL") == "1" {
+		return func(*failure) bool { return false }
+	}
+	return anyFailure
+}
+
+// wanted keeps of fs the violations of the class THROTTLE_SIM_CLASS names,
+// all of them without it.
+func wanted(fs []*failure) []*failure {
+	if c := os.Getenv("THROTTLE_SIM_CLASS"); c != "" {
+		return slices.DeleteFunc(fs, func(f *failure) bool { return f.class() != c })
+	}
+	return fs
+}
+
+// fail shrinks the failing schedule to its first violation in at most
+// budget re-runs and fails t with the report.
+func fail(t *testing.T, spec Spec, sched Schedule, fs []*failure, budget int, build func(*Env) World) {
 	t.Helper()
-	msg := fmt.Sprintf("seed %d: violation at %v: %v\nschedule: %v", sched.Seed, f.at, f.err, sched)
-	if budget := envInt("THROTTLE_SIM_SHRINK", 60); budget > 0 {
+	f := fs[0]
+	msg := fmt.Sprintf("seed %d (%s): violation at %v: %v", sched.Seed, f.about, f.at, f.err)
+	for _, g := range fs[1:] {
+		msg += fmt.Sprintf("\nalso at %v: %v", g.at, g.err)
+	}
+	msg += fmt.Sprintf("\nschedule: %v", sched)
+	if budget > 0 {
 		m, mf, runs := Shrink(t, spec, sched, f, budget, build)
 		msg += fmt.Sprintf("\nminimal schedule (%d re-runs): %v\n\tfails at %v: %v", runs, m, mf.at, mf.err)
 	}
@@ -205,4 +267,19 @@ func pkgPath() string {
 		return "."
 	}
 	return filepath.ToSlash(rel)
+}
+
+// Replay runs one given schedule (a shrunk one kept as a regression test,
+// or one written by hand) as Run runs a seed, and fails t at its first
+// violation, without shrinking.
+func Replay(t *testing.T, spec Spec, sched Schedule, build func(env *Env) World) {
+	t.Helper()
+	fs := wanted(runOne(t, spec, sched, stopOn(), build))
+	if len(fs) > 0 {
+		msg := fmt.Sprintf("schedule %v\n(%s) violation at %v: %v", sched, fs[0].about, fs[0].at, fs[0].err)
+		for _, g := range fs[1:] {
+			msg += fmt.Sprintf("\nalso at %v: %v", g.at, g.err)
+		}
+		t.Fatal(msg)
+	}
 }

@@ -49,7 +49,7 @@ func TestShrinkToCulprit(t *testing.T) {
 			break
 		}
 	}
-	f := runOne(t, spec, sched, buildPlanted)
+	f := first(runOne(t, spec, sched, anyFailure, buildPlanted))
 	if f == nil {
 		t.Fatalf("planted failure not found in %v", sched)
 	}
@@ -71,7 +71,7 @@ func TestReplay(t *testing.T) {
 	spec.Kinds = []Kind{Pause, Crash, ClockStep, Skew, Config, Loss}
 	run := func(seed uint64) []string {
 		var w *planted
-		runOne(t, spec, Generate(spec, seed), func(env *Env) World {
+		runOne(t, spec, Generate(spec, seed), anyFailure, func(env *Env) World {
 			w = &planted{env: env, crashed: 1 << 62}
 			return w
 		})
@@ -106,7 +106,7 @@ func (b blocking) Close() {
 func TestDeadlockIsViolation(t *testing.T) {
 	spec := Spec{Name: "Dead", Procs: 1, Len: 3 * time.Second, Sample: 100 * time.Millisecond, Kinds: []Kind{Config}, MaxEvents: 1}
 	for _, leak := range []bool{false, true} {
-		f := runOne(t, spec, Generate(spec, 1), func(*Env) World { return blocking{leak: leak} })
+		f := first(runOne(t, spec, Generate(spec, 1), anyFailure, func(*Env) World { return blocking{leak: leak} }))
 		if f == nil || !errors.Is(f.err, ErrDeadlock) {
 			t.Fatalf("leak %v: got %v, want a deadlock", leak, f)
 		}
@@ -128,7 +128,7 @@ func (s slow) Close() {}
 
 func TestLivenessIsViolation(t *testing.T) {
 	spec := Spec{Name: "Slow", Procs: 1, Len: 5 * time.Second, Sample: 100 * time.Millisecond, Kinds: []Kind{Config}, MaxEvents: 1}
-	f := runOne(t, spec, Generate(spec, 1), func(env *Env) World { return slow{env} })
+	f := first(runOne(t, spec, Generate(spec, 1), anyFailure, func(env *Env) World { return slow{env} }))
 	if f == nil || !errors.Is(f.err, ErrLiveness) || f.at < 1500*time.Millisecond || f.at > 1600*time.Millisecond {
 		t.Fatalf("got %+v, want a liveness violation at 1.5s", f)
 	}

@@ -14,6 +14,7 @@ package faultsim
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -156,8 +157,8 @@ type Spec struct {
 	Count     int      // random seeds added to the fixed ones in a normal run
 	// Latency is every link's one-way delay before faults (default 1ms).
 	Latency time.Duration
-	// Procs may name a few processes that the component wants faults on
-	// more often; Hot lists them (nil: all alike).
+	// Hot lists processes that get half of the process faults (the
+	// servers, say); nil: all alike.
 	Hot []int
 }
 
@@ -165,7 +166,7 @@ type Spec struct {
 // same spec and seed give the same schedule. It enables a random non-empty
 // subset of spec.Kinds, picks a load, and draws 1..MaxEvents faults of the
 // enabled kinds, their times in the first 80% of the run and their
-// parameters scaled to Len. The process-level downtimes (Pause, Crash) of
+// parameters scaled to Len (durations log-uniform in [Len/400, Len/4)). The process-level downtimes (Pause, Crash) of
 // one process never overlap.
 func Generate(spec Spec, seed uint64) Schedule {
 	r := rand.New(rand.NewPCG(seed, 0x5eed_fa17_5140_0001))
@@ -234,6 +235,15 @@ func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(r.Int64N(int64(hi-lo)))
 }
 
+// logBetween draws a duration in [lo, hi) whose logarithm is uniform:
+// short faults as often as long ones, in proportion.
+func logBetween(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	if lo <= 0 || hi <= lo {
+		return between(r, lo, hi)
+	}
+	return time.Duration(float64(lo) * math.Pow(float64(hi)/float64(lo), r.Float64()))
+}
+
 // draw draws one fault of kind k.
 func draw(r *rand.Rand, spec Spec, k Kind) Event {
 	l := spec.Len
@@ -245,7 +255,7 @@ func draw(r *rand.Rand, spec Spec, k Kind) Event {
 		}
 	}
 	if k.Lasting() {
-		e.Dur = between(r, l/50, l/4)
+		e.Dur = logBetween(r, l/400, l/4)
 	}
 	switch k {
 	case Loss, Duplicate:
@@ -292,4 +302,14 @@ func groups(r *rand.Rand, procs, n int) [][]int {
 		prev = c + 1
 	}
 	return append(gs, slices.Sorted(slices.Values(perm[prev:])))
+}
+
+// Range returns the n seeds from, from+1, …: a block of fixed seeds for
+// Spec.Seeds.
+func Range(from uint64, n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = from + uint64(i)
+	}
+	return out
 }
