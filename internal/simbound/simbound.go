@@ -282,9 +282,9 @@ func NewSeries(keys []string) *Series { return &Series{keys: keys} }
 
 // Add records the cumulative admitted units of every key (in the order
 // of NewSeries) and the members' clock offsets at t, and checks every
-// window ending at t against bound: it returns an error naming the worst
-// key and window, its class "<name>[kinds]" (the fault kinds overlapping
-// it), nil if none exceeds its bound.
+// window ending at t against bound: it returns an error of class name
+// (the text before its first ':') naming the worst key and window and
+// the fault kinds overlapping it, nil if none exceeds its bound.
 func (s *Series) Add(t time.Duration, counts []int64, off []time.Duration, name string, eps []Episode, bound func(Window) float64) error {
 	cur := sample{t: t, counts: counts, off: off}
 	var worst error
@@ -298,8 +298,8 @@ func (s *Series) Add(t time.Duration, counts []int64, off []time.Duration, name 
 		for k := range counts {
 			if got := float64(counts[k] - p.counts[k]); got-b > excess {
 				excess = got - b
-				worst = fmt.Errorf("%s%s: key %q admitted %.0f in [%v, %v], bound %.1f (window %v, clock %v, faults %v for %v, %d episodes, %d restarts)",
-					name, kinds(w.Kinds), s.keys[k], got, p.t, t, b, w.D, w.DC, w.Kinds, w.Overlap, w.Episodes, w.Restarts)
+				worst = fmt.Errorf("%s: under %s key %q admitted %.0f in [%v, %v], bound %.1f (window %v, clock %v, faults for %v, %d episodes, %d restarts)",
+					name, kinds(w.Kinds), s.keys[k], got, p.t, t, b, w.D, w.DC, w.Overlap, w.Episodes, w.Restarts)
 			}
 		}
 	}
