@@ -35,26 +35,26 @@ const (
 )
 
 // Seeds that found defects (issue 38) on the code before their fixes,
-// each with the minimal schedule the shrinker found (on 3 nodes unless
-// said; on 5, the same seed draws another schedule).
+// each with the minimal schedule the shrinker found (on 3 nodes, or on 5
+// where said; the other size draws another schedule from the seed).
 var (
 	simOwnerSeeds = []uint64{
-		18335112235643666782, // Split3 [[1] [0] [2]] for 3.3 s: each side owns every key at the full rate
-		17003624827183994294, // 5 nodes, Split3 [[0] [1 4] [2 3]] for 3.1 s: likewise
-		3260867944135985205,  // Cut [[0 1] [2]] for 4.8 s: the minority side owns every key at the full rate
-		17798438909690644057, // with a membership, OneWay 0→1 for 3.4 s, every member reported alive: two owners (owner-split)
-		3526031145607612368,  // Crash of n2 for 0.95 s: the restarted owner hands out a fresh burst (restart-burst)
-		3559039605497070921,  // Crash of n1 for 2.6 s: its keys start full on the new owner, and again on its restart
-		5131079198140448997,  // Pause of n2 for 2.6 s: its keys move and start full, and it resumes as their owner too
-		7500943200448183315,  // 5 nodes, Spike of 1.9 s on n4's links: likewise, the others taking it for dead
-		16132015137265454601, // with a membership, n1 restarts inside a three-way split, alone: a cluster of one, full buckets
+		17061566829666912142, // Split3 [[0] [1] [2]] for 2 s: each node owns every key (56 in 1 s against 48)
+		16156407508480087671, // 5 nodes, Split3 [[0 2 3] [4] [1]] for 1.1 s: each side owns every key (52 against 49)
+		13347824568040045486, // 5 nodes, two Cuts, [[3]] then [[0]] alone: the minority owns every key
+		10720998874496332427, // with a membership, OneWay 1→0 for 4.9 s, every member reported alive: two owners (owner-split)
+		14717134015838402775, // 5 nodes, with a membership, OneWay 1→2 for 2.9 s: likewise
+		3845298962461668995,  // 5 nodes, Crash of n2 for 55 ms: the restarted owner hands out a fresh burst (restart-burst)
+		11575138510874784593, // 5 nodes, Crash of n2 for 447 ms: likewise
+		580155519181280366,   // 5 nodes, Crash of n1 for 2 s: its keys start full on their new owner
+		6467393562742328373,  // Pauses of n2 and n0: their keys move and start full, and they resume as owners too
+		11843555462438148869, // with a membership, Spike of 1.9 s on n0's links: the others move its keys (owner-split)
 	}
 	simA2ASeeds = []uint64{
-		9046172740114346456,  // Crash of n2 for 1.5 s: the restarted node re-admits keys its peers exhausted
-		3622951864764400747,  // with a membership, Crash of n0 for 1.1 s: likewise
-		11037224978216906361, // 5 nodes, with a membership, Crash of n3 for 4.6 s: likewise
-		4068980218992442,     // 5 nodes, spend cap: 27 in 400 ms against 26, 1.07 s after a 485 ms delay spike ended
-		9161032582156860097,  // n1 restarts inside a three-way split: hearing no peer, it re-admits an exhausted key (18 in 0.28 s)
+		4571432710564860314,  // Crash of n2 for 72 ms: the restarted node re-admits a key its peers exhausted (17 against 10.6)
+		15208132294874020303, // with a membership, Crash of n1 for 1.9 s: likewise (17 against 10.8)
+		1112609458660407561,  // Crash of n1 for 2.3 s: likewise
+		13927861456412416243, // with a membership, Crash of n2 for 1.5 s: likewise
 	}
 )
 
