@@ -98,6 +98,8 @@ type Config struct {
 	// cmd/throttled runs beside the daemon (the module extra/envoyrls
 	// reads it: see its ServerConfig). The daemon itself only keeps it.
 	Envoy json.RawMessage `json:"envoy,omitempty"`
+
+	hooks *hooks // tests only: sockets in memory
 }
 
 // Limit is a token bucket: Rate as "count/period" (see

@@ -268,7 +268,11 @@ func (s *Server) listen(cfg Config) error {
 		if network == "unix" {
 			removeStaleSocket(addr)
 		}
-		ln, err := net.Listen(network, addr)
+		listen := net.Listen
+		if s.cfg.hooks != nil && s.cfg.hooks.listen != nil {
+			listen = s.cfg.hooks.listen
+		}
+		ln, err := listen(network, addr)
 		if err != nil {
 			return err
 		}
@@ -298,7 +302,7 @@ func (s *Server) gossipTransport(gc *gossip.Config) error {
 		return fmt.Errorf("%w: gossip.members needs a program that runs a membership (cmd/throttled)", throttle.ErrInvalid)
 	}
 	gc.Secret, _ = g.secret()
-	udp, err := gossip.ListenUDP(g.Listen)
+	udp, err := s.listenGossip(g.Listen)
 	if err != nil {
 		return fmt.Errorf("gossip listen: %w", err)
 	}
@@ -322,6 +326,21 @@ func (s *Server) gossipTransport(gc *gossip.Config) error {
 		gc.Membership, s.ms = ms, closer
 	}
 	return nil
+}
+
+// listenGossip binds the gossip transport on addr: UDP, or the test
+// hook's.
+func (s *Server) listenGossip(addr string) (gossip.Transport, error) {
+	if s.cfg.hooks != nil && s.cfg.hooks.gossip != nil {
+		return s.cfg.hooks.gossip(addr)
+	}
+	return gossip.ListenUDP(addr)
+}
+
+// hooks replace the sockets of a Server, for simulations in memory.
+type hooks struct {
+	listen func(network, addr string) (net.Listener, error) // the query listeners
+	gossip func(addr string) (gossip.Transport, error)      // the gossip transport
 }
 
 // closeMembership stops the membership of gossip.members, if any.

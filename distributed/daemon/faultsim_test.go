@@ -1,0 +1,339 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/distributed/daemon/client"
+	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/internal/faultsim"
+	"github.com/throttlekit/throttle/internal/simbound"
+	"github.com/throttlekit/throttle/internal/simnet"
+)
+
+// The daemon's scenario of the fault simulator: 2 and 3 daemons with
+// owner routing, gossiping over faultsim.Net, each answering Go clients
+// at their default settings (timeout, policy, backoff) over in-memory
+// connections. A daemon's host is the process the faults hit: a pause
+// or a crash stops its workers too (a client whose own daemon is down
+// fails open by its documented policy, outside the bound). The
+// invariant: per tag, what the clients were told "admitted" within any
+// window is at most simbound.Owner's bound, also while an owner is
+// paused (a client must not fail open past the fallback bucket); and
+// every call returns within the client's timeout.
+
+const (
+	simDaemonRate     = 5
+	simDaemonBurst    = 20
+	simDaemonInterval = 200 * time.Millisecond
+	simDaemonLen      = 20 * time.Second
+)
+
+// Seeds that found defects (issue 38) on the code before their fixes,
+// each with the minimal schedule the shrinker found (on 2 daemons).
+var simDaemonSeeds = []uint64{
+	12900692904911611491, // Cut for 1.8 s: each daemon owns every tag at the full rate (47 in 700 ms against 45.2)
+	3066624897264386509,  // Cut for 0.9 s: likewise
+	5694539742336983117,  // OneWay 0→1 for 0.9 s: answers lost, the clients fail open (25 ms) before d1 falls back (50 ms)
+	11742235977915006132, // Spike of 1.3 s on d0's links: late answers, the clients fail open (61 in 1.3 s against 53)
+	17487724554859307023, // Crash of d0 for 0.9 s: its tags start full, on their new owner and on its restart
+}
+
+func TestSimDaemon(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			spec := faultsim.Spec{Name: "Daemon", Procs: n, Len: simDaemonLen, Sample: 100 * time.Millisecond,
+				Kinds: faultsim.AllKinds(), MaxEvents: 12, Seeds: simDaemonSeeds, Count: 25}
+			faultsim.Run(t, spec, func(env *faultsim.Env) faultsim.World { return newDaemonWorld(env) })
+		})
+	}
+}
+
+// daemonWorld is one run: the daemons, their clients, and what the
+// clients were told.
+type daemonWorld struct {
+	env *faultsim.Env
+	n   int
+	p   simbound.Params
+	simbound.Run
+	fabric *simnet.Fabric
+	procs  []*daemonProc
+	stop   chan struct{}
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex // guards the fields below
+	counts []int64
+	series *simbound.Series
+}
+
+func gossipAddr(i int) string { return fmt.Sprintf("127.0.0.%d:7946", i+1) }
+func queryAddr(i int) string  { return fmt.Sprintf("127.0.0.%d:7390", i+1) }
+
+func newDaemonWorld(env *faultsim.Env) *daemonWorld {
+	n := env.Spec.Procs
+	w := &daemonWorld{env: env, n: n, stop: make(chan struct{}),
+		p: simbound.Params{N: n, Rate: simDaemonRate, Burst: simDaemonBurst}}
+	settle := 2*simDaemonInterval + gossip.DefaultForwardTimeout + 100*time.Millisecond
+	w.Run = simbound.NewRun(env, settle, 2*simDaemonInterval+settle)
+	w.counts = make([]int64, len(w.Keys))
+	w.series = simbound.NewSeries(w.Keys)
+	var ids []string
+	for i := range n {
+		w.procs = append(w.procs, &daemonProc{w: w, i: i})
+		ids = append(ids, gossipAddr(i))
+	}
+	w.fabric = simnet.New(env.Net, ids)
+	for _, p := range w.procs {
+		p.Restart()
+	}
+	for _, p := range w.procs {
+		for c := range 4 {
+			rng := rand.New(rand.NewPCG(env.Rand.Uint64(), uint64(p.i*16+c)))
+			w.wg.Add(1)
+			go func() {
+				defer w.wg.Done()
+				simbound.Drive(w.stop, env.Sched.Load, w.Keys, rng, 1.5*simDaemonRate/4, env.Elapsed, p.ask)
+			}()
+		}
+	}
+	return w
+}
+
+// config is daemon i's configuration: the default limit, owner routing,
+// the other daemons but those left out as peers, and its sockets in
+// memory.
+func (w *daemonWorld) config(i int, left map[int]bool) Config {
+	var peers []string
+	for j := range w.n {
+		if j != i && !left[j] {
+			peers = append(peers, gossipAddr(j))
+		}
+	}
+	p := w.procs[i]
+	return Config{Listen: []string{"tcp:" + queryAddr(i)},
+		Default: Limit{Rate: fmt.Sprintf("%d/s", simDaemonRate), Burst: simDaemonBurst},
+		Gossip: Gossip{Listen: gossipAddr(i), Peers: peers, Interval: Duration(simDaemonInterval),
+			Secret: "simulated-gossip-secret", Routing: RoutingOwner},
+		hooks: &hooks{
+			listen: func(string, string) (net.Listener, error) { return p.listen(), nil },
+			gossip: func(string) (gossip.Transport, error) { return w.fabric.Endpoint(i), nil },
+		}}
+}
+
+// Apply starts a process-level fault: a pause or a crash of a daemon's
+// host, or a reload of a daemon's peers.
+func (w *daemonWorld) Apply(e faultsim.Event) {
+	if e.Kind == faultsim.Config {
+		w.reconfigure(e)
+		return
+	}
+	simbound.Fault(w.procs, e, false)
+}
+
+// reconfigure applies a Config event (simbound.ConfigPair): daemon u
+// reloads its configuration with daemon v left out of its peers, or
+// taken back.
+func (w *daemonWorld) reconfigure(e faultsim.Event) {
+	u, v := simbound.ConfigPair(e, w.n)
+	p := w.procs[u]
+	p.mu.Lock()
+	if p.left == nil {
+		p.left = map[int]bool{}
+	}
+	p.left[v] = !p.left[v]
+	srv, down := p.srv, p.down
+	cfg := w.config(u, p.left)
+	p.mu.Unlock()
+	if srv != nil && !down {
+		if err := srv.Reload(cfg); err != nil {
+			w.env.Violate(fmt.Errorf("setup: reload: %v", err))
+		}
+	}
+}
+
+// End resumes a paused host, or restarts a crashed one (a new daemon,
+// its state lost, and new workers).
+func (w *daemonWorld) End(e faultsim.Event) { simbound.Fault(w.procs, e, true) }
+
+// Check checks, per tag, every window since an earlier sample against
+// the owner routing's bound.
+func (w *daemonWorld) Check(now time.Duration) error {
+	off := simbound.Offsets(w.env.Clocks)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := w.series.Add(now, slices.Clone(w.counts), off, "daemon-bound", w.Eps, func(win simbound.Window) float64 {
+		return simbound.Owner(w.p, win)
+	})
+	if err != nil {
+		return fmt.Errorf("%w (%d daemons, load %v)", err, w.n, w.env.Sched.Load)
+	}
+	return nil
+}
+
+// Close stops the clients and every daemon.
+func (w *daemonWorld) Close() {
+	close(w.stop)
+	w.wg.Wait()
+	for _, p := range w.procs {
+		p.Crash()
+	}
+}
+
+// daemonProc is one host: a daemon in its current life and a client of
+// it.
+type daemonProc struct {
+	w *daemonWorld
+	i int
+
+	mu     sync.Mutex // guards the fields below
+	life   int
+	srv    *Server
+	cl     *client.Client
+	ln     *memListener
+	paused bool
+	down   bool
+	left   map[int]bool // daemons this life left out of its peers (Config)
+}
+
+// Restart begins a new life of the host: a daemon and a client.
+func (p *daemonProc) Restart() {
+	w := p.w
+	srv, err := New(w.config(p.i, nil), nil, throttle.WithClock(w.env.Clocks[p.i]))
+	if err == nil {
+		err = srv.Start()
+	}
+	if err != nil {
+		w.env.Violate(fmt.Errorf("setup: %v", err))
+		return
+	}
+	cl, err := client.New("tcp", queryAddr(p.i), client.WithDialer(p.dial))
+	if err != nil {
+		w.env.Violate(fmt.Errorf("setup: %v", err))
+		return
+	}
+	p.mu.Lock()
+	p.life++
+	p.srv, p.cl, p.down, p.left = srv, cl, false, nil
+	p.mu.Unlock()
+}
+
+// Crash stops the host's daemon and its client: the daemon's state is
+// lost.
+func (p *daemonProc) Crash() {
+	p.mu.Lock()
+	if p.down || p.srv == nil {
+		p.mu.Unlock()
+		return
+	}
+	p.down = true
+	srv, cl, ln := p.srv, p.cl, p.ln
+	p.mu.Unlock()
+	cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	srv.Shutdown(ctx)
+	cancel()
+	ln.Close()
+}
+
+// SetPaused pauses or resumes the host.
+func (p *daemonProc) SetPaused(paused bool) {
+	p.mu.Lock()
+	p.paused = paused
+	p.mu.Unlock()
+}
+
+// ask asks the host's daemon about tag through its client, as a worker
+// would, unless the host is down or paused, and records what the worker
+// was told (unless the host went down meanwhile: the worker with it).
+func (p *daemonProc) ask(tag string) {
+	p.mu.Lock()
+	if p.down || p.paused {
+		p.mu.Unlock()
+		return
+	}
+	life, cl := p.life, p.cl
+	p.mu.Unlock()
+	w := p.w
+	var ok bool
+	w.env.Within(fmt.Sprintf("d%d client.Check(%q)", p.i, tag), client.DefaultTimeout+5*time.Millisecond, func() {
+		ok, _ = cl.Check(context.Background(), tag)
+	})
+	p.mu.Lock()
+	gone := p.down || p.life != life
+	p.mu.Unlock()
+	if gone || !ok {
+		return
+	}
+	w.mu.Lock()
+	w.counts[w.KeyIdx[tag]]++
+	w.mu.Unlock()
+}
+
+// listen makes the host's query listener of its current life.
+func (p *daemonProc) listen() net.Listener {
+	ln := &memListener{addr: queryAddr(p.i), conns: make(chan net.Conn), done: make(chan struct{})}
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	return ln
+}
+
+var errRefused = errors.New("connection refused")
+
+// dial connects to the host's daemon over a synchronous in-memory pipe.
+func (p *daemonProc) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	p.mu.Lock()
+	ln := p.ln
+	p.mu.Unlock()
+	if ln == nil {
+		return nil, errRefused
+	}
+	c, s := net.Pipe()
+	select {
+	case ln.conns <- s:
+		return c, nil
+	case <-ln.done:
+	case <-ctx.Done():
+	}
+	c.Close()
+	s.Close()
+	return nil, errRefused
+}
+
+// memListener is a query listener in memory: dial hands it the server
+// end of a pipe.
+type memListener struct {
+	addr  string
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *memListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *memListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *memListener) Addr() net.Addr { return memAddr(l.addr) }
+
+type memAddr string
+
+func (a memAddr) Network() string { return "tcp" }
+func (a memAddr) String() string  { return string(a) }

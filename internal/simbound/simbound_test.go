@@ -1,0 +1,83 @@
+package simbound
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle/internal/faultsim"
+)
+
+const s = time.Second
+
+func TestAtMergesOverlaps(t *testing.T) {
+	eps := []Episode{
+		{Kind: faultsim.Cut, From: 1 * s, To: 4 * s, Count: 1},
+		{Kind: faultsim.Loss, From: 3 * s, To: 6 * s, Count: 1},
+		{Kind: faultsim.Crash, From: 8 * s, To: 9 * s, Count: 1, Restart: true},
+		{Kind: faultsim.Config, From: 2 * s, To: 20 * s, Count: 1},
+	}
+	w := At(eps, 2*s, 10*s, []time.Duration{0, 0}, []time.Duration{0, 500 * time.Millisecond})
+	switch {
+	case w.D != 8*s || w.DC != 8*s+500*time.Millisecond:
+		t.Errorf("D %v, DC %v", w.D, w.DC)
+	case w.Overlap != 5*s: // [2,6] and [8,9]
+		t.Errorf("overlap %v, want 5s", w.Overlap)
+	case w.Episodes != 3 || w.Restarts != 1 || w.Since != 3:
+		t.Errorf("episodes %d, restarts %d, since %d", w.Episodes, w.Restarts, w.Since)
+	case w.Configs != 1 || w.ConfigOverlap != 8*s:
+		t.Errorf("configs %d for %v", w.Configs, w.ConfigOverlap)
+	}
+	// An episode that ended before the window still counts in Since.
+	if w := At(eps, 7*s, 7500*time.Millisecond, nil, nil); w.Episodes != 0 || w.Configs != 1 || w.Since != 2 {
+		t.Errorf("window after the loss: episodes %d, configs %d, since %d", w.Episodes, w.Configs, w.Since)
+	}
+}
+
+func TestBounds(t *testing.T) {
+	p := Params{N: 3, Rate: 5, Burst: 20, Lag: 200 * time.Millisecond}
+	healthy := Window{D: 2 * s, DC: 2 * s}
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
+	if got := Owner(p, healthy); !near(got, 30) {
+		t.Errorf("healthy owner bound %v, want burst + rate x 2s = 30", got)
+	}
+	// One cut over the whole window: two fallback buckets of 6 + 5/3 x 2,
+	// and the owner's own fallback burst of 6.
+	cut := Window{D: 2 * s, DC: 2 * s, Overlap: 2 * s, Episodes: 1, Since: 1}
+	if got, want := Owner(p, cut), 30+2*(6+10.0/3)+6; !near(got, want) {
+		t.Errorf("owner bound under a cut %v, want %v", got, want)
+	}
+	if got := AllToAll(p, healthy); !near(got, 3*20+10+2*1) {
+		t.Errorf("healthy all-to-all bound %v", got)
+	}
+	if got := Capped(p, healthy); !near(got, 20+10+2) {
+		t.Errorf("capped bound %v", got)
+	}
+	if got := Restart(p, s, 0); !near(got, 6+1+5) {
+		t.Errorf("restart bound %v", got)
+	}
+}
+
+func TestConfigEpisodes(t *testing.T) {
+	// Value 1 among 3: member 1 leaves member 2 out (ConfigPair).
+	if u, v := ConfigPair(faultsim.Event{Value: 1}, 3); u != 1 || v != 2 {
+		t.Fatalf("pair %d, %d", u, v)
+	}
+	sched := faultsim.Schedule{Events: []faultsim.Event{
+		{Kind: faultsim.Config, At: 1 * s, Value: 1},           // 1 leaves 2 out...
+		{Kind: faultsim.Config, At: 3 * s, Value: 1},           // ...and takes it back
+		{Kind: faultsim.Config, At: 5 * s, Value: 1},           // leaves it out again...
+		{Kind: faultsim.Crash, At: 6 * s, Dur: 2 * s, From: 1}, // ...until it restarts
+		{Kind: faultsim.Config, At: 9 * s, Value: 3},           // 0 leaves 2 out to the end
+	}}
+	eps := ConfigEpisodes(sched, 3, 20*s, 0)
+	want := [][2]time.Duration{{1 * s, 3 * s}, {5 * s, 8 * s}, {9 * s, 20 * s}}
+	if len(eps) != len(want) {
+		t.Fatalf("episodes %v", eps)
+	}
+	for i, e := range eps {
+		if e.From != want[i][0] || e.To != want[i][1] {
+			t.Errorf("episode %d: [%v, %v], want %v", i, e.From, e.To, want[i])
+		}
+	}
+}
