@@ -98,7 +98,8 @@ type OwnedConfig struct {
 // it hears started more than an interval before it, or it has heard none
 // yet: a restart, or a join into a running cluster; a member leaving the
 // owners; its quorum coming back) starts as if emptied then, not full: a
-// restart or a move adds no burst. When its majority comes back, it
+// restart or a move adds no burst. A node created with no peers and no
+// Membership is a cluster of one: its start is not cold. When its majority comes back, it
 // empties every bucket it kept (others may have decided its keys
 // meanwhile); other buckets it already held are kept. While the nodes' views of the owners differ, a key may have two
 // owners: up to one more bucket for that time.

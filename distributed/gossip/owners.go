@@ -79,10 +79,13 @@ func (n *Node) publishOwners(reachable int) {
 // this node, or its start if it restarted or joined a running cluster, or
 // has not heard a peer yet (a node restarted where it reaches no member
 // may take itself for a cluster of one); 0 if none. A node without a
-// transport is alone for good: never cold.
+// transport, or created with no peers and no Membership, is a cluster of
+// one: its start is not cold (no other node can have decided its keys;
+// like a standalone daemon it restarts full).
 func (n *Node) coldSince() int64 {
 	since := n.own.moved.Load()
-	if n.own.start.Load() != startFirst && n.cfg.Transport != nil {
+	alone := n.cfg.Transport == nil || (n.cfg.Membership == nil && len(n.cfg.Peers) == 0)
+	if n.own.start.Load() != startFirst && !alone {
 		since = max(since, n.created)
 	}
 	return since
