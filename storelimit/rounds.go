@@ -41,7 +41,10 @@ type request struct {
 	done     chan struct{} // its decision, or its turn to lead: one send
 }
 
-var requests = sync.Pool{New: func() any { return &request{done: make(chan struct{}, 1)} }}
+// newRequest makes a request for a Limiter's pool. Each Limiter has its
+// own pool: a request's channel belongs to the goroutines of the Limiter
+// that made it (inside a testing/synctest bubble, to that bubble).
+func newRequest() any { return &request{done: make(chan struct{}, 1)} }
 
 // queue is a key with a round in flight, and the requests for the next.
 type queue struct{ next []*request }

@@ -69,6 +69,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +99,7 @@ type Limiter struct {
 	timeout time.Duration
 	seed    maphash.Seed
 	shards  [shardCount]shard // the keys with a round in flight
+	reqs    sync.Pool         // of *request, reused across calls
 }
 
 // Timeouter is a Store whose calls are bounded by a timeout (pglimit's):
@@ -128,6 +130,7 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 		return nil, fmt.Errorf("%w: storelimit.New: the Algorithm has no limit (a zero Algorithm?)", throttle.ErrInvalid)
 	}
 	l := &Limiter{s: s, a: a, fresh: a.Fresh(), limit: limit, clk: clock.New(set.Clock), keys: set, seed: maphash.MakeSeed()}
+	l.reqs.New = newRequest
 	if ls, ok := s.(throttle.LoadingStore); ok {
 		l.ls, l.g = ls, new(guesses)
 	}
@@ -161,7 +164,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	r := requests.Get().(*request)
+	r := l.reqs.Get().(*request)
 	r.n, r.now, r.d, r.err = n, l.clk.Now(), throttle.Decision{}, nil
 	r.deadline, _ = ctx.Deadline()
 	r.state.Store(waiting)
@@ -178,7 +181,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 		r.one[0] = nil
 	}
 	d, err := r.d, r.err
-	requests.Put(r)
+	l.reqs.Put(r)
 	return d, err
 }
 
