@@ -19,7 +19,7 @@ var adaptiveDocs = flag.String("adaptive-docs", "", "TestAdaptiveSimulation: run
 // at 0.5×, 1× and 3× load, prints the tables of docs/adaptive.md and
 // draws the curves at 3× load into DIR (see WriteAdaptiveCharts):
 //
-//	cd benchmarks && go test -run TestAdaptiveSimulation -v . -args -adaptive-docs ../docs
+//	cd benchmarks && go test -run TestAdaptiveSimulation -v . -args -adaptive-docs results
 //
 // It asserts only that aegis served requests, as it is a peer; package
 // adaptive's TestSimulation asserts the goals of this module's limiters.
@@ -74,7 +74,7 @@ func TestAdaptiveSimulation(t *testing.T) {
 // this module's limiters, and prints its rows of the table of
 // docs/adaptive.md (with -adaptive-docs; it takes about a minute):
 //
-//	cd benchmarks && go test -run TestAdaptiveShapes -v . -args -adaptive-docs ../docs
+//	cd benchmarks && go test -run TestAdaptiveShapes -v . -args -adaptive-docs results
 //
 // It asserts nothing of aegis, a peer, but that it served requests.
 func TestAdaptiveShapes(t *testing.T) {

@@ -5,7 +5,7 @@
 //
 // Run it from the module root:
 //
-//	go run ./benchmarks/cmd/compare             # quick mode (about 30 s), into docs/quick
+//	go run ./benchmarks/cmd/compare             # quick mode (about 30 s), into benchmarks/results/quick
 //	go run ./benchmarks/cmd/compare -thorough   # the committed results docs/performance.md cites
 //	go run ./benchmarks/cmd/compare -guard      # fail if one of ours is slower than x/time/rate
 //
@@ -15,7 +15,7 @@
 // clock for limiters that take no clock. Contention: 8 goroutines on one
 // key, wall clock. The tables also go to comparison.md, the raw samples
 // (benchstat format) to bench.txt and the charts (PNG) next to them, in
-// docs/ with -thorough (the results docs/performance.md cites) and in docs/quick/
+// benchmarks/results/ with -thorough (the results docs/performance.md cites) and in benchmarks/results/quick/
 // otherwise, or in the directory given with -docs.
 package main
 
@@ -73,7 +73,7 @@ func parseOptions() (options, error) {
 	count := flag.Int("count", 0, "speed samples per case on one key (default 5 quick, 10 thorough)")
 	keyedCount := flag.Int("keyed-count", 0, "speed samples per case on many keys, each visiting every key once (default 3 quick, 6 thorough: benchstat needs 6 for a confidence interval)")
 	benchtime := flag.Duration("benchtime", 0, "duration of one speed sample on one key (default 10ms quick, 100ms thorough)")
-	docs := flag.String("docs", "", "directory for comparison.md, bench.txt and the PNG charts (default docs with -thorough, docs/quick otherwise; \"-\" to write none)")
+	docs := flag.String("docs", "", "directory for comparison.md, bench.txt and the PNG charts (default benchmarks/results with -thorough, benchmarks/results/quick otherwise; \"-\" to write none)")
 	guard := flag.Bool("guard", false, "exit with status 2 when one of our single-key Allow (serial, allowed or denied) is slower than x/time/rate's in this run, by the median ratio of rounds and by the ratio of the fastest samples")
 	guardRatio := flag.Float64("guard-ratio", 1.0, "the largest ratio of our ns/op to x/time/rate's that -guard accepts")
 	speed := flag.Bool("speed", true, "run the speed benchmarks")
@@ -112,9 +112,9 @@ func parseOptions() (options, error) {
 		o.docs = ""
 	case o.docs != "":
 	case o.thorough:
-		o.docs = "docs" // the committed results docs/performance.md cites
+		o.docs = filepath.Join("benchmarks", "results") // the committed results docs/performance.md cites
 	default:
-		o.docs = filepath.Join("docs", "quick") // never overwrites them
+		o.docs = filepath.Join("benchmarks", "results", "quick") // never overwrites them
 	}
 	return o, nil
 }
