@@ -226,12 +226,15 @@ func (c *Client) adopt(inc int64) {
 	}
 }
 
-// release tells the master that the client gives back ids.
+// release tells the master that the client gives back ids. Every try
+// carries the sequence number stamped when the release was decided, so
+// that a try arriving after a later call that took a resource again (the
+// client reopened it) is older than that call and frees nothing.
 func (c *Client) release(ids []string) error {
 	req := &ReleaseRequest{Client: c.set.id, Resources: ids}
+	req.Incarnation, req.Sequence = c.stamp()
 	var err error
 	for range 2*len(c.addrs) + 1 {
-		req.Incarnation, req.Sequence = c.stamp()
 		c.mu.Lock()
 		addr := c.target
 		c.mu.Unlock()

@@ -506,8 +506,9 @@ func (w *capWorld) keep(g *GaugeResource, held int) {
 // while it cannot reach the servers, come on top until it releases them
 // (by design: the semaphore takes no unit back), as do those held when
 // the capacity drops; they are left out, as long as they are held, with
-// the part of the limit they take up (a server learning after a restart
-// confirms them as a lease).
+// the part of the limit they take up (the client stops reporting them
+// once no server can count them any more, so that a server learning
+// after a restart does not confirm them as a lease).
 func (w *capWorld) fresh(g *GaugeResource) (fresh, carried float64) {
 	held := g.InFlight()
 	_, leased := g.Lease()

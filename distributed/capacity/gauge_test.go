@@ -218,3 +218,60 @@ func TestFaultGaugeFailover(t *testing.T) {
 		}
 	})
 }
+
+// TestFaultGaugeCarriedUnitsNotConfirmed: A keeps 5 units of a gauge of
+// 10 long past its lease's expiry (cut off: they come on top by design)
+// while B takes all 10. The server restarts and learns; A reaches it first. A
+// must not report its carried units as held, or the learning server
+// confirms them as a lease that B's lease already covers: A would then
+// release them and take 5 new units under it, 15 in all with B's 10.
+func TestFaultGaugeCarriedUnitsNotConfirmed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: time.Second}}}
+		n := new(Network)
+		server := func() {
+			s, err := NewServer(cfg, WithSeed(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.Attach("s1", s)
+		}
+		server()
+		time.Sleep(10 * time.Second) // past learning
+		gauge := func(id string) *GaugeResource {
+			c := dialClient(t, n, []string{"s1"}, WithClientID(id), WithMode(Pessimistic), WithMinRefreshGap(0), WithRetry(100*time.Millisecond))
+			g, err := c.Gauge("r", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		take := func(g *GaugeResource) (releases []func()) {
+			for {
+				d, release, err := g.TryHold(t.Context(), "", 1)
+				if err != nil || !d.Allowed {
+					return releases
+				}
+				releases = append(releases, release)
+			}
+		}
+		a, b := gauge("a"), gauge("b")
+		time.Sleep(3 * time.Second)
+		carried := take(a)
+		n.Cut("a", true)
+		time.Sleep(25 * time.Second) // past every count of a's lease; b gets all 10
+		held := take(b)
+		n.Cut("b", true)
+		server() // restarted with its state lost: it learns
+		n.Cut("a", false)
+		time.Sleep(5 * time.Second) // still learning; b is cut off
+		for _, release := range carried {
+			release()
+		}
+		fresh := take(a)
+		if sum := a.InFlight() + b.InFlight(); sum > 10 {
+			t.Errorf("units taken under leases: a %d, b %d: %d > 10 (a carried %d past its lease)", len(fresh), len(held), sum, len(carried))
+		}
+		n.Cut("b", false)
+	})
+}

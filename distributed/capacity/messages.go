@@ -33,7 +33,9 @@ type ResourceRequest struct {
 	Wants float64
 	// Has is the capacity of the client's unexpired lease when it sent
 	// the request, 0 if none; for a gauge, the larger of that and the
-	// units it holds. While learning a server confirms it, capped by what
+	// units it holds, leaving out those it kept past twice a lease's
+	// length from the arrival of its last grant (no server counts them
+	// any more: they come on top by design). While learning a server confirms it, capped by what
 	// is unclaimed; afterwards Has at most the last grant confirms that
 	// grant. More than the new grant says that an answer never arrived or
 	// that the client still uses more: the server counts it, up to what

@@ -76,6 +76,8 @@ type Resource struct {
 	apply    func(float64)
 	estimate func(now time.Time) float64
 	has      func() float64 // at least what the client holds (a server in a tree: what its clients hold)
+	carried  float64        // of has, what was held once no server counted a lease any more, not released since
+	counted  time.Time      // until when a server may count the last lease: its arrival plus its length
 	timer    *time.Timer    // ends the lease at its expiry
 	token    []byte         // the lease's Grant.Token
 	err      error          // why the last refresh granted no lease
@@ -254,15 +256,23 @@ func (r *Resource) holds(now time.Time) (float64, []byte) {
 }
 
 func (r *Resource) holdsLocked(now time.Time) (float64, []byte) {
-	var has float64
-	var tok []byte
-	if r.leased && now.Before(r.lease.Expiry) {
-		has, tok = r.lease.Capacity, r.token
-	}
+	held := 0.0
 	if r.has != nil {
-		has = max(has, r.has())
+		held = r.has()
 	}
-	return has, tok
+	r.carried = min(r.carried, held)
+	switch {
+	case r.leased && now.Before(r.lease.Expiry):
+		return max(r.lease.Capacity, held-r.carried), r.token
+	case now.Before(r.counted):
+		return held - r.carried, nil // a server may count them still
+	}
+	// Units kept past the end of every count of the lease they were
+	// taken under come on top by design and are not reported: a
+	// learning server would confirm them as a lease that the others'
+	// leases already cover.
+	r.carried = held
+	return 0, nil
 }
 
 // grant applies a lease asked for at sent, and arms the timer that ends
@@ -277,6 +287,7 @@ func (r *Resource) grant(g Grant, sent time.Time) {
 		return
 	}
 	r.lease = Lease{Capacity: g.Capacity, Expiry: sent.Add(g.Lease), Refresh: g.Refresh}
+	r.counted = time.Now().Add(2 * g.Lease)
 	r.token = g.Token
 	r.leased, r.hadLease = true, true
 	r.safe = g.SafeCapacity

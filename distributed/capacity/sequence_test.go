@@ -133,3 +133,23 @@ func TestClientMovesPastAnOlderLife(t *testing.T) {
 		}
 	})
 }
+
+// TestFaultReleaseRetriedAfterRetake: A gives r back while its calls hang,
+// the network heals, and A opens r again and gets its lease back while
+// the release is still being retried. The retried release must not free
+// the lease A has since taken again (it keeps using it) for B.
+func TestFaultReleaseRetriedAfterRetake(t *testing.T) {
+	scenario(t, issueConfig(), 100, func(g *rig) {
+		g.warm()
+		c, a := g.clientVia(g.net, "a", []string{"s1"}, 100)
+		g.run("a alone", 5*time.Second)
+		g.net.set("a", fault{hang: true})
+		go a.Close() // its first try hangs until the client's timeout
+		g.run("a gives r back, cut off", time.Second)
+		g.net.set("a", fault{})
+		g.rate(c, 100)
+		g.run("a takes r again", time.Second)
+		g.client("b", []string{"s1"}, 100)
+		g.run("the release is retried", 20*time.Second)
+	})
+}
