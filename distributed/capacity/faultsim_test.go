@@ -81,6 +81,12 @@ func TestSimCapacity(t *testing.T) {
 		t.Logf("under clock skew up to ±%.1f%%: %d samples over the bound, at most %.3f× it, episodes up to %v",
 			100*skewStats.worstSkew, skewStats.episodes, skewStats.worst, skewStats.longest)
 	}
+	treeGaugeStats.Lock()
+	defer treeGaugeStats.Unlock()
+	if treeGaugeStats.samples > 0 {
+		t.Logf("gauge units in trees past a leaf's expired lease (not covered): %d samples over the bound, at most %.3f× it, for up to %v",
+			treeGaugeStats.samples, treeGaugeStats.worst, treeGaugeStats.longest)
+	}
 }
 
 // Topologies of the simulation.
@@ -525,6 +531,25 @@ func (w *capWorld) fresh(g *GaugeResource) (fresh, carried float64) {
 	return float64(held - carry), float64(carry)
 }
 
+// treeGauges is what the runs measured past the bound from gauge units
+// held in a tree, which the guarantee does not cover yet (see judge).
+type treeGauges struct {
+	sync.Mutex
+	samples int
+	worst   float64 // the largest sum over its bound, as a ratio
+	longest time.Duration
+}
+
+func (g *treeGauges) note(ratio float64, over time.Duration) {
+	g.Lock()
+	defer g.Unlock()
+	g.samples++
+	g.worst = max(g.worst, ratio)
+	g.longest = max(g.longest, over)
+}
+
+var treeGaugeStats treeGauges
+
 // skewStats is what the runs measured past the bound while a server's
 // clock ran at another rate, which the guarantee does not cover.
 var skewStats struct {
@@ -556,6 +581,16 @@ func (w *capWorld) judge(id string, now time.Duration, bound, leases, enforced f
 	class := "leases over capacity"
 	if leases <= bound*(1+1e-12) {
 		class = "gauge units held over capacity"
+		if w.topo == topoTree {
+			// Open: a leaf's clients hold gauge units under the leaf's
+			// lease at the root after that lease ran out while the leaf
+			// was cut off or its link lossy. The root can no longer
+			// count them, and no unit is taken back: the tree's form of
+			// units kept past a lease, which the registry (cap-gauge)
+			// states as not covered. Measured, not asserted.
+			treeGaugeStats.note(enforced/bound, now-since)
+			return nil
+		}
 	}
 	if w.skew > 0 {
 		allowed := time.Duration(2*w.skew*float64(w.lease)) + 2*w.env.Spec.Sample
