@@ -237,9 +237,9 @@ func firstStart(t *testing.T, burst int, members, silent bool, dead time.Duratio
 // 3-node cluster, waits until both peers have charged them, then
 // restarts node 2 with a Membership reporting members (its failure
 // detector may not report every peer yet), or with static peers if
-// members is nil and static, the network delaying every datagram by
-// delay from then on. After wait it asks node 2 for every key once and
-// returns how many it admitted, and the node.
+// static (given to Join at once if members is nil), the network delaying
+// every datagram by delay from then on. After wait it asks node 2 for
+// every key once and returns how many it admitted, and the node.
 func restartSlow(t *testing.T, keys int, static bool, members []string, delay, wait time.Duration) (int, *Node) {
 	rate, burst := throttle.PerHour(1), 1
 	c := newCluster(t, 3, rate, burst, time.Second, false, 1)
@@ -257,10 +257,20 @@ func restartSlow(t *testing.T, keys int, static bool, members []string, delay, w
 	c.nodes[2].Close()
 	c.net.SetDelay(delay, 0)
 	cfg := Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs}
-	if !static {
+	switch {
+	case !static:
 		cfg.Peers, cfg.Membership = nil, NewStaticMembership(Member{ID: "n2"}, members...)
+	case members == nil:
+		cfg.Peers = nil
 	}
 	node, lim := newNode(t, cfg, rate, burst, throttle.WithClock(c.clk))
+	if static && members == nil {
+		for _, a := range c.addrs {
+			if err := node.Join(a); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	c.nodes[2], c.lims[2] = node, lim
 	c.runTo(c.clk.Now().Add(wait))
 	readmitted := 0
@@ -279,9 +289,10 @@ func restartSlow(t *testing.T, keys int, static bool, members []string, delay, w
 // reports them but their datagrams arrive later than the start gate's
 // silence (a delay spike of 3 intervals): a member the membership reports
 // alive is slow, not absent, so its silence does not lift the gate. With
-// static peers likewise, as long as it heard none of them. Before, the
-// first admitted every key (no peer at its start, no gate), the others
-// every key once the silence of 2 intervals was over.
+// static peers likewise, as long as it heard none of them, and when they
+// join it (Join) just after its start. Before, the first and the last
+// admitted every key (no peer at the start, no gate), the others every
+// key once the silence of 2 intervals was over.
 func TestRestartConservativeWithMembership(t *testing.T) {
 	const keys = 1_000
 	for _, tc := range []struct {
@@ -293,7 +304,8 @@ func TestRestartConservativeWithMembership(t *testing.T) {
 	}{
 		{"members reported later", false, nil, 10 * time.Millisecond, 0},
 		{"members slower than the silence", false, []string{"n0", "n1"}, 3 * time.Second, 2500 * time.Millisecond},
-		{"static peers slower than the silence", true, nil, 3 * time.Second, 2500 * time.Millisecond},
+		{"static peers slower than the silence", true, []string{"n0", "n1"}, 3 * time.Second, 2500 * time.Millisecond},
+		{"static peers joined after the start", true, nil, 10 * time.Millisecond, 0},
 	} {
 		got, node := restartSlow(t, keys, tc.static, tc.members, tc.delay, tc.wait)
 		t.Logf("%s: %d exhausted keys asked %v after the restart: %d admitted again", tc.name, keys, tc.wait, got)
