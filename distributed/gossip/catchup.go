@@ -261,22 +261,36 @@ func (x *rxCatchUp) note(m *message, rxRound uint64, complete bool, self uint64)
 // delivery and a round's work.
 const startSilence = 2
 
-// gateStart engages the start gate of a node that has peers: until it
-// has heard from them, it cannot tell a first start of the cluster (its
-// peers started about when it did) from a restart or a late join (a
-// peer started more than an interval before it, and may have emptied
-// buckets this node holds full), so it decides conservatively (see
-// Limiter.gated) from its first decision. The gate lifts as soon as
-// every peer not declared dead was heard and none started earlier
-// (noteStart), or startSilence intervals after the start (gate); a peer
-// that started earlier turns it into the catch-up gate.
+// gateStart engages the start gate of a node that has peers, or a
+// Membership that may report them later: until it has heard from them,
+// it cannot tell a first start of the cluster (its peers started about
+// when it did) from a restart or a late join (a peer started more than
+// an interval before it, and may have emptied buckets this node holds
+// full), so it decides conservatively (see Limiter.gated) from its first
+// decision. The gate lifts as soon as every peer not declared dead was
+// heard and none started earlier (noteStart), or startSilence intervals
+// after the start if the silent peers may be taken for absent
+// (liftStart); a peer that started earlier turns it into the catch-up
+// gate. Peers that arrive later within those intervals (a Membership's,
+// or Join's) engage it too (addPeer).
 func (n *Node) gateStart() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cfg.Transport == nil || len(n.peers) == 0 {
+	if n.cfg.Transport == nil || (len(n.peers) == 0 && n.cfg.Membership == nil) {
 		return
 	}
-	n.gateEnd.Store(n.created + startSilence*n.interval)
+	n.engageStart()
+}
+
+// engageStart engages the start gate unless the node's first startSilence
+// intervals are over or its gate is engaged or lifted for good. The
+// silence alone does not lift it (see liftStart). Called with n.mu held.
+func (n *Node) engageStart() {
+	end := n.created + startSilence*n.interval
+	if n.gateDone || n.gated.Load() || n.clk.Now() >= end {
+		return
+	}
+	n.startGate = true
 	n.gated.Store(true)
 }
 
@@ -294,11 +308,13 @@ func (n *Node) noteStart(pr *peer, m *message) {
 	switch {
 	case n.gateDone:
 	case m.start < n.created-n.interval:
-		n.gateEnd.Store(0) // before gated: a decision that sees it engaged sees no end
+		n.startGate = false
 		n.gated.Store(true)
-	case n.gateEnd.Load() != 0 && n.heardAll():
-		n.gateEnd.Store(0)
+	case n.startGate && n.heardAll():
+		n.startGate = false
 		n.gated.Store(false)
+	default:
+		n.liftStart(n.clk.Now()) // the silence is over, and m the first peer heard
 	}
 }
 
@@ -313,8 +329,8 @@ func (n *Node) heardAll() bool {
 	return true
 }
 
-// gate lifts the start gate startSilence intervals after the start (at
-// now, the round's start), and the catch-up gate, for good, once a live
+// gate lifts the start gate once its silence is over (liftStart, at now,
+// the round's start), and the catch-up gate, for good, once a live
 // peer that started more than an interval before this node has sent it
 // every level (each such peer's levels include what every member
 // reported to it), or none is left alive. While the gate is engaged,
@@ -324,11 +340,8 @@ func (n *Node) gate(now int64) {
 	if !n.gated.Load() {
 		return
 	}
-	if end := n.gateEnd.Load(); end != 0 {
-		if now >= end {
-			n.gateEnd.Store(0)
-			n.gated.Store(false)
-		}
+	if n.startGate {
+		n.liftStart(now)
 		return
 	}
 	waiting := false
@@ -349,6 +362,37 @@ func (n *Node) gate(now int64) {
 	n.gateDone = true
 }
 
+// liftStart lifts the start gate, if engaged, once the node's first
+// startSilence intervals are over at now and it has heard enough to tell
+// a first start: one peer at least, the silent ones taken for absent,
+// and with a Membership every member it reports alive. A node that heard
+// no peer cannot tell peers that are not running from peers that are
+// slow or cut off from it (nor can its membership, if it reports none:
+// a restart into a partition), so it stays gated until one speaks: its
+// buckets as if empty at its start, which costs at most a burst per key
+// in this life. Called with n.mu held.
+func (n *Node) liftStart(now int64) {
+	if !n.startGate || now < n.created+startSilence*n.interval {
+		return
+	}
+	if !n.heardAny() || n.cfg.Membership != nil && !n.heardAll() {
+		return
+	}
+	n.startGate = false
+	n.gated.Store(false)
+}
+
+// heardAny reports whether some peer has been heard in its current life.
+// Called with n.mu held.
+func (n *Node) heardAny() bool {
+	for _, p := range n.peers {
+		if p.start != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // gated reports whether the gate denies n units of e at now, and if so
 // fills d. While a node has not heard from its peers since it started
 // (Node.gateStart), or, having started late, has not caught up
@@ -359,9 +403,6 @@ func (n *Node) gate(now int64) {
 func (l *Limiter) gated(d *throttle.Decision, e *entry, now int64, n int) bool {
 	if !l.node.gated.Load() {
 		return false
-	}
-	if end := l.node.gateEnd.Load(); end != 0 && now >= end {
-		return false // the start gate's silence is over (Node.gate lifts it)
 	}
 	since, need := now-l.node.created, int64(l.rate.Duration(e.hits.Load()+int64(n)))
 	if need <= since {

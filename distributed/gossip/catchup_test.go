@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -133,67 +134,186 @@ func TestRestartConservativeFromFirstDecision(t *testing.T) {
 // TestFirstStartAdmitsBurst: at a first start of the whole cluster the
 // start gate costs a node only the wait for its peers' first datagrams
 // (Start runs a round at once): a fresh key is decided conservatively
-// until they arrive, then gets its burst. A configured member that never
-// speaks holds the gate for startSilence intervals, no longer.
+// until they arrive, then gets its burst, with static peers and with a
+// Membership alike. A configured member that never speaks holds the gate
+// for startSilence intervals, no longer; with a Membership, until the
+// membership reports it dead (here 3 s after the start): the membership
+// tells a silent member from a slow one.
 func TestFirstStartAdmitsBurst(t *testing.T) {
-	const burst = 10
-	for _, silent := range []bool{false, true} {
-		clk := throttletest.NewClock()
-		net := NewNetwork(clk, 1)
-		net.SetDelay(10*time.Millisecond, 0)
-		addrs := []string{"n0", "n1", "n2"}
-		if silent {
-			addrs = append(addrs, "n3") // configured, never started
-		}
-		var nodes []*Node
-		var lims []*Limiter
-		for _, a := range addrs[:3] {
-			n, l := newNode(t, Config{Transport: net.Endpoint(a), Secret: secret, Peers: addrs}, throttle.PerMinute(1), burst, throttle.WithClock(clk))
-			t.Cleanup(func() { n.Close() })
-			nodes, lims = append(nodes, n), append(lims, l)
-		}
-		start := clk.Now()
-		flood := func(key string) (admitted int) {
-			for range 2 * burst {
-				if d, _ := lims[0].Allow(ctx, key, 1); d.Allowed {
-					admitted++
-				}
+	const burst, dead = 10, 3 * time.Second
+	for _, members := range []bool{false, true} {
+		for _, silent := range []bool{false, true} {
+			name := fmt.Sprintf("membership %v, silent member %v", members, silent)
+			lifted, got := firstStart(t, burst, members, silent, dead)
+			t.Logf("%s: decisions conservative for %v after the start, then a fresh key admitted %d of %d (burst %d)", name, lifted, got, 2*burst, burst)
+			want := 10 * time.Millisecond
+			switch {
+			case silent && members:
+				want = dead
+			case silent:
+				want = startSilence * time.Second
 			}
-			return admitted
+			if lifted < 0 || lifted > want {
+				t.Errorf("%s: the start gate lifted after %v, want at most %v", name, lifted, want)
+			}
+			if silent && members && lifted < dead {
+				t.Errorf("%s: the start gate lifted after %v, before the membership reported the silent member dead at %v", name, lifted, dead)
+			}
+			if got != burst {
+				t.Errorf("%s: a fresh key admitted %d once the gate lifted, want the burst %d", name, got, burst)
+			}
 		}
+	}
+}
+
+// firstStart starts nodes n0 to n2 together (interval 1 s), the peers
+// configured or, with members, reported by a Membership, with n3 among
+// them if silent (never started; the membership reports it dead after
+// dead). It returns when the start gate of n0 lifted (-1: not within 5 s)
+// and how much of a fresh key n0 then admits of 2 x burst asks, after
+// checking that it admits none before its peers' first datagrams.
+func firstStart(t *testing.T, burst int, members, silent bool, dead time.Duration) (time.Duration, int) {
+	clk := throttletest.NewClock()
+	net := NewNetwork(clk, 1)
+	net.SetDelay(10*time.Millisecond, 0)
+	addrs := []string{"n0", "n1", "n2"}
+	if silent {
+		addrs = append(addrs, "n3") // configured, never started
+	}
+	var nodes []*Node
+	var lims []*Limiter
+	var mss []*StaticMembership
+	for _, a := range addrs[:3] {
+		cfg := Config{Transport: net.Endpoint(a), Secret: secret, Peers: addrs}
+		if members {
+			ms := NewStaticMembership(Member{ID: a}, addrs...)
+			cfg.Peers, cfg.Membership, mss = nil, ms, append(mss, ms)
+		}
+		n, l := newNode(t, cfg, throttle.PerMinute(1), burst, throttle.WithClock(clk))
+		t.Cleanup(func() { n.Close() })
+		nodes, lims = append(nodes, n), append(lims, l)
+	}
+	start := clk.Now()
+	flood := func(key string) (admitted int) {
+		for range 2 * burst {
+			if d, _ := lims[0].Allow(ctx, key, 1); d.Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	for _, n := range nodes {
+		n.Tick()
+	}
+	if got := flood("before"); got != 0 {
+		t.Errorf("membership %v, silent member %v: %d admitted before the peers' first datagrams, want 0", members, silent, got)
+	}
+	lifted, reported := time.Duration(-1), false
+	for clk.Now().Sub(start) < 5*time.Second {
+		if d, ok := net.NextDue(); ok && d.Before(clk.Now().Add(10*time.Millisecond)) {
+			clk.Set(d)
+		} else {
+			clk.Advance(10 * time.Millisecond)
+		}
+		if silent && !reported && clk.Now().Sub(start) >= dead {
+			for _, ms := range mss {
+				ms.Update(MemberEvent{Kind: MemberDead, Member: Member{ID: "n3"}})
+			}
+			reported = true
+		}
+		net.Deliver()
 		for _, n := range nodes {
 			n.Tick()
 		}
-		if got := flood("before"); got != 0 {
-			t.Errorf("silent member %v: %d admitted before the peers' first datagrams, want 0", silent, got)
+		if !nodes[0].gated.Load() {
+			lifted = clk.Now().Sub(start)
+			break
 		}
-		lifted := time.Duration(-1)
-		for clk.Now().Sub(start) < 5*time.Second {
-			if d, ok := net.NextDue(); ok && d.Before(clk.Now().Add(10*time.Millisecond)) {
-				clk.Set(d)
-			} else {
-				clk.Advance(10 * time.Millisecond)
+	}
+	return lifted, flood("after")
+}
+
+// restartSlow exhausts keys keys (rate 1/hour, burst 1) on node 0 of a
+// 3-node cluster, waits until both peers have charged them, then
+// restarts node 2 with a Membership reporting members (its failure
+// detector may not report every peer yet), or with static peers if
+// static (given to Join at once if members is nil), the network delaying
+// every datagram by delay from then on. After wait it asks node 2 for
+// every key once and returns how many it admitted, and the node.
+func restartSlow(t *testing.T, keys int, static bool, members []string, delay, wait time.Duration) (int, *Node) {
+	rate, burst := throttle.PerHour(1), 1
+	c := newCluster(t, 3, rate, burst, time.Second, false, 1)
+	key := func(i int) string { return "key-" + strconv.Itoa(i) }
+	for i := range keys {
+		c.lims[0].Allow(ctx, key(i), 1)
+	}
+	// Mid-interval, the last round's datagrams delivered: the peers' next
+	// round, the first to tell node 2 it restarted, is half an interval
+	// away, plus the delay.
+	c.runTo(c.clk.Now().Add(3500 * time.Millisecond))
+	if got := c.nodes[2].Stats().HitsApplied; got < uint64(keys) {
+		t.Fatalf("node 2 charged %d of the %d keys before its restart", got, keys)
+	}
+	c.nodes[2].Close()
+	c.net.SetDelay(delay, 0)
+	cfg := Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs}
+	switch {
+	case !static:
+		cfg.Peers, cfg.Membership = nil, NewStaticMembership(Member{ID: "n2"}, members...)
+	case members == nil:
+		cfg.Peers = nil
+	}
+	node, lim := newNode(t, cfg, rate, burst, throttle.WithClock(c.clk))
+	if static && members == nil {
+		for _, a := range c.addrs {
+			if err := node.Join(a); err != nil {
+				t.Fatal(err)
 			}
-			net.Deliver()
-			for _, n := range nodes {
-				n.Tick()
-			}
-			if !nodes[0].gated.Load() {
-				lifted = clk.Now().Sub(start)
-				break
-			}
 		}
-		got := flood("after")
-		t.Logf("silent member %v: decisions conservative for %v after the start, then a fresh key admitted %d of %d (burst %d)", silent, lifted, got, 2*burst, burst)
-		want := 10 * time.Millisecond
-		if silent {
-			want = startSilence * time.Second
+	}
+	c.nodes[2], c.lims[2] = node, lim
+	c.runTo(c.clk.Now().Add(wait))
+	readmitted := 0
+	for i := range keys {
+		if d, _ := lim.Allow(ctx, key(i), 1); d.Allowed {
+			readmitted++
 		}
-		if lifted < 0 || lifted > want {
-			t.Errorf("silent member %v: the start gate lifted after %v, want at most %v", silent, lifted, want)
+	}
+	return readmitted, node
+}
+
+// TestRestartConservativeWithMembership: a node restarted with a
+// Membership decides the keys its peers exhausted conservatively from its
+// first decision, when its membership reports no peer yet (a failure
+// detector that has not reached them: they join it later), and when it
+// reports them but their datagrams arrive later than the start gate's
+// silence (a delay spike of 3 intervals): a member the membership reports
+// alive is slow, not absent, so its silence does not lift the gate. With
+// static peers likewise, as long as it heard none of them, and when they
+// join it (Join) just after its start. Before, the first and the last
+// admitted every key (no peer at the start, no gate), the others every
+// key once the silence of 2 intervals was over.
+func TestRestartConservativeWithMembership(t *testing.T) {
+	const keys = 1_000
+	for _, tc := range []struct {
+		name    string
+		static  bool
+		members []string
+		delay   time.Duration
+		wait    time.Duration
+	}{
+		{"members reported later", false, nil, 10 * time.Millisecond, 0},
+		{"members slower than the silence", false, []string{"n0", "n1"}, 3 * time.Second, 2500 * time.Millisecond},
+		{"static peers slower than the silence", true, []string{"n0", "n1"}, 3 * time.Second, 2500 * time.Millisecond},
+		{"static peers joined after the start", true, nil, 10 * time.Millisecond, 0},
+	} {
+		got, node := restartSlow(t, keys, tc.static, tc.members, tc.delay, tc.wait)
+		t.Logf("%s: %d exhausted keys asked %v after the restart: %d admitted again", tc.name, keys, tc.wait, got)
+		if got > keys/100 {
+			t.Errorf("%s: %d of %d exhausted keys admitted again %v after the restart, want at most 1%%", tc.name, got, keys, tc.wait)
 		}
-		if got != burst {
-			t.Errorf("silent member %v: a fresh key admitted %d once the gate lifted, want the burst %d", silent, got, burst)
+		if !node.gated.Load() {
+			t.Errorf("%s: not gated %v after the restart, before any peer was heard", tc.name, tc.wait)
 		}
 	}
 }

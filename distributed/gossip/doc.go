@@ -70,15 +70,18 @@
 // that joins or restarts catches up from its peers' bucket levels: they
 // send them a budget a round, resuming after what it acknowledged, so
 // the catch-up takes rounds in proportion to the keys below full. A node
-// that has peers keeps each key's admissions in its new life within what
-// a bucket empty at its start would have refilled (rate x the time
+// that has peers (or a Config.Membership, or peers within 2 intervals of
+// its start) keeps each key's admissions in its new life within what a
+// bucket empty at its start would have refilled (rate x the time
 // since), from its first decision: until it has heard every peer start
 // within an interval of it (a first start of the cluster; Start runs a
 // round at once, so this costs the wait for the peers' first datagrams),
-// or for 2 intervals if some stay silent; and, once a peer that started
-// more than an interval before it has spoken (a restart, or a late
-// join), until one such peer has sent every level. Keys its peers
-// exhausted are not admitted again.
+// or, if some stay silent, for 2 intervals and until it has heard one
+// peer at least (with a Membership: until the membership reports every
+// silent member dead or gone, as a silent member may only be slow); and,
+// once a peer that started more than an interval before it has spoken (a
+// restart, or a late join), until one such peer has sent every level.
+// Keys its peers exhausted are not admitted again.
 //
 // # Rounds that cannot carry every change
 //

@@ -55,6 +55,10 @@ var (
 		15208132294874020303, // with a membership, Crash of n1 for 1.9 s: likewise (17 against 10.8)
 		1112609458660407561,  // Crash of n1 for 2.3 s: likewise
 		13927861456412416243, // with a membership, Crash of n2 for 1.5 s: likewise
+		10055755834328081655, // with a membership, Crash of n0 for 345 ms in a delay Spike of 1.3 s on its links: the silence lifted the start gate (22 against 21.6)
+		8769714016376817789,  // Crash of n0 for 1.1 s, then Split3 for 1.8 s: restarted alone, the silence lifted the start gate (22 against 20.6)
+		16072413096036349524, // with a membership and the spend cap, Crash of n2 into a Split3: its membership reported no member, the silence lifted the gate (23 against 22.2)
+		17270375070352781516, // Crashes of n1, n2 and n0 overlapping: every process down at once, the key's state lost (the checker's outage rule)
 	}
 )
 
@@ -109,7 +113,8 @@ type simWorld struct {
 	mu      sync.Mutex // guards the fields below
 	counts  []int64    // admitted per key
 	series  *simbound.Series
-	denied  []time.Duration   // per key: the last denial anywhere (all-to-all)
+	denied  []time.Duration   // per key: the last denial anywhere by an ungated node (all-to-all)
+	outage  time.Duration     // the last instant every process was down, -1 for none
 	views   [][]simView       // [observer][member], with members
 	restart []*simRestart     // per process: since its last restart
 	ownDeny [][]time.Duration // [proc][key]: its last local denial as the key's owner
@@ -152,6 +157,7 @@ func newSimWorld(env *faultsim.Env, owned bool) *simWorld {
 	for i := range w.denied {
 		w.denied[i] = -1
 	}
+	w.outage = -1
 	w.series = simbound.NewSeries(w.Keys)
 	w.restart = make([]*simRestart, n)
 	for range n {
@@ -204,7 +210,11 @@ func (w *simWorld) client(p *simProc, rng *rand.Rand, callers int) {
 }
 
 // record counts one decision a caller of p (in its life) was told.
-func (w *simWorld) record(p *simProc, life int, key string, admitted, local bool) {
+//
+// A denial of a gated node (see Limiter.gated) does not say the key was
+// exhausted: a node that restarted after every process was down (the
+// cluster's state lost) starts gated too.
+func (w *simWorld) record(p *simProc, life int, key string, admitted, local, gated bool) {
 	k := w.KeyIdx[key]
 	now := w.env.Elapsed()
 	w.mu.Lock()
@@ -218,7 +228,7 @@ func (w *simWorld) record(p *simProc, life int, key string, admitted, local bool
 		}
 	case w.owned && local:
 		w.ownDeny[p.i][k] = now
-	case !w.owned:
+	case !w.owned && !gated:
 		w.denied[k] = now
 	}
 }
@@ -268,6 +278,17 @@ func (p *simProc) Crash() {
 	p.crashAt, p.crashOff = w.env.Elapsed(), w.env.Clocks[p.i].Offset()
 	w.mu.Unlock()
 	p.crash()
+	for _, q := range w.procs {
+		q.mu.Lock()
+		down := q.down
+		q.mu.Unlock()
+		if !down {
+			return
+		}
+	}
+	w.mu.Lock()
+	w.outage = w.env.Elapsed()
+	w.mu.Unlock()
 }
 
 // Restart begins p's next life after a crash.
@@ -293,8 +314,8 @@ func (w *simWorld) restarted(p *simProc) {
 			if r.since[k] > p.crashAt {
 				r.since[k] = -1
 			}
-		} else {
-			r.since[k] = w.denied[k]
+		} else if r.since[k] = w.denied[k]; r.since[k] <= w.outage {
+			r.since[k] = -1 // every process was down since: the key's state is lost
 		}
 	}
 	w.restart[p.i] = r
@@ -544,7 +565,7 @@ func (p *simProc) ask(key string) {
 	w := p.w
 	var d throttle.Decision
 	var err error
-	local := false
+	local, gated := false, false
 	limit := 5 * time.Millisecond
 	if own != nil {
 		limit = w.timeout + 5*time.Millisecond
@@ -555,12 +576,13 @@ func (p *simProc) ask(key string) {
 			d, err = own.Allow(context.Background(), key, 1)
 		} else {
 			d, err = lim.Allow(context.Background(), key, 1)
+			gated = lim.node.gated.Load()
 		}
 	})
 	if err != nil {
 		return // closed by a crash meanwhile
 	}
-	w.record(p, life, key, d.Allowed, local)
+	w.record(p, life, key, d.Allowed, local, gated)
 }
 
 // simMembership is a Membership whose view the world sets, as a failure

@@ -72,9 +72,17 @@ func TestStaticMembershipSet(t *testing.T) {
 	node, lim := newNode(t, Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs},
 		throttle.PerMinute(1), 10, throttle.WithClock(c.clk))
 	c.nodes = append(c.nodes, node)
-	// Past its start gate: its peers do not answer it (see Node.gateStart).
+	// Its peers do not answer it: having heard none, it stays gated (see
+	// Node.gateStart), a key's admissions within rate x the time since
+	// its start.
 	c.runTo(c.clk.Now().Add(startSilence * time.Second))
-	lim.Allow(ctx, "k", 4)
+	if d, _ := lim.Allow(ctx, "k", 1); d.Allowed {
+		t.Fatalf("a node that heard none of its peers admitted a fresh key's burst")
+	}
+	c.runTo(c.clk.Now().Add(time.Minute))
+	if d, _ := lim.Allow(ctx, "k", 1); !d.Allowed {
+		t.Fatalf("gated a minute after its start, a key at 1/minute denied")
+	}
 	c.runTo(c.clk.Now().Add(3 * time.Second))
 	if tok := c.lims[0].Tokens("k"); tok != 10 {
 		t.Fatalf("n0 charged a non-member: %d tokens", tok)

@@ -159,7 +159,6 @@ type Node struct {
 	live    atomic.Pointer[map[string]*peer] // the live peers of members, by ID (read only their done)
 	tick    atomic.Int64                     // round of the last Tick: marks when counters change
 	gated   atomic.Bool                      // deciding conservatively: see Node.gate
-	gateEnd atomic.Int64                     // if not 0, the start gate lifts at this instant (ns): see Node.gateStart
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
@@ -173,7 +172,8 @@ type Node struct {
 	ms       Membership
 	unsub    func() // stops the membership's events
 
-	gateDone bool // the gate was lifted, for good (see Node.gate)
+	gateDone  bool // the gate was lifted, for good (see Node.gate)
+	startGate bool // gated is the start gate's: see Node.gateStart
 
 	rmu     sync.Mutex // guards recvSig
 	recvSig *signer
@@ -380,6 +380,9 @@ func (n *Node) memberEvent(e MemberEvent) {
 		delete(n.peers, id)
 	}
 	n.publishMembers()
+	if e.Kind != MemberJoin {
+		n.liftStart(n.clk.Now()) // a silent member it waited for is gone
+	}
 }
 
 // authenticated reports whether tr authenticates the datagrams it
@@ -409,6 +412,9 @@ func (n *Node) addPeer(addr string) error {
 	// the peer are news to us: they allow for clock skew.
 	now := n.clk.Now()
 	n.peers[addr] = &peer{addr: addr, added: now, acceptFrom: now - n.interval}
+	if n.cfg.Transport != nil {
+		n.engageStart()
+	}
 	return nil
 }
 
