@@ -2,6 +2,10 @@ module github.com/throttlekit/throttle/internal/tools/etcd
 
 go 1.26.0
 
+// google.golang.org/genproto is required at a version without the
+// googleapis packages, so that a build in this directory's workspace
+// (go.work) finds each of them in one module only.
+
 require go.etcd.io/etcd/server/v3 v3.6.16
 
 require (
@@ -61,6 +65,7 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.9.0 // indirect
+	google.golang.org/genproto v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/grpc v1.83.2 // indirect
