@@ -49,6 +49,7 @@ var (
 		580155519181280366,   // 5 nodes, Crash of n1 for 2 s: its keys start full on their new owner
 		6467393562742328373,  // Pauses of n2 and n0: their keys move and start full, and they resume as owners too
 		11843555462438148869, // with a membership, Spike of 1.9 s on n0's links: the others move its keys (owner-split)
+		13149255347128470171, // Crashes of n1 and n0, restarted 0.26 s apart, n1's clock ahead: n0 took n1 for a first start, n2 heard only in datagrams to its previous life (restart-burst: 11 against 10.0)
 	}
 	simA2ASeeds = []uint64{
 		4571432710564860314,  // Crash of n2 for 72 ms: the restarted node re-admits a key its peers exhausted (17 against 10.6)
@@ -583,6 +584,7 @@ func (p *simProc) ask(key string) {
 		return // closed by a crash meanwhile
 	}
 	w.record(p, life, key, d.Allowed, local, gated)
+
 }
 
 // simMembership is a Membership whose view the world sets, as a failure

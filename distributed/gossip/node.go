@@ -881,7 +881,6 @@ func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, dro
 		pr.received(m)
 	}
 	pr.lastHeard = now
-	n.own.heard(m.start, n.created-n.interval)
 	if pr.dead {
 		pr.dead = false // back in the shares
 		n.publishMembers()

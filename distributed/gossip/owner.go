@@ -95,8 +95,8 @@ type OwnedConfig struct {
 // When the owners change, the keys of the member that joined or left
 // move, and only those. A bucket that a node creates within a refill
 // time (burst/rate) of when it may have gained keys (its start, if a peer
-// it hears started more than an interval before it, or it has heard none
-// yet: a restart, or a join into a running cluster; a member leaving the
+// it hears started more than an interval before it, or it has not heard
+// every peer yet: a restart, or a join into a running cluster; a member leaving the
 // owners; its quorum coming back) starts as if emptied then, not full: a
 // restart or a move adds no burst. A node created with no peers and no
 // Membership is a cluster of one: its start is not cold. When its majority comes back, it
