@@ -9,23 +9,23 @@ import (
 
 // Defaults and bounds of Config.
 const (
-	DefaultInterval = time.Second
-	MinInterval     = time.Millisecond
-	DefaultResend   = 1
+	defaultInterval = time.Second
+	minInterval     = time.Millisecond
+	defaultResend   = 1
 	DefaultCopies   = 2
-	// MaxCopies bounds Config.Copies.
-	MaxCopies = 8
+	// maxCopies bounds Config.Copies.
+	maxCopies = 8
 	// MinSecretLen is the shortest shared secret NewNode accepts.
 	MinSecretLen = 16
-	// DefaultMaxRoundBytes is the default of Config.MaxRoundBytes: about
+	// defaultMaxRoundBytes is the default of Config.MaxRoundBytes: about
 	// 100,000 short keys.
-	DefaultMaxRoundBytes = 2 << 20
-	// MaxMaxRoundBytes bounds Config.MaxRoundBytes: a round's datagrams
+	defaultMaxRoundBytes = 2 << 20
+	// maxMaxRoundBytes bounds Config.MaxRoundBytes: a round's datagrams
 	// to a peer are numbered in 16 bits, and a round of that many bytes
 	// of reports and levels takes at most about 44,000 datagrams, even
 	// with the longest node ID and limiter name (a round cut at 65,535
 	// datagrams, as acknowledged in full, would lose the rest).
-	MaxMaxRoundBytes = 16 << 20
+	maxMaxRoundBytes = 16 << 20
 )
 
 // Config configures a Node. The zero value of each field except
@@ -58,7 +58,7 @@ type Config struct {
 	Membership Membership
 	// Interval is the gossip period: every Interval, aligned on multiples
 	// of Interval since the Unix epoch, each node reports its hits to
-	// every peer. Default DefaultInterval, at least MinInterval.
+	// every peer. Default 1 s, at least 1 ms.
 	Interval time.Duration
 	// SpendCap bounds what each node may admit for a key within one
 	// interval to its share, weighted by the demand every node reported,
@@ -71,7 +71,7 @@ type Config struct {
 	// Resend is how many consecutive rounds a changed counter is sent
 	// even before the peer acknowledges it. Counters are resent anyway
 	// until a peer acknowledges a round it received in full, so this only
-	// adds redundancy. Default DefaultResend.
+	// adds redundancy. Default 1.
 	Resend int
 	// Copies is how many times each datagram of a round is sent to each
 	// peer: all of the round's datagrams once, then all of them again,
@@ -80,7 +80,7 @@ type Config struct {
 	// which makes convergence after a loss and the spend cap's view of
 	// the other nodes much less sensitive to packet loss. Traffic grows
 	// in proportion. 1 sends each datagram once. Default DefaultCopies,
-	// at most MaxCopies.
+	// at most 8.
 	Copies int
 	// MaxRoundBytes bounds the report entries (keys and counters) one
 	// round sends each peer, before copies. Counters that do not fit go
@@ -92,24 +92,24 @@ type Config struct {
 	// MaxRoundBytes, while it does; so a round too large for a peer's receive buffer, which would
 	// otherwise be lost again every round, shrinks until it gets through.
 	// It also keeps a flood of new keys from overrunning the peers.
-	// Default DefaultMaxRoundBytes, at least MaxPacket, at most
-	// MaxMaxRoundBytes.
+	// Default 2 MiB, at least MaxPacket, at most 16 MiB (a round's
+	// datagrams to a peer are numbered in 16 bits).
 	MaxRoundBytes int
 }
 
 // setDefaults sets the zero fields of cfg that have a default.
 func (cfg *Config) setDefaults() {
 	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
+		cfg.Interval = defaultInterval
 	}
 	if cfg.Resend == 0 {
-		cfg.Resend = DefaultResend
+		cfg.Resend = defaultResend
 	}
 	if cfg.Copies == 0 {
 		cfg.Copies = DefaultCopies
 	}
 	if cfg.MaxRoundBytes == 0 {
-		cfg.MaxRoundBytes = DefaultMaxRoundBytes
+		cfg.MaxRoundBytes = defaultMaxRoundBytes
 	}
 }
 
@@ -117,14 +117,14 @@ func (cfg *Config) setDefaults() {
 // defaults set, is not valid.
 func (cfg *Config) check() error {
 	switch {
-	case cfg.Interval < MinInterval:
-		return fmt.Errorf("%w: gossip interval %v is below %v", throttle.ErrInvalid, cfg.Interval, MinInterval)
+	case cfg.Interval < minInterval:
+		return fmt.Errorf("%w: gossip interval %v is below %v", throttle.ErrInvalid, cfg.Interval, minInterval)
 	case cfg.Resend < 1 || cfg.Resend > 1000:
 		return fmt.Errorf("%w: Resend %d out of [1, 1000]", throttle.ErrInvalid, cfg.Resend)
-	case cfg.MaxRoundBytes < MaxPacket || cfg.MaxRoundBytes > MaxMaxRoundBytes:
-		return fmt.Errorf("%w: MaxRoundBytes %d out of [%d, %d]", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket, MaxMaxRoundBytes)
-	case cfg.Copies < 1 || cfg.Copies > MaxCopies:
-		return fmt.Errorf("%w: Copies %d out of [1, %d]", throttle.ErrInvalid, cfg.Copies, MaxCopies)
+	case cfg.MaxRoundBytes < MaxPacket || cfg.MaxRoundBytes > maxMaxRoundBytes:
+		return fmt.Errorf("%w: MaxRoundBytes %d out of [%d, %d]", throttle.ErrInvalid, cfg.MaxRoundBytes, MaxPacket, maxMaxRoundBytes)
+	case cfg.Copies < 1 || cfg.Copies > maxCopies:
+		return fmt.Errorf("%w: Copies %d out of [1, %d]", throttle.ErrInvalid, cfg.Copies, maxCopies)
 	case cfg.Transport == nil && len(cfg.Peers) > 0:
 		return fmt.Errorf("%w: peers need a Transport", throttle.ErrInvalid)
 	case cfg.Membership != nil && len(cfg.Peers) > 0:

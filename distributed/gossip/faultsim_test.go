@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttle/internal/faultsim"
 	"github.com/throttlekit/throttle/internal/simbound"
 	"github.com/throttlekit/throttle/internal/simnet"
+	"github.com/throttlekit/throttle/internal/subscribers"
 )
 
 // The gossip scenarios of the fault simulator: 3 and 5 nodes, each in its
@@ -635,7 +636,7 @@ type simMembership struct {
 	local Member
 	mu    sync.Mutex
 	alive map[string]Member
-	subs  Subscribers
+	subs  subscribers.List[MemberEvent]
 }
 
 func newSimMembership(local Member, alive []Member) *simMembership {

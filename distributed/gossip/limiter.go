@@ -142,8 +142,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Deci
 	if err := l.node.settings.CheckKey(key); err != nil {
 		return d, err
 	}
-	if len(key) > MaxKeyLen {
-		return d, fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), MaxKeyLen)
+	if len(key) > maxKeyLen {
+		return d, fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), maxKeyLen)
 	}
 	if err := limiterkit.CheckN(n, l.burst); err != nil {
 		return d, err

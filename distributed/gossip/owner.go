@@ -231,7 +231,7 @@ func (n *Node) NewOwnedLimiter(name string, rate throttle.Rate, burst int, cfg .
 	if _, err := gcra.NewConfig(rate, burst); err != nil {
 		return nil, err
 	}
-	keyLen := min(n.settings.MaxKeyLen, MaxKeyLen)
+	keyLen := min(n.settings.MaxKeyLen, maxKeyLen)
 	if size := ownedHeaderSize(n.id, name) + maxAskSize(keyLen); size > MaxPacket {
 		return nil, fmt.Errorf("%w: an ask for a key of %d bytes (throttle.WithMaxKeyLen) from node %q to limiter %q takes %d bytes, more than MaxPacket (%d): shorten them",
 			throttle.ErrInvalid, keyLen, n.id, name, size, MaxPacket)
@@ -358,8 +358,8 @@ func (l *OwnedLimiter) check(key string, n int) error {
 	if err := l.node.settings.CheckKey(key); err != nil {
 		return err
 	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), MaxKeyLen)
+	if len(key) > maxKeyLen {
+		return fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), maxKeyLen)
 	}
 	return limiterkit.CheckN(n, l.burst)
 }

@@ -224,7 +224,7 @@ func oneWayLoss(t *testing.T, peers bool) {
 // MaxPacket are refused when the limiter is made: such asks could never
 // be sent, and every decision would fall back.
 func TestOwnedRefusesOversizedAsks(t *testing.T) {
-	net := NewNetwork(sysClock{}, 1)
+	net := newNetwork(sysClock{}, 1)
 	long := strings.Repeat("x", maxName)
 	newNode := func(opts ...throttle.Option) *Node {
 		n, err := NewNode(Config{Transport: net.Endpoint(long), Secret: secret}, opts...)
@@ -236,7 +236,7 @@ func TestOwnedRefusesOversizedAsks(t *testing.T) {
 	}
 	n := newNode()
 	if _, err := n.NewOwnedLimiter(long, throttle.PerSecond(1), 1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("a %d-byte ID and name with %d-byte keys: %v, want ErrInvalid", maxName, MaxKeyLen, err)
+		t.Errorf("a %d-byte ID and name with %d-byte keys: %v, want ErrInvalid", maxName, maxKeyLen, err)
 	}
 	short := newNode(throttle.WithMaxKeyLen(MaxPacket - ownedHeaderSize(long, long) - maxAskSize(0) - 2))
 	if _, err := short.NewOwnedLimiter(long, throttle.PerSecond(1), 1); err != nil {

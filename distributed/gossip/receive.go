@@ -28,7 +28,7 @@ func (n *Node) handle(p []byte, from string) {
 // the counter of the reason.
 func (n *Node) open(p []byte) (*message, *atomic.Uint64) {
 	n.rmu.Lock()
-	m, err := decode(n.recvSig, p, MaxKeyLen, n.id)
+	m, err := decode(n.recvSig, p, maxKeyLen, n.id)
 	n.rmu.Unlock()
 	switch {
 	case errors.Is(err, errMAC):

@@ -193,7 +193,7 @@ func (n *Node) send(addr string, ack uint64, bodies [][]byte, r int64) {
 		bodies = n.encode(msgHello, "", r, func(*encoder) {})
 	}
 	if len(bodies) > math.MaxUint16 {
-		// Not within MaxMaxRoundBytes: a round cut here would be
+		// Not within maxMaxRoundBytes: a round cut here would be
 		// acknowledged as if whole.
 		bodies = bodies[:math.MaxUint16]
 	}

@@ -10,7 +10,7 @@ import (
 // fleet starts n gossip nodes on loopback UDP that know each other, with
 // the spend cap, and a service on each over real gRPC.
 func fleet(t *testing.T, n int, yaml string, o FleetOptions) []*rig {
-	var trs []*gossip.UDPTransport
+	var trs []gossip.Transport
 	for range n {
 		tr, err := gossip.ListenUDP("127.0.0.1:0")
 		if err != nil {
