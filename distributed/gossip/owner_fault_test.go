@@ -390,3 +390,29 @@ func restartWithPeer(t *testing.T, oneWay bool) {
 		}
 	})
 }
+
+// An owner that has no limiter of an ask's name (a reload that changes a
+// limit reaches the nodes one after the other: the new limiter has a new
+// name) answers at once that it cannot decide, and the asker falls back
+// at once. The ask waited the whole forward timeout before, as for a
+// dead owner.
+func TestOwnedUnknownLimiterAnsweredAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newOwnedClusterOf(t, ownedSpec{n: 2, rate: throttle.PerSecond(1), burst: 4, seed: 14})
+		reloaded, err := c.nodes[1].NewOwnedLimiter("api|2/s|8", throttle.PerSecond(2), 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := c.keysOf("n0", 30)[0]
+		for i := range 2 {
+			start := time.Now()
+			d, err := reloaded.Allow(context.Background(), key, 1)
+			if waited := time.Since(start); err != nil || !d.Allowed || waited >= DefaultForwardTimeout {
+				t.Fatalf("ask %d to an owner without the limiter: %+v, %v after %v; want a fallback decision within the round trip", i, d, err, waited)
+			}
+		}
+		if st := reloaded.Stats(); st.Fallback != 2 || st.Answered != 0 {
+			t.Errorf("stats %+v, want 2 fallbacks", st)
+		}
+	})
+}
