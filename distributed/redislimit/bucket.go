@@ -9,6 +9,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/gcra"
+	"github.com/throttlekit/throttle/internal/lease"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -26,7 +27,7 @@ import (
 type Bucket struct {
 	*core
 	cfg   *gcra.Config
-	lease *leaser
+	lease *lease.Leaser
 	tau   any // cfg.Tau and cfg.Interval, boxed once
 	cost1 any
 }
@@ -110,7 +111,7 @@ func (b *Bucket) Allow(ctx context.Context, key string, n int) (throttle.Decisio
 
 func (b *Bucket) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if b.lease != nil {
-		return b.lease.allow(ctx, key, n)
+		return b.allowLeased(ctx, key, n)
 	}
 	return b.decide(ctx, key, n, b.cfg, b.tau)
 }
