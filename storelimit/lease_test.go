@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,4 +108,76 @@ func TestLeasingOptions(t *testing.T) {
 			t.Errorf("NewLeasing(%d, %v): %v, want ErrInvalid", c.batch, c.age, err)
 		}
 	}
+}
+
+// slowMemory is a Memory whose swaps take 2 ms, as a database's commit.
+type slowMemory struct{ storelimit.Memory }
+
+func (s *slowMemory) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
+	time.Sleep(2 * time.Millisecond)
+	return s.Memory.CompareAndSwapLoad(ctx, key, old, next, now, expires)
+}
+
+// TestLeasingLosesNoUnit: two leasing processes × 4 goroutines drain a
+// key with time standing still; every unit leased is admitted: the units
+// admitted and those left in the store (less than half a batch, which a
+// process does not ask for while time stands still) are the burst. A
+// refill used to replace a batch still being spent, dropping its units
+// (194 and 196 of 200 admitted, 0 left).
+func TestLeasingLosesNoUnit(t *testing.T) {
+	const burst, batch = 200, 16
+	alg, err := tokenbucket.NewAlgorithm(throttle.PerSecond(1), burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 8 { // the loss showed in about one round of three
+		clk := throttletest.NewClock()
+		store := new(slowMemory)
+		var admitted atomic.Int64
+		for range 2 {
+			l, err := storelimit.NewLeasing(store, alg, batch, time.Hour, throttle.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			drain(t, l, 4, &admitted)
+			l.Close()
+		}
+		now := clk.Now().UnixNano()
+		state, err := store.Load(context.Background(), "k", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, d, err := alg.Decide(state+alg.Fresh(), now, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := int64(d.Remaining + boolInt(d.Allowed))
+		if got := admitted.Load(); got+left != burst {
+			t.Fatalf("round %d: admitted %d and %d left in the store, want %d in all", round, got, left, burst)
+		}
+	}
+}
+
+// drain runs workers goroutines asking l for one unit of "k" until each
+// has seen 20 denials in a row, adding the units admitted to admitted.
+func drain(t *testing.T, l throttle.Limiter, workers int, admitted *atomic.Int64) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for denials := 0; denials < 20; time.Sleep(100 * time.Microsecond) {
+				d, err := l.Allow(context.Background(), "k", 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+					denials = 0
+				} else {
+					denials++
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

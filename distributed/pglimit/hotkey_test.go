@@ -27,6 +27,7 @@ type hotLoad struct {
 	Workers          int
 	Rate, Burst      int   // a token bucket of Rate per second
 	Lease            int   // the largest lease (storelimit.NewLeasing), 0: none
+	Crash            int64 // > 0: stop at Crash admitted, report, and wait to be killed
 	Start, End       int64 // the instants (Unix ns) the load runs between
 	Timeout          time.Duration
 	Admitted, Denied int64
@@ -77,7 +78,7 @@ func (h *hotLoad) run(ctx context.Context) error {
 		wg.Go(func() {
 			var a, d, f int64
 			var slowest time.Duration
-			for time.Now().UnixNano() < h.End {
+			for time.Now().UnixNano() < h.End && (h.Crash == 0 || a < h.Crash) {
 				t0 := time.Now()
 				dec, err := l.Allow(ctx, "hot", 1)
 				slowest = max(slowest, time.Since(t0))
@@ -143,6 +144,9 @@ func hotChild() bool {
 	}
 	out, _ := json.Marshal(h)
 	fmt.Println(string(out))
+	if h.Crash > 0 && h.Err == "" {
+		select {} // holding its lease until killed
+	}
 	return true
 }
 

@@ -130,9 +130,11 @@ func (l *Leaser) sweep(now int64) {
 	})
 }
 
-// spend takes n units from a live batch of p.
-func (p *pool) spend(now, n int64) (left int64, ok bool) {
-	for _, bp := range [2]*atomic.Pointer[batch]{&p.prev, &p.cur} {
+// spend takes n units from a live batch of p, the older first; fromCur
+// reports that they came from the newer, so that the older is spent (a
+// refill then drops no unit of it but fewer than a request).
+func (p *pool) spend(now, n int64) (left int64, fromCur, ok bool) {
+	for i, bp := range [2]*atomic.Pointer[batch]{&p.prev, &p.cur} {
 		b := bp.Load()
 		if b == nil || now >= b.expires {
 			continue
@@ -143,11 +145,11 @@ func (p *pool) spend(now, n int64) (left int64, ok bool) {
 				break
 			}
 			if b.left.CompareAndSwap(v, v-n) {
-				return v - n, true
+				return v - n, i == 1, true
 			}
 		}
 	}
-	return 0, false
+	return 0, false, false
 }
 
 // Allow decides n units of key at now: from the key's pool when it holds
@@ -156,8 +158,8 @@ func (p *pool) spend(now, n int64) (left int64, ok bool) {
 // Taker's.
 func (l *Leaser) Allow(ctx context.Context, key string, n int, now int64) (throttle.Decision, error) {
 	p := l.pool(key, now)
-	if left, ok := p.spend(now, int64(n)); ok {
-		if 2*left < p.size.Load() {
+	if left, fromCur, ok := p.spend(now, int64(n)); ok {
+		if fromCur && 2*left < p.size.Load() {
 			l.refillAsync(key, p)
 		}
 		return l.allowed(p, now, left), nil
@@ -168,8 +170,8 @@ func (l *Leaser) Allow(ctx context.Context, key string, n int, now int64) (throt
 	// The pool ran dry while there is demand: grow the batch and wait.
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now = max(now, l.cfg.Now())                 // decided at the end of the wait
-	if left, ok := p.spend(now, int64(n)); ok { // another caller refilled
+	now = max(now, l.cfg.Now())                    // decided at the end of the wait
+	if left, _, ok := p.spend(now, int64(n)); ok { // another caller refilled
 		return l.allowed(p, now, left), nil
 	}
 	if d, denied := l.cachedDenial(p, now, n); denied { // and took what was there
@@ -186,7 +188,7 @@ func (l *Leaser) Allow(ctx context.Context, key string, n int, now int64) (throt
 		d, _ := l.cachedDenial(p, now, n)
 		return d, nil
 	}
-	left, _ := p.spend(now, int64(n))
+	left, _, _ := p.spend(now, int64(n))
 	return l.allowed(p, now, left), nil
 }
 
