@@ -59,11 +59,16 @@ func NewLeasing(s throttle.Store, a throttle.Algorithm, maxBatch int, maxAge tim
 	return l, nil
 }
 
-// Close ends the background refills of a leasing Limiter, waiting for
-// them; it then still decides, leasing when a pool runs dry. It does
-// nothing to a Limiter without leasing, and returns nil.
+// Close makes further calls fail with an error wrapping throttle.ErrClosed
+// and ends the background refills of a leasing Limiter, waiting for them.
+// The units it still holds are lost (as when a process ends). It returns
+// nil.
 func (l *Limiter) Close() error {
-	if l != nil && l.lease != nil {
+	if l == nil {
+		return nil
+	}
+	l.closed.Store(true)
+	if l.lease != nil {
 		l.lease.Close()
 	}
 	return nil

@@ -92,7 +92,7 @@ func TestLeasingDenialLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leasetest.CheckDenialLocal(t, l, clk, calls.Load, func() { l.Close() })
+	leasetest.CheckDenialLocal(t, l, clk, calls.Load, func() { storelimit.Settle(l) })
 }
 
 func TestLeasingOptions(t *testing.T) {

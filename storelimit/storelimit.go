@@ -102,6 +102,7 @@ type Limiter struct {
 	shards  [shardCount]shard // the keys with a round in flight
 	reqs    sync.Pool         // of *request, reused across calls
 	lease   *lease.Leaser     // with NewLeasing
+	closed  atomic.Bool
 }
 
 // Timeouter is a Store whose calls are bounded by a timeout (pglimit's):
@@ -154,6 +155,9 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if l == nil || l.s == nil {
 		return throttle.Decision{}, fmt.Errorf("%w: zero storelimit.Limiter: use New", throttle.ErrInvalid)
+	}
+	if l.closed.Load() {
+		return throttle.Decision{}, fmt.Errorf("%w: storelimit.Limiter", throttle.ErrClosed)
 	}
 	if err := l.keys.CheckKey(key); err != nil {
 		return throttle.Decision{}, err

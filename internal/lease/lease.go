@@ -98,6 +98,10 @@ func (l *Leaser) Close() {
 	l.wg.Wait()
 }
 
+// Wait waits for the background refills running (for tests: no call may
+// start one meanwhile).
+func (l *Leaser) Wait() { l.wg.Wait() }
+
 // Takes returns how many Takes the Leaser has made.
 func (l *Leaser) Takes() int64 { return l.takes.Load() }
 
