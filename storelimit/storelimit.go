@@ -44,6 +44,15 @@
 // that join it later and have a later deadline fail at that one, never
 // after their own), whether or not the caller leading it cancels.
 //
+// # Leasing
+//
+// A Limiter made by NewLeasing takes batches of units of a key from the
+// store (one read-decide-swap each, charged there) and spends them
+// locally, lock-free, for a key hotter than the store's commits: see
+// NewLeasing for the bound (never more than the Algorithm admits over the
+// store, moved later by at most the lease's age) and what it loses
+// (under-admission only).
+//
 // # Timeouts
 //
 // Over a Store that is a Timeouter (pglimit's), each decision is bounded
@@ -85,8 +94,9 @@ const MaxAttempts = 1000
 
 // Limiter decides with an Algorithm over the states of a Store, one per
 // key. It is safe for concurrent use and holds nothing per key itself but
-// guesses, over a LoadingStore. The zero value is not usable: Allow fails
-// with an error wrapping throttle.ErrInvalid; create it with New.
+// guesses, over a LoadingStore, and leased units (NewLeasing). The zero
+// value is not usable: Allow fails with an error wrapping
+// throttle.ErrInvalid; create it with New or NewLeasing.
 type Limiter struct {
 	s     throttle.Store
 	ls    throttle.LoadingStore // s, when it is one

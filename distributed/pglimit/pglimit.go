@@ -58,6 +58,9 @@
 // each other once per round rather than once per call. With fsync on, 8
 // processes × 32 goroutines on one key limited to 1000/s admit their
 // limit with about 0.1 statement per decision; see docs/performance.md.
+// A key hotter than the database commits (thousands of calls a second, a
+// commit of milliseconds) is for storelimit.NewLeasing: a process takes a
+// batch of units in one statement and spends it without one.
 //
 // The decision is not made by a function in the database on purpose:
 // it would be a second implementation of every algorithm (in PL/pgSQL),
