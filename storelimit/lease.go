@@ -10,9 +10,9 @@ import (
 	"github.com/throttlekit/throttle/internal/lease"
 )
 
-// DefaultLeaseAge is how long leased units stay spendable when
+// defaultLeaseAge is how long leased units stay spendable when
 // NewLeasing is given a maxAge of 0.
-const DefaultLeaseAge = 100 * time.Millisecond
+const defaultLeaseAge = 100 * time.Millisecond
 
 // NewLeasing returns a Limiter as New does, that leases units: it takes
 // up to maxBatch units of a key from the store in one read-decide-swap
@@ -22,7 +22,7 @@ const DefaultLeaseAge = 100 * time.Millisecond
 // than per round. The batch adapts to demand: it doubles (up to maxBatch,
 // at most the limit) when the pool ran dry and a caller waited for the
 // store, and halves when leased units expired unspent. Leased units are
-// spendable for maxAge (0 means DefaultLeaseAge), then dropped. A denial
+// spendable for maxAge (0 means 100 ms), then dropped. A denial
 // is decided locally while the key, as of the last lease, cannot grant
 // the request or half a batch. Close ends the background refills.
 //
@@ -47,7 +47,7 @@ func NewLeasing(s throttle.Store, a throttle.Algorithm, maxBatch int, maxAge tim
 		return nil, err
 	}
 	if maxAge == 0 {
-		maxAge = DefaultLeaseAge
+		maxAge = defaultLeaseAge
 	}
 	l.lease = lease.New(taker{l}, lease.Config{
 		MaxBatch: int64(min(maxBatch, l.limit)),

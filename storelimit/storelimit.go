@@ -16,7 +16,7 @@
 // goroutines and processes share the store: nothing admitted is lost or
 // counted twice. A denial reads once and writes nothing; an admission
 // reads once and writes once, and reads and tries again only when another
-// writer changed the key in between (at most MaxAttempts tries, then an
+// writer changed the key in between (at most 1000 tries, then an
 // error wrapping throttle.ErrUnavailable).
 //
 // On a throttle.LoadingStore the Limiter first decides on the state it
@@ -88,9 +88,9 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
-// MaxAttempts bounds the compare-and-swap attempts of one decision: each
+// maxAttempts bounds the compare-and-swap attempts of one decision: each
 // failed attempt means another writer's decision on the key succeeded.
-const MaxAttempts = 1000
+const maxAttempts = 1000
 
 // Limiter decides with an Algorithm over the states of a Store, one per
 // key. It is safe for concurrent use and holds nothing per key itself but
@@ -161,7 +161,7 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 // throttle.ErrInvalid (a bad key or n, a zero Limiter, a stored state no
 // Algorithm of this limit wrote), throttle.ErrExceedsLimit (n above the
 // limit) or throttle.ErrUnavailable (the store failed, the call ran out
-// of time, or the key stayed contended for MaxAttempts tries).
+// of time, or the key stayed contended for 1000 tries).
 func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if l == nil || l.s == nil {
 		return throttle.Decision{}, fmt.Errorf("%w: zero storelimit.Limiter: use New", throttle.ErrInvalid)
@@ -204,7 +204,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	return d, err
 }
 
-var errContended = fmt.Errorf("%w: storelimit: key still contended after %d attempts", throttle.ErrUnavailable, MaxAttempts)
+var errContended = fmt.Errorf("%w: storelimit: key still contended after %d attempts", throttle.ErrUnavailable, maxAttempts)
 
 // decide decides the requests of round, in order, on key's state at now,
 // and stores the state they leave if the key's state is still the one
@@ -234,7 +234,7 @@ func (l *Limiter) update(ctx context.Context, key string, h uint64, now int64, s
 		sl, old = l.g.get(h, now)
 	}
 	read := false // old is the store's state, read in this call
-	for range MaxAttempts {
+	for range maxAttempts {
 		if !read && l.ls == nil {
 			if err := l.load(ctx, key, now, &old); err != nil {
 				return err

@@ -167,7 +167,7 @@ var callers = flag.Int("pglimit.callers", 16, "goroutines (and connections) of B
 
 // leaseAge is how long the leased units of the postgres-lease backend
 // stay spendable.
-var leaseAge = flag.Duration("pglimit.leaseage", storelimit.DefaultLeaseAge, "maxAge of BenchmarkBackends' leasing limiter")
+var leaseAge = flag.Duration("pglimit.leaseage", 100*time.Millisecond, "maxAge of BenchmarkBackends' leasing limiter")
 
 // benchTimeout is generous: the benchmark measures throughput on a machine
 // that may be busy, not faults.

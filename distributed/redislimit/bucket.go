@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/gcra"
 	"github.com/throttlekit/throttle/internal/lease"
 	"github.com/throttlekit/throttle/limiterkit"
@@ -70,17 +71,17 @@ func NewEvery(client redis.UniversalClient, d time.Duration, opts ...Option) (*B
 	return newBucket(client, "tb", throttle.Every(d), 1, opts)
 }
 
-// MaxSpan is the longest burst·interval of a Redis bucket, and the
+// maxSpan is the longest burst·interval of a Redis bucket, and the
 // furthest ahead of now a reservation books: 2^52 ns, about 52 days, as
-// MaxWindow. Scripts compute in Lua numbers (doubles), exact to the
+// maxWindow. Scripts compute in Lua numbers (doubles), exact to the
 // nanosecond up to 2^53, and a debt plus a request's cost stays below
 // that; a longer span is refused rather than rounded.
-const MaxSpan = time.Duration(1 << 52)
+const maxSpan = time.Duration(1 << 52)
 
-// checkSpan refuses a configuration whose span is above MaxSpan.
+// checkSpan refuses a configuration whose span is above maxSpan.
 func checkSpan(cfg *gcra.Config) error {
-	if cfg.Tau > int64(MaxSpan) {
-		return fmt.Errorf("%w: burst %d at rate %v spans %v, above the %v a Redis bucket computes exactly", throttle.ErrInvalid, cfg.Burst, cfg.Rate, time.Duration(cfg.Tau), MaxSpan)
+	if cfg.Tau > int64(maxSpan) {
+		return fmt.Errorf("%w: burst %d at rate %v spans %v, above the %v a Redis bucket computes exactly", throttle.ErrInvalid, cfg.Burst, cfg.Rate, time.Duration(cfg.Tau), maxSpan)
 	}
 	return nil
 }
@@ -148,7 +149,7 @@ func (b *Bucket) Quota() throttle.Quota {
 // limit changes, read under the new limit (its state is the instant it is
 // full again). With leasing, these calls go to Redis each time. Errors
 // wrap throttle.ErrInvalid (a bad key, n, rate or burst, or a span above
-// MaxSpan), throttle.ErrExceedsLimit (n > burst) or
+// 2^52 ns, about 52 days), throttle.ErrExceedsLimit (n > burst) or
 // throttle.ErrUnavailable.
 func (b *Bucket) AllowQuota(ctx context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error) {
 	start := b.report.Start()
@@ -200,7 +201,7 @@ func (b *Bucket) take(ctx context.Context, key string, cost int64, limit any) ([
 // same reservation would fit. Cancel gives the booking back if nothing
 // was booked behind it since. When Redis is unavailable, Reserve returns
 // an error wrapping throttle.ErrUnavailable under every failure policy
-// except FailOpen, which grants a reservation without delay.
+// except failsafe.Open, which grants a reservation without delay.
 func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
 	return b.report.Reserve(ctx, key, n, maxWait, b.reserve)
 }
@@ -213,13 +214,13 @@ func (b *Bucket) reserve(ctx context.Context, key string, n int, maxWait time.Du
 		return throttle.Reservation{}, fmt.Errorf("%w: negative maxWait %v", throttle.ErrInvalid, maxWait)
 	}
 	cost := int64(n) * b.cfg.Interval
-	limit := min(b.cfg.Limit(maxWait), int64(MaxSpan)) // bookings stay exact
+	limit := min(b.cfg.Limit(maxWait), int64(maxSpan)) // bookings stay exact
 	r, err := b.take(ctx, key, cost, limit)
 	if err != nil {
 		if !errorsIsUnavailable(err) {
 			return throttle.Reservation{Limit: b.limit}, err
 		}
-		open := b.policy == FailOpen
+		open := b.policy == failsafe.Open
 		d := throttle.Decision{Allowed: open, Limit: b.limit}
 		if open {
 			d.Remaining = b.limit - n

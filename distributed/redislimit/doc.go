@@ -34,13 +34,13 @@
 // Scripts compute in Lua numbers (doubles) on offsets from a reference
 // instant sent by the client, never on absolute nanoseconds, so decisions
 // are exact to the nanosecond for spans up to 2^52 ns (52 days): windows
-// are bounded by MaxWindow, bucket spans (burst × interval) by MaxSpan
+// are bounded by 52 days, bucket spans (burst × interval) by 2^52 ns
 // (a longer one is refused at construction), and reservations book at
-// most MaxSpan ahead.
+// most 2^52 ns ahead.
 //
 // # Keys
 //
-// The state of a limiter key lives under DefaultPrefix + algorithm + "(" +
+// The state of a limiter key lives under "throttle:" + algorithm + "(" +
 // configuration + "):" + key, so that two limiters of one algorithm and
 // different limits never share a key's state by accident (limiters of the
 // same algorithm and limit do), or, with WithPrefix(p), under p +
@@ -63,10 +63,10 @@
 //
 // # Failures
 //
-// Each call is bounded by WithTimeout (default DefaultTimeout). When
-// Redis fails or is too slow, the failure policy applies: FailClosed (the
-// default) denies with an error wrapping throttle.ErrUnavailable, FailOpen
-// admits, FailFallback asks a local limiter (WithFallback; e.g. the limit
+// Each call is bounded by WithTimeout (default 100 ms). When
+// Redis fails or is too slow, the failure policy applies: failsafe.Closed (the
+// default) denies with an error wrapping throttle.ErrUnavailable, failsafe.Open
+// admits, failsafe.Fallback asks a local limiter (WithFallback; e.g. the limit
 // divided by the number of instances). A circuit breaker (WithBreaker)
 // opens after consecutive failures, so that a dead Redis costs
 // microseconds per call instead of a timeout, and lets one probe through
@@ -128,7 +128,7 @@
 // them as readily as allkeys-* do. On its first answered call a limiter
 // reads the server's maxmemory settings (CONFIG GET, skipped where the
 // command is disabled) and, when eviction is possible, warns through
-// WithErrorFunc and WithObserver (EventWarning).
+// WithObserver (an EventWarning).
 //
 // # Token leasing
 //

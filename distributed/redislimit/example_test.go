@@ -51,7 +51,7 @@ func ExampleNewEvery() {
 
 // A quota that must survive a failover: each decision is answered once
 // one replica has it. The example's server has no replica, so the
-// decision fails, and FailClosed refuses it.
+// decision fails, and failsafe.Closed refuses it.
 func ExampleWithReplicas() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()

@@ -12,8 +12,8 @@ import (
 
 // Defaults of token leasing.
 const (
-	// DefaultLeaseAge is how long leased tokens stay spendable.
-	DefaultLeaseAge = 100 * time.Millisecond
+	// defaultLeaseAge is how long leased tokens stay spendable.
+	defaultLeaseAge = 100 * time.Millisecond
 )
 
 // WithLeasing makes a token bucket (NewTokenBucket, NewEvery) lease
@@ -23,7 +23,7 @@ const (
 // demand: it doubles (up to maxBatch) when the local pool ran dry and a
 // caller had to wait for Redis, and halves when leased tokens expired
 // unspent. Leased tokens are spendable for maxAge (0 means
-// DefaultLeaseAge), then dropped: never carried over.
+// 100 ms), then dropped: never carried over.
 //
 // Every leased token is taken from the shared bucket, so over any long
 // run the units admitted never exceed the bucket's limit. Leasing only
@@ -45,7 +45,7 @@ func WithLeasing(maxBatch int, maxAge time.Duration) Option {
 			return
 		}
 		if maxAge == 0 {
-			maxAge = DefaultLeaseAge
+			maxAge = defaultLeaseAge
 		}
 		c.lease = &leaseConfig{maxBatch: int64(maxBatch), maxAge: int64(maxAge)}
 	}
@@ -97,9 +97,9 @@ func (b *Bucket) initLease(cfg *config) error {
 	return nil
 }
 
-// RoundTrips returns how many round trips to Redis the token leasing of b
+// roundTrips returns how many round trips to Redis the token leasing of b
 // has made (0 without leasing).
-func (b *Bucket) RoundTrips() int64 {
+func (b *Bucket) roundTrips() int64 {
 	if b.lease == nil {
 		return 0
 	}

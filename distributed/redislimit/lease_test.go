@@ -59,7 +59,7 @@ func TestLeasingOvershoot(t *testing.T) {
 		}
 		var trips int64
 		for _, l := range ls {
-			trips += l.RoundTrips()
+			trips += l.roundTrips()
 		}
 		elapsed := clk.Now().Sub(start)
 		t.Logf("seed %d: %d decisions, %d units admitted in %v (bucket bound %d), %d round trips",
@@ -81,7 +81,7 @@ func TestLeasingDenialCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	leasetest.CheckDenialLocal(t, l, clk, l.RoundTrips, l.lease.Close)
+	leasetest.CheckDenialLocal(t, l, clk, l.roundTrips, l.lease.Close)
 }
 
 func TestLeasingOptions(t *testing.T) {

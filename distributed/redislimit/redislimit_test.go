@@ -206,8 +206,8 @@ func TestConcurrencyLeases(t *testing.T) {
 		t.Fatalf("after release: %+v", d)
 	}
 	clk.Advance(11 * time.Second)
-	if n, err := alive.Extend(ctx, "db"); err != nil || n != 0 || alive.Held("db") != 0 {
-		t.Fatalf("Extend after the leases ran out = %d, %v (held %d); want 0", n, err, alive.Held("db"))
+	if n, err := alive.Extend(ctx, "db"); err != nil || n != 0 || alive.heldUnits("db") != 0 {
+		t.Fatalf("Extend after the leases ran out = %d, %v (held %d); want 0", n, err, alive.heldUnits("db"))
 	}
 }
 
