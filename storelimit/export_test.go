@@ -6,3 +6,6 @@ func Settle(l *Limiter) {
 		l.lease.Wait()
 	}
 }
+
+// MemorySize returns the number of keys m stores, live or not yet swept.
+func MemorySize(m *Memory) int { return m.size() }

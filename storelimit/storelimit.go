@@ -55,10 +55,11 @@
 //
 // # Timeouts
 //
-// Over a Store that is a Timeouter (pglimit's), each decision is bounded
-// by the store's timeout as a whole, however many calls to the store it
-// takes (a key contended by other processes): it then fails with an
-// error wrapping throttle.ErrUnavailable and context.DeadlineExceeded.
+// Over a Store with a Timeout() time.Duration method (pglimit's), each
+// decision is bounded by the store's timeout as a whole, however many
+// calls to the store it takes (a key contended by other processes): it
+// then fails with an error wrapping throttle.ErrUnavailable and
+// context.DeadlineExceeded.
 //
 // Each process decides with its own clock, passed to the store with every
 // call (a store reads no clock), so processes sharing a store need
@@ -115,11 +116,11 @@ type Limiter struct {
 	closed  atomic.Bool
 }
 
-// Timeouter is a Store whose calls are bounded by a timeout (pglimit's):
+// timeouter is a Store whose calls are bounded by a timeout (pglimit's):
 // a Limiter over it bounds each decision as a whole by Timeout, however
 // many calls to the store it takes, so that a contended key costs the
 // caller at most the store's timeout.
-type Timeouter interface {
+type timeouter interface {
 	Timeout() time.Duration
 }
 
@@ -147,7 +148,7 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 	if ls, ok := s.(throttle.LoadingStore); ok {
 		l.ls, l.g = ls, new(guesses)
 	}
-	if t, ok := s.(Timeouter); ok {
+	if t, ok := s.(timeouter); ok {
 		l.timeout = max(t.Timeout(), 0)
 	}
 	return l, nil

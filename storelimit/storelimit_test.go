@@ -237,8 +237,8 @@ func TestMemorySweep(t *testing.T) {
 	if _, err := l.Allow(context.Background(), "b", 1); err != nil {
 		t.Fatal(err)
 	}
-	if n := m.Sweep(clk.Now().Add(time.Second + time.Nanosecond).UnixNano()); n != 1 || m.Len() != 1 {
-		t.Fatalf("Sweep dropped %d, %d left; want a's state dropped, b's kept", n, m.Len())
+	if n := m.Sweep(clk.Now().Add(time.Second + time.Nanosecond).UnixNano()); n != 1 || storelimit.MemorySize(m) != 1 {
+		t.Fatalf("Sweep dropped %d, %d left; want a's state dropped, b's kept", n, storelimit.MemorySize(m))
 	}
 }
 

@@ -21,10 +21,11 @@ import (
 //
 // It implements throttle.Reserver: Reserve books the earliest slot in
 // arrival order across every process sharing the key, which is the
-// "permits at least d apart" of NewEvery with optimistic reservation.
+// "permits at least d apart" of NewTokenBucket(client, throttle.Every(d),
+// 1) with optimistic reservation.
 //
 // A Bucket is safe for concurrent use. The zero value is not usable; call
-// NewTokenBucket, NewLeakyBucket or NewEvery.
+// NewTokenBucket.
 type Bucket struct {
 	*core
 	cfg   *gcra.Config
@@ -42,33 +43,22 @@ var (
 
 // NewTokenBucket returns a token bucket of the given rate and burst whose
 // state lives in Redis under each key. Errors wrap throttle.ErrInvalid.
-func NewTokenBucket(client redis.UniversalClient, rate throttle.Rate, burst int, opts ...Option) (*Bucket, error) {
-	return newBucket(client, "tb", rate, burst, opts)
-}
-
-// NewLeakyBucket returns the leaky bucket meter of leakybucket.New, shared
-// through Redis: a bucket of capacity units drains at rate, and a request
-// is admitted if it fits. It is the same algorithm as the token bucket
-// (the level is capacity minus the tokens), with keys of its own. Errors
-// wrap throttle.ErrInvalid.
-func NewLeakyBucket(client redis.UniversalClient, rate throttle.Rate, capacity int, opts ...Option) (*Bucket, error) {
-	return newBucket(client, "lb", rate, capacity, opts)
-}
-
-// NewEvery returns the limiter of "at most once every d" shared by every
-// process: permits at least d apart, no burst. Use Reserve (or
-// throttle.Wait, which reserves) to book the next free permit and wait
-// for it; maxWait bounds how many permits may be booked ahead
+//
+// It is also the leaky bucket meter of leakybucket.New (a bucket of burst
+// units draining at rate admits a request that fits: the same decisions),
+// and, with throttle.Every(d) and a burst of 1, the limiter of "at most
+// once every d" shared by every process: permits at least d apart. Use
+// Reserve (or throttle.Wait, which reserves) to book the next free permit
+// and wait for it; maxWait bounds how many permits may be booked ahead
 // (maxWait/d), beyond which callers are told to back off. Allow is the
 // pessimistic mode: nothing is booked, the caller backs off for
-// RetryAfter (throttle.Wait with throttle.Pessimistic adds jitter).
-//
-// A booked permit is used at its instant or wasted: the bucket never
+// RetryAfter (throttle.Wait with throttle.Pessimistic adds jitter). A
+// booked permit is used at its instant or wasted: the bucket never
 // accumulates permits that were not taken (the state is the next free
 // instant, and idle time never moves it back), so a process that books a
 // permit and crashes costs the others one interval, not more.
-func NewEvery(client redis.UniversalClient, d time.Duration, opts ...Option) (*Bucket, error) {
-	return newBucket(client, "tb", throttle.Every(d), 1, opts)
+func NewTokenBucket(client redis.UniversalClient, rate throttle.Rate, burst int, opts ...Option) (*Bucket, error) {
+	return newBucket(client, "tb", rate, burst, opts)
 }
 
 // maxSpan is the longest burst·interval of a Redis bucket, and the

@@ -175,7 +175,7 @@ func TestDifferentialLeakyBucket(t *testing.T) {
 		func(o ...throttle.Option) (throttle.Limiter, error) {
 			return leakybucket.New(throttle.PerSecond(7), 4, o...)
 		},
-		func(o ...Option) (throttle.Limiter, error) { return NewLeakyBucket(c, throttle.PerSecond(7), 4, o...) })
+		func(o ...Option) (throttle.Limiter, error) { return NewTokenBucket(c, throttle.PerSecond(7), 4, o...) })
 }
 
 // TestDifferentialReserve compares reservations (the "once every d"
@@ -188,7 +188,7 @@ func TestDifferentialReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared, err := NewEvery(c, time.Second, vclock(clk), WithPrefix(uniquePrefix()))
+	shared, err := NewTokenBucket(c, throttle.Every(time.Second), 1, vclock(clk), WithPrefix(uniquePrefix()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@
 //	l, err := tokenbucket.New(throttle.PerSecond(100), 20)              // one process
 //	l, err := redislimit.NewTokenBucket(rdb, throttle.PerSecond(100), 20) // every process
 //
-// Algorithms: NewTokenBucket and NewLeakyBucket (GCRA, as tokenbucket and
-// leakybucket), NewEvery (permits at least d apart), NewFixedWindow (as
-// fixedwindow.New), NewSlidingWindow (the weighted estimate of
+// Algorithms: NewTokenBucket (GCRA, as tokenbucket and leakybucket; with
+// throttle.Every(d) and a burst of 1, permits at least d apart),
+// NewFixedWindow (as fixedwindow.New), NewSlidingWindow (the weighted estimate of
 // slidingwindow.New), NewSlidingLog (as slidinglog.New) and NewConcurrency
 // (slots held with a lease that runs out, so a crashed holder frees its
 // slots; as counting.New otherwise).
@@ -52,7 +52,8 @@
 //
 // # "Once every d" and reservations
 //
-// NewEvery(rdb, d) admits permits at least d apart across every process.
+// NewTokenBucket(rdb, throttle.Every(d), 1) admits permits at least d apart
+// across every process.
 // Reserve books the next free permit and returns the wait (optimistic
 // mode; throttle.Wait does this), bounded by maxWait: beyond maxWait/d
 // permits booked ahead, the caller is told to back off. Allow never

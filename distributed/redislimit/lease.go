@@ -16,7 +16,7 @@ const (
 	defaultLeaseAge = 100 * time.Millisecond
 )
 
-// WithLeasing makes a token bucket (NewTokenBucket, NewEvery) lease
+// WithLeasing makes a token bucket (NewTokenBucket) lease
 // tokens: each process takes up to maxBatch units from Redis per round
 // trip and spends them locally, refilling in the background before it
 // runs dry, so most decisions need no network. The batch adapts to

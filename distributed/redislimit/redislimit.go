@@ -263,7 +263,7 @@ func (cfg *config) check(client redis.UniversalClient, alg string) error {
 			throttle.ErrInvalid, cfg.replicas, cfg.replicaTimeout, cfg.timeout)
 	case cfg.replicas > 0 && !onOneConnection(client):
 		return fmt.Errorf("%w: WithReplicas needs a *redis.Client (standalone or Sentinel), not %T: WAIT must follow the write on its connection", throttle.ErrInvalid, client)
-	case cfg.lease != nil && alg != "tb" && alg != "lb":
+	case cfg.lease != nil && alg != "tb":
 		return fmt.Errorf("%w: WithLeasing applies to token buckets only", throttle.ErrInvalid)
 	case strings.ContainsAny(alg, "{}"):
 		return fmt.Errorf("%w: algorithm name %q", throttle.ErrInvalid, alg)
