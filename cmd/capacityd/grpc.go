@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -191,10 +192,10 @@ type deadlineConn struct {
 	addr connAddr
 	l    *recvDeadline
 
-	mu         sync.Mutex
-	head, tail *waitingCall // the calls waiting for their requests, oldest first
-	timer      *time.Timer  // nil until a call first waits
-	armed      bool
+	mu      sync.Mutex
+	waiting []*waitingCall // oldest first, with received calls not yet dropped
+	timer   *time.Timer    // nil until a call first waits
+	armed   bool
 }
 
 // connAddr is the remote address of c.
@@ -207,10 +208,9 @@ type connAddr struct {
 // queue of calls waiting for their requests.
 type waitingCall struct {
 	context.Context
-	c          *deadlineConn
-	start      time.Time
-	prev, next *waitingCall
-	queued     bool
+	c        *deadlineConn
+	start    time.Time
+	received bool // guarded by c.mu
 }
 
 type waitingKey struct{}
@@ -255,7 +255,7 @@ func (l *recvDeadline) tap(ctx context.Context, info *tap.Info) (context.Context
 func requestReceived(ctx context.Context) {
 	if w, ok := ctx.Value(waitingKey{}).(*waitingCall); ok {
 		w.c.mu.Lock()
-		w.c.unlink(w)
+		w.received = true
 		w.c.mu.Unlock()
 	}
 }
@@ -264,13 +264,8 @@ func requestReceived(ctx context.Context) {
 func (c *deadlineConn) push(w *waitingCall) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w.prev, w.queued = c.tail, true
-	if c.tail != nil {
-		c.tail.next = w
-	} else {
-		c.head = w
-	}
-	c.tail = w
+	c.drop(false)
+	c.waiting = append(c.waiting, w)
 	switch {
 	case c.armed:
 	case c.timer == nil:
@@ -281,41 +276,33 @@ func (c *deadlineConn) push(w *waitingCall) {
 	c.armed = true
 }
 
-// unlink takes w off the queue, if it is on it. c.mu is held.
-func (c *deadlineConn) unlink(w *waitingCall) {
-	if !w.queued {
-		return
+// drop takes the calls received off the front of the queue, and with
+// ended those that have ended (grpc-go cancels a call's context when it
+// ends, also when it refused the request without calling the handler).
+// c.mu is held.
+func (c *deadlineConn) drop(ended bool) {
+	n := 0
+	for _, w := range c.waiting {
+		if !w.received && (!ended || w.Err() == nil) {
+			break
+		}
+		n++
 	}
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		c.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		c.tail = w.prev
-	}
-	w.prev, w.next, w.queued = nil, nil, false
+	c.waiting = slices.Delete(c.waiting, 0, n)
 }
 
-// expire runs when the timer fires. It forgets the calls that have ended
-// (grpc-go cancels a call's context when it ends, also when it refused
-// the request without calling the handler), and closes the connection if
-// the oldest call still waiting has waited read; otherwise it arms the
-// timer for that call's deadline, or leaves it unarmed when none waits.
+// expire runs when the timer fires. It closes the connection if the
+// oldest call still waiting has waited read; otherwise it arms the timer
+// for that call's deadline, or leaves it unarmed when none waits.
 func (c *deadlineConn) expire() {
 	c.mu.Lock()
-	for c.head != nil && c.head.Err() != nil {
-		c.unlink(c.head)
-	}
-	w := c.head
-	if w == nil {
+	c.drop(true)
+	if len(c.waiting) == 0 {
 		c.armed = false
 		c.mu.Unlock()
 		return
 	}
-	if left := c.l.read - time.Since(w.start); left > 0 {
+	if left := c.l.read - time.Since(c.waiting[0].start); left > 0 {
 		c.timer.Reset(left)
 		c.mu.Unlock()
 		return
