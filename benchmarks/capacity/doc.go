@@ -49,10 +49,11 @@
 // # Building Doorman
 //
 // Doorman's last commit (e2b69e1, 2016) predates Go modules. It builds
-// with a go.mod of its own and today's modules, and two changes that are
-// not on a call's path: grpc-go now passes a method's handler an
-// interceptor, and the Prometheus client moved its metrics handler to
-// promhttp. In a directory outside this repository:
+// with a go.mod of its own and today's modules, and two changes that do
+// not change what a call does: grpc-go now passes a method's handler an
+// interceptor (the handlers take it and leave it unused, as Doorman
+// configures none), and the Prometheus client moved its metrics handler
+// to promhttp. In a directory outside this repository:
 //
 //	git clone https://github.com/youtube/doorman && cd doorman
 //	rm -rf vendor # empty submodules, replaced by the modules below
