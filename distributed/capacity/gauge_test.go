@@ -9,6 +9,30 @@ import (
 	"time"
 )
 
+// gaugeServer serves gauges of capacity 10 (lease 10s, refresh 2s) at s1
+// on the network it returns, past learning.
+func gaugeServer(t *testing.T) *Network {
+	cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
+	s, err := NewServer(cfg, WithSeed(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second) // past learning
+	n := new(Network)
+	n.Attach("s1", s)
+	return n
+}
+
+// openGauge opens gauge r, wanting 10, on a Pessimistic client id of s1.
+func openGauge(t *testing.T, n *Network, id string, opts ...ClientOption) *GaugeResource {
+	c := dialClient(t, n, []string{"s1"}, append([]ClientOption{WithClientID(id), WithMode(Pessimistic), WithMinRefreshGap(0)}, opts...)...)
+	g, err := c.Gauge("r", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // TestFaultGaugeUnitsInFlight: A holds 10 units of a gauge of capacity 10
 // when B asks for 10; A's lease drops to 5, but the semaphore does not
 // take held units back. A reports what it holds, max(lease, units held),
@@ -17,22 +41,8 @@ import (
 // to at most 10, and B gets its 5 once A is down to its lease.
 func TestFaultGaugeUnitsInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
-		s, err := NewServer(cfg, WithSeed(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Second) // past learning
-		n := new(Network)
-		n.Attach("s1", s)
-		gauge := func(id string) *GaugeResource {
-			c := dialClient(t, n, []string{"s1"}, WithClientID(id), WithMode(Pessimistic), WithMinRefreshGap(0))
-			g, err := c.Gauge("r", 10)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return g
-		}
+		n := gaugeServer(t)
+		gauge := func(id string) *GaugeResource { return openGauge(t, n, id) }
 		a := gauge("a")
 		time.Sleep(time.Second)
 		var releases []func()
@@ -273,5 +283,63 @@ func TestFaultGaugeCarriedUnitsNotConfirmed(t *testing.T) {
 			t.Errorf("units taken under leases: a %d, b %d: %d > 10 (a carried %d past its lease)", len(fresh), len(held), sum, len(carried))
 		}
 		n.Cut("b", false)
+	})
+}
+
+// TestFaultGaugeCarriedUnitsReleasedAndRetaken: A keeps 4 units past
+// every count of its lease (cut off), which it then leaves out of its
+// reports. Back in touch, it releases those 4 and takes 10 fresh units
+// under its new lease of 10, between two refreshes. B arrives and A's
+// lease drops to 5; A releases one unit and holds 9 fresh ones. A must
+// report them all: a report that still leaves 4 of them out as carried
+// (the client noticed releases only when it reported) lets the server
+// confirm A's lease of 5 and grant B 5: 14 units of 10.
+func TestFaultGaugeCarriedUnitsReleasedAndRetaken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := gaugeServer(t)
+		gauge := func(id string) *GaugeResource { return openGauge(t, n, id, WithRetry(100*time.Millisecond)) }
+		take := func(g *GaugeResource, max int) (releases []func()) {
+			for len(releases) < max {
+				d, release, err := g.TryHold(t.Context(), "", 1)
+				if err != nil || !d.Allowed {
+					break
+				}
+				releases = append(releases, release)
+			}
+			return releases
+		}
+		a := gauge("a")
+		time.Sleep(time.Second)
+		carried := take(a, 4)
+		n.Cut("a", true)
+		time.Sleep(25 * time.Second) // past every count of a's lease
+		n.Cut("a", false)
+		time.Sleep(3 * time.Second) // a's lease of 10 is back (retries back off to 1.6s)
+		if c := a.Capacity(); c != 10 {
+			t.Fatalf("a's capacity %v after the cut, want 10", c)
+		}
+		for _, release := range carried {
+			release()
+		}
+		fresh := take(a, 10)
+		if len(fresh) != 10 {
+			t.Fatalf("a took %d fresh units under its lease of 10", len(fresh))
+		}
+		b := gauge("b")
+		time.Sleep(5 * time.Second) // a's lease drops to 5
+		fresh[0]()
+		worst := 0
+		var held []func()
+		for range 2000 { // 20s
+			time.Sleep(10 * time.Millisecond)
+			held = append(held, take(b, 10)...)
+			worst = max(worst, a.InFlight()+b.InFlight())
+		}
+		if worst > 10 {
+			t.Errorf("units held add up to %d of 10 (a %d, all taken under its leases; b %d)", worst, a.InFlight(), b.InFlight())
+		}
+		for _, release := range append(held, fresh[1:]...) {
+			release()
+		}
 	})
 }

@@ -76,12 +76,16 @@ type Resource struct {
 	apply    func(float64)
 	estimate func(now time.Time) float64
 	has      func() float64 // at least what the client holds (a server in a tree: what its clients hold)
-	carried  float64        // of has, what was held once no server counted a lease any more, not released since
 	counted  time.Time      // until when a server may count the last lease: its arrival plus its length
-	timer    *time.Timer    // ends the lease at its expiry
-	token    []byte         // the lease's Grant.Token
-	err      error          // why the last refresh granted no lease
-	closed   atomic.Bool
+	// carried is, of has, what was held once no server counted a lease
+	// any more and is still held, as float64 bits: lowered to has at
+	// each report and, for a gauge, by every unit released (see
+	// GaugeResource.Release), so that it never counts a unit taken since.
+	carried atomic.Uint64
+	timer   *time.Timer // ends the lease at its expiry
+	token   []byte      // the lease's Grant.Token
+	err     error       // why the last refresh granted no lease
+	closed  atomic.Bool
 }
 
 func checkWants(w float64) error {
@@ -260,19 +264,51 @@ func (r *Resource) holdsLocked(now time.Time) (float64, []byte) {
 	if r.has != nil {
 		held = r.has()
 	}
-	r.carried = min(r.carried, held)
+	carried := r.lowerCarried(held)
 	switch {
 	case r.leased && now.Before(r.lease.Expiry):
-		return max(r.lease.Capacity, held-r.carried), r.token
+		return max(r.lease.Capacity, held-carried), r.token
 	case now.Before(r.counted):
-		return held - r.carried, nil // a server may count them still
+		return held - carried, nil // a server may count them still
 	}
 	// Units kept past the end of every count of the lease they were
 	// taken under come on top by design and are not reported: a
 	// learning server would confirm them as a lease that the others'
-	// leases already cover.
-	r.carried = held
+	// leases already cover. A unit released while this runs lowers
+	// what has says after the store: read again, and keep the lower.
+	r.carried.Store(math.Float64bits(held))
+	if r.has != nil {
+		r.lowerCarried(r.has())
+	}
 	return 0, nil
+}
+
+// lowerCarried lowers the carried count to at most v and returns it.
+func (r *Resource) lowerCarried(v float64) float64 {
+	for {
+		old := r.carried.Load()
+		c := math.Float64frombits(old)
+		if c <= v || r.carried.CompareAndSwap(old, math.Float64bits(v)) {
+			return min(c, v)
+		}
+	}
+}
+
+// released counts n units given back: any of them may have been carried,
+// so the carried count drops by n (a fresh unit released leaves a carried
+// one counted as fresh, never the other way round). Lock-free; nothing to
+// do while no unit is carried.
+func (r *Resource) released(n int) {
+	for {
+		old := r.carried.Load()
+		if old == 0 {
+			return
+		}
+		c := max(math.Float64frombits(old)-float64(n), 0)
+		if r.carried.CompareAndSwap(old, math.Float64bits(c)) {
+			return
+		}
+	}
 }
 
 // grant applies a lease asked for at sent, and arms the timer that ends
@@ -539,7 +575,21 @@ func (g *GaugeResource) TryHold(ctx context.Context, key string, n int) (d throt
 	if done, err := g.refuses(n); done {
 		return throttle.Decision{}, noRelease, err
 	}
-	return g.s.TryHold(ctx, key, n)
+	if d, err = g.s.Allow(ctx, key, n); err != nil || !d.Allowed {
+		return d, noRelease, err
+	}
+	return d, g.releaser(n), nil
+}
+
+// releaser returns the release of n units held: only its first call
+// gives them back.
+func (g *GaugeResource) releaser(n int) func() {
+	var done atomic.Bool
+	return func() {
+		if done.CompareAndSwap(false, true) {
+			_ = g.Release(n) // cannot fail: these n units are held
+		}
+	}
 }
 
 // Hold waits until n units fit, or ctx is done; the key is ignored. The
@@ -553,7 +603,10 @@ func (g *GaugeResource) Hold(ctx context.Context, key string, n int) (release fu
 		}
 		wake := g.wakeCh()
 		if !g.zero.Load() {
-			return g.s.Hold(ctx, key, n)
+			if _, err := g.s.Hold(ctx, key, n); err != nil {
+				return nil, err
+			}
+			return g.releaser(n), nil
 		}
 		select {
 		case <-wake:
@@ -563,8 +616,15 @@ func (g *GaugeResource) Hold(ctx context.Context, key string, n int) (release fu
 	}
 }
 
-// Release gives back n units taken with Allow.
-func (g *GaugeResource) Release(n int) error { return g.s.Release(n) }
+// Release gives back n units taken with Allow. Errors wrap
+// throttle.ErrInvalid (n <= 0, or more than are held: nothing is released).
+func (g *GaugeResource) Release(n int) error {
+	if err := g.s.Release(n); err != nil {
+		return err
+	}
+	g.released(n)
+	return nil
+}
 
 // InFlight returns the units held now.
 func (g *GaugeResource) InFlight() int { return g.s.InFlight() }
