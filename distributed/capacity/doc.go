@@ -94,10 +94,11 @@
 //
 // Servers form a tree (WithParent): a server leases each resource's
 // capacity from its parent as a client per priority band, with its
-// clients' demand in the band added up, reports what it holds, never grants a lease that outlives its own,
-// hands out the safe capacity once its parent is unreachable and its lease
-// has expired, and weighs its demand so that FairShare divides among all
-// the clients of the tree as one server would.
+// clients' demand in the band added up, reports what it holds, never grants a lease that outlives its own
+// (and asks its clients to refresh within half of one cut short by it),
+// grants 0 once its parent is unreachable and its lease has expired, until
+// the parent grants it one again, and weighs its demand so that FairShare
+// divides among all the clients of the tree as one server would.
 //
 // A request asks for many resources at once; one whose demand is bad (a
 // NaN, infinite or negative wants, an id too long or repeated) or that is

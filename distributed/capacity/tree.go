@@ -26,8 +26,9 @@ import (
 //   - its clients' leases never outlive the leases they were cut from,
 //     and their refresh interval is at most half its own;
 //   - once its leases have expired without a refresh (the parent is
-//     unreachable), it hands out the resource's safe capacity, as the
-//     parent granted it, rather than 0;
+//     unreachable), it grants 0 until the parent grants it a lease again:
+//     the parent no longer counts what it would hand out (its clients
+//     whose own leases expire use their mode's fallback, as any client);
 //   - for FairShare it reports the weight of each band's demand at the
 //     band's current water level: the weights of its unsatisfied clients
 //     plus, for each satisfied one, its wants over that level. A parent
@@ -43,8 +44,9 @@ import (
 // sees a new incarnation of the client and counts the previous life's
 // grant, on top of the new one's, until that grant expires, whatever the
 // new life reports. A restarted server learns, as a new master does, so a
-// restarted root is covered too. While a parent is unreachable the bound
-// is the safe capacities its children hand out.
+// restarted root is covered too. Gauge units a leaf's clients keep past
+// the expiry of the leaf's lease at its parent come on top, as units a
+// client keeps past its own lease's expiry do: no unit is taken back.
 
 // WithParent makes the server a child in a server tree: the capacity of
 // each resource is what it leases from the servers at addrs (the parent
@@ -229,23 +231,17 @@ func (s *Server) closeUpstream(r *resource) {
 }
 
 // syncUpstream makes r's capacity what the parent grants it now: the sum
-// of its unexpired leases, or, with none, the safe capacity; s.mu is held.
+// of its unexpired leases, 0 with none (a lease granted without one would
+// outlive the parent's, and the parent no longer counts it); s.mu is held.
 func (r *resource) syncUpstream() {
 	if r.up == nil {
 		return
 	}
-	var sum, safe float64
-	leased := false
+	c := 0.0
 	for _, u := range r.up.bands {
 		if l, ok := u.r.Lease(); ok {
-			sum, leased = sum+l.Capacity, true
-		} else {
-			safe = max(safe, u.r.Capacity()) // the fallback of an expired lease
+			c += l.Capacity
 		}
-	}
-	c := safe
-	if leased {
-		c = sum
 	}
 	if c != r.tmpl.Capacity {
 		t := r.tmpl
@@ -356,7 +352,10 @@ func (r *resource) capLease(lease, refresh time.Duration) (time.Duration, time.D
 			refresh = min(refresh, l.Refresh/2)
 		}
 	}
-	return lease, min(refresh, lease)
+	// Ask again well before the lease ends, as a template's refresh
+	// interval does: a refresh due at its very end arrives after it, when
+	// the server no longer counts what the client holds.
+	return lease, min(refresh, lease/2)
 }
 
 // Close stops a server with a parent from asking it for capacity and gives
