@@ -108,10 +108,9 @@
 //
 // The pieces: Allocate (pure), Server (in process, transport
 // independent; Run takes part in an Election), Client with Resource,
-// RateResource and GaugeResource handles, the Transport interface with
-// an in-memory Network for tests and simulations, and the wire API:
-// NewHandler serves a Server over gRPC, gRPC-Web and JSON (Connect), and
-// HTTPTransport calls it.
+// RateResource and GaugeResource handles, the Transport interface, and
+// the wire API: NewHandler serves a Server over gRPC, gRPC-Web and JSON
+// (Connect), and HTTPTransport calls it.
 //
 // Trust: a server believes what a request says — which client sends it,
 // what it wants and holds. NewHandler alone authenticates nobody: whoever
@@ -123,7 +122,7 @@
 // NewTLSTransport and WithBearerToken are the client's side. An
 // authenticated client still chooses its own demand and resource ids,
 // within the server's bounds (WithMaxResources, WithMaxClients,
-// WithMaxLeases, MaxParentBands), but cannot touch another client's lease.
+// WithMaxLeases, maxParentBands), but cannot touch another client's lease.
 // Lease keys (WithLeaseKeys, capacityd's lease_keys_file) are the other
 // half: they bound what a client, authenticated or not, can claim to hold
 // when a new master learns.

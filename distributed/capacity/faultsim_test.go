@@ -286,7 +286,7 @@ func (w *capWorld) start(p *capProc) {
 	copts := []ClientOption{WithRequestTimeout(time.Second), WithRetry(250 * time.Millisecond), WithMinRefreshGap(100 * time.Millisecond)}
 	switch p.role {
 	case roleServer, roleLeaf:
-		opts := []ServerOption{WithSeed(w.env.Rand.Uint64() | 1), WithServerClock(w.env.Clocks[p.i].Monotonic())}
+		opts := []ServerOption{withSeed(w.env.Rand.Uint64() | 1), WithServerClock(w.env.Clocks[p.i].Monotonic())}
 		if p.role == roleLeaf {
 			opts = append(opts, WithParent(inc.link, p.addrs, append(copts, WithClientID("leaf"+strconv.Itoa(p.i)))...))
 		}

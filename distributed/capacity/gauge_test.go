@@ -11,20 +11,20 @@ import (
 
 // gaugeServer serves gauges of capacity 10 (lease 10s, refresh 2s) at s1
 // on the network it returns, past learning.
-func gaugeServer(t *testing.T) *Network {
+func gaugeServer(t *testing.T) *memNetwork {
 	cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
-	s, err := NewServer(cfg, WithSeed(1))
+	s, err := NewServer(cfg, withSeed(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(10 * time.Second) // past learning
-	n := new(Network)
+	n := new(memNetwork)
 	n.Attach("s1", s)
 	return n
 }
 
 // openGauge opens gauge r, wanting 10, on a Pessimistic client id of s1.
-func openGauge(t *testing.T, n *Network, id string, opts ...ClientOption) *GaugeResource {
+func openGauge(t *testing.T, n *memNetwork, id string, opts ...ClientOption) *GaugeResource {
 	c := dialClient(t, n, []string{"s1"}, append([]ClientOption{WithClientID(id), WithMode(Pessimistic), WithMinRefreshGap(0)}, opts...)...)
 	g, err := c.Gauge("r", 10)
 	if err != nil {
@@ -100,7 +100,7 @@ func TestFaultGaugeTreeRandom(t *testing.T) {
 func gaugeTreeRun(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	cfg := Config{Resources: []Template{{ID: "*", Capacity: 20, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
-	net := new(Network)
+	net := new(memNetwork)
 	newTree(t, net, cfg, []treeNode{{"root", ""}, {"leaf1", "root"}, {"leaf2", "root"}})
 	time.Sleep(10 * time.Second) // all learn
 	type gauge struct {
@@ -169,10 +169,10 @@ func TestFaultGaugeFailover(t *testing.T) {
 		cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
 		e := &testElection{}
 		e.elect("s1")
-		n := new(Network)
+		n := new(memNetwork)
 		var cancels []context.CancelFunc
 		for _, addr := range []string{"s1", "s2"} {
-			s, err := NewServer(cfg, WithSeed(1))
+			s, err := NewServer(cfg, withSeed(1))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -253,9 +253,9 @@ func TestFaultGaugeCarriedUnitsNotConfirmed(t *testing.T) {
 
 func carriedNotConfirmed(t *testing.T, cut time.Duration, regrant bool) {
 	cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: time.Second}}}
-	n := new(Network)
+	n := new(memNetwork)
 	server := func() {
-		s, err := NewServer(cfg, WithSeed(1))
+		s, err := NewServer(cfg, withSeed(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +367,7 @@ func TestFaultGaugeCarriedUnitsReleasedAndRetaken(t *testing.T) {
 func TestFaultTreeLeafWithoutParentLeaseGrantsZero(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second, SafeCapacity: 5}}}
-		net := new(Network)
+		net := new(memNetwork)
 		newTree(t, net, cfg, []treeNode{{"root", ""}, {"l1", "root"}, {"l2", "root"}})
 		time.Sleep(10 * time.Second) // all learn
 		gauge := func(leaf, id string) *GaugeResource {

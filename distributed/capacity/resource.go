@@ -104,8 +104,8 @@ func (c *Client) newResource(id string, wants float64, opts []ResourceOption) (*
 		o(&set)
 	}
 	switch {
-	case id == "" || len(id) > MaxIDLen:
-		return nil, invalidf("resource id must have 1 to %d bytes, got %d", MaxIDLen, len(id))
+	case id == "" || len(id) > maxIDLen:
+		return nil, invalidf("resource id must have 1 to %d bytes, got %d", maxIDLen, len(id))
 	case !(set.weight > 0) || set.weight > maxWeightValue:
 		return nil, invalidf("weight must be in (0, %d], got %v", maxWeightValue, set.weight)
 	case !(set.safe >= 0) || math.IsInf(set.safe, 0):

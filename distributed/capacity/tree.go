@@ -65,14 +65,14 @@ type parentSettings struct {
 	opts  []ClientOption
 }
 
-// MaxParentBands bounds the priority bands a server in a tree asks its
+// maxParentBands bounds the priority bands a server in a tree asks its
 // parent in at once: a request in one more band fails with ErrExhausted.
 // A band none of the server's clients is in any more is given up once
 // its lease from the parent has run out or come down to 0.
-const MaxParentBands = 16
+const maxParentBands = 16
 
 // treeLink is a server's link to its parent: per priority band, clients
-// of at most MaxRequestResources resources each. s.mu is held to use it,
+// of at most maxRequestResources resources each. s.mu is held to use it,
 // except for close and err.
 type treeLink struct {
 	set  *parentSettings
@@ -92,7 +92,7 @@ func newTreeLink(p *parentSettings) (*treeLink, error) {
 }
 
 // fits reports whether requests in the bands of prios fit under
-// MaxParentBands.
+// maxParentBands.
 func (l *treeLink) fits(prios []int32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -102,7 +102,7 @@ func (l *treeLink) fits(prios []int32) bool {
 			n++
 		}
 	}
-	return n <= MaxParentBands
+	return n <= maxParentBands
 }
 
 // open opens resource id in band b at the parent, on a client of the band
@@ -113,13 +113,13 @@ func (l *treeLink) open(id string, b int32) (*Resource, error) {
 	cs := l.band[b]
 	var c *Client
 	for _, x := range cs {
-		if x.open() < MaxRequestResources {
+		if x.open() < maxRequestResources {
 			c = x
 			break
 		}
 	}
 	if c == nil {
-		if len(cs) == 0 && len(l.band) >= MaxParentBands {
+		if len(cs) == 0 && len(l.band) >= maxParentBands {
 			return nil, fmt.Errorf("%w: %d priority bands at the parent", ErrExhausted, len(l.band))
 		}
 		name := l.base.ID() + "/band" + strconv.Itoa(int(b))
@@ -176,7 +176,7 @@ func (l *treeLink) close() error {
 // abandon stops the link's clients without giving their leases back.
 func (l *treeLink) abandon() {
 	for _, c := range l.clients() {
-		c.Abandon()
+		c.abandon()
 	}
 }
 
@@ -253,7 +253,7 @@ func (r *resource) syncUpstream() {
 // reportUpstream tells the parent, per band, r's demand and what r's
 // clients hold, and gives up the bands r's clients have left once their
 // lease is down to 0; s.mu is held. A band it cannot open (the server is
-// closed, or at MaxParentBands) stays without a lease, so that r has
+// closed, or at maxParentBands) stays without a lease, so that r has
 // none of its capacity.
 func (s *Server) reportUpstream(r *resource) {
 	if s.parent == nil {
@@ -370,13 +370,13 @@ func (s *Server) Close() error {
 	return s.parent.close()
 }
 
-// Abandon stops a server as a crash of its process would: a server with a
+// abandon stops a server as a crash of its process would: a server with a
 // parent stops asking it for capacity and gives no lease back (the parent
 // counts them until they expire). The server answers requests still, so
 // detach it from the network first. A new Server with the same
 // configuration and parent client id is then the process restarted with
 // its state lost. For simulations and tests. Idempotent.
-func (s *Server) Abandon() {
+func (s *Server) abandon() {
 	if s.parent == nil {
 		return
 	}
@@ -384,11 +384,11 @@ func (s *Server) Abandon() {
 	s.parent.abandon()
 }
 
-// sweep drops the resources the server's clients left every DropInterval
+// sweep drops the resources the server's clients left every dropInterval
 // until Close, so that a server in a tree stops asking its parent for
 // them even when no request comes in.
 func (s *Server) sweep() {
-	t := time.NewTicker(DropInterval)
+	t := time.NewTicker(dropInterval)
 	defer t.Stop()
 	for {
 		select {

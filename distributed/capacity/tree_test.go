@@ -30,14 +30,14 @@ func TestTreeSimulation(t *testing.T) {
 			upAt     = 235 * time.Second
 			run      = 300*time.Second + sample // the last epoch is checked too
 		)
-		net := new(Network)
+		net := new(memNetwork)
 		net.SetLatency(10 * time.Millisecond)
 		tmpl := func(c, safe float64) Config {
 			return Config{Resources: []Template{{ID: "*", Capacity: c, LeaseLength: lease, RefreshInterval: 4 * time.Second, SafeCapacity: safe}}}
 		}
 		var servers []*Server
 		newServer := func(addr string, cfg Config, parent string) {
-			opts := []ServerOption{WithSeed(uint64(len(servers) + 1)), WithDecreaseGrace(lease)}
+			opts := []ServerOption{withSeed(uint64(len(servers) + 1)), WithDecreaseGrace(lease)}
 			if parent != "" {
 				opts = append(opts, WithParent(net, []string{parent}, WithClientID(addr), WithMinRefreshGap(0)))
 			}
@@ -154,7 +154,7 @@ func TestTreeSimulation(t *testing.T) {
 // half of a lease cut short by the parent's.
 func TestChildLeaseWithinParentLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := new(Network)
+		net := new(memNetwork)
 		cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 20 * time.Second, RefreshInterval: 8 * time.Second, LearningDuration: 20 * time.Second}}}
 		root, err := NewServer(cfg, WithJitter(0))
 		if err != nil {
@@ -204,7 +204,7 @@ func TestChildLeaseWithinParentLease(t *testing.T) {
 // in full before the low band gets the rest.
 func TestTreeBands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := new(Network)
+		net := new(memNetwork)
 		cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
 		servers := newTree(t, net, cfg, []treeNode{{"root", ""}, {"l0", "root"}, {"l1", "root"}}, WithDecreaseGrace(10*time.Second))
 		var rs []*Resource
