@@ -35,7 +35,10 @@ var simSpec = faultsim.Spec{
 	Hot:       []int{0, 1, 2},
 	Seeds:     append(simDefectSeeds, faultsim.Range(1, 200)...),
 	// A few random seeds in every run, printed for replay, so that CI
-	// explores; the long mode (THROTTLE_SIM_SEEDS) runs many more.
+	// explores; the long mode (THROTTLE_SIM_SEEDS) runs many more. One
+	// open case is known, about 1 in 10,000 schedules (a CI run in 300):
+	// under clock skew a gauge's units can stay uncounted past 2ρ·L
+	// (seed 15517272843379323261, stated in the registry, cap-gauge).
 	Count: 30,
 }
 
