@@ -36,7 +36,7 @@ func (a *app) adminHandler() http.Handler {
 // follower that knows the master to redirect to; 503 otherwise, and
 // while its parent (in a server tree) refuses its requests. A parent that
 // cannot be reached is reported with a 200: the server then hands out
-// its leases or the safe capacity, as designed.
+// what its unexpired leases allow, and 0 once they have run out.
 func (a *app) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	l := a.lead.Load()

@@ -105,7 +105,7 @@ func (s *Server) reserve(req *Request, errs []error, now int64) ([]error, error)
 	case newRes > 0 && len(s.resources)+newRes > s.set.maxResources:
 		return nil, fmt.Errorf("%w: %d resources", ErrExhausted, len(s.resources))
 	case s.parent != nil && !s.parent.fits(req.priorities()):
-		return nil, fmt.Errorf("%w: a server in a tree asks its parent in at most %d priority bands", ErrExhausted, MaxParentBands)
+		return nil, fmt.Errorf("%w: a server in a tree asks its parent in at most %d priority bands", ErrExhausted, maxParentBands)
 	}
 	if err := s.leases.reserve(req.Client, newLeases, &s.set); err != nil {
 		return nil, err

@@ -37,7 +37,8 @@ const MaxRequestBytes = 1 << 20
 // http.Server whose Protocols allow unencrypted HTTP/2. Bad requests get
 // code InvalidArgument, a full server ResourceExhausted; requests above
 // MaxRequestBytes, as sent or once decompressed, are refused with
-// ErrTooLarge without reading (or inflating) more than that. opts are
+// InvalidArgument (HTTP 413 for a Connect request whose Content-Length
+// says so) without reading (or inflating) more than that. opts are
 // added to the handler's options.
 func NewHandler(s *Server, opts ...connect.HandlerOption) http.Handler {
 	mux := http.NewServeMux()
@@ -53,7 +54,7 @@ func NewHandler(s *Server, opts ...connect.HandlerOption) http.Handler {
 // maxBodyBytes is the longest body read: a message and a gRPC envelope.
 const maxBodyBytes = MaxRequestBytes + 5
 
-var errTooLarge = connect.NewError(connect.CodeInvalidArgument, ErrTooLarge)
+var connTooLarge = connect.NewError(connect.CodeInvalidArgument, errTooLarge)
 
 // boundBody refuses a body above maxBodyBytes: at once with 413 for a
 // Connect request that says its length, otherwise when the handler reads
@@ -64,7 +65,7 @@ func boundBody(h http.Handler) http.Handler {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Connection", "close")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			_ = json.NewEncoder(w).Encode(map[string]string{"code": "invalid_argument", "message": ErrTooLarge.Error()})
+			_ = json.NewEncoder(w).Encode(map[string]string{"code": "invalid_argument", "message": errTooLarge.Error()})
 			return
 		}
 		r.Body = &boundedReader{r: r.Body, c: r.Body, left: maxBodyBytes}
@@ -72,7 +73,7 @@ func boundBody(h http.Handler) http.Handler {
 	})
 }
 
-// boundedReader reads at most left bytes of r; one more is ErrTooLarge.
+// boundedReader reads at most left bytes of r; one more is errTooLarge.
 type boundedReader struct {
 	r    io.Reader
 	c    io.Closer
@@ -84,7 +85,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 		var one [1]byte
 		n, err := b.r.Read(one[:])
 		if n > 0 {
-			return 0, errTooLarge
+			return 0, connTooLarge
 		}
 		return 0, err
 	}
@@ -136,8 +137,8 @@ func (w wireServer) GetCapacity(ctx context.Context, in *connect.Request[capacit
 	if err := authorize(ctx, m.GetClientId()); err != nil {
 		return nil, err
 	}
-	if len(m.GetResources()) > MaxRequestResources {
-		return nil, wireError(invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(m.GetResources())))
+	if len(m.GetResources()) > maxRequestResources {
+		return nil, wireError(invalidf("a request carries 1 to %d resources, got %d", maxRequestResources, len(m.GetResources())))
 	}
 	resp, err := w.s.GetCapacity(ctx, fromWire(m))
 	if err != nil {
