@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/fixedwindow"
@@ -223,10 +225,10 @@ func TestSmallErrors(t *testing.T) {
 	if _, err := throttle.ParseRate("99999999999999999999/s"); err == nil || !strings.Contains(err.Error(), "too large") {
 		t.Errorf("ParseRate of a huge count: %v", err)
 	}
-	if err := throttle.NewRate(2, 2*throttle.MaxPeriod+1).Validate(); !errors.Is(err, throttle.ErrInvalid) {
+	if err := throttle.NewRate(2, 2*bridge.MaxPeriod+1).Validate(); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("NewRate(2, 2·MaxPeriod+1ns).Validate() = %v", err)
 	}
-	if err := throttle.NewRate(2, 2*throttle.MaxPeriod).Validate(); err != nil {
+	if err := throttle.NewRate(2, 2*bridge.MaxPeriod).Validate(); err != nil {
 		t.Errorf("NewRate(2, 2·MaxPeriod).Validate() = %v", err)
 	}
 }
@@ -249,7 +251,7 @@ func TestQuota(t *testing.T) {
 		want throttle.Quota
 	}{
 		{"tokenbucket keyed", must(tb, err), throttle.Quota{Limit: 20, Window: 2 * time.Second}},
-		{"tokenbucket", must(tokenbucket.NewBucket(throttle.PerMinute(1), 5)), throttle.Quota{Limit: 5, Window: 5 * time.Minute}},
+		{"tokenbucket", must(tokenbucket.NewBucket(throttle.NewRate(1, time.Minute), 5)), throttle.Quota{Limit: 5, Window: 5 * time.Minute}},
 		{"leakybucket", must(leakybucket.New(throttle.PerSecond(4), 2)), throttle.Quota{Limit: 2, Window: 500 * time.Millisecond}},
 		{"pacer", must(leakybucket.NewPacer(throttle.PerSecond(10), 4, time.Second)), throttle.Quota{Limit: 5, Window: 500 * time.Millisecond}},
 		{"fixedwindow", must(fixedwindow.New(100, time.Minute)), throttle.Quota{Limit: 100, Window: time.Minute}},

@@ -15,3 +15,6 @@ func Restrict(l Limiter, mask int) Limiter {
 func BookedReservation(limit int, cancel func()) Reservation {
 	return Reservation{OK: true, Limit: limit, b: &booking{cancel: cancel}}
 }
+
+// WithJitter sets Wait's random share of each back-off.
+var WithJitter = withJitter

@@ -21,24 +21,25 @@ type waitConfig struct {
 
 // Defaults of Wait.
 const (
-	// DefaultMaxWait bounds how far ahead Wait books capacity when the
-	// context has no deadline.
-	DefaultMaxWait = time.Minute
-	// DefaultJitter is the fraction of a back-off added at random.
-	DefaultJitter = 0.2
-	// DefaultMaxBackoff caps the back-off when the limiter gives no
+	// defaultMaxWait bounds how far ahead Wait books capacity when the
+	// context has no deadline: a minute.
+	defaultMaxWait = time.Minute
+	// defaultJitter is the fraction of a back-off added at random.
+	defaultJitter = 0.2
+	// defaultMaxBackoff caps the back-off when the limiter gives no
 	// RetryAfter (capacity freed by release, not by time).
-	DefaultMaxBackoff = time.Second
+	defaultMaxBackoff = time.Second
 )
 
 // MaxWait bounds how far ahead Wait may book capacity on a Reserver (the
 // "max reserved permits" bound, as time). Past it Wait backs off and
-// tries again. Default: DefaultMaxWait, or less if ctx has a deadline.
+// tries again. Default: a minute, or less if ctx has a deadline.
 func MaxWait(d time.Duration) WaitOption { return func(c *waitConfig) { c.maxWait = d } }
 
-// Jitter sets the fraction (0 to 1) of each back-off that is added at
-// random, so that waiters denied together do not retry together.
-func Jitter(f float64) WaitOption { return func(c *waitConfig) { c.jitter = f } }
+// withJitter sets the fraction (0 to 1) of each back-off that is added at
+// random, so that waiters denied together do not retry together (default
+// 0.2; tests set it through export_test.go).
+func withJitter(f float64) WaitOption { return func(c *waitConfig) { c.jitter = f } }
 
 // Pessimistic makes Wait retry Allow after each RetryAfter (with jitter)
 // even when the limiter can reserve: nothing is booked ahead, at the cost
@@ -51,13 +52,13 @@ func Pessimistic() WaitOption { return func(c *waitConfig) { c.pessimistic = tru
 // earliest slot within MaxWait and sleeps until it: waiters are served in
 // arrival order and only one wake-up happens per slot. If the slot is
 // further than MaxWait, or l cannot reserve, Wait sleeps for the
-// RetryAfter it was given plus jitter and tries again. It returns at once,
+// RetryAfter it was given plus up to 20 % at random and tries again. It returns at once,
 // with an error wrapping ErrExceedsLimit, when n can never be admitted,
 // and an error wrapping ctx.Err() (or context.DeadlineExceeded, when the
 // deadline is too near to be met) when ctx ends first; booked capacity is
 // then given back.
 func Wait(ctx context.Context, l Limiter, key string, n int, opts ...WaitOption) error {
-	c := waitConfig{maxWait: DefaultMaxWait, jitter: DefaultJitter, maxBackoff: DefaultMaxBackoff}
+	c := waitConfig{maxWait: defaultMaxWait, jitter: defaultJitter, maxBackoff: defaultMaxBackoff}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -98,7 +98,7 @@ func TestWaitPessimisticBacksOff(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(func() {
-				if err := throttle.Wait(t.Context(), l, "k", 1, throttle.Jitter(0.5)); err != nil {
+				if err := throttle.Wait(t.Context(), l, "k", 1, throttle.WithJitter(0.5)); err != nil {
 					t.Error(err)
 				}
 			})
@@ -142,7 +142,7 @@ func TestWaitErrors(t *testing.T) {
 	if err := throttle.Wait(context.Background(), l, "k", 2); !errors.Is(err, throttle.ErrExceedsLimit) {
 		t.Errorf("Wait(n > limit) = %v, want ErrExceedsLimit", err)
 	}
-	if err := throttle.Wait(context.Background(), l, "k", 1, throttle.Jitter(2)); !errors.Is(err, throttle.ErrInvalid) {
+	if err := throttle.Wait(context.Background(), l, "k", 1, throttle.WithJitter(2)); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("Wait(Jitter(2)) = %v, want ErrInvalid", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -166,7 +166,7 @@ func TestWrap(t *testing.T) {
 		if v != 0 || !errors.Is(err, throttle.ErrLimited) || !errors.As(err, &le) || le.Decision.RetryAfter != time.Second {
 			t.Fatalf("throttled call = %d, %v; want ErrLimited with RetryAfter 1s", v, err)
 		}
-		blocking := throttle.Wrap(l, "api", f, throttle.Blocking(throttle.Jitter(0)))
+		blocking := throttle.Wrap(l, "api", f, throttle.Blocking(throttle.WithJitter(0)))
 		start := time.Now()
 		if v, err := blocking(t.Context()); v != 2 || err != nil || time.Since(start) != time.Second {
 			t.Fatalf("blocking call = %d, %v after %v; want 2 after 1s", v, err, time.Since(start))
@@ -202,7 +202,7 @@ func TestWaitBackoffMeetsDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 900*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		if err := throttle.Wait(ctx, h, "k", 1, throttle.Jitter(0)); err != nil {
+		if err := throttle.Wait(ctx, h, "k", 1, throttle.WithJitter(0)); err != nil {
 			t.Fatalf("Wait after %v: %v", time.Since(start), err)
 		}
 		if took := time.Since(start); took < 600*time.Millisecond || took > 900*time.Millisecond {

@@ -68,6 +68,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
@@ -80,7 +82,7 @@ const (
 	// MaxLimit is the largest limit per window.
 	MaxLimit = 1<<32 - 1
 	// MaxWindow is the longest window.
-	MaxWindow = throttle.MaxPeriod
+	MaxWindow = bridge.MaxPeriod
 )
 
 // errZero is returned by the methods of a limiter not made by its

@@ -44,7 +44,7 @@ func ExampleTransport() {
 	}
 	fmt.Println("spaced out:", time.Since(start) >= 40*time.Millisecond)
 
-	hourly, err := tokenbucket.New(throttle.PerHour(1), 1)
+	hourly, err := tokenbucket.New(throttle.NewRate(1, time.Hour), 1)
 	if err != nil {
 		panic(err)
 	}

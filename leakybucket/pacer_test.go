@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/throttletest"
@@ -100,7 +102,7 @@ func TestPacerErrors(t *testing.T) {
 		{throttle.Rate{}, 0, 0},
 		{throttle.PerSecond(1), -1, 0},
 		{throttle.PerSecond(1), 0, -1},
-		{throttle.Every(throttle.MaxPeriod), 100, 0},
+		{throttle.Every(bridge.MaxPeriod), 100, 0},
 	} {
 		if _, err := leakybucket.NewPacer(c.rate, c.slack, c.maxWait); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("NewPacer(%v, %d, %v): %v", c.rate, c.slack, c.maxWait, err)
@@ -224,7 +226,7 @@ func TestPacerCancel(t *testing.T) {
 
 func BenchmarkPacerReserve(b *testing.B) {
 	b.Run("serial", func(b *testing.B) {
-		p := newPacer(b, throttle.NewRate(int(throttle.MaxPerSecond), time.Second), 10, leakybucket.Unbounded)
+		p := newPacer(b, throttle.NewRate(int(bridge.MaxPerSecond), time.Second), 10, leakybucket.Unbounded)
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := p.Reserve(); err != nil {
@@ -233,7 +235,7 @@ func BenchmarkPacerReserve(b *testing.B) {
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
-		p := newPacer(b, throttle.NewRate(int(throttle.MaxPerSecond), time.Second), 10, leakybucket.Unbounded)
+		p := newPacer(b, throttle.NewRate(int(bridge.MaxPerSecond), time.Second), 10, leakybucket.Unbounded)
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {

@@ -89,6 +89,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
@@ -103,7 +105,7 @@ const (
 	// the window index.
 	MaxLimit = 1<<24 - 1
 	// MaxWindow is the longest window.
-	MaxWindow = throttle.MaxPeriod
+	MaxWindow = bridge.MaxPeriod
 	// MaxSlots is the largest number of slots of the slotted form.
 	MaxSlots = 1 << 16
 )

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
@@ -46,7 +48,7 @@ func TestConstructorErrors(t *testing.T) {
 		{"negative rate", throttle.PerSecond(-1), 1, nil},
 		{"zero burst", throttle.PerSecond(1), 0, nil},
 		{"negative burst", throttle.PerSecond(1), -3, nil},
-		{"span too long", throttle.Every(throttle.MaxPeriod), 1000, nil},
+		{"span too long", throttle.Every(bridge.MaxPeriod), 1000, nil},
 		{"nil option", throttle.PerSecond(1), 1, []throttle.Option{nil}},
 		{"nil clock", throttle.PerSecond(1), 1, []throttle.Option{throttle.WithClock(nil)}},
 	}

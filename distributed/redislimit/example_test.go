@@ -55,7 +55,7 @@ func ExampleNewEvery() {
 func ExampleWithReplicas() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	l, err := redislimit.NewTokenBucket(rdb, throttle.PerHour(10), 10,
+	l, err := redislimit.NewTokenBucket(rdb, throttle.NewRate(10, time.Hour), 10,
 		redislimit.WithPrefix(fmt.Sprintf("example:%d:", time.Now().UnixNano())),
 		redislimit.WithTimeout(time.Second),
 		redislimit.WithReplicas(1, 50*time.Millisecond))

@@ -124,7 +124,7 @@ func (s *service) reports() error {
 func (s *service) api(redisAddr string) error {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	s.closers = append(s.closers, rdb.Close)
-	perKey, err := redislimit.NewTokenBucket(rdb, throttle.PerHour(1000), 100)
+	perKey, err := redislimit.NewTokenBucket(rdb, throttle.NewRate(1000, time.Hour), 100)
 	if err != nil {
 		return err
 	}

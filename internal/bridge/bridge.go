@@ -1,5 +1,7 @@
 // Package bridge carries what package throttle hands to package limiterkit
-// without showing it in throttle's user-facing API: the option values.
+// and to the limiters without showing it in throttle's user-facing API:
+// the option values, the bounds of a Rate, and the decorator machinery
+// (see package decorate).
 package bridge
 
 import "time"
@@ -13,3 +15,13 @@ type Settings struct {
 	SweepInterval time.Duration
 	KeyedOption   string // the name of the last option that only keyed limiters use
 }
+
+// Bounds of a valid throttle.Rate: valid rates go from one event per
+// MaxPeriod to MaxPerSecond events per second. Limiters that size their
+// state from a rate's bounds read them here.
+const (
+	// MaxPeriod is the longest period between events a Rate accepts.
+	MaxPeriod = 366 * 24 * time.Hour
+	// MaxPerSecond is the highest rate a Rate accepts, in events per second.
+	MaxPerSecond = int64(time.Second)
+)

@@ -78,7 +78,7 @@ func Until(d throttle.Decision, refill throttle.Rate) time.Duration {
 	case d.ResetAfter <= 0 || d.Remaining >= d.Limit:
 		return 0 // full
 	}
-	if p := refill.Interval(); refill.Count() > 0 && p > 0 {
+	if p := refill.Duration(1); refill.Count() > 0 && p > 0 {
 		later := min(int64(d.Limit-d.Remaining-1), int64(d.ResetAfter/p))
 		return d.ResetAfter - time.Duration(later)*p
 	}

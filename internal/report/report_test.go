@@ -22,7 +22,7 @@ var ctx = context.Background()
 
 // bucket is a keyed token bucket of burst 3 that never refills in a test.
 func bucket(t *testing.T) *tokenbucket.Limiter {
-	l, err := tokenbucket.New(throttle.PerHour(1), 3)
+	l, err := tokenbucket.New(throttle.NewRate(1, time.Hour), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func every(l throttle.Limiter) func(i int) error {
 			key = ""
 		}
 		m := []throttle.Method{throttle.MethodAllow, throttle.MethodAllowQuota, throttle.MethodTryHold, throttle.MethodReserve}[i%4]
-		r, err := throttle.Invoke(ctx, l, throttle.Call{Method: m, Key: key, N: 1, Rate: throttle.PerHour(1), Burst: 3})
+		r, err := throttle.Invoke(ctx, l, throttle.Call{Method: m, Key: key, N: 1, Rate: throttle.NewRate(1, time.Hour), Burst: 3})
 		if r.Release != nil {
 			r.Release()
 		}
@@ -165,7 +165,7 @@ func serve(t *testing.T, l throttle.Limiter, ctxLimit bool, opts ...httplimit.Op
 	return func(int) error {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		if ctxLimit {
-			r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.PerHour(1), 2))
+			r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.NewRate(1, time.Hour), 2))
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)

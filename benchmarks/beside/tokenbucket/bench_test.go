@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"golang.org/x/time/rate"
 
 	"github.com/throttlekit/throttle"
@@ -20,7 +22,7 @@ import (
 const bigBurst = 1 << 30
 
 func benchBucket(b *testing.B, allowed bool) *tokenbucket.Bucket {
-	r, burst := throttle.NewRate(int(throttle.MaxPerSecond), time.Second), bigBurst
+	r, burst := throttle.NewRate(int(bridge.MaxPerSecond), time.Second), bigBurst
 	if !allowed {
 		r, burst = throttle.Every(time.Hour), 1
 	}
@@ -105,7 +107,7 @@ func BenchmarkKeyed(b *testing.B) {
 			// One key: one unit per ns, as for Bucket. Many keys: one unit
 			// per second and a burst of 2^20, so that no key is ever full
 			// again (full keys are dropped and would be re-inserted).
-			r, burst := throttle.NewRate(int(throttle.MaxPerSecond), time.Second), bigBurst
+			r, burst := throttle.NewRate(int(bridge.MaxPerSecond), time.Second), bigBurst
 			if nkeys > 1 {
 				r, burst = throttle.PerSecond(1), 1<<20
 			}
