@@ -12,7 +12,7 @@ const Empty = gcra.Full
 type algorithm = gcra.Algorithm
 
 // Algorithm is the meter's decision as a pure function, for a store that
-// keeps each key's state itself (see throttle.Store and package
+// keeps each key's state itself (see storelimit.Store and package
 // storelimit): read the state, Decide, and write the next state back only
 // if the stored one is still the state read, else decide again. The state
 // is one int64, the instant in nanoseconds since the Unix epoch at which
@@ -21,7 +21,7 @@ type algorithm = gcra.Algorithm
 // decisions are theirs on the same trace (and those of
 // tokenbucket.Algorithm of the same rate and burst).
 //
-// Its methods are throttle.Algorithm's. Decide(state, now, n) pours n
+// Its methods are storelimit.Algorithm's. Decide(state, now, n) pours n
 // units into a bucket whose state is state, if they fit, and returns the
 // state to store (state itself when denied) and the Decision (see
 // Bucket.AllowN); errors wrap throttle.ErrInvalid (n <= 0, a zero
@@ -34,8 +34,6 @@ type algorithm = gcra.Algorithm
 // is not usable: Decide fails with an error wrapping throttle.ErrInvalid;
 // create it with NewAlgorithm.
 type Algorithm struct{ algorithm }
-
-var _ throttle.Algorithm = Algorithm{}
 
 // NewAlgorithm returns the decision of a bucket of the given capacity
 // draining at rate. Errors wrap throttle.ErrInvalid.

@@ -26,9 +26,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestMemory: the in-memory Store passes the conformance test, as a
 // LoadingStore and as a plain Store (read, then swap).
 func TestMemory(t *testing.T) {
-	storetest.Run(t, storetest.Config{New: func(testing.TB) throttle.Store { return new(storelimit.Memory) }})
+	storetest.Run(t, storetest.Config{New: func(testing.TB) storelimit.Store { return new(storelimit.Memory) }})
 	t.Run("plain", func(t *testing.T) {
-		storetest.Run(t, storetest.Config{New: func(testing.TB) throttle.Store { return plain{new(storelimit.Memory)} }})
+		storetest.Run(t, storetest.Config{New: func(testing.TB) storelimit.Store { return plain{new(storelimit.Memory)} }})
 	})
 }
 
@@ -282,7 +282,7 @@ func TestLoadFailsOnRetry(t *testing.T) {
 // TestZeroAlgorithms: every zero Algorithm of the module refuses to
 // decide, reports a zero Quota, and is refused by New.
 func TestZeroAlgorithms(t *testing.T) {
-	for _, a := range []throttle.Algorithm{tokenbucket.Algorithm{}, leakybucket.Algorithm{}, fixedwindow.Algorithm{}, slidingwindow.Algorithm{}} {
+	for _, a := range []storelimit.Algorithm{tokenbucket.Algorithm{}, leakybucket.Algorithm{}, fixedwindow.Algorithm{}, slidingwindow.Algorithm{}} {
 		if _, _, err := a.Decide(a.Fresh(), 0, 1); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("zero %T: Decide err = %v, want ErrInvalid", a, err)
 		}

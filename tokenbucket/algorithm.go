@@ -20,7 +20,7 @@ type algorithm = gcra.Algorithm
 // The buckets of this package run the same step in their
 // compare-and-swap loop; Decide's decisions are theirs on the same trace.
 //
-// Its methods are throttle.Algorithm's. Decide(state, now, n) returns the
+// Its methods are storelimit.Algorithm's. Decide(state, now, n) returns the
 // state to store (state itself when denied) and the Decision; errors wrap
 // throttle.ErrInvalid (n <= 0, a zero Algorithm, a bucket that would be
 // full again only after 2262) or throttle.ErrExceedsLimit (n > burst).
@@ -31,8 +31,6 @@ type algorithm = gcra.Algorithm
 // is not usable: Decide fails with an error wrapping throttle.ErrInvalid;
 // create it with NewAlgorithm.
 type Algorithm struct{ algorithm }
-
-var _ throttle.Algorithm = Algorithm{}
 
 // NewAlgorithm returns the decision of a bucket of burst tokens refilled
 // at rate. Errors wrap throttle.ErrInvalid.
