@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle/internal/bridge"
+	"github.com/throttlekit/throttle/limiterkit"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/counting"
@@ -24,7 +25,7 @@ import (
 // A copy of a Reservation shares its booking: cancelling both refunds once.
 func TestReservationCopiesCancelOnce(t *testing.T) {
 	var refunds int
-	r := throttle.NewReservation(time.Second, 3, func() { refunds++ })
+	r := limiterkit.NewReservation(time.Second, 3, func() { refunds++ })
 	c := r
 	r.Cancel()
 	c.Cancel()
@@ -35,7 +36,7 @@ func TestReservationCopiesCancelOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	n := 0
-	r = throttle.NewReservation(0, 1, func() { mu.Lock(); n++; mu.Unlock() })
+	r = limiterkit.NewReservation(0, 1, func() { mu.Lock(); n++; mu.Unlock() })
 	for range 8 {
 		wg.Go(func() { c := r; c.Cancel() })
 	}
@@ -152,7 +153,7 @@ func TestObserveKeepsAbilities(t *testing.T) {
 	if allowed != 2 || denied != 1 || errs != 1 {
 		t.Fatalf("allowed %d denied %d errors %d", allowed, denied, errs)
 	}
-	if e := events[4]; e.Limiter != "jobs" || !e.Decision.Allowed || e.Method != throttle.MethodTryHold {
+	if e := events[4]; e.Limiter != "jobs" || !e.Decision.Allowed || !e.Held {
 		t.Fatalf("hold event %+v", e)
 	}
 	if e := events[5]; e.Kind != throttle.EventRelease || e.Limiter != "jobs" || e.N != 1 || c.InFlight("k") != 0 {

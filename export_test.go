@@ -6,7 +6,7 @@ import "context"
 // 2 Holder, 4 QuotaReporter, 8 QuotaAllower), to make limiters of every
 // set of abilities in tests.
 func Restrict(l Limiter, mask int) Limiter {
-	b := &decorated{l: l, d: func(ctx context.Context, c Call, next Next) (Result, error) { return next(ctx, c) }}
+	b := &decorated{l: l, d: func(ctx context.Context, c call, next nextFunc) (result, error) { return next(ctx, c) }}
 	b.next = b.invoke
 	return withAbilities[mask](b)
 }

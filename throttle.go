@@ -108,11 +108,12 @@ type booking struct {
 	done   atomic.Bool
 }
 
-// NewReservation returns a granted reservation, to be honoured after
+// newReservation returns a granted reservation, to be honoured after
 // delay, of a limiter of capacity limit: what a Reserver returns when it
-// books. cancel, which may be nil, gives the booked capacity back; the
+// books (package limiterkit gives it to the Reservers of this module).
+// cancel, which may be nil, gives the booked capacity back; the
 // Reservation and all its copies call it at most once.
-func NewReservation(delay time.Duration, limit int, cancel func()) Reservation {
+func newReservation(delay time.Duration, limit int, cancel func()) Reservation {
 	r := Reservation{OK: true, Delay: delay, Limit: limit}
 	if cancel != nil {
 		r.b = &booking{cancel: cancel}

@@ -55,7 +55,7 @@ func (s *reservingSpacer) Reserve(_ context.Context, _ string, n int, maxWait ti
 		return throttle.Reservation{Delay: d - maxWait}, nil
 	}
 	s.next = at.Add(s.interval)
-	return throttle.NewReservation(at.Sub(now), 1, func() {
+	return limiterkit.NewReservation(at.Sub(now), 1, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.next.Equal(at.Add(s.interval)) {

@@ -1,9 +1,10 @@
 package adaptive
 
 import (
-	"github.com/throttlekit/throttle/counting"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttle/counting"
 )
 
 // BenchmarkAllowRelease is the uncontended hot path on one key: take a

@@ -209,7 +209,7 @@ func (l *Limiter) Quota() throttle.Quota { return throttle.Quota{Limit: l.Limit(
 // (n above Config.Max).
 func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
 	if l.rep.On() {
-		return l.rep.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+		return l.rep.Decide(ctx, limiterkit.MethodAllow, key, n, l.allow)
 	}
 	return d, l.fill(&d, n) // d filled in place: see limiterkit.Fill
 }
@@ -388,12 +388,12 @@ func (l *Limiter) TryHold(ctx context.Context, key string, n int) (d throttle.De
 	start := l.rep.Start()
 	err = l.fill(&d, n)
 	if l.rep.On() {
-		l.rep.Call(throttle.MethodTryHold, key, n, d, err, start)
+		l.rep.Call(limiterkit.MethodTryHold, key, n, d, err, start)
 	}
 	if err != nil || !d.Allowed {
 		return d, noRelease, err
 	}
-	return d, l.rep.Held(l.releaser(ctx, n), throttle.MethodTryHold, key, n), nil
+	return d, l.rep.Held(l.releaser(ctx, n), limiterkit.MethodTryHold, key, n), nil
 }
 
 // Hold waits until n units fit or ctx is done, and returns their release
@@ -406,11 +406,11 @@ func (l *Limiter) Hold(ctx context.Context, key string, n int) (func(), error) {
 	}
 	start := l.rep.Start()
 	release, err := l.hold(ctx, n)
-	l.rep.Call(throttle.MethodHold, key, n, throttle.Decision{Allowed: err == nil}, err, start)
+	l.rep.Call(limiterkit.MethodHold, key, n, throttle.Decision{Allowed: err == nil}, err, start)
 	if err != nil {
 		return nil, err
 	}
-	return l.rep.Held(release, throttle.MethodHold, key, n), nil
+	return l.rep.Held(release, limiterkit.MethodHold, key, n), nil
 }
 
 func (l *Limiter) hold(ctx context.Context, n int) (func(), error) {

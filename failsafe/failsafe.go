@@ -133,7 +133,7 @@ func WithOptions(opts ...throttle.Option) Option {
 // guard is the deadline, policy and breaker of one limiter made by New.
 type guard struct {
 	inner    throttle.Limiter
-	next     throttle.Next // inner's methods, for the direct Allow's slow paths
+	next     limiterkit.Next // inner's methods, for the direct Allow's slow paths
 	quota    func() throttle.Quota
 	policy   Policy
 	fallback throttle.Limiter
@@ -189,18 +189,18 @@ func New(inner throttle.Limiter, opts ...Option) (throttle.Limiter, error) {
 	if q, ok := inner.(throttle.QuotaReporter); ok {
 		g.quota = q.Quota
 	}
-	g.next = func(ctx context.Context, c throttle.Call) (throttle.Result, error) {
-		return throttle.Invoke(ctx, inner, c)
+	g.next = func(ctx context.Context, c limiterkit.Call) (limiterkit.Result, error) {
+		return limiterkit.Invoke(ctx, inner, c)
 	}
-	l := throttle.DecorateAllow(inner, g.call, g.allow)
+	l := limiterkit.Decorate(inner, g.call, g.allow)
 	return throttle.Observe(l, s.name, s.observer), nil
 }
 
 // call asks the store within the deadline, unless the breaker is open;
 // when the store fails, the policy decides.
-func (g *guard) call(ctx context.Context, c throttle.Call, next throttle.Next) (throttle.Result, error) {
+func (g *guard) call(ctx context.Context, c limiterkit.Call, next limiterkit.Next) (limiterkit.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return throttle.Result{}, err
+		return limiterkit.Result{}, err
 	}
 	probe, ok := g.br.Allow(g.clk.Now())
 	return g.through(ctx, c, next, probe, ok)
@@ -214,7 +214,7 @@ func (g *guard) allow(ctx context.Context, key string, n int) (throttle.Decision
 	}
 	probe, ok := g.br.Allow(g.clk.Now())
 	if !ok || probe {
-		r, err := g.through(ctx, throttle.Call{Method: throttle.MethodAllow, Key: key, N: n}, g.next, probe, ok)
+		r, err := g.through(ctx, limiterkit.Call{Method: limiterkit.MethodAllow, Key: key, N: n}, g.next, probe, ok)
 		return r.Decision, err
 	}
 	cctx, cancel := g.dl.With(ctx)
@@ -226,18 +226,18 @@ func (g *guard) allow(ctx context.Context, key string, n int) (throttle.Decision
 	if !failed {
 		return d, err
 	}
-	r, err := g.decide(ctx, throttle.Call{Method: throttle.MethodAllow, Key: key, N: n}, err)
+	r, err := g.decide(ctx, limiterkit.Call{Method: limiterkit.MethodAllow, Key: key, N: n}, err)
 	return r.Decision, err
 }
 
 // through is call once the breaker has answered: ok, and probe when the
 // call is its probe.
-func (g *guard) through(ctx context.Context, c throttle.Call, next throttle.Next, probe, ok bool) (throttle.Result, error) {
+func (g *guard) through(ctx context.Context, c limiterkit.Call, next limiterkit.Next, probe, ok bool) (limiterkit.Result, error) {
 	if !ok {
 		return g.decide(ctx, c, ErrOpen)
 	}
 	cctx, cancel := ctx, context.CancelFunc(nil)
-	if c.Method != throttle.MethodHold {
+	if c.Method != limiterkit.MethodHold {
 		cctx, cancel = g.dl.With(ctx)
 	}
 	r, err := g.ask(cctx, c, next, probe)
@@ -292,7 +292,7 @@ func (g *guard) silent() bool { return g.clk.Now()-g.heard.Load() >= g.timeout }
 
 // ask passes c on to the store. A probe that panics lets the next caller
 // probe: it learned nothing of the store.
-func (g *guard) ask(ctx context.Context, c throttle.Call, next throttle.Next, probe bool) (throttle.Result, error) {
+func (g *guard) ask(ctx context.Context, c limiterkit.Call, next limiterkit.Next, probe bool) (limiterkit.Result, error) {
 	if probe {
 		done := false
 		defer func() {
@@ -332,8 +332,8 @@ func (g *guard) success(probe bool) {
 }
 
 // decide applies the policy to a call the store failed with err.
-func (g *guard) decide(ctx context.Context, c throttle.Call, err error) (throttle.Result, error) {
-	var r throttle.Result
+func (g *guard) decide(ctx context.Context, c limiterkit.Call, err error) (limiterkit.Result, error) {
+	var r limiterkit.Result
 	switch g.policy {
 	case Open:
 		limit := g.quota().Limit
@@ -344,13 +344,13 @@ func (g *guard) decide(ctx context.Context, c throttle.Call, err error) (throttl
 		r.Reservation = throttle.Reservation{OK: true, Limit: limit}
 	case Fallback:
 		var ferr error
-		if r, ferr = throttle.Invoke(ctx, g.fallback, c); ferr != nil {
+		if r, ferr = limiterkit.Invoke(ctx, g.fallback, c); ferr != nil {
 			return r, ferr
 		}
 	default: // Closed: refused, with the store's error
 		r.Decision.RetryAfter = g.br.RetryAfter(g.clk.Now())
 	}
-	g.report.Event(throttle.Event{Kind: throttle.EventFallback, Key: c.Key, N: c.N, Decision: r.Decision, Err: err, Method: c.Method})
+	g.report.Event(throttle.Event{Kind: throttle.EventFallback, Key: c.Key, N: c.N, Decision: r.Decision, Err: err})
 	if g.policy == Closed {
 		return r, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/throttlekit/throttle/internal/ratefields"
 	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/internal/unsent"
+	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // KeyFunc returns the key a request is limited under. An error wrapping
@@ -190,7 +191,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if err != nil {
 		// Not a decision, but reported as a failed one: in shadow mode
 		// the observer is the only one to see it.
-		m.obs.Call(throttle.MethodAllow, "", 1, throttle.Decision{}, err, time.Time{})
+		m.obs.Call(limiterkit.MethodAllow, "", 1, throttle.Decision{}, err, time.Time{})
 		m.fail(w, r, next, err)
 		return
 	}
@@ -334,7 +335,7 @@ func (c *config) allowQuota(r *http.Request, qa throttle.QuotaAllower, key strin
 	n := c.cost(r)
 	start := rep.Start()
 	d, err := qa.AllowQuota(r.Context(), key, n, lim.rate, lim.burst)
-	rep.Call(throttle.MethodAllowQuota, key, n, d, err, start)
+	rep.Call(limiterkit.MethodAllowQuota, key, n, d, err, start)
 	return d, err
 }
 

@@ -482,7 +482,7 @@ func (l *Limiter) route(t *table, key string) (*slot, *ruleEntry, error) {
 // limit); a deny-listed one gets ErrDenied.
 func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
 	if l.rep.On() {
-		return l.rep.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+		return l.rep.Decide(ctx, limiterkit.MethodAllow, key, n, l.allow)
 	}
 	err = l.decide(ctx, &d, key, n) // d filled in place: see limiterkit.Fill
 	return d, err
@@ -551,14 +551,14 @@ func (l *Limiter) reserve(ctx context.Context, key string, n int, maxWait time.D
 			if n <= 0 {
 				return res, fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
 			}
-			return throttle.NewReservation(0, 0, nil), nil
+			return limiterkit.NewReservation(0, 0, nil), nil
 		case ok:
 			res, err = r.Reserve(ctx, key, n, maxWait)
 		default:
 			var d throttle.Decision
 			if d, err = s.allow(ctx, key, n); err == nil {
 				if d.Allowed {
-					res = throttle.NewReservation(0, d.Limit, nil)
+					res = limiterkit.NewReservation(0, d.Limit, nil)
 				} else {
 					res = throttle.Reservation{Delay: d.RetryAfter, Limit: d.Limit}
 				}

@@ -152,7 +152,7 @@ func (b *Bucket) Quota() throttle.Quota {
 func (b *Bucket) AllowQuota(ctx context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error) {
 	start := b.report.Start()
 	d, err := b.allowQuota(ctx, key, n, rate, burst)
-	b.report.Call(throttle.MethodAllowQuota, key, n, d, err, start)
+	b.report.Call(limiterkit.MethodAllowQuota, key, n, d, err, start)
 	return d, err
 }
 
@@ -223,9 +223,9 @@ func (b *Bucket) reserve(ctx context.Context, key string, n int, maxWait time.Du
 		if open {
 			d.Remaining = b.limit - n
 		}
-		b.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Err: err, Decision: d, Method: throttle.MethodReserve})
+		b.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Err: err, Decision: d})
 		if open {
-			return throttle.NewReservation(0, b.limit, nil), nil
+			return limiterkit.NewReservation(0, b.limit, nil), nil
 		}
 		return throttle.Reservation{Limit: b.limit}, err
 	}
@@ -235,7 +235,7 @@ func (b *Bucket) reserve(ctx context.Context, key string, n int, maxWait time.Du
 	}
 	booked, _ := r[2].(string)
 	delay := time.Duration(max(debt-b.cfg.Tau, 0))
-	return throttle.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
+	return limiterkit.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
 }
 
 // refund gives a booking back (best effort, bounded by the timeout).

@@ -8,6 +8,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/internal/report/reporttest"
+	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
@@ -117,8 +118,8 @@ func TestEveryCallReported(t *testing.T) {
 			if i == 1 {
 				key = ""
 			}
-			m := []throttle.Method{throttle.MethodAllow, throttle.MethodAllowQuota, throttle.MethodReserve}[i%3]
-			_, err := throttle.Invoke(ctx, l, throttle.Call{Method: m, Key: key, N: 1, Rate: throttle.NewRate(1, time.Hour), Burst: 3, MaxWait: time.Hour})
+			m := []limiterkit.Method{limiterkit.MethodAllow, limiterkit.MethodAllowQuota, limiterkit.MethodReserve}[i%3]
+			_, err := limiterkit.Invoke(ctx, l, limiterkit.Call{Method: m, Key: key, N: 1, Rate: throttle.NewRate(1, time.Hour), Burst: 3, MaxWait: time.Hour})
 			return err
 		}
 	}

@@ -352,7 +352,7 @@ func (c *core) allowWith(ctx context.Context, key string, n int, allow func(cont
 	if err == nil {
 		d, err = allow(ctx, key, n)
 	}
-	c.report.Call(throttle.MethodAllow, key, n, d, err, start)
+	c.report.Call(limiterkit.MethodAllow, key, n, d, err, start)
 	return d, err
 }
 

@@ -244,7 +244,7 @@ func (o *Observer) Observe(e throttle.Event) {
 		o.version.WithLabelValues(e.Limiter, e.Key).Set(1)
 	case e.Kind == throttle.EventRelease:
 		s.inFlight.get().Sub(float64(e.N))
-	case e.Kind == throttle.EventDecision && e.Decision.Allowed && (e.Method == throttle.MethodTryHold || e.Method == throttle.MethodHold):
+	case e.Kind == throttle.EventDecision && e.Held:
 		s.inFlight.get().Add(float64(e.N))
 	case e.Kind == throttle.EventLimit:
 		s.limit.get().Set(float64(e.Decision.Limit))

@@ -1,7 +1,7 @@
 // Package bridge carries what package throttle hands to package limiterkit
 // and to the limiters without showing it in throttle's user-facing API:
 // the option values, the bounds of a Rate, and the decorator machinery
-// (see package decorate).
+// (see package limiterkit).
 package bridge
 
 import "time"
@@ -25,3 +25,33 @@ const (
 	// MaxPerSecond is the highest rate a Rate accepts, in events per second.
 	MaxPerSecond = int64(time.Second)
 )
+
+// Method names the Limiter method a call was made through.
+type Method uint8
+
+// Methods a call can be made through.
+const (
+	MethodAllow      Method = iota // Limiter.Allow
+	MethodAllowQuota               // QuotaAllower.AllowQuota
+	MethodTryHold                  // Holder.TryHold
+	MethodHold                     // Holder.Hold
+	MethodReserve                  // Reserver.Reserve
+)
+
+var methodNames = [...]string{"Allow", "AllowQuota", "TryHold", "Hold", "Reserve"}
+
+// String returns the method's name.
+func (m Method) String() string {
+	if int(m) < len(methodNames) {
+		return methodNames[m]
+	}
+	return "Method(?)"
+}
+
+// Holds reports whether an allowed call of m holds its units until they
+// are released (TryHold, Hold).
+func (m Method) Holds() bool { return m == MethodTryHold || m == MethodHold }
+
+// The decorator machinery of package throttle, set by its init and typed
+// by package limiterkit, the only reader (see throttle's decorate.go).
+var Decorate, Invoke, NewReservation any

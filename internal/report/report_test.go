@@ -14,6 +14,7 @@ import (
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/httplimit"
 	"github.com/throttlekit/throttle/internal/report/reporttest"
+	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/rules"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
@@ -44,7 +45,7 @@ var down = throttle.LimiterFunc(func(context.Context, string, int) (throttle.Dec
 })
 
 // every makes call i through each method l has, in turn (see
-// throttle.Invoke), giving held units back at once; key "" for i = 1,
+// limiterkit.Invoke), giving held units back at once; key "" for i = 1,
 // a call that fails.
 func every(l throttle.Limiter) func(i int) error {
 	return func(i int) error {
@@ -52,8 +53,8 @@ func every(l throttle.Limiter) func(i int) error {
 		if i == 1 {
 			key = ""
 		}
-		m := []throttle.Method{throttle.MethodAllow, throttle.MethodAllowQuota, throttle.MethodTryHold, throttle.MethodReserve}[i%4]
-		r, err := throttle.Invoke(ctx, l, throttle.Call{Method: m, Key: key, N: 1, Rate: throttle.NewRate(1, time.Hour), Burst: 3})
+		m := []limiterkit.Method{limiterkit.MethodAllow, limiterkit.MethodAllowQuota, limiterkit.MethodTryHold, limiterkit.MethodReserve}[i%4]
+		r, err := limiterkit.Invoke(ctx, l, limiterkit.Call{Method: m, Key: key, N: 1, Rate: throttle.NewRate(1, time.Hour), Burst: 3})
 		if r.Release != nil {
 			r.Release()
 		}
