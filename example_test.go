@@ -38,7 +38,7 @@ func ExampleLimiter() {
 // turns the call into a throttled one that fails fast with ErrLimited.
 func ExampleWrap() {
 	clk := throttletest.NewClock()
-	l, _ := tokenbucket.New(throttle.Every(6*time.Second), 1, throttle.WithClock(clk))
+	l, _ := tokenbucket.New(throttle.NewRate(1, 6*time.Second), 1, throttle.WithClock(clk))
 	call := throttle.Wrap(l, "api-token", func(context.Context) (string, error) { return "called", nil })
 
 	for _, at := range []time.Duration{2 * time.Second, 7 * time.Second, 5 * time.Second, 2 * time.Second} {
@@ -61,7 +61,7 @@ func ExampleWrap() {
 // Wait books the next free slot on limiters that can reserve (FIFO, one
 // wake-up per slot) and honours the context's deadline.
 func ExampleWait() {
-	l, _ := tokenbucket.New(throttle.Every(time.Hour), 1)
+	l, _ := tokenbucket.New(throttle.NewRate(1, time.Hour), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	fmt.Println(throttle.Wait(ctx, l, "report", 1)) // the first slot is free

@@ -31,7 +31,9 @@ const (
 )
 
 // NewRate returns the rate of count events per period per. It is reduced
-// to lowest terms, so NewRate(10, 10*time.Second) equals Every(time.Second).
+// to lowest terms, so NewRate(10, 10*time.Second) equals
+// NewRate(1, time.Second). "At most once every six seconds" is
+// NewRate(1, 6*time.Second).
 // Use Validate (or hand it to a limiter) to learn whether it is usable.
 func NewRate(count int, per time.Duration) Rate {
 	c, p := int64(count), int64(per)
@@ -44,10 +46,6 @@ func NewRate(count int, per time.Duration) Rate {
 
 // PerSecond returns the rate of n events per second.
 func PerSecond(n int) Rate { return NewRate(n, time.Second) }
-
-// Every returns the rate of one event every d: "at most once every six
-// seconds" is Every(6*time.Second).
-func Every(d time.Duration) Rate { return NewRate(1, d) }
 
 // ParseRate parses "count/period", where period is a Go duration ("1m",
 // "6s", "250ms"), a number of days ("2d"), or a bare unit: ns, us, ms, s,

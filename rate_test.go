@@ -24,7 +24,7 @@ func TestRateConstructors(t *testing.T) {
 		{"PerSecond(3)", throttle.PerSecond(3), 3, time.Second, 333333334},
 		{"NewRate(5, time.Minute)", throttle.NewRate(5, time.Minute), 1, 12 * time.Second, 12 * time.Second},
 		{"NewRate(7200, time.Hour)", throttle.NewRate(7200, time.Hour), 1, 500 * time.Millisecond, 500 * time.Millisecond},
-		{"Every(6s)", throttle.Every(6 * time.Second), 1, 6 * time.Second, 6 * time.Second},
+		{"NewRate(1, 6s)", throttle.NewRate(1, 6*time.Second), 1, 6 * time.Second, 6 * time.Second},
 		{"1e9/s", throttle.PerSecond(1e9), 1, 1, 1},
 		{"1/day", throttle.NewRate(1, 24*time.Hour), 1, 24 * time.Hour, 24 * time.Hour},
 		{"NewRate(10, 10s)", throttle.NewRate(10, 10*time.Second), 1, time.Second, time.Second},
@@ -56,7 +56,7 @@ func TestRateExact(t *testing.T) {
 	if got := r.Duration(3 * 1e9); got != 1e9*time.Second {
 		t.Fatalf("3e9 events at 3/s take %v, want exactly 1e9 s", got)
 	}
-	if got := throttle.Every(time.Hour).Duration(math.MaxInt64); got != math.MaxInt64 {
+	if got := throttle.NewRate(1, time.Hour).Duration(math.MaxInt64); got != math.MaxInt64 {
 		t.Fatalf("Duration saturates at %v, want MaxInt64", got)
 	}
 	if got := throttle.PerSecond(1e9).Events(math.MaxInt64); got != math.MaxInt64 {
@@ -74,10 +74,10 @@ func TestRateInvalid(t *testing.T) {
 		"zero value":   {},
 		"zero count":   throttle.PerSecond(0),
 		"negative":     throttle.PerSecond(-5),
-		"zero period":  throttle.Every(0),
-		"neg period":   throttle.Every(-time.Second),
+		"zero period":  throttle.NewRate(1, 0),
+		"neg period":   throttle.NewRate(1, -time.Second),
 		"above 1e9/s":  throttle.PerSecond(1e9 + 1),
-		"below 1/year": throttle.Every(400 * 24 * time.Hour),
+		"below 1/year": throttle.NewRate(1, 400*24*time.Hour),
 	}
 	for name, r := range bad {
 		if err := r.Validate(); !errors.Is(err, throttle.ErrInvalid) {
@@ -93,7 +93,7 @@ func TestParseRate(t *testing.T) {
 	good := map[string]throttle.Rate{
 		"100/s":      throttle.PerSecond(100),
 		"5/1m":       throttle.NewRate(5, time.Minute),
-		"1/6s":       throttle.Every(6 * time.Second),
+		"1/6s":       throttle.NewRate(1, 6*time.Second),
 		" 10 / min ": throttle.NewRate(10, time.Minute),
 		"86400/day":  throttle.PerSecond(1),
 		"2/2d":       throttle.NewRate(1, 24*time.Hour),
@@ -144,11 +144,11 @@ func TestRateString(t *testing.T) {
 		{throttle.NewRate(5, time.Minute), "5/m"},
 		{throttle.NewRate(1000, time.Hour), "1000/h"},
 		{throttle.NewRate(86401, 24*time.Hour), "86401/d"},
-		{throttle.Every(6 * time.Second), "10/m"},
-		{throttle.Every(7 * time.Second), "1/7s"},
+		{throttle.NewRate(1, 6*time.Second), "10/m"},
+		{throttle.NewRate(1, 7*time.Second), "1/7s"},
 		{throttle.NewRate(3, 7*time.Millisecond), "3/7ms"},
 		{throttle.PerSecond(1), "1/s"},
-		{throttle.Every(48 * time.Hour), "1/48h0m0s"},
+		{throttle.NewRate(1, 48*time.Hour), "1/48h0m0s"},
 	} {
 		if got := c.r.String(); got != c.want {
 			t.Errorf("%v/%v: String() = %q, want %q", c.r.Count(), c.r.Period(), got, c.want)

@@ -110,6 +110,26 @@ func TestWaitPessimisticBacksOff(t *testing.T) {
 	})
 }
 
+// TestWaitMaxWaitZero: MaxWait(0) books nothing ahead, even on a Reserver:
+// Wait asks Allow and backs off.
+func TestWaitMaxWaitZero(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &reservingSpacer{spacer{interval: 100 * time.Millisecond}}
+		start := time.Now()
+		for range 6 {
+			if err := throttle.Wait(t.Context(), l, "k", 1, throttle.MaxWait(0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if el := time.Since(start); el < 500*time.Millisecond {
+			t.Errorf("6 waits at 10/s took %v", el)
+		}
+		if l.reserves != 0 {
+			t.Errorf("MaxWait(0) reserved %d times, want 0", l.reserves)
+		}
+	})
+}
+
 func TestWaitContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := &reservingSpacer{spacer{interval: time.Second}}
@@ -145,6 +165,11 @@ func TestWaitErrors(t *testing.T) {
 	if err := throttle.Wait(context.Background(), l, "k", 1, throttle.WithJitter(2)); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("Wait(Jitter(2)) = %v, want ErrInvalid", err)
 	}
+	for _, o := range []throttle.WaitOption{throttle.Cost(1), throttle.KeyFrom(nil), throttle.Blocking()} {
+		if err := throttle.Wait(context.Background(), l, "k", 1, o); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("Wait(an option of Wrap) = %v, want ErrInvalid", err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := throttle.Wait(ctx, l, "k", 1); !errors.Is(err, context.Canceled) {
@@ -166,7 +191,7 @@ func TestWrap(t *testing.T) {
 		if v != 0 || !errors.Is(err, throttle.ErrLimited) || !errors.As(err, &le) || le.Decision.RetryAfter != time.Second {
 			t.Fatalf("throttled call = %d, %v; want ErrLimited with RetryAfter 1s", v, err)
 		}
-		blocking := throttle.Wrap(l, "api", f, throttle.Blocking(throttle.WithJitter(0)))
+		blocking := throttle.Wrap(l, "api", f, throttle.Blocking(), throttle.WithJitter(0))
 		start := time.Now()
 		if v, err := blocking(t.Context()); v != 2 || err != nil || time.Since(start) != time.Second {
 			t.Fatalf("blocking call = %d, %v after %v; want 2 after 1s", v, err, time.Since(start))
@@ -212,12 +237,12 @@ func TestWaitBackoffMeetsDeadline(t *testing.T) {
 }
 
 // BenchmarkWait is Wait when the units are free at once, through a
-// reservation (tokenbucket is a Reserver) and, Pessimistic, through Allow.
+// reservation (tokenbucket is a Reserver) and, with MaxWait(0), through Allow.
 func BenchmarkWait(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		opts []throttle.WaitOption
-	}{{"reserve", nil}, {"allow", []throttle.WaitOption{throttle.Pessimistic()}}} {
+	}{{"reserve", nil}, {"allow", []throttle.WaitOption{throttle.MaxWait(0)}}} {
 		b.Run(c.name, func(b *testing.B) {
 			l, err := tokenbucket.New(throttle.PerSecond(1_000_000_000), 1_000_000_000)
 			if err != nil {

@@ -23,7 +23,7 @@ func ExampleTransport() {
 	}))
 	defer upstream.Close()
 
-	perHost, err := tokenbucket.New(throttle.Every(20*time.Millisecond), 1)
+	perHost, err := tokenbucket.New(throttle.NewRate(1, 20*time.Millisecond), 1)
 	if err != nil {
 		panic(err)
 	}

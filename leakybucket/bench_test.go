@@ -21,7 +21,7 @@ func BenchmarkMeter(b *testing.B) {
 	for _, allowed := range []bool{true, false} {
 		r, capacity := throttle.NewRate(int(bridge.MaxPerSecond), time.Second), 1<<30
 		if !allowed {
-			r, capacity = throttle.Every(time.Hour), 1
+			r, capacity = throttle.NewRate(1, time.Hour), 1
 		}
 		name := map[bool]string{true: "allowed", false: "denied"}[allowed]
 		b.Run("Bucket/"+name, func(b *testing.B) {

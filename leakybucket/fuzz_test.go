@@ -15,7 +15,7 @@ import (
 var fuzzRates = []throttle.Rate{
 	throttle.PerSecond(10),
 	throttle.NewRate(7, time.Minute), // fractional interval
-	throttle.Every(6 * time.Second),
+	throttle.NewRate(1, 6*time.Second),
 	throttle.NewRate(2, 3),
 	throttle.NewRate(int(bridge.MaxPerSecond), time.Second),
 }

@@ -102,7 +102,7 @@ func TestPacerErrors(t *testing.T) {
 		{throttle.Rate{}, 0, 0},
 		{throttle.PerSecond(1), -1, 0},
 		{throttle.PerSecond(1), 0, -1},
-		{throttle.Every(bridge.MaxPeriod), 100, 0},
+		{throttle.NewRate(1, bridge.MaxPeriod), 100, 0},
 	} {
 		if _, err := leakybucket.NewPacer(c.rate, c.slack, c.maxWait); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("NewPacer(%v, %d, %v): %v", c.rate, c.slack, c.maxWait, err)
@@ -133,7 +133,7 @@ func TestPacerEndOfTime(t *testing.T) {
 	year := 366 * 24 * time.Hour
 	clk := throttletest.NewClock()
 	clk.Set(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC))
-	p := newPacer(t, throttle.Every(year), 0, leakybucket.Unbounded, throttle.WithClock(clk))
+	p := newPacer(t, throttle.NewRate(1, year), 0, leakybucket.Unbounded, throttle.WithClock(clk))
 	last, slots := time.Duration(-1), 0
 	for range 100 {
 		d, err := p.Reserve()

@@ -48,7 +48,7 @@ func (p plain) CompareAndSwap(ctx context.Context, key string, old, next, now, e
 // empty, and a new key took a way at random even beside an empty one:
 // 1.27 calls per decision.)
 func TestGuessesHoldManyKeys(t *testing.T) {
-	a, err := tokenbucket.NewAlgorithm(throttle.Every(time.Hour), 100)
+	a, err := tokenbucket.NewAlgorithm(throttle.NewRate(1, time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestGuessesHoldManyKeys(t *testing.T) {
 // decisions stay exact (100 units of a bucket of 100, both limiters
 // together).
 func TestOneCallPerAdmission(t *testing.T) {
-	a, err := tokenbucket.NewAlgorithm(throttle.Every(time.Hour), 100)
+	a, err := tokenbucket.NewAlgorithm(throttle.NewRate(1, time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestFloodFalseDenials(t *testing.T) {
 // an unbounded one holding the same admissions would deny.
 func FuzzNoBypass(f *testing.F) {
 	throttletest.FuzzNoBypass(f, 1, time.Millisecond, func(_, burst int, opts ...throttle.Option) (throttle.Limiter, error) {
-		return New(throttle.Every(64*time.Millisecond), burst, opts...)
+		return New(throttle.NewRate(1, 64*time.Millisecond), burst, opts...)
 	})
 }
 

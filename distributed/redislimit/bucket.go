@@ -59,14 +59,14 @@ func NewLeakyBucket(client redis.UniversalClient, rate throttle.Rate, capacity i
 // for it; maxWait bounds how many permits may be booked ahead
 // (maxWait/d), beyond which callers are told to back off. Allow is the
 // pessimistic mode: nothing is booked, the caller backs off for
-// RetryAfter (throttle.Wait with throttle.Pessimistic adds jitter).
+// RetryAfter (throttle.Wait with throttle.MaxWait(0) adds jitter).
 //
 // A booked permit is used at its instant or wasted: the bucket never
 // accumulates permits that were not taken (the state is the next free
 // instant, and idle time never moves it back), so a process that books a
 // permit and crashes costs the others one interval, not more.
 func NewEvery(client redis.UniversalClient, d time.Duration, opts ...Option) (*Bucket, error) {
-	return newBucket(client, "tb", throttle.Every(d), 1, opts)
+	return newBucket(client, "tb", throttle.NewRate(1, d), 1, opts)
 }
 
 // MaxSpan is the longest burst·interval of a Redis bucket, and the

@@ -57,7 +57,7 @@
 // mode; throttle.Wait does this), bounded by maxWait: beyond maxWait/d
 // permits booked ahead, the caller is told to back off. Allow never
 // books (pessimistic mode: back off for RetryAfter with jitter, as
-// throttle.Wait with throttle.Pessimistic does). A booked permit that is
+// throttle.Wait with throttle.MaxWait(0) does). A booked permit that is
 // not used at its instant is wasted, never carried over: the state is
 // the next free instant, which idle time never moves back.
 //

@@ -142,7 +142,7 @@ func (s *service) api(redisAddr string) error {
 // partner serves GET /partner, which calls a partner API that takes one
 // call every 6 s per token: it waits for the turn.
 func (s *service) partner() error {
-	partner, err := tokenbucket.New(throttle.Every(6*time.Second), 1)
+	partner, err := tokenbucket.New(throttle.NewRate(1, 6*time.Second), 1)
 	if err != nil {
 		return err
 	}

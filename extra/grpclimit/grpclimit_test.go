@@ -226,7 +226,7 @@ func TestClient(t *testing.T) {
 		t.Fatalf("asked %d times, want 3", asked.Load())
 	}
 
-	tb, _ := tokenbucket.New(throttle.Every(time.Hour), 1, throttle.WithClock(throttletest.NewClock()))
+	tb, _ := tokenbucket.New(throttle.NewRate(1, time.Hour), 1, throttle.WithClock(throttletest.NewClock()))
 	fast := bufServe(t, nil, grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(tb, grpclimit.WithFailFast())))
 	if _, err := fast.Check(withKey(t, "k"), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)
@@ -251,7 +251,7 @@ func TestLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys []string
-	tb, _ := tokenbucket.New(throttle.Every(time.Hour), 1, throttle.WithClock(throttletest.NewClock()))
+	tb, _ := tokenbucket.New(throttle.NewRate(1, time.Hour), 1, throttle.WithClock(throttletest.NewClock()))
 	spy := throttle.LimiterFunc(func(ctx context.Context, key string, n int) (throttle.Decision, error) {
 		keys = append(keys, key)
 		return tb.Allow(ctx, key, n)

@@ -24,7 +24,7 @@ const bigBurst = 1 << 30
 func benchBucket(b *testing.B, allowed bool) *tokenbucket.Bucket {
 	r, burst := throttle.NewRate(int(bridge.MaxPerSecond), time.Second), bigBurst
 	if !allowed {
-		r, burst = throttle.Every(time.Hour), 1
+		r, burst = throttle.NewRate(1, time.Hour), 1
 	}
 	tb, err := tokenbucket.NewBucket(r, burst)
 	if err != nil {
@@ -112,7 +112,7 @@ func BenchmarkKeyed(b *testing.B) {
 				r, burst = throttle.PerSecond(1), 1<<20
 			}
 			if !allowed {
-				r, burst = throttle.Every(time.Hour), 1
+				r, burst = throttle.NewRate(1, time.Hour), 1
 			}
 			keys := benchutil.Keys(nkeys)
 			visit := benchutil.Visit(keys)
