@@ -166,7 +166,7 @@ type timing struct{ reporttest.Recorder }
 
 func (*timing) ObservesLatency() bool { return true }
 
-func TestObserveTimesCallsForALatencyObserver(t *testing.T) {
+func TestObserveTimesCallsForAnObserverThatAsks(t *testing.T) {
 	slow := throttle.LimiterFunc(func(context.Context, string, int) (throttle.Decision, error) {
 		time.Sleep(2 * time.Millisecond)
 		return throttle.Decision{Allowed: true}, nil
@@ -176,7 +176,7 @@ func TestObserveTimesCallsForALatencyObserver(t *testing.T) {
 	plain := &reporttest.Recorder{}
 	_, _ = throttle.Observe(slow, "store", plain).Allow(context.Background(), "k", 1)
 	if timed, untimed := rec.Events()[0].Latency, plain.Events()[0].Latency; timed < 2*time.Millisecond || untimed != 0 {
-		t.Fatalf("latency %v with a LatencyObserver, %v without", timed, untimed)
+		t.Fatalf("latency %v with an Observer asking for latency, %v without", timed, untimed)
 	}
 }
 

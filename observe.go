@@ -64,21 +64,12 @@ type Event struct {
 	Decision Decision
 	Err      error
 	// Latency is how long the call took: set by Observe for an Observer
-	// that asks for it (LatencyObserver) and by backends that measure
-	// their round trips; 0 where it is not measured.
+	// that asks for it (see Observer) and by backends that measure their
+	// round trips; 0 where it is not measured.
 	Latency time.Duration
 	// Held is set on the EventDecision of an allowed TryHold or Hold:
 	// its units stay held until an EventRelease reports them given back.
 	Held bool
-}
-
-// LatencyObserver is an Observer that wants each call timed: Observe then
-// reads the clock before and after every call and sets Event.Latency.
-// Ask for it on limiters backed by a store, where the round trip is what
-// a dashboard watches; an in-process decision takes tens of nanoseconds.
-type LatencyObserver interface {
-	Observer
-	ObservesLatency() bool
 }
 
 // Observer receives Events, synchronously, on the goroutine of the call
@@ -89,6 +80,12 @@ type LatencyObserver interface {
 // its own takes it as WithObserver(name, o), and then reports every call
 // as Observe would (one EventDecision or EventError each) plus its own
 // events (breaker, fallback, warning, reload).
+//
+// An Observer that also has a method ObservesLatency() bool returning
+// true wants each call timed: Observe then reads the clock before and
+// after every call and sets Event.Latency. Ask for it on limiters backed
+// by a store, where the round trip is what a dashboard watches; an
+// in-process decision takes tens of nanoseconds.
 type Observer interface {
 	Observe(Event)
 }
@@ -110,8 +107,7 @@ func Observe(l Limiter, name string, o Observer) Limiter {
 	if o == nil {
 		return l
 	}
-	lo, timed := o.(LatencyObserver)
-	timed = timed && lo.ObservesLatency()
+	timed := bridge.ObservesLatency(o)
 	report := func(c *call, d Decision, err error, start time.Time) {
 		e := Event{Kind: EventDecision, Limiter: name, Key: c.Key, N: c.N, Decision: d, Err: err, Held: err == nil && d.Allowed && c.Method.Holds()}
 		if timed {

@@ -10,7 +10,7 @@ import (
 )
 
 // WaitOption configures Wait, and Wrap, which waits as Wait does when
-// given Blocking. Cost, KeyFrom and Blocking are Wrap's alone: Wait
+// given Blocking. KeyFrom and Blocking are Wrap's alone: Wait
 // refuses them with an error wrapping ErrInvalid.
 type WaitOption func(*waitConfig)
 
@@ -20,14 +20,13 @@ type waitConfig struct {
 	maxBackoff time.Duration
 	// Wrap's options.
 	key    func(context.Context) string
-	cost   int
 	wait   bool
 	wrapOp string // the name of the last option only Wrap takes
 }
 
 // newWaitConfig returns the defaults with opts applied.
 func newWaitConfig(opts []WaitOption) waitConfig {
-	c := waitConfig{maxWait: defaultMaxWait, jitter: defaultJitter, maxBackoff: defaultMaxBackoff, cost: 1}
+	c := waitConfig{maxWait: defaultMaxWait, jitter: defaultJitter, maxBackoff: defaultMaxBackoff}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -165,7 +165,7 @@ func TestWaitErrors(t *testing.T) {
 	if err := throttle.Wait(context.Background(), l, "k", 1, throttle.WithJitter(2)); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("Wait(Jitter(2)) = %v, want ErrInvalid", err)
 	}
-	for _, o := range []throttle.WaitOption{throttle.Cost(1), throttle.KeyFrom(nil), throttle.Blocking()} {
+	for _, o := range []throttle.WaitOption{throttle.KeyFrom(nil), throttle.Blocking()} {
 		if err := throttle.Wait(context.Background(), l, "k", 1, o); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("Wait(an option of Wrap) = %v, want ErrInvalid", err)
 		}
@@ -196,9 +196,14 @@ func TestWrap(t *testing.T) {
 		if v, err := blocking(t.Context()); v != 2 || err != nil || time.Since(start) != time.Second {
 			t.Fatalf("blocking call = %d, %v after %v; want 2 after 1s", v, err, time.Since(start))
 		}
-		keyed := throttle.Wrap(l, "", f, throttle.KeyFrom(func(context.Context) string { return "x" }), throttle.Cost(2))
-		if _, err := keyed(t.Context()); !errors.Is(err, throttle.ErrExceedsLimit) {
-			t.Fatalf("Cost(2) on a limit of 1 = %v, want ErrExceedsLimit", err)
+		var asked string
+		denyAll := throttle.LimiterFunc(func(_ context.Context, key string, _ int) (throttle.Decision, error) {
+			asked = key
+			return throttle.Decision{RetryAfter: time.Second}, nil
+		})
+		keyed := throttle.Wrap(denyAll, "", f, throttle.KeyFrom(func(context.Context) string { return "x" }))
+		if _, err := keyed(t.Context()); !errors.Is(err, throttle.ErrLimited) || asked != "x" {
+			t.Fatalf("KeyFrom: %v for key %q, want ErrLimited for \"x\"", err, asked)
 		}
 		if calls != 2 {
 			t.Fatalf("f ran %d times, want 2", calls)

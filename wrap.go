@@ -12,10 +12,6 @@ func KeyFrom(f func(context.Context) string) WaitOption {
 	return func(c *waitConfig) { c.key, c.wrapOp = f, "KeyFrom" }
 }
 
-// Cost charges n units per call of the wrapped function instead of 1. An
-// option of Wrap only.
-func Cost(n int) WaitOption { return func(c *waitConfig) { c.cost, c.wrapOp = n, "Cost" } }
-
 // Blocking makes the wrapped function wait for capacity, as Wait does with
 // the other options given to Wrap, instead of failing with ErrLimited. An
 // option of Wrap only.
@@ -36,8 +32,8 @@ func (e *LimitedError) Error() string {
 // Unwrap returns ErrLimited.
 func (e *LimitedError) Unwrap() error { return ErrLimited }
 
-// Wrap returns f throttled by l: each call first asks l for Cost units
-// (default 1) under key. When denied, the call returns the zero T and a
+// Wrap returns f throttled by l: each call first asks l for one unit
+// under key (Wait and TryHold take other amounts). When denied, the call returns the zero T and a
 // *LimitedError (errors.Is(err, ErrLimited)); with Blocking it waits for
 // capacity instead (an invalid MaxWait or jitter then fails each call
 // with ErrInvalid). Errors from l are returned as they are and f is not
@@ -54,7 +50,7 @@ func Wrap[T any](l Limiter, key string, f func(context.Context) (T, error), opts
 		k := c.key(ctx)
 		if c.wait {
 			if h, ok := l.(Holder); ok {
-				release, err := h.Hold(ctx, k, c.cost)
+				release, err := h.Hold(ctx, k, 1)
 				if err != nil {
 					return zero, err
 				}
@@ -64,12 +60,12 @@ func Wrap[T any](l Limiter, key string, f func(context.Context) (T, error), opts
 			if err := c.check(); err != nil {
 				return zero, err
 			}
-			if err := c.run(ctx, l, k, c.cost); err != nil {
+			if err := c.run(ctx, l, k, 1); err != nil {
 				return zero, err
 			}
 			return f(ctx)
 		}
-		d, release, err := TryHold(ctx, l, k, c.cost)
+		d, release, err := TryHold(ctx, l, k, 1)
 		if err != nil {
 			return zero, err
 		}

@@ -152,7 +152,7 @@ func WithErrorFunc(f func(error)) Option { return func(c *config) { c.onError = 
 
 // WithObserver reports to o, under name, every call as throttle.Observe
 // does (an EventDecision, or an EventError for a call that failed, timed
-// for a throttle.LatencyObserver), and the limiter's own events: the
+// for an Observer that asks for it), and the limiter's own events: the
 // circuit breaker opening and closing (EventBreakerOpen,
 // EventBreakerClosed), each call the failure policy decided while Redis
 // was unavailable (EventFallback, with the decision and the error: a

@@ -55,3 +55,10 @@ func (m Method) Holds() bool { return m == MethodTryHold || m == MethodHold }
 // The decorator machinery of package throttle, set by its init and typed
 // by package limiterkit, the only reader (see throttle's decorate.go).
 var Decorate, Invoke, NewReservation any
+
+// ObservesLatency reports whether o, a throttle.Observer, asks for each
+// call to be timed (see throttle.Observer).
+func ObservesLatency(o any) bool {
+	lo, ok := o.(interface{ ObservesLatency() bool })
+	return ok && lo.ObservesLatency()
+}

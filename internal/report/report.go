@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/bridge"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -24,15 +25,14 @@ type To struct {
 
 // New returns a To reporting to o under name; a nil o reports nothing.
 func New(name string, o throttle.Observer) To {
-	lo, timed := o.(throttle.LatencyObserver)
-	return To{name: name, o: o, timed: timed && lo.ObservesLatency()}
+	return To{name: name, o: o, timed: bridge.ObservesLatency(o)}
 }
 
 // On reports whether there is an Observer.
 func (r *To) On() bool { return r.o != nil }
 
 // Start returns the instant a call starts, for Call to time it: the zero
-// Time unless the Observer asks for latency (throttle.LatencyObserver).
+// Time unless the Observer asks for latency (see throttle.Observer).
 func (r *To) Start() time.Time {
 	if r.timed {
 		return time.Now()
