@@ -3,7 +3,7 @@
 // a failure policy that decides the calls the store could not (refuse,
 // admit, or ask a local limiter), a circuit breaker that stops sending to
 // a dead store, and events for each of them through the throttle.Observer
-// hook. The backends of this module use its Breaker; New wraps any other
+// hook. The backends of this module use its Policy; New wraps any other
 // throttle.Limiter in all of it.
 //
 //	l, err := failsafe.New(storeLimiter,
@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/breaker"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/deadline"
 	"github.com/throttlekit/throttle/internal/optkit"
@@ -69,10 +70,10 @@ func (p Policy) String() string {
 
 // Defaults of Limiter.
 const (
-	DefaultTimeout     = 100 * time.Millisecond
-	DefaultFailures    = 3
-	DefaultCooldown    = time.Second
-	DefaultMaxCooldown = time.Second
+	defaultTimeout     = 100 * time.Millisecond
+	defaultFailures    = 3
+	defaultCooldown    = time.Second
+	defaultMaxCooldown = time.Second
 )
 
 // Option configures a Limiter.
@@ -99,14 +100,13 @@ func WithFallback(l throttle.Limiter) Option {
 	return func(s *settings) { s.fallback, s.policy = l, Fallback }
 }
 
-// WithTimeout bounds each call to the store (default DefaultTimeout); the
+// WithTimeout bounds each call to the store (default 100ms); the
 // earlier of it and the caller's deadline applies.
 func WithTimeout(d time.Duration) Option { return func(s *settings) { s.timeout = d } }
 
 // WithBreaker opens the breaker after failures consecutive failures (0
 // turns it off) for cooldown, doubled after each failed probe up to
-// maxCooldown. Default: DefaultFailures, DefaultCooldown,
-// DefaultMaxCooldown.
+// maxCooldown. Default: 3 failures, a cooldown of 1s, no doubling.
 func WithBreaker(failures int, cooldown, maxCooldown time.Duration) Option {
 	return func(s *settings) { s.failures, s.cooldown, s.maxCool = failures, cooldown, maxCooldown }
 }
@@ -139,7 +139,7 @@ type guard struct {
 	fallback throttle.Limiter
 	report   report.To
 	clk      clock.Source
-	br       Breaker
+	br       breaker.Breaker
 	dl       deadline.Shared
 	timeout  int64        // the per-call timeout, ns
 	heard    atomic.Int64 // when the store last answered a call (g.clk), to within timeout/8
@@ -160,7 +160,7 @@ var ErrOpen = fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
 // Errors wrap throttle.ErrInvalid: a nil inner, an unknown policy, Fallback
 // without a limiter, a non-positive timeout or a bad breaker.
 func New(inner throttle.Limiter, opts ...Option) (throttle.Limiter, error) {
-	s := settings{timeout: DefaultTimeout, failures: DefaultFailures, cooldown: DefaultCooldown, maxCool: DefaultMaxCooldown}
+	s := settings{timeout: defaultTimeout, failures: defaultFailures, cooldown: defaultCooldown, maxCool: defaultMaxCooldown}
 	if err := optkit.Apply(&s, "failsafe", opts); err != nil {
 		return nil, err
 	}

@@ -298,8 +298,8 @@ func (c *config) deny(w http.ResponseWriter, r *http.Request, d throttle.Decisio
 	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
 }
 
-// StatusFor returns the status New answers for a failed key or decision.
-func StatusFor(err error) int {
+// statusFor returns the status New answers for a failed key or decision.
+func statusFor(err error) int {
 	switch {
 	case errors.Is(err, throttle.ErrDenied):
 		return http.StatusForbidden
@@ -325,7 +325,7 @@ func (c *config) fail(w http.ResponseWriter, r *http.Request, next http.Handler,
 		c.onError(w, r, err)
 		return
 	}
-	code := StatusFor(err)
+	code := statusFor(err)
 	http.Error(w, http.StatusText(code), code)
 }
 

@@ -218,7 +218,7 @@ func New(c *Config, opts ...Option) (*Limiter, error) {
 }
 
 func (l *Limiter) defaultFactory(_ string, lim Limit) (throttle.Limiter, error) {
-	if lim.IsWindow() {
+	if lim.isWindow() {
 		return slidingwindow.New(lim.Count, lim.Window, l.cfg.limOpts...)
 	}
 	return tokenbucket.New(lim.Rate, lim.Burst, l.cfg.limOpts...)
@@ -325,7 +325,7 @@ func (b *rebuild) table(c *Config) (*table, error) {
 // new one from the factory.
 func (b *rebuild) slot(id string, lim Limit) (*slot, error) {
 	cfg := &b.l.cfg
-	if cfg.qa != nil && !lim.IsWindow() {
+	if cfg.qa != nil && !lim.isWindow() {
 		b.next[id] = &live{lim: lim}
 		return &slot{id: id, lim: lim, qa: cfg.qa}, nil
 	}
@@ -346,7 +346,7 @@ func (b *rebuild) slot(id string, lim Limit) (*slot, error) {
 	if nl == nil {
 		return nil, invalid("%s: the factory returned a nil limiter", id)
 	}
-	if old := b.l.live[id]; old != nil && old.l != nil && old.lim.IsWindow() && lim.IsWindow() {
+	if old := b.l.live[id]; old != nil && old.l != nil && old.lim.isWindow() && lim.isWindow() {
 		nl = newCarry(nl, old.l, old.lim, lim, b.l.set.Clock) // what keys used is carried over
 		b.carried = append(b.carried, old)
 	}
@@ -396,10 +396,10 @@ func adjustable(old *live, lim Limit) bool {
 		return true
 	}
 	switch {
-	case !old.lim.IsWindow() && !lim.IsWindow():
+	case !old.lim.isWindow() && !lim.isWindow():
 		_, ok := old.l.(rateSetter)
 		return ok
-	case old.lim.IsWindow() && lim.IsWindow() && old.lim.Window == lim.Window:
+	case old.lim.isWindow() && lim.isWindow() && old.lim.Window == lim.Window:
 		_, ok := unwrapped(old.l).(limitSetter)
 		if c, sized := old.l.(interface{ Capacity() int }); sized && lim.Count > c.Capacity() {
 			return false // past what its counters hold: rebuilt
@@ -414,7 +414,7 @@ func adjust(l throttle.Limiter, a, b Limit) error {
 	if a == b {
 		return nil
 	}
-	if b.IsWindow() {
+	if b.isWindow() {
 		return l.(limitSetter).SetLimit(b.Count)
 	}
 	s := l.(rateSetter)
@@ -592,7 +592,7 @@ func (l *Limiter) KeyQuota(key string) (q throttle.Quota, refill throttle.Rate, 
 	if err != nil || s == nil {
 		return q, refill, false
 	}
-	if !s.lim.IsWindow() {
+	if !s.lim.isWindow() {
 		refill = s.lim.Rate
 	}
 	return s.lim.Quota(), refill, true

@@ -12,6 +12,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/failsafe"
+	"github.com/throttlekit/throttle/internal/breaker"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/deadline"
 	"github.com/throttlekit/throttle/internal/optkit"
@@ -189,7 +190,7 @@ type core struct {
 	onError   func(error)
 	report    report.To
 	evictSeen atomic.Bool // the eviction policy was checked
-	br        failsafe.Breaker
+	br        breaker.Breaker
 	deadlines deadline.Shared
 	batch     batcher
 	closed    atomic.Bool
