@@ -65,7 +65,7 @@ func BenchmarkParallel(b *testing.B) {
 		})
 	})
 	b.Run("impl=Vegas", func(b *testing.B) {
-		l, err := New(&Vegas{}, Config{Initial: MaxLimit, Max: MaxLimit})
+		l, err := New(&Vegas{}, Config{Initial: maxLimit, Max: maxLimit})
 		if err != nil {
 			b.Fatal(err)
 		}

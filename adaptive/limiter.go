@@ -89,7 +89,7 @@ type Algorithm interface {
 // Config bounds and paces a Limiter. The zero value is the defaults.
 type Config struct {
 	// Initial is the limit before the first window (default 20), Min and
-	// Max bound it (defaults 1 and 1000; at most MaxLimit).
+	// Max bound it (defaults 1 and 1000; at most maxLimit).
 	Initial, Min, Max int
 	// Window is the shortest time a window of samples spans (default
 	// 100ms); WindowSamples is the fewest samples (successes or drops)
@@ -107,9 +107,9 @@ type Config struct {
 	Observer throttle.Observer
 }
 
-// MaxLimit is the largest limit a Limiter accepts: the limit and the units
+// maxLimit is the largest limit a Limiter accepts: the limit and the units
 // in flight share one 64-bit word.
-const MaxLimit = 1<<31 - 1
+const maxLimit = 1<<31 - 1
 
 // Layout of Limiter.word.
 const (
@@ -179,10 +179,10 @@ func New(alg Algorithm, c Config, opts ...throttle.Option) (*Limiter, error) {
 	if c.Window == 0 {
 		c.Window = 100 * time.Millisecond
 	}
-	if c.Min < 1 || c.Max > MaxLimit || c.Min > c.Max || c.Initial < c.Min || c.Initial > c.Max ||
+	if c.Min < 1 || c.Max > maxLimit || c.Min > c.Max || c.Initial < c.Min || c.Initial > c.Max ||
 		c.Window < 0 || c.WindowSamples < 1 || c.Timeout < 0 {
 		return nil, fmt.Errorf("%w: adaptive: Config %+v: want 1 <= Min <= Initial <= Max <= %d, Window, WindowSamples, Timeout positive",
-			throttle.ErrInvalid, c, MaxLimit)
+			throttle.ErrInvalid, c, maxLimit)
 	}
 	l := &Limiter{alg: alg, cfg: c, clock: clock.New(s.Clock), limit: float64(c.Initial), wake: make(chan struct{}),
 		rep: report.New(c.Name, c.Observer)}
