@@ -14,7 +14,7 @@ import (
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/httplimit"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // full is a limiter with every ability, recording each call it gets and

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/report"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Keyed is one Limiter per key, each with its own Algorithm: a limit per

@@ -11,9 +11,9 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/internal/unsent"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Outcome is how a request ended, as the caller reports it on release.

@@ -36,9 +36,9 @@ import (
 	"github.com/throttlekit/throttle/internal/breaker"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/deadline"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/report"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Policy decides the requests a store could not.

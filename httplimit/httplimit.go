@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/ratefields"
 	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/internal/unsent"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // KeyFunc returns the key a request is limited under. An error wrapping

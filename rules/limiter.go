@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/report"
-	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/tokenbucket"
 )

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // maxPatternLen bounds the length of a key, prefix or pattern in a rules

@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // MaxWindow is the longest window a sliding log accepts (about 146 years):

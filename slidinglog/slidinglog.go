@@ -93,7 +93,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // Log is a sliding log guarding a single resource: at most limit units

@@ -94,8 +94,8 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/window"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Bounds of the constructor arguments.

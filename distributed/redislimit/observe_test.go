@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/internal/report/reporttest"
-	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 

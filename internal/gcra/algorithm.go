@@ -5,7 +5,7 @@ import (
 	"math"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // Full is the TAT of a bucket never used: full (or empty, seen as a leaky

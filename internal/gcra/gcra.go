@@ -31,7 +31,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/keyed"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // MaxSpan bounds the tolerance burst·interval of a bucket (about 36

@@ -13,8 +13,8 @@ import (
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/httplimit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/report/reporttest"
-	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/rules"
 	"github.com/throttlekit/throttle/tokenbucket"
 )

@@ -62,7 +62,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/breaker"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 var _ throttle.Limiter = (*Client)(nil)

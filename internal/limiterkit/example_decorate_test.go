@@ -7,7 +7,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/counting"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 

@@ -1,4 +1,4 @@
-// Package limiterkit is for those who implement a throttle.Limiter: it
+// Package limiterkit is for the limiters and wrappers of this module: it
 // turns the shared throttle.Options into Settings, checks keys and request
 // sizes the way every limiter of this module does, builds Decisions and
 // Reservations, and wraps a limiter in a Decorator that keeps its
