@@ -49,7 +49,7 @@ type config struct {
 	ctxLimit  bool
 }
 
-// WithKey sets how requests are keyed (default: RemoteIP()).
+// WithKey sets how requests are keyed (default: ClientIP()).
 func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
 // WithCost sets how many units a request costs (default 1); see
@@ -138,7 +138,7 @@ func WithObserver(name string, o throttle.Observer) Option {
 // Errors wrap throttle.ErrInvalid: a nil limiter or key func, or a bad
 // name.
 func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, error) {
-	c := config{key: RemoteIP(), cost: func(*http.Request) int { return 1 }, name: "default"}
+	c := config{key: ClientIP(), cost: func(*http.Request) int { return 1 }, name: "default"}
 	if err := optkit.Apply(&c, "httplimit", opts); err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@
 // above that takes as many entries as it needs. That is 8,589,934,591
 // units per entry for a 1 s window, 2,097,151 for 1 h, 2,047 for 30 days,
 // 255 for 366 days (where AllowN(1<<22) writes 16,449 entries) and 1 at
-// MaxWindow. So a key holds at most limit entries, 8·limit bytes (and at
+// 146 years. So a key holds at most limit entries, 8·limit bytes (and at
 // most 2^27+4 entries, 1 GiB: past that it denies until entries leave),
 // and in practice 8 bytes per admission of the last window, in a buffer
 // whose length is a power of two, plus a 112-byte state on 64-bit
@@ -107,7 +107,7 @@ type Log struct {
 
 // NewLog returns a Log admitting at most limit units in any window. Of
 // the options only WithClock applies. Errors wrap throttle.ErrInvalid:
-// limit <= 0, window <= 0 or above MaxWindow, a bad option.
+// limit <= 0, window <= 0 or above 146 years, a bad option.
 func NewLog(limit int, window time.Duration, opts ...throttle.Option) (*Log, error) {
 	p, err := newParams(limit, window)
 	if err != nil {

@@ -50,10 +50,6 @@ import (
 // with its own status if it has one, else codes.InvalidArgument.
 type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
 
-// PeerAddress keys calls by the client's IP address (IPv6 grouped by
-// /64; the whole address for a non-IP transport). It is ClientIP().
-func PeerAddress() KeyFunc { return ClientIP() }
-
 // ClientIP keys calls by client IP address, as httplimit.ClientIP keys
 // requests, with its options: by default the peer's address, IPv6
 // grouped by /64 (httplimit.IPv6Prefix); behind proxies, the address
