@@ -18,19 +18,6 @@ import (
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
-// QuotaAllower is a limiter that takes the limit with each call, as the
-// Redis token bucket and tokenbucket.Limiter do.
-type QuotaAllower = throttle.QuotaAllower
-
-// Factory builds the limiter of one limit of a document. id names the
-// limit ("default", "tier free", `prefix "api:"`, ...) and stays the same
-// across reloads; lim is in bucket or window form. The limiter is keyed:
-// it is given the caller's key. If it has SetRate and SetBurst (bucket
-// form) or SetLimit (window form), a reload that changes lim adjusts it in
-// place instead of building a new one; if it has Close, it is closed when
-// a reload drops or replaces it, and by Limiter.Close.
-type Factory func(id string, lim Limit) (throttle.Limiter, error)
-
 // The setters a reload uses to change a limit in place.
 type (
 	rateSetter interface {
@@ -42,9 +29,8 @@ type (
 	}
 )
 
-// ErrDenied is what Allow and Reserve return for a key on the deny list.
-// It wraps throttle.ErrDenied.
-var ErrDenied = fmt.Errorf("rules: key is on the deny list: %w", throttle.ErrDenied)
+// errDenied is what Allow and Reserve return for a key on the deny list.
+var errDenied = fmt.Errorf("rules: key is on the deny list: %w", throttle.ErrDenied)
 
 var (
 	errZero   = fmt.Errorf("%w: rules: zero Limiter, use New or Open", throttle.ErrInvalid)
@@ -55,9 +41,9 @@ var (
 type Option func(*config)
 
 type config struct {
-	factory  Factory
+	factory  func(id string, lim Limit) (throttle.Limiter, error)
 	custom   bool
-	qa       QuotaAllower
+	qa       throttle.QuotaAllower
 	limOpts  []throttle.Option
 	tierOf   func(string) string
 	name     string
@@ -68,14 +54,23 @@ type config struct {
 // WithFactory builds each limit's limiter with f. The default builds a
 // tokenbucket.Limiter for a bucket limit and a slidingwindow.Limiter for a
 // window limit, with the options of WithLimiterOptions.
-func WithFactory(f Factory) Option { return func(c *config) { c.factory, c.custom = f, f != nil } }
+//
+// id names the limit ("default", "tier free", `prefix "api:"`, ...) and
+// stays the same across reloads; lim is in bucket or window form. The
+// limiter is keyed: it is given the caller's key. If it has SetRate and
+// SetBurst (bucket form) or SetLimit (window form), a reload that changes
+// lim adjusts it in place instead of building a new one; if it has Close,
+// it is closed when a reload drops or replaces it, and by Limiter.Close.
+func WithFactory(f func(id string, lim Limit) (throttle.Limiter, error)) Option {
+	return func(c *config) { c.factory, c.custom = f, f != nil }
+}
 
 // WithQuotaAllower sends every bucket limit to q, which is told the
 // rule's rate and burst on each call (for instance a Redis token bucket
 // shared by a fleet). Window limits still go to the factory; unless
 // WithFactory is also given, a document with window limits is rejected,
 // so that no limit is silently local.
-func WithQuotaAllower(q QuotaAllower) Option { return func(c *config) { c.qa = q } }
+func WithQuotaAllower(q throttle.QuotaAllower) Option { return func(c *config) { c.qa = q } }
 
 // WithLimiterOptions passes opts (a clock, key bounds) to the default
 // factory's limiters, and its key bounds to the allow list.
@@ -158,7 +153,7 @@ type Limiter struct {
 
 // live is one limit's limiter across reloads.
 type live struct {
-	l   throttle.Limiter // nil for a bucket limit served by the QuotaAllower
+	l   throttle.Limiter // nil for a bucket limit served by the throttle.QuotaAllower
 	lim Limit
 }
 
@@ -183,7 +178,7 @@ type slot struct {
 	tier string // the tier's name, for a tier's limit
 	lim  Limit
 	l    throttle.Limiter
-	qa   QuotaAllower
+	qa   throttle.QuotaAllower
 }
 
 func (s *slot) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
@@ -320,7 +315,7 @@ func (b *rebuild) table(c *Config) (*table, error) {
 	return t, nil
 }
 
-// slot returns the slot of limit id: on the QuotaAllower, on the
+// slot returns the slot of limit id: on the throttle.QuotaAllower, on the
 // current limiter of id if it can take lim (adjusted later), or on a
 // new one from the factory.
 func (b *rebuild) slot(id string, lim Limit) (*slot, error) {
@@ -330,7 +325,7 @@ func (b *rebuild) slot(id string, lim Limit) (*slot, error) {
 		return &slot{id: id, lim: lim, qa: cfg.qa}, nil
 	}
 	if cfg.qa != nil && !cfg.custom {
-		return nil, invalid("%s: a window limit (%v) needs WithFactory when limits go to a QuotaAllower", id, lim)
+		return nil, invalid("%s: a window limit (%v) needs WithFactory when limits go to a throttle.QuotaAllower", id, lim)
 	}
 	if old := b.l.live[id]; old != nil && old.l != nil && adjustable(old, lim) {
 		if old.lim != lim {
@@ -455,7 +450,7 @@ func (l *Limiter) route(t *table, key string) (*slot, *ruleEntry, error) {
 	}
 	if !t.deny.empty() {
 		if _, ok := t.deny.lookup(key); ok {
-			return nil, nil, ErrDenied
+			return nil, nil, errDenied
 		}
 	}
 	if !t.allow.empty() {
@@ -479,7 +474,7 @@ func (l *Limiter) route(t *table, key string) (*slot, *ruleEntry, error) {
 
 // Allow asks key's limit for n units; see Limiter for how the limit is
 // chosen. An allow-listed key gets Decision{Allowed: true} (Limit 0: no
-// limit); a deny-listed one gets ErrDenied.
+// limit); a deny-listed one gets an error wrapping throttle.ErrDenied.
 func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
 	if l.rep.On() {
 		return l.rep.Decide(ctx, limiterkit.MethodAllow, key, n, l.allow)
@@ -530,7 +525,7 @@ func (l *Limiter) replaced(t *table, err error) bool {
 // Reserve books n units of key's limit within maxWait. A limit whose
 // limiter cannot reserve answers as Allow does: granted now, or not
 // granted with the RetryAfter as Delay. An allow-listed key is granted at
-// once; a deny-listed one gets ErrDenied.
+// once; a deny-listed one gets an error wrapping throttle.ErrDenied.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
 	return l.rep.Reserve(ctx, key, n, maxWait, l.reserve)
 }
@@ -621,7 +616,7 @@ func (l *Limiter) Lookup(key string) (Match, error) {
 	}
 	s, r, err := l.route(t, key)
 	switch {
-	case errors.Is(err, ErrDenied):
+	case errors.Is(err, errDenied):
 		return Match{Kind: "deny"}, nil
 	case err != nil:
 		return Match{}, err
