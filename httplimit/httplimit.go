@@ -120,7 +120,7 @@ func WithObserver(name string, o throttle.Observer) Option {
 // RateLimit (remaining r, and t, the seconds until more units are
 // available: when the next unit returns to a bucket, or the window ends)
 // fields, stating the key's own quota when l's limit depends on the key
-// (a KeyQuotaReporter, such as rules.Limiter), else l's Quota; a key l
+// (a limiter with a KeyQuota method, such as rules.Limiter), else l's Quota; a key l
 // does not limit (an allow list) gets none. Denied
 // requests get 429 with Retry-After in whole seconds, rounded up. Errors
 // answer 400 (bad key, ErrInvalid), 403 (ErrDenied), 413 (a cost above

@@ -574,9 +574,8 @@ func (s *slot) limiter() throttle.Limiter {
 }
 
 // KeyQuota returns the quota of key's limit, and its rate for a bucket
-// limit: what the RateLimit fields of the HTTP middleware state for key
-// (it implements httplimit.KeyQuotaReporter). limited is false for a key
-// on the allow list, and for one Allow refuses with an error. It takes no
+// limit: what the RateLimit fields of httplimit and grpclimit state for
+// key. limited is false for a key on the allow list, and for one Allow refuses with an error. It takes no
 // lock and does not allocate.
 func (l *Limiter) KeyQuota(key string) (q throttle.Quota, refill throttle.Rate, limited bool) {
 	t := l.cur.Load()
