@@ -5,9 +5,6 @@ import (
 	"github.com/throttlekit/throttle/internal/gcra"
 )
 
-// Empty is the state of a key never seen: a bucket empty at any instant.
-const Empty = gcra.Full
-
 // algorithm is the step this package shares with tokenbucket.
 type algorithm = gcra.Algorithm
 
@@ -16,7 +13,8 @@ type algorithm = gcra.Algorithm
 // storelimit): read the state, Decide, and write the next state back only
 // if the stored one is still the state read, else decide again. The state
 // is one int64, the instant in nanoseconds since the Unix epoch at which
-// the bucket is empty again, Empty for a new key. The buckets of this
+// the bucket is empty again; Fresh returns that of a new key (empty at
+// any instant). The buckets of this
 // package run the same step in their compare-and-swap loop; Decide's
 // decisions are theirs on the same trace (and those of
 // tokenbucket.Algorithm of the same rate and burst).
@@ -26,7 +24,7 @@ type algorithm = gcra.Algorithm
 // state to store (state itself when denied) and the Decision (see
 // Bucket.AllowN); errors wrap throttle.ErrInvalid (n <= 0, a zero
 // Algorithm, a bucket that would be empty only after 2262) or
-// throttle.ErrExceedsLimit (n > capacity). Fresh returns Empty. Quota
+// throttle.ErrExceedsLimit (n > capacity). Quota
 // reports the capacity and the time to drain it (zero on a zero
 // Algorithm).
 //

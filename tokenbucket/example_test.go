@@ -65,7 +65,7 @@ func ExampleAlgorithm() {
 	for i := range 3 {
 		state, ok := states["k"]
 		if !ok {
-			state = tokenbucket.Full
+			state = a.Fresh() // a new key
 		}
 		next, d, err := a.Decide(state, now, 1)
 		if err != nil {
