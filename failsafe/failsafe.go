@@ -151,7 +151,7 @@ var ErrOpen = fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
 
 // New wraps inner, a limiter backed by a store, in a deadline per call, a
 // failure policy and a circuit breaker. The result is safe for concurrent
-// use and keeps inner's abilities (throttle.DecorateAllow): a Holder's units
+// use and keeps inner's abilities (limiterkit.Decorate): a Holder's units
 // are held and released through it, a Reserver's bookings made, a
 // QuotaAllower's limits passed and a Quota reported. The deadline bounds
 // each call but Hold, which waits for capacity until the caller's context
