@@ -297,8 +297,12 @@ func TestSingleResourceRejectsKeyedOptions(t *testing.T) {
 				t.Errorf("%s with a keyed option: %v, want ErrInvalid", name, err)
 			}
 		}
-		if err := build(throttle.WithClock(throttletest.NewClock())); err != nil {
+		var clk throttle.Clock = throttletest.NewClock()
+		if err := build(throttle.WithClock(clk)); err != nil {
 			t.Errorf("%s WithClock: %v", name, err)
+		}
+		if err := build(throttle.WithClock(nil)); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("%s WithClock(nil): %v, want ErrInvalid", name, err)
 		}
 	}
 }
