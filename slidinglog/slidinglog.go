@@ -154,9 +154,6 @@ func (l *Log) allow(d *throttle.Decision, n int) error {
 // Limit returns the most units admitted in any window.
 func (l *Log) Limit() int { return int(l.p.limit) }
 
-// Window returns the length of the window.
-func (l *Log) Window() time.Duration { return time.Duration(l.p.window) }
-
 // Limiter is a sliding log per key: at most limit units per key in any
 // window. It is safe for concurrent use by multiple goroutines. The zero
 // value is not usable; create one with New.
@@ -249,9 +246,6 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decisi
 
 // Limit returns the most units admitted per key in any window.
 func (l *Limiter) Limit() int { return int(l.p.limit) }
-
-// Window returns the length of the window.
-func (l *Limiter) Window() time.Duration { return time.Duration(l.p.window) }
 
 // Len returns the number of keys currently holding a log.
 func (l *Limiter) Len() int { return l.m.Len() }
