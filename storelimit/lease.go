@@ -38,7 +38,7 @@ const defaultLeaseAge = 100 * time.Millisecond
 // approximate in Remaining (the local pool) and ResetAfter (as of the
 // last lease). Errors are New's, and ErrInvalid for maxBatch < 1 or
 // maxAge < 0.
-func NewLeasing(s throttle.Store, a throttle.Algorithm, maxBatch int, maxAge time.Duration, opts ...throttle.Option) (*Limiter, error) {
+func NewLeasing(s Store, a Algorithm, maxBatch int, maxAge time.Duration, opts ...throttle.Option) (*Limiter, error) {
 	if maxBatch < 1 || maxAge < 0 {
 		return nil, fmt.Errorf("%w: storelimit.NewLeasing(%d, %v)", throttle.ErrInvalid, maxBatch, maxAge)
 	}

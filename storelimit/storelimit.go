@@ -1,17 +1,17 @@
 // Package storelimit is a keyed limiter whose state lives in a
-// throttle.Store (a SQL table, a Memcached, the in-memory Memory) and whose
+// Store (a SQL table, a Memcached, the in-memory Memory) and whose
 // decisions are an Algorithm's pure step run in Go: one implementation of
 // the read-decide-compare-and-swap loop for every store and every
 // algorithm whose state fits one int64 (tokenbucket, leakybucket,
 // fixedwindow, slidingwindow). A new backend implements two methods of
-// throttle.Store and inherits the algorithms, their conformance suite and
+// Store and inherits the algorithms, their conformance suite and
 // their differential traces.
 //
 // # Guarantees
 //
 // A decision's state change is one compare-and-swap on the key's stored
 // state, so on a Store that is atomic per key (the contract of
-// throttle.Store) the Limiter decides exactly as the in-process limiter
+// Store) the Limiter decides exactly as the in-process limiter
 // of the same Algorithm on the same trace and clock, however many
 // goroutines and processes share the store: nothing admitted is lost or
 // counted twice. A denial reads once and writes nothing; an admission
@@ -19,7 +19,7 @@
 // writer changed the key in between (at most 1000 tries, then an
 // error wrapping throttle.ErrUnavailable).
 //
-// On a throttle.LoadingStore the Limiter first decides on the state it
+// On a LoadingStore the Limiter first decides on the state it
 // last saw of the key (kept in a two-way table of 4096 guesses by a hash
 // of the key, 96 KiB, with the expiry of the states it wrote): an
 // admission whose guess holds is then one call to the store, and a wrong
@@ -86,7 +86,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/lease"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // maxAttempts bounds the compare-and-swap attempts of one decision: each
@@ -99,10 +99,10 @@ const maxAttempts = 1000
 // value is not usable: Allow fails with an error wrapping
 // throttle.ErrInvalid; create it with New or NewLeasing.
 type Limiter struct {
-	s     throttle.Store
-	ls    throttle.LoadingStore // s, when it is one
-	g     *guesses              // with ls
-	a     throttle.Algorithm
+	s     Store
+	ls    LoadingStore // s, when it is one
+	g     *guesses     // with ls
+	a     Algorithm
 	fresh int64
 	limit int
 	clk   clock.Source
@@ -128,7 +128,7 @@ type timeouter interface {
 // Options it reads are WithClock and WithMaxKeyLen; any other is refused
 // (a store bounds its own keys and sweeps its own expired states). Errors
 // wrap throttle.ErrInvalid.
-func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limiter, error) {
+func New(s Store, a Algorithm, opts ...throttle.Option) (*Limiter, error) {
 	if s == nil || a == nil {
 		return nil, fmt.Errorf("%w: storelimit.New needs a Store and an Algorithm", throttle.ErrInvalid)
 	}
@@ -145,7 +145,7 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 	}
 	l := &Limiter{s: s, a: a, fresh: a.Fresh(), limit: limit, clk: clock.New(set.Clock), keys: set, seed: maphash.MakeSeed()}
 	l.reqs.New = newRequest
-	if ls, ok := s.(throttle.LoadingStore); ok {
+	if ls, ok := s.(LoadingStore); ok {
 		l.ls, l.g = ls, new(guesses)
 	}
 	if t, ok := s.(timeouter); ok {

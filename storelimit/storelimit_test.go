@@ -26,9 +26,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestMemory: the in-memory Store passes the conformance test, as a
 // LoadingStore and as a plain Store (read, then swap).
 func TestMemory(t *testing.T) {
-	storetest.Run(t, storetest.Config{New: func(testing.TB) throttle.Store { return new(storelimit.Memory) }})
+	storetest.Run(t, storetest.Config{New: func(testing.TB) storelimit.Store { return new(storelimit.Memory) }})
 	t.Run("plain", func(t *testing.T) {
-		storetest.Run(t, storetest.Config{New: func(testing.TB) throttle.Store { return plain{new(storelimit.Memory)} }})
+		storetest.Run(t, storetest.Config{New: func(testing.TB) storelimit.Store { return plain{new(storelimit.Memory)} }})
 	})
 }
 
@@ -48,7 +48,7 @@ func (p plain) CompareAndSwap(ctx context.Context, key string, old, next, now, e
 // empty, and a new key took a way at random even beside an empty one:
 // 1.27 calls per decision.)
 func TestGuessesHoldManyKeys(t *testing.T) {
-	a, err := tokenbucket.NewAlgorithm(throttle.Every(time.Hour), 100)
+	a, err := tokenbucket.NewAlgorithm(throttle.NewRate(1, time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestGuessesHoldManyKeys(t *testing.T) {
 // decisions stay exact (100 units of a bucket of 100, both limiters
 // together).
 func TestOneCallPerAdmission(t *testing.T) {
-	a, err := tokenbucket.NewAlgorithm(throttle.Every(time.Hour), 100)
+	a, err := tokenbucket.NewAlgorithm(throttle.NewRate(1, time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestLoadFailsOnRetry(t *testing.T) {
 // TestZeroAlgorithms: every zero Algorithm of the module refuses to
 // decide, reports a zero Quota, and is refused by New.
 func TestZeroAlgorithms(t *testing.T) {
-	for _, a := range []throttle.Algorithm{tokenbucket.Algorithm{}, leakybucket.Algorithm{}, fixedwindow.Algorithm{}, slidingwindow.Algorithm{}} {
+	for _, a := range []storelimit.Algorithm{tokenbucket.Algorithm{}, leakybucket.Algorithm{}, fixedwindow.Algorithm{}, slidingwindow.Algorithm{}} {
 		if _, _, err := a.Decide(a.Fresh(), 0, 1); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("zero %T: Decide err = %v, want ErrInvalid", a, err)
 		}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -464,7 +466,7 @@ func (c *Client) Rate(id string, wants float64, opts ...ResourceOption) (*RateRe
 }
 
 // maxRate bounds the rate a lease can set.
-const maxRate = float64(throttle.MaxPerSecond)
+const maxRate = float64(bridge.MaxPerSecond)
 
 func (rr *RateResource) applyRate(v float64) {
 	v = min(v, maxRate)

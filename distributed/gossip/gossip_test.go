@@ -364,8 +364,8 @@ func ExampleNode() {
 	b, _ := NewNode(Config{Transport: net.Endpoint("b"), Secret: secret, Peers: []string{"a"}}, throttle.WithClock(clk))
 	defer a.Close()
 	defer b.Close()
-	la, _ := a.NewLimiter("api", throttle.PerMinute(60), 10)
-	lb, _ := b.NewLimiter("api", throttle.PerMinute(60), 10)
+	la, _ := a.NewLimiter("api", throttle.NewRate(60, time.Minute), 10)
+	lb, _ := b.NewLimiter("api", throttle.NewRate(60, time.Minute), 10)
 	// The first rounds (Start runs one at once): until a node has heard
 	// its peers start with it, it cannot tell a first start from its own
 	// restart, and decides conservatively.

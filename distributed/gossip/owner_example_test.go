@@ -17,8 +17,8 @@ func ExampleNode_NewOwnedLimiter() {
 	b, _ := NewNode(Config{Transport: net.Endpoint("b"), Secret: secret, Peers: []string{"a"}}, throttle.WithClock(clk))
 	defer a.Close()
 	defer b.Close()
-	la, _ := a.NewOwnedLimiter("api", throttle.PerMinute(60), 2)
-	lb, _ := b.NewOwnedLimiter("api", throttle.PerMinute(60), 2)
+	la, _ := a.NewOwnedLimiter("api", throttle.NewRate(60, time.Minute), 2)
+	lb, _ := b.NewOwnedLimiter("api", throttle.NewRate(60, time.Minute), 2)
 	clk.Advance(time.Second) // a round: the nodes learn each other's incarnation
 	a.Tick()
 	b.Tick()

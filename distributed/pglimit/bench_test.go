@@ -152,7 +152,7 @@ func runParallel(b *testing.B, l throttle.Limiter, keys int) (int64, time.Durati
 
 // newLimiter returns a storelimit.Limiter deciding with a over s on the
 // real clock.
-func newLimiter(t testing.TB, s throttle.Store, a throttle.Algorithm) *storelimit.Limiter {
+func newLimiter(t testing.TB, s storelimit.Store, a storelimit.Algorithm) *storelimit.Limiter {
 	t.Helper()
 	l, err := storelimit.New(s, a)
 	if err != nil {

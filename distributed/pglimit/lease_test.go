@@ -34,7 +34,7 @@ const (
 // database executed it (a connection lost after the commit), and counts
 // the swaps lost that took effect.
 type lossy struct {
-	throttle.LoadingStore
+	storelimit.LoadingStore
 	calls, lost atomic.Int64
 }
 
@@ -87,7 +87,7 @@ func drainLeased(t *testing.T, ls []*storelimit.Limiter, workers int, pause time
 
 // newLeasing returns n leasing limiters (as n processes) of a token bucket
 // of burst leaseBurst over s, on clk (nil: the real clock).
-func newLeasing(t *testing.T, s throttle.Store, n int, rate throttle.Rate, clk throttle.Clock) []*storelimit.Limiter {
+func newLeasing(t *testing.T, s storelimit.Store, n int, rate throttle.Rate, clk throttle.Clock) []*storelimit.Limiter {
 	t.Helper()
 	alg, err := tokenbucket.NewAlgorithm(rate, leaseBurst)
 	if err != nil {

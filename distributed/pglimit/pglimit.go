@@ -1,6 +1,6 @@
-// Package pglimit is a throttle.Store in a PostgreSQL table: the
+// Package pglimit is a storelimit.Store in a PostgreSQL table: the
 // database-backed limit for services that have PostgreSQL and no Redis.
-// The decisions are the algorithms' own Go steps (throttle.Algorithm, run
+// The decisions are the algorithms' own Go steps (storelimit.Algorithm, run
 // by package storelimit); the database only keeps one int64 per key and
 // swaps it atomically, so every algorithm of the module works unchanged
 // and decides exactly as its in-process limiter on the same trace.
@@ -30,7 +30,7 @@
 //
 // # Round trips and contention
 //
-// The Store is a throttle.LoadingStore, so storelimit decides on the state
+// The Store is a storelimit.LoadingStore, so storelimit decides on the state
 // it last saw of a key and writes with one statement that swaps only if
 // the row is still that state, and otherwise returns the row's state: an
 // admission whose guess holds (a key this process wrote last) is one
@@ -68,7 +68,7 @@
 //
 // # Expiry and sweeping
 //
-// Expiry is the limiter's clock (see throttle.Store), stored rounded up to
+// Expiry is the limiter's clock (see storelimit.Store), stored rounded up to
 // PostgreSQL's microsecond; an expired row is invisible to reads and is
 // overwritten by the next admission on its key. Rows of keys never seen
 // again stay until Sweep deletes them: run it periodically (every minute,
@@ -100,6 +100,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/storelimit"
 )
 
 // DB is what the Store needs of a connection: a *pgxpool.Pool (the usual
@@ -120,9 +121,9 @@ const maxKeyLen = 1024
 // otherwise.
 const defaultTimeout = time.Second
 
-var _ throttle.LoadingStore = (*Store)(nil)
+var _ storelimit.LoadingStore = (*Store)(nil)
 
-// Store is a throttle.Store in one PostgreSQL table. It is safe for
+// Store is a storelimit.Store in one PostgreSQL table. It is safe for
 // concurrent use when its DB is (a pool). The zero value is not usable;
 // create it with New.
 type Store struct {

@@ -29,7 +29,7 @@ import (
 func TestConformance(t *testing.T) {
 	pool := newFastPool(t, srv, 16)
 	storetest.Run(t, storetest.Config{
-		New:     func(t testing.TB) throttle.Store { return newStore(t, pool) },
+		New:     func(t testing.TB) storelimit.Store { return newStore(t, pool) },
 		Steps:   600,
 		NoBound: true,
 	})

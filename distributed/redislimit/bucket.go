@@ -11,7 +11,7 @@ import (
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/gcra"
 	"github.com/throttlekit/throttle/internal/lease"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // Bucket is a token bucket shared through Redis, run as GCRA: the state of
@@ -21,7 +21,7 @@ import (
 //
 // It implements throttle.Reserver: Reserve books the earliest slot in
 // arrival order across every process sharing the key, which is the
-// "permits at least d apart" of NewTokenBucket(client, throttle.Every(d),
+// "permits at least d apart" of NewTokenBucket(client, throttle.NewRate(1, d),
 // 1) with optimistic reservation.
 //
 // A Bucket is safe for concurrent use. The zero value is not usable; call
@@ -46,7 +46,7 @@ var (
 //
 // It is also the leaky bucket meter of leakybucket.New (a bucket of burst
 // units draining at rate admits a request that fits: the same decisions),
-// and, with throttle.Every(d) and a burst of 1, the limiter of "at most
+// and, with throttle.NewRate(1, d) and a burst of 1, the limiter of "at most
 // once every d" shared by every process: permits at least d apart. Use
 // Reserve (or throttle.Wait, which reserves) to book the next free permit
 // and wait for it; maxWait bounds how many permits may be booked ahead
@@ -144,7 +144,7 @@ func (b *Bucket) Quota() throttle.Quota {
 func (b *Bucket) AllowQuota(ctx context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error) {
 	start := b.report.Start()
 	d, err := b.allowQuota(ctx, key, n, rate, burst)
-	b.report.Call(throttle.MethodAllowQuota, key, n, d, err, start)
+	b.report.Call(limiterkit.MethodAllowQuota, key, n, d, err, start)
 	return d, err
 }
 
@@ -215,9 +215,9 @@ func (b *Bucket) reserve(ctx context.Context, key string, n int, maxWait time.Du
 		if open {
 			d.Remaining = b.limit - n
 		}
-		b.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Err: err, Decision: d, Method: throttle.MethodReserve})
+		b.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Err: err, Decision: d})
 		if open {
-			return throttle.NewReservation(0, b.limit, nil), nil
+			return limiterkit.NewReservation(0, b.limit, nil), nil
 		}
 		return throttle.Reservation{Limit: b.limit}, err
 	}
@@ -227,7 +227,7 @@ func (b *Bucket) reserve(ctx context.Context, key string, n int, maxWait time.Du
 	}
 	booked, _ := r[2].(string)
 	delay := time.Duration(max(debt-b.cfg.Tau, 0))
-	return throttle.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
+	return limiterkit.NewReservation(delay, b.limit, func() { b.refund(key, booked, cost) }), nil
 }
 
 // refund gives a booking back (best effort, bounded by the timeout).

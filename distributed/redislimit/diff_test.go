@@ -77,9 +77,9 @@ func TestDifferentialTokenBucket(t *testing.T) {
 	for _, tc := range []struct {
 		rate  throttle.Rate
 		burst int
-	}{{throttle.PerSecond(10), 5}, {throttle.PerSecond(3), 4}, {throttle.Every(100 * time.Millisecond), 1},
+	}{{throttle.PerSecond(10), 5}, {throttle.PerSecond(3), 4}, {throttle.NewRate(1, 100*time.Millisecond), 1},
 		// The whole range: a huge burst at a high rate, and a span of maxSpan.
-		{throttle.PerSecond(1_000_000_000), 1 << 30}, {throttle.Every(maxSpan / 8), 8}} {
+		{throttle.PerSecond(1_000_000_000), 1 << 30}, {throttle.NewRate(1, maxSpan/8), 8}} {
 		differential(t, tc.burst,
 			func(o ...throttle.Option) (throttle.Limiter, error) { return tokenbucket.New(tc.rate, tc.burst, o...) },
 			func(o ...Option) (throttle.Limiter, error) { return NewTokenBucket(c, tc.rate, tc.burst, o...) })
@@ -184,11 +184,11 @@ func TestDifferentialReserve(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
 	ctx := context.Background()
 	clk := throttletest.NewClock()
-	local, err := tokenbucket.New(throttle.Every(time.Second), 1, throttle.WithClock(clk))
+	local, err := tokenbucket.New(throttle.NewRate(1, time.Second), 1, throttle.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared, err := NewTokenBucket(c, throttle.Every(time.Second), 1, vclock(clk), WithPrefix(uniquePrefix()))
+	shared, err := NewTokenBucket(c, throttle.NewRate(1, time.Second), 1, vclock(clk), WithPrefix(uniquePrefix()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,13 +255,13 @@ func TestFixedWindowClockStepsBack(t *testing.T) {
 // refused at construction.
 func TestBucketSpanEdge(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
-	if _, err := NewTokenBucket(c, throttle.Every(maxSpan+4), 1); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := NewTokenBucket(c, throttle.NewRate(1, maxSpan+4), 1); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("span above maxSpan: %v, want an error wrapping ErrInvalid", err)
 	}
-	if _, err := NewTokenBucket(c, throttle.Every(366*24*time.Hour), 36); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := NewTokenBucket(c, throttle.NewRate(1, 366*24*time.Hour), 36); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("36 per 366 days: %v, want an error wrapping ErrInvalid", err)
 	}
-	rate := throttle.Every(maxSpan / 4)
+	rate := throttle.NewRate(1, maxSpan/4)
 	differential(t, 4,
 		func(o ...throttle.Option) (throttle.Limiter, error) { return tokenbucket.New(rate, 4, o...) },
 		func(o ...Option) (throttle.Limiter, error) { return NewTokenBucket(c, rate, 4, o...) })
@@ -302,7 +302,7 @@ func TestDifferentialAllowQuota(t *testing.T) {
 	if _, err := r.AllowQuota(t.Context(), "k", 4, throttle.PerSecond(1), 3); !errors.Is(err, throttle.ErrExceedsLimit) {
 		t.Errorf("AllowQuota(n > burst) = %v, want ErrExceedsLimit", err)
 	}
-	if _, err := r.AllowQuota(t.Context(), "k", 1, throttle.Every(maxSpan), 2); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := r.AllowQuota(t.Context(), "k", 1, throttle.NewRate(1, maxSpan), 2); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("AllowQuota above maxSpan = %v, want ErrInvalid", err)
 	}
 }

@@ -12,7 +12,7 @@
 //	l, err := redislimit.NewTokenBucket(rdb, throttle.PerSecond(100), 20) // every process
 //
 // Algorithms: NewTokenBucket (GCRA, as tokenbucket and leakybucket; with
-// throttle.Every(d) and a burst of 1, permits at least d apart),
+// throttle.NewRate(1, d) and a burst of 1, permits at least d apart),
 // NewFixedWindow (as fixedwindow.New), NewSlidingWindow (the weighted estimate of
 // slidingwindow.New), NewSlidingLog (as slidinglog.New) and NewConcurrency
 // (slots held with a lease that runs out, so a crashed holder frees its
@@ -52,13 +52,13 @@
 //
 // # "Once every d" and reservations
 //
-// NewTokenBucket(rdb, throttle.Every(d), 1) admits permits at least d apart
+// NewTokenBucket(rdb, throttle.NewRate(1, d), 1) admits permits at least d apart
 // across every process.
 // Reserve books the next free permit and returns the wait (optimistic
 // mode; throttle.Wait does this), bounded by maxWait: beyond maxWait/d
 // permits booked ahead, the caller is told to back off. Allow never
 // books (pessimistic mode: back off for RetryAfter with jitter, as
-// throttle.Wait with throttle.Pessimistic does). A booked permit that is
+// throttle.Wait with throttle.MaxWait(0) does). A booked permit that is
 // not used at its instant is wasted, never carried over: the state is
 // the next free instant, which idle time never moves back.
 //

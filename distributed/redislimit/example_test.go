@@ -23,7 +23,7 @@ func ExampleNewTokenBucket_every() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	clk := throttletest.NewClock() // virtual time, to print exact delays
-	l, err := redislimit.NewTokenBucket(rdb, throttle.Every(6*time.Second), 1,
+	l, err := redislimit.NewTokenBucket(rdb, throttle.NewRate(1, 6*time.Second), 1,
 		redislimit.WithPrefix(fmt.Sprintf("example:%d:", time.Now().UnixNano())),
 		redislimit.WithOptions(throttle.WithClock(clk)))
 	if err != nil {
@@ -55,7 +55,7 @@ func ExampleNewTokenBucket_every() {
 func ExampleWithReplicas() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	l, err := redislimit.NewTokenBucket(rdb, throttle.PerHour(10), 10,
+	l, err := redislimit.NewTokenBucket(rdb, throttle.NewRate(10, time.Hour), 10,
 		redislimit.WithPrefix(fmt.Sprintf("example:%d:", time.Now().UnixNano())),
 		redislimit.WithTimeout(time.Second),
 		redislimit.WithReplicas(1, 50*time.Millisecond))

@@ -116,7 +116,7 @@ func TestFaultScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.NeedOwn(t)
 	c := newClient(t, srv)
-	l, err := NewTokenBucket(c, throttle.PerHour(1), 3, WithPrefix(uniquePrefix()), WithTimeout(faultTimeout))
+	l, err := NewTokenBucket(c, throttle.NewRate(1, time.Hour), 3, WithPrefix(uniquePrefix()), WithTimeout(faultTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestFaultScriptFlushBatched(t *testing.T) {
 	c := newClient(t, srv)
 	clk := throttletest.NewClock()
 	const limit = 500
-	l, err := NewTokenBucket(c, throttle.PerHour(1), limit, vclock(clk), WithPrefix(uniquePrefix()))
+	l, err := NewTokenBucket(c, throttle.NewRate(1, time.Hour), limit, vclock(clk), WithPrefix(uniquePrefix()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestBadDataIsThatKeysError(t *testing.T) {
 	ctx := context.Background()
 	for _, policy := range []failsafe.Policy{failsafe.Closed, failsafe.Open} {
 		prefix := uniquePrefix()
-		l, err := NewTokenBucket(c, throttle.PerMinute(3), 3, WithPrefix(prefix), WithPolicy(policy), WithBreaker(3, time.Minute))
+		l, err := NewTokenBucket(c, throttle.NewRate(3, time.Minute), 3, WithPrefix(prefix), WithPolicy(policy), WithBreaker(3, time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -497,7 +497,7 @@ func TestServerStateIsAnOutage(t *testing.T) {
 			tc.setup()
 			c := newClient(t, tc.srv)
 			ctx := context.Background()
-			local, err := tokenbucket.New(throttle.PerHour(1), 1000)
+			local, err := tokenbucket.New(throttle.NewRate(1, time.Hour), 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -505,7 +505,7 @@ func TestServerStateIsAnOutage(t *testing.T) {
 			prefix := uniquePrefix()
 			build := func(opts ...Option) []throttle.Limiter {
 				opts = append(opts, WithPrefix(prefix), WithBreaker(0, 0))
-				tb, err1 := NewTokenBucket(c, throttle.PerHour(1), 1, opts...)
+				tb, err1 := NewTokenBucket(c, throttle.NewRate(1, time.Hour), 1, opts...)
 				sl, err2 := NewSlidingLog(c, 1, time.Hour, opts...)
 				fw, err3 := NewFixedWindow(c, 1, time.Hour, opts...)
 				cc, err4 := NewConcurrency(c, 1, time.Hour, opts...)
@@ -539,12 +539,12 @@ func TestServerStateIsAnOutage(t *testing.T) {
 			}
 			// Three such errors open the breaker: it stays open for its
 			// cooldown even though a healthy server answers meanwhile.
-			l, err := NewTokenBucket(newClient(t, master), throttle.PerHour(1), 1, WithPrefix(prefix), WithBreaker(3, time.Hour))
+			l, err := NewTokenBucket(newClient(t, master), throttle.NewRate(1, time.Hour), 1, WithPrefix(prefix), WithBreaker(3, time.Hour))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if tc.name == "READONLY" {
-				l, err = NewTokenBucket(c, throttle.PerHour(1), 1, WithPrefix(prefix), WithBreaker(3, time.Hour))
+				l, err = NewTokenBucket(c, throttle.NewRate(1, time.Hour), 1, WithPrefix(prefix), WithBreaker(3, time.Hour))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -571,16 +571,16 @@ func TestReplicasSurviveFailover(t *testing.T) {
 	master, replica := startReplicated(t)
 	prefix := uniquePrefix()
 	mc := newClient(t, master)
-	if _, err := NewTokenBucket(mc, throttle.PerHour(10), 10, WithReplicas(1, time.Second)); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := NewTokenBucket(mc, throttle.NewRate(10, time.Hour), 10, WithReplicas(1, time.Second)); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("WithReplicas timeout not below WithTimeout: %v, want ErrInvalid", err)
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{master.Addr}})
 	defer cc.Close()
-	if _, err := NewTokenBucket(cc, throttle.PerHour(10), 10, WithReplicas(1, 10*time.Millisecond)); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := NewTokenBucket(cc, throttle.NewRate(10, time.Hour), 10, WithReplicas(1, 10*time.Millisecond)); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("WithReplicas on a cluster client: %v, want ErrInvalid", err)
 	}
 	opts := []Option{WithPrefix(prefix), WithTimeout(5 * time.Second), WithReplicas(1, time.Second), WithBreaker(0, 0)}
-	l, err := NewTokenBucket(mc, throttle.PerHour(10), 10, opts...)
+	l, err := NewTokenBucket(mc, throttle.NewRate(10, time.Hour), 10, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +611,7 @@ func TestReplicasSurviveFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc := newClient(t, replica)
-	after, err := NewTokenBucket(rc, throttle.PerHour(10), 10, WithPrefix(prefix))
+	after, err := NewTokenBucket(rc, throttle.NewRate(10, time.Hour), 10, WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -619,7 +619,7 @@ func TestReplicasSurviveFailover(t *testing.T) {
 		t.Fatalf("on the promoted replica after 10 of 10/h: %+v, %v; want denied", d, err)
 	}
 	// The promoted server has no replica: nothing is answered admitted.
-	lonely, err := NewTokenBucket(rc, throttle.PerHour(10), 10, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second),
+	lonely, err := NewTokenBucket(rc, throttle.NewRate(10, time.Hour), 10, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second),
 		WithReplicas(1, 20*time.Millisecond), WithBreaker(0, 0))
 	if err != nil {
 		t.Fatal(err)

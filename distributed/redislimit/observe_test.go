@@ -7,6 +7,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/failsafe"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/internal/report/reporttest"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -118,26 +119,26 @@ func TestEveryCallReported(t *testing.T) {
 			if i == 1 {
 				key = ""
 			}
-			m := []throttle.Method{throttle.MethodAllow, throttle.MethodAllowQuota, throttle.MethodReserve}[i%3]
-			_, err := throttle.Invoke(ctx, l, throttle.Call{Method: m, Key: key, N: 1, Rate: throttle.PerHour(1), Burst: 3, MaxWait: time.Hour})
+			m := []limiterkit.Method{limiterkit.MethodAllow, limiterkit.MethodAllowQuota, limiterkit.MethodReserve}[i%3]
+			_, err := limiterkit.Invoke(ctx, l, limiterkit.Call{Method: m, Key: key, N: 1, Rate: throttle.NewRate(1, time.Hour), Burst: 3, MaxWait: time.Hour})
 			return err
 		}
 	}
 	allow := func(l throttle.Limiter) func(int) error {
 		return func(int) error { _, err := l.Allow(ctx, "k", 1); return err }
 	}
-	local, err := tokenbucket.New(throttle.PerHour(1), 3)
+	local, err := tokenbucket.New(throttle.NewRate(1, time.Hour), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer local.Close()
 	reporttest.Run(t, []reporttest.Case{
 		{Name: "Bucket", Calls: 12, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
-			l, err := NewTokenBucket(up, throttle.PerHour(1), 3, opts(name, o)...)
+			l, err := NewTokenBucket(up, throttle.NewRate(1, time.Hour), 3, opts(name, o)...)
 			return every(limiter(t, l, err))
 		}},
 		{Name: "Bucket-leasing", Calls: 12, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
-			l, err := NewTokenBucket(up, throttle.PerHour(1), 3, opts(name, o, WithLeasing(2, time.Second))...)
+			l, err := NewTokenBucket(up, throttle.NewRate(1, time.Hour), 3, opts(name, o, WithLeasing(2, time.Second))...)
 			return every(limiter(t, l, err))
 		}},
 		{Name: "FixedWindow", Calls: 6, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
@@ -168,7 +169,7 @@ func TestEveryCallReported(t *testing.T) {
 			return allow(limiter(t, l, err))
 		}},
 		{Name: "failsafe.Closed-Reserve", Calls: 10, Fallbacks: 10, Refused: 10, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
-			b, err := NewTokenBucket(down, throttle.PerHour(1), 3, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout))...)
+			b, err := NewTokenBucket(down, throttle.NewRate(1, time.Hour), 3, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout))...)
 			l := limiter(t, b, err)
 			return func(int) error { _, err := l.(throttle.Reserver).Reserve(ctx, "k", 1, time.Hour); return err }
 		}},
@@ -177,7 +178,7 @@ func TestEveryCallReported(t *testing.T) {
 			return allow(limiter(t, l, err))
 		}},
 		{Name: "failsafe.Fallback", Calls: 10, Fallbacks: 10, Refused: 7, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
-			l, err := NewTokenBucket(down, throttle.PerHour(1), 3, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout), WithFallback(local))...)
+			l, err := NewTokenBucket(down, throttle.NewRate(1, time.Hour), 3, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout), WithFallback(local))...)
 			return allow(limiter(t, l, err))
 		}},
 	})

@@ -12,11 +12,12 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/failsafe"
+	"github.com/throttlekit/throttle/internal/breaker"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/deadline"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/report"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Defaults of the options.
@@ -128,7 +129,7 @@ func WithReplicas(n int, timeout time.Duration) Option {
 
 // WithObserver reports to o, under name, every call as throttle.Observe
 // does (an EventDecision, or an EventError for a call that failed, timed
-// for a throttle.LatencyObserver), and the limiter's own events: the
+// for an Observer that asks for it), and the limiter's own events: the
 // circuit breaker opening and closing (EventBreakerOpen,
 // EventBreakerClosed), each call the failure policy decided while Redis
 // was unavailable (EventFallback, with the decision and the error: a
@@ -164,7 +165,7 @@ type core struct {
 	fallback  throttle.Limiter
 	report    report.To
 	evictSeen atomic.Bool // the eviction policy was checked
-	br        failsafe.Breaker
+	br        breaker.Breaker
 	deadlines deadline.Shared
 	batch     batcher
 	closed    atomic.Bool
@@ -326,7 +327,7 @@ func (c *core) allowWith(ctx context.Context, key string, n int, allow func(cont
 	if err == nil {
 		d, err = allow(ctx, key, n)
 	}
-	c.report.Call(throttle.MethodAllow, key, n, d, err, start)
+	c.report.Call(limiterkit.MethodAllow, key, n, d, err, start)
 	return d, err
 }
 

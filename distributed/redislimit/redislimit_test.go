@@ -121,7 +121,7 @@ func TestSuites(t *testing.T) {
 func TestEveryServerTime(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv)
-	l, err := NewTokenBucket(c, throttle.Every(time.Hour), 1, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second))
+	l, err := NewTokenBucket(c, throttle.NewRate(1, time.Hour), 1, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
