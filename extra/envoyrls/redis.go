@@ -26,14 +26,21 @@ type RedisConfig struct {
 	Timeout string `json:"timeout,omitempty"`
 }
 
-// fixedScript charges every fixed-window key of a request in one round
-// trip: INCRBY by its hits and EXPIRE after its unit, returning the
-// counts. ARGV holds hits and time-to-live in pairs.
+// fixedScript charges fixed-window keys in one round trip: INCRBY by its
+// hits and, when that created the key (its count is the hits), EXPIRE
+// after its unit; it returns the counts. ARGV holds hits and
+// time-to-live in pairs. A key's window start is in its name, so the
+// time-to-live set at its creation outlasts its window; the reference
+// sets it again on every hit, a command more per key.
 var fixedScript = redis.NewScript(`
 local out = {}
 for i = 1, #KEYS do
-  out[i] = redis.call('INCRBY', KEYS[i], ARGV[2*i-1])
-  redis.call('EXPIRE', KEYS[i], ARGV[2*i])
+  local n = ARGV[2*i-1]
+  local c = redis.call('INCRBY', KEYS[i], n)
+  if c == tonumber(n) then
+    redis.call('EXPIRE', KEYS[i], ARGV[2*i])
+  end
+  out[i] = c
 end
 return out
 `)
@@ -41,9 +48,10 @@ return out
 // Redis is the Backend of a Redis server or Cluster shared by several
 // service instances. Fixed windows use the reference's keys (prefix,
 // domain, entries, window start), so that a migration keeps the counts,
-// and all the fixed-window descriptors of a request are charged by one
-// script, one round trip (on a Cluster, one per key, pipelined: the keys
-// of one request need not share a slot). The other algorithms are the
+// and all the fixed-window descriptors of the requests in flight together
+// are charged by one script, one round trip (see batcher; on a Cluster,
+// one script per key, pipelined: one round trip per node, as the keys of
+// one request need not share a slot). The other algorithms are the
 // limiters of package redislimit, one round trip per descriptor. A
 // failing server fails the request with an error wrapping
 // throttle.ErrUnavailable (see Options.FailOpen). Safe for concurrent
@@ -51,9 +59,9 @@ return out
 type Redis struct {
 	client   redis.UniversalClient
 	cluster  bool
-	direct   bool // the client honours context deadlines
 	timeout  time.Duration
 	limiters sync.Map // limiterSpec → throttle.Limiter
+	batch    *batcher // joins the fixed windows of concurrent requests
 }
 
 // NewRedis connects to c (lazily: the first request dials).
@@ -72,7 +80,7 @@ func NewRedis(c RedisConfig) (*Redis, error) {
 		o.Password = getenv(c.PasswordEnv)
 	}
 	r := NewRedisClient(redis.NewUniversalClient(o), c.Cluster, timeout)
-	r.direct = true
+	r.batch.direct = true // ContextTimeoutEnabled
 	return r, nil
 }
 
@@ -82,7 +90,9 @@ func NewRedis(c RedisConfig) (*Redis, error) {
 // client's own timeouts, as go-redis applies a context's deadline only
 // with ContextTimeoutEnabled). Close closes client.
 func NewRedisClient(client redis.UniversalClient, cluster bool, timeout time.Duration) *Redis {
-	return &Redis{client: client, cluster: cluster, timeout: timeout}
+	r := &Redis{client: client, cluster: cluster, timeout: timeout}
+	r.batch = newBatcher(timeout, false, r.run)
+	return r
 }
 
 // Charge implements Backend.
@@ -108,7 +118,7 @@ func (r *Redis) Charge(ctx context.Context, now time.Time, hits []Hit, out []Out
 	if len(keys) == 0 {
 		return nil
 	}
-	counts, err := r.incr(ctx, keys, args)
+	counts, err := r.batch.do(ctx, keys, args)
 	if err != nil {
 		return fmt.Errorf("%w: redis: %v", throttle.ErrUnavailable, err)
 	}
@@ -116,28 +126,6 @@ func (r *Redis) Charge(ctx context.Context, now time.Time, hits []Hit, out []Out
 		out[i] = fixedOutcome(now, hits[i].Limit, hits[i].N, uint64(counts[j]))
 	}
 	return nil
-}
-
-// incr runs fixedScript on keys within ctx's deadline.
-func (r *Redis) incr(ctx context.Context, keys []string, args []any) ([]int64, error) {
-	if r.direct {
-		return r.run(ctx, keys, args)
-	}
-	type result struct {
-		counts []int64
-		err    error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		c, err := r.run(ctx, keys, args)
-		ch <- result{c, err}
-	}()
-	select {
-	case res := <-ch:
-		return res.counts, res.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 // run runs fixedScript on keys: once, or per key on a Cluster.
@@ -204,6 +192,9 @@ func cmpOr(a, b uint32) uint32 {
 }
 
 // Close closes the client.
-func (r *Redis) Close() error { return r.client.Close() }
+func (r *Redis) Close() error {
+	r.batch.close()
+	return r.client.Close()
+}
 
 var getenv = os.Getenv

@@ -1,0 +1,170 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// maxInFlight is how many batches a batcher keeps in flight at once. One
+// more than one lets a batch form while another travels, so that a lone
+// request never waits for a batch it is not in; more would split the
+// concurrent requests into smaller batches, each a script run of its own
+// (measured in docs/performance.md).
+const maxInFlight = 2
+
+// batcher joins the fixed-window charges of concurrent requests into one
+// script run, one round trip: a request finding fewer than maxInFlight
+// batches in flight is sent at once; otherwise it joins the batch being
+// formed, sent as soon as one in flight returns. A lone request is thus
+// never delayed, and under load the round trips per request fall with
+// the concurrency.
+//
+// A request sent at once is sent by its own goroutine when run honours
+// its context's deadline (direct), without a hand-off to another
+// goroutine (each costs a wake-up, long on a loaded machine); the
+// batches formed meanwhile, and every batch when run does not honour
+// deadlines, are sent by maxInFlight goroutines started with the first,
+// which close stops (their stacks stay grown: a goroutine per batch spent
+// a tenth of the server's CPU growing its stack). Make it with
+// newBatcher; safe for concurrent use.
+type batcher struct {
+	run     func(ctx context.Context, keys []string, args []any) ([]int64, error)
+	timeout time.Duration // bounds each batch's round trip
+	direct  bool          // run returns by its context's deadline
+	work    chan *batch   // to the senders
+	start   sync.Once
+
+	mu       sync.Mutex
+	pending  *batch // being formed; nil when none
+	inflight int
+	closed   bool
+}
+
+func newBatcher(timeout time.Duration, direct bool, run func(ctx context.Context, keys []string, args []any) ([]int64, error)) *batcher {
+	return &batcher{run: run, timeout: timeout, direct: direct, work: make(chan *batch, maxInFlight)}
+}
+
+// batch is the keys and arguments of the requests sent together, and
+// their counts once done is closed.
+type batch struct {
+	keys   []string
+	args   []any
+	counts []int64
+	err    error
+	done   chan struct{}
+}
+
+// do charges keys (args holds hits and time-to-live in pairs) within
+// ctx, in a batch with the requests of other goroutines, and returns
+// their counts in order. A request whose ctx ends first returns its
+// error, though its batch may still be charged.
+func (b *batcher) do(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	b.start.Do(func() {
+		for range maxInFlight {
+			go b.send()
+		}
+	})
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, errClosed
+	}
+	p := b.pending
+	if p == nil {
+		p = &batch{done: make(chan struct{})}
+		b.pending = p
+	}
+	off := len(p.keys)
+	p.keys = append(p.keys, keys...)
+	p.args = append(p.args, args...)
+	lead := b.inflight < maxInFlight
+	if lead {
+		b.inflight++
+		b.pending = nil
+		if !b.direct {
+			b.work <- p // never blocks: at most maxInFlight are queued or in flight
+		}
+	}
+	b.mu.Unlock()
+	if lead && b.direct {
+		b.lead(ctx, p)
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return nil, p.err
+		}
+		return p.counts[off : off+len(keys)], nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// lead sends p from the caller's goroutine, then hands its slot to a
+// sender if a batch formed meanwhile.
+func (b *batcher) lead(ctx context.Context, p *batch) {
+	b.send1(ctx, p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	next := b.pending
+	b.pending = nil
+	switch {
+	case next == nil:
+		b.inflight--
+	case b.closed:
+		b.inflight--
+		next.err = errClosed
+		close(next.done)
+	default:
+		b.work <- next
+	}
+}
+
+// send flushes the batches it is given until close.
+func (b *batcher) send() {
+	for p := range b.work {
+		b.flush(p)
+	}
+}
+
+// close stops the senders once the batches in flight are done; later
+// requests fail.
+func (b *batcher) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		close(b.work)
+	}
+}
+
+// errClosed fails a request to a closed backend.
+var errClosed = errors.New("backend closed")
+
+// send1 runs p within ctx and the batcher's timeout, and marks it done.
+func (b *batcher) send1(ctx context.Context, p *batch) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	p.counts, p.err = b.run(ctx, p.keys, p.args)
+	cancel()
+	if p.err == nil && len(p.counts) != len(p.keys) {
+		p.err = fmt.Errorf("script returned %d counts for %d keys", len(p.counts), len(p.keys))
+	}
+	close(p.done)
+}
+
+// flush sends p, then the batches formed meanwhile, until none is
+// pending.
+func (b *batcher) flush(p *batch) {
+	for p != nil {
+		b.send1(context.Background(), p)
+		b.mu.Lock()
+		p, b.pending = b.pending, nil
+		if p == nil {
+			b.inflight--
+		}
+		b.mu.Unlock()
+	}
+}
