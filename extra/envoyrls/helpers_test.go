@@ -140,3 +140,23 @@ type (
 func req(domain string, ds ...*rlv3Desc) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds}
 }
+
+// wantAdmitted sends n requests of one descriptor and reports an error,
+// naming what, unless want of them are admitted.
+func (r *rig) wantAdmitted(what string, want, n int, domain string, kv ...string) {
+	r.t.Helper()
+	if got := r.admitted(n, domain, kv...); got != want {
+		r.t.Errorf("%s: %d of %d admitted, want %d", what, got, n, want)
+	}
+}
+
+// wantOneHit reports an error for each metric key that did not count
+// exactly one hit.
+func (r *rig) wantOneHit(keys ...string) {
+	r.t.Helper()
+	for _, k := range keys {
+		if n := r.svc.metrics.stats(k).total.Load(); n != 1 {
+			r.t.Errorf("metric key %s: %d hits, want 1", k, n)
+		}
+	}
+}

@@ -87,9 +87,7 @@ func TestRedisSharedAndOneRoundTrip(t *testing.T) {
 	if ttl := client.TTL(t.Context(), "p_d_a_y_"+itoa(start)).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("the key expires in %v, want within its minute", ttl)
 	}
-	if got := one.admitted(6, "d", "bucket", "z"); got != 4 {
-		t.Errorf("token bucket on Redis: %d admitted, want its burst 4", got)
-	}
+	one.wantAdmitted("token bucket on Redis", 4, 6, "d", "bucket", "z")
 }
 
 // A Redis Cluster: the keys of one request may be on different nodes.
@@ -127,9 +125,7 @@ func TestRedisDown(t *testing.T) {
 		t.Errorf("fail open: %v", resp)
 	}
 	srv.Restart(t)
-	if got := closed.admitted(4, "d", "a", "w"); got != 3 {
-		t.Errorf("after the restart: %d admitted, want 3", got)
-	}
+	closed.wantAdmitted("after the restart", 3, 4, "d", "a", "w")
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -186,9 +182,7 @@ func TestRedisPaused(t *testing.T) {
 		_, err := closed.svc.Decide(t.Context(), req("d", desc("a", "probe")))
 		return err == nil
 	})
-	if got := closed.admitted(4, "d", "a", "after"); got != 3 {
-		t.Errorf("after SIGCONT: %d admitted, want 3", got)
-	}
+	closed.wantAdmitted("after SIGCONT", 3, 4, "d", "a", "after")
 	testproc.Eventually(t, 5*time.Second, func() bool {
 		_, err := direct.svc.Decide(t.Context(), req("d", desc("a", "probe2")))
 		return err == nil
