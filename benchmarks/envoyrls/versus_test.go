@@ -171,7 +171,7 @@ func TestMain(m *testing.M) {
 // serveChild runs this service until killed: the measured server is a
 // process of its own, as the reference is.
 func serveChild(cfg, gossipAddrs string) error {
-	c, err := envoyrls.ParseServerConfig([]byte(cfg))
+	c, err := envoyrls.DecodeServerConfig([]byte(cfg))
 	if err != nil {
 		return err
 	}

@@ -30,12 +30,12 @@ descriptors:
 		b.Run([]string{"", "1", "", "", "4"}[n], func(b *testing.B) {
 			mem := NewMemory(0)
 			defer mem.Close()
-			svc := New(cfg, Options{Backend: mem})
+			svc := newService(cfg, Options{Backend: mem})
 			r := req("d", desc("a", "x"), desc("b", "x"), desc("c", "x"), desc("e", "x"))
 			r.Descriptors = r.Descriptors[:n]
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := svc.Decide(context.Background(), r); err != nil {
+				if _, err := svc.decide(context.Background(), r); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -59,19 +59,19 @@ func BenchmarkRedisCharge(b *testing.B) {
 		b.Cleanup(func() { r.Close() })
 		backends[name] = r
 	}
-	limit := &RateLimit{Unit: Unit(rlsv3.RateLimitResponse_RateLimit_DAY), RequestsPerUnit: 1 << 30}
+	limit := &limitRule{rlUnit: rlUnit(rlsv3.RateLimitResponse_RateLimit_DAY), RequestsPerUnit: 1 << 30}
 	for _, name := range []string{"single", "cluster"} {
 		for _, n := range []int{1, 4} {
 			for _, par := range []int{1, 16} {
 				b.Run(fmt.Sprintf("%s/descriptors=%d/goroutines=%d", name, n, par), func(b *testing.B) {
 					b.SetParallelism(par)
 					b.RunParallel(func(pb *testing.PB) {
-						hits, out := make([]Hit, n), make([]Outcome, n)
+						hits, out := make([]hit, n), make([]outcome, n)
 						for i := range hits {
-							hits[i] = Hit{Key: fmt.Sprintf("bench_d%d_", i), Limit: limit, N: 1}
+							hits[i] = hit{Key: fmt.Sprintf("bench_d%d_", i), Limit: limit, N: 1}
 						}
 						for pb.Next() {
-							if err := backends[name].Charge(context.Background(), time.Now(), hits, out); err != nil {
+							if err := backends[name].charge(context.Background(), time.Now(), hits, out); err != nil {
 								b.Fatal(err)
 							}
 						}

@@ -108,7 +108,7 @@ func newRLSWorld(env *faultsim.Env, owned bool) *rlsWorld {
 		}
 		f := NewFleet(node, FleetOptions{Owner: owned})
 		w.nodes, w.fleets = append(w.nodes, node), append(w.fleets, f)
-		w.svcs = append(w.svcs, New(cfg, Options{Backend: f, Now: env.Clocks[i].Now}))
+		w.svcs = append(w.svcs, newService(cfg, Options{Backend: f, Now: env.Clocks[i].Now}))
 		w.wg.Go(func() { w.rounds(i) })
 	}
 	for i := range w.svcs {

@@ -41,7 +41,7 @@ func (c *fakeClock) Add(d time.Duration) {
 // mustParse parses one YAML document named name.
 func mustParse(t testing.TB, name, yaml string) *Config {
 	t.Helper()
-	cfg, err := Parse([]File{{Name: name, Data: []byte(yaml)}}, LoadOptions{})
+	cfg, err := parse([]configFile{{Name: name, Data: []byte(yaml)}}, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func newRig(t testing.TB, yaml string, o Options) *rig {
 	if o.Backend == nil {
 		o.Backend = mem
 	}
-	r.svc = New(mustParse(t, "test.yaml", yaml), o)
+	r.svc = newService(mustParse(t, "test.yaml", yaml), o)
 	r.client, r.addr = serveGRPC(t, r.svc)
 	return r
 }

@@ -95,15 +95,15 @@ func NewRedisClient(client redis.UniversalClient, cluster bool, timeout time.Dur
 	return r
 }
 
-// Charge implements Backend.
-func (r *Redis) Charge(ctx context.Context, now time.Time, hits []Hit, out []Outcome) error {
+// charge implements Backend.
+func (r *Redis) charge(ctx context.Context, now time.Time, hits []hit, out []outcome) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	var keys []string
 	var args []any
 	var at []int
 	for i, h := range hits {
-		if h.Limit.Algorithm != FixedWindow {
+		if h.Limit.algorithm != fixedWindow {
 			o, err := allowHit(ctx, h, r.limiter)
 			if err != nil {
 				return err
@@ -111,8 +111,8 @@ func (r *Redis) Charge(ctx context.Context, now time.Time, hits []Hit, out []Out
 			out[i] = o
 			continue
 		}
-		keys = append(keys, h.Key+strconv.FormatInt(windowStart(now, h.Limit.Unit), 10))
-		args = append(args, h.N, h.Limit.Unit.Seconds())
+		keys = append(keys, h.Key+strconv.FormatInt(windowStart(now, h.Limit.rlUnit), 10))
+		args = append(args, h.N, h.Limit.rlUnit.Seconds())
 		at = append(at, i)
 	}
 	if len(keys) == 0 {
@@ -159,7 +159,7 @@ func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, er
 	return counts, nil
 }
 
-func (r *Redis) limiter(l *RateLimit) (throttle.Limiter, error) {
+func (r *Redis) limiter(l *limitRule) (throttle.Limiter, error) {
 	s := specOf(l)
 	if v, ok := r.limiters.Load(s); ok {
 		return v.(throttle.Limiter), nil
@@ -168,14 +168,14 @@ func (r *Redis) limiter(l *RateLimit) (throttle.Limiter, error) {
 	var lim throttle.Limiter
 	var err error
 	switch s.alg {
-	case TokenBucket:
+	case tokenBucket:
 		lim, err = redislimit.NewTokenBucket(r.client, throttle.NewRate(limit, per), int(cmpOr(s.burst, s.rpu)), redislimit.WithPrefix("envoyrls:tb:"))
-	case SlidingWindow:
+	case slidingWindow:
 		lim, err = redislimit.NewSlidingWindow(r.client, limit, per, redislimit.WithPrefix("envoyrls:sw:"))
-	case SlidingLog:
+	case slidingLog:
 		lim, err = redislimit.NewSlidingLog(r.client, limit, per, redislimit.WithPrefix("envoyrls:sl:"))
 	default:
-		err = fmt.Errorf("%w: %v", ErrUnsupported, s.alg)
+		err = fmt.Errorf("%w: %v", errUnsupported, s.alg)
 	}
 	if err != nil {
 		return nil, err

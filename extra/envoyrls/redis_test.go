@@ -179,12 +179,12 @@ func TestRedisPaused(t *testing.T) {
 	}
 	syscall.Kill(pid, syscall.SIGCONT)
 	testproc.Eventually(t, 5*time.Second, func() bool {
-		_, err := closed.svc.Decide(t.Context(), req("d", desc("a", "probe")))
+		_, err := closed.svc.decide(t.Context(), req("d", desc("a", "probe")))
 		return err == nil
 	})
 	closed.wantAdmitted("after SIGCONT", 3, 4, "d", "a", "after")
 	testproc.Eventually(t, 5*time.Second, func() bool {
-		_, err := direct.svc.Decide(t.Context(), req("d", desc("a", "probe2")))
+		_, err := direct.svc.decide(t.Context(), req("d", desc("a", "probe2")))
 		return err == nil
 	})
 }

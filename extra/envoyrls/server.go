@@ -57,13 +57,13 @@ type ServerConfig struct {
 	// Redis configures the "redis" backend.
 	Redis *RedisConfig `json:"redis,omitempty"`
 	// MaxKeys bounds the "memory" backend's fixed-window counters (see
-	// NewMemory; default DefaultMaxKeys).
+	// NewMemory; default 1,000,000).
 	MaxKeys int `json:"max_keys,omitempty"`
 }
 
-// ParseServerConfig reads the section strictly (unknown fields and keys
+// parseServerConfig reads the section strictly (unknown fields and keys
 // given twice are refused) and checks it. Errors wrap ErrInvalidConfig.
-func ParseServerConfig(b []byte) (ServerConfig, error) {
+func parseServerConfig(b []byte) (ServerConfig, error) {
 	c, err := DecodeServerConfig(b)
 	if err != nil {
 		return c, err
