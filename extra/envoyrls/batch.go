@@ -48,65 +48,76 @@ func newBatcher(timeout time.Duration, direct bool, run func(ctx context.Context
 }
 
 // batch is the keys and arguments of the requests sent together, and
-// their counts once done is closed.
+// their counts once sent (done is closed).
 type batch struct {
-	keys   []string
-	args   []any
-	counts []int64
-	err    error
-	done   chan struct{}
+	keys     []string
+	args     []any
+	deadline time.Time // of its first request
+	counts   []int64
+	err      error
+	done     chan struct{} // nil for a batch its caller sends
 }
 
 // do charges keys (args holds hits and time-to-live in pairs) within
 // ctx, in a batch with the requests of other goroutines, and returns
-// their counts in order. A request whose ctx ends first returns its
-// error, though its batch may still be charged.
+// their counts in order, within the batcher's timeout of the call (a
+// batch's deadline is its first request's). A request whose ctx ends
+// first returns its error, though its batch may still be charged.
 func (b *batcher) do(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	b.start.Do(func() {
 		for range maxInFlight {
 			go b.send()
 		}
 	})
+	deadline := time.Now().Add(b.timeout)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return nil, errClosed
 	}
+	if b.inflight < maxInFlight { // then none is pending: send at once
+		b.inflight++
+		p := &batch{keys: keys, args: args, deadline: deadline}
+		if b.direct {
+			b.mu.Unlock()
+			b.send1(ctx, p)
+			b.handOff()
+			return p.counts, p.err
+		}
+		p.done = make(chan struct{})
+		b.work <- p // never blocks: at most maxInFlight are queued or in flight
+		b.mu.Unlock()
+		return p.wait(ctx, 0, len(keys))
+	}
 	p := b.pending
 	if p == nil {
-		p = &batch{done: make(chan struct{})}
+		p = &batch{done: make(chan struct{}), deadline: deadline}
 		b.pending = p
 	}
 	off := len(p.keys)
 	p.keys = append(p.keys, keys...)
 	p.args = append(p.args, args...)
-	lead := b.inflight < maxInFlight
-	if lead {
-		b.inflight++
-		b.pending = nil
-		if !b.direct {
-			b.work <- p // never blocks: at most maxInFlight are queued or in flight
-		}
-	}
 	b.mu.Unlock()
-	if lead && b.direct {
-		b.lead(ctx, p)
-	}
+	return p.wait(ctx, off, len(keys))
+}
+
+// wait returns the n counts of p from off once it is done, or ctx's
+// error if it ends first.
+func (p *batch) wait(ctx context.Context, off, n int) ([]int64, error) {
 	select {
 	case <-p.done:
 		if p.err != nil {
 			return nil, p.err
 		}
-		return p.counts[off : off+len(keys)], nil
+		return p.counts[off : off+n], nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-// lead sends p from the caller's goroutine, then hands its slot to a
-// sender if a batch formed meanwhile.
-func (b *batcher) lead(ctx context.Context, p *batch) {
-	b.send1(ctx, p)
+// handOff releases a slot of a batch sent by its caller, or hands it to
+// a sender if a batch formed meanwhile.
+func (b *batcher) handOff() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	next := b.pending
@@ -144,15 +155,17 @@ func (b *batcher) close() {
 // errClosed fails a request to a closed backend.
 var errClosed = errors.New("backend closed")
 
-// send1 runs p within ctx and the batcher's timeout, and marks it done.
+// send1 runs p within ctx and p's deadline, and marks it done.
 func (b *batcher) send1(ctx context.Context, p *batch) {
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	ctx, cancel := context.WithDeadline(ctx, p.deadline)
 	p.counts, p.err = b.run(ctx, p.keys, p.args)
 	cancel()
 	if p.err == nil && len(p.counts) != len(p.keys) {
 		p.err = fmt.Errorf("script returned %d counts for %d keys", len(p.counts), len(p.keys))
 	}
-	close(p.done)
+	if p.done != nil {
+		close(p.done)
+	}
 }
 
 // flush sends p, then the batches formed meanwhile, until none is

@@ -97,14 +97,15 @@ func NewRedisClient(client redis.UniversalClient, cluster bool, timeout time.Dur
 
 // charge implements Backend.
 func (r *Redis) charge(ctx context.Context, now time.Time, hits []hit, out []outcome) error {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	var keys []string
-	var args []any
-	var at []int
+	if !r.batch.direct { // the batcher's deadline does not bound the client
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.timeout)
+		defer cancel()
+	}
+	keys, args, at := make([]string, 0, len(hits)), make([]any, 0, 2*len(hits)), make([]int, 0, len(hits))
 	for i, h := range hits {
 		if h.Limit.algorithm != fixedWindow {
-			o, err := allowHit(ctx, h, r.limiter)
+			o, err := r.allowHit(ctx, h)
 			if err != nil {
 				return err
 			}
@@ -112,7 +113,7 @@ func (r *Redis) charge(ctx context.Context, now time.Time, hits []hit, out []out
 			continue
 		}
 		keys = append(keys, h.Key+strconv.FormatInt(windowStart(now, h.Limit.rlUnit), 10))
-		args = append(args, h.N, h.Limit.rlUnit.Seconds())
+		args = append(args, h.N, ttlArgs[h.Limit.rlUnit])
 		at = append(at, i)
 	}
 	if len(keys) == 0 {
@@ -157,6 +158,22 @@ func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, er
 		counts[i] = v[0]
 	}
 	return counts, nil
+}
+
+// ttlArgs are the time-to-live arguments of each unit, boxed once.
+var ttlArgs = func() (a [unitWeek + 1]any) {
+	for u := range a {
+		a[u] = rlUnit(u).Seconds()
+	}
+	return a
+}()
+
+// allowHit decides a hit of another algorithm than the fixed window,
+// within the timeout.
+func (r *Redis) allowHit(ctx context.Context, h hit) (outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return allowHit(ctx, h, r.limiter)
 }
 
 func (r *Redis) limiter(l *limitRule) (throttle.Limiter, error) {
