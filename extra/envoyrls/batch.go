@@ -8,11 +8,14 @@ import (
 	"time"
 )
 
-// maxInFlight is how many batches a batcher keeps in flight at once. One
-// more than one lets a batch form while another travels, so that a lone
-// request never waits for a batch it is not in; more would split the
-// concurrent requests into smaller batches, each a script run of its own
-// (measured in docs/performance.md).
+// maxInFlight is how many batches a batcher keeps in flight at once. More
+// than one lets a request find a free slot while a batch travels; more
+// split the concurrent requests into smaller batches, each a script run
+// of its own. In the Envoy benchmark (16 and 64 streams, load average
+// 41 to 47), Redis reads per request were 0.06 to 0.19 with one, 0.09 to
+// 0.32 with two, 0.15 to 0.48 with four, at the same server CPU per
+// decision; one in flight had the worst p99 (381 ms on 100,000 keys at 64
+// streams, against 95 and 115 ms).
 const maxInFlight = 2
 
 // batcher joins the fixed-window charges of concurrent requests into one
