@@ -5,10 +5,14 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/internal/testproc"
 )
 
 // fleet starts n gossip nodes on loopback UDP that know each other, with
-// the spend cap, and a service on each over real gRPC.
+// the spend cap, and a service on each over real gRPC, and waits until
+// each node has heard its peers for a few rounds (without the wait, owner
+// routing admitted 3 of 60 once under -race on a loaded machine, where
+// the test wants at least 15).
 func fleet(t *testing.T, n int, yaml string, o FleetOptions) []*rig {
 	var trs []*gossip.UDPTransport
 	for range n {
@@ -19,6 +23,7 @@ func fleet(t *testing.T, n int, yaml string, o FleetOptions) []*rig {
 		trs = append(trs, tr)
 	}
 	var rigs []*rig
+	var nodes []*gossip.Node
 	for i, tr := range trs {
 		var peers []string
 		for j, p := range trs {
@@ -34,10 +39,19 @@ func fleet(t *testing.T, n int, yaml string, o FleetOptions) []*rig {
 		if err := node.Start(); err != nil {
 			t.Fatal(err)
 		}
+		nodes = append(nodes, node)
 		f := NewFleet(node, o)
 		t.Cleanup(func() { f.Close(); node.Close() })
 		rigs = append(rigs, newRig(t, yaml, Options{Backend: f}))
 	}
+	testproc.Eventually(t, 10*time.Second, func() bool {
+		for _, node := range nodes {
+			if node.Stats().PacketsReceived < uint64(3*(n-1)) {
+				return false
+			}
+		}
+		return true
+	})
 	return rigs
 }
 
