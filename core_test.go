@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+	"github.com/throttlekit/throttle/internal/limiterkit"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/fixedwindow"
@@ -22,7 +25,7 @@ import (
 // A copy of a Reservation shares its booking: cancelling both refunds once.
 func TestReservationCopiesCancelOnce(t *testing.T) {
 	var refunds int
-	r := throttle.NewReservation(time.Second, 3, func() { refunds++ })
+	r := limiterkit.NewReservation(time.Second, 3, func() { refunds++ })
 	c := r
 	r.Cancel()
 	c.Cancel()
@@ -33,7 +36,7 @@ func TestReservationCopiesCancelOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	n := 0
-	r = throttle.NewReservation(0, 1, func() { mu.Lock(); n++; mu.Unlock() })
+	r = limiterkit.NewReservation(0, 1, func() { mu.Lock(); n++; mu.Unlock() })
 	for range 8 {
 		wg.Go(func() { c := r; c.Cancel() })
 	}
@@ -150,7 +153,7 @@ func TestObserveKeepsAbilities(t *testing.T) {
 	if allowed != 2 || denied != 1 || errs != 1 {
 		t.Fatalf("allowed %d denied %d errors %d", allowed, denied, errs)
 	}
-	if e := events[4]; e.Limiter != "jobs" || !e.Decision.Allowed || e.Method != throttle.MethodTryHold {
+	if e := events[4]; e.Limiter != "jobs" || !e.Decision.Allowed || !e.Held {
 		t.Fatalf("hold event %+v", e)
 	}
 	if e := events[5]; e.Kind != throttle.EventRelease || e.Limiter != "jobs" || e.N != 1 || c.InFlight("k") != 0 {
@@ -163,7 +166,7 @@ type timing struct{ reporttest.Recorder }
 
 func (*timing) ObservesLatency() bool { return true }
 
-func TestObserveTimesCallsForALatencyObserver(t *testing.T) {
+func TestObserveTimesCallsForAnObserverThatAsks(t *testing.T) {
 	slow := throttle.LimiterFunc(func(context.Context, string, int) (throttle.Decision, error) {
 		time.Sleep(2 * time.Millisecond)
 		return throttle.Decision{Allowed: true}, nil
@@ -173,7 +176,7 @@ func TestObserveTimesCallsForALatencyObserver(t *testing.T) {
 	plain := &reporttest.Recorder{}
 	_, _ = throttle.Observe(slow, "store", plain).Allow(context.Background(), "k", 1)
 	if timed, untimed := rec.Events()[0].Latency, plain.Events()[0].Latency; timed < 2*time.Millisecond || untimed != 0 {
-		t.Fatalf("latency %v with a LatencyObserver, %v without", timed, untimed)
+		t.Fatalf("latency %v with an Observer asking for latency, %v without", timed, untimed)
 	}
 }
 
@@ -223,10 +226,10 @@ func TestSmallErrors(t *testing.T) {
 	if _, err := throttle.ParseRate("99999999999999999999/s"); err == nil || !strings.Contains(err.Error(), "too large") {
 		t.Errorf("ParseRate of a huge count: %v", err)
 	}
-	if err := throttle.NewRate(2, 2*throttle.MaxPeriod+1).Validate(); !errors.Is(err, throttle.ErrInvalid) {
+	if err := throttle.NewRate(2, 2*bridge.MaxPeriod+1).Validate(); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("NewRate(2, 2·MaxPeriod+1ns).Validate() = %v", err)
 	}
-	if err := throttle.NewRate(2, 2*throttle.MaxPeriod).Validate(); err != nil {
+	if err := throttle.NewRate(2, 2*bridge.MaxPeriod).Validate(); err != nil {
 		t.Errorf("NewRate(2, 2·MaxPeriod).Validate() = %v", err)
 	}
 }
@@ -249,7 +252,7 @@ func TestQuota(t *testing.T) {
 		want throttle.Quota
 	}{
 		{"tokenbucket keyed", must(tb, err), throttle.Quota{Limit: 20, Window: 2 * time.Second}},
-		{"tokenbucket", must(tokenbucket.NewBucket(throttle.PerMinute(1), 5)), throttle.Quota{Limit: 5, Window: 5 * time.Minute}},
+		{"tokenbucket", must(tokenbucket.NewBucket(throttle.NewRate(1, time.Minute), 5)), throttle.Quota{Limit: 5, Window: 5 * time.Minute}},
 		{"leakybucket", must(leakybucket.New(throttle.PerSecond(4), 2)), throttle.Quota{Limit: 2, Window: 500 * time.Millisecond}},
 		{"pacer", must(leakybucket.NewPacer(throttle.PerSecond(10), 4, time.Second)), throttle.Quota{Limit: 5, Window: 500 * time.Millisecond}},
 		{"fixedwindow", must(fixedwindow.New(100, time.Minute)), throttle.Quota{Limit: 100, Window: time.Minute}},
@@ -294,8 +297,12 @@ func TestSingleResourceRejectsKeyedOptions(t *testing.T) {
 				t.Errorf("%s with a keyed option: %v, want ErrInvalid", name, err)
 			}
 		}
-		if err := build(throttle.WithClock(throttletest.NewClock())); err != nil {
+		var clk throttle.Clock = throttletest.NewClock()
+		if err := build(throttle.WithClock(clk)); err != nil {
 			t.Errorf("%s WithClock: %v", name, err)
+		}
+		if err := build(throttle.WithClock(nil)); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("%s WithClock(nil): %v, want ErrInvalid", name, err)
 		}
 	}
 }

@@ -14,26 +14,27 @@ import (
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/httplimit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // full is a limiter with every ability, recording each call it gets and
 // what was given back.
 type full struct {
 	mu       sync.Mutex
-	calls    []throttle.Method
+	calls    []limiterkit.Method
 	released int
 	canceled int
 	fail     error // returned by every call when set
 }
 
-func (f *full) record(m throttle.Method) error {
+func (f *full) record(m limiterkit.Method) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, m)
 	return f.fail
 }
 
-func (f *full) last() (throttle.Method, int, int) {
+func (f *full) last() (limiterkit.Method, int, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.calls) == 0 {
@@ -45,31 +46,31 @@ func (f *full) last() (throttle.Method, int, int) {
 func (f *full) release() { f.mu.Lock(); f.released++; f.mu.Unlock() }
 
 func (f *full) Allow(context.Context, string, int) (throttle.Decision, error) {
-	err := f.record(throttle.MethodAllow)
+	err := f.record(limiterkit.MethodAllow)
 	return throttle.Decision{Allowed: err == nil, Limit: 7}, err
 }
 
 func (f *full) AllowQuota(_ context.Context, _ string, _ int, _ throttle.Rate, burst int) (throttle.Decision, error) {
-	err := f.record(throttle.MethodAllowQuota)
+	err := f.record(limiterkit.MethodAllowQuota)
 	return throttle.Decision{Allowed: err == nil, Limit: burst}, err
 }
 
 func (f *full) TryHold(context.Context, string, int) (throttle.Decision, func(), error) {
-	if err := f.record(throttle.MethodTryHold); err != nil {
+	if err := f.record(limiterkit.MethodTryHold); err != nil {
 		return throttle.Decision{}, func() {}, err
 	}
 	return throttle.Decision{Allowed: true, Limit: 7}, f.release, nil
 }
 
 func (f *full) Hold(context.Context, string, int) (func(), error) {
-	if err := f.record(throttle.MethodHold); err != nil {
+	if err := f.record(limiterkit.MethodHold); err != nil {
 		return func() {}, err
 	}
 	return f.release, nil
 }
 
 func (f *full) Reserve(context.Context, string, int, time.Duration) (throttle.Reservation, error) {
-	if err := f.record(throttle.MethodReserve); err != nil {
+	if err := f.record(limiterkit.MethodReserve); err != nil {
 		return throttle.Reservation{}, err
 	}
 	return throttle.BookedReservation(7, func() { f.mu.Lock(); f.canceled++; f.mu.Unlock() }), nil
@@ -140,7 +141,7 @@ func TestWrappersKeepAbilities(t *testing.T) {
 				if u, ok := l.(interface{ Unwrap() throttle.Limiter }); !ok || u.Unwrap() == nil {
 					t.Fatal("wrapped limiter has no Unwrap")
 				}
-				check := func(want throttle.Method, released, canceled int) {
+				check := func(want limiterkit.Method, released, canceled int) {
 					t.Helper()
 					m, r, c := f.last()
 					if m != want || r != released || c != canceled {
@@ -150,38 +151,38 @@ func TestWrappersKeepAbilities(t *testing.T) {
 				if d, err := l.Allow(ctx, "k", 1); err != nil || !d.Allowed {
 					t.Fatalf("Allow: %+v, %v", d, err)
 				}
-				check(throttle.MethodAllow, 0, 0)
+				check(limiterkit.MethodAllow, 0, 0)
 				if r, ok := l.(throttle.Reserver); ok {
 					res, err := r.Reserve(ctx, "k", 1, time.Second)
 					if err != nil || !res.OK {
 						t.Fatalf("Reserve: %+v, %v", res, err)
 					}
-					check(throttle.MethodReserve, 0, 0)
+					check(limiterkit.MethodReserve, 0, 0)
 					res.Cancel()
-					check(throttle.MethodReserve, 0, 1)
+					check(limiterkit.MethodReserve, 0, 1)
 				}
 				if h, ok := l.(throttle.Holder); ok {
 					d, release, err := h.TryHold(ctx, "k", 1)
 					if err != nil || !d.Allowed {
 						t.Fatalf("TryHold: %+v, %v", d, err)
 					}
-					check(throttle.MethodTryHold, 0, f.canceled)
+					check(limiterkit.MethodTryHold, 0, f.canceled)
 					release()
-					check(throttle.MethodTryHold, 1, f.canceled)
+					check(limiterkit.MethodTryHold, 1, f.canceled)
 					release, err = h.Hold(ctx, "k", 1)
 					if err != nil {
 						t.Fatalf("Hold: %v", err)
 					}
-					check(throttle.MethodHold, 1, f.canceled)
+					check(limiterkit.MethodHold, 1, f.canceled)
 					release()
-					check(throttle.MethodHold, 2, f.canceled)
+					check(limiterkit.MethodHold, 2, f.canceled)
 				}
 				if q, ok := l.(throttle.QuotaAllower); ok {
 					if d, err := q.AllowQuota(ctx, "k", 1, throttle.PerSecond(3), 3); err != nil || d.Limit != 3 {
 						t.Fatalf("AllowQuota: %+v, %v", d, err)
 					}
 					m, _, _ := f.last()
-					if m != throttle.MethodAllowQuota {
+					if m != limiterkit.MethodAllowQuota {
 						t.Fatalf("inner saw %v, want AllowQuota", m)
 					}
 				}
@@ -256,10 +257,18 @@ func TestFailsafeHolderOutage(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	for _, tt := range []struct{ got, want string }{
-		{throttle.MethodAllow.String(), "Allow"},
-		{throttle.MethodReserve.String(), "Reserve"},
-		{throttle.Method(200).String(), "Method(?)"},
+		{limiterkit.MethodAllow.String(), "Allow"},
+		{limiterkit.MethodReserve.String(), "Reserve"},
+		{limiterkit.Method(200).String(), "Method(?)"},
 		{throttle.EventDecision.String(), "decision"},
+		{throttle.EventError.String(), "error"},
+		{throttle.EventFallback.String(), "fallback"},
+		{throttle.EventBreakerOpen.String(), "breaker_open"},
+		{throttle.EventBreakerClosed.String(), "breaker_closed"},
+		{throttle.EventWarning.String(), "warning"},
+		{throttle.EventLimit.String(), "limit"},
+		{throttle.EventRetry.String(), "retry"},
+		{throttle.EventRelease.String(), "release"},
 		{throttle.EventReload.String(), "reload"},
 		{throttle.EventKind(200).String(), "unknown"},
 	} {

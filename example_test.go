@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
@@ -39,7 +38,7 @@ func ExampleLimiter() {
 // turns the call into a throttled one that fails fast with ErrLimited.
 func ExampleWrap() {
 	clk := throttletest.NewClock()
-	l, _ := tokenbucket.New(throttle.Every(6*time.Second), 1, throttle.WithClock(clk))
+	l, _ := tokenbucket.New(throttle.NewRate(1, 6*time.Second), 1, throttle.WithClock(clk))
 	call := throttle.Wrap(l, "api-token", func(context.Context) (string, error) { return "called", nil })
 
 	for _, at := range []time.Duration{2 * time.Second, 7 * time.Second, 5 * time.Second, 2 * time.Second} {
@@ -62,7 +61,7 @@ func ExampleWrap() {
 // Wait books the next free slot on limiters that can reserve (FIFO, one
 // wake-up per slot) and honours the context's deadline.
 func ExampleWait() {
-	l, _ := tokenbucket.New(throttle.Every(time.Hour), 1)
+	l, _ := tokenbucket.New(throttle.NewRate(1, time.Hour), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	fmt.Println(throttle.Wait(ctx, l, "report", 1)) // the first slot is free
@@ -71,59 +70,4 @@ func ExampleWait() {
 	// Output:
 	// <nil>
 	// true
-}
-
-// A wrapper made with Decorate keeps what the wrapped limiter can do: here
-// a concurrency limit stays a Holder, so TryHold holds units through the
-// wrapper and release gives them back.
-func ExampleDecorate() {
-	sem, _ := counting.NewSemaphore(1)
-	logged := throttle.Decorate(sem, func(ctx context.Context, c throttle.Call, next throttle.Next) (throttle.Result, error) {
-		r, err := next(ctx, c)
-		fmt.Println(c.Method, c.Key, r.Decision.Allowed)
-		return r, err
-	})
-	_, release, _ := throttle.TryHold(context.Background(), logged, "db", 1)
-	_, _, _ = throttle.TryHold(context.Background(), logged, "db", 1) // full
-	release()
-	fmt.Println("in flight:", sem.InFlight())
-	// Output:
-	// TryHold db true
-	// TryHold db false
-	// in flight: 0
-}
-
-// A wrapper on the path of every decision gives DecorateAllow a direct
-// Allow beside its Decorator; the other methods (here Reserve, kept
-// because the bucket is a Reserver) go through the Decorator.
-func ExampleDecorateAllow() {
-	tb, _ := tokenbucket.New(throttle.PerSecond(1), 2)
-	defer tb.Close()
-	calls := 0 // not safe for concurrent use: an example
-	counted := throttle.DecorateAllow(tb,
-		func(ctx context.Context, c throttle.Call, next throttle.Next) (throttle.Result, error) {
-			calls++
-			return next(ctx, c)
-		},
-		func(ctx context.Context, key string, n int) (throttle.Decision, error) {
-			calls++
-			return tb.Allow(ctx, key, n)
-		})
-	ctx := context.Background()
-	counted.Allow(ctx, "k", 1)
-	res, _ := counted.(throttle.Reserver).Reserve(ctx, "k", 1, time.Second)
-	fmt.Println(calls, res.OK)
-	// Output: 2 true
-}
-
-// A Reserver of one's own returns what it booked with NewReservation;
-// Cancel gives it back once, whichever copy calls it.
-func ExampleNewReservation() {
-	booked := 1
-	r := throttle.NewReservation(2*time.Second, 10, func() { booked-- })
-	c := r
-	c.Cancel()
-	r.Cancel()
-	fmt.Println(r.OK, r.Delay, booked)
-	// Output: true 2s 0
 }

@@ -6,7 +6,7 @@ import "context"
 // 2 Holder, 4 QuotaReporter, 8 QuotaAllower), to make limiters of every
 // set of abilities in tests.
 func Restrict(l Limiter, mask int) Limiter {
-	b := &decorated{l: l, d: func(ctx context.Context, c Call, next Next) (Result, error) { return next(ctx, c) }}
+	b := &decorated{l: l, d: func(ctx context.Context, c call, next nextFunc) (result, error) { return next(ctx, c) }}
 	b.next = b.invoke
 	return withAbilities[mask](b)
 }
@@ -15,3 +15,6 @@ func Restrict(l Limiter, mask int) Limiter {
 func BookedReservation(limit int, cancel func()) Reservation {
 	return Reservation{OK: true, Limit: limit, b: &booking{cancel: cancel}}
 }
+
+// WithJitter sets Wait's random share of each back-off.
+var WithJitter = withJitter

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/throttlekit/throttle/internal/bridge"
 )
 
 // EventKind tells what an Event reports.
@@ -62,22 +64,12 @@ type Event struct {
 	Decision Decision
 	Err      error
 	// Latency is how long the call took: set by Observe for an Observer
-	// that asks for it (LatencyObserver) and by backends that measure
-	// their round trips; 0 where it is not measured.
+	// that asks for it (see Observer) and by backends that measure their
+	// round trips; 0 where it is not measured.
 	Latency time.Duration
-	// Method is the method the call came through, for the Events of
-	// Observe: an allowed TryHold or Hold holds its units until an
-	// EventRelease.
-	Method Method
-}
-
-// LatencyObserver is an Observer that wants each call timed: Observe then
-// reads the clock before and after every call and sets Event.Latency.
-// Ask for it on limiters backed by a store, where the round trip is what
-// a dashboard watches; an in-process decision takes tens of nanoseconds.
-type LatencyObserver interface {
-	Observer
-	ObservesLatency() bool
+	// Held is set on the EventDecision of an allowed TryHold or Hold:
+	// its units stay held until an EventRelease reports them given back.
+	Held bool
 }
 
 // Observer receives Events, synchronously, on the goroutine of the call
@@ -88,6 +80,12 @@ type LatencyObserver interface {
 // its own takes it as WithObserver(name, o), and then reports every call
 // as Observe would (one EventDecision or EventError each) plus its own
 // events (breaker, fallback, warning, reload).
+//
+// An Observer that also has a method ObservesLatency() bool returning
+// true wants each call timed: Observe then reads the clock before and
+// after every call and sets Event.Latency. Ask for it on limiters backed
+// by a store, where the round trip is what a dashboard watches; an
+// in-process decision takes tens of nanoseconds.
 type Observer interface {
 	Observe(Event)
 }
@@ -99,17 +97,19 @@ type ObserverFunc func(Event)
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
 // Observe returns l reporting every call (Allow, AllowQuota, TryHold, Hold,
-// Reserve) to o under name. The result keeps l's abilities (see Decorate).
+// Reserve) to o under name. The result keeps exactly l's abilities: it
+// implements Reserver, Holder, QuotaReporter and QuotaAllower when l
+// does, and only then, so Wait, TryHold, Wrap and the HTTP middleware
+// book, hold and release through it as through l.
 // With a nil o, Observe returns l itself, so an unset observer costs
 // nothing.
 func Observe(l Limiter, name string, o Observer) Limiter {
 	if o == nil {
 		return l
 	}
-	lo, timed := o.(LatencyObserver)
-	timed = timed && lo.ObservesLatency()
-	report := func(c *Call, d Decision, err error, start time.Time) {
-		e := Event{Kind: EventDecision, Limiter: name, Key: c.Key, N: c.N, Decision: d, Err: err, Method: c.Method}
+	timed := bridge.ObservesLatency(o)
+	report := func(c *call, d Decision, err error, start time.Time) {
+		e := Event{Kind: EventDecision, Limiter: name, Key: c.Key, N: c.N, Decision: d, Err: err, Held: err == nil && d.Allowed && c.Method.Holds()}
 		if timed {
 			e.Latency = time.Since(start)
 		}
@@ -124,7 +124,7 @@ func Observe(l Limiter, name string, o Observer) Limiter {
 		if timed {
 			start := time.Now()
 			d, err := l.Allow(ctx, key, n)
-			report(&Call{Method: MethodAllow, Key: key, N: n}, d, err, start)
+			report(&call{Method: bridge.MethodAllow, Key: key, N: n}, d, err, start)
 			return d, err
 		}
 		d, err := l.Allow(ctx, key, n)
@@ -135,15 +135,15 @@ func Observe(l Limiter, name string, o Observer) Limiter {
 		o.Observe(e)
 		return d, err
 	}
-	return DecorateAllow(l, func(ctx context.Context, c Call, next Next) (Result, error) {
+	return decorate(l, func(ctx context.Context, c call, next nextFunc) (result, error) {
 		var start time.Time
 		if timed {
 			start = time.Now()
 		}
 		r, err := next(ctx, c)
 		report(&c, r.Decision, err, start)
-		if r.Release != nil && err == nil && r.Decision.Allowed && (c.Method == MethodTryHold || c.Method == MethodHold) {
-			r.Release = releaseReported(r.Release, o, Event{Kind: EventRelease, Limiter: name, Key: c.Key, N: c.N, Method: c.Method})
+		if r.Release != nil && err == nil && r.Decision.Allowed && c.Method.Holds() {
+			r.Release = releaseReported(r.Release, o, Event{Kind: EventRelease, Limiter: name, Key: c.Key, N: c.N})
 		}
 		return r, err
 	}, allow)

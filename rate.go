@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/throttlekit/throttle/internal/bridge"
 )
 
 // Rate is a number of events per period, kept as two integers so that no
@@ -22,16 +24,16 @@ type Rate struct {
 	per   time.Duration // period, > 0 when valid
 }
 
-// Bounds of a valid Rate.
+// Bounds of a valid Rate (see bridge).
 const (
-	// MaxPeriod is the longest period between events a Rate accepts.
-	MaxPeriod = 366 * 24 * time.Hour
-	// MaxPerSecond is the highest rate a Rate accepts, in events per second.
-	MaxPerSecond = int64(time.Second)
+	maxPeriod    = bridge.MaxPeriod
+	maxPerSecond = bridge.MaxPerSecond
 )
 
 // NewRate returns the rate of count events per period per. It is reduced
-// to lowest terms, so NewRate(10, 10*time.Second) equals Every(time.Second).
+// to lowest terms, so NewRate(10, 10*time.Second) equals
+// NewRate(1, time.Second). "At most once every six seconds" is
+// NewRate(1, 6*time.Second).
 // Use Validate (or hand it to a limiter) to learn whether it is usable.
 func NewRate(count int, per time.Duration) Rate {
 	c, p := int64(count), int64(per)
@@ -45,16 +47,6 @@ func NewRate(count int, per time.Duration) Rate {
 // PerSecond returns the rate of n events per second.
 func PerSecond(n int) Rate { return NewRate(n, time.Second) }
 
-// PerMinute returns the rate of n events per minute.
-func PerMinute(n int) Rate { return NewRate(n, time.Minute) }
-
-// PerHour returns the rate of n events per hour.
-func PerHour(n int) Rate { return NewRate(n, time.Hour) }
-
-// Every returns the rate of one event every d: "at most once every six
-// seconds" is Every(6*time.Second).
-func Every(d time.Duration) Rate { return NewRate(1, d) }
-
 // ParseRate parses "count/period", where period is a Go duration ("1m",
 // "6s", "250ms"), a number of days ("2d"), or a bare unit: ns, us, ms, s,
 // sec, second, m, min, minute, h, hour, d, day. Examples: "100/s",
@@ -66,9 +58,9 @@ func ParseRate(s string) (Rate, error) {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
 	switch {
-	case err == nil && n > MaxPerSecond*int64(MaxPeriod/time.Second),
+	case err == nil && n > maxPerSecond*int64(maxPeriod/time.Second),
 		errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(strings.TrimSpace(num), "-"):
-		return Rate{}, fmt.Errorf("%w: rate %q: count is too large (at most %d per second)", ErrInvalid, s, MaxPerSecond)
+		return Rate{}, fmt.Errorf("%w: rate %q: count is too large (at most %d per second)", ErrInvalid, s, maxPerSecond)
 	case err != nil || n <= 0:
 		return Rate{}, fmt.Errorf("%w: rate %q: count must be a positive integer", ErrInvalid, s)
 	}
@@ -97,7 +89,7 @@ func parsePeriod(u string) (time.Duration, error) {
 	}
 	if days, ok := strings.CutSuffix(u, "d"); ok {
 		n, err := strconv.ParseInt(days, 10, 64)
-		if err != nil || n <= 0 || n > int64(MaxPeriod/(24*time.Hour)) {
+		if err != nil || n <= 0 || n > int64(maxPeriod/(24*time.Hour)) {
 			return 0, fmt.Errorf("bad number of days %q", u)
 		}
 		return time.Duration(n) * 24 * time.Hour, nil
@@ -119,9 +111,9 @@ func (r Rate) Validate() error {
 	case r.count <= 0 || r.per <= 0:
 		return fmt.Errorf("%w: rate must be positive (got %d per %v)", ErrInvalid, r.count, r.per)
 	case r.count > int64(r.per):
-		return fmt.Errorf("%w: rate %v is above %d per second", ErrInvalid, r, MaxPerSecond)
-	case ceilDiv(r.per, time.Duration(r.count)) > MaxPeriod: // the interval as limiters round it
-		return fmt.Errorf("%w: rate %v is slower than one event per %v", ErrInvalid, r, MaxPeriod)
+		return fmt.Errorf("%w: rate %v is above %d per second", ErrInvalid, r, maxPerSecond)
+	case ceilDiv(r.per, time.Duration(r.count)) > maxPeriod: // the interval as limiters round it
+		return fmt.Errorf("%w: rate %v is slower than one event per %v", ErrInvalid, r, maxPeriod)
 	}
 	return nil
 }
@@ -131,11 +123,6 @@ func (r Rate) Count() int64 { return r.count }
 
 // Period returns the period of the rate, in lowest terms.
 func (r Rate) Period() time.Duration { return r.per }
-
-// Interval returns the time between two events, rounded up to a whole
-// nanosecond (exact when Period is a multiple of Count, as for every Every
-// rate and for PerSecond(n) when n divides 1e9).
-func (r Rate) Interval() time.Duration { return r.Duration(1) }
 
 // Duration returns the time it takes to earn n events, rounded up to a
 // whole nanosecond, computed exactly in 128 bits. It saturates at

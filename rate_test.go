@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 )
 
@@ -20,9 +22,9 @@ func TestRateConstructors(t *testing.T) {
 	}{
 		{"PerSecond(100)", throttle.PerSecond(100), 1, 10 * time.Millisecond, 10 * time.Millisecond},
 		{"PerSecond(3)", throttle.PerSecond(3), 3, time.Second, 333333334},
-		{"PerMinute(5)", throttle.PerMinute(5), 1, 12 * time.Second, 12 * time.Second},
-		{"PerHour(7200)", throttle.PerHour(7200), 1, 500 * time.Millisecond, 500 * time.Millisecond},
-		{"Every(6s)", throttle.Every(6 * time.Second), 1, 6 * time.Second, 6 * time.Second},
+		{"NewRate(5, time.Minute)", throttle.NewRate(5, time.Minute), 1, 12 * time.Second, 12 * time.Second},
+		{"NewRate(7200, time.Hour)", throttle.NewRate(7200, time.Hour), 1, 500 * time.Millisecond, 500 * time.Millisecond},
+		{"NewRate(1, 6s)", throttle.NewRate(1, 6*time.Second), 1, 6 * time.Second, 6 * time.Second},
 		{"1e9/s", throttle.PerSecond(1e9), 1, 1, 1},
 		{"1/day", throttle.NewRate(1, 24*time.Hour), 1, 24 * time.Hour, 24 * time.Hour},
 		{"NewRate(10, 10s)", throttle.NewRate(10, 10*time.Second), 1, time.Second, time.Second},
@@ -31,9 +33,9 @@ func TestRateConstructors(t *testing.T) {
 		if err := c.r.Validate(); err != nil {
 			t.Errorf("%s: Validate: %v", c.name, err)
 		}
-		if c.r.Count() != c.count || c.r.Period() != c.per || c.r.Interval() != c.interval {
+		if c.r.Count() != c.count || c.r.Period() != c.per || c.r.Duration(1) != c.interval {
 			t.Errorf("%s = %d/%v interval %v, want %d/%v interval %v", c.name,
-				c.r.Count(), c.r.Period(), c.r.Interval(), c.count, c.per, c.interval)
+				c.r.Count(), c.r.Period(), c.r.Duration(1), c.count, c.per, c.interval)
 		}
 	}
 }
@@ -54,7 +56,7 @@ func TestRateExact(t *testing.T) {
 	if got := r.Duration(3 * 1e9); got != 1e9*time.Second {
 		t.Fatalf("3e9 events at 3/s take %v, want exactly 1e9 s", got)
 	}
-	if got := throttle.Every(time.Hour).Duration(math.MaxInt64); got != math.MaxInt64 {
+	if got := throttle.NewRate(1, time.Hour).Duration(math.MaxInt64); got != math.MaxInt64 {
 		t.Fatalf("Duration saturates at %v, want MaxInt64", got)
 	}
 	if got := throttle.PerSecond(1e9).Events(math.MaxInt64); got != math.MaxInt64 {
@@ -72,10 +74,10 @@ func TestRateInvalid(t *testing.T) {
 		"zero value":   {},
 		"zero count":   throttle.PerSecond(0),
 		"negative":     throttle.PerSecond(-5),
-		"zero period":  throttle.Every(0),
-		"neg period":   throttle.Every(-time.Second),
+		"zero period":  throttle.NewRate(1, 0),
+		"neg period":   throttle.NewRate(1, -time.Second),
 		"above 1e9/s":  throttle.PerSecond(1e9 + 1),
-		"below 1/year": throttle.Every(400 * 24 * time.Hour),
+		"below 1/year": throttle.NewRate(1, 400*24*time.Hour),
 	}
 	for name, r := range bad {
 		if err := r.Validate(); !errors.Is(err, throttle.ErrInvalid) {
@@ -90,12 +92,12 @@ func TestRateInvalid(t *testing.T) {
 func TestParseRate(t *testing.T) {
 	good := map[string]throttle.Rate{
 		"100/s":      throttle.PerSecond(100),
-		"5/1m":       throttle.PerMinute(5),
-		"1/6s":       throttle.Every(6 * time.Second),
-		" 10 / min ": throttle.PerMinute(10),
+		"5/1m":       throttle.NewRate(5, time.Minute),
+		"1/6s":       throttle.NewRate(1, 6*time.Second),
+		" 10 / min ": throttle.NewRate(10, time.Minute),
 		"86400/day":  throttle.PerSecond(1),
 		"2/2d":       throttle.NewRate(1, 24*time.Hour),
-		"3/hour":     throttle.PerHour(3),
+		"3/hour":     throttle.NewRate(3, time.Hour),
 		"1/250ms":    throttle.PerSecond(4),
 	}
 	for in, want := range good {
@@ -127,7 +129,7 @@ func FuzzParseRate(f *testing.F) {
 			}
 			return
 		}
-		if r.Validate() != nil || r.Interval() <= 0 {
+		if r.Validate() != nil || r.Duration(1) <= 0 {
 			t.Fatalf("ParseRate(%q) = %v: accepted an invalid rate", s, r)
 		}
 	})
@@ -139,14 +141,14 @@ func TestRateString(t *testing.T) {
 		want string
 	}{
 		{throttle.PerSecond(100), "100/s"},
-		{throttle.PerMinute(5), "5/m"},
-		{throttle.PerHour(1000), "1000/h"},
+		{throttle.NewRate(5, time.Minute), "5/m"},
+		{throttle.NewRate(1000, time.Hour), "1000/h"},
 		{throttle.NewRate(86401, 24*time.Hour), "86401/d"},
-		{throttle.Every(6 * time.Second), "10/m"},
-		{throttle.Every(7 * time.Second), "1/7s"},
+		{throttle.NewRate(1, 6*time.Second), "10/m"},
+		{throttle.NewRate(1, 7*time.Second), "1/7s"},
 		{throttle.NewRate(3, 7*time.Millisecond), "3/7ms"},
 		{throttle.PerSecond(1), "1/s"},
-		{throttle.Every(48 * time.Hour), "1/48h0m0s"},
+		{throttle.NewRate(1, 48*time.Hour), "1/48h0m0s"},
 	} {
 		if got := c.r.String(); got != c.want {
 			t.Errorf("%v/%v: String() = %q, want %q", c.r.Count(), c.r.Period(), got, c.want)
@@ -158,7 +160,7 @@ func TestRateString(t *testing.T) {
 func TestRateStringRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 200_000 {
-		r := throttle.NewRate(int(rng.Int64N(1_000_000))+1, time.Duration(rng.Int64N(int64(throttle.MaxPeriod)))+1)
+		r := throttle.NewRate(int(rng.Int64N(1_000_000))+1, time.Duration(rng.Int64N(int64(bridge.MaxPeriod)))+1)
 		if r.Validate() != nil {
 			continue
 		}

@@ -20,10 +20,10 @@
 // fixedwindow, slidingwindow, slidinglog, counting) and shared or
 // distributed variants under distributed/. Each one implements Limiter, so
 // swapping an algorithm or moving from a local to a shared limit is a
-// one-line change. Store and Algorithm are the seam for keeping the state
-// of a limit elsewhere (a database): package storelimit runs any Algorithm
-// over any Store, and docs/extending.md lists what a new algorithm, store
-// or wrapper touches.
+// one-line change. Package storelimit keeps the state of a limit
+// elsewhere (a database): it runs any storelimit.Algorithm over any
+// storelimit.Store, and docs/extending.md lists what a new algorithm,
+// store or wrapper touches.
 //
 // A denial is a value (Decision.Allowed == false), not an error. Errors
 // report bad input (wrapping ErrInvalid or ErrExceedsLimit) and failures of
@@ -108,11 +108,12 @@ type booking struct {
 	done   atomic.Bool
 }
 
-// NewReservation returns a granted reservation, to be honoured after
+// newReservation returns a granted reservation, to be honoured after
 // delay, of a limiter of capacity limit: what a Reserver returns when it
-// books. cancel, which may be nil, gives the booked capacity back; the
+// books (package limiterkit gives it to the Reservers of this module).
+// cancel, which may be nil, gives the booked capacity back; the
 // Reservation and all its copies call it at most once.
-func NewReservation(delay time.Duration, limit int, cancel func()) Reservation {
+func newReservation(delay time.Duration, limit int, cancel func()) Reservation {
 	r := Reservation{OK: true, Delay: delay, Limit: limit}
 	if cancel != nil {
 		r.b = &booking{cancel: cancel}

@@ -9,63 +9,89 @@ import (
 	"github.com/throttlekit/throttle/internal/clock"
 )
 
-// WaitOption configures Wait.
+// WaitOption configures Wait, and Wrap, which waits as Wait does when
+// given Blocking. KeyFrom and Blocking are Wrap's alone: Wait
+// refuses them with an error wrapping ErrInvalid.
 type WaitOption func(*waitConfig)
 
 type waitConfig struct {
-	maxWait     time.Duration
-	jitter      float64
-	pessimistic bool
-	maxBackoff  time.Duration
+	maxWait    time.Duration
+	jitter     float64
+	maxBackoff time.Duration
+	// Wrap's options.
+	key    func(context.Context) string
+	wait   bool
+	wrapOp string // the name of the last option only Wrap takes
+}
+
+// newWaitConfig returns the defaults with opts applied.
+func newWaitConfig(opts []WaitOption) waitConfig {
+	c := waitConfig{maxWait: defaultMaxWait, jitter: defaultJitter, maxBackoff: defaultMaxBackoff}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// check validates the options Wait uses.
+func (c *waitConfig) check() error {
+	if c.maxWait < 0 || c.jitter < 0 || c.jitter > 1 || c.jitter != c.jitter {
+		return fmt.Errorf("%w: Wait options: MaxWait %v, Jitter %v", ErrInvalid, c.maxWait, c.jitter)
+	}
+	return nil
 }
 
 // Defaults of Wait.
 const (
-	// DefaultMaxWait bounds how far ahead Wait books capacity when the
-	// context has no deadline.
-	DefaultMaxWait = time.Minute
-	// DefaultJitter is the fraction of a back-off added at random.
-	DefaultJitter = 0.2
-	// DefaultMaxBackoff caps the back-off when the limiter gives no
+	// defaultMaxWait bounds how far ahead Wait books capacity when the
+	// context has no deadline: a minute.
+	defaultMaxWait = time.Minute
+	// defaultJitter is the fraction of a back-off added at random.
+	defaultJitter = 0.2
+	// defaultMaxBackoff caps the back-off when the limiter gives no
 	// RetryAfter (capacity freed by release, not by time).
-	DefaultMaxBackoff = time.Second
+	defaultMaxBackoff = time.Second
 )
 
 // MaxWait bounds how far ahead Wait may book capacity on a Reserver (the
 // "max reserved permits" bound, as time). Past it Wait backs off and
-// tries again. Default: DefaultMaxWait, or less if ctx has a deadline.
+// tries again. Default: a minute, or less if ctx has a deadline.
+// MaxWait(0) books nothing ahead: Wait then asks Allow and retries after
+// each RetryAfter plus jitter, as on a limiter that cannot reserve, at the
+// cost of fairness between waiters.
 func MaxWait(d time.Duration) WaitOption { return func(c *waitConfig) { c.maxWait = d } }
 
-// Jitter sets the fraction (0 to 1) of each back-off that is added at
-// random, so that waiters denied together do not retry together.
-func Jitter(f float64) WaitOption { return func(c *waitConfig) { c.jitter = f } }
-
-// Pessimistic makes Wait retry Allow after each RetryAfter (with jitter)
-// even when the limiter can reserve: nothing is booked ahead, at the cost
-// of fairness between waiters.
-func Pessimistic() WaitOption { return func(c *waitConfig) { c.pessimistic = true } }
+// withJitter sets the fraction (0 to 1) of each back-off that is added at
+// random, so that waiters denied together do not retry together (default
+// 0.2; tests set it through export_test.go).
+func withJitter(f float64) WaitOption { return func(c *waitConfig) { c.jitter = f } }
 
 // Wait blocks until l admits n units for key, ctx is done, or l fails.
 //
-// If l implements Reserver (and Pessimistic is not set), Wait books the
+// If l implements Reserver (and MaxWait is not 0), Wait books the
 // earliest slot within MaxWait and sleeps until it: waiters are served in
 // arrival order and only one wake-up happens per slot. If the slot is
 // further than MaxWait, or l cannot reserve, Wait sleeps for the
-// RetryAfter it was given plus jitter and tries again. It returns at once,
+// RetryAfter it was given plus up to 20 % at random and tries again. It returns at once,
 // with an error wrapping ErrExceedsLimit, when n can never be admitted,
 // and an error wrapping ctx.Err() (or context.DeadlineExceeded, when the
 // deadline is too near to be met) when ctx ends first; booked capacity is
 // then given back.
 func Wait(ctx context.Context, l Limiter, key string, n int, opts ...WaitOption) error {
-	c := waitConfig{maxWait: DefaultMaxWait, jitter: DefaultJitter, maxBackoff: DefaultMaxBackoff}
-	for _, o := range opts {
-		o(&c)
+	c := newWaitConfig(opts)
+	if c.wrapOp != "" {
+		return fmt.Errorf("%w: %s is an option of Wrap, not of Wait", ErrInvalid, c.wrapOp)
 	}
-	if c.maxWait < 0 || c.jitter < 0 || c.jitter > 1 || c.jitter != c.jitter {
-		return fmt.Errorf("%w: Wait options: MaxWait %v, Jitter %v", ErrInvalid, c.maxWait, c.jitter)
+	if err := c.check(); err != nil {
+		return err
 	}
+	return c.run(ctx, l, key, n)
+}
+
+// run is Wait with the options checked.
+func (c *waitConfig) run(ctx context.Context, l Limiter, key string, n int) error {
 	r, canReserve := l.(Reserver)
-	canReserve = canReserve && !c.pessimistic
+	canReserve = canReserve && c.maxWait > 0
 	backoff := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
 
@@ -55,7 +55,7 @@ func (s *reservingSpacer) Reserve(_ context.Context, _ string, n int, maxWait ti
 		return throttle.Reservation{Delay: d - maxWait}, nil
 	}
 	s.next = at.Add(s.interval)
-	return throttle.NewReservation(at.Sub(now), 1, func() {
+	return limiterkit.NewReservation(at.Sub(now), 1, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.next.Equal(at.Add(s.interval)) {
@@ -98,7 +98,7 @@ func TestWaitPessimisticBacksOff(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(func() {
-				if err := throttle.Wait(t.Context(), l, "k", 1, throttle.Jitter(0.5)); err != nil {
+				if err := throttle.Wait(t.Context(), l, "k", 1, throttle.WithJitter(0.5)); err != nil {
 					t.Error(err)
 				}
 			})
@@ -106,6 +106,26 @@ func TestWaitPessimisticBacksOff(t *testing.T) {
 		wg.Wait()
 		if el := time.Since(start); el < 300*time.Millisecond || el > 2*time.Second {
 			t.Errorf("4 waiters at 10/s took %v, want between 300ms and a few jittered back-offs", el)
+		}
+	})
+}
+
+// TestWaitMaxWaitZero: MaxWait(0) books nothing ahead, even on a Reserver:
+// Wait asks Allow and backs off.
+func TestWaitMaxWaitZero(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &reservingSpacer{spacer{interval: 100 * time.Millisecond}}
+		start := time.Now()
+		for range 6 {
+			if err := throttle.Wait(t.Context(), l, "k", 1, throttle.MaxWait(0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if el := time.Since(start); el < 500*time.Millisecond {
+			t.Errorf("6 waits at 10/s took %v", el)
+		}
+		if l.reserves != 0 {
+			t.Errorf("MaxWait(0) reserved %d times, want 0", l.reserves)
 		}
 	})
 }
@@ -142,8 +162,13 @@ func TestWaitErrors(t *testing.T) {
 	if err := throttle.Wait(context.Background(), l, "k", 2); !errors.Is(err, throttle.ErrExceedsLimit) {
 		t.Errorf("Wait(n > limit) = %v, want ErrExceedsLimit", err)
 	}
-	if err := throttle.Wait(context.Background(), l, "k", 1, throttle.Jitter(2)); !errors.Is(err, throttle.ErrInvalid) {
+	if err := throttle.Wait(context.Background(), l, "k", 1, throttle.WithJitter(2)); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("Wait(Jitter(2)) = %v, want ErrInvalid", err)
+	}
+	for _, o := range []throttle.WaitOption{throttle.KeyFrom(nil), throttle.Blocking()} {
+		if err := throttle.Wait(context.Background(), l, "k", 1, o); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("Wait(an option of Wrap) = %v, want ErrInvalid", err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -166,14 +191,19 @@ func TestWrap(t *testing.T) {
 		if v != 0 || !errors.Is(err, throttle.ErrLimited) || !errors.As(err, &le) || le.Decision.RetryAfter != time.Second {
 			t.Fatalf("throttled call = %d, %v; want ErrLimited with RetryAfter 1s", v, err)
 		}
-		blocking := throttle.Wrap(l, "api", f, throttle.Blocking(throttle.Jitter(0)))
+		blocking := throttle.Wrap(l, "api", f, throttle.Blocking(), throttle.WithJitter(0))
 		start := time.Now()
 		if v, err := blocking(t.Context()); v != 2 || err != nil || time.Since(start) != time.Second {
 			t.Fatalf("blocking call = %d, %v after %v; want 2 after 1s", v, err, time.Since(start))
 		}
-		keyed := throttle.Wrap(l, "", f, throttle.KeyFrom(func(context.Context) string { return "x" }), throttle.Cost(2))
-		if _, err := keyed(t.Context()); !errors.Is(err, throttle.ErrExceedsLimit) {
-			t.Fatalf("Cost(2) on a limit of 1 = %v, want ErrExceedsLimit", err)
+		var asked string
+		denyAll := throttle.LimiterFunc(func(_ context.Context, key string, _ int) (throttle.Decision, error) {
+			asked = key
+			return throttle.Decision{RetryAfter: time.Second}, nil
+		})
+		keyed := throttle.Wrap(denyAll, "", f, throttle.KeyFrom(func(context.Context) string { return "x" }))
+		if _, err := keyed(t.Context()); !errors.Is(err, throttle.ErrLimited) || asked != "x" {
+			t.Fatalf("KeyFrom: %v for key %q, want ErrLimited for \"x\"", err, asked)
 		}
 		if calls != 2 {
 			t.Fatalf("f ran %d times, want 2", calls)
@@ -202,7 +232,7 @@ func TestWaitBackoffMeetsDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 900*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		if err := throttle.Wait(ctx, h, "k", 1, throttle.Jitter(0)); err != nil {
+		if err := throttle.Wait(ctx, h, "k", 1, throttle.WithJitter(0)); err != nil {
 			t.Fatalf("Wait after %v: %v", time.Since(start), err)
 		}
 		if took := time.Since(start); took < 600*time.Millisecond || took > 900*time.Millisecond {
@@ -212,12 +242,12 @@ func TestWaitBackoffMeetsDeadline(t *testing.T) {
 }
 
 // BenchmarkWait is Wait when the units are free at once, through a
-// reservation (tokenbucket is a Reserver) and, Pessimistic, through Allow.
+// reservation (tokenbucket is a Reserver) and, with MaxWait(0), through Allow.
 func BenchmarkWait(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		opts []throttle.WaitOption
-	}{{"reserve", nil}, {"allow", []throttle.WaitOption{throttle.Pessimistic()}}} {
+	}{{"reserve", nil}, {"allow", []throttle.WaitOption{throttle.MaxWait(0)}}} {
 		b.Run(c.name, func(b *testing.B) {
 			l, err := tokenbucket.New(throttle.PerSecond(1_000_000_000), 1_000_000_000)
 			if err != nil {

@@ -1,9 +1,10 @@
 package adaptive
 
 import (
-	"github.com/throttlekit/throttle/counting"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttle/counting"
 )
 
 // BenchmarkAllowRelease is the uncontended hot path on one key: take a
@@ -64,7 +65,7 @@ func BenchmarkParallel(b *testing.B) {
 		})
 	})
 	b.Run("impl=Vegas", func(b *testing.B) {
-		l, err := New(&Vegas{}, Config{Initial: MaxLimit, Max: MaxLimit})
+		l, err := New(&Vegas{}, Config{Initial: maxLimit, Max: maxLimit})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/report"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Keyed is one Limiter per key, each with its own Algorithm: a limit per
@@ -82,7 +82,7 @@ func (k *Keyed) Limiter(key string) (*Limiter, error) {
 // limiter is Limiter for a call of method m for n units of key: a key
 // refused is reported as the call's EventError (key's limiter reports the
 // others).
-func (k *Keyed) limiter(m throttle.Method, key string, n int) (*Limiter, error) {
+func (k *Keyed) limiter(m limiterkit.Method, key string, n int) (*Limiter, error) {
 	l, err := k.Limiter(key)
 	if err != nil && k.cfg.Observer != nil {
 		rep := report.New(k.cfg.Name, k.cfg.Observer)
@@ -93,7 +93,7 @@ func (k *Keyed) limiter(m throttle.Method, key string, n int) (*Limiter, error) 
 
 // Allow is Limiter.Allow on key's limiter.
 func (k *Keyed) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	l, err := k.limiter(throttle.MethodAllow, key, n)
+	l, err := k.limiter(limiterkit.MethodAllow, key, n)
 	if err != nil {
 		return throttle.Decision{}, err
 	}
@@ -111,7 +111,7 @@ func (k *Keyed) Release(key string, n int, rtt time.Duration, o Outcome) error {
 
 // TryHold is Limiter.TryHold on key's limiter.
 func (k *Keyed) TryHold(ctx context.Context, key string, n int) (throttle.Decision, func(), error) {
-	l, err := k.limiter(throttle.MethodTryHold, key, n)
+	l, err := k.limiter(limiterkit.MethodTryHold, key, n)
 	if err != nil {
 		return throttle.Decision{}, noRelease, err
 	}
@@ -120,7 +120,7 @@ func (k *Keyed) TryHold(ctx context.Context, key string, n int) (throttle.Decisi
 
 // Hold is Limiter.Hold on key's limiter.
 func (k *Keyed) Hold(ctx context.Context, key string, n int) (func(), error) {
-	l, err := k.limiter(throttle.MethodHold, key, n)
+	l, err := k.limiter(limiterkit.MethodHold, key, n)
 	if err != nil {
 		return nil, err
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/report"
 	"github.com/throttlekit/throttle/internal/unsent"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Outcome is how a request ended, as the caller reports it on release.
@@ -89,7 +89,7 @@ type Algorithm interface {
 // Config bounds and paces a Limiter. The zero value is the defaults.
 type Config struct {
 	// Initial is the limit before the first window (default 20), Min and
-	// Max bound it (defaults 1 and 1000; at most MaxLimit).
+	// Max bound it (defaults 1 and 1000; at most maxLimit).
 	Initial, Min, Max int
 	// Window is the shortest time a window of samples spans (default
 	// 100ms); WindowSamples is the fewest samples (successes or drops)
@@ -107,9 +107,9 @@ type Config struct {
 	Observer throttle.Observer
 }
 
-// MaxLimit is the largest limit a Limiter accepts: the limit and the units
+// maxLimit is the largest limit a Limiter accepts: the limit and the units
 // in flight share one 64-bit word.
-const MaxLimit = 1<<31 - 1
+const maxLimit = 1<<31 - 1
 
 // Layout of Limiter.word.
 const (
@@ -179,10 +179,10 @@ func New(alg Algorithm, c Config, opts ...throttle.Option) (*Limiter, error) {
 	if c.Window == 0 {
 		c.Window = 100 * time.Millisecond
 	}
-	if c.Min < 1 || c.Max > MaxLimit || c.Min > c.Max || c.Initial < c.Min || c.Initial > c.Max ||
+	if c.Min < 1 || c.Max > maxLimit || c.Min > c.Max || c.Initial < c.Min || c.Initial > c.Max ||
 		c.Window < 0 || c.WindowSamples < 1 || c.Timeout < 0 {
 		return nil, fmt.Errorf("%w: adaptive: Config %+v: want 1 <= Min <= Initial <= Max <= %d, Window, WindowSamples, Timeout positive",
-			throttle.ErrInvalid, c, MaxLimit)
+			throttle.ErrInvalid, c, maxLimit)
 	}
 	l := &Limiter{alg: alg, cfg: c, clock: clock.New(s.Clock), limit: float64(c.Initial), wake: make(chan struct{}),
 		rep: report.New(c.Name, c.Observer)}
@@ -209,7 +209,7 @@ func (l *Limiter) Quota() throttle.Quota { return throttle.Quota{Limit: l.Limit(
 // (n above Config.Max).
 func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
 	if l.rep.On() {
-		return l.rep.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+		return l.rep.Decide(ctx, limiterkit.MethodAllow, key, n, l.allow)
 	}
 	return d, l.fill(&d, n) // d filled in place: see limiterkit.Fill
 }
@@ -388,12 +388,12 @@ func (l *Limiter) TryHold(ctx context.Context, key string, n int) (d throttle.De
 	start := l.rep.Start()
 	err = l.fill(&d, n)
 	if l.rep.On() {
-		l.rep.Call(throttle.MethodTryHold, key, n, d, err, start)
+		l.rep.Call(limiterkit.MethodTryHold, key, n, d, err, start)
 	}
 	if err != nil || !d.Allowed {
 		return d, noRelease, err
 	}
-	return d, l.rep.Held(l.releaser(ctx, n), throttle.MethodTryHold, key, n), nil
+	return d, l.rep.Held(l.releaser(ctx, n), limiterkit.MethodTryHold, key, n), nil
 }
 
 // Hold waits until n units fit or ctx is done, and returns their release
@@ -406,11 +406,11 @@ func (l *Limiter) Hold(ctx context.Context, key string, n int) (func(), error) {
 	}
 	start := l.rep.Start()
 	release, err := l.hold(ctx, n)
-	l.rep.Call(throttle.MethodHold, key, n, throttle.Decision{Allowed: err == nil}, err, start)
+	l.rep.Call(limiterkit.MethodHold, key, n, throttle.Decision{Allowed: err == nil}, err, start)
 	if err != nil {
 		return nil, err
 	}
-	return l.rep.Held(release, throttle.MethodHold, key, n), nil
+	return l.rep.Held(release, limiterkit.MethodHold, key, n), nil
 }
 
 func (l *Limiter) hold(ctx context.Context, n int) (func(), error) {

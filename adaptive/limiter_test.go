@@ -45,7 +45,7 @@ func mustNew(t testing.TB, alg Algorithm, c Config, clk throttle.Clock) *Limiter
 }
 
 func TestConfigInvalid(t *testing.T) {
-	for _, c := range []Config{{Min: -1}, {Min: 5, Max: 4}, {Initial: 2000}, {Max: MaxLimit + 1}, {Window: -1}, {WindowSamples: -1}, {Timeout: -time.Second}} {
+	for _, c := range []Config{{Min: -1}, {Min: 5, Max: 4}, {Initial: 2000}, {Max: maxLimit + 1}, {Window: -1}, {WindowSamples: -1}, {Timeout: -time.Second}} {
 		if _, err := New(&AIMD{}, c); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("New(%+v) = %v, want ErrInvalid", c, err)
 		}

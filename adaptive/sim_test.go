@@ -8,7 +8,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/adaptive"
-	"github.com/throttlekit/throttle/adaptive/adaptivesim"
+	"github.com/throttlekit/throttle/internal/adaptivesim"
 	"github.com/throttlekit/throttle/throttletest"
 )
 

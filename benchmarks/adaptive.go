@@ -6,7 +6,7 @@ import (
 	"github.com/go-kratos/aegis/ratelimit"
 	"github.com/go-kratos/aegis/ratelimit/bbr"
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/adaptive/adaptivesim"
+	"github.com/throttlekit/throttle/internal/adaptivesim"
 )
 
 // AdaptiveSubjects returns the subjects of the adaptive simulation:

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"github.com/throttlekit/throttle/adaptive/adaptivesim"
+	"github.com/throttlekit/throttle/internal/adaptivesim"
 	"github.com/throttlekit/throttle/throttletest"
 )
 

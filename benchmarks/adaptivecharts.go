@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/throttlekit/throttle/adaptive/adaptivesim"
+	"github.com/throttlekit/throttle/internal/adaptivesim"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"

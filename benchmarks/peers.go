@@ -20,7 +20,7 @@ import (
 	xrate "golang.org/x/time/rate"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // errUnweighted is returned by adapters of peers that cannot charge n > 1.

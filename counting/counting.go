@@ -50,7 +50,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/keyed"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 var errClosed = fmt.Errorf("%w: counting", throttle.ErrClosed)

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 func noRelease() {}

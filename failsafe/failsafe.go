@@ -3,7 +3,7 @@
 // a failure policy that decides the calls the store could not (refuse,
 // admit, or ask a local limiter), a circuit breaker that stops sending to
 // a dead store, and events for each of them through the throttle.Observer
-// hook. The backends of this module use its Breaker; New wraps any other
+// hook. The backends of this module use its Policy; New wraps any other
 // throttle.Limiter in all of it.
 //
 //	l, err := failsafe.New(storeLimiter,
@@ -33,11 +33,12 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/breaker"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/deadline"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/report"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Policy decides the requests a store could not.
@@ -69,10 +70,10 @@ func (p Policy) String() string {
 
 // Defaults of Limiter.
 const (
-	DefaultTimeout     = 100 * time.Millisecond
-	DefaultFailures    = 3
-	DefaultCooldown    = time.Second
-	DefaultMaxCooldown = time.Second
+	defaultTimeout     = 100 * time.Millisecond
+	defaultFailures    = 3
+	defaultCooldown    = time.Second
+	defaultMaxCooldown = time.Second
 )
 
 // Option configures a Limiter.
@@ -99,14 +100,13 @@ func WithFallback(l throttle.Limiter) Option {
 	return func(s *settings) { s.fallback, s.policy = l, Fallback }
 }
 
-// WithTimeout bounds each call to the store (default DefaultTimeout); the
+// WithTimeout bounds each call to the store (default 100ms); the
 // earlier of it and the caller's deadline applies.
 func WithTimeout(d time.Duration) Option { return func(s *settings) { s.timeout = d } }
 
 // WithBreaker opens the breaker after failures consecutive failures (0
 // turns it off) for cooldown, doubled after each failed probe up to
-// maxCooldown. Default: DefaultFailures, DefaultCooldown,
-// DefaultMaxCooldown.
+// maxCooldown. Default: 3 failures, a cooldown of 1s, no doubling.
 func WithBreaker(failures int, cooldown, maxCooldown time.Duration) Option {
 	return func(s *settings) { s.failures, s.cooldown, s.maxCool = failures, cooldown, maxCooldown }
 }
@@ -133,13 +133,13 @@ func WithOptions(opts ...throttle.Option) Option {
 // guard is the deadline, policy and breaker of one limiter made by New.
 type guard struct {
 	inner    throttle.Limiter
-	next     throttle.Next // inner's methods, for the direct Allow's slow paths
+	next     limiterkit.Next // inner's methods, for the direct Allow's slow paths
 	quota    func() throttle.Quota
 	policy   Policy
 	fallback throttle.Limiter
 	report   report.To
 	clk      clock.Source
-	br       Breaker
+	br       breaker.Breaker
 	dl       deadline.Shared
 	timeout  int64        // the per-call timeout, ns
 	heard    atomic.Int64 // when the store last answered a call (g.clk), to within timeout/8
@@ -151,7 +151,7 @@ var ErrOpen = fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
 
 // New wraps inner, a limiter backed by a store, in a deadline per call, a
 // failure policy and a circuit breaker. The result is safe for concurrent
-// use and keeps inner's abilities (throttle.DecorateAllow): a Holder's units
+// use and keeps inner's abilities (limiterkit.Decorate): a Holder's units
 // are held and released through it, a Reserver's bookings made, a
 // QuotaAllower's limits passed and a Quota reported. The deadline bounds
 // each call but Hold, which waits for capacity until the caller's context
@@ -160,7 +160,7 @@ var ErrOpen = fmt.Errorf("%w: circuit breaker open", throttle.ErrUnavailable)
 // Errors wrap throttle.ErrInvalid: a nil inner, an unknown policy, Fallback
 // without a limiter, a non-positive timeout or a bad breaker.
 func New(inner throttle.Limiter, opts ...Option) (throttle.Limiter, error) {
-	s := settings{timeout: DefaultTimeout, failures: DefaultFailures, cooldown: DefaultCooldown, maxCool: DefaultMaxCooldown}
+	s := settings{timeout: defaultTimeout, failures: defaultFailures, cooldown: defaultCooldown, maxCool: defaultMaxCooldown}
 	if err := optkit.Apply(&s, "failsafe", opts); err != nil {
 		return nil, err
 	}
@@ -189,18 +189,18 @@ func New(inner throttle.Limiter, opts ...Option) (throttle.Limiter, error) {
 	if q, ok := inner.(throttle.QuotaReporter); ok {
 		g.quota = q.Quota
 	}
-	g.next = func(ctx context.Context, c throttle.Call) (throttle.Result, error) {
-		return throttle.Invoke(ctx, inner, c)
+	g.next = func(ctx context.Context, c limiterkit.Call) (limiterkit.Result, error) {
+		return limiterkit.Invoke(ctx, inner, c)
 	}
-	l := throttle.DecorateAllow(inner, g.call, g.allow)
+	l := limiterkit.Decorate(inner, g.call, g.allow)
 	return throttle.Observe(l, s.name, s.observer), nil
 }
 
 // call asks the store within the deadline, unless the breaker is open;
 // when the store fails, the policy decides.
-func (g *guard) call(ctx context.Context, c throttle.Call, next throttle.Next) (throttle.Result, error) {
+func (g *guard) call(ctx context.Context, c limiterkit.Call, next limiterkit.Next) (limiterkit.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return throttle.Result{}, err
+		return limiterkit.Result{}, err
 	}
 	probe, ok := g.br.Allow(g.clk.Now())
 	return g.through(ctx, c, next, probe, ok)
@@ -214,7 +214,7 @@ func (g *guard) allow(ctx context.Context, key string, n int) (throttle.Decision
 	}
 	probe, ok := g.br.Allow(g.clk.Now())
 	if !ok || probe {
-		r, err := g.through(ctx, throttle.Call{Method: throttle.MethodAllow, Key: key, N: n}, g.next, probe, ok)
+		r, err := g.through(ctx, limiterkit.Call{Method: limiterkit.MethodAllow, Key: key, N: n}, g.next, probe, ok)
 		return r.Decision, err
 	}
 	cctx, cancel := g.dl.With(ctx)
@@ -226,18 +226,18 @@ func (g *guard) allow(ctx context.Context, key string, n int) (throttle.Decision
 	if !failed {
 		return d, err
 	}
-	r, err := g.decide(ctx, throttle.Call{Method: throttle.MethodAllow, Key: key, N: n}, err)
+	r, err := g.decide(ctx, limiterkit.Call{Method: limiterkit.MethodAllow, Key: key, N: n}, err)
 	return r.Decision, err
 }
 
 // through is call once the breaker has answered: ok, and probe when the
 // call is its probe.
-func (g *guard) through(ctx context.Context, c throttle.Call, next throttle.Next, probe, ok bool) (throttle.Result, error) {
+func (g *guard) through(ctx context.Context, c limiterkit.Call, next limiterkit.Next, probe, ok bool) (limiterkit.Result, error) {
 	if !ok {
 		return g.decide(ctx, c, ErrOpen)
 	}
 	cctx, cancel := ctx, context.CancelFunc(nil)
-	if c.Method != throttle.MethodHold {
+	if c.Method != limiterkit.MethodHold {
 		cctx, cancel = g.dl.With(ctx)
 	}
 	r, err := g.ask(cctx, c, next, probe)
@@ -292,7 +292,7 @@ func (g *guard) silent() bool { return g.clk.Now()-g.heard.Load() >= g.timeout }
 
 // ask passes c on to the store. A probe that panics lets the next caller
 // probe: it learned nothing of the store.
-func (g *guard) ask(ctx context.Context, c throttle.Call, next throttle.Next, probe bool) (throttle.Result, error) {
+func (g *guard) ask(ctx context.Context, c limiterkit.Call, next limiterkit.Next, probe bool) (limiterkit.Result, error) {
 	if probe {
 		done := false
 		defer func() {
@@ -332,8 +332,8 @@ func (g *guard) success(probe bool) {
 }
 
 // decide applies the policy to a call the store failed with err.
-func (g *guard) decide(ctx context.Context, c throttle.Call, err error) (throttle.Result, error) {
-	var r throttle.Result
+func (g *guard) decide(ctx context.Context, c limiterkit.Call, err error) (limiterkit.Result, error) {
+	var r limiterkit.Result
 	switch g.policy {
 	case Open:
 		limit := g.quota().Limit
@@ -344,13 +344,13 @@ func (g *guard) decide(ctx context.Context, c throttle.Call, err error) (throttl
 		r.Reservation = throttle.Reservation{OK: true, Limit: limit}
 	case Fallback:
 		var ferr error
-		if r, ferr = throttle.Invoke(ctx, g.fallback, c); ferr != nil {
+		if r, ferr = limiterkit.Invoke(ctx, g.fallback, c); ferr != nil {
 			return r, ferr
 		}
 	default: // Closed: refused, with the store's error
 		r.Decision.RetryAfter = g.br.RetryAfter(g.clk.Now())
 	}
-	g.report.Event(throttle.Event{Kind: throttle.EventFallback, Key: c.Key, N: c.N, Decision: r.Decision, Err: err, Method: c.Method})
+	g.report.Event(throttle.Event{Kind: throttle.EventFallback, Key: c.Key, N: c.N, Decision: r.Decision, Err: err})
 	if g.policy == Closed {
 		return r, err
 	}

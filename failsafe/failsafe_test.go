@@ -162,7 +162,7 @@ func TestOpenAndFallbackPolicies(t *testing.T) {
 	if d, err := open.Allow(context.Background(), "k", 2); err != nil || !d.Allowed || d.Limit != 10 || d.Remaining != 8 {
 		t.Fatalf("Open: %+v, %v", d, err)
 	}
-	local, _ := tokenbucket.New(throttle.PerHour(1), 1)
+	local, _ := tokenbucket.New(throttle.NewRate(1, time.Hour), 1)
 	defer local.Close()
 	fb, err := failsafe.New(s, failsafe.WithFallback(local), failsafe.WithObserver("o", &obs))
 	if err != nil {
@@ -220,7 +220,7 @@ func Example() {
 	down := throttle.LimiterFunc(func(context.Context, string, int) (throttle.Decision, error) {
 		return throttle.Decision{}, throttle.ErrUnavailable
 	})
-	local, _ := tokenbucket.New(throttle.PerMinute(1), 1) // per-instance share
+	local, _ := tokenbucket.New(throttle.NewRate(1, time.Minute), 1) // per-instance share
 	defer local.Close()
 	l, _ := failsafe.New(down, failsafe.WithFallback(local))
 	for range 2 {

@@ -3,7 +3,6 @@ package fixedwindow
 import (
 	"time"
 
-	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/window"
 )
 
@@ -16,7 +15,7 @@ import (
 // in their compare-and-swap loop; Decide's decisions are theirs on the
 // same trace.
 //
-// Its methods are throttle.Algorithm's. Decide(state, now, n) decides n
+// Its methods are storelimit.Algorithm's. Decide(state, now, n) decides n
 // units at now (nanoseconds since the Unix epoch) on a key whose state is
 // state, and returns the state to store (state itself when denied) and
 // the Decision; errors wrap throttle.ErrInvalid (n <= 0, a zero
@@ -28,8 +27,6 @@ import (
 // An Algorithm is immutable and safe for concurrent use. The zero value
 // is not usable: Decide fails with an error wrapping throttle.ErrInvalid.
 type Algorithm struct{ algorithm }
-
-var _ throttle.Algorithm = Algorithm{}
 
 // NewAlgorithm returns the decision of limit units per window, windows
 // aligned to the clock, or opened by a key's first hit when anchored.

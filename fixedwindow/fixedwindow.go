@@ -45,9 +45,9 @@
 //
 // # Limits and clock
 //
-// limit may be up to MaxLimit and window up to MaxWindow. The window index
+// limit may be up to 2^32-1 and window up to 366 days. The window index
 // (or opening tick) is kept modulo 2^(63-bitlen(limit)): 2^56 windows for
-// a limit of 100, 2^31 at MaxLimit. A Window left untouched for about a
+// a limit of 100, 2^31 at the largest limit. A Window left untouched for about a
 // multiple of that many windows may take its old count for current for at
 // most max(2 windows, 1 s): it can only deny more, never admit more.
 //
@@ -68,19 +68,21 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/window"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Bounds of the constructor arguments.
 const (
-	// MaxLimit is the largest limit per window.
-	MaxLimit = 1<<32 - 1
-	// MaxWindow is the longest window.
-	MaxWindow = throttle.MaxPeriod
+	// maxLimit is the largest limit per window.
+	maxLimit = 1<<32 - 1
+	// maxWindow is the longest window.
+	maxWindow = bridge.MaxPeriod
 )
 
 // errZero is returned by the methods of a limiter not made by its
@@ -113,10 +115,10 @@ type (
 
 func newConfig(limit int, w time.Duration, anchored bool) (*config, error) {
 	switch {
-	case limit <= 0 || limit > MaxLimit:
-		return nil, fmt.Errorf("%w: fixedwindow: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, MaxLimit)
-	case w <= 0 || w > MaxWindow:
-		return nil, fmt.Errorf("%w: fixedwindow: window %v out of range (0, %v]", throttle.ErrInvalid, w, MaxWindow)
+	case limit <= 0 || limit > maxLimit:
+		return nil, fmt.Errorf("%w: fixedwindow: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, maxLimit)
+	case w <= 0 || w > maxWindow:
+		return nil, fmt.Errorf("%w: fixedwindow: window %v out of range (0, %v]", throttle.ErrInvalid, w, maxWindow)
 	}
 	lay, ok := window.NewLayout(int64(limit), 1)
 	if !ok {
@@ -261,8 +263,8 @@ type Window struct {
 
 // NewWindow returns a limiter admitting up to limit units per window,
 // windows aligned to the clock. The only Option it reads is WithClock.
-// Errors wrap throttle.ErrInvalid: limit outside [1, MaxLimit], window
-// outside (0, MaxWindow], or a bad Option.
+// Errors wrap throttle.ErrInvalid: limit outside [1, 2^32-1], window
+// outside (0, 366 days], or a bad Option.
 func NewWindow(limit int, window time.Duration, opts ...throttle.Option) (*Window, error) {
 	return newWindow(limit, window, false, opts)
 }

@@ -107,7 +107,7 @@ func ExampleWithRequestLimit() {
 	plans := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get("X-API-Key") == "trial-key" {
-				r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.PerMinute(60), 10))
+				r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.NewRate(60, time.Minute), 10))
 			}
 			next.ServeHTTP(w, r)
 		})

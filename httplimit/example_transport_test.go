@@ -23,7 +23,7 @@ func ExampleTransport() {
 	}))
 	defer upstream.Close()
 
-	perHost, err := tokenbucket.New(throttle.Every(20*time.Millisecond), 1)
+	perHost, err := tokenbucket.New(throttle.NewRate(1, 20*time.Millisecond), 1)
 	if err != nil {
 		panic(err)
 	}
@@ -44,7 +44,7 @@ func ExampleTransport() {
 	}
 	fmt.Println("spaced out:", time.Since(start) >= 40*time.Millisecond)
 
-	hourly, err := tokenbucket.New(throttle.PerHour(1), 1)
+	hourly, err := tokenbucket.New(throttle.NewRate(1, time.Hour), 1)
 	if err != nil {
 		panic(err)
 	}

@@ -186,7 +186,7 @@ func TestLimitFromContext(t *testing.T) {
 	plans := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get("X-Key") == "free" {
-				r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.PerMinute(2), 2))
+				r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.NewRate(2, time.Minute), 2))
 			}
 			next.ServeHTTP(w, r)
 		})

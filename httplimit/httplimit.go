@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/ratefields"
 	"github.com/throttlekit/throttle/internal/report"
@@ -48,7 +49,7 @@ type config struct {
 	ctxLimit  bool
 }
 
-// WithKey sets how requests are keyed (default: RemoteIP()).
+// WithKey sets how requests are keyed (default: ClientIP()).
 func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
 // WithCost sets how many units a request costs (default 1); see
@@ -119,7 +120,7 @@ func WithObserver(name string, o throttle.Observer) Option {
 // RateLimit (remaining r, and t, the seconds until more units are
 // available: when the next unit returns to a bucket, or the window ends)
 // fields, stating the key's own quota when l's limit depends on the key
-// (a KeyQuotaReporter, such as rules.Limiter), else l's Quota; a key l
+// (a limiter with a KeyQuota method, such as rules.Limiter), else l's Quota; a key l
 // does not limit (an allow list) gets none. Denied
 // requests get 429 with Retry-After in whole seconds, rounded up. Errors
 // answer 400 (bad key, ErrInvalid), 403 (ErrDenied), 413 (a cost above
@@ -137,7 +138,7 @@ func WithObserver(name string, o throttle.Observer) Option {
 // Errors wrap throttle.ErrInvalid: a nil limiter or key func, or a bad
 // name.
 func New(l throttle.Limiter, opts ...Option) (func(http.Handler) http.Handler, error) {
-	c := config{key: RemoteIP(), cost: func(*http.Request) int { return 1 }, name: "default"}
+	c := config{key: ClientIP(), cost: func(*http.Request) int { return 1 }, name: "default"}
 	if err := optkit.Apply(&c, "httplimit", opts); err != nil {
 		return nil, err
 	}
@@ -190,7 +191,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if err != nil {
 		// Not a decision, but reported as a failed one: in shadow mode
 		// the observer is the only one to see it.
-		m.obs.Call(throttle.MethodAllow, "", 1, throttle.Decision{}, err, time.Time{})
+		m.obs.Call(limiterkit.MethodAllow, "", 1, throttle.Decision{}, err, time.Time{})
 		m.fail(w, r, next, err)
 		return
 	}
@@ -297,8 +298,8 @@ func (c *config) deny(w http.ResponseWriter, r *http.Request, d throttle.Decisio
 	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
 }
 
-// StatusFor returns the status New answers for a failed key or decision.
-func StatusFor(err error) int {
+// statusFor returns the status New answers for a failed key or decision.
+func statusFor(err error) int {
 	switch {
 	case errors.Is(err, throttle.ErrDenied):
 		return http.StatusForbidden
@@ -324,7 +325,7 @@ func (c *config) fail(w http.ResponseWriter, r *http.Request, next http.Handler,
 		c.onError(w, r, err)
 		return
 	}
-	code := StatusFor(err)
+	code := statusFor(err)
 	http.Error(w, http.StatusText(code), code)
 }
 
@@ -334,7 +335,7 @@ func (c *config) allowQuota(r *http.Request, qa throttle.QuotaAllower, key strin
 	n := c.cost(r)
 	start := rep.Start()
 	d, err := qa.AllowQuota(r.Context(), key, n, lim.rate, lim.burst)
-	rep.Call(throttle.MethodAllowQuota, key, n, d, err, start)
+	rep.Call(limiterkit.MethodAllowQuota, key, n, d, err, start)
 	return d, err
 }
 

@@ -300,7 +300,7 @@ func TestTransport(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer up.Close()
-	l, _ := tokenbucket.New(throttle.Every(time.Hour), 1) // once an hour per host
+	l, _ := tokenbucket.New(throttle.NewRate(1, time.Hour), 1) // once an hour per host
 	defer l.Close()
 	c := &http.Client{Transport: &httplimit.Transport{Base: up.Client().Transport, Limiter: l}}
 	resp, err := c.Get(up.URL)

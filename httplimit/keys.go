@@ -51,10 +51,6 @@ func TrustedProxies(prefixes ...netip.Prefix) IPOption {
 // one subscriber's network is one key, as a client holds a whole /64).
 func IPv6Prefix(bits int) IPOption { return clientip.IPv6Prefix(bits) }
 
-// RemoteIP keys requests by the connection's remote address, IPv6 grouped
-// by /64. It is ClientIP().
-func RemoteIP() KeyFunc { return ClientIP() }
-
 // ClientIP keys requests by client IP address: with no options the
 // connection's remote address (forwarding headers are never read, as a
 // client can write any address into them); behind proxies, the address

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/leakybucket"
 )
@@ -17,9 +19,9 @@ import (
 func BenchmarkMeter(b *testing.B) {
 	ctx := context.Background()
 	for _, allowed := range []bool{true, false} {
-		r, capacity := throttle.NewRate(int(throttle.MaxPerSecond), time.Second), 1<<30
+		r, capacity := throttle.NewRate(int(bridge.MaxPerSecond), time.Second), 1<<30
 		if !allowed {
-			r, capacity = throttle.Every(time.Hour), 1
+			r, capacity = throttle.NewRate(1, time.Hour), 1
 		}
 		name := map[bool]string{true: "allowed", false: "denied"}[allowed]
 		b.Run("Bucket/"+name, func(b *testing.B) {

@@ -12,7 +12,7 @@ import (
 // A queue of jobs draining at 30 a minute that overflows at 2: what does
 // not fit is rejected with the time until it would.
 func Example() {
-	l, err := leakybucket.New(throttle.PerMinute(30), 2)
+	l, err := leakybucket.New(throttle.NewRate(30, time.Minute), 2)
 	if err != nil {
 		panic(err)
 	}

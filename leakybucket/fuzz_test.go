@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/throttletest"
@@ -12,10 +14,10 @@ import (
 
 var fuzzRates = []throttle.Rate{
 	throttle.PerSecond(10),
-	throttle.PerMinute(7), // fractional interval
-	throttle.Every(6 * time.Second),
+	throttle.NewRate(7, time.Minute), // fractional interval
+	throttle.NewRate(1, 6*time.Second),
 	throttle.NewRate(2, 3),
-	throttle.NewRate(int(throttle.MaxPerSecond), time.Second),
+	throttle.NewRate(int(bridge.MaxPerSecond), time.Second),
 }
 
 func fuzzStep(a byte) time.Duration {
@@ -78,7 +80,7 @@ func FuzzPacer(f *testing.F) {
 		rate, slack := fuzzRates[int(ri)%len(fuzzRates)], int(si%8)
 		maxWait := leakybucket.Unbounded
 		if wi < 250 {
-			maxWait = time.Duration(wi) * rate.Interval() / 4
+			maxWait = time.Duration(wi) * rate.Duration(1) / 4
 		}
 		p, err := leakybucket.NewPacer(rate, slack, maxWait, throttle.WithClock(clk))
 		if err != nil {

@@ -26,7 +26,7 @@
 // instant. RetryAfter is exact to the nanosecond (the request fits at
 // RetryAfter, not 1 ns sooner).
 //
-// Pacer: slots are exactly rate.Interval() apart; with slack s, after an
+// Pacer: slots are exactly rate.Duration(1) apart; with slack s, after an
 // idle spell at most s+1 slots are granted at once (the current one plus
 // s missed ones as catch-up), and over any interval of length d at most
 // s + 1 + rate.Events(d) slots start.
@@ -34,7 +34,7 @@
 // The meter is mathematically the same algorithm as the token bucket of
 // package tokenbucket (GCRA): the level here is capacity minus the tokens
 // there, and the two packages share one implementation. Units cost
-// rate.Interval(), rounded up to a whole nanosecond when the period is not
+// rate.Duration(1), rounded up to a whole nanosecond when the period is not
 // a multiple of the count, so the bucket drains at most 1 ns per unit
 // slower than the nominal rate, never faster.
 //
@@ -89,7 +89,7 @@ type Bucket struct{ bucket }
 // NewBucket returns an empty bucket of the given capacity draining at
 // rate. The only Option it reads is WithClock. Errors wrap
 // throttle.ErrInvalid: an invalid rate, capacity <= 0, or
-// capacity·rate.Interval() above 36 years.
+// capacity·rate.Duration(1) above 36 years.
 func NewBucket(rate throttle.Rate, capacity int, opts ...throttle.Option) (*Bucket, error) {
 	b := new(Bucket)
 	if err := gcra.InitBucket(&b.bucket, rate, capacity, opts); err != nil {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
@@ -22,8 +24,8 @@ func TestConformance(t *testing.T) {
 		capacity int
 	}{
 		{"5/s,cap10", throttle.PerSecond(5), 10},
-		{"7/min,cap3", throttle.PerMinute(7), 3}, // 8571428571.4 ns per unit
-		{"1/6s,cap1", throttle.Every(6 * time.Second), 1},
+		{"7/min,cap3", throttle.NewRate(7, time.Minute), 3}, // 8571428571.4 ns per unit
+		{"1/6s,cap1", throttle.NewRate(1, 6*time.Second), 1},
 	} {
 		bound := func(d time.Duration) int64 { return int64(s.capacity) + s.rate.Events(d) }
 		limitertest.Conformance(t, s.name, throttletest.Suite{Limit: s.capacity, Bound: bound}, leakybucket.NewBucket, leakybucket.New, s.rate, s.capacity)
@@ -53,7 +55,7 @@ func TestConstructorErrors(t *testing.T) {
 		{"zero rate", throttle.Rate{}, 1},
 		{"zero capacity", throttle.PerSecond(1), 0},
 		{"negative capacity", throttle.PerSecond(1), -1},
-		{"span too long", throttle.Every(throttle.MaxPeriod), 100},
+		{"span too long", throttle.NewRate(1, bridge.MaxPeriod), 100},
 	} {
 		if _, err := leakybucket.NewBucket(c.rate, c.capacity); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("NewBucket %s: %v", c.name, err)

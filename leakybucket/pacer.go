@@ -27,7 +27,7 @@ type Pacer struct {
 	maxWait time.Duration
 }
 
-// NewPacer returns a pacer granting one slot per rate.Interval().
+// NewPacer returns a pacer granting one slot per rate.Duration(1).
 //
 // slack is how many missed slots may be used as catch-up after an idle
 // spell: with slack 0 callers are never closer than one interval apart;

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/leakybucket"
 	"github.com/throttlekit/throttle/throttletest"
@@ -100,7 +102,7 @@ func TestPacerErrors(t *testing.T) {
 		{throttle.Rate{}, 0, 0},
 		{throttle.PerSecond(1), -1, 0},
 		{throttle.PerSecond(1), 0, -1},
-		{throttle.Every(throttle.MaxPeriod), 100, 0},
+		{throttle.NewRate(1, bridge.MaxPeriod), 100, 0},
 	} {
 		if _, err := leakybucket.NewPacer(c.rate, c.slack, c.maxWait); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("NewPacer(%v, %d, %v): %v", c.rate, c.slack, c.maxWait, err)
@@ -131,7 +133,7 @@ func TestPacerEndOfTime(t *testing.T) {
 	year := 366 * 24 * time.Hour
 	clk := throttletest.NewClock()
 	clk.Set(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC))
-	p := newPacer(t, throttle.Every(year), 0, leakybucket.Unbounded, throttle.WithClock(clk))
+	p := newPacer(t, throttle.NewRate(1, year), 0, leakybucket.Unbounded, throttle.WithClock(clk))
 	last, slots := time.Duration(-1), 0
 	for range 100 {
 		d, err := p.Reserve()
@@ -224,7 +226,7 @@ func TestPacerCancel(t *testing.T) {
 
 func BenchmarkPacerReserve(b *testing.B) {
 	b.Run("serial", func(b *testing.B) {
-		p := newPacer(b, throttle.NewRate(int(throttle.MaxPerSecond), time.Second), 10, leakybucket.Unbounded)
+		p := newPacer(b, throttle.NewRate(int(bridge.MaxPerSecond), time.Second), 10, leakybucket.Unbounded)
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := p.Reserve(); err != nil {
@@ -233,7 +235,7 @@ func BenchmarkPacerReserve(b *testing.B) {
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
-		p := newPacer(b, throttle.NewRate(int(throttle.MaxPerSecond), time.Second), 10, leakybucket.Unbounded)
+		p := newPacer(b, throttle.NewRate(int(bridge.MaxPerSecond), time.Second), 10, leakybucket.Unbounded)
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {

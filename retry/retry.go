@@ -27,10 +27,10 @@ import (
 
 // Defaults of a Policy.
 const (
-	DefaultMaxAttempts   = 3
-	DefaultBaseDelay     = 100 * time.Millisecond
-	DefaultMaxDelay      = 10 * time.Second
-	DefaultMaxRetryAfter = 30 * time.Second
+	defaultMaxAttempts   = 3
+	defaultBaseDelay     = 100 * time.Millisecond
+	defaultMaxDelay      = 10 * time.Second
+	defaultMaxRetryAfter = 30 * time.Second
 )
 
 // Policy says which failures are retried and when. The zero value is the
@@ -67,7 +67,7 @@ func (p *Policy) Backoff(i int) time.Duration {
 	if p == nil {
 		p = &zero
 	}
-	base, ceil := orDefault(p.BaseDelay, DefaultBaseDelay), orDefault(p.MaxDelay, DefaultMaxDelay)
+	base, ceil := orDefault(p.BaseDelay, defaultBaseDelay), orDefault(p.MaxDelay, defaultMaxDelay)
 	d := ceil
 	if i >= 1 && i < 63 && base <= ceil>>(i-1) {
 		d = min(ceil, base<<(i-1))
@@ -106,7 +106,7 @@ func (p *Policy) next(attempt int, retryAfter time.Duration, charge bool, left t
 	if p == nil {
 		p = &zero
 	}
-	maxAttempts, maxAfter := orDefault(p.MaxAttempts, DefaultMaxAttempts), orDefault(p.MaxRetryAfter, DefaultMaxRetryAfter)
+	maxAttempts, maxAfter := orDefault(p.MaxAttempts, defaultMaxAttempts), orDefault(p.MaxRetryAfter, defaultMaxRetryAfter)
 	ok = (!charge || p.Budget.fail()) && attempt < maxAttempts && retryAfter <= maxAfter
 	if ok {
 		spread := min(retryAfter+time.Duration(p.rand()*0.2*float64(retryAfter)), max(maxAfter, retryAfter))

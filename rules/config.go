@@ -13,8 +13,8 @@ import (
 	"github.com/throttlekit/throttle"
 )
 
-// MaxConfigSize bounds the size of a rules document in bytes.
-const MaxConfigSize = 4 << 20
+// maxConfigSize bounds the size of a rules document in bytes.
+const maxConfigSize = 4 << 20
 
 // maxDepth bounds the nesting of a rules document; the format needs 4.
 const maxDepth = 16
@@ -29,13 +29,13 @@ type Limit struct {
 	Window time.Duration // window length (window form)
 }
 
-// IsWindow reports whether l is in window form.
-func (l Limit) IsWindow() bool { return l.Window > 0 }
+// isWindow reports whether l is in window form.
+func (l Limit) isWindow() bool { return l.Window > 0 }
 
 // Quota states l as units per window: a bucket of burst b refilling at r
 // is b units per b/r.
 func (l Limit) Quota() throttle.Quota {
-	if l.IsWindow() {
+	if l.isWindow() {
 		return throttle.Quota{Limit: l.Count, Window: l.Window}
 	}
 	return throttle.Quota{Limit: l.Burst, Window: l.Rate.Duration(int64(l.Burst))}
@@ -43,7 +43,7 @@ func (l Limit) Quota() throttle.Quota {
 
 // String returns the limit as the document writes it.
 func (l Limit) String() string {
-	if l.IsWindow() {
+	if l.isWindow() {
 		return fmt.Sprintf("%d per %v", l.Count, l.Window)
 	}
 	return fmt.Sprintf("%v burst %d", l.Rate, l.Burst)
@@ -101,15 +101,6 @@ type (
 	}
 )
 
-// ParseFile reads and parses the rules document at path; see Parse.
-func ParseFile(path string) (*Config, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(data)
-}
-
 // Parse parses and validates a rules document (see the package
 // documentation for the format). It is strict: unknown fields, a field or
 // tier given twice, the same key, prefix or pattern given twice, a rule
@@ -117,8 +108,8 @@ func ParseFile(path string) (*Config, error) {
 // an unknown tier and trailing data are all errors wrapping
 // throttle.ErrInvalid.
 func Parse(data []byte) (*Config, error) {
-	if len(data) > MaxConfigSize {
-		return nil, invalid("document of %d bytes is larger than %d", len(data), MaxConfigSize)
+	if len(data) > maxConfigSize {
+		return nil, invalid("document of %d bytes is larger than %d", len(data), maxConfigSize)
 	}
 	if !utf8.Valid(data) {
 		// encoding/json would turn each bad byte into U+FFFD: a key on the

@@ -39,7 +39,7 @@
 // "1h30m"); or "tier", the name of a tier whose limit applies. "default"
 // is required; "tiers", "rules", "allow" and "deny" are optional. A rule
 // matches with exactly one of "key" (the whole key), "prefix" (the key's
-// beginning) or "pattern" (a glob, see Glob: '*' any run of characters,
+// beginning) or "pattern" (a glob: '*' any run of characters,
 // '?' one character). The allow and deny lists take "keys", "prefixes"
 // and "patterns" alike.
 //
@@ -76,7 +76,7 @@
 // (the rulesetcd module watches an etcd key). OpenSource starts a Limiter
 // on its document; Refresh fetches it once, Follow keeps following it
 // (polling every interval, or as a Watcher delivers changes). Each
-// Document has a Version (an ETag, a revision, a Hash); an unchanged
+// Document has a Version (an ETag, a revision, a hash); an unchanged
 // Version is not reloaded, and Limiter.Version names the one in force. A
 // failed fetch (an error wrapping throttle.ErrUnavailable) or a document
 // the strict parser refuses (throttle.ErrInvalid) is rejected like a bad

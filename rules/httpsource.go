@@ -14,14 +14,14 @@ import (
 // service. Fetch makes a conditional GET: once a response carried an
 // ETag, it sends If-None-Match, and a 304 Not Modified returns the
 // document it already has. A Document's Version is the response's ETag,
-// else the Hash of the body. Set the fields before the first Fetch; Fetch
+// else the sha256 hash of the body. Set the fields before the first Fetch; Fetch
 // is safe for concurrent use. Wrap it in Cached to start from the last
 // good document when the service is down, and give Refresh, OpenSource
 // and Follow a timeout so that a hanging service fails the fetch.
 type HTTPSource struct {
 	URL    string
 	Client *http.Client // nil: http.DefaultClient
-	// MaxSize bounds the body in bytes; 0 means MaxConfigSize. A larger
+	// MaxSize bounds the body in bytes; 0 means 4 MiB, the largest document. A larger
 	// body is an error wrapping throttle.ErrInvalid.
 	MaxSize int64
 
@@ -60,7 +60,7 @@ func (s *HTTPSource) Fetch(ctx context.Context) (Document, error) {
 	}
 	max := s.MaxSize
 	if max <= 0 {
-		max = MaxConfigSize
+		max = maxConfigSize
 	}
 	if resp.ContentLength > max {
 		return Document{}, fmt.Errorf("%w: rules: GET %s: body of %d bytes is larger than %d", throttle.ErrInvalid, s.URL, resp.ContentLength, max)
@@ -74,7 +74,7 @@ func (s *HTTPSource) Fetch(ctx context.Context) (Document, error) {
 	}
 	d := Document{Data: data, Version: resp.Header.Get("ETag")}
 	if d.Version == "" {
-		d.Version = Hash(data)
+		d.Version = docHash(data)
 	}
 	s.mu.Lock()
 	s.last, s.etag = d, resp.Header.Get("ETag")

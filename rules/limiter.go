@@ -11,25 +11,12 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/optkit"
 	"github.com/throttlekit/throttle/internal/report"
-	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/slidingwindow"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
-
-// QuotaAllower is a limiter that takes the limit with each call, as the
-// Redis token bucket and tokenbucket.Limiter do.
-type QuotaAllower = throttle.QuotaAllower
-
-// Factory builds the limiter of one limit of a document. id names the
-// limit ("default", "tier free", `prefix "api:"`, ...) and stays the same
-// across reloads; lim is in bucket or window form. The limiter is keyed:
-// it is given the caller's key. If it has SetRate and SetBurst (bucket
-// form) or SetLimit (window form), a reload that changes lim adjusts it in
-// place instead of building a new one; if it has Close, it is closed when
-// a reload drops or replaces it, and by Limiter.Close.
-type Factory func(id string, lim Limit) (throttle.Limiter, error)
 
 // The setters a reload uses to change a limit in place.
 type (
@@ -42,9 +29,8 @@ type (
 	}
 )
 
-// ErrDenied is what Allow and Reserve return for a key on the deny list.
-// It wraps throttle.ErrDenied.
-var ErrDenied = fmt.Errorf("rules: key is on the deny list: %w", throttle.ErrDenied)
+// errDenied is what Allow and Reserve return for a key on the deny list.
+var errDenied = fmt.Errorf("rules: key is on the deny list: %w", throttle.ErrDenied)
 
 var (
 	errZero   = fmt.Errorf("%w: rules: zero Limiter, use New or Open", throttle.ErrInvalid)
@@ -55,9 +41,9 @@ var (
 type Option func(*config)
 
 type config struct {
-	factory  Factory
+	factory  func(id string, lim Limit) (throttle.Limiter, error)
 	custom   bool
-	qa       QuotaAllower
+	qa       throttle.QuotaAllower
 	limOpts  []throttle.Option
 	tierOf   func(string) string
 	name     string
@@ -68,14 +54,23 @@ type config struct {
 // WithFactory builds each limit's limiter with f. The default builds a
 // tokenbucket.Limiter for a bucket limit and a slidingwindow.Limiter for a
 // window limit, with the options of WithLimiterOptions.
-func WithFactory(f Factory) Option { return func(c *config) { c.factory, c.custom = f, f != nil } }
+//
+// id names the limit ("default", "tier free", `prefix "api:"`, ...) and
+// stays the same across reloads; lim is in bucket or window form. The
+// limiter is keyed: it is given the caller's key. If it has SetRate and
+// SetBurst (bucket form) or SetLimit (window form), a reload that changes
+// lim adjusts it in place instead of building a new one; if it has Close,
+// it is closed when a reload drops or replaces it, and by Limiter.Close.
+func WithFactory(f func(id string, lim Limit) (throttle.Limiter, error)) Option {
+	return func(c *config) { c.factory, c.custom = f, f != nil }
+}
 
 // WithQuotaAllower sends every bucket limit to q, which is told the
 // rule's rate and burst on each call (for instance a Redis token bucket
 // shared by a fleet). Window limits still go to the factory; unless
 // WithFactory is also given, a document with window limits is rejected,
 // so that no limit is silently local.
-func WithQuotaAllower(q QuotaAllower) Option { return func(c *config) { c.qa = q } }
+func WithQuotaAllower(q throttle.QuotaAllower) Option { return func(c *config) { c.qa = q } }
 
 // WithLimiterOptions passes opts (a clock, key bounds) to the default
 // factory's limiters, and its key bounds to the allow list.
@@ -158,7 +153,7 @@ type Limiter struct {
 
 // live is one limit's limiter across reloads.
 type live struct {
-	l   throttle.Limiter // nil for a bucket limit served by the QuotaAllower
+	l   throttle.Limiter // nil for a bucket limit served by the throttle.QuotaAllower
 	lim Limit
 }
 
@@ -183,7 +178,7 @@ type slot struct {
 	tier string // the tier's name, for a tier's limit
 	lim  Limit
 	l    throttle.Limiter
-	qa   QuotaAllower
+	qa   throttle.QuotaAllower
 }
 
 func (s *slot) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
@@ -218,7 +213,7 @@ func New(c *Config, opts ...Option) (*Limiter, error) {
 }
 
 func (l *Limiter) defaultFactory(_ string, lim Limit) (throttle.Limiter, error) {
-	if lim.IsWindow() {
+	if lim.isWindow() {
 		return slidingwindow.New(lim.Count, lim.Window, l.cfg.limOpts...)
 	}
 	return tokenbucket.New(lim.Rate, lim.Burst, l.cfg.limOpts...)
@@ -320,17 +315,17 @@ func (b *rebuild) table(c *Config) (*table, error) {
 	return t, nil
 }
 
-// slot returns the slot of limit id: on the QuotaAllower, on the
+// slot returns the slot of limit id: on the throttle.QuotaAllower, on the
 // current limiter of id if it can take lim (adjusted later), or on a
 // new one from the factory.
 func (b *rebuild) slot(id string, lim Limit) (*slot, error) {
 	cfg := &b.l.cfg
-	if cfg.qa != nil && !lim.IsWindow() {
+	if cfg.qa != nil && !lim.isWindow() {
 		b.next[id] = &live{lim: lim}
 		return &slot{id: id, lim: lim, qa: cfg.qa}, nil
 	}
 	if cfg.qa != nil && !cfg.custom {
-		return nil, invalid("%s: a window limit (%v) needs WithFactory when limits go to a QuotaAllower", id, lim)
+		return nil, invalid("%s: a window limit (%v) needs WithFactory when limits go to a throttle.QuotaAllower", id, lim)
 	}
 	if old := b.l.live[id]; old != nil && old.l != nil && adjustable(old, lim) {
 		if old.lim != lim {
@@ -346,7 +341,7 @@ func (b *rebuild) slot(id string, lim Limit) (*slot, error) {
 	if nl == nil {
 		return nil, invalid("%s: the factory returned a nil limiter", id)
 	}
-	if old := b.l.live[id]; old != nil && old.l != nil && old.lim.IsWindow() && lim.IsWindow() {
+	if old := b.l.live[id]; old != nil && old.l != nil && old.lim.isWindow() && lim.isWindow() {
 		nl = newCarry(nl, old.l, old.lim, lim, b.l.set.Clock) // what keys used is carried over
 		b.carried = append(b.carried, old)
 	}
@@ -396,10 +391,10 @@ func adjustable(old *live, lim Limit) bool {
 		return true
 	}
 	switch {
-	case !old.lim.IsWindow() && !lim.IsWindow():
+	case !old.lim.isWindow() && !lim.isWindow():
 		_, ok := old.l.(rateSetter)
 		return ok
-	case old.lim.IsWindow() && lim.IsWindow() && old.lim.Window == lim.Window:
+	case old.lim.isWindow() && lim.isWindow() && old.lim.Window == lim.Window:
 		_, ok := unwrapped(old.l).(limitSetter)
 		if c, sized := old.l.(interface{ Capacity() int }); sized && lim.Count > c.Capacity() {
 			return false // past what its counters hold: rebuilt
@@ -414,7 +409,7 @@ func adjust(l throttle.Limiter, a, b Limit) error {
 	if a == b {
 		return nil
 	}
-	if b.IsWindow() {
+	if b.isWindow() {
 		return l.(limitSetter).SetLimit(b.Count)
 	}
 	s := l.(rateSetter)
@@ -455,7 +450,7 @@ func (l *Limiter) route(t *table, key string) (*slot, *ruleEntry, error) {
 	}
 	if !t.deny.empty() {
 		if _, ok := t.deny.lookup(key); ok {
-			return nil, nil, ErrDenied
+			return nil, nil, errDenied
 		}
 	}
 	if !t.allow.empty() {
@@ -479,10 +474,10 @@ func (l *Limiter) route(t *table, key string) (*slot, *ruleEntry, error) {
 
 // Allow asks key's limit for n units; see Limiter for how the limit is
 // chosen. An allow-listed key gets Decision{Allowed: true} (Limit 0: no
-// limit); a deny-listed one gets ErrDenied.
+// limit); a deny-listed one gets an error wrapping throttle.ErrDenied.
 func (l *Limiter) Allow(ctx context.Context, key string, n int) (d throttle.Decision, err error) {
 	if l.rep.On() {
-		return l.rep.Decide(ctx, throttle.MethodAllow, key, n, l.allow)
+		return l.rep.Decide(ctx, limiterkit.MethodAllow, key, n, l.allow)
 	}
 	err = l.decide(ctx, &d, key, n) // d filled in place: see limiterkit.Fill
 	return d, err
@@ -530,7 +525,7 @@ func (l *Limiter) replaced(t *table, err error) bool {
 // Reserve books n units of key's limit within maxWait. A limit whose
 // limiter cannot reserve answers as Allow does: granted now, or not
 // granted with the RetryAfter as Delay. An allow-listed key is granted at
-// once; a deny-listed one gets ErrDenied.
+// once; a deny-listed one gets an error wrapping throttle.ErrDenied.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
 	return l.rep.Reserve(ctx, key, n, maxWait, l.reserve)
 }
@@ -551,14 +546,14 @@ func (l *Limiter) reserve(ctx context.Context, key string, n int, maxWait time.D
 			if n <= 0 {
 				return res, fmt.Errorf("%w: n must be positive, got %d", throttle.ErrInvalid, n)
 			}
-			return throttle.NewReservation(0, 0, nil), nil
+			return limiterkit.NewReservation(0, 0, nil), nil
 		case ok:
 			res, err = r.Reserve(ctx, key, n, maxWait)
 		default:
 			var d throttle.Decision
 			if d, err = s.allow(ctx, key, n); err == nil {
 				if d.Allowed {
-					res = throttle.NewReservation(0, d.Limit, nil)
+					res = limiterkit.NewReservation(0, d.Limit, nil)
 				} else {
 					res = throttle.Reservation{Delay: d.RetryAfter, Limit: d.Limit}
 				}
@@ -579,9 +574,8 @@ func (s *slot) limiter() throttle.Limiter {
 }
 
 // KeyQuota returns the quota of key's limit, and its rate for a bucket
-// limit: what the RateLimit fields of the HTTP middleware state for key
-// (it implements httplimit.KeyQuotaReporter). limited is false for a key
-// on the allow list, and for one Allow refuses with an error. It takes no
+// limit: what the RateLimit fields of httplimit and grpclimit state for
+// key. limited is false for a key on the allow list, and for one Allow refuses with an error. It takes no
 // lock and does not allocate.
 func (l *Limiter) KeyQuota(key string) (q throttle.Quota, refill throttle.Rate, limited bool) {
 	t := l.cur.Load()
@@ -592,7 +586,7 @@ func (l *Limiter) KeyQuota(key string) (q throttle.Quota, refill throttle.Rate, 
 	if err != nil || s == nil {
 		return q, refill, false
 	}
-	if !s.lim.IsWindow() {
+	if !s.lim.isWindow() {
 		refill = s.lim.Rate
 	}
 	return s.lim.Quota(), refill, true
@@ -621,7 +615,7 @@ func (l *Limiter) Lookup(key string) (Match, error) {
 	}
 	s, r, err := l.route(t, key)
 	switch {
-	case errors.Is(err, ErrDenied):
+	case errors.Is(err, errDenied):
 		return Match{Kind: "deny"}, nil
 	case err != nil:
 		return Match{}, err

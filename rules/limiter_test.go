@@ -78,8 +78,8 @@ func TestRouting(t *testing.T) {
 	}
 	for _, key := range []string{"abuser", "scraper-1-x", "scraper-é-"} {
 		d, err := l.Allow(ctx, key, 1)
-		if !errors.Is(err, throttle.ErrDenied) || !errors.Is(err, rules.ErrDenied) || d.Allowed {
-			t.Errorf("%q: %+v, %v; want ErrDenied", key, d, err)
+		if !errors.Is(err, throttle.ErrDenied) || d.Allowed {
+			t.Errorf("%q: %+v, %v; want throttle.ErrDenied", key, d, err)
 		}
 	}
 }

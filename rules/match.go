@@ -6,12 +6,12 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
-// MaxPatternLen bounds the length of a key, prefix or pattern in a rules
+// maxPatternLen bounds the length of a key, prefix or pattern in a rules
 // document, in bytes.
-const MaxPatternLen = limiterkit.DefaultMaxKeyLen
+const maxPatternLen = limiterkit.DefaultMaxKeyLen
 
 type kind uint8
 
@@ -35,8 +35,8 @@ func (m matcher) validate(where string) error {
 	switch {
 	case m.s == "":
 		return invalid("%s: empty %s", where, kindNames[m.kind])
-	case len(m.s) > MaxPatternLen:
-		return invalid("%s: %s of %d bytes is longer than %d", where, kindNames[m.kind], len(m.s), MaxPatternLen)
+	case len(m.s) > maxPatternLen:
+		return invalid("%s: %s of %d bytes is longer than %d", where, kindNames[m.kind], len(m.s), maxPatternLen)
 	case !utf8.ValidString(m.s):
 		return invalid("%s: %s %q is not valid UTF-8", where, kindNames[m.kind], m.s)
 	}
@@ -52,12 +52,12 @@ func (m matcher) literals() int {
 	return len(m.s) - strings.Count(m.s, "*") - strings.Count(m.s, "?")
 }
 
-// Glob reports whether key matches pattern, in which '*' stands for any
+// glob reports whether key matches pattern, in which '*' stands for any
 // run of characters (none included) and '?' for exactly one UTF-8
 // character; every other byte stands for itself. There is no escape: a
-// literal '*' or '?' in a key is matched by '?'. Glob does not allocate
+// literal '*' or '?' in a key is matched by '?'. glob does not allocate
 // and runs in O(len(pattern)·len(key)) at worst.
-func Glob(pattern, key string) bool {
+func glob(pattern, key string) bool {
 	px, kx := 0, 0
 	starPx, starKx := -1, 0 // where to resume after the last '*'
 	for px < len(pattern) || kx < len(key) {
@@ -101,7 +101,7 @@ func Glob(pattern, key string) bool {
 // bytes before the first wildcard and after the last (the head on a tie),
 // in a map per side, with the distinct affix lengths listed, as prefixes
 // are. A lookup asks each map for the key's head or tail of each length,
-// then tries with Glob only the patterns filed under it, most literal
+// then tries with glob only the patterns filed under it, most literal
 // first, and stops at the first that matches or cannot beat the best so
 // far. Patterns that begin and end with a wildcard ("*abc*") are filed
 // under their longest literal run, which a matching key contains: one
@@ -305,7 +305,7 @@ func try[T any](list []pattern[T], key string, win *pattern[T]) *pattern[T] {
 		if !p.better(win) {
 			break
 		}
-		if Glob(p.s, key) {
+		if glob(p.s, key) {
 			return p
 		}
 	}

@@ -19,7 +19,7 @@ type Document struct {
 	Data []byte
 	// Version names this content (an ETag, a revision, a hash): two
 	// Documents of a Source with the same Version have the same Data. An
-	// empty Version is replaced by Hash(Data).
+	// empty Version is replaced by "sha256:" and the hex digest of Data.
 	Version string
 }
 
@@ -38,14 +38,14 @@ type Watcher interface {
 	Watch(ctx context.Context, f func(Document, error)) error
 }
 
-// Hash returns a version naming data: "sha256:" and its hex digest.
-func Hash(data []byte) string {
+// docHash returns a version naming data: "sha256:" and its hex digest.
+func docHash(data []byte) string {
 	h := sha256.Sum256(data)
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
 // FileSource is the rules document in a file. Its Version is the
-// content's Hash. A file edited in place can be read half written: to
+// content's sha256 hash. A file edited in place can be read half written: to
 // follow a file, Open and Limiter.Watch guard against that; FileSource is
 // for a file replaced atomically (written aside and renamed).
 type FileSource string
@@ -56,7 +56,7 @@ func (f FileSource) Fetch(context.Context) (Document, error) {
 	if err != nil {
 		return Document{}, err
 	}
-	return Document{Data: data, Version: Hash(data)}, nil
+	return Document{Data: data, Version: docHash(data)}, nil
 }
 
 // OpenSource returns a Limiter enforcing the document src fetches now,
@@ -90,13 +90,13 @@ func fetch(ctx context.Context, src Source, timeout time.Duration) (Document, er
 	}
 	d, err := src.Fetch(ctx)
 	if err == nil && d.Version == "" {
-		d.Version = Hash(d.Data)
+		d.Version = docHash(d.Data)
 	}
 	return d, err
 }
 
 // Version returns the version of the document in force: its Document
-// Version, the Hash of a file's content (Open, Reload, Watch), or "" for
+// Version, the sha256 hash of a file's content (Open, Reload, Watch), or "" for
 // rules given to New or Update. It takes no lock; in an Observer's
 // EventReload it is the version just put in force.
 func (l *Limiter) Version() string {
@@ -135,7 +135,7 @@ func (l *Limiter) Follow(ctx context.Context, src Source, interval time.Duration
 		defer cancel()
 		err := w.Watch(ctx, func(d Document, err error) {
 			if err == nil && d.Version == "" {
-				d.Version = Hash(d.Data)
+				d.Version = docHash(d.Data)
 			}
 			if errors.Is(l.take(d, err), throttle.ErrClosed) {
 				cancel()
@@ -231,7 +231,7 @@ func (c *cached) filter(d Document, err error) (Document, error) {
 	var bad error
 	if err == nil {
 		if d.Version == "" {
-			d.Version = Hash(d.Data)
+			d.Version = docHash(d.Data)
 		}
 		if d.Version != c.written { // not known good
 			_, bad = Parse(d.Data)
@@ -267,7 +267,7 @@ func (c *cached) standIn(d Document, err, bad error) (Document, error) {
 		return c.firstFailure(d, err, bad, fmt.Errorf("rules: cached document %s: %w", c.path, perr))
 	}
 	c.stood = true
-	return Document{Data: data, Version: Hash(data)}, nil
+	return Document{Data: data, Version: docHash(data)}, nil
 }
 
 // firstFailure is src's first answer when the file cannot stand in: a bad

@@ -26,7 +26,7 @@ func readFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("rules: %s: %w", path, err)
 	}
@@ -49,7 +49,7 @@ func Open(path string, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l.file = fileState{path: path, seen: data}
-	v := Hash(data)
+	v := docHash(data)
 	l.version.Store(&v)
 	return l, nil
 }
@@ -92,7 +92,7 @@ func (l *Limiter) use(data []byte) error {
 	if err != nil {
 		return l.reject(l.file.path, err)
 	}
-	v := Hash(data)
+	v := docHash(data)
 	l.version.Store(&v)
 	l.reloaded()
 	return nil

@@ -1,9 +1,17 @@
 package slidinglog
 
-import "github.com/throttlekit/throttle"
+import (
+	"time"
 
-// Quota reports the limit per window.
-func (l *Log) Quota() throttle.Quota { return throttle.Quota{Limit: l.Limit(), Window: l.Window()} }
+	"github.com/throttlekit/throttle"
+)
 
-// Quota reports the limit per window.
-func (l *Limiter) Quota() throttle.Quota { return throttle.Quota{Limit: l.Limit(), Window: l.Window()} }
+// Quota reports the limit and the length of the window.
+func (l *Log) Quota() throttle.Quota {
+	return throttle.Quota{Limit: l.Limit(), Window: time.Duration(l.p.window)}
+}
+
+// Quota reports the limit and the length of the window.
+func (l *Limiter) Quota() throttle.Quota {
+	return throttle.Quota{Limit: l.Limit(), Window: time.Duration(l.p.window)}
+}

@@ -10,13 +10,13 @@ import (
 	"unsafe"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
-// MaxWindow is the longest window a sliding log accepts (about 146 years):
+// maxWindow is the longest window a sliding log accepts (about 146 years):
 // an entry packs a nanosecond offset of at most bits.Len(window)+1 bits
 // and a count into 64 bits.
-const MaxWindow = time.Duration(1<<62 - 1)
+const maxWindow = time.Duration(1<<62 - 1)
 
 // params are the immutable parameters shared by every log of a limiter.
 type params struct {
@@ -43,8 +43,8 @@ func newParams(limit int, window time.Duration) (params, error) {
 		return params{}, fmt.Errorf("%w: slidinglog: limit must be positive, got %d", throttle.ErrInvalid, limit)
 	case window <= 0:
 		return params{}, fmt.Errorf("%w: slidinglog: window must be positive, got %v", throttle.ErrInvalid, window)
-	case window > MaxWindow:
-		return params{}, fmt.Errorf("%w: slidinglog: window %v is above MaxWindow", throttle.ErrInvalid, window)
+	case window > maxWindow:
+		return params{}, fmt.Errorf("%w: slidinglog: window %v is above maxWindow", throttle.ErrInvalid, window)
 	}
 	// Offsets get one bit more than the window needs, so that after a
 	// rebase (offsets < window) at least another window passes before the

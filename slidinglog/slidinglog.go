@@ -43,7 +43,7 @@
 // above that takes as many entries as it needs. That is 8,589,934,591
 // units per entry for a 1 s window, 2,097,151 for 1 h, 2,047 for 30 days,
 // 255 for 366 days (where AllowN(1<<22) writes 16,449 entries) and 1 at
-// MaxWindow. So a key holds at most limit entries, 8·limit bytes (and at
+// 146 years. So a key holds at most limit entries, 8·limit bytes (and at
 // most 2^27+4 entries, 1 GiB: past that it denies until entries leave),
 // and in practice 8 bytes per admission of the last window, in a buffer
 // whose length is a power of two, plus a 112-byte state on 64-bit
@@ -93,7 +93,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // Log is a sliding log guarding a single resource: at most limit units
@@ -107,7 +107,7 @@ type Log struct {
 
 // NewLog returns a Log admitting at most limit units in any window. Of
 // the options only WithClock applies. Errors wrap throttle.ErrInvalid:
-// limit <= 0, window <= 0 or above MaxWindow, a bad option.
+// limit <= 0, window <= 0 or above 146 years, a bad option.
 func NewLog(limit int, window time.Duration, opts ...throttle.Option) (*Log, error) {
 	p, err := newParams(limit, window)
 	if err != nil {
@@ -153,9 +153,6 @@ func (l *Log) allow(d *throttle.Decision, n int) error {
 
 // Limit returns the most units admitted in any window.
 func (l *Log) Limit() int { return int(l.p.limit) }
-
-// Window returns the length of the window.
-func (l *Log) Window() time.Duration { return time.Duration(l.p.window) }
 
 // Limiter is a sliding log per key: at most limit units per key in any
 // window. It is safe for concurrent use by multiple goroutines. The zero
@@ -249,9 +246,6 @@ func (l *Limiter) Allow(_ context.Context, key string, n int) (d throttle.Decisi
 
 // Limit returns the most units admitted per key in any window.
 func (l *Limiter) Limit() int { return int(l.p.limit) }
-
-// Window returns the length of the window.
-func (l *Limiter) Window() time.Duration { return time.Duration(l.p.window) }
 
 // Len returns the number of keys currently holding a log.
 func (l *Limiter) Len() int { return l.m.Len() }

@@ -106,7 +106,7 @@ func checkWindows(t testing.TB, admits []admit, limit int64, window int64) {
 // log's, then checks every window of the trace.
 func TestExactAgainstModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	windows := []time.Duration{1, 3, time.Microsecond, 17 * time.Millisecond, time.Second, time.Hour, MaxWindow / 2, MaxWindow}
+	windows := []time.Duration{1, 3, time.Microsecond, 17 * time.Millisecond, time.Second, time.Hour, maxWindow / 2, maxWindow}
 	traces := 200
 	if raceOn {
 		traces = 40
@@ -318,7 +318,7 @@ func TestBadInput(t *testing.T) {
 		{"limit<0", -1, time.Second, nil},
 		{"window=0", 1, 0, nil},
 		{"window<0", 1, -time.Second, nil},
-		{"window>MaxWindow", 1, MaxWindow + 1, nil},
+		{"window>maxWindow", 1, maxWindow + 1, nil},
 		{"nil option", 1, time.Second, []throttle.Option{nil}},
 		{"MaxKeys=0", 1, time.Second, []throttle.Option{throttle.WithMaxKeys(0)}},
 	} {
@@ -343,16 +343,16 @@ func TestBadInput(t *testing.T) {
 // TestPacking drives the entry layout to its edges: the longest window
 // leaves one count bit, so a weighted request spans entries.
 func TestPacking(t *testing.T) {
-	p, err := newParams(1000, MaxWindow)
+	p, err := newParams(1000, maxWindow)
 	if err != nil || p.maxCount != 1 {
-		t.Fatalf("MaxWindow params = %+v, %v; want one count bit", p, err)
+		t.Fatalf("maxWindow params = %+v, %v; want one count bit", p, err)
 	}
 	clk := throttletest.NewClock()
-	lg := limitertest.New(t, NewLog, 1000, MaxWindow, throttle.WithClock(clk))
+	lg := limitertest.New(t, NewLog, 1000, maxWindow, throttle.WithClock(clk))
 	if d, _ := lg.AllowN(1000); !d.Allowed || lg.log.entries() != 1000 {
 		t.Fatalf("AllowN(1000) = %+v with %d entries, want allowed in 1000 entries", d, lg.log.entries())
 	}
-	clk.Advance(MaxWindow - 1)
+	clk.Advance(maxWindow - 1)
 	if d, _ := lg.AllowN(1); d.Allowed || d.RetryAfter != 1 {
 		t.Fatalf("1 ns before expiry: %+v, want RetryAfter 1ns", d)
 	}
@@ -578,7 +578,7 @@ func TestEntryCapacity(t *testing.T) {
 		{time.Hour, 2097151},
 		{30 * 24 * time.Hour, 2047},
 		{366 * 24 * time.Hour, 255},
-		{MaxWindow, 1},
+		{maxWindow, 1},
 	} {
 		p, err := newParams(10, c.window)
 		if err != nil {

@@ -3,7 +3,6 @@ package slidingwindow
 import (
 	"time"
 
-	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/window"
 )
 
@@ -17,7 +16,7 @@ import (
 // Decide's decisions are theirs on the same trace. (The slotted form keeps
 // a ring of slots, not one word, and has no Algorithm.)
 //
-// Its methods are throttle.Algorithm's. Decide(state, now, n) decides n
+// Its methods are storelimit.Algorithm's. Decide(state, now, n) decides n
 // units at now (nanoseconds since the Unix epoch) on a key whose state is
 // state, and returns the state to store (state itself when denied) and
 // the Decision; errors wrap throttle.ErrInvalid (n <= 0, a zero
@@ -29,8 +28,6 @@ import (
 // An Algorithm is immutable and safe for concurrent use. The zero value
 // is not usable: Decide fails with an error wrapping throttle.ErrInvalid.
 type Algorithm struct{ algorithm }
-
-var _ throttle.Algorithm = Algorithm{}
 
 // NewAlgorithm returns the decision of the weighted window of limit units
 // per window (see New). Errors wrap throttle.ErrInvalid.

@@ -66,8 +66,8 @@
 //
 // # Limits and clock
 //
-// limit may be up to MaxLimit, window up to MaxWindow, and slots up to
-// MaxSlots, dividing the window into whole nanoseconds. Window and slot
+// limit may be up to MaxLimit, window up to 366 days, and slots up to
+// 65536, dividing the window into whole nanoseconds. Window and slot
 // indexes are kept modulo 2^(63-2·bitlen(limit)): 2^49 for a limit of 100,
 // 2^15 at MaxLimit. A Window left untouched for about a multiple of that
 // many windows (slots) may take its old counts for current for at most
@@ -89,11 +89,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/window"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 // Bounds of the constructor arguments.
@@ -102,10 +104,10 @@ const (
 	// the total and slot count of the slotted form share one int64 with
 	// the window index.
 	MaxLimit = 1<<24 - 1
-	// MaxWindow is the longest window.
-	MaxWindow = throttle.MaxPeriod
-	// MaxSlots is the largest number of slots of the slotted form.
-	MaxSlots = 1 << 16
+	// maxWindow is the longest window.
+	maxWindow = bridge.MaxPeriod
+	// maxSlots is the largest number of slots of the slotted form.
+	maxSlots = 1 << 16
 )
 
 var errZero = fmt.Errorf("%w: zero slidingwindow limiter: use the constructor", throttle.ErrInvalid)
@@ -139,10 +141,10 @@ func newConfig(limit int, w time.Duration, slots int) (*config, error) {
 	switch {
 	case limit <= 0 || limit > MaxLimit:
 		return nil, fmt.Errorf("%w: slidingwindow: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, MaxLimit)
-	case w <= 0 || w > MaxWindow:
-		return nil, fmt.Errorf("%w: slidingwindow: window %v out of range (0, %v]", throttle.ErrInvalid, w, MaxWindow)
-	case slots < 0 || slots > MaxSlots:
-		return nil, fmt.Errorf("%w: slidingwindow: %d slots out of range [1, %d]", throttle.ErrInvalid, slots, MaxSlots)
+	case w <= 0 || w > maxWindow:
+		return nil, fmt.Errorf("%w: slidingwindow: window %v out of range (0, %v]", throttle.ErrInvalid, w, maxWindow)
+	case slots < 0 || slots > maxSlots:
+		return nil, fmt.Errorf("%w: slidingwindow: %d slots out of range [1, %d]", throttle.ErrInvalid, slots, maxSlots)
 	case slots > 0 && int64(w)%int64(slots) != 0:
 		return nil, fmt.Errorf("%w: slidingwindow: window %v is not a whole number of nanoseconds times %d slots", throttle.ErrInvalid, w, slots)
 	}
@@ -413,7 +415,7 @@ type Window struct {
 // limit units in any window, estimated from two aligned windows (see the
 // package documentation for the exact bounds). The only Option it reads is
 // WithClock. Errors wrap throttle.ErrInvalid: limit outside [1, MaxLimit],
-// window outside (0, MaxWindow], or a bad Option.
+// window outside (0, 366 days], or a bad Option.
 func NewWindow(limit int, window time.Duration, opts ...throttle.Option) (*Window, error) {
 	return newWindow(limit, window, 0, opts)
 }
@@ -421,11 +423,11 @@ func NewWindow(limit int, window time.Duration, opts ...throttle.Option) (*Windo
 // NewSlottedWindow returns a slotted sliding-window limiter: the window is
 // split into slots slots, and a request is admitted when the units of the
 // last slots slots plus its own are at most limit. Errors wrap
-// throttle.ErrInvalid: as NewWindow, or slots outside [1, MaxSlots], or a
+// throttle.ErrInvalid: as NewWindow, or slots outside [1, 65536], or a
 // window that is not a whole number of nanoseconds per slot.
 func NewSlottedWindow(limit int, window time.Duration, slots int, opts ...throttle.Option) (*Window, error) {
 	if slots <= 0 {
-		return nil, fmt.Errorf("%w: slidingwindow: %d slots out of range [1, %d]", throttle.ErrInvalid, slots, MaxSlots)
+		return nil, fmt.Errorf("%w: slidingwindow: %d slots out of range [1, %d]", throttle.ErrInvalid, slots, maxSlots)
 	}
 	return newWindow(limit, window, slots, opts)
 }
@@ -562,7 +564,7 @@ func New(limit int, window time.Duration, opts ...throttle.Option) (*Limiter, er
 // first move to a new slot (8 bytes per slot).
 func NewSlotted(limit int, window time.Duration, slots int, opts ...throttle.Option) (*Limiter, error) {
 	if slots <= 0 {
-		return nil, fmt.Errorf("%w: slidingwindow: %d slots out of range [1, %d]", throttle.ErrInvalid, slots, MaxSlots)
+		return nil, fmt.Errorf("%w: slidingwindow: %d slots out of range [1, %d]", throttle.ErrInvalid, slots, maxSlots)
 	}
 	return newLimiter(limit, window, slots, opts)
 }

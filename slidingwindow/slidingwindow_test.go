@@ -145,7 +145,7 @@ func TestConstructorErrors(t *testing.T) {
 		}
 	}
 	if _, err := slidingwindow.NewSlottedWindow(10, 1<<16, slidingwindow.MaxSlots); err != nil {
-		t.Errorf("MaxSlots of 1ns: %v", err)
+		t.Errorf("maxSlots of 1ns: %v", err)
 	}
 }
 

@@ -202,7 +202,7 @@ func (w *storeWorld) Close() {
 	}
 }
 
-// simStore is a process's throttle.LoadingStore: each call is a request
+// simStore is a process's storelimit.LoadingStore: each call is a request
 // and an answer through the simulated network to the store's process; a
 // call whose answer does not come before ctx ends fails (whether or not
 // the store applied it).
@@ -211,7 +211,7 @@ type simStore struct {
 	proc int
 }
 
-var _ throttle.LoadingStore = (*simStore)(nil)
+var _ storelimit.LoadingStore = (*simStore)(nil)
 
 func (s *simStore) Load(ctx context.Context, key string, now int64) (int64, error) {
 	st, _, err := s.call(ctx, func(m *storelimit.Memory) (int64, bool, error) {

@@ -3,13 +3,11 @@ package storelimit
 import (
 	"context"
 	"sync"
-
-	"github.com/throttlekit/throttle"
 )
 
-var _ throttle.LoadingStore = (*Memory)(nil)
+var _ LoadingStore = (*Memory)(nil)
 
-// Memory is a throttle.Store in the process's memory: the reference
+// Memory is a Store in the process's memory: the reference
 // implementation of the contract, for tests and for a single process
 // that wants a Store-backed limiter. A state is dropped when a
 // compare-and-swap or a Sweep finds it expired. It is safe for concurrent
@@ -76,8 +74,8 @@ func (s *Memory) Sweep(now int64) int {
 	return n
 }
 
-// Len returns the number of keys stored, live or not yet swept.
-func (s *Memory) Len() int {
+// size returns the number of keys stored, live or not yet swept.
+func (s *Memory) size() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.m)

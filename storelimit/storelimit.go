@@ -1,25 +1,25 @@
 // Package storelimit is a keyed limiter whose state lives in a
-// throttle.Store (a SQL table, a Memcached, the in-memory Memory) and whose
+// Store (a SQL table, a Memcached, the in-memory Memory) and whose
 // decisions are an Algorithm's pure step run in Go: one implementation of
 // the read-decide-compare-and-swap loop for every store and every
 // algorithm whose state fits one int64 (tokenbucket, leakybucket,
 // fixedwindow, slidingwindow). A new backend implements two methods of
-// throttle.Store and inherits the algorithms, their conformance suite and
+// Store and inherits the algorithms, their conformance suite and
 // their differential traces.
 //
 // # Guarantees
 //
 // A decision's state change is one compare-and-swap on the key's stored
 // state, so on a Store that is atomic per key (the contract of
-// throttle.Store) the Limiter decides exactly as the in-process limiter
+// Store) the Limiter decides exactly as the in-process limiter
 // of the same Algorithm on the same trace and clock, however many
 // goroutines and processes share the store: nothing admitted is lost or
 // counted twice. A denial reads once and writes nothing; an admission
 // reads once and writes once, and reads and tries again only when another
-// writer changed the key in between (at most MaxAttempts tries, then an
+// writer changed the key in between (at most 1000 tries, then an
 // error wrapping throttle.ErrUnavailable).
 //
-// On a throttle.LoadingStore the Limiter first decides on the state it
+// On a LoadingStore the Limiter first decides on the state it
 // last saw of the key (kept in a two-way table of 4096 guesses by a hash
 // of the key, 96 KiB, with the expiry of the states it wrote): an
 // admission whose guess holds is then one call to the store, and a wrong
@@ -44,12 +44,22 @@
 // that join it later and have a later deadline fail at that one, never
 // after their own), whether or not the caller leading it cancels.
 //
+// # Leasing
+//
+// A Limiter made by NewLeasing takes batches of units of a key from the
+// store (one read-decide-swap each, charged there) and spends them
+// locally, lock-free, for a key hotter than the store's commits: see
+// NewLeasing for the bound (never more than the Algorithm admits over the
+// store, moved later by at most the lease's age) and what it loses
+// (under-admission only).
+//
 // # Timeouts
 //
-// Over a Store that is a Timeouter (pglimit's), each decision is bounded
-// by the store's timeout as a whole, however many calls to the store it
-// takes (a key contended by other processes): it then fails with an
-// error wrapping throttle.ErrUnavailable and context.DeadlineExceeded.
+// Over a Store with a Timeout() time.Duration method (pglimit's), each
+// decision is bounded by the store's timeout as a whole, however many
+// calls to the store it takes (a key contended by other processes): it
+// then fails with an error wrapping throttle.ErrUnavailable and
+// context.DeadlineExceeded.
 //
 // Each process decides with its own clock, passed to the store with every
 // call (a store reads no clock), so processes sharing a store need
@@ -75,22 +85,24 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/lease"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
-// MaxAttempts bounds the compare-and-swap attempts of one decision: each
+// maxAttempts bounds the compare-and-swap attempts of one decision: each
 // failed attempt means another writer's decision on the key succeeded.
-const MaxAttempts = 1000
+const maxAttempts = 1000
 
 // Limiter decides with an Algorithm over the states of a Store, one per
 // key. It is safe for concurrent use and holds nothing per key itself but
-// guesses, over a LoadingStore. The zero value is not usable: Allow fails
-// with an error wrapping throttle.ErrInvalid; create it with New.
+// guesses, over a LoadingStore, and leased units (NewLeasing). The zero
+// value is not usable: Allow fails with an error wrapping
+// throttle.ErrInvalid; create it with New or NewLeasing.
 type Limiter struct {
-	s     throttle.Store
-	ls    throttle.LoadingStore // s, when it is one
-	g     *guesses              // with ls
-	a     throttle.Algorithm
+	s     Store
+	ls    LoadingStore // s, when it is one
+	g     *guesses     // with ls
+	a     Algorithm
 	fresh int64
 	limit int
 	clk   clock.Source
@@ -100,13 +112,15 @@ type Limiter struct {
 	seed    maphash.Seed
 	shards  [shardCount]shard // the keys with a round in flight
 	reqs    sync.Pool         // of *request, reused across calls
+	lease   *lease.Leaser     // with NewLeasing
+	closed  atomic.Bool
 }
 
-// Timeouter is a Store whose calls are bounded by a timeout (pglimit's):
+// timeouter is a Store whose calls are bounded by a timeout (pglimit's):
 // a Limiter over it bounds each decision as a whole by Timeout, however
 // many calls to the store it takes, so that a contended key costs the
 // caller at most the store's timeout.
-type Timeouter interface {
+type timeouter interface {
 	Timeout() time.Duration
 }
 
@@ -114,7 +128,7 @@ type Timeouter interface {
 // Options it reads are WithClock and WithMaxKeyLen; any other is refused
 // (a store bounds its own keys and sweeps its own expired states). Errors
 // wrap throttle.ErrInvalid.
-func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limiter, error) {
+func New(s Store, a Algorithm, opts ...throttle.Option) (*Limiter, error) {
 	if s == nil || a == nil {
 		return nil, fmt.Errorf("%w: storelimit.New needs a Store and an Algorithm", throttle.ErrInvalid)
 	}
@@ -131,10 +145,10 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 	}
 	l := &Limiter{s: s, a: a, fresh: a.Fresh(), limit: limit, clk: clock.New(set.Clock), keys: set, seed: maphash.MakeSeed()}
 	l.reqs.New = newRequest
-	if ls, ok := s.(throttle.LoadingStore); ok {
+	if ls, ok := s.(LoadingStore); ok {
 		l.ls, l.g = ls, new(guesses)
 	}
-	if t, ok := s.(Timeouter); ok {
+	if t, ok := s.(timeouter); ok {
 		l.timeout = max(t.Timeout(), 0)
 	}
 	return l, nil
@@ -148,16 +162,22 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 // throttle.ErrInvalid (a bad key or n, a zero Limiter, a stored state no
 // Algorithm of this limit wrote), throttle.ErrExceedsLimit (n above the
 // limit) or throttle.ErrUnavailable (the store failed, the call ran out
-// of time, or the key stayed contended for MaxAttempts tries).
+// of time, or the key stayed contended for 1000 tries).
 func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if l == nil || l.s == nil {
 		return throttle.Decision{}, fmt.Errorf("%w: zero storelimit.Limiter: use New", throttle.ErrInvalid)
+	}
+	if l.closed.Load() {
+		return throttle.Decision{}, fmt.Errorf("%w: storelimit.Limiter", throttle.ErrClosed)
 	}
 	if err := l.keys.CheckKey(key); err != nil {
 		return throttle.Decision{}, err
 	}
 	if err := limiterkit.CheckN(n, l.limit); err != nil {
 		return throttle.Decision{}, err
+	}
+	if l.lease != nil { // a Take is bounded by the timeout; a spend is local
+		return l.lease.Allow(ctx, key, n, l.clk.Now())
 	}
 	if l.timeout > 0 {
 		var cancel context.CancelFunc
@@ -185,65 +205,78 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	return d, err
 }
 
-var errContended = fmt.Errorf("%w: storelimit: key still contended after %d attempts", throttle.ErrUnavailable, MaxAttempts)
+var errContended = fmt.Errorf("%w: storelimit: key still contended after %d attempts", throttle.ErrUnavailable, maxAttempts)
 
 // decide decides the requests of round, in order, on key's state at now,
 // and stores the state they leave if the key's state is still the one
 // they were decided on, else decides them again on the key's new state.
-// On a LoadingStore it starts from the state last seen of key, and swaps
-// and learns the state in one call; a round that admits nothing is
-// decided on the state read from the store.
 func (l *Limiter) decide(ctx context.Context, key string, h uint64, round []*request, now int64) {
+	err := l.update(ctx, key, h, now, func(old int64) (int64, time.Duration, bool) {
+		next, reset, admitted := l.step(round, old, now)
+		return next, reset, admitted > 0
+	})
+	if err != nil {
+		fail(round, err)
+	}
+}
+
+// update changes key's state at now by step, which returns the next state,
+// its time to reset and whether it changes anything: it swaps the state
+// step leaves in if the key's state is still the one step saw, else runs
+// step again on the key's new state. On a LoadingStore it starts from the
+// state last seen of key, and swaps and learns the state in one call; a
+// step that changes nothing is run again on the state read from the
+// store. It returns an error wrapping throttle.ErrUnavailable when the
+// store fails or the key stays contended.
+func (l *Limiter) update(ctx context.Context, key string, h uint64, now int64, step func(old int64) (next int64, reset time.Duration, change bool)) error {
 	var sl slot
 	var old int64
 	if l.ls != nil {
 		sl, old = l.g.get(h, now)
 	}
-	read := false // old is the store's state, read in this round
-	for range MaxAttempts {
+	read := false // old is the store's state, read in this call
+	for range maxAttempts {
 		if !read && l.ls == nil {
-			if !l.load(ctx, key, now, round, &old) {
-				return
+			if err := l.load(ctx, key, now, &old); err != nil {
+				return err
 			}
 			read = true
 		}
-		next, reset, admitted := l.step(round, old, now)
-		if admitted == 0 && !read {
-			if !l.load(ctx, key, now, round, &old) {
-				return
+		next, reset, change := step(old)
+		if !change && !read {
+			if err := l.load(ctx, key, now, &old); err != nil {
+				return err
 			}
 			read = true
 			l.g.put(sl, old, math.MaxInt64)
 			continue
 		}
-		if admitted == 0 {
-			return
+		if !change {
+			return nil
 		}
 		exp := expires(now, int64(reset))
 		cur, ok, err := l.swap(ctx, key, old, next, now, exp)
 		if err != nil {
-			fail(round, unavailable(err))
-			return
+			return unavailable(err)
 		}
 		if ok {
 			l.g.put(sl, next, exp)
-			return
+			return nil
 		}
 		old, read = cur, l.ls != nil // a plain Store reads again
 		l.g.put(sl, old, math.MaxInt64)
 	}
-	fail(round, errContended)
+	return errContended
 }
 
-// load reads key's state into old, or fails round and reports false.
-func (l *Limiter) load(ctx context.Context, key string, now int64, round []*request, old *int64) bool {
+// load reads key's state into old.
+func (l *Limiter) load(ctx context.Context, key string, now int64, old *int64) error {
 	s, err := l.s.Load(ctx, key, now)
 	if err != nil {
-		fail(round, unavailable(err))
-		return false
+		return unavailable(err)
 	}
 	*old = s
-	return true
+	return nil
 }
 
 // step decides each request of round in turn, from state old at now, and

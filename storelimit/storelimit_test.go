@@ -26,9 +26,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestMemory: the in-memory Store passes the conformance test, as a
 // LoadingStore and as a plain Store (read, then swap).
 func TestMemory(t *testing.T) {
-	storetest.Run(t, storetest.Config{New: func(testing.TB) throttle.Store { return new(storelimit.Memory) }})
+	storetest.Run(t, storetest.Config{New: func(testing.TB) storelimit.Store { return new(storelimit.Memory) }})
 	t.Run("plain", func(t *testing.T) {
-		storetest.Run(t, storetest.Config{New: func(testing.TB) throttle.Store { return plain{new(storelimit.Memory)} }})
+		storetest.Run(t, storetest.Config{New: func(testing.TB) storelimit.Store { return plain{new(storelimit.Memory)} }})
 	})
 }
 
@@ -48,7 +48,7 @@ func (p plain) CompareAndSwap(ctx context.Context, key string, old, next, now, e
 // empty, and a new key took a way at random even beside an empty one:
 // 1.27 calls per decision.)
 func TestGuessesHoldManyKeys(t *testing.T) {
-	a, err := tokenbucket.NewAlgorithm(throttle.Every(time.Hour), 100)
+	a, err := tokenbucket.NewAlgorithm(throttle.NewRate(1, time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestGuessesHoldManyKeys(t *testing.T) {
 // decisions stay exact (100 units of a bucket of 100, both limiters
 // together).
 func TestOneCallPerAdmission(t *testing.T) {
-	a, err := tokenbucket.NewAlgorithm(throttle.Every(time.Hour), 100)
+	a, err := tokenbucket.NewAlgorithm(throttle.NewRate(1, time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func (f faulty) CompareAndSwap(context.Context, string, int64, int64, int64, int
 
 // TestFailures: a failing store's error is returned wrapping
 // throttle.ErrUnavailable and the store's own error; a key that stays
-// contended ends in ErrUnavailable after MaxAttempts, not in a hang; bad
+// contended ends in ErrUnavailable after maxAttempts (1000), not in a hang; bad
 // input is refused before the store is asked.
 func TestFailures(t *testing.T) {
 	a, err := tokenbucket.NewAlgorithm(throttle.PerSecond(1), 3)
@@ -237,8 +237,8 @@ func TestMemorySweep(t *testing.T) {
 	if _, err := l.Allow(context.Background(), "b", 1); err != nil {
 		t.Fatal(err)
 	}
-	if n := m.Sweep(clk.Now().Add(time.Second + time.Nanosecond).UnixNano()); n != 1 || m.Len() != 1 {
-		t.Fatalf("Sweep dropped %d, %d left; want a's state dropped, b's kept", n, m.Len())
+	if n := m.Sweep(clk.Now().Add(time.Second + time.Nanosecond).UnixNano()); n != 1 || storelimit.MemorySize(m) != 1 {
+		t.Fatalf("Sweep dropped %d, %d left; want a's state dropped, b's kept", n, storelimit.MemorySize(m))
 	}
 }
 
@@ -282,7 +282,7 @@ func TestLoadFailsOnRetry(t *testing.T) {
 // TestZeroAlgorithms: every zero Algorithm of the module refuses to
 // decide, reports a zero Quota, and is refused by New.
 func TestZeroAlgorithms(t *testing.T) {
-	for _, a := range []throttle.Algorithm{tokenbucket.Algorithm{}, leakybucket.Algorithm{}, fixedwindow.Algorithm{}, slidingwindow.Algorithm{}} {
+	for _, a := range []storelimit.Algorithm{tokenbucket.Algorithm{}, leakybucket.Algorithm{}, fixedwindow.Algorithm{}, slidingwindow.Algorithm{}} {
 		if _, _, err := a.Decide(a.Fresh(), 0, 1); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("zero %T: Decide err = %v, want ErrInvalid", a, err)
 		}

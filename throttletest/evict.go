@@ -9,13 +9,13 @@ import (
 	"github.com/throttlekit/throttle"
 )
 
-// Readmissions measures the eviction bypass of a keyed limiter bounded by
+// readmissions measures the eviction bypass of a keyed limiter bounded by
 // throttle.WithMaxKeys, with time standing still: in each of rounds rounds
 // a key takes its whole limit, then others distinct keys each take their
 // whole limit (evicting it), then the key asks for one more unit. It
 // returns in how many rounds that unit was admitted: 0 for a limiter that
 // never lets an evicted key back in fresh.
-func Readmissions(l throttle.Limiter, limit, others, rounds int) int {
+func readmissions(l throttle.Limiter, limit, others, rounds int) int {
 	ctx := context.Background()
 	admitted := 0
 	for r := range rounds {
@@ -45,7 +45,7 @@ func FalseDenials(l throttle.Limiter, prefix string, n, keys int) int {
 	return denied
 }
 
-// NoBypass drives l, a keyed limiter bounded by a small throttle.WithMaxKeys,
+// noBypass drives l, a keyed limiter bounded by a small throttle.WithMaxKeys,
 // and ref, the same limiter with no practical bound on keys, on the
 // virtual clock clk (which both read) with the trace in steps, and fails t
 // if l admits a request that ref, holding exactly what l admitted, would
@@ -54,7 +54,7 @@ func FalseDenials(l throttle.Limiter, prefix string, n, keys int) int {
 // (1 to limit) and how far the clock moves first (0 to 255 units of
 // tick). It is meant for fuzz targets of exact algorithms, whose decisions
 // depend on admitted history only.
-func NoBypass(t testing.TB, l, ref throttle.Limiter, clk *Clock, limit int, tick time.Duration, steps []byte) {
+func noBypass(t testing.TB, l, ref throttle.Limiter, clk *Clock, limit int, tick time.Duration, steps []byte) {
 	t.Helper()
 	ctx := context.Background()
 	for i := 0; i+2 < len(steps); i += 3 {
@@ -73,7 +73,7 @@ func NoBypass(t testing.TB, l, ref throttle.Limiter, clk *Clock, limit int, tick
 	}
 }
 
-// FuzzNoBypass is a fuzz target of NoBypass at tick: newLimiter returns a
+// FuzzNoBypass is a fuzz target of noBypass at tick: newLimiter returns a
 // keyed limiter of limit units (1 to 20) with opts, and the target checks
 // it capped at 4 keys (of the 16 the steps use) against it uncapped. A
 // package with several forms of its limiter (0 to forms-1) has each
@@ -96,7 +96,7 @@ func FuzzNoBypass(f *testing.F, forms int, tick time.Duration, newLimiter func(f
 			return l
 		}
 		l := mk(throttle.WithClock(clk), throttle.WithMaxKeys(4))
-		NoBypass(t, l, mk(throttle.WithClock(clk)), clk, lim, tick, steps)
+		noBypass(t, l, mk(throttle.WithClock(clk)), clk, lim, tick, steps)
 	})
 }
 
@@ -104,7 +104,7 @@ func FuzzNoBypass(f *testing.F, forms int, tick time.Duration, newLimiter func(f
 // the eviction bypass. newLimiter returns a fresh limiter of limit units
 // per key reading clk, capped at maxKeys keys; horizon is how long after
 // its last admission a key is surely full again. It requires that:
-//   - a key evicted while full is not admitted again (Readmissions, with
+//   - a key evicted while full is not admitted again (readmissions, with
 //     caps of 10 and 1024 keys), and nobody is denied once horizon has
 //     passed;
 //   - floods of 2× and 10× MaxKeys new keys, each taking 1 of 10 units,
@@ -126,7 +126,7 @@ func Eviction(t *testing.T, horizon time.Duration, newLimiter func(clk *Clock, l
 	for _, c := range []struct{ max, others int }{{10, 50}, {1024, 1500}} {
 		clk := NewClock()
 		l := mk(clk, 1, c.max)
-		if n := Readmissions(l, 1, c.others, 10); n != 0 {
+		if n := readmissions(l, 1, c.others, 10); n != 0 {
 			t.Errorf("MaxKeys %d: evicted key readmitted in %d of 10 rounds", c.max, n)
 		}
 		clk.Advance(horizon)

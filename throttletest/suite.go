@@ -279,9 +279,9 @@ func (s Suite) testBound(t *testing.T) {
 	}
 }
 
-// Instants are clock readings across the whole int64 nanosecond range:
+// instants are clock readings across the whole int64 nanosecond range:
 // its ends (1677 and 2262), before and after 1970.
-var Instants = []time.Time{
+var instants = []time.Time{
 	time.Unix(0, math.MinInt64).UTC(),
 	time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC),
 	time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC),
@@ -295,13 +295,13 @@ var Instants = []time.Time{
 	time.Unix(0, math.MaxInt64).UTC(),
 }
 
-// testInstants starts a limiter at each of Instants: a fresh key admits at
+// testInstants starts a limiter at each of instants: a fresh key admits at
 // most Limit units while time stands still, and (with Bound) at most
 // Bound(d) while time moves on for as long as the range lasts. A limiter
 // may refuse an instant it cannot represent its state at with an error
 // wrapping ErrInvalid, never wrap around or panic.
 func (s Suite) testInstants(t *testing.T) {
-	for _, t0 := range Instants {
+	for _, t0 := range instants {
 		clk := NewClock()
 		clk.Set(t0)
 		l := s.New(t, clk)

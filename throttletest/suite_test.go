@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/testproc"
-	"github.com/throttlekit/throttle/limiterkit"
 	"github.com/throttlekit/throttle/throttletest"
 )
 

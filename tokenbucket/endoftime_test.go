@@ -22,7 +22,7 @@ func TestEndOfTime(t *testing.T) {
 		at    time.Time
 		want  int // admitted at one instant before refusals
 	}{
-		{throttle.Every(year), 36, time.Date(2250, 1, 1, 0, 0, 0, 0, time.UTC), 12},
+		{throttle.NewRate(1, year), 36, time.Date(2250, 1, 1, 0, 0, 0, 0, time.UTC), 12},
 		{throttle.PerSecond(1), 10, time.Unix(0, math.MaxInt64-int64(5*time.Second)), 5},
 		{throttle.PerSecond(1), 10, time.Unix(0, math.MaxInt64), 0},
 		{throttle.PerSecond(1), 10, time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC), 10},

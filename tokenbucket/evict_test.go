@@ -16,7 +16,7 @@ import (
 // horizon has passed.
 func TestEvictedKeyNotFresh(t *testing.T) {
 	throttletest.Eviction(t, time.Hour, func(clk *throttletest.Clock, limit, maxKeys int) (throttle.Limiter, error) {
-		return New(throttle.PerHour(limit), limit, throttle.WithClock(clk), throttle.WithMaxKeys(maxKeys))
+		return New(throttle.NewRate(limit, time.Hour), limit, throttle.WithClock(clk), throttle.WithMaxKeys(maxKeys))
 	})
 }
 
@@ -29,7 +29,7 @@ func TestFloodFalseDenials(t *testing.T) {
 		for _, maxKeys := range []int{1024} {
 			for _, k := range []int{2, 10} {
 				clk := throttletest.NewClock()
-				l, err := New(throttle.PerHour(burst), burst, throttle.WithClock(clk), throttle.WithMaxKeys(maxKeys))
+				l, err := New(throttle.NewRate(burst, time.Hour), burst, throttle.WithClock(clk), throttle.WithMaxKeys(maxKeys))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -56,7 +56,7 @@ func TestFloodFalseDenials(t *testing.T) {
 // an unbounded one holding the same admissions would deny.
 func FuzzNoBypass(f *testing.F) {
 	throttletest.FuzzNoBypass(f, 1, time.Millisecond, func(_, burst int, opts ...throttle.Option) (throttle.Limiter, error) {
-		return New(throttle.Every(64*time.Millisecond), burst, opts...)
+		return New(throttle.NewRate(1, 64*time.Millisecond), burst, opts...)
 	})
 }
 
@@ -65,7 +65,7 @@ func FuzzNoBypass(f *testing.F) {
 // the empty bucket as full (a moved state is dead in the old table).
 func TestTokensDuringRebuilds(t *testing.T) {
 	clk := throttletest.NewClock()
-	l, err := New(throttle.PerHour(1), 5, throttle.WithClock(clk), throttle.WithMaxKeys(1<<16))
+	l, err := New(throttle.NewRate(1, time.Hour), 5, throttle.WithClock(clk), throttle.WithMaxKeys(1<<16))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 // Per-client limits on the real clock: 60 requests a minute, bursts of 3.
 func Example() {
-	l, err := tokenbucket.New(throttle.PerMinute(60), 3)
+	l, err := tokenbucket.New(throttle.NewRate(60, time.Minute), 3)
 	if err != nil {
 		panic(err)
 	}

@@ -13,7 +13,7 @@ import (
 // At most once every 6 seconds: requests at t = 2, 9, 14 and 16 s.
 func ExampleNewBucket() {
 	clk := throttletest.NewClock()
-	b, err := tokenbucket.NewBucket(throttle.Every(6*time.Second), 1, throttle.WithClock(clk))
+	b, err := tokenbucket.NewBucket(throttle.NewRate(1, 6*time.Second), 1, throttle.WithClock(clk))
 	if err != nil {
 		panic(err)
 	}
@@ -65,7 +65,7 @@ func ExampleAlgorithm() {
 	for i := range 3 {
 		state, ok := states["k"]
 		if !ok {
-			state = tokenbucket.Full
+			state = a.Fresh() // a new key
 		}
 		next, d, err := a.Decide(state, now, 1)
 		if err != nil {

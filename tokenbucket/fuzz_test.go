@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -12,10 +14,10 @@ import (
 var fuzzRates = []throttle.Rate{
 	throttle.PerSecond(10),
 	throttle.PerSecond(3), // fractional interval
-	throttle.Every(6 * time.Second),
+	throttle.NewRate(1, 6*time.Second),
 	throttle.NewRate(2, 3), // 1.5 ns per unit, rounded to 2
-	throttle.NewRate(int(throttle.MaxPerSecond), time.Second),
-	throttle.Every(throttle.MaxPeriod),
+	throttle.NewRate(int(bridge.MaxPerSecond), time.Second),
+	throttle.NewRate(1, bridge.MaxPeriod),
 	throttle.NewRate(7, time.Minute),
 }
 

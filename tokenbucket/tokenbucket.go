@@ -24,7 +24,7 @@
 // the nanosecond: a denied request retried RetryAfter later succeeds (if
 // nothing else was admitted meanwhile) and retried 1 ns sooner fails.
 //
-// Every unit costs rate.Interval(), a whole number of nanoseconds. When the
+// Every unit costs rate.Duration(1), a whole number of nanoseconds. When the
 // rate's period is not a multiple of its count (PerSecond(3) is 333333333.3
 // ns per unit), the interval is rounded up: the bucket then refills at most
 // 1 ns per unit slower than the nominal rate, never faster, so the bound
@@ -95,7 +95,7 @@ type Bucket struct{ bucket }
 
 // NewBucket returns a full bucket of burst tokens refilled at rate. The
 // only Options it reads is WithClock. Errors wrap throttle.ErrInvalid: an
-// invalid rate, burst <= 0, or burst·rate.Interval() above 36 years.
+// invalid rate, burst <= 0, or burst·rate.Duration(1) above 36 years.
 func NewBucket(rate throttle.Rate, burst int, opts ...throttle.Option) (*Bucket, error) {
 	b := new(Bucket)
 	if err := gcra.InitBucket(&b.bucket, rate, burst, opts); err != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
@@ -24,7 +26,7 @@ var suites = []struct {
 }{
 	{"5/s,burst10", throttle.PerSecond(5), 10},
 	{"3/s,burst7", throttle.PerSecond(3), 7}, // 333333333.3 ns per token
-	{"1/6s,burst1", throttle.Every(6 * time.Second), 1},
+	{"1/6s,burst1", throttle.NewRate(1, 6*time.Second), 1},
 	{"2/3ns,burst50", throttle.NewRate(2, 3), 50},
 }
 
@@ -46,7 +48,7 @@ func TestConstructorErrors(t *testing.T) {
 		{"negative rate", throttle.PerSecond(-1), 1, nil},
 		{"zero burst", throttle.PerSecond(1), 0, nil},
 		{"negative burst", throttle.PerSecond(1), -3, nil},
-		{"span too long", throttle.Every(throttle.MaxPeriod), 1000, nil},
+		{"span too long", throttle.NewRate(1, bridge.MaxPeriod), 1000, nil},
 		{"nil option", throttle.PerSecond(1), 1, []throttle.Option{nil}},
 		{"nil clock", throttle.PerSecond(1), 1, []throttle.Option{throttle.WithClock(nil)}},
 	}
@@ -105,13 +107,13 @@ func runTrace(t *testing.T, lim throttle.Limiter, clk *throttletest.Clock, steps
 func TestOnceEverySixSeconds(t *testing.T) {
 	steps := []at{{2 * time.Second, 1, true}, {9 * time.Second, 1, true}, {14 * time.Second, 1, false}, {16 * time.Second, 1, true}}
 	clk := throttletest.NewClock()
-	runTrace(t, limitertest.New(t, tokenbucket.NewBucket, throttle.Every(6*time.Second), 1, throttle.WithClock(clk)), clk, steps)
+	runTrace(t, limitertest.New(t, tokenbucket.NewBucket, throttle.NewRate(1, 6*time.Second), 1, throttle.WithClock(clk)), clk, steps)
 	clk = throttletest.NewClock()
-	runTrace(t, limitertest.New(t, tokenbucket.New, throttle.Every(6*time.Second), 1, throttle.WithClock(clk)), clk, steps)
+	runTrace(t, limitertest.New(t, tokenbucket.New, throttle.NewRate(1, 6*time.Second), 1, throttle.WithClock(clk)), clk, steps)
 
 	// The denial at t=14 tells the exact wait: TAT is 15, so 1 s.
 	clk = throttletest.NewClock()
-	b := limitertest.New(t, tokenbucket.NewBucket, throttle.Every(6*time.Second), 1, throttle.WithClock(clk))
+	b := limitertest.New(t, tokenbucket.NewBucket, throttle.NewRate(1, 6*time.Second), 1, throttle.WithClock(clk))
 	for _, s := range []time.Duration{2 * time.Second, 7 * time.Second, 5 * time.Second} {
 		clk.Advance(s)
 		b.AllowN(1)

@@ -25,13 +25,49 @@
 //
 //	go test ... | tee out.txt; benchstat -col /server out.txt
 //
+// -server-cpus and -loadgen-cpus (CPU lists, as taskset -c takes them)
+// run the servers and the load generators on CPUs of their own, so that
+// the load generator does not take the servers' time nor they its: on two
+// cores, -server-cpus 1 -loadgen-cpus 0. A server on one CPU runs with
+// GOMAXPROCS=1.
+//
 // Doorman is started standalone (no etcd: no master election, its
 // configuration from a file), with its minimum refresh interval lowered to
 // the configuration's 1 s and its logs in a temporary directory. Its
-// server binds its gRPC and debug ports on every interface unless built to
-// bind loopback; run the comparison where that is acceptable, or in a
-// network namespace of its own. capacityd listens on loopback only. The
-// load generator speaks Doorman's wire format with a minimal encoder of its
-// own (protowire), and capacityd's with its generated messages, both over
-// grpc-go; every client has its own connection.
+// server binds its gRPC and debug ports on every interface; run the
+// comparison in a network namespace of its own, where only loopback is up
+// (the modules must be in the module cache: the namespace has no network):
+//
+//	unshare -rn sh -c 'ip link set lo up && THROTTLE_DOORMAN_SERVER=/path/to/doorman \
+//	  go test -run TestVersusDoorman -v -rounds 8 -window 5s -server-cpus 1 -loadgen-cpus 0 .'
+//
+// capacityd listens on loopback only. The load generator speaks Doorman's
+// wire format with a minimal encoder of its own (protowire), and
+// capacityd's with its generated messages, both over grpc-go; every client
+// has its own connection.
+//
+// # Building Doorman
+//
+// Doorman's last commit (e2b69e1, 2016) predates Go modules. It builds
+// with a go.mod of its own and today's modules, and two changes that do
+// not change what a call does: grpc-go now passes a method's handler an
+// interceptor (the handlers take it and leave it unused, as Doorman
+// configures none), and the Prometheus client moved its metrics handler
+// to promhttp. In a directory outside this repository:
+//
+//	git clone https://github.com/youtube/doorman && cd doorman
+//	rm -rf vendor # empty submodules, replaced by the modules below
+//	go mod init github.com/youtube/doorman
+//	go get github.com/coreos/etcd/client@v3.3.27+incompatible github.com/golang/glog@v1.2.5 \
+//	  github.com/golang/protobuf@v1.5.4 google.golang.org/grpc@v1.83.2 golang.org/x/net@v0.59.0 \
+//	  github.com/prometheus/client_golang@v1.25.0 github.com/ghodss/yaml@v1.0.0
+//	sed -i 's/dec func(interface{}) error) (interface{}, error) {/dec func(interface{}) error, _ grpc.UnaryServerInterceptor) (interface{}, error) {/' \
+//	  proto/doorman/doorman.pb.go
+//	sed -i 's|"github.com/prometheus/client_golang/prometheus"$|"github.com/prometheus/client_golang/prometheus/promhttp"|; s|prometheus.Handler()|promhttp.Handler()|' \
+//	  go/cmd/doorman/doorman_server.go
+//	go build -mod=mod -o doorman ./go/cmd/doorman
+//
+// Its grpc-go is the one capacityd is built with (v1.83.2); its messages are the generated code
+// of 2016 (protobuf API v1), which today's protobuf runtime serves through
+// its reflection-based path for legacy messages.
 package capacity

@@ -21,7 +21,21 @@ var (
 	rounds  = flag.Int("rounds", 5, "measuring rounds; each measures every server once")
 	window  = flag.Duration("window", 5*time.Second, "how long each server is measured per round")
 	clients = flag.Int("clients", 100, "concurrent clients of the load generator")
+	// With both set, the load generator and the servers run on CPUs of
+	// their own, so that neither takes the other's time.
+	serverCPUs = flag.String("server-cpus", "", "CPU list (taskset -c) the servers run on; empty: any")
+	genCPUs    = flag.String("loadgen-cpus", "", "CPU list (taskset -c) the load generators run on; empty: any")
 )
+
+// pinned returns a command that runs name with args on the CPUs cpus
+// (through taskset, which execs it: the process keeps its pid), or
+// exactly name with args when cpus is empty.
+func pinned(cpus, name string, args ...string) *exec.Cmd {
+	if cpus == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("taskset", append([]string{"-c", cpus, name}, args...)...)
+}
 
 // The equivalent configurations: one resource of capacity 1000, FairShare,
 // 2 s leases refreshed every second, learning for one lease.
@@ -146,7 +160,7 @@ func startDoorman(t *testing.T, bin, dir string) *subject {
 	if err := os.Mkdir(logs, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-port", strconv.Itoa(ports[0]), "-debug_port", strconv.Itoa(ports[1]),
+	cmd := pinned(*serverCPUs, bin, "-port", strconv.Itoa(ports[0]), "-debug_port", strconv.Itoa(ports[1]),
 		"-hostname", "127.0.0.1", "-config", "file:"+cfg, "-doorman_minimum_refresh_interval", "1s",
 		"-log_dir", logs)
 	cmd.Env = append(os.Environ(), "TMPDIR="+logs)
@@ -174,7 +188,7 @@ func startCapacityd(t *testing.T, name, bin, dir string) []*subject {
 		write("") // a version without grpc_listen
 		grpcAddr = ""
 	}
-	cmd := exec.Command(bin, "-config", cfg, "-log-level", "warn", "-watch", "0")
+	cmd := pinned(*serverCPUs, bin, "-config", cfg, "-log-level", "warn", "-watch", "0")
 	listen := start(t, "capacityd", cmd, addr)
 	listen.name = name + "-listen"
 	if grpcAddr == "" {
@@ -201,7 +215,7 @@ func start(t *testing.T, kind string, cmd *exec.Cmd, addr string) *subject {
 func attach(t *testing.T, kind string, p *testproc.Proc, pid int, addr string) *subject {
 	t.Helper()
 	s := &subject{name: kind, server: p, pid: pid}
-	gen := exec.Command(os.Args[0], "-test.run", "^$")
+	gen := pinned(*genCPUs, os.Args[0], "-test.run", "^$")
 	gen.Env = append(os.Environ(), loadgenEnv+"=1", "LOADGEN_ADDR="+addr, "LOADGEN_WIRE="+kind,
 		"LOADGEN_CLIENTS="+strconv.Itoa(*clients), "LOADGEN_WANTS="+strconv.Itoa(clientWants))
 	gen.Stderr = os.Stderr

@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
+	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +48,10 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 1000000000}
 `
 
+// envSubjects, when set, is a regular expression: only the subjects
+// whose names it matches are measured (e.g. "Redis"), for a shorter run.
+const envSubjects = "THROTTLE_ENVOY_RLS_SUBJECTS"
+
 // cellTime is how long each cell of the table is measured, after a
 // warm-up of a tenth of it.
 var cellTime = time.Second
@@ -60,9 +68,11 @@ func median(rs []result) result {
 
 // result is one cell: requests answered, descriptors decided, latencies.
 type result struct {
-	requests, decisions int
-	p99                 time.Duration
-	elapsed             time.Duration
+	requests, decisions            int
+	p99                            time.Duration
+	elapsed                        time.Duration
+	serverCPU, redisCPU, clientCPU time.Duration // see measure
+	redisReads, redisCmds          float64
 }
 
 func (r result) perSecond() float64 { return float64(r.decisions) / r.elapsed.Seconds() }
@@ -137,10 +147,18 @@ func dial(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 const (
 	envServe  = "ENVOYRLS_BENCH_SERVE"  // the ServerConfig, JSON
 	envGossip = "ENVOYRLS_BENCH_GOSSIP" // the gossip listen address, then the peers, comma separated
+	// envPprof, set by hand, is where a child serves net/http/pprof
+	// (e.g. 127.0.0.1:6061): run one subject of this service to profile
+	// it under the load.
+	envPprof = "THROTTLE_ENVOY_RLS_PPROF"
 )
 
 func TestMain(m *testing.M) {
 	if cfg := os.Getenv(envServe); cfg != "" {
+		if addr := os.Getenv(envPprof); addr != "" {
+			runtime.SetBlockProfileRate(10_000)
+			go http.ListenAndServe(addr, nil)
+		}
 		if err := serveChild(cfg, os.Getenv(envGossip)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -153,7 +171,7 @@ func TestMain(m *testing.M) {
 // serveChild runs this service until killed: the measured server is a
 // process of its own, as the reference is.
 func serveChild(cfg, gossipAddrs string) error {
-	c, err := envoyrls.ParseServerConfig([]byte(cfg))
+	c, err := envoyrls.DecodeServerConfig([]byte(cfg))
 	if err != nil {
 		return err
 	}
@@ -184,7 +202,7 @@ func serveChild(cfg, gossipAddrs string) error {
 
 // serve starts this service in a child process on a free loopback port
 // with backend, and returns its gRPC address.
-func serve(t *testing.T, dir, backend, redisAddr, gossipAddrs string) string {
+func serve(t *testing.T, dir, backend, redisAddr, gossipAddrs string) (string, int) {
 	ports, err := testproc.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +210,7 @@ func serve(t *testing.T, dir, backend, redisAddr, gossipAddrs string) string {
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	c := envoyrls.ServerConfig{GRPC: addr, Config: dir, Watch: "off", Backend: backend}
 	if backend == "redis" {
-		c.Redis = &envoyrls.RedisConfig{Addrs: []string{redisAddr}, Timeout: "1s"}
+		c.Redis = &envoyrls.RedisConfig{Addrs: []string{redisAddr}, Timeout: "5s"} // 1 s failed requests at load average 33
 	}
 	b, _ := json.Marshal(c)
 	p, err := testproc.Start(testproc.Self([]string{envServe + "=" + string(b), envGossip + "=" + gossipAddrs}), 20*time.Second, testproc.Dials("tcp", addr))
@@ -200,12 +218,12 @@ func serve(t *testing.T, dir, backend, redisAddr, gossipAddrs string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Kill)
-	return addr
+	return addr, p.Pid()
 }
 
 // fleetOf starts n child processes gossiping with each other, and a
 // client that spreads its calls over them.
-func fleetOf(t *testing.T, n int, dir string) *roundRobin {
+func fleetOf(t *testing.T, n int, dir string) (*roundRobin, []int) {
 	ports, err := testproc.FreePorts(n)
 	if err != nil {
 		t.Fatal(err)
@@ -215,11 +233,14 @@ func fleetOf(t *testing.T, n int, dir string) *roundRobin {
 		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
 	}
 	rr := &roundRobin{}
+	var pids []int
 	for i := range addrs {
 		order := append([]string{addrs[i]}, slices.Delete(slices.Clone(addrs), i, i+1)...)
-		rr.all = append(rr.all, dial(t, serve(t, dir, "gossip", "", strings.Join(order, ","))))
+		addr, pid := serve(t, dir, "gossip", "", strings.Join(order, ","))
+		rr.all = append(rr.all, dial(t, addr))
+		pids = append(pids, pid)
 	}
-	return rr
+	return rr, pids
 }
 
 // roundRobin spreads the calls over several clients, as Envoy spreads
@@ -256,42 +277,151 @@ func TestVersusReference(t *testing.T) {
 	}
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rc.Close() })
-	fleet := fleetOf(t, 3, dir)
-	subjects := []subject{
-		{"envoyproxy/ratelimit, Redis", dial(t, envoyreftest.Start(t, envoyreftest.Binary(t), benchConfig, srv.Addr))},
-		{"throttled, Redis", dial(t, serve(t, dir, "redis", srv.Addr, ""))},
-		{"throttled, in process", dial(t, serve(t, dir, "memory", "", ""))},
-		{"throttled, 3 gossip nodes", fleet},
-	}
-	var table strings.Builder
-	fmt.Fprintf(&table, "| streams | descriptors | keys | %s |\n|---|---|---|%s\n", joinNames(subjects), strings.Repeat("---|", len(subjects)))
+	subjects := chosen([]lazySubject{
+		{"envoyproxy/ratelimit, Redis", func() subject {
+			addr, p := envoyreftest.StartProc(t, envoyreftest.Binary(t), benchConfig, srv.Addr)
+			return subject{c: dial(t, addr), pids: []int{p.Pid()}}
+		}},
+		{"throttled, Redis", func() subject { return one(t, dir, "redis", srv.Addr) }},
+		{"throttled, in process", func() subject { return one(t, dir, "memory", "") }},
+		{"throttled, 3 gossip nodes", func() subject {
+			rr, pids := fleetOf(t, 3, dir)
+			return subject{c: rr, pids: pids}
+		}},
+	}, os.Getenv(envSubjects))
+	var table, costs strings.Builder
+	header := fmt.Sprintf("| streams | descriptors | keys | %s |\n|---|---|---|%s\n", joinNames(subjects), strings.Repeat("---|", len(subjects)))
+	table.WriteString(header)
+	costs.WriteString(header)
 	for _, streams := range []int{1, 16, 64} {
 		for _, descriptors := range []int{1, 4} {
 			for _, keys := range []int{1, 100_000} {
-				fmt.Fprintf(&table, "| %d | %d | %s |", streams, descriptors, map[bool]string{true: "hot", false: "100k"}[keys == 1])
+				cell := fmt.Sprintf("| %d | %d | %s |", streams, descriptors, map[bool]string{true: "hot", false: "100k"}[keys == 1])
+				table.WriteString(cell)
+				costs.WriteString(cell)
 				runs := make([][]result, len(subjects))
 				for range rounds { // the subjects alternate, so that a change of the machine's load hits all
 					for i, s := range subjects {
 						rc.FlushAll(context.Background())
 						load(t, s.c, streams, descriptors, keys, cellTime/10)
-						runs[i] = append(runs[i], load(t, s.c, streams, descriptors, keys, cellTime))
+						runs[i] = append(runs[i], measure(t, rc, s, func() result { return load(t, s.c, streams, descriptors, keys, cellTime) }))
 					}
 				}
-				for _, rs := range runs {
+				for i, rs := range runs {
 					r := median(rs)
-					fmt.Fprintf(&table, " %.0f/s, p99 %v |", r.perSecond(), r.p99.Round(10*time.Microsecond))
+					fmt.Fprintf(&table, " %.0f/s", r.perSecond())
+					if i > 0 {
+						fmt.Fprintf(&table, " (%.1f×)", r.perSecond()/median(runs[0]).perSecond())
+					}
+					fmt.Fprintf(&table, ", p99 %v |", r.p99.Round(10*time.Microsecond))
+					costs.WriteString(costOf(rs))
 				}
 				table.WriteString("\n")
+				costs.WriteString("\n")
 			}
 		}
 	}
-	t.Log("decisions (descriptors decided) per second and p99 per request:\n" + table.String())
+	t.Log("decisions (descriptors decided) per second, × the first column's, and p99 per request:\n" + table.String())
+	t.Log("server CPU + Redis CPU (+ the load generator's CPU) per decision, Redis reads (round trips) and commands per request, over the rounds:\n" + costs.String())
 }
 
-// subject is a service measured.
+// measure runs run and adds to its result the CPU time s's processes
+// and the Redis server of rc spent, and the Redis reads and commands.
+func measure(t *testing.T, rc *redis.Client, s subject, run func() result) result {
+	self := []int{os.Getpid()}
+	cpu0, client0, info0 := procCPU(t, s.pids), procCPU(t, self), redisStats(t, rc)
+	r := run()
+	cpu1, client1, info1 := procCPU(t, s.pids), procCPU(t, self), redisStats(t, rc)
+	r.serverCPU, r.clientCPU = cpu1-cpu0, client1-client0
+	r.redisCPU = time.Duration((info1["used_cpu_user"] + info1["used_cpu_sys"] - info0["used_cpu_user"] - info0["used_cpu_sys"]) * float64(time.Second))
+	r.redisReads = info1["total_reads_processed"] - info0["total_reads_processed"] - 2 // the two INFO
+	r.redisCmds = info1["total_commands_processed"] - info0["total_commands_processed"] - 2
+	return r
+}
+
+// costOf is a cell of the cost table: CPU per decision, and Redis reads
+// and commands per request, summed over rs.
+func costOf(rs []result) string {
+	var sum result
+	for _, r := range rs {
+		sum.requests += r.requests
+		sum.decisions += r.decisions
+		sum.serverCPU += r.serverCPU
+		sum.redisCPU += r.redisCPU
+		sum.clientCPU += r.clientCPU
+		sum.redisReads += r.redisReads
+		sum.redisCmds += r.redisCmds
+	}
+	d, q := float64(max(sum.decisions, 1)), float64(max(sum.requests, 1))
+	return fmt.Sprintf(" %.1f + %.1f (+ %.1f) µs; %.2f reads, %.2f cmds |", float64(sum.serverCPU.Microseconds())/d,
+		float64(sum.redisCPU.Microseconds())/d, float64(sum.clientCPU.Microseconds())/d, sum.redisReads/q, sum.redisCmds/q)
+}
+
+// procCPU is the CPU time (user and system) the processes pids spent.
+func procCPU(t *testing.T, pids []int) time.Duration {
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest) // from field 3: utime and stime are fields 14 and 15
+		for _, s := range f[11:13] {
+			n, _ := strconv.ParseInt(s, 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+}
+
+// redisStats are the numeric fields of rc's INFO cpu and stats.
+func redisStats(t *testing.T, rc *redis.Client) map[string]float64 {
+	info, err := rc.Info(context.Background(), "cpu", "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]float64{}
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if f, err := strconv.ParseFloat(v, 64); ok && err == nil {
+			m[k] = f
+		}
+	}
+	return m
+}
+
+// lazySubject is a service to measure, started by start.
+type lazySubject struct {
+	name  string
+	start func() subject
+}
+
+// one is the subject of one child process serving with backend.
+func one(t *testing.T, dir, backend, redisAddr string) subject {
+	addr, pid := serve(t, dir, backend, redisAddr, "")
+	return subject{c: dial(t, addr), pids: []int{pid}}
+}
+
+// chosen starts the subjects whose names match filter.
+func chosen(all []lazySubject, filter string) []subject {
+	re := regexp.MustCompile(filter)
+	var ss []subject
+	for _, l := range all {
+		if re.MatchString(l.name) {
+			s := l.start()
+			s.name = l.name
+			ss = append(ss, s)
+		}
+	}
+	return ss
+}
+
+// subject is a service measured, and its processes.
 type subject struct {
 	name string
 	c    rlsv3.RateLimitServiceClient
+	pids []int
 }
 
 func joinNames(ss []subject) string {

@@ -14,9 +14,9 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/adaptive"
-	"github.com/throttlekit/throttle/adaptive/adaptivesim"
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/httplimit"
+	"github.com/throttlekit/throttle/internal/adaptivesim"
 	"github.com/throttlekit/throttle/internal/testproc"
 )
 

@@ -36,7 +36,7 @@ func (a *app) adminHandler() http.Handler {
 // follower that knows the master to redirect to; 503 otherwise, and
 // while its parent (in a server tree) refuses its requests. A parent that
 // cannot be reached is reported with a 200: the server then hands out
-// its leases or the safe capacity, as designed.
+// what its unexpired leases allow, and 0 once they have run out.
 func (a *app) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	l := a.lead.Load()
@@ -71,6 +71,16 @@ type metrics struct {
 	refused  *prometheus.CounterVec
 	cut      prometheus.Counter     // gRPC connections closed for a late request
 	answers  *prometheus.CounterVec // refused resources and stale calls
+	// methods holds the series of the API's methods, looked up once: a
+	// vector's lookup hashes and validates the label on every call. It
+	// is not written after newMetrics.
+	methods map[string]methodSeries
+}
+
+// methodSeries are the series of one method.
+type methodSeries struct {
+	latency  prometheus.Observer
+	requests prometheus.Counter
 }
 
 func newMetrics(a *app) *metrics {
@@ -102,6 +112,11 @@ func newMetrics(a *app) *metrics {
 	for _, r := range []string{"applied", "refused"} {
 		m.reloads.WithLabelValues(r)
 	}
+	m.methods = map[string]methodSeries{}
+	for _, d := range grpcDesc.Methods {
+		name := d.MethodName
+		m.methods[name] = methodSeries{m.latency.WithLabelValues(name), m.requests.WithLabelValues(name)}
+	}
 	m.reg.MustRegister(m.requests, m.errors, m.latency, m.reloads, m.refused, m.cut, m.answers, statusCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -126,8 +141,12 @@ func (m *metrics) interceptor() connect.Interceptor {
 // observe counts and times a request of method that started at t0, and
 // the refusals in its answer msg.
 func (m *metrics) observe(method string, t0 time.Time, msg any, err error) {
-	m.latency.WithLabelValues(method).Observe(time.Since(t0).Seconds())
-	m.requests.WithLabelValues(method).Inc()
+	ms, ok := m.methods[method]
+	if !ok {
+		ms = methodSeries{m.latency.WithLabelValues(method), m.requests.WithLabelValues(method)}
+	}
+	ms.latency.Observe(time.Since(t0).Seconds())
+	ms.requests.Inc()
 	if err != nil {
 		m.errors.WithLabelValues(method, connect.CodeOf(err).String()).Inc()
 	}

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -172,9 +174,11 @@ func stopGRPC(ctx context.Context, g *grpc.Server) {
 // as the listen port's ReadTimeout does: grpc-go bounds no call's time to
 // receive its request, so trickled requests could otherwise hold
 // max_connections for idle_timeout. Its tap, the grpc-go server's
-// InTapHandle, arms one timer per call; the call's handler disarms it with
-// requestReceived. It is safe for concurrent use; set its fields before
-// Accept is first called.
+// InTapHandle, queues each call on its connection at its start; the call's
+// handler takes it off with requestReceived. One timer per connection,
+// armed while calls wait, fires at the oldest waiting call's deadline: no
+// timer is made or stopped per call. It is safe for concurrent use; set
+// its fields before Accept is first called.
 type recvDeadline struct {
 	net.Listener
 	read time.Duration
@@ -186,6 +190,12 @@ type recvDeadline struct {
 type deadlineConn struct {
 	net.Conn
 	addr connAddr
+	l    *recvDeadline
+
+	mu      sync.Mutex
+	waiting []*waitingCall // oldest first, with received calls not yet dropped
+	timer   *time.Timer    // nil until a call first waits
+	armed   bool
 }
 
 // connAddr is the remote address of c.
@@ -194,23 +204,38 @@ type connAddr struct {
 	c *deadlineConn
 }
 
+// waitingCall is the context of a call, and its place in its connection's
+// queue of calls waiting for their requests.
+type waitingCall struct {
+	context.Context
+	c        *deadlineConn
+	start    time.Time
+	received bool // guarded by c.mu
+}
+
+type waitingKey struct{}
+
+func (w *waitingCall) Value(key any) any {
+	if key == (waitingKey{}) {
+		return w
+	}
+	return w.Context.Value(key)
+}
+
 func (l *recvDeadline) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	dc := &deadlineConn{Conn: c}
+	dc := &deadlineConn{Conn: c, l: l}
 	dc.addr = connAddr{Addr: c.RemoteAddr(), c: dc}
 	return dc, nil
 }
 
 func (c *deadlineConn) RemoteAddr() net.Addr { return &c.addr }
 
-type timerKey struct{}
-
-// tap arms the timer of a call of a method of grpcDesc at its start (grpc-go
-// answers others at once, without reading their requests). On expiry the
-// call's connection is closed, unless the call has ended.
+// tap queues a call of a method of grpcDesc at its start (grpc-go answers
+// others at once, without reading their requests).
 func (l *recvDeadline) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok || !grpcMethods[info.FullMethodName] {
@@ -220,18 +245,69 @@ func (l *recvDeadline) tap(ctx context.Context, info *tap.Info) (context.Context
 	if !ok {
 		return ctx, nil
 	}
-	return context.WithValue(ctx, timerKey{}, time.AfterFunc(l.read, func() {
-		if ctx.Err() == nil { // grpc-go cancels it when the call ends
-			l.cut()
-			a.c.Close()
-		}
-	})), nil
+	w := &waitingCall{Context: ctx, c: a.c, start: time.Now()}
+	a.c.push(w)
+	return w, nil
 }
 
-// requestReceived disarms the timer of the call of ctx: its request has
-// arrived.
+// requestReceived takes the call of ctx off its connection's queue: its
+// request has arrived.
 func requestReceived(ctx context.Context) {
-	if t, ok := ctx.Value(timerKey{}).(*time.Timer); ok {
-		t.Stop()
+	if w, ok := ctx.Value(waitingKey{}).(*waitingCall); ok {
+		w.c.mu.Lock()
+		w.received = true
+		w.c.mu.Unlock()
 	}
+}
+
+// push queues w, and arms the timer if it is not.
+func (c *deadlineConn) push(w *waitingCall) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop(false)
+	c.waiting = append(c.waiting, w)
+	switch {
+	case c.armed:
+	case c.timer == nil:
+		c.timer = time.AfterFunc(c.l.read, c.expire)
+	default:
+		c.timer.Reset(c.l.read)
+	}
+	c.armed = true
+}
+
+// drop takes the calls received off the front of the queue, and with
+// ended those that have ended (grpc-go cancels a call's context when it
+// ends, also when it refused the request without calling the handler).
+// c.mu is held.
+func (c *deadlineConn) drop(ended bool) {
+	n := 0
+	for _, w := range c.waiting {
+		if !w.received && (!ended || w.Err() == nil) {
+			break
+		}
+		n++
+	}
+	c.waiting = slices.Delete(c.waiting, 0, n)
+}
+
+// expire runs when the timer fires. It closes the connection if the
+// oldest call still waiting has waited read; otherwise it arms the timer
+// for that call's deadline, or leaves it unarmed when none waits.
+func (c *deadlineConn) expire() {
+	c.mu.Lock()
+	c.drop(true)
+	if len(c.waiting) == 0 {
+		c.armed = false
+		c.mu.Unlock()
+		return
+	}
+	if left := c.l.read - time.Since(c.waiting[0].start); left > 0 {
+		c.timer.Reset(left)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.l.cut()
+	c.Close()
 }

@@ -39,7 +39,10 @@ import (
 	"github.com/throttlekit/throttle/internal/cmdkit"
 )
 
-func main() { cmdkit.Main("capacityd", run) }
+func main() {
+	go floorGC(time.Second)
+	cmdkit.Main("capacityd", run)
+}
 
 // options are the command line.
 type options struct {

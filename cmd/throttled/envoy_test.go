@@ -154,7 +154,7 @@ func TestEnvoyGossipBackend(t *testing.T) {
 			t.Errorf("gossip %q: %v", c.gossip, err)
 		}
 		if err == nil {
-			resp, err := envoy.srv.Service.Decide(context.Background(), &rlsv3.RateLimitRequest{Domain: "api",
+			resp, err := envoy.srv.Service.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api",
 				Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}})
 			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 				t.Errorf("decide on the gossip backend: %v %v", resp, err)

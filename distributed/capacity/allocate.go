@@ -46,9 +46,9 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }
 
-// ParseAlgorithm returns the Algorithm named s (case-insensitive, as
+// parseAlgorithm returns the Algorithm named s (case-insensitive, as
 // String writes it). Errors wrap throttle.ErrInvalid.
-func ParseAlgorithm(s string) (Algorithm, error) {
+func parseAlgorithm(s string) (Algorithm, error) {
 	for i, n := range algorithmNames {
 		if strings.EqualFold(s, n) {
 			return Algorithm(i), nil
@@ -67,7 +67,7 @@ func (a Algorithm) MarshalText() ([]byte, error) {
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (a *Algorithm) UnmarshalText(b []byte) error {
-	v, err := ParseAlgorithm(string(b))
+	v, err := parseAlgorithm(string(b))
 	if err == nil {
 		*a = v
 	}
@@ -108,17 +108,17 @@ type Demand struct {
 // to 2²⁰. Static caps each grant at capacity and
 // None grants every Wants; both ignore priorities.
 //
-// Allocate allocates the result; use an Allocator to reuse memory.
+// Allocate allocates the result; use an allocator to reuse memory.
 func Allocate(alg Algorithm, capacity float64, demands []Demand) []float64 {
-	var a Allocator
-	return a.AllocateInto(make([]float64, len(demands)), alg, capacity, demands)
+	var a allocator
+	return a.allocateInto(make([]float64, len(demands)), alg, capacity, demands)
 }
 
-// Allocator computes allocations reusing its scratch memory, so that a
-// recompute allocates nothing once the Allocator has seen the largest
-// number of demands. The zero value is ready to use. An Allocator must
+// allocator computes allocations reusing its scratch memory, so that a
+// recompute allocates nothing once the allocator has seen the largest
+// number of demands. The zero value is ready to use. An allocator must
 // not be used by several goroutines at once.
-type Allocator struct{ scratch []entry }
+type allocator struct{ scratch []entry }
 
 // entry is one demand in exact integer terms: every decision of the
 // sharing algorithms is made on integers (with 128-bit products), so no
@@ -138,12 +138,12 @@ const (
 	maxWeight  = 1 << 20
 )
 
-// AllocateInto is Allocate writing the grants into dst, which must have
+// allocateInto is Allocate writing the grants into dst, which must have
 // len(demands) elements (otherwise it panics, like a bad slice index). It
 // returns dst.
-func (a *Allocator) AllocateInto(dst []float64, alg Algorithm, capacity float64, demands []Demand) []float64 {
+func (a *allocator) allocateInto(dst []float64, alg Algorithm, capacity float64, demands []Demand) []float64 {
 	if len(dst) != len(demands) {
-		panic("capacity: AllocateInto: len(dst) != len(demands)")
+		panic("capacity: allocateInto: len(dst) != len(demands)")
 	}
 	switch {
 	case alg == None:
@@ -186,7 +186,7 @@ func (a *Allocator) AllocateInto(dst []float64, alg Algorithm, capacity float64,
 }
 
 // entries is demands in quanta of q, in a's scratch memory.
-func (a *Allocator) entries(capacity, q float64, demands []Demand) []entry {
+func (a *allocator) entries(capacity, q float64, demands []Demand) []entry {
 	es := a.scratch[:0]
 	for i, d := range demands {
 		w := d.Weight

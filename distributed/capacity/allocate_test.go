@@ -251,7 +251,7 @@ func TestAlgorithmNames(t *testing.T) {
 			t.Fatalf("%v round trip: %v %v", a, c, err)
 		}
 	}
-	if _, err := ParseAlgorithm("fast"); err == nil {
+	if _, err := parseAlgorithm("fast"); err == nil {
 		t.Fatal("unknown algorithm accepted")
 	}
 }
@@ -270,10 +270,10 @@ func BenchmarkAllocate10k(b *testing.B) {
 	dst := make([]float64, len(ds))
 	for _, alg := range []Algorithm{FairShare, ProportionalShare} {
 		b.Run(alg.String(), func(b *testing.B) {
-			var a Allocator
+			var a allocator
 			b.ReportAllocs()
 			for b.Loop() {
-				a.AllocateInto(dst, alg, 50_000, ds)
+				a.allocateInto(dst, alg, 50_000, ds)
 			}
 		})
 	}
@@ -282,10 +282,10 @@ func BenchmarkAllocate10k(b *testing.B) {
 		one[i].Priority = 0
 	}
 	b.Run("fair_share/one_band", func(b *testing.B) {
-		var a Allocator
+		var a allocator
 		b.ReportAllocs()
 		for b.Loop() {
-			a.AllocateInto(dst, FairShare, 50_000, one)
+			a.allocateInto(dst, FairShare, 50_000, one)
 		}
 	})
 }

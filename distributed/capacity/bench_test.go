@@ -71,7 +71,7 @@ func bigServer(b *testing.B, n int, capacity float64) (*Server, *throttletest.Cl
 		{ID: "big", Capacity: capacity, LeaseLength: 2 * time.Hour, RefreshInterval: time.Minute},
 		{ID: "*", Capacity: 100, LeaseLength: 2 * time.Hour, RefreshInterval: time.Minute},
 	}}
-	s, err := NewServer(cfg, WithServerClock(clk), WithSeed(1), WithMaxClients(n), WithMaxLeases(2*n+100, 10))
+	s, err := NewServer(cfg, WithServerClock(clk), withSeed(1), WithMaxClients(n), WithMaxLeases(2*n+100, 10))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func BenchmarkServerBesideRecompute(b *testing.B) {
 // BenchmarkResourceAllow is a decision on a leased resource: a rate
 // resource's bucket and a gauge resource's semaphore.
 func BenchmarkResourceAllow(b *testing.B) {
-	n := new(Network)
+	n := new(memNetwork)
 	n.Attach("s1", laterServer(b, testConfig(1e9)))
 	c, err := NewClient(n, []string{"s1"}, WithClientID("a"))
 	if err != nil {

@@ -45,12 +45,12 @@ type clientSettings struct {
 // clients of the servers. By default it is host:pid:random.
 func WithClientID(id string) ClientOption { return func(s *clientSettings) { s.id = id } }
 
-// WithIncarnation sets the client's incarnation (Request.Incarnation),
+// withIncarnation sets the client's incarnation (Request.Incarnation),
 // by default its start time in Unix nanoseconds, for simulations that
 // restart clients on a clock of their own. A client restarted under the
 // same id with an incarnation not above its previous life's is answered
 // Stale once and moves past it.
-func WithIncarnation(n int64) ClientOption { return func(s *clientSettings) { s.inc = n } }
+func withIncarnation(n int64) ClientOption { return func(s *clientSettings) { s.inc = n } }
 
 // WithMode sets what the client uses after a lease expired (default Safe).
 func WithMode(m Mode) ClientOption { return func(s *clientSettings) { s.mode = m } }
@@ -116,8 +116,8 @@ func NewClient(t Transport, addrs []string, opts ...ClientOption) (*Client, erro
 		return nil, invalidf("nil transport")
 	case len(addrs) == 0:
 		return nil, invalidf("no server address")
-	case len(set.id) > MaxIDLen:
-		return nil, invalidf("client id longer than %d bytes", MaxIDLen)
+	case len(set.id) > maxIDLen:
+		return nil, invalidf("client id longer than %d bytes", maxIDLen)
 	case set.mode < Safe || set.mode > Pessimistic:
 		return nil, invalidf("unknown mode %d", set.mode)
 	case set.timeout <= 0 || set.minGap < 0 || set.retry <= 0:
@@ -179,13 +179,13 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Abandon stops the client as a crash of its process would: it stops
+// abandon stops the client as a crash of its process would: it stops
 // refreshing, its resources admit nothing more, and it gives no lease
 // back, so that the servers count its leases until they expire. A new
 // Client with the same WithClientID is then the process restarted with
 // its state lost (a new incarnation). For simulations and tests; a
 // Client abandoned or closed stays so.
-func (c *Client) Abandon() { c.halt() }
+func (c *Client) abandon() { c.halt() }
 
 // halt stops the client's loop and shuts its resources, and returns the
 // ids of those it had open; nil if it was stopped already.
@@ -275,8 +275,8 @@ func (c *Client) add(r *Resource) error {
 		return fmt.Errorf("%w: capacity: client closed", throttle.ErrClosed)
 	case c.res[r.id] != nil:
 		return invalidf("resource %q is already open on this client", r.id)
-	case len(c.res) >= MaxRequestResources:
-		return invalidf("a client holds at most %d resources", MaxRequestResources)
+	case len(c.res) >= maxRequestResources:
+		return invalidf("a client holds at most %d resources", maxRequestResources)
 	}
 	c.res[r.id] = r
 	c.poke()
@@ -445,7 +445,7 @@ func (c *Client) ask(ctx context.Context, req *Request, asked []*Resource) (err 
 			// An older process under this id was heard later than this
 			// one: move past it, and ask again.
 			c.adopt(resp.Incarnation)
-			err = fmt.Errorf("%w: capacity: %s: %w", throttle.ErrUnavailable, addr, ErrStale)
+			err = fmt.Errorf("%w: capacity: %s: %w", throttle.ErrUnavailable, addr, errStale)
 			continue
 		}
 		if err != nil || resp.Redirect {

@@ -13,15 +13,15 @@ import (
 )
 
 // warmServer returns a server past its learning period, attached to a
-// new Network at "s1". Call inside a synctest bubble.
-func warmServer(t *testing.T, capacity float64) (*Server, *Network) {
+// new memNetwork at "s1". Call inside a synctest bubble.
+func warmServer(t *testing.T, capacity float64) (*Server, *memNetwork) {
 	t.Helper()
-	s, err := NewServer(testConfig(capacity), WithSeed(3))
+	s, err := NewServer(testConfig(capacity), withSeed(3))
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Second)
-	n := new(Network)
+	n := new(memNetwork)
 	n.Attach("s1", s)
 	return s, n
 }
@@ -302,7 +302,7 @@ func TestClientRefusesBadGrants(t *testing.T) {
 
 func TestClientBadArguments(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := new(Network)
+		n := new(memNetwork)
 		if _, err := NewClient(nil, []string{"x"}); !errors.Is(err, throttle.ErrInvalid) {
 			t.Error(err)
 		}

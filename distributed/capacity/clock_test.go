@@ -40,10 +40,10 @@ func TestFaultClockSkew(t *testing.T) {
 			g.settled(10, 55, 55)
 			g.net.Cut("c2", true)
 			g.net.SetDown("leaf1", true)
-			leaf1.Abandon()
+			leaf1.abandon()
 			g.run("leaf1 down, c2 cut off", 2*time.Second)
 			back := time.Now().Add(-2 * time.Hour).UnixNano()
-			again, _ := g.server("leaf1", g.cfg, nil, leafOpts(-2*time.Hour, WithIncarnation(back))...)
+			again, _ := g.server("leaf1", g.cfg, nil, leafOpts(-2*time.Hour, withIncarnation(back))...)
 			g.net.SetDown("leaf1", false)
 			g.run("leaf1 restarted on a clock set back, c2 cut off", 30*time.Second)
 			if old, now := leaf1.parent.base.inc.Load(), again.parent.base.inc.Load(); now <= old {

@@ -54,9 +54,9 @@ type Config struct {
 	Resources []Template
 }
 
-// Defaults filled in by Validate and ParseConfig.
+// Defaults filled in by ParseConfig and NewServer.
 const (
-	DefaultLeaseLength = 60 * time.Second
+	defaultLeaseLength = 60 * time.Second
 )
 
 type jsonTemplate struct {
@@ -81,7 +81,7 @@ type jsonTemplate struct {
 //
 // refusing unknown fields, and validates it. Durations are Go durations.
 // It returns the templates as written: their defaults are filled in by
-// WithDefaults, which NewServer and SetConfig apply. Errors wrap
+// withDefaults, which NewServer and SetConfig apply. Errors wrap
 // throttle.ErrInvalid.
 func ParseConfig(data []byte) (Config, error) {
 	var raw struct {
@@ -113,21 +113,21 @@ func ParseConfig(data []byte) (Config, error) {
 		}
 		c.Resources = append(c.Resources, t)
 	}
-	return c, c.Validate()
+	return c, c.validate()
 }
 
-// Validate checks c as NewServer would run it, with its defaults filled
+// validate checks c as NewServer would run it, with its defaults filled
 // in. It does not modify c. Errors wrap throttle.ErrInvalid.
-func (c Config) Validate() error { return c.WithDefaults().check() }
+func (c Config) validate() error { return c.withDefaults().check() }
 
-// WithDefaults returns a copy of c whose templates have the default of
+// withDefaults returns a copy of c whose templates have the default of
 // every zero duration (see Template). It does not validate, and does not
 // modify c's templates.
-func (c Config) WithDefaults() Config {
+func (c Config) withDefaults() Config {
 	out := Config{Resources: make([]Template, len(c.Resources))}
 	for i, t := range c.Resources {
 		if t.LeaseLength == 0 {
-			t.LeaseLength = DefaultLeaseLength
+			t.LeaseLength = defaultLeaseLength
 		}
 		if t.RefreshInterval == 0 {
 			t.RefreshInterval = t.LeaseLength / 4
@@ -162,8 +162,8 @@ func (c Config) check() error {
 // ids of the templates before it.
 func (t Template) check(seen map[string]bool) error {
 	switch {
-	case t.ID == "" || len(t.ID) > MaxIDLen:
-		return invalidf("config: resource id must have 1 to %d bytes, got %q", MaxIDLen, t.ID)
+	case t.ID == "" || len(t.ID) > maxIDLen:
+		return invalidf("config: resource id must have 1 to %d bytes, got %q", maxIDLen, t.ID)
 	case seen[t.ID]:
 		return invalidf("config: resource %q configured twice", t.ID)
 	case !(t.Capacity >= 0) || math.IsInf(t.Capacity, 0):

@@ -94,10 +94,11 @@
 //
 // Servers form a tree (WithParent): a server leases each resource's
 // capacity from its parent as a client per priority band, with its
-// clients' demand in the band added up, reports what it holds, never grants a lease that outlives its own,
-// hands out the safe capacity once its parent is unreachable and its lease
-// has expired, and weighs its demand so that FairShare divides among all
-// the clients of the tree as one server would.
+// clients' demand in the band added up, reports what it holds, never grants a lease that outlives its own
+// (and asks its clients to refresh within half of one cut short by it),
+// grants 0 once its parent is unreachable and its lease has expired, until
+// the parent grants it one again, and weighs its demand so that FairShare
+// divides among all the clients of the tree as one server would.
 //
 // A request asks for many resources at once; one whose demand is bad (a
 // NaN, infinite or negative wants, an id too long or repeated) or that is
@@ -107,10 +108,9 @@
 //
 // The pieces: Allocate (pure), Server (in process, transport
 // independent; Run takes part in an Election), Client with Resource,
-// RateResource and GaugeResource handles, the Transport interface with
-// an in-memory Network for tests and simulations, and the wire API:
-// NewHandler serves a Server over gRPC, gRPC-Web and JSON (Connect), and
-// HTTPTransport calls it.
+// RateResource and GaugeResource handles, the Transport interface, and
+// the wire API: NewHandler serves a Server over gRPC, gRPC-Web and JSON
+// (Connect), and HTTPTransport calls it.
 //
 // Trust: a server believes what a request says — which client sends it,
 // what it wants and holds. NewHandler alone authenticates nobody: whoever
@@ -122,7 +122,7 @@
 // NewTLSTransport and WithBearerToken are the client's side. An
 // authenticated client still chooses its own demand and resource ids,
 // within the server's bounds (WithMaxResources, WithMaxClients,
-// WithMaxLeases, MaxParentBands), but cannot touch another client's lease.
+// WithMaxLeases, maxParentBands), but cannot touch another client's lease.
 // Lease keys (WithLeaseKeys, capacityd's lease_keys_file) are the other
 // half: they bound what a client, authenticated or not, can claim to hold
 // when a new master learns.

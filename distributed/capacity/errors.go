@@ -16,12 +16,12 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: capacity: %s", throttle.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// ErrTooLarge reports a request body above MaxRequestBytes, as sent or
+// errTooLarge reports a request body above MaxRequestBytes, as sent or
 // once decompressed (the handler stops reading, and decompressing, at
 // the bound). It wraps throttle.ErrInvalid; on the wire it is code
 // InvalidArgument, or HTTP 413 for a Connect request whose
 // Content-Length is above the bound.
-var ErrTooLarge = fmt.Errorf("%w: capacity: request larger than %d bytes", throttle.ErrInvalid, MaxRequestBytes)
+var errTooLarge = fmt.Errorf("%w: capacity: request larger than %d bytes", throttle.ErrInvalid, MaxRequestBytes)
 
 // ErrResourceRefused reports that a server refused one resource of a
 // request (Grant.Err, Resource.Err) while it served the others. The
@@ -29,12 +29,12 @@ var ErrTooLarge = fmt.Errorf("%w: capacity: request larger than %d bytes", throt
 // invalid) or ErrExhausted (the resource is at its bound of clients).
 var ErrResourceRefused = errors.New("capacity: resource refused")
 
-// ErrStale reports an answer saying that the server had already applied
+// errStale reports an answer saying that the server had already applied
 // a newer call of the client (Response.Stale): the call changed nothing.
 // A Client then takes up a newer incarnation and asks again; its Err
-// wraps ErrStale and throttle.ErrUnavailable while no server answered
+// wraps errStale and throttle.ErrUnavailable while no server answered
 // otherwise.
-var ErrStale = errors.New("capacity: the server applied a newer call of this client")
+var errStale = errors.New("capacity: the server applied a newer call of this client")
 
 // resourceError is the refusal of one resource of a request: it wraps
 // ErrResourceRefused and kind, throttle.ErrInvalid or ErrExhausted.

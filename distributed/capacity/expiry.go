@@ -54,23 +54,23 @@ func (r *resource) remove(h *holder) {
 	r.dirty = true
 }
 
-// DropInterval is how often a server looks for resources that no client
+// dropInterval is how often a server looks for resources that no client
 // holds or wants any more: it forgets a resource it finds so twice in a
 // row, so that its state, and its place under the bound of resources
 // (WithMaxResources), is freed one to two DropIntervals after its last
 // lease expired or was released, while a client whose refresh arrives
 // just after its lease expired finds the resource as it was.
-const DropInterval = time.Second
+const dropInterval = time.Second
 
 // drop forgets the resources that no client holds or wants any more (all
 // their leases have expired or were released), so that their ids, made
 // up or not, do not fill the bound of resources. It looks at most once
-// per DropInterval. s.mu is held.
+// per dropInterval. s.mu is held.
 func (s *Server) drop(now int64) {
 	if now < s.sweepAt {
 		return
 	}
-	s.sweepAt = now + int64(DropInterval)
+	s.sweepAt = now + int64(dropInterval)
 	for id, r := range s.resources {
 		n := len(r.list)
 		r.expire(now)

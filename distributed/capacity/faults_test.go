@@ -24,17 +24,19 @@ type fault struct {
 	slowIn time.Duration
 }
 
-// faultNet is a Network whose calls suffer faults: by client id, and by
+// faultNet is a memNetwork whose calls suffer faults: by client id, and by
 // server address ("@" + addr). A lost answer or a hanging call makes the
 // caller wait for its own timeout, as on a real network that swallows
 // packets.
 type faultNet struct {
-	*Network
+	*memNetwork
 	mu     sync.Mutex
 	faults map[string]fault
 }
 
-func newFaultNet() *faultNet { return &faultNet{Network: new(Network), faults: map[string]fault{}} }
+func newFaultNet() *faultNet {
+	return &faultNet{memNetwork: new(memNetwork), faults: map[string]fault{}}
+}
 
 func (f *faultNet) set(key string, fl fault) {
 	f.mu.Lock()
@@ -94,12 +96,12 @@ func call(ctx context.Context, fl fault, do func(context.Context) (*Response, er
 
 func (f *faultNet) GetCapacity(ctx context.Context, addr string, req *Request) (*Response, error) {
 	req = clone(req) // the caller reuses it for its next try
-	return call(ctx, f.get(req.Client, addr), func(ctx context.Context) (*Response, error) { return f.Network.GetCapacity(ctx, addr, req) })
+	return call(ctx, f.get(req.Client, addr), func(ctx context.Context) (*Response, error) { return f.memNetwork.GetCapacity(ctx, addr, req) })
 }
 
 func (f *faultNet) Release(ctx context.Context, addr string, req *ReleaseRequest) (*Response, error) {
 	r := *req
-	return call(ctx, f.get(req.Client, addr), func(ctx context.Context) (*Response, error) { return f.Network.Release(ctx, addr, &r) })
+	return call(ctx, f.get(req.Client, addr), func(ctx context.Context) (*Response, error) { return f.memNetwork.Release(ctx, addr, &r) })
 }
 
 // clone copies req, as a network delivers a copy.
@@ -197,7 +199,7 @@ func (g *rig) close() {
 // server starts a server of cfg at addr, taking part in e when not nil.
 func (g *rig) server(addr string, cfg Config, e Election, opts ...ServerOption) (*Server, context.CancelFunc) {
 	g.t.Helper()
-	s, err := NewServer(cfg, append([]ServerOption{WithSeed(uint64(len(g.servers) + 1))}, opts...)...)
+	s, err := NewServer(cfg, append([]ServerOption{withSeed(uint64(len(g.servers) + 1))}, opts...)...)
 	if err != nil {
 		g.t.Fatal(err)
 	}

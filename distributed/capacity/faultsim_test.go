@@ -34,13 +34,12 @@ var simSpec = faultsim.Spec{
 	MaxEvents: 12,
 	Hot:       []int{0, 1, 2},
 	Seeds:     append(simDefectSeeds, faultsim.Range(1, 200)...),
-	// No random seeds in a normal run: about 3 in 1,000 still find a
-	// small excess of gauge units outside trees (10.1 of 10; seeds
-	// 7722002030246415504, 11364833552874060994, 17998981960965901653,
-	// 16056074627186002327, 12935397309016552689), open and stated in the
-	// registry (cap-gauge), which would make CI fail at random. The long
-	// mode (THROTTLE_SIM_SEEDS) finds and counts them.
-	Count: 0,
+	// A few random seeds in every run, printed for replay, so that CI
+	// explores; the long mode (THROTTLE_SIM_SEEDS) runs many more. One
+	// open case is known, about 1 in 10,000 schedules (a CI run in 300):
+	// under clock skew a gauge's units can stay uncounted past 2ρ·L
+	// (seed 15517272843379323261, stated in the registry, cap-gauge).
+	Count: 30,
 }
 
 // simDefectSeeds are the seeds that found defects, from random seeds
@@ -69,29 +68,56 @@ var simDefectSeeds = []uint64{
 	// gauge client kept past its lease's expiry (paused 5.3s) while the
 	// others have not reported theirs yet: leases of 181 of 180.
 	6839967670367348011,
+	// A gauge client lowered its count of carried units (kept past every
+	// count of their lease, left out of its reports) only when it
+	// reported: carried units released and fresh ones taken between two
+	// reports stayed left out, and the server gave them to others. One
+	// server: 12.07 of 12 after two three-way splits, 12.31 of 12 after a
+	// delay spike and a pause, 10.26 of 10 after a crash, a one-way loss
+	// and a spike; elected replicas: 5.17 of 5 after splits and capacity
+	// changes, and 6.5 of 6 under clock skew (7 of 6 with the checker
+	// telling units apart).
+	7722002030246415504, 16056074627186002327, 12935397309016552689,
+	17998981960965901653, 11364833552874060994,
+	// A gauge client cut off past its lease, then granted 0 by the server
+	// (the others held everything), reported again the units it kept past
+	// the lapsed lease; a restarted server, learning, confirmed them as a
+	// lease: 120.43 of 120 (a crash of the server in a flapping
+	// partition).
+	7171889218180800233,
+	// Found with the tree's gauge bound asserted, failing a checker that
+	// sampled when leases lapsed: a leaf's lease at the root lapsed and
+	// was renewed within one sample (a lossy link to the root: 13 of 12);
+	// a leaf crashed and, restarted, renewed its clients' leases at 0
+	// while the chain of leases their units were taken under had ended
+	// (14 of 12). Units kept past a chain's end come on top by design;
+	// the checker now knows each lapse and each crashed leaf's end.
+	4540042853062845012, 10340494035209870799,
 }
 
 // TestSimCapacity runs capacity's Servers, Clients, trees and elections
 // under random fault schedules and checks, every 25ms of virtual time and
 // after every fault, from the clients' side: the capacity they enforce
 // on each resource (a rate client's limit; a gauge client's larger of its
-// limit and the units it holds, but for those it kept past its lease's
-// expiry or held when the capacity dropped) adds up to no more than the
-// largest capacity configured within the last lease length; and every
+// limit and the units it holds, but for those it kept past the end of its
+// chain of leases, in a tree its leaf's lease at the root too, or held
+// when the capacity dropped) adds up to no more than the largest capacity
+// configured within the last lease length, in every topology; and every
 // call returns within its stated time.
 func TestSimCapacity(t *testing.T) {
 	faultsim.Run(t, simSpec, newCapWorld)
+	keptStats.Lock()
+	for topo, worst := range keptStats.worst {
+		if worst > 1 {
+			t.Logf("%s: with the gauge units kept past a lease, which the bound leaves out, at most %.3f× the bound", topoNames[topo], worst)
+		}
+	}
+	keptStats.Unlock()
 	skewStats.Lock()
 	defer skewStats.Unlock()
 	if skewStats.episodes > 0 {
 		t.Logf("under clock skew up to ±%.1f%%: %d samples over the bound, at most %.3f× it, episodes up to %v",
 			100*skewStats.worstSkew, skewStats.episodes, skewStats.worst, skewStats.longest)
-	}
-	treeGaugeStats.Lock()
-	defer treeGaugeStats.Unlock()
-	if treeGaugeStats.samples > 0 {
-		t.Logf("gauge units in trees past a leaf's expired lease (not covered): %d samples over the bound, at most %.3f× it, for up to %v",
-			treeGaugeStats.samples, treeGaugeStats.worst, treeGaugeStats.longest)
 	}
 }
 
@@ -126,10 +152,17 @@ type capWorld struct {
 	tracing bool
 
 	mu      sync.Mutex
-	history []capChange              // the capacities configured, in order
-	skew    float64                  // the largest clock rate skew of a server so far
-	over    map[string]time.Duration // since when a resource's sum is over its bound
-	carry   map[*GaugeResource]int   // units a gauge held when its lease last expired, still held
+	history []capChange                  // the capacities configured, in order
+	skew    float64                      // the largest clock rate skew of a server so far
+	over    map[string]time.Duration     // since when a resource's sum is over its bound
+	units   map[*GaugeResource]*unitBook // the units each gauge holds, by when they were taken
+	ends    map[leafRes]time.Time        // when the chains of leases through a crashed leaf ended
+}
+
+// leafRes is a resource at a leaf.
+type leafRes struct {
+	leaf int
+	id   string
 }
 
 type capChange struct {
@@ -165,9 +198,10 @@ type capInc struct {
 
 // capHandle is an open resource of a client.
 type capHandle struct {
-	r *Resource
-	g *GaugeResource // nil for a rate
-	q *RateResource
+	r    *Resource
+	g    *GaugeResource // nil for a rate
+	q    *RateResource
+	leaf int // the process of the client's leaf in a tree, -1 outside trees
 }
 
 func newCapWorld(env *faultsim.Env) faultsim.World {
@@ -255,7 +289,7 @@ func (w *capWorld) start(p *capProc) {
 	copts := []ClientOption{WithRequestTimeout(time.Second), WithRetry(250 * time.Millisecond), WithMinRefreshGap(100 * time.Millisecond)}
 	switch p.role {
 	case roleServer, roleLeaf:
-		opts := []ServerOption{WithSeed(w.env.Rand.Uint64() | 1), WithServerClock(w.env.Clocks[p.i].Monotonic())}
+		opts := []ServerOption{withSeed(w.env.Rand.Uint64() | 1), WithServerClock(w.env.Clocks[p.i].Monotonic())}
 		if p.role == roleLeaf {
 			opts = append(opts, WithParent(inc.link, p.addrs, append(copts, WithClientID("leaf"+strconv.Itoa(p.i)))...))
 		}
@@ -289,7 +323,10 @@ func (w *capWorld) start(p *capProc) {
 
 // open opens resource id on p's client, a gauge or a rate.
 func (w *capWorld) open(p *capProc, inc *capInc, id string) {
-	var h capHandle
+	h := capHandle{leaf: -1}
+	if w.topo == topoTree {
+		h.leaf = procOf(p.addrs[0])
+	}
 	var err error
 	if p.gauge {
 		h.g, err = inc.client.Gauge(id, p.wants)
@@ -323,10 +360,35 @@ func (w *capWorld) crash(p *capProc) {
 	if inc == nil {
 		return
 	}
+	if p.role == roleLeaf {
+		w.endChains(p.i, inc.server)
+	}
 	close(inc.link.dead)
 	inc.stop()
 	inc.wg.Wait()
 	w.stopInc(inc)
+}
+
+// endChains records, for each resource, when the leases that crashed leaf
+// i's server s granted end for good: at the expiry of its own lease at the
+// root (its clients' leases end no later), now if it holds none. Its
+// clients' units taken under them are carried from then on, whatever the
+// restarted leaf grants them.
+func (w *capWorld) endChains(i int, s *Server) {
+	for _, id := range w.ids {
+		end := time.Now()
+		if l, ok := s.parentLease(id); ok {
+			end = l.Expiry
+		}
+		w.mu.Lock()
+		if w.ends == nil {
+			w.ends = map[leafRes]time.Time{}
+		}
+		if k := (leafRes{i, id}); end.After(w.ends[k]) {
+			w.ends[k] = end
+		}
+		w.mu.Unlock()
+	}
 }
 
 // stopInc stops an incarnation's goroutines.
@@ -405,7 +467,7 @@ func (w *capWorld) configure(v uint64) {
 	// No unit is taken back when the capacity drops: those held then
 	// drain as they are released, on top of the new capacity.
 	for _, g := range gauges {
-		w.keep(g, g.InFlight())
+		w.keep(g)
 	}
 	for _, s := range servers {
 		if err := s.SetConfig(cfg); err != nil {
@@ -444,7 +506,7 @@ func (w *capWorld) Check(now time.Duration) error {
 	}
 	w.mu.Unlock()
 	for _, id := range w.ids {
-		leases, enforced := 0.0, 0.0
+		leases, enforced, kept := 0.0, 0.0, 0.0
 		each := make([]float64, len(hs))
 		for i, h := range hs {
 			if h.r.ID() != id {
@@ -453,9 +515,10 @@ func (w *capWorld) Check(now time.Duration) error {
 			c, e := h.r.Capacity(), h.r.Capacity()
 			if h.g != nil {
 				// The units left out take up their part of the limit.
-				fresh, carried := w.fresh(h.g)
+				fresh, carried := w.fresh(h)
 				c = max(c-carried, 0)
 				e = max(c, fresh)
+				kept += carried
 			}
 			leases, enforced, each[i] = leases+c, enforced+e, e
 		}
@@ -465,8 +528,26 @@ func (w *capWorld) Check(now time.Duration) error {
 		if err := w.judge(id, now, bound, leases, enforced); err != nil {
 			return fmt.Errorf("%w (leases %v;%s)", err, leases, detail(hs, id, each))
 		}
+		keptStats.note(w.topo, (enforced+kept)/bound)
 	}
 	return nil
+}
+
+// keptStats is, per topology, the largest sum of what the clients enforce
+// and the gauge units they keep past their chain of leases (or from before
+// a capacity drop), over the bound: what the guarantee leaves out, which
+// the registry states (cap-gauge).
+var keptStats keptMax
+
+type keptMax struct {
+	sync.Mutex
+	worst [numTopos]float64
+}
+
+func (k *keptMax) note(topo int, ratio float64) {
+	k.Lock()
+	defer k.Unlock()
+	k.worst[topo] = max(k.worst[topo], ratio)
 }
 
 // detail lists what each client enforces on resource id.
@@ -501,60 +582,114 @@ func (w *capWorld) servers(id string) string {
 	return out
 }
 
+// unitBook is what the checker knows of the units a gauge holds: when
+// each was taken, and the gauge's last carry point (the capacity lowered).
+type unitBook struct {
+	next  uint64
+	mark  time.Time
+	taken map[uint64]time.Time
+}
+
+// book returns g's book. w.mu is held.
+func (w *capWorld) book(g *GaugeResource) *unitBook {
+	if w.units == nil {
+		w.units = map[*GaugeResource]*unitBook{}
+	}
+	b := w.units[g]
+	if b == nil {
+		b = &unitBook{taken: map[uint64]time.Time{}}
+		w.units[g] = b
+	}
+	return b
+}
+
+// took records a unit g took, and returns the release that gives it back
+// and strikes it from the book at once, so that a sample never sees the
+// one without the other.
+func (w *capWorld) took(g *GaugeResource, release func()) func() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b := w.book(g)
+	id := b.next
+	b.next++
+	b.taken[id] = time.Now()
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		release()
+		delete(b.taken, id)
+	}
+}
+
 // keep leaves the units g holds now out of its count until released.
-func (w *capWorld) keep(g *GaugeResource, held int) {
+func (w *capWorld) keep(g *GaugeResource) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.carry == nil {
-		w.carry = map[*GaugeResource]int{}
-	}
-	w.carry[g] = max(w.carry[g], held)
+	w.book(g).mark = time.Now()
 }
 
-// fresh returns the units g holds that the gauge guarantee covers, and
-// the others (carried): those
-// it did not already hold when its lease last expired, or when the
-// capacity was lowered. Units a client keeps past its lease's expiry,
-// while it cannot reach the servers, come on top until it releases them
-// (by design: the semaphore takes no unit back), as do those held when
-// the capacity drops; they are left out, as long as they are held, with
-// the part of the limit they take up (the client stops reporting them
-// once no server can count them any more, so that a server learning
-// after a restart does not confirm them as a lease).
-func (w *capWorld) fresh(g *GaugeResource) (fresh, carried float64) {
+// lapsed returns when r's last lease ran out before a new one came.
+func lapsed(r *Resource) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.expireLocked(time.Now())
+	return r.lapsed
+}
+
+// parentLapsed returns when s's last lease from its parent on resource id
+// (band 0) ran out before a new one came; zero if s has none.
+func parentLapsed(s *Server, id string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.resources[id]
+	if r == nil || r.up == nil || r.up.bands[0] == nil {
+		return time.Time{}
+	}
+	return lapsed(r.up.bands[0].r)
+}
+
+// fresh returns the units h's gauge holds that the gauge guarantee
+// covers, and the others (carried): those taken before its chain of
+// leases last ran out, or before the capacity was lowered, and not
+// released since, each unit known by when it was taken (units are told
+// apart, not only counted). The chain is the client's lease and, in a
+// tree, its leaf's lease at the root (a leaf that holds none grants 0, and
+// the root no longer counts what it granted before), also that of a leaf
+// that crashed (see endChains). Units a client keeps
+// past the chain's expiry, while it or its leaf cannot reach the servers
+// above, come on top until it releases them (by design: the semaphore
+// takes no unit back), as do those held when the capacity drops; they are
+// left out, as long as they are held, with the part of the limit they
+// take up (the client stops reporting them once no server can count them
+// any more, so that a server learning after a restart does not confirm
+// them as a lease).
+func (w *capWorld) fresh(h capHandle) (fresh, carried float64) {
+	g := h.g
+	mark := lapsed(g.Resource)
+	if s := w.serverAt(h.leaf); s != nil {
+		if m := parentLapsed(s, g.ID()); m.After(mark) {
+			mark = m // a restarted leaf's is the new life's
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	held := g.InFlight()
-	_, leased := g.Lease()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.carry == nil {
-		w.carry = map[*GaugeResource]int{}
+	b := w.book(g)
+	if b.mark.After(mark) {
+		mark = b.mark
 	}
-	carry := held
-	if leased {
-		carry = min(w.carry[g], held)
+	if end := w.ends[leafRes{h.leaf, g.ID()}]; end.After(mark) && !end.After(time.Now()) {
+		mark = end
 	}
-	w.carry[g] = carry
-	return float64(held - carry), float64(carry)
+	n := 0
+	for _, at := range b.taken {
+		if !at.After(mark) {
+			n++
+		}
+	}
+	n = min(n, held) // a unit taken and not yet in the book is fresh
+	return float64(held - n), float64(n)
 }
-
-// treeGauges is what the runs measured past the bound from gauge units
-// held in a tree, which the guarantee does not cover yet (see judge).
-type treeGauges struct {
-	sync.Mutex
-	samples int
-	worst   float64 // the largest sum over its bound, as a ratio
-	longest time.Duration
-}
-
-func (g *treeGauges) note(ratio float64, over time.Duration) {
-	g.Lock()
-	defer g.Unlock()
-	g.samples++
-	g.worst = max(g.worst, ratio)
-	g.longest = max(g.longest, over)
-}
-
-var treeGaugeStats treeGauges
 
 // skewStats is what the runs measured past the bound while a server's
 // clock ran at another rate, which the guarantee does not cover.
@@ -587,16 +722,6 @@ func (w *capWorld) judge(id string, now time.Duration, bound, leases, enforced f
 	class := "leases over capacity"
 	if leases <= bound*(1+1e-12) {
 		class = "gauge units held over capacity"
-		if w.topo == topoTree {
-			// Open: a leaf's clients hold gauge units under the leaf's
-			// lease at the root after that lease ran out while the leaf
-			// was cut off or its link lossy. The root can no longer
-			// count them, and no unit is taken back: the tree's form of
-			// units kept past a lease, which the registry (cap-gauge)
-			// states as not covered. Measured, not asserted.
-			treeGaugeStats.note(enforced/bound, now-since)
-			return nil
-		}
 	}
 	if w.skew > 0 {
 		allowed := time.Duration(2*w.skew*float64(w.lease)) + 2*w.env.Spec.Sample
@@ -679,6 +804,7 @@ func (w *capWorld) use(ctx context.Context, inc *capInc, h capHandle) {
 	var release func()
 	w.env.Within("GaugeResource.TryHold", instant, func() { d, release, _ = h.g.TryHold(ctx, "", 1) })
 	if d.Allowed {
+		release = w.took(h.g, release)
 		hold := time.Duration(500+inc.rand.IntN(8000)) * time.Millisecond
 		t := time.AfterFunc(hold, release)
 		context.AfterFunc(ctx, func() { t.Stop() }) // a crash loses the units with the process

@@ -50,7 +50,7 @@ func TestFaultFloodOfIDs(t *testing.T) {
 				}
 			}
 		}
-		flood("greedy", 1000, MaxRequestResources-1)
+		flood("greedy", 1000, maxRequestResources-1)
 		for i := range 20_000 {
 			flood(fmt.Sprintf("flood%05d", i), i%5*10, 10)
 			if i%1000 == 0 {
@@ -76,7 +76,7 @@ func TestFaultFloodOfIDs(t *testing.T) {
 		}
 		g.run("after the flood", 10*time.Second)
 		g.settled(30, 30, 30)
-		time.Sleep(issueConfig().Resources[0].LeaseLength + 2*DropInterval) // the flood's leases expire
+		time.Sleep(issueConfig().Resources[0].LeaseLength + 2*dropInterval) // the flood's leases expire
 		if resp, err := s.GetCapacity(t.Context(), &Request{Client: "late", Resources: []ResourceRequest{{Resource: "new", Wants: 1}}}); err != nil || resp.Grants[0].Err != nil {
 			t.Errorf("a newcomer after the flood: %+v, %v", resp, err)
 		}

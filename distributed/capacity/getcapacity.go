@@ -52,7 +52,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *Request) (*Response, erro
 	if err != nil {
 		return nil, err
 	}
-	resp := &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
+	resp := newResponse(s.lead.Master, len(req.Resources))
 	for i, rr := range req.Resources {
 		if errs != nil && errs[i] != nil {
 			resp.Grants[i] = Grant{Resource: rr.Resource, Err: errs[i]}
@@ -105,7 +105,7 @@ func (s *Server) reserve(req *Request, errs []error, now int64) ([]error, error)
 	case newRes > 0 && len(s.resources)+newRes > s.set.maxResources:
 		return nil, fmt.Errorf("%w: %d resources", ErrExhausted, len(s.resources))
 	case s.parent != nil && !s.parent.fits(req.priorities()):
-		return nil, fmt.Errorf("%w: a server in a tree asks its parent in at most %d priority bands", ErrExhausted, MaxParentBands)
+		return nil, fmt.Errorf("%w: a server in a tree asks its parent in at most %d priority bands", ErrExhausted, maxParentBands)
 	}
 	if err := s.leases.reserve(req.Client, newLeases, &s.set); err != nil {
 		return nil, err
@@ -171,12 +171,26 @@ func (s *Server) refresh(ctx context.Context, req *Request) (resp *Response, ok 
 	if err := s.leases.reserve(req.Client, newLeases, &s.set); err != nil {
 		return nil, true, err
 	}
-	resp = &Response{Master: s.lead.Master, Grants: make([]Grant, len(req.Resources))}
+	resp = newResponse(s.lead.Master, len(req.Resources))
 	for i := range req.Resources {
 		resp.Grants[i] = s.grant(rs[i], req, &req.Resources[i], now)
 		rs[i].applied(req)
 	}
 	return resp, true, nil
+}
+
+// newResponse returns a Response from master with n grants to fill. The
+// common answer, one grant, takes one allocation instead of two.
+func newResponse(master string, n int) *Response {
+	if n != 1 {
+		return &Response{Master: master, Grants: make([]Grant, n)}
+	}
+	b := new(struct {
+		resp Response
+		one  [1]Grant
+	})
+	b.resp = Response{Master: master, Grants: b.one[:]}
+	return &b.resp
 }
 
 // existing appends req's resources to rs in req's order; ok is false if

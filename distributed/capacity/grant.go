@@ -154,7 +154,7 @@ func (r *resource) divide() {
 	for i, h := range r.list {
 		r.demands[i] = Demand{Wants: h.wants, Weight: h.weight, Priority: int(h.prio)}
 	}
-	r.alloc.AllocateInto(r.shares, r.tmpl.Algorithm, r.tmpl.Capacity, r.demands)
+	r.alloc.allocateInto(r.shares, r.tmpl.Algorithm, r.tmpl.Capacity, r.demands)
 	for i, h := range r.list {
 		h.share = r.shares[i]
 	}

@@ -65,7 +65,7 @@ type resource struct {
 	shares  []float64
 	up      *upstream  // the lease from the parent, in a server tree
 	rng     *rand.Rand // jitter
-	alloc   Allocator
+	alloc   allocator
 }
 
 type holder struct {

@@ -85,7 +85,7 @@ func TestLeaseTokens(t *testing.T) {
 		if keys != nil {
 			opts = append(opts, WithLeaseKeys(keys...))
 		}
-		s, err := NewServer(cfg, append(opts, WithServerClock(clk), WithSeed(1))...)
+		s, err := NewServer(cfg, append(opts, WithServerClock(clk), withSeed(1))...)
 		if err != nil {
 			t.Fatal(err)
 		}

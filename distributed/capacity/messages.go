@@ -110,10 +110,10 @@ func validate(req *Request) error {
 	switch {
 	case req == nil:
 		return invalidf("nil request")
-	case req.Client == "" || len(req.Client) > MaxIDLen:
-		return invalidf("client id must have 1 to %d bytes, got %d", MaxIDLen, len(req.Client))
-	case len(req.Resources) == 0 || len(req.Resources) > MaxRequestResources:
-		return invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(req.Resources))
+	case req.Client == "" || len(req.Client) > maxIDLen:
+		return invalidf("client id must have 1 to %d bytes, got %d", maxIDLen, len(req.Client))
+	case len(req.Resources) == 0 || len(req.Resources) > maxRequestResources:
+		return invalidf("a request carries 1 to %d resources, got %d", maxRequestResources, len(req.Resources))
 	}
 	return nil
 }
@@ -159,8 +159,8 @@ func (req *Request) priorities() []int32 {
 // check validates one resource's demand. Errors wrap throttle.ErrInvalid.
 func (rr *ResourceRequest) check() error {
 	switch {
-	case rr.Resource == "" || len(rr.Resource) > MaxIDLen:
-		return invalidf("resource id must have 1 to %d bytes, got %d", MaxIDLen, len(rr.Resource))
+	case rr.Resource == "" || len(rr.Resource) > maxIDLen:
+		return invalidf("resource id must have 1 to %d bytes, got %d", maxIDLen, len(rr.Resource))
 	case !(rr.Wants >= 0) || math.IsInf(rr.Wants, 0):
 		return invalidf("resource %q: wants must be finite and >= 0, got %v", rr.Resource, rr.Wants)
 	case !(rr.Has >= 0) || math.IsInf(rr.Has, 0):

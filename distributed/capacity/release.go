@@ -12,10 +12,10 @@ func (s *Server) Release(_ context.Context, req *ReleaseRequest) (*Response, err
 	switch {
 	case req == nil:
 		return nil, invalidf("nil request")
-	case req.Client == "" || len(req.Client) > MaxIDLen:
-		return nil, invalidf("client id must have 1 to %d bytes, got %d", MaxIDLen, len(req.Client))
-	case len(req.Resources) > MaxRequestResources:
-		return nil, invalidf("a request carries at most %d resources, got %d", MaxRequestResources, len(req.Resources))
+	case req.Client == "" || len(req.Client) > maxIDLen:
+		return nil, invalidf("client id must have 1 to %d bytes, got %d", maxIDLen, len(req.Client))
+	case len(req.Resources) > maxRequestResources:
+		return nil, invalidf("a request carries at most %d resources, got %d", maxRequestResources, len(req.Resources))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -76,12 +78,19 @@ type Resource struct {
 	apply    func(float64)
 	estimate func(now time.Time) float64
 	has      func() float64 // at least what the client holds (a server in a tree: what its clients hold)
-	carried  float64        // of has, what was held once no server counted a lease any more, not released since
 	counted  time.Time      // until when a server may count the last lease: its arrival plus its length
-	timer    *time.Timer    // ends the lease at its expiry
-	token    []byte         // the lease's Grant.Token
-	err      error          // why the last refresh granted no lease
-	closed   atomic.Bool
+	// carried is, of has, what was held when no server counted a lease
+	// any more (a gauge: when its lease lapsed) and is still held, as
+	// float64 bits: lowered to has at each report and, for a gauge, by the
+	// units released that were taken before (see GaugeResource.Release),
+	// so that it never counts a unit taken since.
+	carried atomic.Uint64
+	onLapse func()      // a gauge's: marks the units it holds as carried; r.mu is held
+	timer   *time.Timer // ends the lease at its expiry
+	token   []byte      // the lease's Grant.Token
+	lapsed  time.Time   // the expiry of the last lease that ran out before a new one came
+	err     error       // why the last refresh granted no lease
+	closed  atomic.Bool
 }
 
 func checkWants(w float64) error {
@@ -97,8 +106,8 @@ func (c *Client) newResource(id string, wants float64, opts []ResourceOption) (*
 		o(&set)
 	}
 	switch {
-	case id == "" || len(id) > MaxIDLen:
-		return nil, invalidf("resource id must have 1 to %d bytes, got %d", MaxIDLen, len(id))
+	case id == "" || len(id) > maxIDLen:
+		return nil, invalidf("resource id must have 1 to %d bytes, got %d", maxIDLen, len(id))
 	case !(set.weight > 0) || set.weight > maxWeightValue:
 		return nil, invalidf("weight must be in (0, %d], got %v", maxWeightValue, set.weight)
 	case !(set.safe >= 0) || math.IsInf(set.safe, 0):
@@ -260,19 +269,51 @@ func (r *Resource) holdsLocked(now time.Time) (float64, []byte) {
 	if r.has != nil {
 		held = r.has()
 	}
-	r.carried = min(r.carried, held)
+	carried := r.lowerCarried(held)
 	switch {
 	case r.leased && now.Before(r.lease.Expiry):
-		return max(r.lease.Capacity, held-r.carried), r.token
-	case now.Before(r.counted):
-		return held - r.carried, nil // a server may count them still
+		return max(r.lease.Capacity, held-carried), r.token
+	case now.Before(r.counted) || r.onLapse != nil:
+		// A server may count them still; a gauge left out those it
+		// held when its lease lapsed.
+		return held - carried, nil
 	}
 	// Units kept past the end of every count of the lease they were
 	// taken under come on top by design and are not reported: a
 	// learning server would confirm them as a lease that the others'
-	// leases already cover.
-	r.carried = held
+	// leases already cover. A unit released while this runs lowers
+	// what has says after the store: read again, and keep the lower.
+	r.carried.Store(math.Float64bits(held))
+	if r.has != nil {
+		r.lowerCarried(r.has())
+	}
 	return 0, nil
+}
+
+// lowerCarried lowers the carried count to at most v and returns it.
+func (r *Resource) lowerCarried(v float64) float64 {
+	for {
+		old := r.carried.Load()
+		c := math.Float64frombits(old)
+		if c <= v || r.carried.CompareAndSwap(old, math.Float64bits(v)) {
+			return min(c, v)
+		}
+	}
+}
+
+// released lowers the carried count by n units given back that may have
+// been carried. Lock-free; nothing to do while no unit is carried.
+func (r *Resource) released(n int) {
+	for {
+		old := r.carried.Load()
+		if old == 0 {
+			return
+		}
+		c := max(math.Float64frombits(old)-float64(n), 0)
+		if r.carried.CompareAndSwap(old, math.Float64bits(c)) {
+			return
+		}
+	}
 }
 
 // grant applies a lease asked for at sent, and arms the timer that ends
@@ -285,6 +326,9 @@ func (r *Resource) grant(g Grant, sent time.Time) {
 	r.err = nil
 	if r.closed.Load() {
 		return
+	}
+	if r.leased && !time.Now().Before(r.lease.Expiry) {
+		r.lapse() // ran out as the new one came
 	}
 	r.lease = Lease{Capacity: g.Capacity, Expiry: sent.Add(g.Lease), Refresh: g.Refresh}
 	r.counted = time.Now().Add(2 * g.Lease)
@@ -321,10 +365,23 @@ func (r *Resource) expireLocked(now time.Time) bool {
 		return false
 	}
 	r.leased = false
+	r.lapse()
 	if !r.closed.Load() {
 		r.setLimit(r.fallback())
 	}
 	return true
+}
+
+// lapse records that the lease ran out before a new one came: a gauge
+// leaves the units it holds now out of its reports from then on, so that
+// no grant after the lapse makes them count again (a learning server
+// would confirm them as a lease that the others' leases already cover).
+// Call with r.mu held.
+func (r *Resource) lapse() {
+	r.lapsed = r.lease.Expiry
+	if r.onLapse != nil {
+		r.onLapse()
+	}
 }
 
 // fallback is the capacity without a lease. Call with r.mu held.
@@ -409,7 +466,7 @@ func (c *Client) Rate(id string, wants float64, opts ...ResourceOption) (*RateRe
 }
 
 // maxRate bounds the rate a lease can set.
-const maxRate = float64(throttle.MaxPerSecond)
+const maxRate = float64(bridge.MaxPerSecond)
 
 func (rr *RateResource) applyRate(v float64) {
 	v = min(v, maxRate)
@@ -492,12 +549,15 @@ func (rr *RateResource) untilRefresh() time.Duration {
 // the client holds the larger of its lease and its units in flight, and
 // the server counts a lowered lease at its old size for as long as the
 // units exceed the new one, so that the units the clients hold add up to
-// at most the capacity while they reach the servers. All methods are
-// safe for concurrent use.
+// at most the capacity while they reach the servers. Units held when the
+// lease lapses (the servers could not be reached in time) are left out
+// of the reports from then on, until released. All methods are safe for
+// concurrent use; Release and the release funcs are lock-free.
 type GaugeResource struct {
 	*Resource
-	s    *counting.Semaphore
-	zero atomic.Bool
+	s     *counting.Semaphore
+	zero  atomic.Bool
+	lapse atomic.Uint64 // lapses of the lease so far: a unit taken before the last one was carried
 }
 
 // Gauge opens gauge resource id wanting wants units at once. See
@@ -516,6 +576,7 @@ func (c *Client) Gauge(id string, wants float64, opts ...ResourceOption) (*Gauge
 	// Units held are not taken back when the limit drops: the client
 	// holds the larger of its lease and them.
 	r.has = func() float64 { return float64(s.InFlight()) }
+	r.onLapse = g.carry
 	g.applyLimit(r.limit)
 	return g, c.add(r)
 }
@@ -539,7 +600,33 @@ func (g *GaugeResource) TryHold(ctx context.Context, key string, n int) (d throt
 	if done, err := g.refuses(n); done {
 		return throttle.Decision{}, noRelease, err
 	}
-	return g.s.TryHold(ctx, key, n)
+	lapses := g.lapse.Load()
+	if d, err = g.s.Allow(ctx, key, n); err != nil || !d.Allowed {
+		return d, noRelease, err
+	}
+	return d, g.releaser(n, lapses), nil
+}
+
+// releaser returns the release of n units taken when the lease had
+// lapsed lapses times: only its first call gives them back, and lowers
+// the carried count if they were taken before the last lapse.
+func (g *GaugeResource) releaser(n int, lapses uint64) func() {
+	var done atomic.Bool
+	return func() {
+		if done.CompareAndSwap(false, true) {
+			_ = g.s.Release(n) // cannot fail: these n units are held
+			if g.lapse.Load() != lapses {
+				g.released(n)
+			}
+		}
+	}
+}
+
+// carry marks the units held now as carried: the lease lapsed. The
+// resource's lock is held.
+func (g *GaugeResource) carry() {
+	g.lapse.Add(1)
+	g.carried.Store(math.Float64bits(float64(g.s.InFlight())))
 }
 
 // Hold waits until n units fit, or ctx is done; the key is ignored. The
@@ -553,7 +640,11 @@ func (g *GaugeResource) Hold(ctx context.Context, key string, n int) (release fu
 		}
 		wake := g.wakeCh()
 		if !g.zero.Load() {
-			return g.s.Hold(ctx, key, n)
+			lapses := g.lapse.Load()
+			if _, err := g.s.Hold(ctx, key, n); err != nil {
+				return nil, err
+			}
+			return g.releaser(n, lapses), nil
 		}
 		select {
 		case <-wake:
@@ -563,8 +654,19 @@ func (g *GaugeResource) Hold(ctx context.Context, key string, n int) (release fu
 	}
 }
 
-// Release gives back n units taken with Allow.
-func (g *GaugeResource) Release(n int) error { return g.s.Release(n) }
+// Release gives back n units taken with Allow. Errors wrap
+// throttle.ErrInvalid (n <= 0, or more than are held: nothing is released).
+// Units given back this way are not told apart: any of them may have been
+// carried past a lapse of the lease, and they lower the carried count (a
+// fresh unit released leaves a carried one reported, never the other way
+// round); the release funcs of TryHold and Hold know which they give back.
+func (g *GaugeResource) Release(n int) error {
+	if err := g.s.Release(n); err != nil {
+		return err
+	}
+	g.released(n)
+	return nil
+}
 
 // InFlight returns the units held now.
 func (g *GaugeResource) InFlight() int { return g.s.InFlight() }

@@ -49,7 +49,7 @@ func TestFaultTreeLeafRestart(t *testing.T) {
 		_, leaf1 := restartTree(g)
 		g.net.Cut("c2", true)
 		g.net.SetDown("leaf1", true)
-		leaf1.Abandon() // crashed: it gives nothing back
+		leaf1.abandon() // crashed: it gives nothing back
 		g.run("leaf1 down, c2 cut off", 2*time.Second)
 		g.leaf("leaf1") // restarted, its state lost
 		g.net.SetDown("leaf1", false)
@@ -179,7 +179,7 @@ func (g *rig) randomStep(rng *rand.Rand, servers map[string]*Server, client func
 	case 0, 1:
 		addr := []string{"leaf1", "leaf2", "root"}[rng.IntN(3)]
 		g.net.SetDown(addr, true)
-		servers[addr].Abandon()
+		servers[addr].abandon()
 		g.run(addr+" down", time.Duration(rng.IntN(3000))*time.Millisecond)
 		if addr == "root" {
 			servers[addr], _ = g.server(addr, g.cfg, nil)
@@ -189,7 +189,7 @@ func (g *rig) randomStep(rng *rand.Rand, servers map[string]*Server, client func
 		g.net.SetDown(addr, false)
 		return addr + " restarted"
 	case 2:
-		c.Abandon()
+		c.abandon()
 		g.run(id+" down", time.Duration(rng.IntN(3000))*time.Millisecond)
 		nc, err := NewClient(g.net, []string{leaf}, WithClientID(id), WithMode(g.mode))
 		if err != nil {

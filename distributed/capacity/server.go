@@ -54,12 +54,12 @@ type Server struct {
 
 // NewServer returns a server of cfg. Errors wrap throttle.ErrInvalid.
 func NewServer(cfg Config, opts ...ServerOption) (*Server, error) {
-	c := cfg.WithDefaults()
+	c := cfg.withDefaults()
 	if err := c.check(); err != nil {
 		return nil, err
 	}
 	set := serverSettings{maxClients: DefaultMaxClients, maxResources: DefaultMaxResources, maxLeases: DefaultMaxLeases,
-		perClient: DefaultMaxLeasesPerClient, jitter: DefaultJitter, grace: time.Second}
+		perClient: DefaultMaxLeasesPerClient, jitter: defaultJitter, grace: time.Second}
 	for _, o := range opts {
 		o(&set)
 	}
@@ -129,7 +129,7 @@ func (s *Server) Run(ctx context.Context, e Election, address string) error {
 // capacity. Errors wrap throttle.ErrInvalid, and leave the old
 // configuration in place.
 func (s *Server) SetConfig(cfg Config) error {
-	c := cfg.WithDefaults()
+	c := cfg.withDefaults()
 	if err := c.check(); err != nil {
 		return err
 	}

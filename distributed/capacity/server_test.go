@@ -24,7 +24,7 @@ func testConfig(capacity float64) Config {
 func newTestServer(t *testing.T, cfg Config, opts ...ServerOption) (*Server, *throttletest.Clock) {
 	t.Helper()
 	clk := throttletest.NewClock()
-	s, err := NewServer(cfg, append([]ServerOption{WithServerClock(clk), WithSeed(1)}, opts...)...)
+	s, err := NewServer(cfg, append([]ServerOption{WithServerClock(clk), withSeed(1)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestParseConfig(t *testing.T) {
 	if tm, _ := cfg.match("db.writes"); tm.MaxLeaseLength != 0 {
 		t.Errorf("ParseConfig filled in defaults: %+v", tm)
 	}
-	cfg = cfg.WithDefaults()
+	cfg = cfg.withDefaults()
 	for id, want := range map[string]float64{"db.writes": 500, "db.reads": 10, "other": 100} {
 		if tm, ok := cfg.match(id); !ok || tm.Capacity != want {
 			t.Errorf("match(%q) = %+v, want capacity %v", id, tm, want)
@@ -305,14 +305,14 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	s, _ := pastLearning(t, 100)
 	ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 30})
 	before := s.Status()
-	many := make([]ResourceRequest, MaxRequestResources+1)
+	many := make([]ResourceRequest, maxRequestResources+1)
 	for i := range many {
 		many[i] = ResourceRequest{Resource: "x" + strings.Repeat("y", i%3), Wants: 1}
 	}
 	for name, req := range map[string]*Request{
 		"nil":          nil,
 		"empty client": {Resources: []ResourceRequest{{Resource: "r", Wants: 1}}},
-		"long client":  {Client: strings.Repeat("c", MaxIDLen+1), Resources: []ResourceRequest{{Resource: "r", Wants: 1}}},
+		"long client":  {Client: strings.Repeat("c", maxIDLen+1), Resources: []ResourceRequest{{Resource: "r", Wants: 1}}},
 		"no resources": {Client: "b"},
 		"too many":     {Client: "b", Resources: many},
 	} {
@@ -349,7 +349,7 @@ func badResources() map[string]ResourceRequest {
 		"NaN weight":  {Resource: "r", Wants: 1, Weight: math.NaN()},
 		"huge weight": {Resource: "r", Wants: 1, Weight: 1e9},
 		"empty id":    {Wants: 1},
-		"long id":     {Resource: strings.Repeat("r", MaxIDLen+1), Wants: 1},
+		"long id":     {Resource: strings.Repeat("r", maxIDLen+1), Wants: 1},
 	}
 }
 

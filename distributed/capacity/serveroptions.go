@@ -10,10 +10,10 @@ import (
 
 // Bounds on requests, and defaults of the server's bounds.
 const (
-	// MaxIDLen is the longest client or resource id, in bytes.
-	MaxIDLen = 256
-	// MaxRequestResources is the most resources one request may carry.
-	MaxRequestResources = 1000
+	// maxIDLen is the longest client or resource id, in bytes.
+	maxIDLen = 256
+	// maxRequestResources is the most resources one request may carry.
+	maxRequestResources = 1000
 	// DefaultMaxClients is the default bound on clients per resource.
 	DefaultMaxClients = 100_000
 	// DefaultMaxResources is the default bound on resources per server.
@@ -24,9 +24,9 @@ const (
 	DefaultMaxLeases = 200_000
 	// DefaultMaxLeasesPerClient is the default bound on the resources
 	// one client id holds leases on, as many as a Client can ask for.
-	DefaultMaxLeasesPerClient = MaxRequestResources
-	// DefaultJitter is the default spread of refresh intervals: ±10%.
-	DefaultJitter = 0.1
+	DefaultMaxLeasesPerClient = maxRequestResources
+	// defaultJitter is the default spread of refresh intervals: ±10%.
+	defaultJitter = 0.1
 	// maxWeightValue bounds ResourceRequest.Weight.
 	maxWeightValue = maxWeight
 )
@@ -60,7 +60,7 @@ func WithMaxClients(n int) ServerOption { return func(s *serverSettings) { s.max
 // WithMaxResources bounds the resources a server tracks (default
 // DefaultMaxResources); requests beyond fail with ErrExhausted. A
 // resource no client holds or wants any more is forgotten within
-// DropInterval, and frees its place.
+// dropInterval, and frees its place.
 func WithMaxResources(n int) ServerOption { return func(s *serverSettings) { s.maxResources = n } }
 
 // WithMaxLeases bounds the client leases (a client's lease or demand on
@@ -76,7 +76,7 @@ func WithMaxLeases(total, perClient int) ServerOption {
 }
 
 // WithJitter spreads refresh intervals uniformly by ±f of their length
-// (default DefaultJitter), so that clients do not refresh in lockstep.
+// (default defaultJitter), so that clients do not refresh in lockstep.
 func WithJitter(f float64) ServerOption { return func(s *serverSettings) { s.jitter = f } }
 
 // WithDecreaseGrace is kept for compatibility and has no effect. A lease
@@ -88,5 +88,5 @@ func WithDecreaseGrace(d time.Duration) ServerOption {
 	return func(s *serverSettings) { s.grace = d }
 }
 
-// WithSeed seeds the jitter, for reproducible simulations.
-func WithSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.seed = seed } }
+// withSeed seeds the jitter, for reproducible simulations.
+func withSeed(seed uint64) ServerOption { return func(s *serverSettings) { s.seed = seed } }

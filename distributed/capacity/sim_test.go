@@ -41,13 +41,13 @@ func TestSimulation(t *testing.T) {
 		)
 		cfg := Config{Resources: []Template{{ID: "*", Capacity: capacity, LeaseLength: lease, RefreshInterval: refresh}}}
 		newServer := func() *Server {
-			s, err := NewServer(cfg, WithSeed(11))
+			s, err := NewServer(cfg, withSeed(11))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		}
-		net := new(Network)
+		net := new(memNetwork)
 		net.SetLatency(50 * time.Millisecond) // each way
 		server := newServer()
 		net.Attach("s1", server)

@@ -26,8 +26,9 @@ import (
 //   - its clients' leases never outlive the leases they were cut from,
 //     and their refresh interval is at most half its own;
 //   - once its leases have expired without a refresh (the parent is
-//     unreachable), it hands out the resource's safe capacity, as the
-//     parent granted it, rather than 0;
+//     unreachable), it grants 0 until the parent grants it a lease again:
+//     the parent no longer counts what it would hand out (its clients
+//     whose own leases expire use their mode's fallback, as any client);
 //   - for FairShare it reports the weight of each band's demand at the
 //     band's current water level: the weights of its unsatisfied clients
 //     plus, for each satisfied one, its wants over that level. A parent
@@ -43,8 +44,9 @@ import (
 // sees a new incarnation of the client and counts the previous life's
 // grant, on top of the new one's, until that grant expires, whatever the
 // new life reports. A restarted server learns, as a new master does, so a
-// restarted root is covered too. While a parent is unreachable the bound
-// is the safe capacities its children hand out.
+// restarted root is covered too. Gauge units a leaf's clients keep past
+// the expiry of the leaf's lease at its parent come on top, as units a
+// client keeps past its own lease's expiry do: no unit is taken back.
 
 // WithParent makes the server a child in a server tree: the capacity of
 // each resource is what it leases from the servers at addrs (the parent
@@ -63,14 +65,14 @@ type parentSettings struct {
 	opts  []ClientOption
 }
 
-// MaxParentBands bounds the priority bands a server in a tree asks its
+// maxParentBands bounds the priority bands a server in a tree asks its
 // parent in at once: a request in one more band fails with ErrExhausted.
 // A band none of the server's clients is in any more is given up once
 // its lease from the parent has run out or come down to 0.
-const MaxParentBands = 16
+const maxParentBands = 16
 
 // treeLink is a server's link to its parent: per priority band, clients
-// of at most MaxRequestResources resources each. s.mu is held to use it,
+// of at most maxRequestResources resources each. s.mu is held to use it,
 // except for close and err.
 type treeLink struct {
 	set  *parentSettings
@@ -90,7 +92,7 @@ func newTreeLink(p *parentSettings) (*treeLink, error) {
 }
 
 // fits reports whether requests in the bands of prios fit under
-// MaxParentBands.
+// maxParentBands.
 func (l *treeLink) fits(prios []int32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -100,7 +102,7 @@ func (l *treeLink) fits(prios []int32) bool {
 			n++
 		}
 	}
-	return n <= MaxParentBands
+	return n <= maxParentBands
 }
 
 // open opens resource id in band b at the parent, on a client of the band
@@ -111,13 +113,13 @@ func (l *treeLink) open(id string, b int32) (*Resource, error) {
 	cs := l.band[b]
 	var c *Client
 	for _, x := range cs {
-		if x.open() < MaxRequestResources {
+		if x.open() < maxRequestResources {
 			c = x
 			break
 		}
 	}
 	if c == nil {
-		if len(cs) == 0 && len(l.band) >= MaxParentBands {
+		if len(cs) == 0 && len(l.band) >= maxParentBands {
 			return nil, fmt.Errorf("%w: %d priority bands at the parent", ErrExhausted, len(l.band))
 		}
 		name := l.base.ID() + "/band" + strconv.Itoa(int(b))
@@ -174,7 +176,7 @@ func (l *treeLink) close() error {
 // abandon stops the link's clients without giving their leases back.
 func (l *treeLink) abandon() {
 	for _, c := range l.clients() {
-		c.Abandon()
+		c.abandon()
 	}
 }
 
@@ -229,23 +231,17 @@ func (s *Server) closeUpstream(r *resource) {
 }
 
 // syncUpstream makes r's capacity what the parent grants it now: the sum
-// of its unexpired leases, or, with none, the safe capacity; s.mu is held.
+// of its unexpired leases, 0 with none (a lease granted without one would
+// outlive the parent's, and the parent no longer counts it); s.mu is held.
 func (r *resource) syncUpstream() {
 	if r.up == nil {
 		return
 	}
-	var sum, safe float64
-	leased := false
+	c := 0.0
 	for _, u := range r.up.bands {
 		if l, ok := u.r.Lease(); ok {
-			sum, leased = sum+l.Capacity, true
-		} else {
-			safe = max(safe, u.r.Capacity()) // the fallback of an expired lease
+			c += l.Capacity
 		}
-	}
-	c := safe
-	if leased {
-		c = sum
 	}
 	if c != r.tmpl.Capacity {
 		t := r.tmpl
@@ -257,7 +253,7 @@ func (r *resource) syncUpstream() {
 // reportUpstream tells the parent, per band, r's demand and what r's
 // clients hold, and gives up the bands r's clients have left once their
 // lease is down to 0; s.mu is held. A band it cannot open (the server is
-// closed, or at MaxParentBands) stays without a lease, so that r has
+// closed, or at maxParentBands) stays without a lease, so that r has
 // none of its capacity.
 func (s *Server) reportUpstream(r *resource) {
 	if s.parent == nil {
@@ -356,7 +352,10 @@ func (r *resource) capLease(lease, refresh time.Duration) (time.Duration, time.D
 			refresh = min(refresh, l.Refresh/2)
 		}
 	}
-	return lease, min(refresh, lease)
+	// Ask again well before the lease ends, as a template's refresh
+	// interval does: a refresh due at its very end arrives after it, when
+	// the server no longer counts what the client holds.
+	return lease, min(refresh, lease/2)
 }
 
 // Close stops a server with a parent from asking it for capacity and gives
@@ -371,13 +370,13 @@ func (s *Server) Close() error {
 	return s.parent.close()
 }
 
-// Abandon stops a server as a crash of its process would: a server with a
+// abandon stops a server as a crash of its process would: a server with a
 // parent stops asking it for capacity and gives no lease back (the parent
 // counts them until they expire). The server answers requests still, so
 // detach it from the network first. A new Server with the same
 // configuration and parent client id is then the process restarted with
 // its state lost. For simulations and tests. Idempotent.
-func (s *Server) Abandon() {
+func (s *Server) abandon() {
 	if s.parent == nil {
 		return
 	}
@@ -385,11 +384,11 @@ func (s *Server) Abandon() {
 	s.parent.abandon()
 }
 
-// sweep drops the resources the server's clients left every DropInterval
+// sweep drops the resources the server's clients left every dropInterval
 // until Close, so that a server in a tree stops asking its parent for
 // them even when no request comes in.
 func (s *Server) sweep() {
-	t := time.NewTicker(DropInterval)
+	t := time.NewTicker(dropInterval)
 	defer t.Stop()
 	for {
 		select {

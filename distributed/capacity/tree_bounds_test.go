@@ -12,16 +12,16 @@ import (
 	"github.com/throttlekit/throttle"
 )
 
-// treeNode is one server of a test tree on a Network.
+// treeNode is one server of a test tree on a memNetwork.
 type treeNode struct{ addr, parent string }
 
 // newTree starts servers of cfg on net, children asking their parent;
 // they are closed when the test ends.
-func newTree(t *testing.T, net *Network, cfg Config, nodes []treeNode, opts ...ServerOption) map[string]*Server {
+func newTree(t *testing.T, net *memNetwork, cfg Config, nodes []treeNode, opts ...ServerOption) map[string]*Server {
 	t.Helper()
 	out := map[string]*Server{}
 	for _, n := range nodes {
-		o := append([]ServerOption{WithSeed(uint64(len(out) + 1))}, opts...)
+		o := append([]ServerOption{withSeed(uint64(len(out) + 1))}, opts...)
 		if n.parent != "" {
 			o = append(o, WithParent(net, []string{n.parent}, WithClientID(n.addr), WithMinRefreshGap(0)))
 		}
@@ -44,7 +44,7 @@ func newTree(t *testing.T, net *Network, cfg Config, nodes []treeNode, opts ...S
 func TestTreeHugeWants(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const capacity = 120.0
-		net := new(Network)
+		net := new(memNetwork)
 		net.SetLatency(5 * time.Millisecond)
 		cfg := Config{Resources: []Template{{ID: "*", Capacity: capacity, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second, SafeCapacity: 60}}}
 		servers := newTree(t, net, cfg, []treeNode{{"root", ""}, {"l0", "root"}, {"l1", "root"}}, WithDecreaseGrace(10*time.Second))
@@ -115,7 +115,7 @@ func TestClientLeavesOutInvalidDemand(t *testing.T) {
 // leaf's ParentErr, with the parent's sentinel.
 func TestParentErrReportsRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := new(Network)
+		net := new(memNetwork)
 		cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
 		root, err := NewServer(cfg, WithMaxResources(1))
 		if err != nil {
@@ -149,9 +149,9 @@ func TestUnheldResourcesAreDropped(t *testing.T) {
 	if _, err := s.GetCapacity(t.Context(), &Request{Client: "a", Resources: []ResourceRequest{{Resource: "r", Wants: 1}}}); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("at the bound: %v, want ErrExhausted", err)
 	}
-	clk.Advance(DefaultLeaseLength) // the attacker's leases expire
+	clk.Advance(defaultLeaseLength) // the attacker's leases expire
 	s.Status()                      // finds the made-up resources unheld
-	clk.Advance(DropInterval)
+	clk.Advance(dropInterval)
 	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 1}); len(g) != 1 {
 		t.Fatalf("grants %+v", g)
 	}
@@ -162,9 +162,9 @@ func TestUnheldResourcesAreDropped(t *testing.T) {
 	if _, err := s.Release(t.Context(), &ReleaseRequest{Client: "b", Resources: []string{"s"}}); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(DropInterval)
+	clk.Advance(dropInterval)
 	s.Status()
-	clk.Advance(DropInterval)
+	clk.Advance(dropInterval)
 	if n := len(s.Status().Resources); n != 1 {
 		t.Fatalf("%d resources tracked after a release, want 1", n)
 	}
@@ -175,7 +175,7 @@ func TestUnheldResourcesAreDropped(t *testing.T) {
 // parent for yet: its first grant is 0, not its template's capacity.
 func TestTreeNewResourceStartsEmpty(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := new(Network)
+		net := new(memNetwork)
 		root, err := NewServer(Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}})
 		if err != nil {
 			t.Fatal(err)
@@ -228,7 +228,7 @@ func TestLeaseBounds(t *testing.T) {
 	if n := len(s.Status().Resources); n != 4 {
 		t.Fatalf("a refused request changed the state: %d resources", n)
 	}
-	clk.Advance(DefaultLeaseLength + DropInterval)
+	clk.Advance(defaultLeaseLength + dropInterval)
 	if err := req("third", "a", "b", "c"); err != nil {
 		t.Fatalf("after the leases expired: %v", err)
 	}
@@ -249,7 +249,7 @@ func bandClients(s *Server) (clients, bands int) {
 }
 
 // TestTreeBandsBounded: clients in ever new priority bands start at most
-// MaxParentBands clients at the parent (a request in one more band is
+// maxParentBands clients at the parent (a request in one more band is
 // refused and changes nothing), and the bands they leave are closed, so
 // that no upstream client outlives its clients.
 func TestTreeBandsBounded(t *testing.T) {
@@ -266,10 +266,10 @@ func TestTreeBandsBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if c, b := bandClients(leaf); b > MaxParentBands || c > MaxParentBands || refused != 100-MaxParentBands {
-			t.Fatalf("%d clients in %d bands at the parent, %d requests refused; want at most %d bands", c, b, refused, MaxParentBands)
+		if c, b := bandClients(leaf); b > maxParentBands || c > maxParentBands || refused != 100-maxParentBands {
+			t.Fatalf("%d clients in %d bands at the parent, %d requests refused; want at most %d bands", c, b, refused, maxParentBands)
 		}
-		if st := leaf.Status(); st.Resources[0].Clients != MaxParentBands {
+		if st := leaf.Status(); st.Resources[0].Clients != maxParentBands {
 			t.Fatalf("refused requests changed the state: %d clients", st.Resources[0].Clients)
 		}
 		time.Sleep(60 * time.Second) // the clients are gone
@@ -290,7 +290,7 @@ func root(servers map[string]*Server) *Server { return servers["root"] }
 // rootAndLeaf starts a root of capacity 100 and a leaf under it.
 func rootAndLeaf(t *testing.T) map[string]*Server {
 	cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 10 * time.Second, RefreshInterval: 2 * time.Second}}}
-	return newTree(t, new(Network), cfg, []treeNode{{"root", ""}, {"leaf", "root"}})
+	return newTree(t, new(memNetwork), cfg, []treeNode{{"root", ""}, {"leaf", "root"}})
 }
 
 // leased returns how many of s's resources have clients.

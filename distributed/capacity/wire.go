@@ -37,7 +37,8 @@ const MaxRequestBytes = 1 << 20
 // http.Server whose Protocols allow unencrypted HTTP/2. Bad requests get
 // code InvalidArgument, a full server ResourceExhausted; requests above
 // MaxRequestBytes, as sent or once decompressed, are refused with
-// ErrTooLarge without reading (or inflating) more than that. opts are
+// InvalidArgument (HTTP 413 for a Connect request whose Content-Length
+// says so) without reading (or inflating) more than that. opts are
 // added to the handler's options.
 func NewHandler(s *Server, opts ...connect.HandlerOption) http.Handler {
 	mux := http.NewServeMux()
@@ -53,7 +54,7 @@ func NewHandler(s *Server, opts ...connect.HandlerOption) http.Handler {
 // maxBodyBytes is the longest body read: a message and a gRPC envelope.
 const maxBodyBytes = MaxRequestBytes + 5
 
-var errTooLarge = connect.NewError(connect.CodeInvalidArgument, ErrTooLarge)
+var connTooLarge = connect.NewError(connect.CodeInvalidArgument, errTooLarge)
 
 // boundBody refuses a body above maxBodyBytes: at once with 413 for a
 // Connect request that says its length, otherwise when the handler reads
@@ -64,7 +65,7 @@ func boundBody(h http.Handler) http.Handler {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Connection", "close")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			_ = json.NewEncoder(w).Encode(map[string]string{"code": "invalid_argument", "message": ErrTooLarge.Error()})
+			_ = json.NewEncoder(w).Encode(map[string]string{"code": "invalid_argument", "message": errTooLarge.Error()})
 			return
 		}
 		r.Body = &boundedReader{r: r.Body, c: r.Body, left: maxBodyBytes}
@@ -72,7 +73,7 @@ func boundBody(h http.Handler) http.Handler {
 	})
 }
 
-// boundedReader reads at most left bytes of r; one more is ErrTooLarge.
+// boundedReader reads at most left bytes of r; one more is errTooLarge.
 type boundedReader struct {
 	r    io.Reader
 	c    io.Closer
@@ -84,7 +85,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 		var one [1]byte
 		n, err := b.r.Read(one[:])
 		if n > 0 {
-			return 0, errTooLarge
+			return 0, connTooLarge
 		}
 		return 0, err
 	}
@@ -136,29 +137,82 @@ func (w wireServer) GetCapacity(ctx context.Context, in *connect.Request[capacit
 	if err := authorize(ctx, m.GetClientId()); err != nil {
 		return nil, err
 	}
-	if len(m.GetResources()) > MaxRequestResources {
-		return nil, wireError(invalidf("a request carries 1 to %d resources, got %d", MaxRequestResources, len(m.GetResources())))
+	if len(m.GetResources()) > maxRequestResources {
+		return nil, wireError(invalidf("a request carries 1 to %d resources, got %d", maxRequestResources, len(m.GetResources())))
 	}
-	req := &Request{Client: m.GetClientId(), Resources: make([]ResourceRequest, len(m.GetResources())), Incarnation: m.GetIncarnation(), Sequence: m.GetSequence()}
-	for i, r := range m.GetResources() {
-		req.Resources[i] = ResourceRequest{Resource: r.GetResourceId(), Wants: r.GetWants(), Has: r.GetHas(), Priority: r.GetPriority(), Weight: r.GetWeight(), Token: r.GetLeaseToken()}
-	}
-	resp, err := w.s.GetCapacity(ctx, req)
+	resp, err := w.s.GetCapacity(ctx, fromWire(m))
 	if err != nil {
 		return nil, wireError(err)
 	}
-	out := &capacityv1.GetCapacityResponse{Redirect: resp.Redirect, MasterAddress: resp.Master, Grants: make([]*capacityv1.Grant, len(resp.Grants)),
-		Stale: resp.Stale, Incarnation: resp.Incarnation}
-	for i, g := range resp.Grants {
-		out.Grants[i] = &capacityv1.Grant{
-			ResourceId: g.Resource, Capacity: g.Capacity, SafeCapacity: g.SafeCapacity,
-			Lease: durationpb.New(g.Lease), RefreshInterval: durationpb.New(g.Refresh), LeaseToken: g.Token,
-		}
-		if g.Err != nil {
-			out.Grants[i].Code, out.Grants[i].Error = wireResourceCode(g.Err), g.Err.Error()
-		}
+	return connect.NewResponse(toWire(resp)), nil
+}
+
+// fromWire returns the Request of m. A request of one resource, the
+// common case, takes one allocation.
+func fromWire(m *capacityv1.GetCapacityRequest) *Request {
+	var req *Request
+	if rs := m.GetResources(); len(rs) == 1 {
+		b := new(struct {
+			req Request
+			one [1]ResourceRequest
+		})
+		req = &b.req
+		req.Resources = b.one[:]
+	} else {
+		req = &Request{Resources: make([]ResourceRequest, len(rs))}
 	}
-	return connect.NewResponse(out), nil
+	req.Client, req.Incarnation, req.Sequence = m.GetClientId(), m.GetIncarnation(), m.GetSequence()
+	for i, r := range m.GetResources() {
+		req.Resources[i] = ResourceRequest{Resource: r.GetResourceId(), Wants: r.GetWants(), Has: r.GetHas(), Priority: r.GetPriority(), Weight: r.GetWeight(), Token: r.GetLeaseToken()}
+	}
+	return req
+}
+
+// wireGrant is a Grant message and its two durations, allocated together.
+type wireGrant struct {
+	g              capacityv1.Grant
+	lease, refresh durationpb.Duration
+}
+
+// toWire returns the message of resp. An answer of one grant, the common
+// case, takes one allocation; others three.
+func toWire(resp *Response) *capacityv1.GetCapacityResponse {
+	var (
+		out  *capacityv1.GetCapacityResponse
+		ptrs []*capacityv1.Grant
+		gs   []wireGrant
+	)
+	if len(resp.Grants) == 1 {
+		b := new(struct {
+			out  capacityv1.GetCapacityResponse
+			ptrs [1]*capacityv1.Grant
+			gs   [1]wireGrant
+		})
+		out, ptrs, gs = &b.out, b.ptrs[:], b.gs[:]
+	} else {
+		out, ptrs, gs = new(capacityv1.GetCapacityResponse), make([]*capacityv1.Grant, len(resp.Grants)), make([]wireGrant, len(resp.Grants))
+	}
+	out.Redirect, out.MasterAddress, out.Stale, out.Incarnation = resp.Redirect, resp.Master, resp.Stale, resp.Incarnation
+	if len(resp.Grants) > 0 {
+		out.Grants = ptrs
+	}
+	for i, g := range resp.Grants {
+		w := &gs[i]
+		setDuration(&w.lease, g.Lease)
+		setDuration(&w.refresh, g.Refresh)
+		w.g.ResourceId, w.g.Capacity, w.g.SafeCapacity = g.Resource, g.Capacity, g.SafeCapacity
+		w.g.Lease, w.g.RefreshInterval, w.g.LeaseToken = &w.lease, &w.refresh, g.Token
+		if g.Err != nil {
+			w.g.Code, w.g.Error = wireResourceCode(g.Err), g.Err.Error()
+		}
+		ptrs[i] = &w.g
+	}
+	return out
+}
+
+// setDuration sets p to d, as durationpb.New does.
+func setDuration(p *durationpb.Duration, d time.Duration) {
+	p.Seconds, p.Nanos = int64(d/time.Second), int32(d%time.Second)
 }
 
 func (w wireServer) ReleaseCapacity(ctx context.Context, in *connect.Request[capacityv1.ReleaseCapacityRequest]) (*connect.Response[capacityv1.ReleaseCapacityResponse], error) {

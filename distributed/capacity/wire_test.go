@@ -251,7 +251,7 @@ var _ io.Writer = (*recorder)(nil)
 const getCapacityPath = "/throttle.capacity.v1.CapacityService/GetCapacity"
 
 // TestWireGzipBomb: a small gzip body that would inflate to 8 MiB is
-// refused with ErrTooLarge after inflating about MaxRequestBytes, not after
+// refused with errTooLarge after inflating about MaxRequestBytes, not after
 // inflating all of it: the bomb's checksum is wrong, which only a handler
 // that inflated it to the end would find.
 func TestWireGzipBomb(t *testing.T) {

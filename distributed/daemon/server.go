@@ -94,7 +94,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/gossip"
 	"github.com/throttlekit/throttle/internal/clock"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // Replies of the protocol.

@@ -167,12 +167,12 @@ func TestRestartAfterClockStepBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	la, _ := a.NewLimiter("api", throttle.PerHour(1), 100)
+	la, _ := a.NewLimiter("api", throttle.NewRate(1, time.Hour), 100)
 	b, err := NewNode(Config{Transport: net.Endpoint("b"), Secret: secret, Peers: peers}, throttle.WithClock(clkB))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb, _ := b.NewLimiter("api", throttle.PerHour(1), 100)
+	lb, _ := b.NewLimiter("api", throttle.NewRate(1, time.Hour), 100)
 	// Enough rounds for b, which started after a (in its clock), to
 	// catch up and decide normally (see Node.gate).
 	step := func(b *Node, clkB *throttletest.Clock) {
@@ -198,7 +198,7 @@ func TestRestartAfterClockStepBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b2.Close()
-	lb2, _ := b2.NewLimiter("api", throttle.PerHour(1), 100)
+	lb2, _ := b2.NewLimiter("api", throttle.NewRate(1, time.Hour), 100)
 	step(b2, clkA)
 	lb2.Allow(ctx, "k", 7)
 	step(b2, clkA)

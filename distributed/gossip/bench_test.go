@@ -68,7 +68,7 @@ func BenchmarkBaseline(b *testing.B) {
 
 func benchRate(mode string) (throttle.Rate, int) {
 	if mode == "denied" {
-		return throttle.PerHour(1), 1
+		return throttle.NewRate(1, time.Hour), 1
 	}
 	return throttle.PerSecond(1), 1_000_000_000
 }

@@ -93,7 +93,7 @@ func TestCapRetryAfterExact(t *testing.T) {
 // fact for lock-free denials; when a peer leaves, its share grows, and the
 // next request must be decided afresh and admitted.
 func TestCapFullClearedByMembers(t *testing.T) {
-	c := newCluster(t, 3, throttle.PerHour(1), 9, time.Second, true, 1)
+	c := newCluster(t, 3, throttle.NewRate(1, time.Hour), 9, time.Second, true, 1)
 	c.settle()
 	l := c.lims[0]
 	for i := range 4 {
@@ -119,7 +119,7 @@ func TestCapFullClearedByMembers(t *testing.T) {
 // longer ask for anything, its share grows to all the tokens left, and
 // the next request must be decided afresh and admitted.
 func TestCapFullClearedByReports(t *testing.T) {
-	c := newCluster(t, 3, throttle.PerHour(1), 9, time.Second, true, 1)
+	c := newCluster(t, 3, throttle.NewRate(1, time.Hour), 9, time.Second, true, 1)
 	c.settle()
 	l := c.lims[0]
 	r := c.clk.Now().UnixNano() / int64(time.Second)
@@ -266,7 +266,7 @@ func TestCapConcurrentFlood(t *testing.T) {
 		churn bool
 		each  int // requests per goroutine
 	}{{false, 20}, {false, 500}, {true, 500}} {
-		c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, true, 1)
+		c := newCluster(t, 2, throttle.NewRate(1, time.Hour), 10, time.Second, true, 1)
 		c.settle()
 		l := c.lims[0]
 		var admitted, asked atomic.Int64
@@ -324,7 +324,7 @@ func TestCapConcurrentFlood(t *testing.T) {
 // reports an even larger demand. Both weigh the ceiling in the next round,
 // so node 0 gets half of the 5 tokens left, not nothing.
 func TestDemandCeiling(t *testing.T) {
-	c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, true, 1)
+	c := newCluster(t, 2, throttle.NewRate(1, time.Hour), 10, time.Second, true, 1)
 	c.settle()
 	l := c.lims[0]
 	if want := int64(16 * 10); l.demand != want {

@@ -4,7 +4,7 @@ import (
 	"slices"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // catchUp is the state sync of one peer that joined or restarted: the

@@ -18,7 +18,7 @@ import (
 // catch up; then it asks node 2 for every key once and returns how many
 // it admitted: keys whose exhaustion its catch-up state lost.
 func restartReadmitted(t *testing.T, keys, queue, rounds int) int {
-	rate, burst := throttle.PerHour(1), 1
+	rate, burst := throttle.NewRate(1, time.Hour), 1
 	c := newCluster(t, 3, rate, burst, time.Second, false, 1)
 	c.net.SetQueueLimit(queue)
 	c.runTo(c.clk.Now().Add(2 * time.Second))
@@ -189,7 +189,7 @@ func firstStart(t *testing.T, burst int, members, silent bool, dead time.Duratio
 			ms := NewStaticMembership(Member{ID: a}, addrs...)
 			cfg.Peers, cfg.Membership, mss = nil, ms, append(mss, ms)
 		}
-		n, l := newNode(t, cfg, throttle.PerMinute(1), burst, throttle.WithClock(clk))
+		n, l := newNode(t, cfg, throttle.NewRate(1, time.Minute), burst, throttle.WithClock(clk))
 		t.Cleanup(func() { n.Close() })
 		nodes, lims = append(nodes, n), append(lims, l)
 	}
@@ -241,7 +241,7 @@ func firstStart(t *testing.T, burst int, members, silent bool, dead time.Duratio
 // every datagram by delay from then on. After wait it asks node 2 for
 // every key once and returns how many it admitted, and the node.
 func restartSlow(t *testing.T, keys int, static bool, members []string, delay, wait time.Duration) (int, *Node) {
-	rate, burst := throttle.PerHour(1), 1
+	rate, burst := throttle.NewRate(1, time.Hour), 1
 	c := newCluster(t, 3, rate, burst, time.Second, false, 1)
 	key := func(i int) string { return "key-" + strconv.Itoa(i) }
 	for i := range keys {

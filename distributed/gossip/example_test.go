@@ -52,8 +52,8 @@ func ExampleNode() {
 	a, b := udpPair()
 	defer a.Close()
 	defer b.Close()
-	la, _ := a.NewLimiter("api", throttle.PerHour(60), 10)
-	lb, _ := b.NewLimiter("api", throttle.PerHour(60), 10)
+	la, _ := a.NewLimiter("api", throttle.NewRate(60, time.Hour), 10)
+	lb, _ := b.NewLimiter("api", throttle.NewRate(60, time.Hour), 10)
 
 	for range 8 {
 		la.Allow(context.Background(), "alice", 1) // 8 requests land on node a
@@ -72,8 +72,8 @@ func ExampleNode_NewOwnedLimiter() {
 	defer a.Close()
 	defer b.Close()
 	cfg := gossip.OwnedConfig{Timeout: time.Second} // generous on a loaded host
-	la, _ := a.NewOwnedLimiter("api", throttle.PerHour(60), 2, cfg)
-	lb, _ := b.NewOwnedLimiter("api", throttle.PerHour(60), 2, cfg)
+	la, _ := a.NewOwnedLimiter("api", throttle.NewRate(60, time.Hour), 2, cfg)
+	lb, _ := b.NewOwnedLimiter("api", throttle.NewRate(60, time.Hour), 2, cfg)
 
 	fmt.Println("one owner:", la.Owner("alice") == lb.Owner("alice"))
 	for _, l := range []*gossip.OwnedLimiter{lb, la, lb} {
@@ -131,8 +131,8 @@ func ExampleSeal() {
 	a, b := pair(ta, tb, nil)
 	defer a.Close()
 	defer b.Close()
-	la, _ := a.NewLimiter("api", throttle.PerHour(60), 10)
-	lb, _ := b.NewLimiter("api", throttle.PerHour(60), 10)
+	la, _ := a.NewLimiter("api", throttle.NewRate(60, time.Hour), 10)
+	lb, _ := b.NewLimiter("api", throttle.NewRate(60, time.Hour), 10)
 	la.Allow(context.Background(), "alice", 8)
 	ring.set(key1, key2) // rotation: add the new key everywhere...
 	ring.set(key2, key1) // ...make it primary everywhere...

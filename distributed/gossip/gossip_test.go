@@ -509,7 +509,7 @@ func TestBelowListsKeysBelowFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	l, err := n.NewLimiter("api", throttle.PerMinute(1), 10)
+	l, err := n.NewLimiter("api", throttle.NewRate(1, time.Minute), 10)
 	if err != nil {
 		t.Fatal(err)
 	}

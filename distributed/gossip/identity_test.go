@@ -24,7 +24,7 @@ func (c *cluster) restart(t *testing.T, i int, rate throttle.Rate, burst int, op
 // an older incarnation of the sender (and of the receiver): it changes
 // nothing, and the hits of the peer's current life keep being charged.
 func TestReplayedOldHelloKeepsNodesTogether(t *testing.T) {
-	rate, burst := throttle.PerHour(1), 1000
+	rate, burst := throttle.NewRate(1, time.Hour), 1000
 	taps := map[string]*tap{}
 	c := newCluster(t, 2, rate, burst, time.Second, false, 1, withTap(taps))
 	c.runTo(c.clk.Now().Add(3 * time.Second))

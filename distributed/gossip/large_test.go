@@ -16,8 +16,8 @@ import (
 func largeRoundUDP(t testing.TB, keys, rounds int) []float64 {
 	clk := throttletest.NewClock()
 	a, b, _, _ := udpNodes(t, throttle.WithClock(clk), throttle.WithMaxKeys(2*keys))
-	la, _ := a.NewLimiter("api", throttle.PerHour(1), 10)
-	b.NewLimiter("api", throttle.PerHour(1), 10)
+	la, _ := a.NewLimiter("api", throttle.NewRate(1, time.Hour), 10)
+	b.NewLimiter("api", throttle.NewRate(1, time.Hour), 10)
 	// Introduce the nodes to each other first.
 	clk.Advance(time.Second)
 	a.Tick()
@@ -76,7 +76,7 @@ func TestLargeRoundOverUDP(t *testing.T) {
 // receive buffer of about queue x 1.4 kB), and 2% random loss on top;
 // it returns the number of rounds until every peer charged every hit.
 func largeRoundSim(t testing.TB, keys, queue int, maxRounds int) (rounds int, charged float64) {
-	c := newCluster(t, 3, throttle.PerHour(1), 10, time.Second, false, 1)
+	c := newCluster(t, 3, throttle.NewRate(1, time.Hour), 10, time.Second, false, 1)
 	c.net.SetQueueLimit(queue)
 	c.net.SetLoss(0.02)
 	c.runTo(c.clk.Now().Add(2 * time.Second))
@@ -125,7 +125,7 @@ func TestLargeRoundSim(t *testing.T) {
 // charged on the peers within two rounds, and once the flood stops the
 // backlog drains.
 func TestJunkFloodDoesNotStarveGossip(t *testing.T) {
-	c := newCluster(t, 2, throttle.PerHour(1), 1000, time.Second, false, 1)
+	c := newCluster(t, 2, throttle.NewRate(1, time.Hour), 1000, time.Second, false, 1)
 	flood, queue := 3000, 20
 	if race {
 		flood, queue = 600, 4
@@ -161,7 +161,7 @@ func TestJunkFloodDoesNotStarveGossip(t *testing.T) {
 // them and every round scanned (and sorted) the whole table, which made
 // rounds at 1,000,000 keys slower still.
 func TestLateRoundsDoNotScanTheTable(t *testing.T) {
-	c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, false, 1)
+	c := newCluster(t, 2, throttle.NewRate(1, time.Hour), 10, time.Second, false, 1)
 	for i := range 5000 {
 		c.lims[0].Allow(ctx, "key-"+strconv.Itoa(i), 1)
 	}
@@ -204,7 +204,7 @@ func TestCutRoundCarriesDistinctCounters(t *testing.T) {
 	if race {
 		keys = 10_000
 	}
-	c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, false, 1, func(cfg *Config) {
+	c := newCluster(t, 2, throttle.NewRate(1, time.Hour), 10, time.Second, false, 1, func(cfg *Config) {
 		cfg.MaxRoundBytes = keys * 21 // about two thirds of the keys' entries
 	})
 	c.runTo(c.clk.Now().Add(2 * time.Second))

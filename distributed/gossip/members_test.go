@@ -35,7 +35,7 @@ func (c *cluster) flood(key string) (admitted int) {
 // the shares again when the membership says it is alive.
 func TestDeadMemberLeavesSharesAtOnce(t *testing.T) {
 	ms := map[string]*StaticMembership{}
-	c := newCluster(t, 3, throttle.PerHour(1), 9, time.Second, true, 1, withMembership(ms))
+	c := newCluster(t, 3, throttle.NewRate(1, time.Hour), 9, time.Second, true, 1, withMembership(ms))
 	c.settle()
 	if got := c.flood("a"); got != 3 {
 		t.Fatalf("three live members: admitted %d of 9, want 3", got)
@@ -64,10 +64,10 @@ func TestDeadMemberLeavesSharesAtOnce(t *testing.T) {
 // restart: a member added is charged and charges, one removed is not.
 func TestStaticMembershipSet(t *testing.T) {
 	ms := map[string]*StaticMembership{}
-	c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1, withMembership(ms))
+	c := newCluster(t, 2, throttle.NewRate(1, time.Minute), 10, time.Second, false, 1, withMembership(ms))
 	// A node that lists n0 and n1; they do not list it yet.
 	node, lim := newNode(t, Config{Transport: c.net.Endpoint("n2"), Secret: secret, Peers: c.addrs},
-		throttle.PerMinute(1), 10, throttle.WithClock(c.clk))
+		throttle.NewRate(1, time.Minute), 10, throttle.WithClock(c.clk))
 	c.nodes = append(c.nodes, node)
 	// Its peers do not answer it: having heard none, it stays gated (see
 	// Node.gateStart), a key's admissions within rate x the time since
@@ -108,7 +108,7 @@ func TestStaticMembershipSet(t *testing.T) {
 // older life are refused even before the new life speaks.
 func TestMemberIncarnationFloor(t *testing.T) {
 	ms := map[string]*StaticMembership{}
-	c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1, withMembership(ms))
+	c := newCluster(t, 2, throttle.NewRate(1, time.Minute), 10, time.Second, false, 1, withMembership(ms))
 	inc := c.nodes[1].incarnation.Load()
 	ms["n0"].update(MemberEvent{Kind: MemberJoin, Member: Member{ID: "n1", Incarnation: inc + 1}})
 	c.lims[1].Allow(ctx, "k", 3)
@@ -155,7 +155,7 @@ func (m *moving) Local() Member { return Member{Incarnation: m.inc.Load()} }
 // charging its counters once: no hit is charged twice or lost.
 func TestNodeFollowsLocalIncarnation(t *testing.T) {
 	var mv *moving
-	c := newCluster(t, 2, throttle.PerHour(1), 10, time.Second, false, 1, func(cfg *Config) {
+	c := newCluster(t, 2, throttle.NewRate(1, time.Hour), 10, time.Second, false, 1, func(cfg *Config) {
 		if cfg.Transport.Addr() == "n1" {
 			mv = &moving{StaticMembership: NewStaticMembership(Member{}, cfg.Peers...)}
 			mv.inc.Store(uint64(time.Now().UnixNano()))

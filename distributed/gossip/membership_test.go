@@ -13,7 +13,7 @@ import (
 // A node that joins a running cluster catches up: the peers send it their
 // bucket levels, and from then on it is charged their hits.
 func TestJoinCatchesUp(t *testing.T) {
-	c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1)
+	c := newCluster(t, 2, throttle.NewRate(1, time.Minute), 10, time.Second, false, 1)
 	for range 8 {
 		c.lims[0].Allow(ctx, "alice", 1)
 	}
@@ -43,7 +43,7 @@ func TestJoinCatchesUp(t *testing.T) {
 
 // After Leave, a former peer's reports are dropped.
 func TestLeave(t *testing.T) {
-	c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1)
+	c := newCluster(t, 2, throttle.NewRate(1, time.Minute), 10, time.Second, false, 1)
 	c.nodes[1].Leave("n0")
 	c.lims[0].Allow(ctx, "bob", 5)
 	c.runTo(c.clk.Now().Add(3 * time.Second))
@@ -61,7 +61,7 @@ func TestLeave(t *testing.T) {
 // A restarted peer (new incarnation) is counted from zero again; the
 // counters of its previous life are not charged twice.
 func TestPeerRestart(t *testing.T) {
-	c := newCluster(t, 2, throttle.PerHour(1), 100, time.Second, false, 1)
+	c := newCluster(t, 2, throttle.NewRate(1, time.Hour), 100, time.Second, false, 1)
 	c.lims[0].Allow(ctx, "k", 10)
 	c.runTo(c.clk.Now().Add(2 * time.Second))
 	if tok := c.lims[1].Tokens("k"); tok != 90 {
@@ -74,7 +74,7 @@ func TestPeerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, _ := node.NewLimiter("api", throttle.PerHour(1), 100)
+	lim, _ := node.NewLimiter("api", throttle.NewRate(1, time.Hour), 100)
 	c.nodes[0], c.lims[0] = node, lim
 	// It decides conservatively until it has caught up (see Node.gate).
 	if d, _ := lim.Allow(ctx, "k", 3); d.Allowed {
@@ -108,8 +108,8 @@ func TestPeerRestart(t *testing.T) {
 func TestUDPTransport(t *testing.T) {
 	clk := throttletest.NewClock()
 	a, b, ta, tb := udpNodes(t, throttle.WithClock(clk))
-	la, _ := a.NewLimiter("api", throttle.PerHour(1), 1000)
-	lb, _ := b.NewLimiter("api", throttle.PerHour(1), 1000)
+	la, _ := a.NewLimiter("api", throttle.NewRate(1, time.Hour), 1000)
+	lb, _ := b.NewLimiter("api", throttle.NewRate(1, time.Hour), 1000)
 	// Many keys: the report spans several datagrams.
 	for i := range 300 {
 		la.Allow(ctx, "key-"+string(rune('a'+i%26))+string(rune('a'+i/26)), 2)
@@ -212,7 +212,7 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 // allowance takes as news) and that the peer's bucket levels, sent to it
 // on joining, already include. They used to be charged twice.
 func TestJoinChargesRecentHitsOnce(t *testing.T) {
-	c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1)
+	c := newCluster(t, 2, throttle.NewRate(1, time.Minute), 10, time.Second, false, 1)
 	c.runTo(c.clk.Now().Add(3 * time.Second))
 	for range 4 {
 		c.lims[0].Allow(ctx, "carol", 1)
@@ -231,7 +231,7 @@ func TestJoinChargesRecentHitsOnce(t *testing.T) {
 // again by the report; in the other order nothing is charged twice either.
 func TestStateThenReportChargesOnce(t *testing.T) {
 	for _, stateFirst := range []bool{true, false} {
-		c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1)
+		c := newCluster(t, 2, throttle.NewRate(1, time.Minute), 10, time.Second, false, 1)
 		l := c.lims[1]
 		born := c.clk.Now().UnixNano()
 		state := &message{header: header{typ: msgState, sender: "n0", table: "api", incarnation: 7, round: 3},
@@ -265,7 +265,7 @@ func (c *cluster) join(t *testing.T, addr string) *Limiter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := node.NewLimiter("api", throttle.PerMinute(1), 10)
+	lim, err := node.NewLimiter("api", throttle.NewRate(1, time.Minute), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestSharesFollowReports(t *testing.T) {
 // intervals (killed, or cut off) no longer holds a share of a fresh key's
 // burst; once it speaks again it is back in the shares.
 func TestDeadPeerLeavesShares(t *testing.T) {
-	c := newCluster(t, 3, throttle.PerHour(1), 9, time.Second, true, 1)
+	c := newCluster(t, 3, throttle.NewRate(1, time.Hour), 9, time.Second, true, 1)
 	c.settle()
 	if got := c.flood("a"); got != 3 {
 		t.Fatalf("three live members: admitted %d of 9, want 3", got)

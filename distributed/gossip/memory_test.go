@@ -22,7 +22,7 @@ func TestMemoryPerKeyInCluster(t *testing.T) {
 		names[i] = "k" + strconv.Itoa(i)
 	}
 	perKey := limitertest.HeapPer(3*keys, func() any {
-		c := newCluster(t, 3, throttle.PerHour(1), 10, time.Second, false, 1)
+		c := newCluster(t, 3, throttle.NewRate(1, time.Hour), 10, time.Second, false, 1)
 		for _, l := range c.lims {
 			for _, k := range names {
 				l.Allow(ctx, k, 1)

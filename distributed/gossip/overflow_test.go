@@ -12,11 +12,11 @@ import (
 // shared: it is charged to the limit's overflow key, whose hits every
 // peer debits.
 func TestTableFullKeysStayLimitedAndShared(t *testing.T) {
-	c := newCluster(t, 2, throttle.PerHour(1), 5, time.Second, false, 1, func(*Config) {})
+	c := newCluster(t, 2, throttle.NewRate(1, time.Hour), 5, time.Second, false, 1, func(*Config) {})
 	// The cluster's nodes with room for 4 keys each.
 	for i := range c.nodes {
 		c.nodes[i].settings.MaxKeys = 4
-		l, err := c.nodes[i].NewLimiter("small", throttle.PerHour(1), 5)
+		l, err := c.nodes[i].NewLimiter("small", throttle.NewRate(1, time.Hour), 5)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -74,7 +74,7 @@ func TestPartitionLongRunExact(t *testing.T) {
 // with a report every 20 s the cap never refilled: past burst+1 units
 // the peer's honest hits were discarded (Stats.Capped) and never charged.
 func TestSlowRateReportsNotCapped(t *testing.T) {
-	c := newCluster(t, 2, throttle.PerMinute(1), 2, time.Second, false, 1)
+	c := newCluster(t, 2, throttle.NewRate(1, time.Minute), 2, time.Second, false, 1)
 	admitted := 0
 	for range 30 { // 10 minutes, one ask every 20 s: 3x the rate
 		if d, _ := c.lims[0].Allow(ctx, "slow", 1); d.Allowed {

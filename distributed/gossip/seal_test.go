@@ -132,7 +132,7 @@ func TestSealedUnknownKeyRefused(t *testing.T) {
 func TestSealedForgedAndReplayed(t *testing.T) {
 	taps := map[string]*tap{}
 	rings, seals := map[string]*ring{}, map[string]*SealedTransport{}
-	c := newCluster(t, 2, throttle.PerMinute(1), 10, time.Second, false, 1, withTap(taps), withSeal(rings, seals))
+	c := newCluster(t, 2, throttle.NewRate(1, time.Minute), 10, time.Second, false, 1, withTap(taps), withSeal(rings, seals))
 	c.lims[0].Allow(ctx, "victim", 5)
 	c.runTo(c.clk.Now().Add(2 * time.Second))
 	if tok := c.lims[1].Tokens("victim"); tok != 5 {

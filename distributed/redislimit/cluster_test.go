@@ -28,10 +28,7 @@ func TestCluster(t *testing.T) {
 	const limit = 3
 	mk := map[string]func() (throttle.Limiter, error){
 		"tokenbucket": func() (throttle.Limiter, error) {
-			return NewTokenBucket(c, throttle.PerHour(1), limit, vclock(clk))
-		},
-		"leakybucket": func() (throttle.Limiter, error) {
-			return NewLeakyBucket(c, throttle.PerHour(1), limit, vclock(clk))
+			return NewTokenBucket(c, throttle.NewRate(1, time.Hour), limit, vclock(clk))
 		},
 		"fixedwindow": func() (throttle.Limiter, error) {
 			return NewFixedWindow(c, limit, time.Hour, vclock(clk))

@@ -35,7 +35,7 @@ func TestLostReplies(t *testing.T) {
 			if mode == "leasing" {
 				opts = append(opts, WithLeasing(maxBatch, time.Hour))
 			}
-			l, err := NewTokenBucket(c, throttle.Every(time.Hour), burst, opts...)
+			l, err := NewTokenBucket(c, throttle.NewRate(1, time.Hour), burst, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

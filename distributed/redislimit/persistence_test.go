@@ -98,7 +98,7 @@ func TestLeasingAcrossRestart(t *testing.T) {
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	srv.NeedOwn(t)
 	clk := throttletest.NewClock()
-	l, err := NewTokenBucket(newClient(t, srv), throttle.Every(time.Hour), burst, WithOptions(throttle.WithClock(clk)),
+	l, err := NewTokenBucket(newClient(t, srv), throttle.NewRate(1, time.Hour), burst, WithOptions(throttle.WithClock(clk)),
 		WithTimeout(time.Second), WithBreaker(0, 0), WithLeasing(16, time.Hour))
 	if err != nil {
 		t.Fatal(err)

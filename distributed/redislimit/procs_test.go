@@ -36,7 +36,7 @@ const burstChildEnv = "REDISLIMIT_BURST_LOAD"
 func (b *burstLoad) run() error {
 	c := redis.NewClient(&redis.Options{Addr: b.Addr, ContextTimeoutEnabled: true, PoolSize: b.Workers})
 	defer c.Close()
-	l, err := NewTokenBucket(c, throttle.Every(time.Minute), b.Burst, WithPrefix(b.Prefix), WithTimeout(5*time.Second))
+	l, err := NewTokenBucket(c, throttle.NewRate(1, time.Minute), b.Burst, WithPrefix(b.Prefix), WithTimeout(5*time.Second))
 	if err != nil {
 		return err
 	}

@@ -124,7 +124,7 @@ func (s *service) reports() error {
 func (s *service) api(redisAddr string) error {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	s.closers = append(s.closers, rdb.Close)
-	perKey, err := redislimit.NewTokenBucket(rdb, throttle.PerHour(1000), 100)
+	perKey, err := redislimit.NewTokenBucket(rdb, throttle.NewRate(1000, time.Hour), 100)
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (s *service) api(redisAddr string) error {
 // partner serves GET /partner, which calls a partner API that takes one
 // call every 6 s per token: it waits for the turn.
 func (s *service) partner() error {
-	partner, err := tokenbucket.New(throttle.Every(6*time.Second), 1)
+	partner, err := tokenbucket.New(throttle.NewRate(1, 6*time.Second), 1)
 	if err != nil {
 		return err
 	}

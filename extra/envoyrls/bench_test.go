@@ -2,7 +2,13 @@ package envoyrls
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/throttlekit/throttle/internal/redistest"
 )
 
 // BenchmarkDecide is one request of 1 or 4 descriptors decided in
@@ -24,15 +30,54 @@ descriptors:
 		b.Run([]string{"", "1", "", "", "4"}[n], func(b *testing.B) {
 			mem := NewMemory(0)
 			defer mem.Close()
-			svc := New(cfg, Options{Backend: mem})
+			svc := newService(cfg, Options{Backend: mem})
 			r := req("d", desc("a", "x"), desc("b", "x"), desc("c", "x"), desc("e", "x"))
 			r.Descriptors = r.Descriptors[:n]
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := svc.Decide(context.Background(), r); err != nil {
+				if _, err := svc.decide(context.Background(), r); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkRedisCharge is one request of 1 or 4 fixed-window descriptors
+// charged on one Redis server (one script) or on a 3-master Cluster (one
+// script per key, pipelined, one round trip per master the keys hash to,
+// in parallel), alone or from 16 goroutines at once (batched).
+func BenchmarkRedisCharge(b *testing.B) {
+	single := redistest.Start(b)
+	cluster := redistest.StartCluster(b, 3)
+	backends := map[string]*Redis{}
+	for name, c := range map[string]RedisConfig{"single": {Addrs: []string{single.Addr}}, "cluster": {Addrs: cluster.Addrs, Cluster: true}} {
+		r, err := NewRedis(RedisConfig{Addrs: c.Addrs, Cluster: c.Cluster, Timeout: "1s"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { r.Close() })
+		backends[name] = r
+	}
+	limit := &limitRule{rlUnit: rlUnit(rlsv3.RateLimitResponse_RateLimit_DAY), RequestsPerUnit: 1 << 30}
+	for _, name := range []string{"single", "cluster"} {
+		for _, n := range []int{1, 4} {
+			for _, par := range []int{1, 16} {
+				b.Run(fmt.Sprintf("%s/descriptors=%d/goroutines=%d", name, n, par), func(b *testing.B) {
+					b.SetParallelism(par)
+					b.RunParallel(func(pb *testing.PB) {
+						hits, out := make([]hit, n), make([]outcome, n)
+						for i := range hits {
+							hits[i] = hit{Key: fmt.Sprintf("bench_d%d_", i), Limit: limit, N: 1}
+						}
+						for pb.Next() {
+							if err := backends[name].charge(context.Background(), time.Now(), hits, out); err != nil {
+								b.Fatal(err)
+							}
+						}
+					})
+				})
+			}
+		}
 	}
 }

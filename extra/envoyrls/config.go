@@ -15,107 +15,107 @@ import (
 // configuration file; it wraps throttle.ErrInvalid.
 var ErrInvalidConfig = fmt.Errorf("envoyrls: invalid configuration: %w", throttle.ErrInvalid)
 
-// Unit is the period of a rate_limit, as the RLS API numbers it.
-type Unit int32
+// rlUnit is the period of a rate_limit, as the RLS API numbers it.
+type rlUnit int32
 
 // Units, numbered as envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit.
 const (
-	UnitUnknown Unit = 0
-	UnitSecond  Unit = 1
-	UnitMinute  Unit = 2
-	UnitHour    Unit = 3
-	UnitDay     Unit = 4
-	UnitMonth   Unit = 5
-	UnitYear    Unit = 6
-	UnitWeek    Unit = 7
+	unitUnknown rlUnit = 0
+	unitSecond  rlUnit = 1
+	unitMinute  rlUnit = 2
+	unitHour    rlUnit = 3
+	unitDay     rlUnit = 4
+	unitMonth   rlUnit = 5
+	unitYear    rlUnit = 6
+	unitWeek    rlUnit = 7
 )
 
-var unitNames = map[string]Unit{
-	"SECOND": UnitSecond, "MINUTE": UnitMinute, "HOUR": UnitHour, "DAY": UnitDay,
-	"WEEK": UnitWeek, "MONTH": UnitMonth, "YEAR": UnitYear,
+var unitNames = map[string]rlUnit{
+	"SECOND": unitSecond, "MINUTE": unitMinute, "HOUR": unitHour, "DAY": unitDay,
+	"WEEK": unitWeek, "MONTH": unitMonth, "YEAR": unitYear,
 }
 
 // Seconds is the length of the unit in seconds (a month is 30 days, a
 // year 365), 0 for an unknown unit.
-func (u Unit) Seconds() int64 {
+func (u rlUnit) Seconds() int64 {
 	switch u {
-	case UnitSecond:
+	case unitSecond:
 		return 1
-	case UnitMinute:
+	case unitMinute:
 		return 60
-	case UnitHour:
+	case unitHour:
 		return 3600
-	case UnitDay:
+	case unitDay:
 		return 86400
-	case UnitWeek:
+	case unitWeek:
 		return 7 * 86400
-	case UnitMonth:
+	case unitMonth:
 		return 30 * 86400
-	case UnitYear:
+	case unitYear:
 		return 365 * 86400
 	}
 	return 0
 }
 
 // Period is the unit as a duration.
-func (u Unit) Period() time.Duration { return time.Duration(u.Seconds()) * time.Second }
+func (u rlUnit) Period() time.Duration { return time.Duration(u.Seconds()) * time.Second }
 
-// Algorithm selects how a rule counts. The zero value is FixedWindow, the
+// algorithm selects how a rule counts. The zero value is fixedWindow, the
 // reference service's algorithm.
-type Algorithm uint8
+type algorithm uint8
 
 // Algorithms a rule's rate_limit may name in its optional "algorithm" key.
 const (
-	// FixedWindow counts per unit, windows aligned to the Unix epoch,
+	// fixedWindow counts per unit, windows aligned to the Unix epoch,
 	// charging every hit, admitted or not (as INCRBY does): the
 	// reference's behaviour, decision for decision. Up to twice the limit
 	// can pass across a window edge.
-	FixedWindow Algorithm = iota
-	// TokenBucket is GCRA: requests_per_unit per unit, burst at most
+	fixedWindow algorithm = iota
+	// tokenBucket is GCRA: requests_per_unit per unit, burst at most
 	// (default requests_per_unit); rejected hits are not charged.
-	TokenBucket
-	// SlidingWindow weighs the previous window's count by its overlap
+	tokenBucket
+	// slidingWindow weighs the previous window's count by its overlap
 	// with the sliding window (package slidingwindow): at most the limit
 	// per aligned window, 2·limit-1 over a window length in the worst
 	// case.
-	SlidingWindow
-	// SlidingLog keeps every admitted hit's time: exact over any window
+	slidingWindow
+	// slidingLog keeps every admitted hit's time: exact over any window
 	// of one unit (package slidinglog).
-	SlidingLog
+	slidingLog
 )
 
-var algorithmNames = map[string]Algorithm{
-	"fixed_window": FixedWindow, "token_bucket": TokenBucket, "gcra": TokenBucket,
-	"sliding_window": SlidingWindow, "sliding_log": SlidingLog,
+var algorithmNames = map[string]algorithm{
+	"fixed_window": fixedWindow, "token_bucket": tokenBucket, "gcra": tokenBucket,
+	"sliding_window": slidingWindow, "sliding_log": slidingLog,
 }
 
 // String is the configuration name of the algorithm.
-func (a Algorithm) String() string {
+func (a algorithm) String() string {
 	switch a {
-	case TokenBucket:
+	case tokenBucket:
 		return "token_bucket"
-	case SlidingWindow:
+	case slidingWindow:
 		return "sliding_window"
-	case SlidingLog:
+	case slidingLog:
 		return "sliding_log"
 	}
 	return "fixed_window"
 }
 
-// RateLimit is one rule's limit. It is immutable once loaded.
-type RateLimit struct {
+// limitRule is one rule's limit. It is immutable once loaded.
+type limitRule struct {
 	// Key is the rule's full key, "domain.key_value.key2", the name its
 	// metrics are reported under.
 	Key             string
 	Name            string
-	Unit            Unit
+	rlUnit          rlUnit
 	RequestsPerUnit uint32
 	Unlimited       bool
 	ShadowMode      bool
 	QuotaMode       bool
 	DetailedMetric  bool
 	Replaces        []string
-	Algorithm       Algorithm
+	algorithm       algorithm
 	// Burst is the token bucket's capacity (0: RequestsPerUnit).
 	Burst uint32
 }
@@ -130,7 +130,7 @@ type wildcard struct {
 type descriptor struct {
 	children       map[string]*descriptor
 	wildcards      []wildcard // in the order of the file
-	limit          *RateLimit
+	limit          *limitRule
 	valueToMetric  bool
 	shareThreshold bool
 	pattern        string // the wildcard key, when shareThreshold
@@ -156,8 +156,8 @@ func (c *Config) Domains() []string {
 // Rules is the number of rate_limit entries loaded.
 func (c *Config) Rules() int { return c.rules }
 
-// File is one configuration file's name and content.
-type File struct {
+// configFile is one configuration file's name and content.
+type configFile struct {
 	Name string
 	Data []byte
 }
@@ -170,9 +170,9 @@ type LoadOptions struct {
 	MergeDomains bool
 }
 
-// Parse builds a configuration from files, in order. Any error (wrapping
+// parse builds a configuration from files, in order. Any error (wrapping
 // ErrInvalidConfig) names the file and the line; then nothing is built.
-func Parse(files []File, o LoadOptions) (*Config, error) {
+func parse(files []configFile, o LoadOptions) (*Config, error) {
 	c := &Config{domains: map[string]*descriptor{}}
 	for _, f := range files {
 		if err := c.load(f, o); err != nil {
@@ -182,19 +182,19 @@ func Parse(files []File, o LoadOptions) (*Config, error) {
 	return c, nil
 }
 
-// ReadFiles reads path: a file, or every regular file of a directory
+// readFiles reads path: a file, or every regular file of a directory
 // and its subdirectories whose name does not start with a dot, sorted
 // by path (the reference loads every file of its runtime directory).
-func ReadFiles(path string) ([]File, error) {
+func readFiles(path string) ([]configFile, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
 	if !st.IsDir() {
 		b, err := os.ReadFile(path)
-		return []File{{Name: path, Data: b}}, err
+		return []configFile{{Name: path, Data: b}}, err
 	}
-	var files []File
+	var files []configFile
 	err = filepath.WalkDir(path, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -209,36 +209,36 @@ func ReadFiles(path string) ([]File, error) {
 			return nil
 		}
 		b, err := os.ReadFile(p)
-		files = append(files, File{Name: p, Data: b})
+		files = append(files, configFile{Name: p, Data: b})
 		return err
 	})
 	return files, err
 }
 
-// Load reads and parses path (see ReadFiles and Parse).
+// Load reads and parses path (see readFiles and parse).
 func Load(path string, o LoadOptions) (*Config, error) {
-	files, err := ReadFiles(path)
+	files, err := readFiles(path)
 	if err != nil {
 		return nil, fmt.Errorf("envoyrls: %w", err)
 	}
-	return Parse(files, o)
+	return parse(files, o)
 }
 
 // ConfigError is a refused configuration file: its name, the line, and
 // why. It wraps ErrInvalidConfig.
 type ConfigError struct {
-	File   string
-	Line   int
-	Reason string
+	configFile string
+	Line       int
+	Reason     string
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("envoyrls: %s:%d: %s", e.File, e.Line, e.Reason)
+	return fmt.Sprintf("envoyrls: %s:%d: %s", e.configFile, e.Line, e.Reason)
 }
 
 // Unwrap returns ErrInvalidConfig.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
 func configError(file string, line int, format string, a ...any) error {
-	return &ConfigError{File: file, Line: line, Reason: fmt.Sprintf(format, a...)}
+	return &ConfigError{configFile: file, Line: line, Reason: fmt.Sprintf(format, a...)}
 }

@@ -40,7 +40,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"burst without bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      burst: 3\n", "f.yaml:7: burst applies to the token_bucket algorithm only"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Parse([]File{{Name: "f.yaml", Data: []byte(c.yaml)}}, LoadOptions{})
+			_, err := parse([]configFile{{Name: "f.yaml", Data: []byte(c.yaml)}}, LoadOptions{})
 			if !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, throttle.ErrInvalid) {
 				t.Fatalf("got %v, want an error wrapping ErrInvalidConfig", err)
 			}
@@ -127,7 +127,7 @@ func TestSourceReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	limitOf := func() uint32 {
-		resp, err := svc.Decide(context.Background(), req("d", desc("k", "x")))
+		resp, err := svc.decide(context.Background(), req("d", desc("k", "x")))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,19 +24,11 @@ descriptors:
     value: default
     rate_limit: {unit: second, requests_per_unit: 3}
 `, Options{})
-	if got := r.admitted(8, "mongo_cps", "database", "users"); got != 5 {
-		t.Errorf("users: %d admitted, want 5", got)
-	}
-	if got := r.admitted(8, "mongo_cps", "database", "default"); got != 3 {
-		t.Errorf("default: %d admitted, want 3", got)
-	}
-	if got := r.admitted(2, "mongo_cps", "database", "other"); got != 2 {
-		t.Errorf("a value without a rule: %d admitted, want 2 (no limit)", got)
-	}
+	r.wantAdmitted("users", 5, 8, "mongo_cps", "database", "users")
+	r.wantAdmitted("default", 3, 8, "mongo_cps", "database", "default")
+	r.wantAdmitted("a value without a rule", 2, 2, "mongo_cps", "database", "other")
 	r.clock.Add(time.Second)
-	if got := r.admitted(8, "mongo_cps", "database", "users"); got != 5 {
-		t.Errorf("next second: %d admitted, want 5", got)
-	}
+	r.wantAdmitted("next second", 5, 8, "mongo_cps", "database", "users")
 }
 
 // Nested descriptors and several descriptors in one request: the answer
@@ -70,13 +62,9 @@ descriptors:
 		}
 	}
 	// Each number has its own counters.
-	if got := r.admitted(6, "messaging", "message_type", "marketing", "to_number", "2062222222"); got != 5 {
-		t.Errorf("another number: %d admitted, want 5", got)
-	}
+	r.wantAdmitted("another number", 5, 6, "messaging", "message_type", "marketing", "to_number", "2062222222")
 	// The placeholder level has no limit of its own.
-	if got := r.admitted(3, "messaging", "message_type", "marketing"); got != 3 {
-		t.Errorf("the placeholder alone: %d admitted, want 3", got)
-	}
+	r.wantAdmitted("the placeholder alone", 3, 3, "messaging", "message_type", "marketing")
 }
 
 // A key with a value is matched before the key alone; a limit of 0 refuses all.
@@ -90,12 +78,8 @@ descriptors:
     value: 50.0.0.5
     rate_limit: {unit: second, requests_per_unit: 0}
 `, Options{})
-	if got := r.admitted(12, "edge_proxy_per_ip", "remote_address", "50.0.0.1"); got != 10 {
-		t.Errorf("50.0.0.1: %d admitted, want 10", got)
-	}
-	if got := r.admitted(3, "edge_proxy_per_ip", "remote_address", "50.0.0.5"); got != 0 {
-		t.Errorf("the listed address: %d admitted, want 0", got)
-	}
+	r.wantAdmitted("50.0.0.1", 10, 12, "edge_proxy_per_ip", "remote_address", "50.0.0.1")
+	r.wantAdmitted("the listed address", 0, 3, "edge_proxy_per_ip", "remote_address", "50.0.0.5")
 }
 
 // A rule applies only at the depth of the request's descriptor.
@@ -145,9 +129,7 @@ descriptors:
 			t.Fatalf("unlimited status %v", st)
 		}
 	}
-	if got := r.admitted(3, "internal", "azure", "x"); got != 2 {
-		t.Errorf("azure: %d admitted, want 2", got)
-	}
+	r.wantAdmitted("azure", 2, 3, "internal", "azure", "x")
 }
 
 // Shadow mode: OK whatever the count, the breach counted in the metrics.
@@ -165,12 +147,8 @@ descriptors:
         value: user-b
         rate_limit: {requests_per_unit: 3, unit: second}
 `, Options{})
-	if got := r.admitted(5, "example6", "service", "auth", "user", "user-a"); got != 5 {
-		t.Errorf("user-a (shadow): %d admitted, want 5", got)
-	}
-	if got := r.admitted(5, "example6", "service", "auth", "user", "user-b"); got != 3 {
-		t.Errorf("user-b: %d admitted, want 3", got)
-	}
+	r.wantAdmitted("user-a (shadow)", 5, 5, "example6", "service", "auth", "user", "user-a")
+	r.wantAdmitted("user-b", 3, 5, "example6", "service", "auth", "user", "user-b")
 	st := r.svc.metrics.stats("example6.service.user_user-a")
 	if st.shadow.Load() != 3 || st.over.Load() != 3 || st.total.Load() != 5 {
 		t.Errorf("shadow metrics: total %d over %d shadow %d, want 5, 3, 3", st.total.Load(), st.over.Load(), st.shadow.Load())
@@ -213,9 +191,7 @@ descriptors:
 		t.Fatalf("11th with both: %v, want OVER_LIMIT (10/s)", resp.OverallCode)
 	}
 	// The replaced rule's own counter was not touched.
-	if got := r.admitted(6, "example7", "key_1", "value_1", "user", "bkthomps"); got != 5 {
-		t.Errorf("specific_limit alone: %d admitted, want 5", got)
-	}
+	r.wantAdmitted("specific_limit alone", 5, 6, "example7", "key_1", "value_1", "user", "bkthomps")
 }
 
 // detailed_metric: unlisted values are reported under their own key.
@@ -231,11 +207,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 20}
 `, Options{})
 	r.ask("example8", desc("key1", "a"), desc("key1", "b"), desc("key1", "value1"))
-	for _, k := range []string{"example8.key1_a", "example8.key1_b", "example8.key1_value1"} {
-		if r.svc.metrics.stats(k).total.Load() != 1 {
-			t.Errorf("metric key %s: no hit", k)
-		}
-	}
+	r.wantOneHit("example8.key1_a", "example8.key1_b", "example8.key1_value1")
 }
 
 // Wildcards: trailing, middle, several; each matching value has its own counter.
@@ -265,9 +237,7 @@ descriptors:
 		if !c.limited {
 			want = 3
 		}
-		if got := r.admitted(3, "example9", c.key, c.value); got != want {
-			t.Errorf("%s=%s: %d admitted, want %d", c.key, c.value, got, want)
-		}
+		r.wantAdmitted(c.key+"="+c.value, want, 3, "example9", c.key, c.value)
 	}
 }
 
@@ -297,12 +267,8 @@ descriptors:
 	r.ask("example10", desc("route", "api", "http_method", "GET", "subject_id", "123"),
 		desc("route", "web", "http_method", "POST", "subject_id", "456"),
 		desc("user", "alice", "action", "readfile", "resource", "documents"))
-	for _, k := range []string{"example10.route_api.http_method_GET.subject_id", "example10.route_web.http_method_POST.subject_id",
-		"example10.user_alice.action_readfile.resource"} {
-		if r.svc.metrics.stats(k).total.Load() != 1 {
-			t.Errorf("metric key %s: no hit", k)
-		}
-	}
+	r.wantOneHit("example10.route_api.http_method_GET.subject_id", "example10.route_web.http_method_POST.subject_id",
+		"example10.user_alice.action_readfile.resource")
 }
 
 // share_threshold: the values a wildcard matches share one counter.
@@ -325,12 +291,8 @@ descriptors:
 	if got := r.admitted(1, "example11", "files", "files/c.txt"); got != 0 {
 		t.Errorf("a third file past the shared threshold: admitted")
 	}
-	if got := r.admitted(11, "example11", "files_no_share", "files_no_share/a.pdf"); got != 10 {
-		t.Errorf("not shared a.pdf: %d admitted, want 10", got)
-	}
-	if got := r.admitted(10, "example11", "files_no_share", "files_no_share/b.csv"); got != 10 {
-		t.Errorf("not shared b.csv: %d admitted, want 10", got)
-	}
+	r.wantAdmitted("not shared a.pdf", 10, 11, "example11", "files_no_share", "files_no_share/a.pdf")
+	r.wantAdmitted("not shared b.csv", 10, 10, "example11", "files_no_share", "files_no_share/b.csv")
 }
 
 // The request fields: hits_addend (0 means 1), the per-descriptor

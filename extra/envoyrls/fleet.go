@@ -41,11 +41,11 @@ type FleetOptions struct {
 // NewFleet decides on node's limiters.
 func NewFleet(node *gossip.Node, o FleetOptions) *Fleet { return &Fleet{node: node, o: o} }
 
-// Charge implements Backend.
-func (f *Fleet) Charge(ctx context.Context, _ time.Time, hits []Hit, out []Outcome) error {
+// charge implements Backend.
+func (f *Fleet) charge(ctx context.Context, _ time.Time, hits []hit, out []outcome) error {
 	for i, h := range hits {
 		if h.Limit.RequestsPerUnit == 0 {
-			out[i] = Outcome{Over: true, Reset: h.Limit.Unit.Period()}
+			out[i] = outcome{Over: true, Reset: h.Limit.rlUnit.Period()}
 			continue
 		}
 		o, err := allowHit(ctx, h, f.limiter)
@@ -59,8 +59,8 @@ func (f *Fleet) Charge(ctx context.Context, _ time.Time, hits []Hit, out []Outco
 
 // limiter returns the node's limiter of l's rate and burst, gossiped
 // under a name made of them, so that every node finds the same one.
-func (f *Fleet) limiter(l *RateLimit) (throttle.Limiter, error) {
-	s := limiterSpec{alg: TokenBucket, rpu: l.RequestsPerUnit, unit: l.Unit, burst: cmpOr(l.Burst, l.RequestsPerUnit)}
+func (f *Fleet) limiter(l *limitRule) (throttle.Limiter, error) {
+	s := limiterSpec{alg: tokenBucket, rpu: l.RequestsPerUnit, unit: l.rlUnit, burst: cmpOr(l.Burst, l.RequestsPerUnit)}
 	if v, ok := f.limiters.Load(s); ok {
 		return v.(throttle.Limiter), nil
 	}

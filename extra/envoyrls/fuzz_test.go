@@ -12,7 +12,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unlimited: true}\n"), "a", "x")
 	f.Add([]byte("{domain: [1]}"), "", "")
 	f.Fuzz(func(t *testing.T, data []byte, key, value string) {
-		cfg, err := Parse([]File{{Name: "f", Data: data}}, LoadOptions{MergeDomains: true})
+		cfg, err := parse([]configFile{{Name: "f", Data: data}}, LoadOptions{MergeDomains: true})
 		if err != nil {
 			var ce *ConfigError
 			if !errors.As(err, &ce) || !errors.Is(err, ErrInvalidConfig) {

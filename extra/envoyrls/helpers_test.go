@@ -41,7 +41,7 @@ func (c *fakeClock) Add(d time.Duration) {
 // mustParse parses one YAML document named name.
 func mustParse(t testing.TB, name, yaml string) *Config {
 	t.Helper()
-	cfg, err := Parse([]File{{Name: name, Data: []byte(yaml)}}, LoadOptions{})
+	cfg, err := parse([]configFile{{Name: name, Data: []byte(yaml)}}, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func newRig(t testing.TB, yaml string, o Options) *rig {
 	if o.Backend == nil {
 		o.Backend = mem
 	}
-	r.svc = New(mustParse(t, "test.yaml", yaml), o)
+	r.svc = newService(mustParse(t, "test.yaml", yaml), o)
 	r.client, r.addr = serveGRPC(t, r.svc)
 	return r
 }
@@ -139,4 +139,24 @@ type (
 
 func req(domain string, ds ...*rlv3Desc) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds}
+}
+
+// wantAdmitted sends n requests of one descriptor and reports an error,
+// naming what, unless want of them are admitted.
+func (r *rig) wantAdmitted(what string, want, n int, domain string, kv ...string) {
+	r.t.Helper()
+	if got := r.admitted(n, domain, kv...); got != want {
+		r.t.Errorf("%s: %d of %d admitted, want %d", what, got, n, want)
+	}
+}
+
+// wantOneHit reports an error for each metric key that did not count
+// exactly one hit.
+func (r *rig) wantOneHit(keys ...string) {
+	r.t.Helper()
+	for _, k := range keys {
+		if n := r.svc.metrics.stats(k).total.Load(); n != 1 {
+			r.t.Errorf("metric key %s: %d hits, want 1", k, n)
+		}
+	}
 }

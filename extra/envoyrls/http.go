@@ -17,7 +17,7 @@ const maxJSONBody = 1 << 20
 // RateLimitResponse: status 200, 429 when over the limit, 400 for a
 // request that does not parse or is refused, 503 when the backend
 // fails), /healthcheck ("OK" while healthy() is true, else 500; healthy
-// nil means always) and /metrics (WriteMetrics).
+// nil means always) and /metrics (writeMetrics).
 func (s *Service) Handler(healthy func() bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/json", s.serveJSON)
@@ -30,7 +30,7 @@ func (s *Service) Handler(healthy func() bool) http.Handler {
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		s.WriteMetrics(w)
+		s.writeMetrics(w)
 	})
 	return mux
 }
@@ -46,7 +46,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 		return
 	}
-	resp, err := s.Decide(r.Context(), &req)
+	resp, err := s.decide(r.Context(), &req)
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if errors.Is(err, ErrBadRequest) {

@@ -106,8 +106,8 @@ func (p *fileParser) descriptor(m *yaml.Node, final, full string) (*descriptor, 
 }
 
 // rateLimit loads a rate_limit map.
-func (p *fileParser) rateLimit(rl *yaml.Node, full string) (*RateLimit, error) {
-	l := &RateLimit{Key: full}
+func (p *fileParser) rateLimit(rl *yaml.Node, full string) (*limitRule, error) {
+	l := &limitRule{Key: full}
 	var err error
 	if l.RequestsPerUnit, err = p.uint32(rl, "requests_per_unit"); err != nil {
 		return nil, err
@@ -122,11 +122,11 @@ func (p *fileParser) rateLimit(rl *yaml.Node, full string) (*RateLimit, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.Unit = unitNames[strings.ToUpper(unit)]
+	l.rlUnit = unitNames[strings.ToUpper(unit)]
 	switch {
-	case l.Unlimited && l.Unit != UnitUnknown:
+	case l.Unlimited && l.rlUnit != unitUnknown:
 		return nil, p.errorf(rl.Line, "should not specify rate limit unit when unlimited")
-	case !l.Unlimited && l.Unit == UnitUnknown:
+	case !l.Unlimited && l.rlUnit == unitUnknown:
 		return nil, p.errorf(rl.Line, "invalid rate limit unit '%s'", unit)
 	}
 	if err := p.replaces(rl, l); err != nil {
@@ -135,7 +135,7 @@ func (p *fileParser) rateLimit(rl *yaml.Node, full string) (*RateLimit, error) {
 	return l, p.algorithm(rl, l)
 }
 
-func (p *fileParser) replaces(rl *yaml.Node, l *RateLimit) error {
+func (p *fileParser) replaces(rl *yaml.Node, l *limitRule) error {
 	list, err := p.list(rl, "replaces")
 	if err != nil {
 		return err
@@ -157,7 +157,7 @@ func (p *fileParser) replaces(rl *yaml.Node, l *RateLimit) error {
 }
 
 // algorithm reads this package's own keys: algorithm and burst.
-func (p *fileParser) algorithm(rl *yaml.Node, l *RateLimit) error {
+func (p *fileParser) algorithm(rl *yaml.Node, l *limitRule) error {
 	name, err := p.str(rl, "algorithm")
 	if err != nil {
 		return err
@@ -167,16 +167,16 @@ func (p *fileParser) algorithm(rl *yaml.Node, l *RateLimit) error {
 		if !ok {
 			return p.errorf(field(rl, "algorithm").Line, "unknown algorithm '%s' (fixed_window, token_bucket, sliding_window or sliding_log)", name)
 		}
-		l.Algorithm = a
+		l.algorithm = a
 	}
 	if l.Burst, err = p.uint32(rl, "burst"); err != nil {
 		return err
 	}
-	if l.Burst != 0 && l.Algorithm != TokenBucket {
+	if l.Burst != 0 && l.algorithm != tokenBucket {
 		return p.errorf(field(rl, "burst").Line, "burst applies to the token_bucket algorithm only")
 	}
-	if !l.Unlimited && l.Algorithm != FixedWindow && l.RequestsPerUnit == 0 {
-		return p.errorf(rl.Line, "the %s algorithm needs requests_per_unit of 1 or more", l.Algorithm)
+	if !l.Unlimited && l.algorithm != fixedWindow && l.RequestsPerUnit == 0 {
+		return p.errorf(rl.Line, "the %s algorithm needs requests_per_unit of 1 or more", l.algorithm)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 
 // match is the rule a descriptor resolved to.
 type match struct {
-	limit *RateLimit
+	limit *limitRule
 	// share holds, per entry of the descriptor, the wildcard value its
 	// count is shared under (share_threshold), or "" to count under the
 	// entry's own value; nil when no entry shares.

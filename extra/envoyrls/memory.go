@@ -30,18 +30,18 @@ type Memory struct {
 	closed    atomic.Bool
 }
 
-// DefaultMaxKeys bounds the fixed-window counters of NewMemory(0).
-const DefaultMaxKeys = 1_000_000
+// defaultMaxKeys bounds the fixed-window counters of NewMemory(0).
+const defaultMaxKeys = 1_000_000
 
 // NewMemory returns an empty in-process backend that keeps about maxKeys
-// fixed-window counters at most (0: DefaultMaxKeys; about 150 bytes
+// fixed-window counters at most (0: 1,000,000; about 150 bytes
 // each). Past it, a new key of a rule is counted in one counter shared by
 // all the overflowing keys of that rule: still limited, never admitted
 // unlimited. The counters of closed windows are removed within
 // sweepEvery of their end.
 func NewMemory(maxKeys int) *Memory {
 	if maxKeys <= 0 {
-		maxKeys = DefaultMaxKeys
+		maxKeys = defaultMaxKeys
 	}
 	return &Memory{maxKeys: int64(maxKeys)}
 }
@@ -60,16 +60,16 @@ type fwCounter struct {
 // takes a fresh counter.
 const deadBit = 1 << 63
 
-// Charge implements Backend.
-func (m *Memory) Charge(ctx context.Context, now time.Time, hits []Hit, out []Outcome) error {
+// charge implements Backend.
+func (m *Memory) charge(ctx context.Context, now time.Time, hits []hit, out []outcome) error {
 	if m.closed.Load() {
 		return throttle.ErrClosed
 	}
 	m.maybeSweep(now)
 	for i, h := range hits {
-		if h.Limit.Algorithm == FixedWindow {
-			start := windowStart(now, h.Limit.Unit)
-			after := m.add(h.Key, h.Limit.Key, start, start+h.Limit.Unit.Seconds(), h.N)
+		if h.Limit.algorithm == fixedWindow {
+			start := windowStart(now, h.Limit.rlUnit)
+			after := m.add(h.Key, h.Limit.Key, start, start+h.Limit.rlUnit.Seconds(), h.N)
 			out[i] = fixedOutcome(now, h.Limit, h.N, after)
 			continue
 		}
@@ -154,18 +154,18 @@ func (m *Memory) maybeSweep(now time.Time) {
 }
 
 // Len is the number of fixed-window counters (a key's window each).
-func (m *Memory) Len() int { return int(m.keys.Load()) }
+func (m *Memory) size() int { return int(m.keys.Load()) }
 
 // limiterSpec identifies the limiter of a non-fixed-window limit.
 type limiterSpec struct {
-	alg   Algorithm
+	alg   algorithm
 	rpu   uint32
-	unit  Unit
+	unit  rlUnit
 	burst uint32
 }
 
-func specOf(l *RateLimit) limiterSpec {
-	return limiterSpec{alg: l.Algorithm, rpu: l.RequestsPerUnit, unit: l.Unit, burst: l.Burst}
+func specOf(l *limitRule) limiterSpec {
+	return limiterSpec{alg: l.algorithm, rpu: l.RequestsPerUnit, unit: l.rlUnit, burst: l.Burst}
 }
 
 // newLimiter builds the keyed limiter of spec from this module's
@@ -173,21 +173,21 @@ func specOf(l *RateLimit) limiterSpec {
 func newLimiter(s limiterSpec) (throttle.Limiter, error) {
 	limit, per := int(s.rpu), s.unit.Period()
 	switch s.alg {
-	case TokenBucket:
+	case tokenBucket:
 		burst := int(s.burst)
 		if burst == 0 {
 			burst = limit
 		}
 		return tokenbucket.New(throttle.NewRate(limit, per), burst)
-	case SlidingWindow:
+	case slidingWindow:
 		return slidingwindow.New(limit, per)
-	case SlidingLog:
+	case slidingLog:
 		return slidinglog.New(limit, per)
 	}
-	return nil, fmt.Errorf("%w: %v", ErrUnsupported, s.alg)
+	return nil, fmt.Errorf("%w: %v", errUnsupported, s.alg)
 }
 
-func (m *Memory) limiter(l *RateLimit) (throttle.Limiter, error) {
+func (m *Memory) limiter(l *limitRule) (throttle.Limiter, error) {
 	s := specOf(l)
 	if v, ok := m.limiters.Load(s); ok {
 		return v.(throttle.Limiter), nil

@@ -57,12 +57,12 @@ func (m *metrics) globalShadow() { m.globalShadows.Add(1) }
 // record counts n hits of a descriptor under key, split as the
 // reference splits them: the hits past the limit are over it (and
 // shadowed in shadow mode), those past the near-limit threshold near it.
-func (m *metrics) record(key string, l *RateLimit, n uint64, o Outcome) {
+func (m *metrics) record(key string, l *limitRule, n uint64, o outcome) {
 	s := m.stats(key)
 	s.total.Add(n)
 	limit := uint64(l.RequestsPerUnit)
 	nearAt := uint64(math.Floor(float64(limit) * m.ratio))
-	if l.Algorithm != FixedWindow {
+	if l.algorithm != fixedWindow {
 		switch {
 		case o.Over:
 			s.over.Add(n)
@@ -96,11 +96,11 @@ func (m *metrics) record(key string, l *RateLimit, n uint64, o Outcome) {
 	}
 }
 
-// WriteMetrics writes the service's counters in the Prometheus text
+// writeMetrics writes the service's counters in the Prometheus text
 // format (version 0.0.4): per rule key, the hits, those over the limit,
 // near it, within it, and over it in shadow mode; backend errors; and
 // the requests the global shadow mode let through.
-func (s *Service) WriteMetrics(w io.Writer) error {
+func (s *Service) writeMetrics(w io.Writer) error {
 	m := s.metrics
 	type row struct {
 		key string

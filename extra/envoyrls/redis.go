@@ -26,14 +26,21 @@ type RedisConfig struct {
 	Timeout string `json:"timeout,omitempty"`
 }
 
-// fixedScript charges every fixed-window key of a request in one round
-// trip: INCRBY by its hits and EXPIRE after its unit, returning the
-// counts. ARGV holds hits and time-to-live in pairs.
+// fixedScript charges fixed-window keys in one round trip: INCRBY by its
+// hits and, when that created the key (its count is the hits), EXPIRE
+// after its unit; it returns the counts. ARGV holds hits and
+// time-to-live in pairs. A key's window start is in its name, so the
+// time-to-live set at its creation outlasts its window; the reference
+// sets it again on every hit, a command more per key.
 var fixedScript = redis.NewScript(`
 local out = {}
 for i = 1, #KEYS do
-  out[i] = redis.call('INCRBY', KEYS[i], ARGV[2*i-1])
-  redis.call('EXPIRE', KEYS[i], ARGV[2*i])
+  local n = ARGV[2*i-1]
+  local c = redis.call('INCRBY', KEYS[i], n)
+  if c == tonumber(n) then
+    redis.call('EXPIRE', KEYS[i], ARGV[2*i])
+  end
+  out[i] = c
 end
 return out
 `)
@@ -41,9 +48,10 @@ return out
 // Redis is the Backend of a Redis server or Cluster shared by several
 // service instances. Fixed windows use the reference's keys (prefix,
 // domain, entries, window start), so that a migration keeps the counts,
-// and all the fixed-window descriptors of a request are charged by one
-// script, one round trip (on a Cluster, one per key, pipelined: the keys
-// of one request need not share a slot). The other algorithms are the
+// and all the fixed-window descriptors of the requests in flight together
+// are charged by one script, one round trip (see batcher; on a Cluster,
+// one script per key, pipelined: one round trip per node, as the keys of
+// one request need not share a slot). The other algorithms are the
 // limiters of package redislimit, one round trip per descriptor. A
 // failing server fails the request with an error wrapping
 // throttle.ErrUnavailable (see Options.FailOpen). Safe for concurrent
@@ -51,9 +59,9 @@ return out
 type Redis struct {
 	client   redis.UniversalClient
 	cluster  bool
-	direct   bool // the client honours context deadlines
 	timeout  time.Duration
 	limiters sync.Map // limiterSpec → throttle.Limiter
+	batch    *batcher // joins the fixed windows of concurrent requests
 }
 
 // NewRedis connects to c (lazily: the first request dials).
@@ -72,7 +80,7 @@ func NewRedis(c RedisConfig) (*Redis, error) {
 		o.Password = getenv(c.PasswordEnv)
 	}
 	r := NewRedisClient(redis.NewUniversalClient(o), c.Cluster, timeout)
-	r.direct = true
+	r.batch.direct = true // ContextTimeoutEnabled
 	return r, nil
 }
 
@@ -82,33 +90,36 @@ func NewRedis(c RedisConfig) (*Redis, error) {
 // client's own timeouts, as go-redis applies a context's deadline only
 // with ContextTimeoutEnabled). Close closes client.
 func NewRedisClient(client redis.UniversalClient, cluster bool, timeout time.Duration) *Redis {
-	return &Redis{client: client, cluster: cluster, timeout: timeout}
+	r := &Redis{client: client, cluster: cluster, timeout: timeout}
+	r.batch = newBatcher(timeout, false, r.run)
+	return r
 }
 
-// Charge implements Backend.
-func (r *Redis) Charge(ctx context.Context, now time.Time, hits []Hit, out []Outcome) error {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	var keys []string
-	var args []any
-	var at []int
+// charge implements Backend.
+func (r *Redis) charge(ctx context.Context, now time.Time, hits []hit, out []outcome) error {
+	if !r.batch.direct { // the batcher's deadline does not bound the client
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.timeout)
+		defer cancel()
+	}
+	keys, args, at := make([]string, 0, len(hits)), make([]any, 0, 2*len(hits)), make([]int, 0, len(hits))
 	for i, h := range hits {
-		if h.Limit.Algorithm != FixedWindow {
-			o, err := allowHit(ctx, h, r.limiter)
+		if h.Limit.algorithm != fixedWindow {
+			o, err := r.allowHit(ctx, h)
 			if err != nil {
 				return err
 			}
 			out[i] = o
 			continue
 		}
-		keys = append(keys, h.Key+strconv.FormatInt(windowStart(now, h.Limit.Unit), 10))
-		args = append(args, h.N, h.Limit.Unit.Seconds())
+		keys = append(keys, h.Key+strconv.FormatInt(windowStart(now, h.Limit.rlUnit), 10))
+		args = append(args, h.N, ttlArgs[h.Limit.rlUnit])
 		at = append(at, i)
 	}
 	if len(keys) == 0 {
 		return nil
 	}
-	counts, err := r.incr(ctx, keys, args)
+	counts, err := r.batch.do(ctx, keys, args)
 	if err != nil {
 		return fmt.Errorf("%w: redis: %v", throttle.ErrUnavailable, err)
 	}
@@ -116,28 +127,6 @@ func (r *Redis) Charge(ctx context.Context, now time.Time, hits []Hit, out []Out
 		out[i] = fixedOutcome(now, hits[i].Limit, hits[i].N, uint64(counts[j]))
 	}
 	return nil
-}
-
-// incr runs fixedScript on keys within ctx's deadline.
-func (r *Redis) incr(ctx context.Context, keys []string, args []any) ([]int64, error) {
-	if r.direct {
-		return r.run(ctx, keys, args)
-	}
-	type result struct {
-		counts []int64
-		err    error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		c, err := r.run(ctx, keys, args)
-		ch <- result{c, err}
-	}()
-	select {
-	case res := <-ch:
-		return res.counts, res.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 // run runs fixedScript on keys: once, or per key on a Cluster.
@@ -171,7 +160,23 @@ func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, er
 	return counts, nil
 }
 
-func (r *Redis) limiter(l *RateLimit) (throttle.Limiter, error) {
+// ttlArgs are the time-to-live arguments of each unit, boxed once.
+var ttlArgs = func() (a [unitWeek + 1]any) {
+	for u := range a {
+		a[u] = rlUnit(u).Seconds()
+	}
+	return a
+}()
+
+// allowHit decides a hit of another algorithm than the fixed window,
+// within the timeout.
+func (r *Redis) allowHit(ctx context.Context, h hit) (outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return allowHit(ctx, h, r.limiter)
+}
+
+func (r *Redis) limiter(l *limitRule) (throttle.Limiter, error) {
 	s := specOf(l)
 	if v, ok := r.limiters.Load(s); ok {
 		return v.(throttle.Limiter), nil
@@ -180,14 +185,14 @@ func (r *Redis) limiter(l *RateLimit) (throttle.Limiter, error) {
 	var lim throttle.Limiter
 	var err error
 	switch s.alg {
-	case TokenBucket:
+	case tokenBucket:
 		lim, err = redislimit.NewTokenBucket(r.client, throttle.NewRate(limit, per), int(cmpOr(s.burst, s.rpu)), redislimit.WithPrefix("envoyrls:tb:"))
-	case SlidingWindow:
+	case slidingWindow:
 		lim, err = redislimit.NewSlidingWindow(r.client, limit, per, redislimit.WithPrefix("envoyrls:sw:"))
-	case SlidingLog:
+	case slidingLog:
 		lim, err = redislimit.NewSlidingLog(r.client, limit, per, redislimit.WithPrefix("envoyrls:sl:"))
 	default:
-		err = fmt.Errorf("%w: %v", ErrUnsupported, s.alg)
+		err = fmt.Errorf("%w: %v", errUnsupported, s.alg)
 	}
 	if err != nil {
 		return nil, err
@@ -204,6 +209,9 @@ func cmpOr(a, b uint32) uint32 {
 }
 
 // Close closes the client.
-func (r *Redis) Close() error { return r.client.Close() }
+func (r *Redis) Close() error {
+	r.batch.close()
+	return r.client.Close()
+}
 
 var getenv = os.Getenv

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -53,8 +54,8 @@ func TestRedisSharedAndOneRoundTrip(t *testing.T) {
 	client.AddHook(hook)
 	t.Cleanup(func() { client.Close() })
 	clock := newFakeClock()
-	one := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, time.Second), KeyPrefix: "p_"})
-	two := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, time.Second), KeyPrefix: "p_"})
+	one := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, time.Second), KeyPrefix: "p_"})
+	two := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, time.Second), KeyPrefix: "p_"})
 	one.clock, two.clock = clock, clock
 	one.svc.o.Now, two.svc.o.Now = clock.Now, clock.Now
 	client.FlushAll(t.Context())
@@ -86,9 +87,7 @@ func TestRedisSharedAndOneRoundTrip(t *testing.T) {
 	if ttl := client.TTL(t.Context(), "p_d_a_y_"+itoa(start)).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("the key expires in %v, want within its minute", ttl)
 	}
-	if got := one.admitted(6, "d", "bucket", "z"); got != 4 {
-		t.Errorf("token bucket on Redis: %d admitted, want its burst 4", got)
-	}
+	one.wantAdmitted("token bucket on Redis", 4, 6, "d", "bucket", "z")
 }
 
 // A Redis Cluster: the keys of one request may be on different nodes.
@@ -96,7 +95,7 @@ func TestRedisCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
 	t.Cleanup(func() { client.Close() })
-	r := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, true, time.Second)})
+	r := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, true, time.Second)})
 	for i := range 5 {
 		resp := r.ask("d", desc("a", "x"), desc("b", "x"), desc("c", "q"))
 		want := codeOK
@@ -116,8 +115,8 @@ func TestRedisDown(t *testing.T) {
 	srv.NeedOwn(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
-	closed := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, 200*time.Millisecond)})
-	open := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, 200*time.Millisecond), FailOpen: true})
+	closed := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, 200*time.Millisecond)})
+	open := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, 200*time.Millisecond), FailOpen: true})
 	srv.Kill()
 	if _, err := closed.client.ShouldRateLimit(t.Context(), req("d", desc("a", "x"))); status.Code(err) != codes.Unavailable {
 		t.Errorf("fail closed: %v", err)
@@ -126,9 +125,7 @@ func TestRedisDown(t *testing.T) {
 		t.Errorf("fail open: %v", resp)
 	}
 	srv.Restart(t)
-	if got := closed.admitted(4, "d", "a", "w"); got != 3 {
-		t.Errorf("after the restart: %d admitted, want 3", got)
-	}
+	closed.wantAdmitted("after the restart", 3, 4, "d", "a", "w")
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -153,8 +150,8 @@ func TestRedisPaused(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
 	const timeout = 150 * time.Millisecond
-	closed := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, timeout)})
-	open := newRig(t, redisCfg, Options{Backend: NewRedisClient(client, false, timeout), FailOpen: true})
+	closed := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, timeout)})
+	open := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, timeout), FailOpen: true})
 	own, err := NewRedis(RedisConfig{Addrs: []string{srv.Addr}, Timeout: timeout.String()})
 	if err != nil {
 		t.Fatal(err)
@@ -182,14 +179,76 @@ func TestRedisPaused(t *testing.T) {
 	}
 	syscall.Kill(pid, syscall.SIGCONT)
 	testproc.Eventually(t, 5*time.Second, func() bool {
-		_, err := closed.svc.Decide(t.Context(), req("d", desc("a", "probe")))
+		_, err := closed.svc.decide(t.Context(), req("d", desc("a", "probe")))
 		return err == nil
 	})
-	if got := closed.admitted(4, "d", "a", "after"); got != 3 {
-		t.Errorf("after SIGCONT: %d admitted, want 3", got)
-	}
+	closed.wantAdmitted("after SIGCONT", 3, 4, "d", "a", "after")
 	testproc.Eventually(t, 5*time.Second, func() bool {
-		_, err := direct.svc.Decide(t.Context(), req("d", desc("a", "probe2")))
+		_, err := direct.svc.decide(t.Context(), req("d", desc("a", "probe2")))
 		return err == nil
 	})
+}
+
+// Concurrent requests on one server share round trips (a batch is one
+// script run), and the counts stay exact: 64 callers asking 20 times
+// each about one key limited to 500 get exactly 500 admissions, and each
+// admitted caller's remaining count is its own.
+func TestRedisBatchesConcurrentRequests(t *testing.T) {
+	srv := redistest.Start(t)
+	hook := &countingHook{}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	client.AddHook(hook)
+	t.Cleanup(func() { client.Close() })
+	r := newRig(t, `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 500}
+  - key: b
+    rate_limit: {unit: day, requests_per_unit: 100000}
+`, Options{Backend: newRedisBackend(t, client, false, 5*time.Second)})
+	client.FlushAll(t.Context())
+	r.ask("d", desc("b", "warm")) // loads the script
+	before := hook.n.Load()
+	const callers, each = 64, 20
+	var admitted atomic.Int64
+	remaining := make([]atomic.Bool, 500)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range each {
+				resp, err := r.client.ShouldRateLimit(context.Background(), req("d", desc("a", "hot"), desc("b", "x")))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if st := resp.Statuses[0]; st.Code == codeOK {
+					admitted.Add(1)
+					if remaining[st.LimitRemaining].Swap(true) {
+						t.Errorf("remaining %d answered twice", st.LimitRemaining)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 500 {
+		t.Errorf("%d admitted, want exactly 500", got)
+	}
+	trips := hook.n.Load() - before
+	t.Logf("%d requests in %d round trips", callers*each, trips)
+	if trips >= callers*each/2 {
+		t.Errorf("%d requests took %d round trips: not batched", callers*each, trips)
+	}
+	day := r.clock.Now().Unix() - r.clock.Now().Unix()%86400
+	if v, err := client.Get(t.Context(), "d_b_x_"+itoa(day)).Int(); v != callers*each {
+		t.Errorf("the second descriptor's key holds %d (%v), want %d", v, err, callers*each)
+	}
+}
+
+// newRedisBackend is NewRedisClient, closed when t ends.
+func newRedisBackend(t testing.TB, client redis.UniversalClient, cluster bool, timeout time.Duration) *Redis {
+	r := NewRedisClient(client, cluster, timeout)
+	t.Cleanup(func() { r.Close() })
+	return r
 }

@@ -172,7 +172,7 @@ func TestSideBySideWithReference(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rc.Close() })
 	mem := newRig(t, compareConfig, Options{ResponseHeaders: true})
-	onRedis := newRig(t, compareConfig, Options{ResponseHeaders: true, KeyPrefix: "ours_", Backend: NewRedisClient(rc, false, time.Second)})
+	onRedis := newRig(t, compareConfig, Options{ResponseHeaders: true, KeyPrefix: "ours_", Backend: newRedisBackend(t, rc, false, time.Second)})
 	mem.svc.o.Now, onRedis.svc.o.Now = time.Now, time.Now
 	rng := rand.New(rand.NewPCG(42, 7))
 	limited := map[rlsv3.RateLimitResponse_Code]int{}

@@ -57,13 +57,13 @@ type ServerConfig struct {
 	// Redis configures the "redis" backend.
 	Redis *RedisConfig `json:"redis,omitempty"`
 	// MaxKeys bounds the "memory" backend's fixed-window counters (see
-	// NewMemory; default DefaultMaxKeys).
+	// NewMemory; default 1,000,000).
 	MaxKeys int `json:"max_keys,omitempty"`
 }
 
-// ParseServerConfig reads the section strictly (unknown fields and keys
+// parseServerConfig reads the section strictly (unknown fields and keys
 // given twice are refused) and checks it. Errors wrap ErrInvalidConfig.
-func ParseServerConfig(b []byte) (ServerConfig, error) {
+func parseServerConfig(b []byte) (ServerConfig, error) {
 	c, err := DecodeServerConfig(b)
 	if err != nil {
 		return c, err
@@ -208,6 +208,12 @@ func (c ServerConfig) backend(fleet *Fleet) (Backend, func() error, error) {
 	return m, m.Close, nil
 }
 
+// streamWorkers are the goroutines that serve the gRPC requests, their
+// stacks grown once (gRPC starts one per request when all are busy).
+// Starting one per request spent a tenth of the server's CPU growing
+// stacks (docs/performance.md).
+const streamWorkers = 64
+
 // listen binds the gRPC listener (with the gRPC health service) and the
 // optional HTTP one, and serves them.
 func (s *Server) listen(c ServerConfig) error {
@@ -215,7 +221,7 @@ func (s *Server) listen(c ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("envoy: grpc: %w", err)
 	}
-	s.grpc = grpc.NewServer()
+	s.grpc = grpc.NewServer(grpc.NumStreamWorkers(streamWorkers))
 	s.Service.Register(s.grpc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)

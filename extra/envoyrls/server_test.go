@@ -20,7 +20,7 @@ import (
 func TestServerStart(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"})
-	c, err := ParseServerConfig([]byte(`{"grpc": "127.0.0.1:0", "http": "127.0.0.1:0", "config": "` + filepath.ToSlash(dir) + `", "watch": "off"}`))
+	c, err := parseServerConfig([]byte(`{"grpc": "127.0.0.1:0", "http": "127.0.0.1:0", "config": "` + filepath.ToSlash(dir) + `", "watch": "off"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestServerStart(t *testing.T) {
 	}
 	for _, bad := range []string{`{"grpc": "x", "config": "d"}`, `{"grpc": "127.0.0.1:1"}`, `{"grpc": "127.0.0.1:1", "config": "d", "backend": "etcd"}`,
 		`{"grpc": "127.0.0.1:1", "config": "d", "backend": "redis"}`, `{"grpc": "127.0.0.1:1", "config": "d", "watch": "-1s"}`, `{"grpc": "127.0.0.1:1", "config": "d", "x": 1}`} {
-		if _, err := ParseServerConfig([]byte(bad)); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := parseServerConfig([]byte(bad)); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}

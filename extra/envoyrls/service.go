@@ -62,7 +62,7 @@ type Options struct {
 }
 
 // Service answers envoy.service.ratelimit.v3.RateLimitService. It is
-// safe for concurrent use; SetConfig swaps the configuration atomically
+// safe for concurrent use; setConfig swaps the configuration atomically
 // (requests in flight finish on the one they started with).
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
@@ -72,7 +72,7 @@ type Service struct {
 }
 
 // New returns a service answering from cfg (nil: no domain yet).
-func New(cfg *Config, o Options) *Service {
+func newService(cfg *Config, o Options) *Service {
 	if o.Backend == nil {
 		o.Backend = NewMemory(0)
 	}
@@ -95,8 +95,8 @@ func New(cfg *Config, o Options) *Service {
 	return s
 }
 
-// SetConfig puts cfg in force for the requests that start after it.
-func (s *Service) SetConfig(cfg *Config) { s.cfg.Store(cfg) }
+// setConfig puts cfg in force for the requests that start after it.
+func (s *Service) setConfig(cfg *Config) { s.cfg.Store(cfg) }
 
 // Config is the configuration in force.
 func (s *Service) Config() *Config { return s.cfg.Load() }
@@ -108,24 +108,41 @@ func (s *Service) Register(g grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitSer
 type plan struct {
 	matches   []match // per descriptor; limit nil when none applies
 	unlimited []bool
-	hits      []Hit
+	hits      []hit
 	at        []int // per descriptor: its index in hits, or -1
 }
 
-// ShouldRateLimit implements the RLS API.
+// statusError is an error of ShouldRateLimit: gRPC clients get its code,
+// a program calling the service in process can also test its cause with
+// errors.Is (ErrBadRequest, throttle.ErrUnavailable).
+type statusError struct {
+	code codes.Code
+	err  error
+}
+
+func (e *statusError) Error() string              { return e.err.Error() }
+func (e *statusError) Unwrap() error              { return e.err }
+func (e *statusError) GRPCStatus() *status.Status { return status.New(e.code, e.err.Error()) }
+
+// ShouldRateLimit implements the RLS API. A request without a domain or
+// a descriptor, or with an override of an unknown unit, fails with an
+// error wrapping ErrBadRequest, InvalidArgument over gRPC; a failing
+// backend (without Options.FailOpen) with one wrapping
+// throttle.ErrUnavailable where the backend's does, Unavailable over
+// gRPC.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	resp, err := s.Decide(ctx, req)
+	resp, err := s.decide(ctx, req)
 	switch {
 	case errors.Is(err, ErrBadRequest):
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, &statusError{codes.InvalidArgument, err}
 	case err != nil:
-		return nil, status.Error(codes.Unavailable, err.Error())
+		return nil, &statusError{codes.Unavailable, err}
 	}
 	return resp, nil
 }
 
-// Decide answers req; errors wrap ErrBadRequest, or are the backend's.
-func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+// decide answers req; errors wrap ErrBadRequest, or are the backend's.
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, fmt.Errorf("%w: rate limit domain must not be empty", ErrBadRequest)
 	}
@@ -137,8 +154,8 @@ func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		return nil, err
 	}
 	now := s.o.Now()
-	out := make([]Outcome, len(p.hits))
-	if err := s.o.Backend.Charge(ctx, now, p.hits, out); err != nil {
+	out := make([]outcome, len(p.hits))
+	if err := s.o.Backend.charge(ctx, now, p.hits, out); err != nil {
 		s.metrics.backendError()
 		s.o.Logger.Warn("rate-limit backend failed", "err", err, "fail_open", s.o.FailOpen)
 		if !s.o.FailOpen {
@@ -189,7 +206,7 @@ func (s *Service) plan(cfg *Config, req *rlsv3.RateLimitRequest) (*plan, error) 
 			continue
 		}
 		p.at[i] = len(p.hits)
-		p.hits = append(p.hits, Hit{Key: counterKey(s.o.KeyPrefix, req.Domain, d.Entries, m.share), Limit: m.limit, N: hitsOf(req, d)})
+		p.hits = append(p.hits, hit{Key: counterKey(s.o.KeyPrefix, req.Domain, d.Entries, m.share), Limit: m.limit, N: hitsOf(req, d)})
 	}
 	return p, nil
 }
@@ -201,12 +218,12 @@ func (s *Service) resolve(cfg *Config, domain string, d *rlv3.RateLimitDescripto
 		return match{}, nil
 	}
 	if o := d.GetLimit(); o != nil {
-		u := Unit(o.GetUnit())
+		u := rlUnit(o.GetUnit())
 		if u.Seconds() == 0 {
 			return match{}, fmt.Errorf("%w: limit override with unit %v", ErrBadRequest, o.GetUnit())
 		}
 		key := detailedKey(domain, d.Entries, nil)
-		return match{limit: &RateLimit{Key: key, Unit: u, RequestsPerUnit: o.GetRequestsPerUnit()}, metric: key}, nil
+		return match{limit: &limitRule{Key: key, rlUnit: u, RequestsPerUnit: o.GetRequestsPerUnit()}, metric: key}, nil
 	}
 	m, _ := cfg.lookup(domain, d.Entries)
 	return m, nil
@@ -222,11 +239,11 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) uint64 {
 }
 
 // statusOf builds a descriptor's status from its outcome.
-func statusOf(l *RateLimit, o Outcome) *rlsv3.RateLimitResponse_DescriptorStatus {
+func statusOf(l *limitRule, o outcome) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code: rlsv3.RateLimitResponse_OK,
 		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{
-			Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit),
+			Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(l.rlUnit),
 		},
 		LimitRemaining:     o.Remaining,
 		DurationUntilReset: durationpb.New(o.Reset),
@@ -239,7 +256,7 @@ func statusOf(l *RateLimit, o Outcome) *rlsv3.RateLimitResponse_DescriptorStatus
 
 // respond builds the response: OVER_LIMIT if any descriptor is over its
 // limit (not in shadow mode), or if every quota-mode descriptor is.
-func (s *Service) respond(now time.Time, p *plan, out []Outcome) *rlsv3.RateLimitResponse {
+func (s *Service) respond(now time.Time, p *plan, out []outcome) *rlsv3.RateLimitResponse {
 	r := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.matches))}
 	closest, least := (*rlsv3.RateLimitResponse_DescriptorStatus)(nil), uint32(math.MaxUint32)
 	over, quota, quotaOver := 0, 0, 0
@@ -288,7 +305,7 @@ func (s *Service) respond(now time.Time, p *plan, out []Outcome) *rlsv3.RateLimi
 // headers are the x-ratelimit-style headers of st: its limit, what
 // remains, and the seconds until its unit's window ends.
 func (s *Service) headers(now time.Time, st *rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
-	d := Unit(st.CurrentLimit.Unit).Seconds()
+	d := rlUnit(st.CurrentLimit.Unit).Seconds()
 	reset := d - now.Unix()%d
 	return []*corev3.HeaderValue{
 		{Key: s.o.LimitHeader, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},

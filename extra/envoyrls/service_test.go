@@ -26,7 +26,7 @@ import (
 // admits exactly the limit, sampled from the clients' answers.
 func TestMemoryFixedWindowExactUnderConcurrency(t *testing.T) {
 	clock := newFakeClock()
-	svc := New(mustParse(t, "f.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n"), Options{Now: clock.Now})
+	svc := newService(mustParse(t, "f.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n"), Options{Now: clock.Now})
 	for window := range 3 {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -34,7 +34,7 @@ func TestMemoryFixedWindowExactUnderConcurrency(t *testing.T) {
 		for range 8 {
 			wg.Go(func() {
 				for range 50 {
-					resp, err := svc.Decide(context.Background(), req("d", desc("k", "v")))
+					resp, err := svc.decide(context.Background(), req("d", desc("k", "v")))
 					if err != nil {
 						t.Error(err)
 						return
@@ -59,21 +59,21 @@ func TestMemoryFixedWindowExactUnderConcurrency(t *testing.T) {
 func TestMemorySweep(t *testing.T) {
 	m := NewMemory(0)
 	defer m.Close()
-	l := &RateLimit{Unit: UnitSecond, RequestsPerUnit: 1}
+	l := &limitRule{rlUnit: unitSecond, RequestsPerUnit: 1}
 	now := time.Unix(1000, 0)
-	out := make([]Outcome, 1)
+	out := make([]outcome, 1)
 	for i := range 100 {
-		if err := m.Charge(context.Background(), now, []Hit{{Key: string(rune('a' + i%26)), Limit: l, N: 1}}, out); err != nil {
+		if err := m.charge(context.Background(), now, []hit{{Key: string(rune('a' + i%26)), Limit: l, N: 1}}, out); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if m.Len() != 26 {
-		t.Fatalf("%d keys, want 26", m.Len())
+	if m.size() != 26 {
+		t.Fatalf("%d keys, want 26", m.size())
 	}
 	now = now.Add(sweepEvery + time.Second)
-	m.Charge(context.Background(), now, []Hit{{Key: "a", Limit: l, N: 1}}, out)
-	if m.Len() != 1 || out[0].Over || out[0].After != 1 {
-		t.Errorf("after the sweep: %d keys, outcome %+v", m.Len(), out[0])
+	m.charge(context.Background(), now, []hit{{Key: "a", Limit: l, N: 1}}, out)
+	if m.size() != 1 || out[0].Over || out[0].After != 1 {
+		t.Errorf("after the sweep: %d keys, outcome %+v", m.size(), out[0])
 	}
 }
 
@@ -83,7 +83,7 @@ func TestMemorySweep(t *testing.T) {
 // its burst, then its rate.
 func TestAlgorithmsOverTheAPI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		svc := New(mustParse(t, "f.yaml", `
+		svc := newService(mustParse(t, "f.yaml", `
 domain: d
 descriptors:
   - key: fixed
@@ -99,7 +99,7 @@ descriptors:
 		ask := func(key string, n int) int {
 			ok := 0
 			for range n {
-				resp, err := svc.Decide(context.Background(), req("d", desc(key, "x")))
+				resp, err := svc.decide(context.Background(), req("d", desc(key, "x")))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -135,7 +135,7 @@ descriptors:
 // A failing backend fails the request with Unavailable, or answers OK
 // with FailOpen.
 func TestBackendDown(t *testing.T) {
-	down := backendFunc(func(context.Context, time.Time, []Hit, []Outcome) error { return throttle.ErrUnavailable })
+	down := backendFunc(func(context.Context, time.Time, []hit, []outcome) error { return throttle.ErrUnavailable })
 	cfg := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
 	r := newRig(t, cfg, Options{Backend: down})
 	_, err := r.client.ShouldRateLimit(t.Context(), req("d", desc("k", "v")))
@@ -150,14 +150,14 @@ func TestBackendDown(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("no domain: %v", err)
 	}
-	if _, err := r.svc.Decide(t.Context(), req("d")); !errors.Is(err, ErrBadRequest) {
+	if _, err := r.svc.decide(t.Context(), req("d")); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("no descriptor: %v", err)
 	}
 }
 
-type backendFunc func(context.Context, time.Time, []Hit, []Outcome) error
+type backendFunc func(context.Context, time.Time, []hit, []outcome) error
 
-func (f backendFunc) Charge(ctx context.Context, now time.Time, h []Hit, o []Outcome) error {
+func (f backendFunc) charge(ctx context.Context, now time.Time, h []hit, o []outcome) error {
 	return f(ctx, now, h, o)
 }
 
@@ -224,7 +224,7 @@ func TestMetricSeriesBounded(t *testing.T) {
 		r.ask("d", desc("k", v))
 	}
 	var b strings.Builder
-	r.svc.WriteMetrics(&b)
+	r.svc.writeMetrics(&b)
 	if n := strings.Count(b.String(), "envoyrls_hits_total{"); n != 4 {
 		t.Errorf("%d hit series, want 3 and _other:\n%s", n, b.String())
 	}
@@ -269,8 +269,8 @@ func TestMemoryMaxKeys(t *testing.T) {
 	if got := r.admitted(3, "d", "k", "x") + r.admitted(3, "d", "k", "y"); got != 2 {
 		t.Errorf("two keys past the cap: %d admitted, want 2 (one shared counter)", got)
 	}
-	if mem.Len() != 4 {
-		t.Errorf("%d counters, want 3 and the overflow", mem.Len())
+	if mem.size() != 4 {
+		t.Errorf("%d counters, want 3 and the overflow", mem.size())
 	}
 }
 

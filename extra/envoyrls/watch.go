@@ -11,7 +11,7 @@ import (
 )
 
 // Source keeps a Service's configuration in step with a file or a
-// directory of files (see ReadFiles): Reload reads them on demand (on
+// directory of files (see readFiles): Reload reads them on demand (on
 // SIGHUP, say), Watch whenever their content changes and has stayed the
 // same for one interval, so that files caught half written are not acted
 // on. A version that does not load is refused as a whole and the
@@ -34,20 +34,20 @@ type Source struct {
 // error wrapping ErrInvalidConfig.
 func Open(path string, lo LoadOptions, o Options) (*Service, *Source, error) {
 	src := &Source{path: path, opts: lo}
-	files, err := ReadFiles(path)
+	files, err := readFiles(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("envoyrls: %w", err)
 	}
-	cfg, err := Parse(files, lo)
+	cfg, err := parse(files, lo)
 	if err != nil {
 		return nil, nil, err
 	}
 	src.seen = digest(files)
-	src.svc = New(cfg, o)
+	src.svc = newService(cfg, o)
 	return src.svc, src, nil
 }
 
-func digest(files []File) [32]byte {
+func digest(files []configFile) [32]byte {
 	h := sha256.New()
 	for _, f := range files {
 		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))
@@ -63,20 +63,20 @@ func digest(files []File) [32]byte {
 func (s *Source) Reload() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	files, err := ReadFiles(s.path)
+	files, err := readFiles(s.path)
 	if err != nil {
 		return fmt.Errorf("envoyrls: %w", err)
 	}
 	return s.apply(files, digest(files))
 }
 
-func (s *Source) apply(files []File, d [32]byte) error {
+func (s *Source) apply(files []configFile, d [32]byte) error {
 	s.seen, s.waiting = d, false
-	cfg, err := Parse(files, s.opts)
+	cfg, err := parse(files, s.opts)
 	if err != nil {
 		return err
 	}
-	s.svc.SetConfig(cfg)
+	s.svc.setConfig(cfg)
 	return nil
 }
 
@@ -103,7 +103,7 @@ func (s *Source) Watch(ctx context.Context, interval time.Duration) error {
 }
 
 func (s *Source) poll() error {
-	files, err := ReadFiles(s.path)
+	files, err := readFiles(s.path)
 	if err != nil {
 		return fmt.Errorf("envoyrls: %w", err)
 	}

@@ -24,7 +24,7 @@ type fileParser struct {
 	opts LoadOptions
 }
 
-func (c *Config) load(f File, o LoadOptions) error {
+func (c *Config) load(f configFile, o LoadOptions) error {
 	p := &fileParser{name: f.Name, cfg: c, opts: o}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(f.Data, &doc); err != nil {

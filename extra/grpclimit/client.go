@@ -82,7 +82,7 @@ func (c *config) turn1(ctx context.Context, l throttle.Limiter, method string) (
 	if h, ok := l.(throttle.Holder); ok {
 		release, err = h.Hold(ctx, key, n)
 	} else {
-		err = throttle.Wait(ctx, l, key, n, c.waitOpts...)
+		err = throttle.Wait(ctx, l, key, n)
 	}
 	switch {
 	case err == nil:

@@ -50,10 +50,6 @@ import (
 // with its own status if it has one, else codes.InvalidArgument.
 type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
 
-// PeerAddress keys calls by the client's IP address (IPv6 grouped by
-// /64; the whole address for a non-IP transport). It is ClientIP().
-func PeerAddress() KeyFunc { return ClientIP() }
-
 // ClientIP keys calls by client IP address, as httplimit.ClientIP keys
 // requests, with its options: by default the peer's address, IPv6
 // grouped by /64 (httplimit.IPv6Prefix); behind proxies, the address
@@ -128,16 +124,14 @@ func Method() KeyFunc {
 type Option func(*config)
 
 type config struct {
-	key       KeyFunc
-	cost      func(ctx context.Context, fullMethod string) int
-	failOpen  bool
-	failFast  bool
-	skip      func(fullMethod string) bool
-	waitOpts  []throttle.WaitOption
-	noHeaders bool
-	legacy    bool
-	name      string
-	rep       ratefields.Reporter
+	key      KeyFunc
+	cost     func(ctx context.Context, fullMethod string) int
+	failOpen bool
+	failFast bool
+	skip     func(fullMethod string) bool
+	legacy   bool
+	name     string
+	rep      ratefields.Reporter
 }
 
 func newConfig(l throttle.Limiter, defaultKey KeyFunc, opts []Option) config {
@@ -166,9 +160,6 @@ func WithFailOpen() Option { return func(c *config) { c.failOpen = true } }
 // reflection).
 func WithSkip(f func(fullMethod string) bool) Option { return func(c *config) { c.skip = f } }
 
-// WithoutHeaders leaves the rate-limit metadata out.
-func WithoutHeaders() Option { return func(c *config) { c.noHeaders = true } }
-
 // WithName names the policy in the ratelimit-policy and ratelimit metadata
 // (default "default").
 func WithName(name string) Option { return func(c *config) { c.name = name } }
@@ -180,12 +171,6 @@ func WithLegacyHeaders() Option { return func(c *config) { c.legacy = true } }
 // WithFailFast makes a client interceptor refuse a call over the limit at
 // once, with the same status a server would send, instead of waiting.
 func WithFailFast() Option { return func(c *config) { c.failFast = true } }
-
-// WithWaitOptions passes opts to throttle.Wait in a waiting client
-// interceptor.
-func WithWaitOptions(opts ...throttle.WaitOption) Option {
-	return func(c *config) { c.waitOpts = append(c.waitOpts, opts...) }
-}
 
 // acquire asks l for the call's units. It returns the release func (never
 // nil), the metadata to send, and the status error that refuses the call,
@@ -203,9 +188,7 @@ func (c *config) acquire(ctx context.Context, l throttle.Limiter, method string)
 		}
 		return release, nil, statusOf(err)
 	}
-	if !c.noHeaders {
-		md = c.headers(key, d)
-	}
+	md = c.headers(key, d)
 	if !d.Allowed {
 		return release, md, Denied(d)
 	}

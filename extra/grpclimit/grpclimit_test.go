@@ -226,7 +226,7 @@ func TestClient(t *testing.T) {
 		t.Fatalf("asked %d times, want 3", asked.Load())
 	}
 
-	tb, _ := tokenbucket.New(throttle.Every(time.Hour), 1, throttle.WithClock(throttletest.NewClock()))
+	tb, _ := tokenbucket.New(throttle.NewRate(1, time.Hour), 1, throttle.WithClock(throttletest.NewClock()))
 	fast := bufServe(t, nil, grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(tb, grpclimit.WithFailFast())))
 	if _, err := fast.Check(withKey(t, "k"), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)
@@ -244,6 +244,26 @@ func TestClient(t *testing.T) {
 	}
 }
 
+// TestStreamClient: a stream opens once its units are granted; failing
+// fast, one over the limit does not open and gets ResourceExhausted.
+func TestStreamClient(t *testing.T) {
+	tb, _ := tokenbucket.New(throttle.NewRate(1, time.Hour), 1, throttle.WithClock(throttletest.NewClock()))
+	defer tb.Close()
+	opened := 0
+	streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+		opened++
+		return nil, nil
+	}
+	in := grpclimit.StreamClientInterceptor(tb, grpclimit.WithFailFast())
+	if _, err := in(context.Background(), &grpc.StreamDesc{}, nil, "/s/Watch", streamer); err != nil || opened != 1 {
+		t.Fatalf("first stream: %v, %d opened", err, opened)
+	}
+	_, err := in(context.Background(), &grpc.StreamDesc{}, nil, "/s/Watch", streamer)
+	if d, ok := grpclimit.RetryDelay(err); status.Code(err) != codes.ResourceExhausted || !ok || d != time.Hour || opened != 1 {
+		t.Fatalf("second stream: %v (%v), %d opened", err, d, opened)
+	}
+}
+
 // Over real TCP on loopback, keyed by the peer's address.
 func TestLoopback(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -251,7 +271,7 @@ func TestLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys []string
-	tb, _ := tokenbucket.New(throttle.Every(time.Hour), 1, throttle.WithClock(throttletest.NewClock()))
+	tb, _ := tokenbucket.New(throttle.NewRate(1, time.Hour), 1, throttle.WithClock(throttletest.NewClock()))
 	spy := throttle.LimiterFunc(func(ctx context.Context, key string, n int) (throttle.Decision, error) {
 		keys = append(keys, key)
 		return tb.Allow(ctx, key, n)

@@ -11,7 +11,7 @@ import (
 // UnaryServerInterceptor limits unary calls with l; see the package
 // documentation. The interceptor is safe for concurrent use if l is.
 func UnaryServerInterceptor(l throttle.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
-	c := newConfig(l, PeerAddress(), opts)
+	c := newConfig(l, ClientIP(), opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if c.skip != nil && c.skip(info.FullMethod) {
 			return handler(ctx, req)
@@ -35,7 +35,7 @@ func UnaryServerInterceptor(l throttle.Limiter, opts ...Option) grpc.UnaryServer
 // units are held until the stream's handler returns. See the package
 // documentation.
 func StreamServerInterceptor(l throttle.Limiter, opts ...Option) grpc.StreamServerInterceptor {
-	c := newConfig(l, PeerAddress(), opts)
+	c := newConfig(l, ClientIP(), opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if c.skip != nil && c.skip(info.FullMethod) {
 			return handler(srv, ss)

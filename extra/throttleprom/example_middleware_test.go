@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,7 +21,7 @@ func Example_middleware() {
 	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
 	reg.MustRegister(obs)
 
-	perClient, err := tokenbucket.New(throttle.PerMinute(60), 2)
+	perClient, err := tokenbucket.New(throttle.NewRate(60, time.Minute), 2)
 	if err != nil {
 		panic(err)
 	}

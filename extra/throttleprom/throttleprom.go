@@ -58,9 +58,9 @@ import (
 )
 
 var (
-	_ throttle.Observer        = (*Observer)(nil)
-	_ throttle.LatencyObserver = (*Observer)(nil)
-	_ prometheus.Collector     = (*Observer)(nil)
+	_ throttle.Observer                   = (*Observer)(nil)
+	_ interface{ ObservesLatency() bool } = (*Observer)(nil)
+	_ prometheus.Collector                = (*Observer)(nil)
 )
 
 // Option configures New.
@@ -73,9 +73,10 @@ type config struct {
 	timed       bool
 }
 
-// WithLatency makes the Observer a throttle.LatencyObserver: the limiters
-// observed through throttle.Observe time each call, which fills the
-// latency histogram at the cost of two clock reads per call.
+// WithLatency makes the Observer ask for timed calls (see
+// throttle.Observer): the limiters observed through throttle.Observe time
+// each call, which fills the latency histogram at the cost of two clock
+// reads per call.
 func WithLatency() Option { return func(c *config) { c.timed = true } }
 
 // defaultBuckets are backend round trips in seconds, 100µs to 2.5s.
@@ -244,7 +245,7 @@ func (o *Observer) Observe(e throttle.Event) {
 		o.version.WithLabelValues(e.Limiter, e.Key).Set(1)
 	case e.Kind == throttle.EventRelease:
 		s.inFlight.get().Sub(float64(e.N))
-	case e.Kind == throttle.EventDecision && e.Decision.Allowed && (e.Method == throttle.MethodTryHold || e.Method == throttle.MethodHold):
+	case e.Kind == throttle.EventDecision && e.Held:
 		s.inFlight.get().Add(float64(e.N))
 	case e.Kind == throttle.EventLimit:
 		s.limit.get().Set(float64(e.Decision.Limit))

@@ -317,3 +317,21 @@ throttle_retries_total{limiter="client",outcome="retried"} 1
 		t.Error(err)
 	}
 }
+
+// TestNamespace: WithNamespace prefixes every metric's name.
+func TestNamespace(t *testing.T) {
+	obs := throttleprom.New(throttleprom.WithNamespace("edge"))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(obs)
+	obs.Observe(throttle.Event{Kind: throttle.EventDecision, Limiter: "api", Decision: throttle.Decision{Allowed: true}})
+	want := `
+# HELP edge_decisions_total Calls to a limiter by outcome: allowed, denied or error.
+# TYPE edge_decisions_total counter
+edge_decisions_total{limiter="api",outcome="allowed"} 1
+edge_decisions_total{limiter="api",outcome="denied"} 0
+edge_decisions_total{limiter="api",outcome="error"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "edge_decisions_total"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -52,6 +52,14 @@ func Binary(t testing.TB) string {
 // t ends.
 func Start(t testing.TB, bin, yaml, redisAddr string, env ...string) string {
 	t.Helper()
+	addr, _ := StartProc(t, bin, yaml, redisAddr, env...)
+	return addr
+}
+
+// StartProc is Start, also returning the process (for a benchmark that
+// measures its CPU time).
+func StartProc(t testing.TB, bin, yaml, redisAddr string, env ...string) (string, *testproc.Proc) {
+	t.Helper()
 	root := t.TempDir()
 	conf := filepath.Join(root, "ratelimit", "config")
 	if err := os.MkdirAll(conf, 0o755); err != nil {
@@ -77,5 +85,5 @@ func Start(t testing.TB, bin, yaml, redisAddr string, env ...string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Kill)
-	return grpcAddr
+	return grpcAddr, p
 }

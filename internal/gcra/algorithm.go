@@ -5,7 +5,7 @@ import (
 	"math"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // Full is the TAT of a bucket never used: full (or empty, seen as a leaky
@@ -14,7 +14,7 @@ const Full = math.MinInt64
 
 // Algorithm is the pure step that tokenbucket.Algorithm and
 // leakybucket.Algorithm embed: they differ only in their names. It is
-// throttle.Algorithm on the TAT state. The zero value fails with
+// storelimit.Algorithm on the TAT state. The zero value fails with
 // ErrInvalid.
 type Algorithm struct{ c *Config }
 

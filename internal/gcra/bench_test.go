@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 )
@@ -30,7 +32,7 @@ func BenchmarkFloorClockCAS(b *testing.B) {
 func BenchmarkAllowN(b *testing.B) {
 	var s Single
 	var d throttle.Decision
-	if err := s.Init(throttle.NewRate(int(throttle.MaxPerSecond), time.Second), 1<<30); err != nil {
+	if err := s.Init(throttle.NewRate(int(bridge.MaxPerSecond), time.Second), 1<<30); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()

@@ -8,7 +8,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
 	"github.com/throttlekit/throttle/internal/keyed"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 const cacheLine = 64
@@ -183,7 +183,7 @@ func reserve(st *State, c *Config, now int64, n int, maxWait time.Duration) (thr
 	case !ok:
 		return throttle.Reservation{Delay: time.Duration(max(tat, now) + cost - now - limit), Limit: c.Burst}, true, nil
 	}
-	return throttle.NewReservation(time.Duration(max(tat-c.Tau-now, 0)), c.Burst, func() { st.Refund(tat, cost) }), true, nil
+	return limiterkit.NewReservation(time.Duration(max(tat-c.Tau-now, 0)), c.Burst, func() { st.Refund(tat, cost) }), true, nil
 }
 
 // Keyed is a set of buckets, one per key, sharing one configuration.

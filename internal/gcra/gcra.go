@@ -4,7 +4,7 @@
 //
 // The whole state of a bucket is one int64, the theoretical arrival time
 // (TAT): the instant, in nanoseconds since the Unix epoch, at which the
-// bucket is full again. With I the emission interval (Rate.Interval, in
+// bucket is full again. With I the emission interval (Rate.Duration(1), in
 // whole nanoseconds) and tau = burst·I the tolerance, a request of n units
 // at now is admitted if
 //
@@ -31,7 +31,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/keyed"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // MaxSpan bounds the tolerance burst·interval of a bucket (about 36
@@ -62,7 +62,7 @@ const dead = math.MinInt64 + 1
 type Config struct {
 	Rate     throttle.Rate
 	Burst    int
-	Interval int64 // nanoseconds per unit, Rate.Interval rounded up
+	Interval int64 // nanoseconds per unit, Rate.Duration(1), rounded up
 	Tau      int64 // Burst * Interval
 
 	// magic and shift divide by Interval without a division instruction:
@@ -121,7 +121,7 @@ func (c *Config) Set(rate throttle.Rate, burst int) error {
 	if burst <= 0 {
 		return fmt.Errorf("%w: burst must be positive, got %d", throttle.ErrInvalid, burst)
 	}
-	iv := int64(rate.Interval())
+	iv := int64(rate.Duration(1))
 	if int64(burst) > MaxSpan/iv {
 		return fmt.Errorf("%w: burst %d at rate %v spans more than %v", throttle.ErrInvalid, burst, rate, time.Duration(MaxSpan))
 	}

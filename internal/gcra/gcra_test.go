@@ -8,6 +8,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/keyed"
 	"github.com/throttlekit/throttle/throttletest"
@@ -123,7 +125,7 @@ func checkUnits(t *testing.T, d uint64, x int64) {
 }
 
 func TestUnits(t *testing.T) {
-	ds := []uint64{1, 2, 3, 4, 5, 7, 8, 9, 10, 1000, 333333334, 1e9, 1<<32 - 1, 1 << 32, 1<<32 + 1, uint64(throttle.MaxPeriod), 1<<55 - 1}
+	ds := []uint64{1, 2, 3, 4, 5, 7, 8, 9, 10, 1000, 333333334, 1e9, 1<<32 - 1, 1 << 32, 1<<32 + 1, uint64(bridge.MaxPeriod), 1<<55 - 1}
 	xs := []int64{0, 1, 2, 1e9 - 1, 1e9, 1<<32 - 1, 1 << 40, MaxSpan - 1, MaxSpan, 1<<divBits - 1}
 	for _, d := range ds {
 		for _, x := range xs {
@@ -147,7 +149,7 @@ func TestUnits(t *testing.T) {
 func FuzzUnits(f *testing.F) {
 	f.Add(uint64(3), int64(1e9))
 	f.Fuzz(func(t *testing.T, d uint64, x int64) {
-		d = 1 + d%uint64(throttle.MaxPeriod)
+		d = 1 + d%uint64(bridge.MaxPeriod)
 		if x < 0 {
 			x = -(x + 1)
 		}

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/testproc"
-	"github.com/throttlekit/throttle/limiterkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -3,7 +3,7 @@ package keyed
 import (
 	"unsafe"
 
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // Look-ups (Get and its variants), and the decisions built on them.

@@ -13,9 +13,12 @@ import (
 	"github.com/throttlekit/throttle"
 )
 
-// keyQuota is a limiter whose limit depends on the key
-// (httplimit.KeyQuotaReporter).
+// keyQuota is a limiter whose limit depends on the key, such as
+// rules.Limiter: the RateLimit fields state each key's own quota.
 type keyQuota interface {
+	// KeyQuota returns key's quota and, for a bucket that returns units
+	// one at a time, its rate (zero for a window); limited is false for a
+	// key that is not limited (an allow list) or has no limit to state.
 	KeyQuota(key string) (q throttle.Quota, refill throttle.Rate, limited bool)
 }
 
@@ -78,7 +81,7 @@ func Until(d throttle.Decision, refill throttle.Rate) time.Duration {
 	case d.ResetAfter <= 0 || d.Remaining >= d.Limit:
 		return 0 // full
 	}
-	if p := refill.Interval(); refill.Count() > 0 && p > 0 {
+	if p := refill.Duration(1); refill.Count() > 0 && p > 0 {
 		later := min(int64(d.Limit-d.Remaining-1), int64(d.ResetAfter/p))
 		return d.ResetAfter - time.Duration(later)*p
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/bridge"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // To reports to an Observer under a name. The zero value reports nothing;
@@ -23,15 +25,14 @@ type To struct {
 
 // New returns a To reporting to o under name; a nil o reports nothing.
 func New(name string, o throttle.Observer) To {
-	lo, timed := o.(throttle.LatencyObserver)
-	return To{name: name, o: o, timed: timed && lo.ObservesLatency()}
+	return To{name: name, o: o, timed: bridge.ObservesLatency(o)}
 }
 
 // On reports whether there is an Observer.
 func (r *To) On() bool { return r.o != nil }
 
 // Start returns the instant a call starts, for Call to time it: the zero
-// Time unless the Observer asks for latency (throttle.LatencyObserver).
+// Time unless the Observer asks for latency (see throttle.Observer).
 func (r *To) Start() time.Time {
 	if r.timed {
 		return time.Now()
@@ -42,11 +43,11 @@ func (r *To) Start() time.Time {
 // Call reports a call of method m for n units of key that returned d and
 // err: an EventDecision, or an EventError when err is not nil. start is
 // what Start returned before the call.
-func (r *To) Call(m throttle.Method, key string, n int, d throttle.Decision, err error, start time.Time) {
+func (r *To) Call(m limiterkit.Method, key string, n int, d throttle.Decision, err error, start time.Time) {
 	if r.o == nil {
 		return
 	}
-	e := throttle.Event{Kind: throttle.EventDecision, Limiter: r.name, Key: key, N: n, Decision: d, Err: err, Method: m}
+	e := throttle.Event{Kind: throttle.EventDecision, Limiter: r.name, Key: key, N: n, Decision: d, Err: err, Held: err == nil && d.Allowed && m.Holds()}
 	if err != nil {
 		e.Kind = throttle.EventError
 	}
@@ -57,7 +58,7 @@ func (r *To) Call(m throttle.Method, key string, n int, d throttle.Decision, err
 }
 
 // Decide makes decide(ctx, key, n), a call of method m, and reports it.
-func (r *To) Decide(ctx context.Context, m throttle.Method, key string, n int, decide func(context.Context, string, int) (throttle.Decision, error)) (throttle.Decision, error) {
+func (r *To) Decide(ctx context.Context, m limiterkit.Method, key string, n int, decide func(context.Context, string, int) (throttle.Decision, error)) (throttle.Decision, error) {
 	start := r.Start()
 	d, err := decide(ctx, key, n)
 	r.Call(m, key, n, d, err, start)
@@ -72,7 +73,7 @@ func (r *To) Reserve(ctx context.Context, key string, n int, maxWait time.Durati
 	res, err := reserve(ctx, key, n, maxWait)
 	if r.o != nil {
 		d := throttle.Decision{Allowed: res.OK, Limit: res.Limit, RetryAfter: res.Delay}
-		r.Call(throttle.MethodReserve, key, n, d, err, start)
+		r.Call(limiterkit.MethodReserve, key, n, d, err, start)
 	}
 	return res, err
 }
@@ -80,7 +81,7 @@ func (r *To) Reserve(ctx context.Context, key string, n int, maxWait time.Durati
 // Held returns release, for the n units of key that a call of method m
 // (TryHold or Hold) holds, reporting an EventRelease when it first gives
 // them back, as throttle.Observe does.
-func (r *To) Held(release func(), m throttle.Method, key string, n int) func() {
+func (r *To) Held(release func(), m limiterkit.Method, key string, n int) func() {
 	if r.o == nil {
 		return release
 	}
@@ -88,7 +89,7 @@ func (r *To) Held(release func(), m throttle.Method, key string, n int) func() {
 	return func() {
 		if done.CompareAndSwap(false, true) {
 			release()
-			r.Event(throttle.Event{Kind: throttle.EventRelease, Key: key, N: n, Method: m})
+			r.Event(throttle.Event{Kind: throttle.EventRelease, Key: key, N: n})
 		}
 	}
 }

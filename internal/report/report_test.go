@@ -13,6 +13,7 @@ import (
 	"github.com/throttlekit/throttle/counting"
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/httplimit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 	"github.com/throttlekit/throttle/internal/report/reporttest"
 	"github.com/throttlekit/throttle/rules"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -22,7 +23,7 @@ var ctx = context.Background()
 
 // bucket is a keyed token bucket of burst 3 that never refills in a test.
 func bucket(t *testing.T) *tokenbucket.Limiter {
-	l, err := tokenbucket.New(throttle.PerHour(1), 3)
+	l, err := tokenbucket.New(throttle.NewRate(1, time.Hour), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ var down = throttle.LimiterFunc(func(context.Context, string, int) (throttle.Dec
 })
 
 // every makes call i through each method l has, in turn (see
-// throttle.Invoke), giving held units back at once; key "" for i = 1,
+// limiterkit.Invoke), giving held units back at once; key "" for i = 1,
 // a call that fails.
 func every(l throttle.Limiter) func(i int) error {
 	return func(i int) error {
@@ -52,8 +53,8 @@ func every(l throttle.Limiter) func(i int) error {
 		if i == 1 {
 			key = ""
 		}
-		m := []throttle.Method{throttle.MethodAllow, throttle.MethodAllowQuota, throttle.MethodTryHold, throttle.MethodReserve}[i%4]
-		r, err := throttle.Invoke(ctx, l, throttle.Call{Method: m, Key: key, N: 1, Rate: throttle.PerHour(1), Burst: 3})
+		m := []limiterkit.Method{limiterkit.MethodAllow, limiterkit.MethodAllowQuota, limiterkit.MethodTryHold, limiterkit.MethodReserve}[i%4]
+		r, err := limiterkit.Invoke(ctx, l, limiterkit.Call{Method: m, Key: key, N: 1, Rate: throttle.NewRate(1, time.Hour), Burst: 3})
 		if r.Release != nil {
 			r.Release()
 		}
@@ -165,7 +166,7 @@ func serve(t *testing.T, l throttle.Limiter, ctxLimit bool, opts ...httplimit.Op
 	return func(int) error {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		if ctxLimit {
-			r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.PerHour(1), 2))
+			r = r.WithContext(httplimit.WithRequestLimit(r.Context(), throttle.NewRate(1, time.Hour), 2))
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)

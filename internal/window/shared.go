@@ -87,7 +87,7 @@ func (l *Limits[C, P]) SetLimit(limit int) error {
 }
 
 // Algorithm is the pure step that fixedwindow.Algorithm and
-// slidingwindow.Algorithm embed: throttle.Algorithm over the packed word
+// slidingwindow.Algorithm embed: storelimit.Algorithm over the packed word
 // of their configuration. Immutable; the zero value fails with ErrZero.
 type Algorithm[C any, P Config[C]] struct {
 	c   *C

@@ -1,4 +1,4 @@
-// Package storetest is the conformance test of a throttle.Store: it runs
+// Package storetest is the conformance test of a storelimit.Store: it runs
 // every Algorithm of this module through a storelimit.Limiter over the
 // store, against throttletest's suite, against the in-process limiter of
 // the same algorithm on one random trace and clock (the same decisions,
@@ -25,7 +25,7 @@ import (
 type Config struct {
 	// New returns an empty store, reached by a new connection if it has
 	// one. It is called once per sub-test.
-	New func(t testing.TB) throttle.Store
+	New func(t testing.TB) storelimit.Store
 	// Steps is the length of each differential trace (3000 if 0).
 	Steps int
 	// Workers is how many goroutines Contention runs on one key (32 if 0).
@@ -41,7 +41,7 @@ type Config struct {
 type Case struct {
 	Name      string
 	Limit     int
-	Algorithm throttle.Algorithm
+	Algorithm storelimit.Algorithm
 	// Local returns the in-process limiter deciding as Algorithm.
 	Local func(clk throttle.Clock) (throttle.Limiter, error)
 	// Bound is the suite's bound (see throttletest.Suite).
@@ -55,7 +55,7 @@ func Cases(t testing.TB) []Case {
 	rate, burst, w, limit := throttle.PerSecond(10), 5, 1500*time.Millisecond, 7
 	bucket := func(d time.Duration) int64 { return int64(burst) + rate.Events(d) }
 	windows := func(d time.Duration) int64 { return int64(limit) * (int64((d+w-1)/w) + 1) }
-	must := func(a throttle.Algorithm, err error) throttle.Algorithm {
+	must := func(a storelimit.Algorithm, err error) storelimit.Algorithm {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
@@ -121,7 +121,7 @@ func Run(t *testing.T, c Config) {
 }
 
 // NewLimiter returns a storelimit.Limiter deciding with a over s on clk.
-func NewLimiter(t testing.TB, s throttle.Store, a throttle.Algorithm, clk throttle.Clock) *storelimit.Limiter {
+func NewLimiter(t testing.TB, s storelimit.Store, a storelimit.Algorithm, clk throttle.Clock) *storelimit.Limiter {
 	t.Helper()
 	l, err := storelimit.New(s, a, throttle.WithClock(clk))
 	if err != nil {
@@ -162,17 +162,17 @@ func Contention(t *testing.T, l throttle.Limiter, limit, workers int) {
 }
 
 // Counted returns s counting the calls made to it into calls: a
-// throttle.LoadingStore if s is one, else a throttle.Store.
-func Counted(s throttle.Store, calls *atomic.Int64) throttle.Store {
+// storelimit.LoadingStore if s is one, else a storelimit.Store.
+func Counted(s storelimit.Store, calls *atomic.Int64) storelimit.Store {
 	c := counted{s, calls}
-	if ls, ok := s.(throttle.LoadingStore); ok {
+	if ls, ok := s.(storelimit.LoadingStore); ok {
 		return countedLoading{c, ls}
 	}
 	return c
 }
 
 type counted struct {
-	s     throttle.Store
+	s     storelimit.Store
 	calls *atomic.Int64
 }
 
@@ -188,7 +188,7 @@ func (c counted) CompareAndSwap(ctx context.Context, key string, old, next, now,
 
 type countedLoading struct {
 	counted
-	ls throttle.LoadingStore
+	ls storelimit.LoadingStore
 }
 
 func (c countedLoading) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttle/internal/bridge"
+
 	"golang.org/x/time/rate"
 
 	"github.com/throttlekit/throttle"
@@ -20,9 +22,9 @@ import (
 const bigBurst = 1 << 30
 
 func benchBucket(b *testing.B, allowed bool) *tokenbucket.Bucket {
-	r, burst := throttle.NewRate(int(throttle.MaxPerSecond), time.Second), bigBurst
+	r, burst := throttle.NewRate(int(bridge.MaxPerSecond), time.Second), bigBurst
 	if !allowed {
-		r, burst = throttle.Every(time.Hour), 1
+		r, burst = throttle.NewRate(1, time.Hour), 1
 	}
 	tb, err := tokenbucket.NewBucket(r, burst)
 	if err != nil {
@@ -105,12 +107,12 @@ func BenchmarkKeyed(b *testing.B) {
 			// One key: one unit per ns, as for Bucket. Many keys: one unit
 			// per second and a burst of 2^20, so that no key is ever full
 			// again (full keys are dropped and would be re-inserted).
-			r, burst := throttle.NewRate(int(throttle.MaxPerSecond), time.Second), bigBurst
+			r, burst := throttle.NewRate(int(bridge.MaxPerSecond), time.Second), bigBurst
 			if nkeys > 1 {
 				r, burst = throttle.PerSecond(1), 1<<20
 			}
 			if !allowed {
-				r, burst = throttle.Every(time.Hour), 1
+				r, burst = throttle.NewRate(1, time.Hour), 1
 			}
 			keys := benchutil.Keys(nkeys)
 			visit := benchutil.Visit(keys)

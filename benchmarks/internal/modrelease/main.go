@@ -10,6 +10,7 @@
 //	go run ./benchmarks/internal/modrelease set v0.2.0     # require every in-repo module at v0.2.0
 //	go run ./benchmarks/internal/modrelease proxy DIR      # write a module proxy (GOPROXY=file://DIR) of every module at the release version
 //	go run ./benchmarks/internal/modrelease list           # print each module's path and directory
+//	go run ./benchmarks/internal/modrelease changelog v0.2.0 2026-12-07 # CHANGELOG.md's Unreleased section becomes v0.2.0's
 //
 // The proxy is what CI resolves the modules from before a version is
 // tagged: each zip holds the files git tracks in the module, as a tag
@@ -25,6 +26,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -46,7 +48,10 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: modrelease version | set VERSION | proxy DIR | list")
+		return errors.New("usage: modrelease version | set VERSION | proxy DIR | list | changelog VERSION DATE")
+	}
+	if args[0] == "changelog" && len(args) == 3 {
+		return changelog("CHANGELOG.md", args[1], args[2])
 	}
 	mods, err := load(".")
 	if err != nil {
@@ -286,3 +291,40 @@ type file struct{ rel, name string }
 func (f file) Path() string                 { return f.rel }
 func (f file) Lstat() (os.FileInfo, error)  { return os.Lstat(f.name) }
 func (f file) Open() (io.ReadCloser, error) { return os.Open(f.name) }
+
+// changelog turns the Unreleased section of the changelog at name into
+// version's, headed "version — date", under a new, empty Unreleased
+// section. It fails if there is no Unreleased section, if it is empty, or
+// if version already has a section.
+func changelog(name, version, date string) error {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	text := string(data)
+	if !semver.IsValid(version) || semver.Canonical(version) != version || semver.Prerelease(version) != "" {
+		return fmt.Errorf("version %q is not vMAJOR.MINOR.PATCH", version)
+	}
+	if _, err := time.Parse(time.DateOnly, date); err != nil {
+		return fmt.Errorf("date %q is not YYYY-MM-DD", date)
+	}
+	head := unreleased.FindStringIndex(text)
+	if head == nil {
+		return fmt.Errorf("%s has no Unreleased section", name)
+	}
+	body := text[head[1]:]
+	if next := strings.Index(body, "\n## "); next >= 0 {
+		body = body[:next]
+	}
+	if strings.TrimSpace(body) == "" {
+		return fmt.Errorf("%s: the Unreleased section is empty", name)
+	}
+	if regexp.MustCompile(`(?m)^## \[?` + regexp.QuoteMeta(version) + `\b`).MatchString(text) {
+		return fmt.Errorf("%s already has a section for %s", name, version)
+	}
+	text = text[:head[0]] + "## [Unreleased]\n\n## " + version + " — " + date + "\n" + text[head[1]:]
+	return os.WriteFile(name, []byte(text), 0o644)
+}
+
+// unreleased matches the heading of a changelog's Unreleased section.
+var unreleased = regexp.MustCompile(`(?m)^## \[?Unreleased\]?[^\n]*\n`)

@@ -3,7 +3,7 @@ package etcdelection
 import (
 	"context"
 	"errors"
-	"fmt"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -17,10 +17,10 @@ import (
 
 // capacityRig is three capacity servers electing a master on a real etcd,
 // each through a fault proxy of its own, and clients reaching them over
-// an in-memory network, whose limiters a sampler sums every 2ms.
+// loopback HTTP, whose limiters a sampler sums every 2ms.
 type capacityRig struct {
 	t       *testing.T
-	net     *capacity.Network
+	net     *capacity.HTTPTransport
 	addrs   []string
 	proxies map[string]*faultproxy.Proxy
 	servers map[string]*capacity.Server
@@ -33,11 +33,13 @@ const rigCapacity = 100
 // newCapacityRig starts the servers, each on an etcd client of the
 // endpoints that endpoints returns for it.
 func newCapacityRig(t *testing.T, endpoints func(g *capacityRig, addr string) []string) *capacityRig {
-	g := &capacityRig{t: t, net: new(capacity.Network), proxies: map[string]*faultproxy.Proxy{},
+	g := &capacityRig{t: t, net: capacity.NewHTTPTransport(nil), proxies: map[string]*faultproxy.Proxy{},
 		servers: map[string]*capacity.Server{}}
 	cfg := capacity.Config{Resources: []capacity.Template{{ID: "*", Capacity: rigCapacity, LeaseLength: 2 * time.Second, RefreshInterval: 500 * time.Millisecond}}}
-	for i := range 3 {
-		addr := fmt.Sprintf("s%d", i+1)
+	for range 3 {
+		hs := httptest.NewUnstartedServer(nil)
+		t.Cleanup(hs.Close)
+		addr := hs.Listener.Addr().String()
 		cl, err := clientv3.New(clientv3.Config{Endpoints: endpoints(g, addr), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
@@ -51,6 +53,8 @@ func newCapacityRig(t *testing.T, endpoints func(g *capacityRig, addr string) []
 		if err != nil {
 			t.Fatal(err)
 		}
+		hs.Config.Handler = capacity.NewHandler(s)
+		hs.Start()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- s.Run(ctx, e, addr) }()
@@ -60,7 +64,6 @@ func newCapacityRig(t *testing.T, endpoints func(g *capacityRig, addr string) []
 				t.Errorf("%s: Run = %v", addr, err)
 			}
 		})
-		g.net.Attach(addr, s)
 		g.addrs, g.servers[addr] = append(g.addrs, addr), s
 	}
 	return g

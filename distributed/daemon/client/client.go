@@ -61,7 +61,8 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/failsafe"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/breaker"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 var _ throttle.Limiter = (*Client)(nil)
@@ -168,7 +169,7 @@ type Client struct {
 	pool   chan *conn
 	closed atomic.Bool
 
-	br failsafe.Breaker // the backoff: opens after consecutive failures
+	br breaker.Breaker // the backoff: opens after consecutive failures
 
 	st struct{ queries, allowed, failures, refused, skipped, dials atomic.Uint64 }
 }

@@ -241,7 +241,7 @@ func TestFallbackPolicy(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
-	local, err := tokenbucket.New(throttle.PerHour(1), 2)
+	local, err := tokenbucket.New(throttle.NewRate(1, time.Hour), 2)
 	if err != nil {
 		t.Fatal(err)
 	}

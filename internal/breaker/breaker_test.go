@@ -1,4 +1,4 @@
-package failsafe
+package breaker
 
 import (
 	"errors"

@@ -1,6 +1,10 @@
-package throttle
+package storelimit
 
-import "context"
+import (
+	"context"
+
+	"github.com/throttlekit/throttle"
+)
 
 // Algorithm is a limit's decision as a pure function of one key's state,
 // an int64: what a Store-backed limiter runs in Go over state kept
@@ -14,17 +18,17 @@ type Algorithm interface {
 	// Decide decides n units at now (nanoseconds since the Unix epoch)
 	// on a key whose state is state. It returns the state to store (state
 	// itself when denied) and the Decision. A state past the Decision's
-	// ResetAfter decides as Fresh does. Errors wrap ErrInvalid or
-	// ErrExceedsLimit.
-	Decide(state, now int64, n int) (next int64, d Decision, err error)
+	// ResetAfter decides as Fresh does. Errors wrap throttle.ErrInvalid or
+	// throttle.ErrExceedsLimit.
+	Decide(state, now int64, n int) (next int64, d throttle.Decision, err error)
 	// Fresh returns the state of a key never seen.
 	Fresh() int64
 	// Quota states the limit.
-	Quota() Quota
+	Quota() throttle.Quota
 }
 
 // Store keeps one int64 state per key, each live until an instant, for a
-// limiter that decides with an Algorithm (package storelimit): it reads
+// Limiter, which decides with an Algorithm: it reads
 // the state, decides in Go, and writes the next state back only if the
 // stored one is still the state read, else reads and decides again. A
 // denial writes nothing.
@@ -42,7 +46,7 @@ type Algorithm interface {
 // Implementations must be safe for concurrent use, and each method must be
 // atomic with respect to the others on the same key across every process
 // sharing the store. Errors are failures of the store; the limiter wraps
-// them in ErrUnavailable.
+// them in throttle.ErrUnavailable.
 type Store interface {
 	// Load returns key's state at now.
 	Load(ctx context.Context, key string, now int64) (state int64, err error)
@@ -52,8 +56,7 @@ type Store interface {
 }
 
 // LoadingStore is a Store whose compare-and-swap also returns the key's
-// state when it does not swap. A Store-backed limiter (package
-// storelimit) then decides on the state it last saw of a key, without
+// state when it does not swap. A Limiter then decides on the state it last saw of a key, without
 // reading it first: an admission whose guess holds takes one call to the
 // store, and one that does not learns the state from the failed swap.
 type LoadingStore interface {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/limiterkit"
+	"github.com/throttlekit/throttle/internal/limiterkit"
 )
 
 // TestFillSetsEveryField fills a Decision that holds other values: every

@@ -1,7 +1,7 @@
 // Package adaptivesim simulates a backend of known capacity under
 // open-loop load, on virtual time, to compare concurrency limiters side by
 // side: package adaptive's algorithms, fixed limits, and any other limiter
-// behind a Gate. It is a test and benchmark aid (package adaptive's
+// behind a Gate. It is an internal test and benchmark aid (package adaptive's
 // TestSimulation and the benchmarks module run it), not for production.
 //
 // A run lasts End (150 s) on a backend of Servers servers whose capacity

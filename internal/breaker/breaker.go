@@ -1,4 +1,7 @@
-package failsafe
+// Package breaker is the circuit breaker of package failsafe and of the
+// backends of this module (Redis, the daemon client): lock-free, on
+// whatever clock the caller reads.
+package breaker
 
 import (
 	"fmt"

@@ -1,7 +1,8 @@
-// Package limiterkit is for those who implement a throttle.Limiter: it
+// Package limiterkit is for the limiters and wrappers of this module: it
 // turns the shared throttle.Options into Settings, checks keys and request
-// sizes the way every limiter of this module does, and builds Decisions.
-// Users of the limiters never need it.
+// sizes the way every limiter of this module does, builds Decisions and
+// Reservations, and wraps a limiter in a Decorator that keeps its
+// abilities (Decorate). Users of the limiters never need it.
 package limiterkit
 
 import (

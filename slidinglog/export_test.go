@@ -1,0 +1,6 @@
+package slidinglog
+
+// Bounds, for the tests of the package's API.
+const (
+	MaxWindow = maxWindow
+)

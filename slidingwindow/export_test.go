@@ -1,0 +1,7 @@
+package slidingwindow
+
+// Bounds, for the tests of the package's API.
+const (
+	MaxWindow = maxWindow
+	MaxSlots  = maxSlots
+)
