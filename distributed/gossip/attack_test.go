@@ -160,7 +160,7 @@ func TestRestartAfterClockStepBack(t *testing.T) {
 	clkA := throttletest.NewClock() // correct
 	clkB := throttletest.NewClock() // an hour ahead, until corrected
 	clkB.Advance(time.Hour)
-	net := NewNetwork(clkA, 1)
+	net := newNetwork(clkA, 1)
 	peers := []string{"a", "b"}
 	a, err := NewNode(Config{Transport: net.Endpoint("a"), Secret: secret, Peers: peers}, throttle.WithClock(clkA))
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 
 func benchLimiter(b *testing.B, capped bool, peers int, rate throttle.Rate, burst int) *Limiter {
 	clk := throttletest.NewClock()
-	net := NewNetwork(clk, 1)
+	net := newNetwork(clk, 1)
 	var ps []string
 	for i := range peers {
 		ps = append(ps, fmt.Sprintf("p%d", i))
@@ -120,7 +120,7 @@ func benchAccess(b *testing.B, newLimiter func() throttle.Limiter) {
 // peers: encoding, signing and sending.
 func BenchmarkRound(b *testing.B) {
 	clk := throttletest.NewClock()
-	net := NewNetwork(clk, 1)
+	net := newNetwork(clk, 1)
 	n, _ := NewNode(Config{Transport: net.Endpoint("self"), Secret: secret, Peers: []string{"a", "b", "c", "d", "e", "f", "g"}},
 		throttle.WithClock(clk))
 	defer n.Close()
@@ -204,7 +204,7 @@ func BenchmarkRoundIdleKeys(b *testing.B) {
 // the process per round too.
 func benchRoundIdleKeys(b *testing.B, size, changed int) {
 	clk := throttletest.NewClock()
-	net := NewNetwork(clk, 1)
+	net := newNetwork(clk, 1)
 	peers := []string{"self", "peer"}
 	n, _ := NewNode(Config{Transport: net.Endpoint("self"), Secret: secret, Peers: peers},
 		throttle.WithClock(clk), throttle.WithMaxKeys(2*size))
@@ -265,7 +265,7 @@ func benchRoundIdleKeys(b *testing.B, size, changed int) {
 // for each key that changed on each peer.
 func BenchmarkReceive(b *testing.B) {
 	clk := throttletest.NewClock()
-	n, err := NewNode(Config{Transport: NewNetwork(clk, 1).Endpoint("n0"), Secret: secret, Peers: []string{"p"}},
+	n, err := NewNode(Config{Transport: newNetwork(clk, 1).Endpoint("n0"), Secret: secret, Peers: []string{"p"}},
 		throttle.WithClock(clk), throttle.WithMaxKeys(200_000))
 	if err != nil {
 		b.Fatal(err)

@@ -299,12 +299,17 @@ func (n *Node) engageStart() {
 // before this node started, this node joined late or restarted, and the
 // peer has levels for it: the gate holds until it has them (gate).
 // Otherwise, once every peer not declared dead was heard so, the start
-// gate lifts: a first start of the cluster. Called with n.mu held.
+// gate lifts: a first start of the cluster. Owner routing learns the
+// same of its start (ownership.heard), from every such datagram, even one
+// then dropped as addressed to an earlier life of this node. Called with
+// n.mu held.
 func (n *Node) noteStart(pr *peer, m *message) {
 	if m.incarnation < max(pr.incarnation, pr.floor) {
 		return // from an earlier life of the peer
 	}
 	pr.start = m.start
+	earlier := m.start < n.created-n.interval
+	n.own.heard(earlier, !earlier && n.own.start.Load() == startUnknown && n.heardAll())
 	switch {
 	case n.gateDone:
 	case m.start < n.created-n.interval:

@@ -174,7 +174,7 @@ func TestFirstStartAdmitsBurst(t *testing.T) {
 // checking that it admits none before its peers' first datagrams.
 func firstStart(t *testing.T, burst int, members, silent bool, dead time.Duration) (time.Duration, int) {
 	clk := throttletest.NewClock()
-	net := NewNetwork(clk, 1)
+	net := newNetwork(clk, 1)
 	net.SetDelay(10*time.Millisecond, 0)
 	addrs := []string{"n0", "n1", "n2"}
 	if silent {
@@ -217,7 +217,7 @@ func firstStart(t *testing.T, burst int, members, silent bool, dead time.Duratio
 		}
 		if silent && !reported && clk.Now().Sub(start) >= dead {
 			for _, ms := range mss {
-				ms.Update(MemberEvent{Kind: MemberDead, Member: Member{ID: "n3"}})
+				ms.update(MemberEvent{Kind: MemberDead, Member: Member{ID: "n3"}})
 			}
 			reported = true
 		}

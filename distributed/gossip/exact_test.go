@@ -58,7 +58,7 @@ func TestExactBeyondWhatARoundCarries(t *testing.T) {
 			t.Errorf("node %d counted %d rounds behind of 150, each of which left counters out", i, b)
 		}
 	}
-	if _, behind := overCarry(t, 20, DefaultMaxRoundBytes, 20); behind[0]+behind[1]+behind[2] != 0 {
+	if _, behind := overCarry(t, 20, defaultMaxRoundBytes, 20); behind[0]+behind[1]+behind[2] != 0 {
 		t.Errorf("rounds carrying every change counted behind: %v", behind)
 	}
 }

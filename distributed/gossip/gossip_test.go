@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/gossipnet"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -41,9 +42,9 @@ func TestConformanceStandalone(t *testing.T) {
 func nodeSuite(cfg func(*throttletest.Clock) Config) throttletest.Suite {
 	return throttletest.Suite{
 		New: func(t testing.TB, clk *throttletest.Clock) throttle.Limiter {
-			clk.Advance(-startSilence * DefaultInterval)
+			clk.Advance(-startSilence * defaultInterval)
 			n, l := newNode(t, cfg(clk), throttle.PerSecond(10), 5, throttle.WithClock(clk))
-			clk.Advance(startSilence * DefaultInterval)
+			clk.Advance(startSilence * defaultInterval)
 			t.Cleanup(func() { n.Close() })
 			return l
 		},
@@ -57,25 +58,25 @@ func nodeSuite(cfg func(*throttletest.Clock) Config) throttletest.Suite {
 // the peer (until then it decides conservatively: see Node.gateStart).
 func TestConformanceWithSilentPeer(t *testing.T) {
 	throttletest.Run(t, nodeSuite(func(clk *throttletest.Clock) Config {
-		return Config{Transport: NewNetwork(clk, 1).Endpoint("a"), Secret: secret, Peers: []string{"b"}}
+		return Config{Transport: newNetwork(clk, 1).Endpoint("a"), Secret: secret, Peers: []string{"b"}}
 	}))
 }
 
 func TestConfigErrors(t *testing.T) {
 	clk := throttletest.NewClock()
-	net := NewNetwork(clk, 1)
+	net := newNetwork(clk, 1)
 	bad := []Config{
 		{Interval: time.Microsecond},
 		{Peers: []string{"x"}},
-		{Transport: net.Endpoint("a"), Secret: []byte("short")},
+		{Transport: net.Endpoint("a"), Secret: make([]byte, MinSecretLen-1)},
 		{Resend: -1},
 		{Resend: 5000},
 		{Copies: -1},
-		{Copies: MaxCopies + 1},
+		{Copies: maxCopies + 1},
 		{MaxRoundBytes: 100},
 		// A round of more datagrams than their 16-bit numbers count
 		// would be cut, and the counters past the cut lost.
-		{MaxRoundBytes: MaxMaxRoundBytes + 1},
+		{MaxRoundBytes: maxMaxRoundBytes + 1},
 	}
 	for i, c := range bad {
 		if _, err := NewNode(c); !errors.Is(err, throttle.ErrInvalid) {
@@ -130,7 +131,7 @@ func TestWireRoundTrip(t *testing.T) {
 	for i := range 500 {
 		es = append(es, reportEntry{key: fmt.Sprintf("client-%04d", i), born: int64(i) * 1e9, hits: uint64(i * 7), demand: uint64(i * 9)})
 	}
-	es = append(es, reportEntry{key: string(bytes.Repeat([]byte{'k'}, MaxKeyLen)), born: -5, hits: 1 << 62, demand: 1 << 62})
+	es = append(es, reportEntry{key: string(bytes.Repeat([]byte{'k'}, maxKeyLen)), born: -5, hits: 1 << 62, demand: 1 << 62})
 	pkts := report(t, "node-a:7946", "api", 42, 7, es...)
 	if len(pkts) < 2 {
 		t.Fatalf("%d entries fit in %d datagram(s); want a split", len(es), len(pkts))
@@ -141,7 +142,7 @@ func TestWireRoundTrip(t *testing.T) {
 		if len(p) > MaxPacket {
 			t.Fatalf("datagram of %d bytes", len(p))
 		}
-		m, err := decode(sig, p, MaxKeyLen, "n0")
+		m, err := decode(sig, p, maxKeyLen, "n0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +163,7 @@ func TestWireRoundTrip(t *testing.T) {
 	e := &encoder{hdr: header{typ: msgState, sender: "a", table: "api", incarnation: 1, round: 2}}
 	e.addState(stateEntry{key: "k", tokens: -17})
 	p := sealAll(e.finish())
-	m, err := decode(sig, p[0], MaxKeyLen, "n0")
+	m, err := decode(sig, p[0], maxKeyLen, "n0")
 	if err != nil || len(m.states) != 1 || m.states[0] != (stateEntry{key: "k", tokens: -17}) {
 		t.Fatalf("state: %+v, %v", m, err)
 	}
@@ -170,7 +171,7 @@ func TestWireRoundTrip(t *testing.T) {
 	if len(h) != 1 {
 		t.Fatalf("hello: %d datagrams", len(h))
 	}
-	if m, err := decode(sig, h[0], MaxKeyLen, "n0"); err != nil || m.typ != msgHello {
+	if m, err := decode(sig, h[0], maxKeyLen, "n0"); err != nil || m.typ != msgHello {
 		t.Fatalf("hello: %+v, %v", m, err)
 	}
 }
@@ -178,27 +179,27 @@ func TestWireRoundTrip(t *testing.T) {
 func TestWireRejects(t *testing.T) {
 	sig := newSigner(secret)
 	good := report(t, "a", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 2, demand: 3})[0]
-	if _, err := decode(sig, good, MaxKeyLen, "n0"); err != nil {
+	if _, err := decode(sig, good, maxKeyLen, "n0"); err != nil {
 		t.Fatal(err)
 	}
 	forged := report(t, "a", "api", 1, 1, reportEntry{key: "k", born: 1, hits: 2000, demand: 3})[0]
 	copy(forged[len(forged)-macSize:], good[len(good)-macSize:])
-	if _, err := decode(sig, forged, MaxKeyLen, "n0"); !errors.Is(err, errMAC) {
+	if _, err := decode(sig, forged, maxKeyLen, "n0"); !errors.Is(err, errMAC) {
 		t.Errorf("forged: %v", err)
 	}
 	other := newSigner([]byte("another secret of enough length"))
-	if _, err := decode(other, good, MaxKeyLen, "n0"); !errors.Is(err, errMAC) {
+	if _, err := decode(other, good, maxKeyLen, "n0"); !errors.Is(err, errMAC) {
 		t.Errorf("wrong secret: %v", err)
 	}
 	for i := range len(good) {
 		b := bytes.Clone(good)
 		b[i] ^= 0x40
-		if _, err := decode(sig, b, MaxKeyLen, "n0"); err == nil {
+		if _, err := decode(sig, b, maxKeyLen, "n0"); err == nil {
 			t.Errorf("flipping byte %d went unnoticed", i)
 		}
 	}
 	for i := range len(good) {
-		if _, err := decode(sig, good[:i], MaxKeyLen, "n0"); err == nil {
+		if _, err := decode(sig, good[:i], maxKeyLen, "n0"); err == nil {
 			t.Errorf("truncated to %d bytes: accepted", i)
 		}
 	}
@@ -218,7 +219,7 @@ func TestWireRejects(t *testing.T) {
 		"empty":    empty,
 		"no seq":   noSeq,
 	} {
-		if _, err := decode(sig, reseal(b), MaxKeyLen, "n0"); !errors.Is(err, errMalformed) {
+		if _, err := decode(sig, reseal(b), maxKeyLen, "n0"); !errors.Is(err, errMalformed) {
 			t.Errorf("%s: %v, want malformed", name, err)
 		}
 	}
@@ -234,12 +235,12 @@ func FuzzDecode(f *testing.F) {
 			b = b[:MaxPacket-macSize]
 		}
 		p := sig.sum(bytes.Clone(b), "n0", b)
-		m, err := decode(sig, p, MaxKeyLen, "n0")
+		m, err := decode(sig, p, maxKeyLen, "n0")
 		if err != nil {
 			return
 		}
 		for _, r := range m.reports {
-			if r.key == "" || len(r.key) > MaxKeyLen || r.hits > 1<<63-1 {
+			if r.key == "" || len(r.key) > maxKeyLen || r.hits > 1<<63-1 {
 				t.Fatalf("accepted bad entry %+v", r)
 			}
 		}
@@ -356,37 +357,6 @@ func TestWorkedExample(t *testing.T) {
 	}
 }
 
-func ExampleNode() {
-	clk := throttletest.NewClock()
-	net := NewNetwork(clk, 1) // in memory; use ListenUDP in production
-	secret := []byte("a shared secret, 16+ bytes long")
-	a, _ := NewNode(Config{Transport: net.Endpoint("a"), Secret: secret, Peers: []string{"b"}}, throttle.WithClock(clk))
-	b, _ := NewNode(Config{Transport: net.Endpoint("b"), Secret: secret, Peers: []string{"a"}}, throttle.WithClock(clk))
-	defer a.Close()
-	defer b.Close()
-	la, _ := a.NewLimiter("api", throttle.NewRate(60, time.Minute), 10)
-	lb, _ := b.NewLimiter("api", throttle.NewRate(60, time.Minute), 10)
-	// The first rounds (Start runs one at once): until a node has heard
-	// its peers start with it, it cannot tell a first start from its own
-	// restart, and decides conservatively.
-	a.Tick()
-	b.Tick()
-	net.Deliver()
-
-	for range 8 {
-		la.Allow(context.Background(), "alice", 1) // 8 requests land on node a
-	}
-	fmt.Println("before gossip, b holds", lb.Tokens("alice"))
-	clk.Advance(time.Second) // a round boundary: a reports 8 hits
-	a.Tick()
-	b.Tick()
-	net.Deliver()
-	fmt.Println("after gossip, b holds", lb.Tokens("alice"))
-	// Output:
-	// before gossip, b holds 10
-	// after gossip, b holds 2
-}
-
 // TestDebtKeepsEntry: a key's entry holds its bucket, so an entry idle
 // past the retention whose bucket is still in debt (four peers' reports
 // charged it far more than a burst) is kept until the bucket has
@@ -501,7 +471,7 @@ func TestMemoryPerKey(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	n, err := NewNode(Config{Transport: NewNetwork(throttletest.NewClock(), 1).Endpoint("self"), Secret: secret})
+	n, err := NewNode(Config{Transport: newNetwork(throttletest.NewClock(), 1).Endpoint("self"), Secret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,5 +492,38 @@ func TestMemoryPerKey(t *testing.T) {
 	t.Logf("%.0f B per key", perKey)
 	if perKey > 160 {
 		t.Errorf("%.0f B per key, above the 160 the documentation allows", perKey)
+	}
+}
+
+// newNetwork returns an in-memory network for nodes on clk, which drops
+// datagrams over the longest a node sends (MaxPacket, sealed).
+func newNetwork(clk throttle.Clock, seed uint64) *gossipnet.Network {
+	return gossipnet.New(clk, seed, MaxPacket+sealOverhead)
+}
+
+// Below lists the keys below full with their whole tokens, until its
+// callback says stop.
+func TestBelowListsKeysBelowFull(t *testing.T) {
+	n, err := NewNode(Config{}, throttle.WithClock(throttletest.NewClock()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	l, err := n.NewLimiter("api", throttle.NewRate(1, time.Minute), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Allow(ctx, "a", 3)
+	l.Allow(ctx, "b", 10)
+	l.Allow(ctx, "full", 0)
+	got := map[string]int64{}
+	l.Below(func(key string, tokens int64) bool { got[key] = tokens; return true })
+	if len(got) != 2 || got["a"] != 7 || got["b"] != 0 {
+		t.Errorf("Below listed %v, want a 7 and b 0", got)
+	}
+	calls := 0
+	l.Below(func(string, int64) bool { calls++; return false })
+	if calls != 1 {
+		t.Errorf("Below went on after its callback returned false: %d calls", calls)
 	}
 }

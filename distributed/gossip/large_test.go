@@ -38,15 +38,17 @@ func largeRoundUDP(t testing.TB, keys, rounds int) []float64 {
 		clk.Advance(time.Second)
 		a.Tick()
 		b.Tick()
-		// Wait until b stops receiving.
-		last := b.Stats().PacketsReceived + b.Stats().Duplicate
-		for {
+		// Wait until b has every hit, or has received nothing for 150 ms
+		// (on a loaded host its receiver can stall for tens of ms: a
+		// single 30 ms pause once ended the wait with 0 of 100,000).
+		last, quiet := b.Stats().PacketsReceived+b.Stats().Duplicate, 0
+		for quiet < 5 && b.Stats().HitsApplied < uint64(keys) {
 			time.Sleep(30 * time.Millisecond)
 			s := b.Stats()
 			if now := s.PacketsReceived + s.Duplicate; now == last {
-				break
+				quiet++
 			} else {
-				last = now
+				last, quiet = now, 0
 			}
 		}
 		out = append(out, float64(b.Stats().HitsApplied)/float64(keys))

@@ -1,15 +1,12 @@
 package gossip
 
 import (
-	"context"
-	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttle"
-	"github.com/throttlekit/throttle/throttletest"
 )
 
 // withMembership gives each node a StaticMembership of the others,
@@ -44,7 +41,7 @@ func TestDeadMemberLeavesSharesAtOnce(t *testing.T) {
 		t.Fatalf("three live members: admitted %d of 9, want 3", got)
 	}
 	c.net.Partition([]string{"n2"})
-	ms["n0"].Update(MemberEvent{Kind: MemberDead, Member: Member{ID: "n2"}})
+	ms["n0"].update(MemberEvent{Kind: MemberDead, Member: Member{ID: "n2"}})
 	if got := c.flood("b"); got < 4 {
 		t.Fatalf("n2 declared dead: admitted %d of 9 on a fresh key, want half of it at once", got)
 	}
@@ -57,7 +54,7 @@ func TestDeadMemberLeavesSharesAtOnce(t *testing.T) {
 	if got := c.flood("c"); got < 4 {
 		t.Fatalf("n2 heard again but still dead to the membership: admitted %d of 9, want half", got)
 	}
-	ms["n0"].Update(MemberEvent{Kind: MemberJoin, Member: Member{ID: "n2"}})
+	ms["n0"].update(MemberEvent{Kind: MemberJoin, Member: Member{ID: "n2"}})
 	if got := c.flood("d"); got != 3 {
 		t.Fatalf("n2 alive again: admitted %d of 9, want 3", got)
 	}
@@ -95,9 +92,15 @@ func TestStaticMembershipSet(t *testing.T) {
 	if tok := c.lims[0].Tokens("k"); tok != 9 {
 		t.Fatalf("after the list's reload, n0 holds %d tokens of k, want 9 (n2's later hit charged)", tok)
 	}
+	var kinds []MemberEventKind
+	stop := ms["n0"].Subscribe(func(e MemberEvent) { kinds = append(kinds, e.Kind) })
+	defer stop()
 	ms["n0"].Set("n1")
 	if got := c.nodes[0].Peers(); !slices.Equal(got, []string{"n1"}) {
 		t.Fatalf("after removing n2: peers %v", got)
+	}
+	if !slices.Equal(kinds, []MemberEventKind{MemberLeave}) {
+		t.Fatalf("removing n2 emitted %v, want one MemberLeave", kinds)
 	}
 }
 
@@ -107,7 +110,7 @@ func TestMemberIncarnationFloor(t *testing.T) {
 	ms := map[string]*StaticMembership{}
 	c := newCluster(t, 2, throttle.NewRate(1, time.Minute), 10, time.Second, false, 1, withMembership(ms))
 	inc := c.nodes[1].incarnation.Load()
-	ms["n0"].Update(MemberEvent{Kind: MemberJoin, Member: Member{ID: "n1", Incarnation: inc + 1}})
+	ms["n0"].update(MemberEvent{Kind: MemberJoin, Member: Member{ID: "n1", Incarnation: inc + 1}})
 	c.lims[1].Allow(ctx, "k", 3)
 	st := c.nodes[0].Stats()
 	c.runTo(c.clk.Now().Add(3 * time.Second))
@@ -121,7 +124,7 @@ func TestMemberIncarnationFloor(t *testing.T) {
 
 // Membership.Local sets the node's ID and incarnation.
 func TestMembershipLocal(t *testing.T) {
-	net := NewNetwork(nil, 1)
+	net := newNetwork(nil, 1)
 	m := NewStaticMembership(Member{ID: "me:1", Incarnation: 42}, "me:1", "p:1")
 	n, err := NewNode(Config{Transport: net.Endpoint("x"), Secret: secret, Membership: m})
 	if err != nil {
@@ -137,55 +140,6 @@ func TestMembershipLocal(t *testing.T) {
 	if _, err := NewNode(Config{Transport: net.Endpoint("z"), Secret: secret, Membership: m, ID: "other:1"}); err == nil {
 		t.Fatal("a Config.ID that differs from the membership's accepted")
 	}
-}
-
-// A cluster on a membership: a reloaded static list here; a failure
-// detector's (gossipmember, on memberlist) reports dead members too.
-func ExampleStaticMembership() {
-	clk := throttletest.NewClock()
-	net := NewNetwork(clk, 1)
-	secret := []byte("a shared secret, 16+ bytes long")
-	members := NewStaticMembership(Member{}, "b")
-	a, _ := NewNode(Config{Transport: net.Endpoint("a"), Secret: secret, Membership: members}, throttle.WithClock(clk))
-	defer a.Close()
-	fmt.Println(a.Peers())
-	members.Set("b", "c") // the list reloaded: c joins
-	fmt.Println(a.Peers())
-	members.Update(MemberEvent{Kind: MemberDead, Member: Member{ID: "b"}}) // out of the shares, still a peer
-	members.Set("c")                                                       // b removed from the list: it leaves
-	fmt.Println(a.Peers())
-	// Output:
-	// [b]
-	// [b c]
-	// [c]
-}
-
-// Datagrams sealed with AES-GCM under a keyring (a *memberlist.Keyring
-// fits), rotated without a restart; no Secret is needed.
-func ExampleSeal() {
-	clk := throttletest.NewClock()
-	net := NewNetwork(clk, 1)
-	ring := newRing(key1) // the same keys on every node
-	ta, _ := Seal(net.Endpoint("a"), ring)
-	tb, _ := Seal(net.Endpoint("b"), ring)
-	a, _ := NewNode(Config{Transport: ta, Peers: []string{"b"}}, throttle.WithClock(clk))
-	b, _ := NewNode(Config{Transport: tb, Peers: []string{"a"}}, throttle.WithClock(clk))
-	defer a.Close()
-	defer b.Close()
-	la, _ := a.NewLimiter("api", throttle.NewRate(60, time.Minute), 10)
-	lb, _ := b.NewLimiter("api", throttle.NewRate(60, time.Minute), 10)
-	a.Tick() // the first rounds (Start runs one at once): each node hears
-	b.Tick() // the other started with it, and stops deciding conservatively
-	net.Deliver()
-	la.Allow(context.Background(), "alice", 8)
-	ring.set(key1, key2) // rotation: add the new key everywhere...
-	ring.set(key2, key1) // ...make it primary everywhere...
-	ring.set(key2)       // ...remove the old one
-	clk.Advance(time.Second)
-	a.Tick()
-	net.Deliver()
-	fmt.Println("b holds", lb.Tokens("alice"), "refused", tb.Refused())
-	// Output: b holds 2 refused 0
 }
 
 // moving is a membership whose Local incarnation a test moves.

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"sync"
+
+	"github.com/throttlekit/throttle/internal/subscribers"
 )
 
 // Member is a node of the cluster as a Membership knows it.
@@ -60,16 +62,15 @@ type Membership interface {
 }
 
 // StaticMembership is a Membership whose members the program sets: the
-// default of a Node (Config.Peers), a static list reloaded with Set, and
-// a failure detector's events replayed with Update in tests. It is safe
-// for concurrent use; create it with NewStaticMembership.
+// default of a Node (Config.Peers), or a static list reloaded with Set. It
+// is safe for concurrent use; create it with NewStaticMembership.
 type StaticMembership struct {
 	local Member
 
 	mu      sync.Mutex        // guards the fields below, and orders the events
 	members map[string]Member // the peers...
 	dead    map[string]bool   // ...and those of them declared dead
-	subs    Subscribers
+	subs    subscribers.List[MemberEvent]
 }
 
 // NewStaticMembership returns a membership of local and the peers with
@@ -120,9 +121,9 @@ func (s *StaticMembership) Set(peers ...string) {
 	}
 }
 
-// Update applies one event, as a failure detector reports it, and passes
-// it to the subscribers.
-func (s *StaticMembership) Update(e MemberEvent) {
+// update applies one event, as a failure detector reports it, and passes
+// it to the subscribers (tests replay a failure detector's events so).
+func (s *StaticMembership) update(e MemberEvent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.emit(e)
@@ -141,39 +142,4 @@ func (s *StaticMembership) emit(e MemberEvent) {
 		delete(s.dead, id)
 	}
 	s.subs.Emit(e)
-}
-
-// Subscribers keeps the subscribers of a Membership implementation. The
-// zero value has none; it is safe for concurrent use.
-type Subscribers struct {
-	mu   sync.Mutex // guards the fields below, and serializes Emit
-	subs map[int]func(MemberEvent)
-	next int
-}
-
-// Subscribe adds f, called by Emit until stop is called.
-func (s *Subscribers) Subscribe(f func(MemberEvent)) (stop func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.subs == nil {
-		s.subs = map[int]func(MemberEvent){}
-	}
-	id := s.next
-	s.next++
-	s.subs[id] = f
-	return func() {
-		s.mu.Lock()
-		delete(s.subs, id)
-		s.mu.Unlock()
-	}
-}
-
-// Emit calls every subscriber with e, in the order they subscribed, one
-// Emit at a time.
-func (s *Subscribers) Emit(e MemberEvent) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, id := range slices.Sorted(maps.Keys(s.subs)) {
-		s.subs[id](e)
-	}
 }

@@ -132,7 +132,7 @@ func TestUDPTransport(t *testing.T) {
 // udpNodes makes two nodes with opts, each the other's peer over its own
 // loopback UDP socket, closed at the end of the test; it skips t without
 // UDP on loopback.
-func udpNodes(t testing.TB, opts ...throttle.Option) (a, b *Node, ta, tb *UDPTransport) {
+func udpNodes(t testing.TB, opts ...throttle.Option) (a, b *Node, ta, tb Transport) {
 	t.Helper()
 	ta, err := ListenUDP("127.0.0.1:0")
 	if err != nil {

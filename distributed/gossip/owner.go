@@ -72,10 +72,13 @@ type OwnedConfig struct {
 // 1). The owner is then quiet: until an answer from it arrives, its asks
 // are decided on the fallback buckets at once, and one of them per
 // timeout is still sent to it as a probe that no caller waits for. Asks
-// that cannot be sent (an owner not heard from yet) fall back at once. A
-// node that hears no majority of the configured members (itself
-// included) decides every key on its fallback bucket, and its own keys on
-// its own bucket read at the fallback rate and burst (what it admits of
+// that cannot be sent (an owner not heard from yet) fall back at once, and
+// so do asks to an owner that has no limiter of this name (a reload that
+// changes a limit reaches the nodes one after the other): it answers at
+// once that it cannot decide them. A node that hears no majority of the
+// configured members (itself included) decides every key on its
+// fallback bucket, and its own keys on its own bucket read at the
+// fallback rate and burst (what it admits of
 // them, before and while apart, stays within one bucket), so at most one
 // side of a partition decides at the full rate. Over a time t the
 // cluster thus admits for a key at most burst + rate x t on its owner
@@ -95,8 +98,8 @@ type OwnedConfig struct {
 // When the owners change, the keys of the member that joined or left
 // move, and only those. A bucket that a node creates within a refill
 // time (burst/rate) of when it may have gained keys (its start, if a peer
-// it hears started more than an interval before it, or it has heard none
-// yet: a restart, or a join into a running cluster; a member leaving the
+// it hears started more than an interval before it, or it has not heard
+// every peer yet: a restart, or a join into a running cluster; a member leaving the
 // owners; its quorum coming back) starts as if emptied then, not full: a
 // restart or a move adds no burst. A node created with no peers and no
 // Membership is a cluster of one: its start is not cold. When its majority comes back, it
@@ -231,7 +234,7 @@ func (n *Node) NewOwnedLimiter(name string, rate throttle.Rate, burst int, cfg .
 	if _, err := gcra.NewConfig(rate, burst); err != nil {
 		return nil, err
 	}
-	keyLen := min(n.settings.MaxKeyLen, MaxKeyLen)
+	keyLen := min(n.settings.MaxKeyLen, maxKeyLen)
 	if size := ownedHeaderSize(n.id, name) + maxAskSize(keyLen); size > MaxPacket {
 		return nil, fmt.Errorf("%w: an ask for a key of %d bytes (throttle.WithMaxKeyLen) from node %q to limiter %q takes %d bytes, more than MaxPacket (%d): shorten them",
 			throttle.ErrInvalid, keyLen, n.id, name, size, MaxPacket)
@@ -358,8 +361,8 @@ func (l *OwnedLimiter) check(key string, n int) error {
 	if err := l.node.settings.CheckKey(key); err != nil {
 		return err
 	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), MaxKeyLen)
+	if len(key) > maxKeyLen {
+		return fmt.Errorf("%w: key of %d bytes is longer than %d", throttle.ErrInvalid, len(key), maxKeyLen)
 	}
 	return limiterkit.CheckN(n, l.burst)
 }
@@ -635,12 +638,16 @@ func (n *Node) sendDirect(addr string, bodies [][]byte, copies int) bool {
 func ownedMsg(typ byte) bool { return typ == msgAsk || typ == msgAnswer || typ == msgCharge }
 
 // applyOwned handles an admitted ask or answer. It returns the counter of
-// why it could not (no owned limiter of that name).
+// why it could not (no owned limiter of that name: asks are then answered
+// at once that they cannot be decided here, see refuseAsks).
 func (n *Node) applyOwned(m *message) *atomic.Uint64 {
 	n.mu.Lock()
 	l := n.owned[m.table]
 	n.mu.Unlock()
 	if l == nil || l.closed.Load() {
+		if m.typ == msgAsk {
+			n.refuseAsks(m)
+		}
 		return &n.st.unknownTable
 	}
 	switch m.typ {
@@ -674,6 +681,20 @@ func (l *OwnedLimiter) serve(m *message) {
 		e.addAnswer(ans)
 	}
 	l.st.served.Add(uint64(len(m.asks)))
+	n.sendDirect(m.sender, e.finish(), 1)
+}
+
+// refuseAsks answers every ask of m, for an owned limiter this node does
+// not have (a reload that changes a limit gives it a new name, and reaches
+// the nodes one after the other; or a limiter closed), that it cannot be
+// decided here: the asker decides on its fallback bucket at once instead
+// of after its timeout, and does not take this node for quiet.
+func (n *Node) refuseAsks(m *message) {
+	e := &encoder{hdr: header{typ: msgAnswer, sender: n.id, table: m.table, incarnation: n.incarnation.Load(),
+		round: uint64(n.tick.Load()), start: n.created}}
+	for _, a := range m.asks {
+		e.addAnswer(answerEntry{id: a.id, verdict: verdictErr})
+	}
 	n.sendDirect(m.sender, e.finish(), 1)
 }
 

@@ -62,7 +62,7 @@ func BenchmarkOwnedLocal(b *testing.B) {
 func udpOwnedCluster(b *testing.B, n int, oc []OwnedConfig) ([]*Node, []*OwnedLimiter) {
 	var nodes []*Node
 	var lims []*OwnedLimiter
-	var trs []*UDPTransport
+	var trs []Transport
 	for range n {
 		tr, err := ListenUDP("127.0.0.1:0")
 		if err != nil {

@@ -224,7 +224,7 @@ func oneWayLoss(t *testing.T, peers bool) {
 // MaxPacket are refused when the limiter is made: such asks could never
 // be sent, and every decision would fall back.
 func TestOwnedRefusesOversizedAsks(t *testing.T) {
-	net := NewNetwork(sysClock{}, 1)
+	net := newNetwork(sysClock{}, 1)
 	long := strings.Repeat("x", maxName)
 	newNode := func(opts ...throttle.Option) *Node {
 		n, err := NewNode(Config{Transport: net.Endpoint(long), Secret: secret}, opts...)
@@ -236,7 +236,7 @@ func TestOwnedRefusesOversizedAsks(t *testing.T) {
 	}
 	n := newNode()
 	if _, err := n.NewOwnedLimiter(long, throttle.PerSecond(1), 1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("a %d-byte ID and name with %d-byte keys: %v, want ErrInvalid", maxName, MaxKeyLen, err)
+		t.Errorf("a %d-byte ID and name with %d-byte keys: %v, want ErrInvalid", maxName, maxKeyLen, err)
 	}
 	short := newNode(throttle.WithMaxKeyLen(MaxPacket - ownedHeaderSize(long, long) - maxAskSize(0) - 2))
 	if _, err := short.NewOwnedLimiter(long, throttle.PerSecond(1), 1); err != nil {
@@ -324,5 +324,95 @@ func TestOwnedOwnerApartKeepsItsBucket(t *testing.T) {
 			t.Errorf("n0 admitted %d of its key across losing its majority, one bucket admits %d", admitted, most)
 		}
 		t.Logf("n0 admitted %d of its key; %+v", admitted, c.lims[0].Stats())
+	})
+}
+
+// A restarted owner that first hears a peer which restarted with it (within
+// an interval) cannot take that for a cluster's first start: the peer that
+// ran all along may not have been heard yet, or only in datagrams dropped
+// as addressed to the owner's previous life. It must start its keys empty
+// until every peer was heard. It handed out a full burst of a key its
+// previous life had spent before (the simulator's seed
+// 13149255347128470171: 11 of a key where the restart bound is 10.0).
+func TestOwnedRestartHearsRestartedPeerFirst(t *testing.T) {
+	// n2, which ran all along, is cut off from n0 and n1 for a moment
+	t.Run("cut", func(t *testing.T) { restartWithPeer(t, false) })
+	// n0's datagrams to n2 are lost: n2 goes on addressing n0's previous
+	// life, and n0 drops what it hears from n2
+	t.Run("one-way", func(t *testing.T) { restartWithPeer(t, true) })
+}
+
+func restartWithPeer(t *testing.T, oneWay bool) {
+	synctest.Test(t, func(t *testing.T) {
+		rate, burst := throttle.PerSecond(5), 20
+		var block *blockTo
+		lives := 0
+		wrap := func(i int, tr Transport) Transport {
+			if i != 0 {
+				return tr
+			}
+			lives++
+			block = &blockTo{Transport: tr, to: "n2"}
+			block.blocked.Store(oneWay && lives == 2) // n2 knows n0's first life
+			return block
+		}
+		c := newOwnedClusterOf(t, ownedSpec{n: 3, rate: rate, burst: burst, seed: 13, peers: true, wrap: wrap})
+		key := c.keysOf("n0", 30)[0]
+		ctx := context.Background()
+		for range burst {
+			c.lims[0].Allow(ctx, key, 1)
+		}
+		// n1 and n0 crash and restart 50 ms apart.
+		c.nodes[1].Close()
+		c.nodes[0].Close()
+		if !oneWay {
+			c.net.Partition([]string{"n0", "n1"}, []string{"n2"})
+		}
+		c.start(t, 1)
+		time.Sleep(ownedInterval / 2)
+		c.start(t, 0)
+		restart := time.Now()
+		time.Sleep(2 * ownedInterval) // n0 hears n1, and not n2 in its life
+		admitted := int64(0)
+		for range burst {
+			if d, _ := c.lims[0].Allow(ctx, key, 1); d.Allowed {
+				admitted++
+			}
+		}
+		if most := rate.Events(time.Since(restart)) + 1; admitted > most {
+			t.Errorf("restarted n0 admitted %d of its spent key %v after its restart, at most %d refilled since", admitted, time.Since(restart), most)
+		}
+		c.net.Heal()
+		block.blocked.Store(false)
+		time.Sleep(2 * ownedInterval)
+		if st := c.nodes[0].own.start.Load(); st != startLate {
+			t.Errorf("n0 hearing n2 again takes its start for %d, want a restart (%d)", st, startLate)
+		}
+	})
+}
+
+// An owner that has no limiter of an ask's name (a reload that changes a
+// limit reaches the nodes one after the other: the new limiter has a new
+// name) answers at once that it cannot decide, and the asker falls back
+// at once. The ask waited the whole forward timeout before, as for a
+// dead owner.
+func TestOwnedUnknownLimiterAnsweredAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newOwnedClusterOf(t, ownedSpec{n: 2, rate: throttle.PerSecond(1), burst: 4, seed: 14})
+		reloaded, err := c.nodes[1].NewOwnedLimiter("api|2/s|8", throttle.PerSecond(2), 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := c.keysOf("n0", 30)[0]
+		for i := range 2 {
+			start := time.Now()
+			d, err := reloaded.Allow(context.Background(), key, 1)
+			if waited := time.Since(start); err != nil || !d.Allowed || waited >= DefaultForwardTimeout {
+				t.Fatalf("ask %d to an owner without the limiter: %+v, %v after %v; want a fallback decision within the round trip", i, d, err, waited)
+			}
+		}
+		if st := reloaded.Stats(); st.Fallback != 2 || st.Answered != 0 {
+			t.Errorf("stats %+v, want 2 fallbacks", st)
+		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/gossipnet"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -23,7 +24,7 @@ func (sysClock) Now() time.Time { return time.Now() }
 // ownedCluster is a cluster of nodes with one owned limiter each, on an
 // in-memory network delivered by a goroutine, for synctest bubbles.
 type ownedCluster struct {
-	net   *Network
+	net   *gossipnet.Network
 	addrs []string
 	nodes []*Node
 	lims  []*OwnedLimiter
@@ -69,7 +70,7 @@ func newOwnedCluster(t *testing.T, n int, rate throttle.Rate, burst int, seed ui
 
 func newOwnedClusterOf(t *testing.T, spec ownedSpec) *ownedCluster {
 	t.Helper()
-	c := &ownedCluster{net: NewNetwork(sysClock{}, spec.seed), spec: spec}
+	c := &ownedCluster{net: newNetwork(sysClock{}, spec.seed), spec: spec}
 	c.net.SetDelay(100*time.Microsecond, 0)
 	for i := range spec.n {
 		c.addrs = append(c.addrs, fmt.Sprintf("n%d", i))
@@ -373,7 +374,7 @@ func TestOwnedOwnerKilled(t *testing.T) {
 			}
 		}
 		for i := range 2 {
-			c.ms[i].Update(MemberEvent{Kind: MemberDead, Member: Member{ID: "n2"}})
+			c.ms[i].update(MemberEvent{Kind: MemberDead, Member: Member{ID: "n2"}})
 		}
 		for _, k := range theirs {
 			if o0, o1 := c.lims[0].Owner(k), c.lims[1].Owner(k); o0 == "n2" || o0 != o1 {
@@ -401,9 +402,9 @@ func TestOwnedOwnerKilled(t *testing.T) {
 
 // ownedPair is two nodes on manual time that know each other, with an
 // owned limiter each, for datagrams injected by hand.
-func ownedPair(t *testing.T, opts ...throttle.Option) (*Network, []*Node, []*OwnedLimiter) {
+func ownedPair(t *testing.T, opts ...throttle.Option) (*gossipnet.Network, []*Node, []*OwnedLimiter) {
 	clk := throttletest.NewClock()
-	net := NewNetwork(clk, 1)
+	net := newNetwork(clk, 1)
 	var nodes []*Node
 	var lims []*OwnedLimiter
 	for _, a := range []string{"n0", "n1"} {
@@ -545,7 +546,7 @@ func TestOwnerOfMovesOnlyTheMembersKeys(t *testing.T) {
 // asks completed before its last was enqueued closed its waiter twice
 // (a panic that killed the daemons of the scale test).
 func TestOwnedAllowManyWhileAsksFail(t *testing.T) {
-	net := NewNetwork(throttletest.NewClock(), 1)
+	net := newNetwork(throttletest.NewClock(), 1)
 	var lims []*OwnedLimiter
 	for _, a := range []string{"n0", "n1"} {
 		_, l := ownedNode(t, Config{Transport: net.Endpoint(a), Secret: secret, Peers: []string{"n0", "n1"}},

@@ -17,20 +17,24 @@ type ownership struct {
 
 // What a node knows of its start, from its peers' start times.
 const (
-	startUnknown = iota // no peer heard yet
-	startFirst          // only peers that started with it: a cluster's first start
+	startUnknown = iota // not every peer heard yet, and none that ran before it
+	startFirst          // every peer heard, each started with it: a cluster's first start
 	startLate           // a peer that ran before it: a restart, or a join into a running cluster
 )
 
-// heard records the start time (ns) of a peer just heard: a peer that
-// started before before (this node's start less an interval, as the
-// catch-up of all-to-all tells a restart) ran before this node.
-func (o *ownership) heard(start, before int64) {
+// heard records what a peer just heard says of this node's start: earlier
+// if the peer started more than an interval before this node (as the
+// catch-up of all-to-all tells a restart); all if every peer not declared
+// dead has now been heard in its current life. A peer that started with
+// this node proves nothing alone: it may have restarted with it while a
+// peer that ran all along, and holds the keys' history, is not heard yet
+// (the first start is taken only once every peer was heard).
+func (o *ownership) heard(earlier, all bool) {
 	switch st := o.start.Load(); {
 	case st == startLate:
-	case start < before:
+	case earlier:
 		o.start.Store(startLate)
-	case st == startUnknown:
+	case st == startUnknown && all:
 		o.start.CompareAndSwap(startUnknown, startFirst)
 	}
 }
@@ -77,8 +81,9 @@ func (n *Node) publishOwners(reachable int) {
 // coldSince returns the instant (ns) from which a bucket of a key this
 // node owns, created now, is taken as emptied: the latest move of keys to
 // this node, or its start if it restarted or joined a running cluster, or
-// has not heard a peer yet (a node restarted where it reaches no member
-// may take itself for a cluster of one); 0 if none. A node without a
+// has not heard every peer yet (a node restarted where it reaches no
+// member may take itself for a cluster of one, and one that hears only a
+// peer restarted with it for a first start); 0 if none. A node without a
 // transport, or created with no peers and no Membership, is a cluster of
 // one: its start is not cold (no other node can have decided its keys;
 // like a standalone daemon it restarts full).

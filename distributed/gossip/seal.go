@@ -24,11 +24,11 @@ type Keyring interface {
 	GetKeys() [][]byte
 }
 
-// SealOverhead is what a SealedTransport adds to each datagram: a
+// sealOverhead is what a SealedTransport adds to each datagram: a
 // version byte, a 12-byte nonce and a 16-byte authentication tag. A
-// sealed datagram is at most MaxPacket+SealOverhead bytes, which still
+// sealed datagram is at most MaxPacket+sealOverhead bytes, which still
 // fits an Ethernet MTU.
-const SealOverhead = 1 + 12 + 16
+const sealOverhead = 1 + 12 + 16
 
 const sealVersion = 1
 
@@ -36,9 +36,9 @@ const sealVersion = 1
 // them from being taken for another protocol's under the same key.
 var sealLabel = []byte("throttle gossip v1")
 
-// ErrNoKey is returned by Seal when the keyring's primary key is not a
+// errNoKey is returned by Seal when the keyring's primary key is not a
 // usable AES key.
-var ErrNoKey = fmt.Errorf("%w: gossip: keyring has no AES key (16, 24 or 32 bytes) as primary", throttle.ErrInvalid)
+var errNoKey = fmt.Errorf("%w: gossip: keyring has no AES key (16, 24 or 32 bytes) as primary", throttle.ErrInvalid)
 
 // SealedTransport encrypts and authenticates every datagram of another
 // Transport with AES-GCM: sealed with the keyring's primary key, opened
@@ -65,11 +65,11 @@ type keyAEAD struct {
 }
 
 // Seal returns tr with every datagram sealed under keys. Closing it closes
-// tr. The error wraps ErrNoKey.
+// tr. The error wraps throttle.ErrInvalid.
 func Seal(tr Transport, keys Keyring) (*SealedTransport, error) {
 	s := &SealedTransport{inner: tr, keys: keys}
 	if s.ring()[0].aead == nil {
-		return nil, ErrNoKey
+		return nil, errNoKey
 	}
 	return s, nil
 }
@@ -104,12 +104,12 @@ func (s *SealedTransport) ring() []keyAEAD {
 // Addr returns the inner transport's address.
 func (s *SealedTransport) Addr() string { return s.inner.Addr() }
 
-// Send seals p with the primary key and sends it. The error wraps ErrNoKey
+// Send seals p with the primary key and sends it. The error wraps throttle.ErrInvalid
 // if the primary key is not an AES key.
 func (s *SealedTransport) Send(addr string, p []byte) error {
 	a := s.ring()[0].aead
 	if a == nil {
-		return ErrNoKey
+		return errNoKey
 	}
 	out := make([]byte, 1+a.NonceSize(), 1+a.NonceSize()+len(p)+a.Overhead())
 	out[0] = sealVersion
@@ -132,7 +132,7 @@ func (s *SealedTransport) Listen(h func(p []byte, from string)) error {
 var errUnsealed = errors.New("gossip: datagram not sealed under a key of the ring")
 
 func (s *SealedTransport) open(p []byte) ([]byte, error) {
-	if len(p) < SealOverhead || p[0] != sealVersion {
+	if len(p) < sealOverhead || p[0] != sealVersion {
 		return nil, errUnsealed
 	}
 	nonce, ct := p[1:13], p[13:]

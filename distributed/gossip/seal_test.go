@@ -147,7 +147,7 @@ func TestSealedForgedAndReplayed(t *testing.T) {
 		bad[len(bad)-1] ^= 1
 		attacker.Send("n1", bad)                          // corrupted tag
 		attacker.Send("n1", bytes.Repeat([]byte{1}, 100)) // not sealed
-		other.Send("n1", p[SealOverhead:])                // sealed under a key n1 lacks
+		other.Send("n1", p[sealOverhead:])                // sealed under a key n1 lacks
 	}
 	c.runTo(c.clk.Now().Add(10 * time.Millisecond))
 	if got := seals["n1"].Refused() - before; got != uint64(3*len(captured)) {
@@ -168,13 +168,16 @@ func TestSealedForgedAndReplayed(t *testing.T) {
 }
 
 func TestSealRejectsBadKey(t *testing.T) {
-	net := NewNetwork(nil, 1)
-	if _, err := Seal(net.Endpoint("a"), newRing([]byte("short"))); !errors.Is(err, ErrNoKey) || !errors.Is(err, throttle.ErrInvalid) {
+	net := newNetwork(nil, 1)
+	if _, err := Seal(net.Endpoint("a"), newRing([]byte("short"))); !errors.Is(err, errNoKey) || !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("Seal with a 5-byte key: %v", err)
 	}
 	s, err := Seal(net.Endpoint("a"), newRing(key1))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !s.Authenticated() {
+		t.Fatal("a sealed transport does not say it authenticates its datagrams")
 	}
 	if _, err := NewNode(Config{Transport: s, Secret: []byte("short")}); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("a short secret on a sealed transport: %v", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/gossipnet"
 	"github.com/throttlekit/throttle/throttletest"
 )
 
@@ -15,7 +16,7 @@ import (
 type cluster struct {
 	t        testing.TB
 	clk      *throttletest.Clock
-	net      *Network
+	net      *gossipnet.Network
 	nodes    []*Node
 	lims     []*Limiter
 	addrs    []string
@@ -41,7 +42,7 @@ func newNode(t testing.TB, cfg Config, rate throttle.Rate, burst int, opts ...th
 func newCluster(t testing.TB, n int, rate throttle.Rate, burst int, interval time.Duration, capped bool, seed uint64, opts ...func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t, clk: throttletest.NewClock(), interval: interval}
-	c.net = NewNetwork(c.clk, seed)
+	c.net = newNetwork(c.clk, seed)
 	c.net.SetDelay(10*time.Millisecond*interval/time.Second, 0)
 	for i := range n {
 		c.addrs = append(c.addrs, fmt.Sprintf("n%d", i))

@@ -3,6 +3,7 @@ package gossip
 import (
 	"hash/maphash"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -161,4 +162,80 @@ func (t *table) sweep(from, parts int, f func(string, *entry)) int {
 		return 0
 	}
 	return end
+}
+
+// pin returns key's entry, created if absent, pinned so that it is not
+// dropped until unpin. It returns nil when the table is full.
+func (t *table) pin(key string) *entry {
+	for {
+		e := t.load(key)
+		if e == nil {
+			if t.full() && key != OverflowKey {
+				return nil // the overflow key always has room
+			}
+			t.mu.Lock()
+			if e = t.load(key); e == nil {
+				e = t.insert(key)
+				if key != OverflowKey {
+					t.n.Add(1) // the overflow key is beyond the count
+				}
+			}
+			t.mu.Unlock()
+		}
+		if e.pinned() {
+			return e
+		}
+	}
+}
+
+// kept reports whether e, which a decision touched (see entry.touch) and
+// counted on, is kept: not dropped, or dropped and put back by a round that
+// saw the touch. It is false when e was dropped by a round that did not
+// see it, and the counts are lost with it. Touch first, then read pin;
+// drop writes pin first, then reads changed: one of the two sees the
+// other's write.
+func (t *table) kept(key string, e *entry) bool {
+	for e.pin.Load() < 0 {
+		if t.load(key) != e {
+			return false
+		}
+		runtime.Gosched() // the drop is deciding
+	}
+	return true
+}
+
+// get returns key's entry, created if absent, not pinned: it may be
+// dropped at any time. It returns nil when the table is full.
+func (t *table) get(key string) *entry {
+	if e := t.load(key); e != nil {
+		return e
+	}
+	e := t.pin(key)
+	if e != nil {
+		e.unpin()
+	}
+	return e
+}
+
+// dropped is an entry's pin count once dropped: a pin is one add, not a
+// compare-and-swap loop, so that a hot key's decisions do not retry each
+// other's pins, and the pins that find a dropped entry (and take their add
+// back) cannot bring it back to zero.
+const dropped = math.MinInt32 / 2
+
+// drop removes e if no decision holds it and, once none can pin it, still
+// it still is.
+func (t *table) drop(key string, e *entry, still func() bool) {
+	if !e.pin.CompareAndSwap(0, dropped) {
+		return
+	}
+	if !still() {
+		e.pin.Add(-dropped) // back to the pins that failed meanwhile and will take theirs back
+		return
+	}
+	t.mu.Lock()
+	if t.remove(e) && key != OverflowKey {
+		t.n.Add(-1)
+	}
+	t.mu.Unlock()
 }

@@ -67,9 +67,9 @@ const (
 	// MaxPacket is the largest datagram the gossip protocol sends, chosen
 	// to fit an Ethernet MTU with IP and UDP headers.
 	MaxPacket = 1400
-	// MaxKeyLen is the longest key a gossip limiter accepts: one entry
+	// maxKeyLen is the longest key a gossip limiter accepts: one entry
 	// must fit in a datagram next to the header and the MAC.
-	MaxKeyLen = 1024
+	maxKeyLen = 1024
 	// maxName bounds node IDs and limiter names on the wire.
 	maxName = 255
 	// offsets of the per-receiver fields, patched by seal.

@@ -14,7 +14,7 @@ import (
 // routing admitted 3 of 60 once under -race on a loaded machine, where
 // the test wants at least 15).
 func fleet(t *testing.T, n int, yaml string, o FleetOptions) []*rig {
-	var trs []*gossip.UDPTransport
+	var trs []gossip.Transport
 	for range n {
 		tr, err := gossip.ListenUDP("127.0.0.1:0")
 		if err != nil {

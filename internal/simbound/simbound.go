@@ -46,6 +46,26 @@ type Episode struct {
 // its members have not heard each other yet.
 const Start = faultsim.NumKinds
 
+// Reload is the kind of the episode a limit change adds to the new limit's
+// bound, from the first member that applies it until every running member
+// has (and a settle after): meanwhile members ask owners that do not have
+// the new limit yet, or report hits to members that drop them.
+const Reload = faultsim.NumKinds + 1
+
+// RateChange reports whether e is a change of the limit (its rate and
+// burst, on every member one after the other, as a rules reload pushed to
+// each) rather than of the peers: a Config event with its Value's top bit
+// set, for the components that simulate both (gossip). Others take every
+// Config event for a change of peers (ConfigPair).
+func RateChange(e faultsim.Event) bool { return e.Kind == faultsim.Config && e.Value>>63 == 1 }
+
+// PeerChanges returns sched without its rate changes (RateChange).
+func PeerChanges(sched faultsim.Schedule) faultsim.Schedule {
+	out := sched
+	out.Events = slices.DeleteFunc(slices.Clone(sched.Events), RateChange)
+	return out
+}
+
 // Episodes returns the episodes of sched's faults that start by length,
 // each lasting settle more than the fault; clock steps and skew last to
 // the end of the run (clocks do not agree again). Duplicates are left
@@ -200,6 +220,20 @@ func At(eps []Episode, t0, t time.Duration, off0, off []time.Duration) Window {
 	return w
 }
 
+// Sub returns the part of w from from to to (its bounds kept within w's),
+// with the episodes eps, and ok false if they do not overlap: the window a
+// limit that was in force from from to to bounds. Its clock advance keeps
+// w's excess over real time (DC - D), at most what w's clocks gained.
+func Sub(w Window, eps []Episode, from, to time.Duration) (sub Window, ok bool) {
+	t0, t := max(w.T0, from), min(w.T, to)
+	if t0 >= t {
+		return Window{}, false
+	}
+	sub = At(eps, t0, t, nil, nil)
+	sub.DC = sub.D + (w.DC - w.D)
+	return sub, true
+}
+
 // refill is what rate refills over d.
 func (p Params) refill(d time.Duration) float64 { return p.Rate * d.Seconds() }
 
@@ -314,9 +348,12 @@ func kinds(ks []faultsim.Kind) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		if k == Start {
+		switch k {
+		case Start:
 			b.WriteString("Start")
-		} else {
+		case Reload:
+			b.WriteString("Reload")
+		default:
 			b.WriteString(k.String())
 		}
 	}
@@ -371,11 +408,17 @@ type Run struct {
 
 // NewRun returns the run of env's schedule cut at its length.
 func NewRun(env *faultsim.Env, settle, start time.Duration) Run {
+	return NewRunOf(env, env.Sched, settle, start)
+}
+
+// NewRunOf is NewRun of sched, env's schedule or a part of it (see
+// PeerChanges).
+func NewRunOf(env *faultsim.Env, sched faultsim.Schedule, settle, start time.Duration) Run {
 	length := env.Spec.Len
-	if env.Sched.Len > 0 {
-		length = min(length, env.Sched.Len)
+	if sched.Len > 0 {
+		length = min(length, sched.Len)
 	}
-	eps := append(Episodes(env.Sched, length, settle), ConfigEpisodes(env.Sched, env.Spec.Procs, length, settle)...)
+	eps := append(Episodes(sched, length, settle), ConfigEpisodes(sched, env.Spec.Procs, length, settle)...)
 	r := Run{Eps: append(eps, Episode{Kind: Start, To: start, Count: 1}),
 		Keys: Keys(env.Sched.Load, env.Spec.Len), KeyIdx: map[string]int{}}
 	for i, k := range r.Keys {

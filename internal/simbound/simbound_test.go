@@ -81,3 +81,23 @@ func TestConfigEpisodes(t *testing.T) {
 		}
 	}
 }
+
+func TestSubAndRateChange(t *testing.T) {
+	eps := []Episode{{Kind: faultsim.Cut, From: 1 * s, To: 4 * s, Count: 1}}
+	w := At(eps, 0, 10*s, []time.Duration{0}, []time.Duration{time.Second})
+	sub, ok := Sub(w, eps, 3*s, 20*s)
+	switch {
+	case !ok || sub.T0 != 3*s || sub.T != 10*s:
+		t.Fatalf("sub %v-%v, ok %v", sub.T0, sub.T, ok)
+	case sub.DC != 8*s || sub.Overlap != 1*s || sub.Episodes != 1:
+		t.Errorf("sub: clock %v (want 8s: the window's second of skew kept), overlap %v, episodes %d", sub.DC, sub.Overlap, sub.Episodes)
+	}
+	if _, ok := Sub(w, eps, 10*s, 12*s); ok {
+		t.Error("a limit in force after the window overlaps it")
+	}
+	rate := faultsim.Event{Kind: faultsim.Config, Value: 1<<63 | 7}
+	sched := faultsim.Schedule{Events: []faultsim.Event{rate, {Kind: faultsim.Config, Value: 7}}}
+	if !RateChange(rate) || RateChange(sched.Events[1]) || len(PeerChanges(sched).Events) != 1 || len(sched.Events) != 2 {
+		t.Error("RateChange / PeerChanges")
+	}
+}

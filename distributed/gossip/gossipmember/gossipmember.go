@@ -42,12 +42,13 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/internal/subscribers"
 )
 
 // Defaults of Config.
 const (
-	DefaultRejoin     = 10 * time.Second
-	DefaultForgetDead = time.Hour
+	defaultRejoin     = 10 * time.Second
+	defaultForgetDead = time.Hour
 )
 
 // Config configures a Membership. Bind and GossipAddr are required.
@@ -71,11 +72,11 @@ type Config struct {
 	Discover func(context.Context) ([]string, error)
 	// Rejoin is how often the seeds no member answers at are joined
 	// again, which heals a partition after the sides forgot each other
-	// and takes in nodes discovery reports. Default DefaultRejoin.
+	// and takes in nodes discovery reports. Default 10 s.
 	Rejoin time.Duration
 	// ForgetDead is how long a node dead or gone stays a peer (out of
 	// the shares, its late reports still charged) before it is forgotten.
-	// Default DefaultForgetDead.
+	// Default 1 h.
 	ForgetDead time.Duration
 	// Keyring encrypts memberlist's traffic; give the same to gossip.Seal
 	// for the counters. Nil: memberlist's traffic is in clear.
@@ -99,7 +100,7 @@ type Membership struct {
 
 	self string // memberlist address of this node
 
-	subs gossip.Subscribers
+	subs subscribers.List[gossip.MemberEvent]
 
 	mu    sync.Mutex             // guards the fields below and orders the events
 	alive map[string]peer        // by memberlist name, from its events (its nodes may not be read outside them)
@@ -128,10 +129,10 @@ func New(cfg Config) (*Membership, error) {
 		cfg.Name = cfg.GossipAddr
 	}
 	if cfg.Rejoin <= 0 {
-		cfg.Rejoin = DefaultRejoin
+		cfg.Rejoin = defaultRejoin
 	}
 	if cfg.ForgetDead <= 0 {
-		cfg.ForgetDead = DefaultForgetDead
+		cfg.ForgetDead = defaultForgetDead
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -202,9 +203,6 @@ func (w logWriter) Write(p []byte) (int, error) {
 	w.l.Log(context.Background(), level, msg)
 	return len(p), nil
 }
-
-// Memberlist returns the underlying memberlist, to read its state.
-func (m *Membership) Memberlist() *memberlist.Memberlist { return m.ml }
 
 // Local implements gossip.Membership: the gossip address and the
 // incarnation of this life, which moves past an older life's if the

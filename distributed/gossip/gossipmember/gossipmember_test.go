@@ -2,12 +2,14 @@ package gossipmember
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/internal/gossipnet"
 )
 
 // fast is a memberlist configuration for loopback tests: a dead node is
@@ -224,10 +227,10 @@ func TestOneWayLossKeepsOneOwner(t *testing.T) {
 	a := start(t, "a", nil)
 	b := start(t, "b", []string{addr(a)})
 	c := start(t, "c", []string{addr(a)})
-	net := gossip.NewNetwork(wall{}, 1)
+	net := gossipnet.New(wall{}, 1, 0)
 	var lims []*gossip.OwnedLimiter
 	for _, m := range []*Membership{a, b, c} {
-		tr := net.Endpoint(m.Local().ID)
+		var tr gossip.Transport = net.Endpoint(m.Local().ID)
 		if m == a {
 			tr = dropTo{tr, b.Local().ID}
 		}
@@ -272,5 +275,22 @@ func TestOneWayLossKeepsOneOwner(t *testing.T) {
 	}
 	if split > 0 {
 		t.Errorf("%d of 300 keys have two owners while memberlist reports every member alive", split)
+	}
+}
+
+// Join fails with ErrJoin when no seed it had to join answers.
+func TestJoinNoSeedAnswers(t *testing.T) {
+	var armed atomic.Bool
+	m := start(t, "a", nil, func(c *Config) {
+		c.Discover = func(context.Context) ([]string, error) {
+			if armed.Load() {
+				return []string{"127.0.0.1:1"}, nil // nothing listens there
+			}
+			return nil, nil
+		}
+	})
+	armed.Store(true)
+	if err := m.Join(context.Background()); !errors.Is(err, ErrJoin) {
+		t.Fatalf("Join with a seed that does not answer: %v, want ErrJoin", err)
 	}
 }
