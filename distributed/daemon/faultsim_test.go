@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -20,13 +22,19 @@ import (
 )
 
 // The daemon's scenario of the fault simulator: 2 and 3 daemons with
-// owner routing, gossiping over faultsim.Net, each answering Go clients
-// at their default settings (timeout, policy, backoff) over in-memory
-// connections. A daemon's host is the process the faults hit: a pause
-// or a crash stops its workers too (a client whose own daemon is down
-// fails open by its documented policy, outside the bound). The
+// owner routing, gossiping over faultsim.Net, or one standalone daemon
+// with a state_file, each answering Go clients at their default settings
+// (timeout, policy, backoff) over in-memory connections. A daemon's host
+// is the process the faults hit: a pause or a crash stops its workers
+// too (a client whose own daemon is down fails open by its documented
+// policy, outside the bound). A standalone daemon's crash is, by the
+// seed, a SIGTERM (its state saved and restored) or a kill (nothing
+// saved). A Config event reloads one daemon's peers, or rolls a new
+// limit (rate, burst) out to every daemon one after the other. The
 // invariant: per tag, what the clients were told "admitted" within any
-// window is at most simbound.Owner's bound, also while an owner is
+// window is at most simbound.Owner's bound (standalone: one bucket, and
+// a burst per kill), with the largest rate and burst in use and a fresh
+// burst per limit rolled out under owner routing; also while an owner is
 // paused (a client must not fail open past the fallback bucket); and
 // every call returns within the client's timeout.
 
@@ -45,11 +53,23 @@ var simDaemonSeeds = []uint64{
 	5694539742336983117,  // OneWay 0→1 for 0.9 s: answers lost, the clients fail open (25 ms) before d1 falls back (50 ms)
 	11742235977915006132, // Spike of 1.3 s on d0's links: late answers, the clients fail open (61 in 1.3 s against 53)
 	17487724554859307023, // Crash of d0 for 0.9 s: its tags start full, on their new owner and on its restart
+	// Standalone: a SIGTERM restart on a clock stepped back while down
+	// ignored the state file (saved "in the future"): every tag full again.
+	835690510922581563,  // Crash (SIGTERM) for 76 ms, a step back of 236 ms: 31 admitted against 28
+	6076404530534874524, // Crash (SIGTERM) for 2.6 s, steps back of 1.7 s and 2 s: 52 against 50.5
 }
 
+// simDaemonLimits are the limits a Config event rolls out: rate per
+// second and burst.
+var simDaemonLimits = [][2]int{{simDaemonRate, simDaemonBurst}, {10, 20}, {5, 40}, {2, 10}}
+
 func TestSimDaemon(t *testing.T) {
-	for _, n := range []int{2, 3} {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+	for _, n := range []int{1, 2, 3} {
+		name := fmt.Sprintf("n=%d", n)
+		if n == 1 {
+			name = "standalone"
+		}
+		t.Run(name, func(t *testing.T) {
 			spec := faultsim.Spec{Name: "Daemon", Procs: n, Len: simDaemonLen, Sample: 100 * time.Millisecond,
 				Kinds: faultsim.AllKinds(), MaxEvents: 12, Seeds: simDaemonSeeds, Count: 25}
 			faultsim.Run(t, spec, func(env *faultsim.Env) faultsim.World { return newDaemonWorld(env) })
@@ -69,9 +89,30 @@ type daemonWorld struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex // guards the fields below
-	counts []int64
-	series *simbound.Series
+	stateFile string // standalone: the daemon's state_file
+
+	mu      sync.Mutex // guards the fields below
+	counts  []int64
+	series  *simbound.Series
+	rollout []rollout // the limits rolled out, in order
+}
+
+// rollout is a limit rolled out to every daemon from at to end.
+type rollout struct {
+	at, end time.Duration
+	lim     [2]int
+}
+
+// limitChange reports whether e, a Config event, rolls a limit out
+// (rather than reloading a daemon's peers).
+func (w *daemonWorld) limitChange(e faultsim.Event) bool {
+	return e.Kind == faultsim.Config && (w.n == 1 || e.Value>>63 == 1)
+}
+
+// killed reports whether e, a Crash of a standalone daemon, is a kill
+// (nothing saved) rather than a SIGTERM; by the seed.
+func (w *daemonWorld) killed(e faultsim.Event) bool {
+	return w.n == 1 && rand.New(rand.NewPCG(w.env.Sched.Seed, uint64(e.At))).IntN(2) == 0
 }
 
 func gossipAddr(i int) string { return fmt.Sprintf("127.0.0.%d:7946", i+1) }
@@ -81,13 +122,18 @@ func newDaemonWorld(env *faultsim.Env) *daemonWorld {
 	n := env.Spec.Procs
 	w := &daemonWorld{env: env, n: n, stop: make(chan struct{}),
 		p: simbound.Params{N: n, Rate: simDaemonRate, Burst: simDaemonBurst}}
+	if n == 1 {
+		w.stateFile = filepath.Join(env.T.TempDir(), "state.json")
+	}
 	settle := 2*simDaemonInterval + gossip.DefaultForwardTimeout + 100*time.Millisecond
-	w.Run = simbound.NewRun(env, settle, 2*simDaemonInterval+settle)
+	sched := env.Sched // less the limit changes, which Check bounds itself
+	sched.Events = slices.DeleteFunc(slices.Clone(sched.Events), w.limitChange)
+	w.Run = simbound.NewRunOf(env, sched, settle, 2*simDaemonInterval+settle)
 	w.counts = make([]int64, len(w.Keys))
 	w.series = simbound.NewSeries(w.Keys)
 	var ids []string
 	for i := range n {
-		w.procs = append(w.procs, &daemonProc{w: w, i: i})
+		w.procs = append(w.procs, &daemonProc{w: w, i: i, lim: simDaemonLimits[0]})
 		ids = append(ids, gossipAddr(i))
 	}
 	w.fabric = simnet.New(env.Net, ids)
@@ -107,10 +153,10 @@ func newDaemonWorld(env *faultsim.Env) *daemonWorld {
 	return w
 }
 
-// config is daemon i's configuration: the default limit, owner routing,
-// the other daemons but those left out as peers, and its sockets in
-// memory.
-func (w *daemonWorld) config(i int, left map[int]bool) Config {
+// config is daemon i's configuration: the default limit lim, owner
+// routing, the other daemons but those left out as peers, and its
+// sockets in memory; standalone, no gossip and a state_file.
+func (w *daemonWorld) config(i int, left map[int]bool, lim [2]int) Config {
 	var peers []string
 	for j := range w.n {
 		if j != i && !left[j] {
@@ -118,24 +164,67 @@ func (w *daemonWorld) config(i int, left map[int]bool) Config {
 		}
 	}
 	p := w.procs[i]
-	return Config{Listen: []string{"tcp:" + queryAddr(i)},
-		Default: Limit{Rate: fmt.Sprintf("%d/s", simDaemonRate), Burst: simDaemonBurst},
+	cfg := Config{Listen: []string{"tcp:" + queryAddr(i)},
+		Default: Limit{Rate: fmt.Sprintf("%d/s", lim[0]), Burst: lim[1]},
 		Gossip: Gossip{Listen: gossipAddr(i), Peers: peers, Interval: Duration(simDaemonInterval),
 			Secret: "simulated-gossip-secret", Routing: RoutingOwner},
 		hooks: &hooks{
 			listen: func(string, string) (net.Listener, error) { return p.listen(), nil },
 			gossip: func(string) (gossip.Transport, error) { return w.fabric.Endpoint(i), nil },
 		}}
+	if w.n == 1 {
+		cfg.Gossip, cfg.StateFile = Gossip{}, w.stateFile
+	}
+	return cfg
 }
 
 // Apply starts a process-level fault: a pause or a crash of a daemon's
-// host, or a reload of a daemon's peers.
+// host (standalone: a kill or a SIGTERM), a reload of a daemon's peers,
+// or a limit rolled out.
 func (w *daemonWorld) Apply(e faultsim.Event) {
-	if e.Kind == faultsim.Config {
+	switch {
+	case w.limitChange(e):
+		w.rollOut(e)
+		return
+	case e.Kind == faultsim.Config:
 		w.reconfigure(e)
 		return
+	case e.Kind == faultsim.Crash && e.From >= 0 && e.From < w.n:
+		p := w.procs[e.From]
+		p.mu.Lock()
+		p.kill = w.killed(e)
+		p.mu.Unlock()
 	}
 	simbound.Fault(w.procs, e, false)
+}
+
+// rollOut rolls the limit e.Value picks out to every daemon, one after
+// the other in a random order, a random gap of up to 300 ms apart, as an
+// operator reloads them (SIGHUP); a daemon down meanwhile restarts with
+// it.
+func (w *daemonWorld) rollOut(e faultsim.Event) {
+	lim := simDaemonLimits[e.Value%uint64(len(simDaemonLimits))]
+	r := rand.New(rand.NewPCG(e.Value, 0xc0f))
+	gap := time.Duration(r.Int64N(int64(300 * time.Millisecond)))
+	now := w.env.Elapsed()
+	w.mu.Lock()
+	w.rollout = append(w.rollout, rollout{at: now, end: now + time.Duration(w.n-1)*gap, lim: lim})
+	w.mu.Unlock()
+	for k, i := range r.Perm(w.n) {
+		p := w.procs[i]
+		time.AfterFunc(time.Duration(k)*gap, func() {
+			p.mu.Lock()
+			p.lim = lim
+			srv, down := p.srv, p.down
+			cfg := w.config(p.i, p.left, lim)
+			p.mu.Unlock()
+			if srv != nil && !down {
+				if err := srv.Reload(cfg); err != nil {
+					w.env.Violate(fmt.Errorf("setup: reload: %v", err))
+				}
+			}
+		})
+	}
 }
 
 // reconfigure applies a Config event (simbound.ConfigPair): daemon u
@@ -150,7 +239,7 @@ func (w *daemonWorld) reconfigure(e faultsim.Event) {
 	}
 	p.left[v] = !p.left[v]
 	srv, down := p.srv, p.down
-	cfg := w.config(u, p.left)
+	cfg := w.config(u, p.left, p.lim)
 	p.mu.Unlock()
 	if srv != nil && !down {
 		if err := srv.Reload(cfg); err != nil {
@@ -164,18 +253,49 @@ func (w *daemonWorld) reconfigure(e faultsim.Event) {
 func (w *daemonWorld) End(e faultsim.Event) { simbound.Fault(w.procs, e, true) }
 
 // Check checks, per tag, every window since an earlier sample against
-// the owner routing's bound.
+// the owner routing's bound, or a standalone daemon's.
 func (w *daemonWorld) Check(now time.Duration) error {
 	off := simbound.Offsets(w.env.Clocks)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	err := w.series.Add(now, slices.Clone(w.counts), off, "daemon-bound", w.Eps, func(win simbound.Window) float64 {
-		return simbound.Owner(w.p, win)
-	})
+	err := w.series.Add(now, slices.Clone(w.counts), off, "daemon-bound", w.Eps, w.bound)
 	if err != nil {
 		return fmt.Errorf("%w (%d daemons, load %v)", err, w.n, w.env.Sched.Load)
 	}
 	return nil
+}
+
+// bound is the bound of a window, with the largest rate and burst of the
+// limits in use over it. Standalone, one bucket (a limit changed by a
+// reload carries the tag's usage) and a burst per kill restarted in it
+// (a SIGTERM restart restores the state: nothing more). Under owner
+// routing, simbound.Owner and a burst per limit rolled out over the
+// window (a changed limit starts its tags on a full bucket of the new
+// limit; nothing is carried). Called with w.mu held.
+func (w *daemonWorld) bound(win simbound.Window) float64 {
+	p, fresh := w.p, 0
+	for k, r := range w.rollout {
+		next := win.T // the limit before it is in use until it is rolled out
+		if k+1 < len(w.rollout) {
+			next = w.rollout[k+1].end
+		}
+		if r.at < win.T && next >= win.T0 {
+			p.Rate, p.Burst = max(p.Rate, float64(r.lim[0])), max(p.Burst, r.lim[1])
+		}
+		if r.at < win.T && r.end >= win.T0 {
+			fresh++
+		}
+	}
+	if w.n > 1 {
+		return simbound.Owner(p, win) + float64(fresh*p.Burst)
+	}
+	kills := 0
+	for _, e := range w.env.Sched.Events {
+		if e.Kind == faultsim.Crash && w.killed(e) && e.At+e.Dur > win.T0 && e.At+e.Dur <= win.T {
+			kills++
+		}
+	}
+	return float64(p.Burst*(1+kills)) + p.Rate*win.DC.Seconds()
 }
 
 // Close stops the clients and every daemon.
@@ -201,12 +321,17 @@ type daemonProc struct {
 	paused bool
 	down   bool
 	left   map[int]bool // daemons this life left out of its peers (Config)
+	lim    [2]int       // its limit: rate per second, burst
+	kill   bool         // the next Crash is a kill: nothing saved
 }
 
 // Restart begins a new life of the host: a daemon and a client.
 func (p *daemonProc) Restart() {
 	w := p.w
-	srv, err := New(w.config(p.i, nil), nil, throttle.WithClock(w.env.Clocks[p.i]))
+	p.mu.Lock()
+	lim := p.lim
+	p.mu.Unlock()
+	srv, err := New(w.config(p.i, nil, lim), nil, throttle.WithClock(w.env.Clocks[p.i]))
 	if err == nil {
 		err = srv.Start()
 	}
@@ -234,13 +359,17 @@ func (p *daemonProc) Crash() {
 		return
 	}
 	p.down = true
-	srv, cl, ln := p.srv, p.cl, p.ln
+	srv, cl, ln, kill := p.srv, p.cl, p.ln, p.kill
+	p.kill = false
 	p.mu.Unlock()
 	cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	srv.Shutdown(ctx)
 	cancel()
 	ln.Close()
+	if kill && p.w.stateFile != "" {
+		os.Remove(p.w.stateFile) // killed: Shutdown never ran
+	}
 }
 
 // SetPaused pauses or resumes the host.

@@ -70,7 +70,7 @@ func (s *Server) saveState() error {
 // restoreState takes the tags' levels back from Config.StateFile, if set
 // and saved at most MaxStateAge ago, into the limits of l whose name
 // (rate and burst) is unchanged, each refilled for the time since it was
-// saved, and removes the file so that a later crash does not restore it
+// saved (nothing if the clock reads earlier than the save), and removes the file so that a later crash does not restore it
 // again. It returns how many tags it restored.
 func (s *Server) restoreState(l *limits) (int, error) {
 	if s.cfg.StateFile == "" {
@@ -88,9 +88,11 @@ func (s *Server) restoreState(l *limits) (int, error) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return 0, fmt.Errorf("state file %s: %w", s.cfg.StateFile, err)
 	}
-	age := s.clk.Now() - st.Saved
-	if age < 0 || age > int64(MaxStateAge) {
-		return 0, fmt.Errorf("state file %s saved %v ago: not within [0, %v], ignored", s.cfg.StateFile, time.Duration(age), MaxStateAge)
+	// A clock stepped back since the save (age < 0) refills nothing:
+	// ignoring the state would hand every tag a fresh burst.
+	age := max(s.clk.Now()-st.Saved, 0)
+	if age > int64(MaxStateAge) {
+		return 0, fmt.Errorf("state file %s saved %v ago, more than %v: ignored", s.cfg.StateFile, time.Duration(age), MaxStateAge)
 	}
 	n := 0
 	for name, tags := range st.Limits {

@@ -54,3 +54,29 @@ func TestRestartKeepsUsage(t *testing.T) {
 		t.Errorf("state_file with gossip: %v, want ErrInvalid", err)
 	}
 }
+
+// A standalone daemon whose host clock is stepped back while it is down
+// (an NTP correction during a deploy) restores its state file as saved,
+// with nothing refilled: a tag that spent its burst is still refused.
+// Before, a state saved "in the future" was ignored and every tag started
+// on a full bucket (the fault simulator's seeds 835690510922581563 and
+// 6076404530534874524: 31 admitted where one bucket allows 28).
+func TestRestartClockSteppedBack(t *testing.T) {
+	clk := throttletest.NewClock()
+	cfg := config("tcp:127.0.0.1:0")
+	cfg.Default = daemon.Limit{Rate: "1/m", Burst: 5}
+	cfg.StateFile = filepath.Join(t.TempDir(), "state.json")
+	s := started(t, cfg, throttle.WithClock(clk))
+	for range 5 {
+		s.Decide("alice")
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(-2 * time.Second)
+	s = started(t, cfg, throttle.WithClock(clk))
+	defer s.Shutdown(context.Background())
+	if got := s.Decide("alice"); got != daemon.ReplyNO {
+		t.Errorf("alice after a restart on a clock stepped back 2 s: %q, want NO (her burst was spent)", got)
+	}
+}
