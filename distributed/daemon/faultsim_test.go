@@ -38,13 +38,6 @@ import (
 // paused (a client must not fail open past the fallback bucket); and
 // every call returns within the client's timeout.
 
-const (
-	simDaemonRate     = 5
-	simDaemonBurst    = 20
-	simDaemonInterval = 200 * time.Millisecond
-	simDaemonLen      = 20 * time.Second
-)
-
 // Seeds that found defects (issue 38) on the code before their fixes,
 // each with the minimal schedule the shrinker found (on 2 daemons).
 var simDaemonSeeds = []uint64{
@@ -61,7 +54,7 @@ var simDaemonSeeds = []uint64{
 
 // simDaemonLimits are the limits a Config event rolls out: rate per
 // second and burst.
-var simDaemonLimits = [][2]int{{simDaemonRate, simDaemonBurst}, {10, 20}, {5, 40}, {2, 10}}
+var simDaemonLimits = [][2]int{{simbound.Rate, simbound.Burst}, {10, 20}, {5, 40}, {2, 10}}
 
 func TestSimDaemon(t *testing.T) {
 	for _, n := range []int{1, 2, 3} {
@@ -70,9 +63,7 @@ func TestSimDaemon(t *testing.T) {
 			name = "standalone"
 		}
 		t.Run(name, func(t *testing.T) {
-			spec := faultsim.Spec{Name: "Daemon", Procs: n, Len: simDaemonLen, Sample: 100 * time.Millisecond,
-				Kinds: faultsim.AllKinds(), MaxEvents: 12, Seeds: simDaemonSeeds, Count: 25}
-			faultsim.Run(t, spec, func(env *faultsim.Env) faultsim.World { return newDaemonWorld(env) })
+			faultsim.Run(t, simbound.Spec("Daemon", n, 12, simDaemonSeeds, 25), func(env *faultsim.Env) faultsim.World { return newDaemonWorld(env) })
 		})
 	}
 }
@@ -83,18 +74,15 @@ type daemonWorld struct {
 	env *faultsim.Env
 	n   int
 	p   simbound.Params
-	simbound.Run
-	fabric *simnet.Fabric
-	procs  []*daemonProc
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	*simbound.Tally
+	fabric  *simnet.Fabric
+	procs   []*daemonProc
+	clients *simbound.Clients
 
 	stateFile string // standalone: the daemon's state_file
 
-	mu      sync.Mutex // guards the fields below
-	counts  []int64
-	series  *simbound.Series
-	rollout []rollout // the limits rolled out, in order
+	mu      sync.Mutex // guards rollout
+	rollout []rollout  // the limits rolled out, in order
 }
 
 // rollout is a limit rolled out to every daemon from at to end.
@@ -120,17 +108,14 @@ func queryAddr(i int) string  { return fmt.Sprintf("127.0.0.%d:7390", i+1) }
 
 func newDaemonWorld(env *faultsim.Env) *daemonWorld {
 	n := env.Spec.Procs
-	w := &daemonWorld{env: env, n: n, stop: make(chan struct{}),
-		p: simbound.Params{N: n, Rate: simDaemonRate, Burst: simDaemonBurst}}
+	w := &daemonWorld{env: env, n: n, p: simbound.Params{N: n, Rate: simbound.Rate, Burst: simbound.Burst}}
 	if n == 1 {
 		w.stateFile = filepath.Join(env.T.TempDir(), "state.json")
 	}
-	settle := 2*simDaemonInterval + gossip.DefaultForwardTimeout + 100*time.Millisecond
+	settle := 2*simbound.Interval + gossip.DefaultForwardTimeout + 100*time.Millisecond
 	sched := env.Sched // less the limit changes, which Check bounds itself
 	sched.Events = slices.DeleteFunc(slices.Clone(sched.Events), w.limitChange)
-	w.Run = simbound.NewRunOf(env, sched, settle, 2*simDaemonInterval+settle)
-	w.counts = make([]int64, len(w.Keys))
-	w.series = simbound.NewSeries(w.Keys)
+	w.Tally = simbound.NewTally(simbound.NewRunOf(env, sched, settle, 2*simbound.Interval+settle))
 	var ids []string
 	for i := range n {
 		w.procs = append(w.procs, &daemonProc{w: w, i: i, lim: simDaemonLimits[0]})
@@ -140,16 +125,7 @@ func newDaemonWorld(env *faultsim.Env) *daemonWorld {
 	for _, p := range w.procs {
 		p.Restart()
 	}
-	for _, p := range w.procs {
-		for c := range 4 {
-			rng := rand.New(rand.NewPCG(env.Rand.Uint64(), uint64(p.i*16+c)))
-			w.wg.Add(1)
-			go func() {
-				defer w.wg.Done()
-				simbound.Drive(w.stop, env.Sched.Load, w.Keys, rng, 1.5*simDaemonRate/4, env.Elapsed, p.ask)
-			}()
-		}
-	}
+	w.clients = simbound.StartClients(env, w.Keys, n, 4, func(i int, key string) { w.procs[i].ask(key) })
 	return w
 }
 
@@ -166,7 +142,7 @@ func (w *daemonWorld) config(i int, left map[int]bool, lim [2]int) Config {
 	p := w.procs[i]
 	cfg := Config{Listen: []string{"tcp:" + queryAddr(i)},
 		Default: Limit{Rate: fmt.Sprintf("%d/s", lim[0]), Burst: lim[1]},
-		Gossip: Gossip{Listen: gossipAddr(i), Peers: peers, Interval: Duration(simDaemonInterval),
+		Gossip: Gossip{Listen: gossipAddr(i), Peers: peers, Interval: Duration(simbound.Interval),
 			Secret: "simulated-gossip-secret", Routing: RoutingOwner},
 		hooks: &hooks{
 			listen: func(string, string) (net.Listener, error) { return p.listen(), nil },
@@ -255,11 +231,9 @@ func (w *daemonWorld) End(e faultsim.Event) { simbound.Fault(w.procs, e, true) }
 // Check checks, per tag, every window since an earlier sample against
 // the owner routing's bound, or a standalone daemon's.
 func (w *daemonWorld) Check(now time.Duration) error {
-	off := simbound.Offsets(w.env.Clocks)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	err := w.series.Add(now, slices.Clone(w.counts), off, "daemon-bound", w.Eps, w.bound)
-	if err != nil {
+	if err := w.Tally.Check(now, w.env.Clocks, "daemon-bound", w.bound); err != nil {
 		return fmt.Errorf("%w (%d daemons, load %v)", err, w.n, w.env.Sched.Load)
 	}
 	return nil
@@ -300,8 +274,7 @@ func (w *daemonWorld) bound(win simbound.Window) float64 {
 
 // Close stops the clients and every daemon.
 func (w *daemonWorld) Close() {
-	close(w.stop)
-	w.wg.Wait()
+	w.clients.Stop()
 	for _, p := range w.procs {
 		p.Crash()
 	}
@@ -401,9 +374,7 @@ func (p *daemonProc) ask(tag string) {
 	if gone || !ok {
 		return
 	}
-	w.mu.Lock()
-	w.counts[w.KeyIdx[tag]]++
-	w.mu.Unlock()
+	w.Admit(tag)
 }
 
 // listen makes the host's query listener of its current life.
