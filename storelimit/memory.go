@@ -76,8 +76,8 @@ func (s *Memory) Sweep(now int64) int {
 	return n
 }
 
-// Len returns the number of keys stored, live or not yet swept.
-func (s *Memory) Len() int {
+// size returns the number of keys stored, live or not yet swept.
+func (s *Memory) size() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.m)

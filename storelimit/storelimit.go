@@ -16,7 +16,7 @@
 // goroutines and processes share the store: nothing admitted is lost or
 // counted twice. A denial reads once and writes nothing; an admission
 // reads once and writes once, and reads and tries again only when another
-// writer changed the key in between (at most MaxAttempts tries, then an
+// writer changed the key in between (at most 1000 tries, then an
 // error wrapping throttle.ErrUnavailable).
 //
 // On a throttle.LoadingStore the Limiter first decides on the state it
@@ -46,10 +46,11 @@
 //
 // # Timeouts
 //
-// Over a Store that is a Timeouter (pglimit's), each decision is bounded
-// by the store's timeout as a whole, however many calls to the store it
-// takes (a key contended by other processes): it then fails with an
-// error wrapping throttle.ErrUnavailable and context.DeadlineExceeded.
+// Over a Store with a Timeout() time.Duration method (pglimit's), each
+// decision is bounded by the store's timeout as a whole, however many
+// calls to the store it takes (a key contended by other processes): it
+// then fails with an error wrapping throttle.ErrUnavailable and
+// context.DeadlineExceeded.
 //
 // Each process decides with its own clock, passed to the store with every
 // call (a store reads no clock), so processes sharing a store need
@@ -80,9 +81,9 @@ import (
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
-// MaxAttempts bounds the compare-and-swap attempts of one decision: each
+// maxAttempts bounds the compare-and-swap attempts of one decision: each
 // failed attempt means another writer's decision on the key succeeded.
-const MaxAttempts = 1000
+const maxAttempts = 1000
 
 // Limiter decides with an Algorithm over the states of a Store, one per
 // key. It is safe for concurrent use and holds nothing per key itself but
@@ -104,11 +105,11 @@ type Limiter struct {
 	reqs    sync.Pool         // of *request, reused across calls
 }
 
-// Timeouter is a Store whose calls are bounded by a timeout (pglimit's):
+// timeouter is a Store whose calls are bounded by a timeout (pglimit's):
 // a Limiter over it bounds each decision as a whole by Timeout, however
 // many calls to the store it takes, so that a contended key costs the
 // caller at most the store's timeout.
-type Timeouter interface {
+type timeouter interface {
 	Timeout() time.Duration
 }
 
@@ -136,7 +137,7 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 	if ls, ok := s.(throttle.LoadingStore); ok {
 		l.ls, l.g = ls, new(guesses)
 	}
-	if t, ok := s.(Timeouter); ok {
+	if t, ok := s.(timeouter); ok {
 		l.timeout = max(t.Timeout(), 0)
 	}
 	return l, nil
@@ -150,7 +151,7 @@ func New(s throttle.Store, a throttle.Algorithm, opts ...throttle.Option) (*Limi
 // throttle.ErrInvalid (a bad key or n, a zero Limiter, a stored state no
 // Algorithm of this limit wrote), throttle.ErrExceedsLimit (n above the
 // limit) or throttle.ErrUnavailable (the store failed, the call ran out
-// of time, or the key stayed contended for MaxAttempts tries).
+// of time, or the key stayed contended for 1000 tries).
 func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if l == nil || l.s == nil {
 		return throttle.Decision{}, fmt.Errorf("%w: zero storelimit.Limiter: use New", throttle.ErrInvalid)
@@ -187,7 +188,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	return d, err
 }
 
-var errContended = fmt.Errorf("%w: storelimit: key still contended after %d attempts", throttle.ErrUnavailable, MaxAttempts)
+var errContended = fmt.Errorf("%w: storelimit: key still contended after %d attempts", throttle.ErrUnavailable, maxAttempts)
 
 // decide decides the requests of round, in order, on key's state at now,
 // and stores the state they leave if the key's state is still the one
@@ -202,7 +203,7 @@ func (l *Limiter) decide(ctx context.Context, key string, h uint64, round []*req
 		sl, old = l.g.get(h, now)
 	}
 	read := false // old is the store's state, read in this round
-	for range MaxAttempts {
+	for range maxAttempts {
 		if !read && l.ls == nil {
 			if !l.load(ctx, key, now, round, &old) {
 				return

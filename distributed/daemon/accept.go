@@ -48,7 +48,7 @@ func (s *Server) refuse(c net.Conn) {
 	go func() {
 		defer s.lingering.Add(-1)
 		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		io.WriteString(c, ReplyRefused)
+		io.WriteString(c, replyRefused)
 		lingerClose(c)
 		c.Close()
 	}()
@@ -159,7 +159,7 @@ func (s *Server) oversized(c net.Conn, out []byte) {
 	s.st.bad.Add(1)
 	s.log.Debug("oversized line, closing", "remote", c.RemoteAddr().String(), "max_tag_len", s.cfg.MaxTagLen)
 	c.SetWriteDeadline(time.Now().Add(shutdownWrite))
-	c.Write(append(out, ReplyError...))
+	c.Write(append(out, replyError...))
 	lingerClose(c)
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/internal/keyfile"
 )
 
 // The gossip node of a server: its transport (sealed, from a membership)
@@ -32,7 +33,7 @@ func (s *Server) gossipTransport(gc *gossip.Config) error {
 	gc.Transport = udp
 	var keys [][]byte
 	if g.KeyFile != "" {
-		keys, _ = LoadKeys(g.KeyFile) // checked by CheckSecret
+		keys, _ = keyfile.Load(g.KeyFile) // checked by CheckSecret
 		s.keys = &keyring{keys: keys}
 		if s.seal, err = gossip.Seal(udp, s.keys); err != nil {
 			udp.Close()

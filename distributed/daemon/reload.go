@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/keyfile"
 )
 
 // Reload: a new configuration applied to a running server.
@@ -59,7 +60,7 @@ func (s *Server) reload(cfg Config) error {
 	var keys [][]byte
 	if cfg.Gossip.KeyFile != "" && s.keys != nil {
 		var err error
-		if keys, err = LoadKeys(cfg.Gossip.KeyFile); err != nil {
+		if keys, err = keyfile.Load(cfg.Gossip.KeyFile); err != nil {
 			return err
 		}
 	}

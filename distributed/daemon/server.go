@@ -96,13 +96,13 @@ import (
 
 // Replies of the protocol.
 const (
-	ReplyOK    = "OK\n"
-	ReplyNO    = "NO\n"
-	ReplyError = "ER\n"
-	ReplyPong  = "PONG\n"
-	// ReplyRefused is sent, before closing, to a connection beyond
+	replyOK    = "OK\n"
+	replyNO    = "NO\n"
+	replyError = "ER\n"
+	replyPong  = "PONG\n"
+	// replyRefused is sent, before closing, to a connection beyond
 	// MaxConns or MaxConnsPerAddr.
-	ReplyRefused = "RF\n"
+	replyRefused = "RF\n"
 )
 
 // Server answers queries on its listeners. Create it with New, run it with
@@ -331,19 +331,19 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// AdminAddr returns the address of the admin HTTP listener, or nil.
-func (s *Server) AdminAddr() net.Addr {
+// adminAddr returns the address of the admin HTTP listener, or nil.
+func (s *Server) adminAddr() net.Addr {
 	if s.adminLn == nil {
 		return nil
 	}
 	return s.adminLn.Addr()
 }
 
-// Tokens returns the tokens left for tag in the bucket of the limit it
+// tagTokens returns the tokens left for tag in the bucket of the limit it
 // matches, negative when peers' reports pushed it below empty. With
 // routing "owner" it is this daemon's bucket of tag: the owner's exact
 // one if this daemon owns tag, else its fallback bucket.
-func (s *Server) Tokens(tag string) int64 { return s.limiter([]byte(tag)).Tokens(tag) }
+func (s *Server) tagTokens(tag string) int64 { return s.limiter([]byte(tag)).Tokens(tag) }
 
 // Decide answers a query for tag as a connection would ("OK\n", "NO\n" or
 // "ER\n"), without a socket.

@@ -14,10 +14,10 @@ import (
 	"github.com/throttlekit/throttle/distributed/gossip"
 )
 
-// MaxStateAge bounds the age of a state file (Config.StateFile) a daemon
+// maxStateAge bounds the age of a state file (Config.StateFile) a daemon
 // restores at its start: a daemon down for longer starts every tag on a
 // full bucket.
-const MaxStateAge = time.Hour
+const maxStateAge = time.Hour
 
 // savedState is the content of a state file: when it was saved (the
 // limiters' clock, in nanoseconds) and, per limit (by gossip name, which
@@ -68,7 +68,7 @@ func (s *Server) saveState() error {
 }
 
 // restoreState takes the tags' levels back from Config.StateFile, if set
-// and saved at most MaxStateAge ago, into the limits of l whose name
+// and saved at most maxStateAge ago, into the limits of l whose name
 // (rate and burst) is unchanged, each refilled for the time since it was
 // saved (nothing if the clock reads earlier than the save), and removes the file so that a later crash does not restore it
 // again. It returns how many tags it restored.
@@ -91,8 +91,8 @@ func (s *Server) restoreState(l *limits) (int, error) {
 	// A clock stepped back since the save (age < 0) refills nothing:
 	// ignoring the state would hand every tag a fresh burst.
 	age := max(s.clk.Now()-st.Saved, 0)
-	if age > int64(MaxStateAge) {
-		return 0, fmt.Errorf("state file %s saved %v ago, more than %v: ignored", s.cfg.StateFile, time.Duration(age), MaxStateAge)
+	if age > int64(maxStateAge) {
+		return 0, fmt.Errorf("state file %s saved %v ago, more than %v: ignored", s.cfg.StateFile, time.Duration(age), maxStateAge)
 	}
 	n := 0
 	for name, tags := range st.Limits {

@@ -75,7 +75,7 @@
 //
 // Every call runs under the Store's timeout (WithTimeout, one second by
 // default) on top of the caller's context, and storelimit bounds a whole
-// decision by it (the Store is a storelimit.Timeouter), so an exhausted
+// decision by it (the Store reports it by its Timeout method), so an exhausted
 // connection pool, a server that stopped answering or a key contended by
 // other processes ends the decision within the timeout with an error,
 // never a hang; storelimit wraps it in throttle.ErrUnavailable, and
