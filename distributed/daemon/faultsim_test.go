@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,12 @@ var simDaemonSeeds = []uint64{
 	// ignored the state file (saved "in the future"): every tag full again.
 	835690510922581563,  // Crash (SIGTERM) for 76 ms, a step back of 236 ms: 31 admitted against 28
 	6076404530534874524, // Crash (SIGTERM) for 2.6 s, steps back of 1.7 s and 2 s: 52 against 50.5
+	// Standalone: a limit changed across a SIGTERM restart (or by a reload
+	// just before it) started its tags full; a step back while down
+	// refilled nothing but took nothing away either.
+	1817538317673345591,  // Crash (SIGTERM) for 1.4 s, a limit rolled out meanwhile: 73 against 71.5
+	3656914659721282659,  // a limit rolled out, a SIGTERM 14 ms later: 127 against 125.5
+	10277358029490795012, // a step forward, a SIGTERM, a step back of 630 ms while down: 86 against 85.7
 }
 
 // simDaemonLimits are the limits a Config event rolls out: rate per
@@ -240,9 +247,11 @@ func (w *daemonWorld) Check(now time.Duration) error {
 }
 
 // bound is the bound of a window, with the largest rate and burst of the
-// limits in use over it. Standalone, one bucket (a limit changed by a
-// reload carries the tag's usage) and a burst per kill restarted in it
-// (a SIGTERM restart restores the state: nothing more). Under owner
+// limits in use over it. Standalone, one bucket (a changed limit carries
+// the tag's usage, across a SIGTERM restart too) and a burst per kill
+// restarted in it; a SIGTERM restart restores the state, less the debt a
+// clock stepped back left (a bucket holds no fewer than 0 tokens when
+// restored): rate times the steps back of the lives it ends. Under owner
 // routing, simbound.Owner and a burst per limit rolled out over the
 // window (a changed limit starts its tags on a full bucket of the new
 // limit; nothing is carried). Called with w.mu held.
@@ -264,12 +273,31 @@ func (w *daemonWorld) bound(win simbound.Window) float64 {
 		return simbound.Owner(p, win) + float64(fresh*p.Burst)
 	}
 	kills := 0
-	for _, e := range w.env.Sched.Events {
-		if e.Kind == faultsim.Crash && w.killed(e) && e.At+e.Dur > win.T0 && e.At+e.Dur <= win.T {
-			kills++
+	var owed, forgiven time.Duration // the current life's steps back; those forgiven in the window
+	// A crash counts at its restart: a step back while the daemon is down
+	// is owed by the life that restart ends.
+	evs := slices.Clone(w.env.Sched.Events)
+	at := func(e faultsim.Event) time.Duration {
+		if e.Kind == faultsim.Crash {
+			return e.At + e.Dur
+		}
+		return e.At
+	}
+	slices.SortStableFunc(evs, func(a, b faultsim.Event) int { return cmp.Compare(at(a), at(b)) })
+	for _, e := range evs {
+		switch {
+		case e.Kind == faultsim.ClockStep && e.D < 0:
+			owed -= e.D
+		case e.Kind != faultsim.Crash:
+		case e.At+e.Dur <= win.T0 || e.At+e.Dur > win.T:
+			owed = 0
+		case w.killed(e):
+			kills, owed = kills+1, 0
+		default: // a SIGTERM restart in the window
+			forgiven, owed = forgiven+owed, 0
 		}
 	}
-	return float64(p.Burst*(1+kills)) + p.Rate*win.DC.Seconds()
+	return float64(p.Burst*(1+kills)) + p.Rate*(win.DC+forgiven).Seconds()
 }
 
 // Close stops the clients and every daemon.
