@@ -105,7 +105,7 @@ func (contended) Timeout() time.Duration { return 50 * time.Millisecond }
 // TestDecisionBoundedByTimeout: over a Store with a Timeout, a decision
 // that keeps losing its compare-and-swap ends within that timeout as a
 // whole (an error wrapping ErrUnavailable and DeadlineExceeded), not after
-// MaxAttempts round trips each bounded by it (over a second here).
+// maxAttempts (1000) round trips each bounded by it (over a second here).
 func TestDecisionBoundedByTimeout(t *testing.T) {
 	a, err := fixedwindow.NewAlgorithm(10, time.Hour, false)
 	if err != nil {

@@ -44,6 +44,15 @@
 // that join it later and have a later deadline fail at that one, never
 // after their own), whether or not the caller leading it cancels.
 //
+// # Leasing
+//
+// A Limiter made by NewLeasing takes batches of units of a key from the
+// store (one read-decide-swap each, charged there) and spends them
+// locally, lock-free, for a key hotter than the store's commits: see
+// NewLeasing for the bound (never more than the Algorithm admits over the
+// store, moved later by at most the lease's age) and what it loses
+// (under-admission only).
+//
 // # Timeouts
 //
 // Over a Store with a Timeout() time.Duration method (pglimit's), each
@@ -78,6 +87,7 @@ import (
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/internal/clock"
+	"github.com/throttlekit/throttle/internal/lease"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -87,8 +97,9 @@ const maxAttempts = 1000
 
 // Limiter decides with an Algorithm over the states of a Store, one per
 // key. It is safe for concurrent use and holds nothing per key itself but
-// guesses, over a LoadingStore. The zero value is not usable: Allow fails
-// with an error wrapping throttle.ErrInvalid; create it with New.
+// guesses, over a LoadingStore, and leased units (NewLeasing). The zero
+// value is not usable: Allow fails with an error wrapping
+// throttle.ErrInvalid; create it with New or NewLeasing.
 type Limiter struct {
 	s     throttle.Store
 	ls    throttle.LoadingStore // s, when it is one
@@ -103,6 +114,8 @@ type Limiter struct {
 	seed    maphash.Seed
 	shards  [shardCount]shard // the keys with a round in flight
 	reqs    sync.Pool         // of *request, reused across calls
+	lease   *lease.Leaser     // with NewLeasing
+	closed  atomic.Bool
 }
 
 // timeouter is a Store whose calls are bounded by a timeout (pglimit's):
@@ -156,11 +169,17 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (throttle.Decisi
 	if l == nil || l.s == nil {
 		return throttle.Decision{}, fmt.Errorf("%w: zero storelimit.Limiter: use New", throttle.ErrInvalid)
 	}
+	if l.closed.Load() {
+		return throttle.Decision{}, fmt.Errorf("%w: storelimit.Limiter", throttle.ErrClosed)
+	}
 	if err := l.keys.CheckKey(key); err != nil {
 		return throttle.Decision{}, err
 	}
 	if err := limiterkit.CheckN(n, l.limit); err != nil {
 		return throttle.Decision{}, err
+	}
+	if l.lease != nil { // a Take is bounded by the timeout; a spend is local
+		return l.lease.Allow(ctx, key, n, l.clk.Now())
 	}
 	if l.timeout > 0 {
 		var cancel context.CancelFunc
@@ -193,60 +212,73 @@ var errContended = fmt.Errorf("%w: storelimit: key still contended after %d atte
 // decide decides the requests of round, in order, on key's state at now,
 // and stores the state they leave if the key's state is still the one
 // they were decided on, else decides them again on the key's new state.
-// On a LoadingStore it starts from the state last seen of key, and swaps
-// and learns the state in one call; a round that admits nothing is
-// decided on the state read from the store.
 func (l *Limiter) decide(ctx context.Context, key string, h uint64, round []*request, now int64) {
+	err := l.update(ctx, key, h, now, func(old int64) (int64, time.Duration, bool) {
+		next, reset, admitted := l.step(round, old, now)
+		return next, reset, admitted > 0
+	})
+	if err != nil {
+		fail(round, err)
+	}
+}
+
+// update changes key's state at now by step, which returns the next state,
+// its time to reset and whether it changes anything: it swaps the state
+// step leaves in if the key's state is still the one step saw, else runs
+// step again on the key's new state. On a LoadingStore it starts from the
+// state last seen of key, and swaps and learns the state in one call; a
+// step that changes nothing is run again on the state read from the
+// store. It returns an error wrapping throttle.ErrUnavailable when the
+// store fails or the key stays contended.
+func (l *Limiter) update(ctx context.Context, key string, h uint64, now int64, step func(old int64) (next int64, reset time.Duration, change bool)) error {
 	var sl slot
 	var old int64
 	if l.ls != nil {
 		sl, old = l.g.get(h, now)
 	}
-	read := false // old is the store's state, read in this round
+	read := false // old is the store's state, read in this call
 	for range maxAttempts {
 		if !read && l.ls == nil {
-			if !l.load(ctx, key, now, round, &old) {
-				return
+			if err := l.load(ctx, key, now, &old); err != nil {
+				return err
 			}
 			read = true
 		}
-		next, reset, admitted := l.step(round, old, now)
-		if admitted == 0 && !read {
-			if !l.load(ctx, key, now, round, &old) {
-				return
+		next, reset, change := step(old)
+		if !change && !read {
+			if err := l.load(ctx, key, now, &old); err != nil {
+				return err
 			}
 			read = true
 			l.g.put(sl, old, math.MaxInt64)
 			continue
 		}
-		if admitted == 0 {
-			return
+		if !change {
+			return nil
 		}
 		exp := expires(now, int64(reset))
 		cur, ok, err := l.swap(ctx, key, old, next, now, exp)
 		if err != nil {
-			fail(round, unavailable(err))
-			return
+			return unavailable(err)
 		}
 		if ok {
 			l.g.put(sl, next, exp)
-			return
+			return nil
 		}
 		old, read = cur, l.ls != nil // a plain Store reads again
 		l.g.put(sl, old, math.MaxInt64)
 	}
-	fail(round, errContended)
+	return errContended
 }
 
-// load reads key's state into old, or fails round and reports false.
-func (l *Limiter) load(ctx context.Context, key string, now int64, round []*request, old *int64) bool {
+// load reads key's state into old.
+func (l *Limiter) load(ctx context.Context, key string, now int64, old *int64) error {
 	s, err := l.s.Load(ctx, key, now)
 	if err != nil {
-		fail(round, unavailable(err))
-		return false
+		return unavailable(err)
 	}
 	*old = s
-	return true
+	return nil
 }
 
 // step decides each request of round in turn, from state old at now, and

@@ -127,7 +127,7 @@ func (f faulty) CompareAndSwap(context.Context, string, int64, int64, int64, int
 
 // TestFailures: a failing store's error is returned wrapping
 // throttle.ErrUnavailable and the store's own error; a key that stays
-// contended ends in ErrUnavailable after MaxAttempts, not in a hang; bad
+// contended ends in ErrUnavailable after maxAttempts (1000), not in a hang; bad
 // input is refused before the store is asked.
 func TestFailures(t *testing.T) {
 	a, err := tokenbucket.NewAlgorithm(throttle.PerSecond(1), 3)
@@ -237,8 +237,8 @@ func TestMemorySweep(t *testing.T) {
 	if _, err := l.Allow(context.Background(), "b", 1); err != nil {
 		t.Fatal(err)
 	}
-	if n := m.Sweep(clk.Now().Add(time.Second + time.Nanosecond).UnixNano()); n != 1 || m.Len() != 1 {
-		t.Fatalf("Sweep dropped %d, %d left; want a's state dropped, b's kept", n, m.Len())
+	if n := m.Sweep(clk.Now().Add(time.Second + time.Nanosecond).UnixNano()); n != 1 || storelimit.MemorySize(m) != 1 {
+		t.Fatalf("Sweep dropped %d, %d left; want a's state dropped, b's kept", n, storelimit.MemorySize(m))
 	}
 }
 

@@ -17,9 +17,9 @@
 //	state   bigint NOT NULL      -- the Algorithm's state, offset by its fresh state
 //	expires timestamptz NOT NULL -- from then on the state decides as a fresh one
 //
-// A key of up to MaxKeyLen bytes is stored as it is. A longer one (a
+// A key of up to 1 KiB is stored as it is. A longer one (a
 // limiter whose WithMaxKeyLen allows it) is stored as its SHA-256 digest,
-// in a form of MaxKeyLen+1 bytes that no shorter key has: a B-tree
+// in a form of 1 KiB + 1 bytes that no shorter key has: a B-tree
 // entry of PostgreSQL holds about 2.7 KB at most, so a longer key could
 // not be stored as it is, and distinct keys stay distinct but for a
 // SHA-256 collision.
@@ -58,6 +58,9 @@
 // each other once per round rather than once per call. With fsync on, 8
 // processes × 32 goroutines on one key limited to 1000/s admit their
 // limit with about 0.1 statement per decision; see docs/performance.md.
+// A key hotter than the database commits (thousands of calls a second, a
+// commit of milliseconds) is for storelimit.NewLeasing: a process takes a
+// batch of units in one statement and spends it without one.
 //
 // The decision is not made by a function in the database on purpose:
 // it would be a second implementation of every algorithm (in PL/pgSQL),
@@ -75,7 +78,7 @@
 //
 // Every call runs under the Store's timeout (WithTimeout, one second by
 // default) on top of the caller's context, and storelimit bounds a whole
-// decision by it (the Store reports it by its Timeout method), so an exhausted
+// decision by it (the Store has a Timeout method), so an exhausted
 // connection pool, a server that stopped answering or a key contended by
 // other processes ends the decision within the timeout with an error,
 // never a hang; storelimit wraps it in throttle.ErrUnavailable, and
@@ -106,16 +109,16 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// DefaultTable is the table a Store uses unless WithTable names another.
-const DefaultTable = "throttle_state"
+// defaultTable is the table a Store uses unless WithTable names another.
+const defaultTable = "throttle_state"
 
-// MaxKeyLen is the longest key stored as it is; a longer key is stored as
+// maxKeyLen is the longest key stored as it is; a longer key is stored as
 // its digest (see "The table").
-const MaxKeyLen = 1024
+const maxKeyLen = 1024
 
-// DefaultTimeout bounds each call of a Store unless WithTimeout says
+// defaultTimeout bounds each call of a Store unless WithTimeout says
 // otherwise.
-const DefaultTimeout = time.Second
+const defaultTimeout = time.Second
 
 var _ throttle.LoadingStore = (*Store)(nil)
 
@@ -135,12 +138,13 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithTable names the table (optionally schema-qualified, as
-// schema.table; letters, digits and underscores).
+// WithTable names the table (throttle_state by default; optionally
+// schema-qualified, as schema.table; letters, digits and underscores).
 func WithTable(name string) Option { return func(s *Store) { s.table = name } }
 
-// WithTimeout bounds each call of the Store, including the wait for a
-// connection from the pool; 0 leaves only the caller's context.
+// WithTimeout bounds each call of the Store (1 s by default), including
+// the wait for a connection from the pool; 0 leaves only the caller's
+// context.
 func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
@@ -148,7 +152,7 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-
 // New returns a Store over db. Errors wrap throttle.ErrInvalid: a nil db,
 // a table name that is not an identifier, a negative timeout.
 func New(db DB, opts ...Option) (*Store, error) {
-	s := &Store{db: db, table: DefaultTable, timeout: DefaultTimeout}
+	s := &Store{db: db, table: defaultTable, timeout: defaultTimeout}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: pglimit: nil Option", throttle.ErrInvalid)
@@ -241,14 +245,14 @@ func (s *Store) CompareAndSwapLoad(ctx context.Context, key string, old, next, n
 	return state, err == nil && swapped, err
 }
 
-// dbKey is key as stored: its bytes, or for a key longer than MaxKeyLen
-// its SHA-256 digest at the end of MaxKeyLen+1 bytes starting with a
+// dbKey is key as stored: its bytes, or for a key longer than maxKeyLen
+// its SHA-256 digest at the end of maxKeyLen+1 bytes starting with a
 // mark.
 func dbKey(key string) []byte {
-	if len(key) <= MaxKeyLen {
+	if len(key) <= maxKeyLen {
 		return []byte(key)
 	}
-	b := make([]byte, MaxKeyLen+1)
+	b := make([]byte, maxKeyLen+1)
 	copy(b, "throttle: SHA-256 of a long key\x00")
 	sum := sha256.Sum256([]byte(key))
 	copy(b[len(b)-len(sum):], sum[:])

@@ -8,7 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/gcra"
+	"github.com/throttlekit/throttle/internal/lease"
 	"github.com/throttlekit/throttle/limiterkit"
 )
 
@@ -19,14 +21,15 @@ import (
 //
 // It implements throttle.Reserver: Reserve books the earliest slot in
 // arrival order across every process sharing the key, which is the
-// "permits at least d apart" of NewEvery with optimistic reservation.
+// "permits at least d apart" of NewTokenBucket(client, throttle.Every(d),
+// 1) with optimistic reservation.
 //
 // A Bucket is safe for concurrent use. The zero value is not usable; call
-// NewTokenBucket, NewLeakyBucket or NewEvery.
+// NewTokenBucket.
 type Bucket struct {
 	*core
 	cfg   *gcra.Config
-	lease *leaser
+	lease *lease.Leaser
 	tau   any // cfg.Tau and cfg.Interval, boxed once
 	cost1 any
 }
@@ -40,46 +43,35 @@ var (
 
 // NewTokenBucket returns a token bucket of the given rate and burst whose
 // state lives in Redis under each key. Errors wrap throttle.ErrInvalid.
+//
+// It is also the leaky bucket meter of leakybucket.New (a bucket of burst
+// units draining at rate admits a request that fits: the same decisions),
+// and, with throttle.Every(d) and a burst of 1, the limiter of "at most
+// once every d" shared by every process: permits at least d apart. Use
+// Reserve (or throttle.Wait, which reserves) to book the next free permit
+// and wait for it; maxWait bounds how many permits may be booked ahead
+// (maxWait/d), beyond which callers are told to back off. Allow is the
+// pessimistic mode: nothing is booked, the caller backs off for
+// RetryAfter (throttle.Wait with throttle.Pessimistic adds jitter). A
+// booked permit is used at its instant or wasted: the bucket never
+// accumulates permits that were not taken (the state is the next free
+// instant, and idle time never moves it back), so a process that books a
+// permit and crashes costs the others one interval, not more.
 func NewTokenBucket(client redis.UniversalClient, rate throttle.Rate, burst int, opts ...Option) (*Bucket, error) {
 	return newBucket(client, "tb", rate, burst, opts)
 }
 
-// NewLeakyBucket returns the leaky bucket meter of leakybucket.New, shared
-// through Redis: a bucket of capacity units drains at rate, and a request
-// is admitted if it fits. It is the same algorithm as the token bucket
-// (the level is capacity minus the tokens), with keys of its own. Errors
-// wrap throttle.ErrInvalid.
-func NewLeakyBucket(client redis.UniversalClient, rate throttle.Rate, capacity int, opts ...Option) (*Bucket, error) {
-	return newBucket(client, "lb", rate, capacity, opts)
-}
-
-// NewEvery returns the limiter of "at most once every d" shared by every
-// process: permits at least d apart, no burst. Use Reserve (or
-// throttle.Wait, which reserves) to book the next free permit and wait
-// for it; maxWait bounds how many permits may be booked ahead
-// (maxWait/d), beyond which callers are told to back off. Allow is the
-// pessimistic mode: nothing is booked, the caller backs off for
-// RetryAfter (throttle.Wait with throttle.Pessimistic adds jitter).
-//
-// A booked permit is used at its instant or wasted: the bucket never
-// accumulates permits that were not taken (the state is the next free
-// instant, and idle time never moves it back), so a process that books a
-// permit and crashes costs the others one interval, not more.
-func NewEvery(client redis.UniversalClient, d time.Duration, opts ...Option) (*Bucket, error) {
-	return newBucket(client, "tb", throttle.Every(d), 1, opts)
-}
-
-// MaxSpan is the longest burst·interval of a Redis bucket, and the
+// maxSpan is the longest burst·interval of a Redis bucket, and the
 // furthest ahead of now a reservation books: 2^52 ns, about 52 days, as
-// MaxWindow. Scripts compute in Lua numbers (doubles), exact to the
+// maxWindow. Scripts compute in Lua numbers (doubles), exact to the
 // nanosecond up to 2^53, and a debt plus a request's cost stays below
 // that; a longer span is refused rather than rounded.
-const MaxSpan = time.Duration(1 << 52)
+const maxSpan = time.Duration(1 << 52)
 
-// checkSpan refuses a configuration whose span is above MaxSpan.
+// checkSpan refuses a configuration whose span is above maxSpan.
 func checkSpan(cfg *gcra.Config) error {
-	if cfg.Tau > int64(MaxSpan) {
-		return fmt.Errorf("%w: burst %d at rate %v spans %v, above the %v a Redis bucket computes exactly", throttle.ErrInvalid, cfg.Burst, cfg.Rate, time.Duration(cfg.Tau), MaxSpan)
+	if cfg.Tau > int64(maxSpan) {
+		return fmt.Errorf("%w: burst %d at rate %v spans %v, above the %v a Redis bucket computes exactly", throttle.ErrInvalid, cfg.Burst, cfg.Rate, time.Duration(cfg.Tau), maxSpan)
 	}
 	return nil
 }
@@ -110,7 +102,7 @@ func (b *Bucket) Allow(ctx context.Context, key string, n int) (throttle.Decisio
 
 func (b *Bucket) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
 	if b.lease != nil {
-		return b.lease.allow(ctx, key, n)
+		return b.allowLeased(ctx, key, n)
 	}
 	return b.decide(ctx, key, n, b.cfg, b.tau)
 }
@@ -147,7 +139,7 @@ func (b *Bucket) Quota() throttle.Quota {
 // limit changes, read under the new limit (its state is the instant it is
 // full again). With leasing, these calls go to Redis each time. Errors
 // wrap throttle.ErrInvalid (a bad key, n, rate or burst, or a span above
-// MaxSpan), throttle.ErrExceedsLimit (n > burst) or
+// 2^52 ns, about 52 days), throttle.ErrExceedsLimit (n > burst) or
 // throttle.ErrUnavailable.
 func (b *Bucket) AllowQuota(ctx context.Context, key string, n int, rate throttle.Rate, burst int) (throttle.Decision, error) {
 	start := b.report.Start()
@@ -199,7 +191,7 @@ func (b *Bucket) take(ctx context.Context, key string, cost int64, limit any) ([
 // same reservation would fit. Cancel gives the booking back if nothing
 // was booked behind it since. When Redis is unavailable, Reserve returns
 // an error wrapping throttle.ErrUnavailable under every failure policy
-// except FailOpen, which grants a reservation without delay.
+// except failsafe.Open, which grants a reservation without delay.
 func (b *Bucket) Reserve(ctx context.Context, key string, n int, maxWait time.Duration) (throttle.Reservation, error) {
 	return b.report.Reserve(ctx, key, n, maxWait, b.reserve)
 }
@@ -212,13 +204,13 @@ func (b *Bucket) reserve(ctx context.Context, key string, n int, maxWait time.Du
 		return throttle.Reservation{}, fmt.Errorf("%w: negative maxWait %v", throttle.ErrInvalid, maxWait)
 	}
 	cost := int64(n) * b.cfg.Interval
-	limit := min(b.cfg.Limit(maxWait), int64(MaxSpan)) // bookings stay exact
+	limit := min(b.cfg.Limit(maxWait), int64(maxSpan)) // bookings stay exact
 	r, err := b.take(ctx, key, cost, limit)
 	if err != nil {
 		if !errorsIsUnavailable(err) {
 			return throttle.Reservation{Limit: b.limit}, err
 		}
-		open := b.policy == FailOpen
+		open := b.policy == failsafe.Open
 		d := throttle.Decision{Allowed: open, Limit: b.limit}
 		if open {
 			d.Remaining = b.limit - n

@@ -30,9 +30,6 @@ func TestCluster(t *testing.T) {
 		"tokenbucket": func() (throttle.Limiter, error) {
 			return NewTokenBucket(c, throttle.PerHour(1), limit, vclock(clk))
 		},
-		"leakybucket": func() (throttle.Limiter, error) {
-			return NewLeakyBucket(c, throttle.PerHour(1), limit, vclock(clk))
-		},
 		"fixedwindow": func() (throttle.Limiter, error) {
 			return NewFixedWindow(c, limit, time.Hour, vclock(clk))
 		},

@@ -18,15 +18,15 @@ import (
 	"github.com/throttlekit/throttle/failsafe"
 )
 
-// MaxConcurrency bounds the limit of NewConcurrency: every held unit is a
+// maxConcurrency bounds the limit of NewConcurrency: every held unit is a
 // member of a Redis sorted set.
-const MaxConcurrency = 1 << 20
+const maxConcurrency = 1 << 20
 
-// MaxUnitsPerCall bounds the units one Allow takes, and one script call of
+// maxUnitsPerCall bounds the units one Allow takes, and one script call of
 // Release or Extend touches, so that no call holds Redis (single-threaded,
 // shared by every limiter) for more than about a millisecond; Release and
 // Extend split larger sets.
-const MaxUnitsPerCall = 1024
+const maxUnitsPerCall = 1024
 
 // Concurrency limits how many units are in flight at once per key across
 // every process sharing Redis, as counting.Limiter does in one process.
@@ -62,7 +62,7 @@ type Concurrency struct {
 // units admitted without Redis by the failure policy.
 type holding struct {
 	members  []string
-	open     int // admitted by FailOpen
+	open     int // admitted by failsafe.Open
 	fallback int // admitted by the fallback limiter
 }
 
@@ -72,10 +72,10 @@ var _ throttle.Limiter = (*Concurrency)(nil)
 // each unit leased for lease. Errors wrap throttle.ErrInvalid.
 func NewConcurrency(client redis.UniversalClient, limit int, lease time.Duration, opts ...Option) (*Concurrency, error) {
 	switch {
-	case limit <= 0 || limit > MaxConcurrency:
-		return nil, fmt.Errorf("%w: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, MaxConcurrency)
-	case lease < time.Millisecond || lease > MaxWindow:
-		return nil, fmt.Errorf("%w: lease %v out of range [1ms, %v]", throttle.ErrInvalid, lease, MaxWindow)
+	case limit <= 0 || limit > maxConcurrency:
+		return nil, fmt.Errorf("%w: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, maxConcurrency)
+	case lease < time.Millisecond || lease > maxWindow:
+		return nil, fmt.Errorf("%w: lease %v out of range [1ms, %v]", throttle.ErrInvalid, lease, maxWindow)
 	}
 	c, _, err := newCore(client, "cc", strconv.Itoa(limit), limit, opts)
 	if err != nil {
@@ -94,7 +94,7 @@ func NewConcurrency(client redis.UniversalClient, limit int, lease time.Duration
 }
 
 // Allow takes n units for key if they are free, in one round trip. Give
-// them back with Release. n may not exceed MaxUnitsPerCall. A call that
+// them back with Release. n may not exceed 1024. A call that
 // fails after it may have reached Redis (a timeout) gives back, in the
 // background, whatever it may have taken.
 func (c *Concurrency) Allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
@@ -102,8 +102,8 @@ func (c *Concurrency) Allow(ctx context.Context, key string, n int) (throttle.De
 }
 
 func (c *Concurrency) allow(ctx context.Context, key string, n int) (throttle.Decision, error) {
-	if n > MaxUnitsPerCall {
-		return throttle.Decision{}, fmt.Errorf("%w: %d units in one call; take at most %d per call", throttle.ErrInvalid, n, MaxUnitsPerCall)
+	if n > maxUnitsPerCall {
+		return throttle.Decision{}, fmt.Errorf("%w: %d units in one call; take at most %d per call", throttle.ErrInvalid, n, maxUnitsPerCall)
 	}
 	seq := c.seq.Add(int64(n)) - int64(n)
 	ref, mode := c.now()
@@ -124,7 +124,7 @@ func (c *Concurrency) allow(ctx context.Context, key string, n int) (throttle.De
 		if err == nil && d.Allowed {
 			c.mu.Lock()
 			h := c.holding(key)
-			if c.policy == FailOpen {
+			if c.policy == failsafe.Open {
 				h.open += n
 			} else {
 				h.fallback += n
@@ -328,8 +328,8 @@ func (c *Concurrency) Extend(ctx context.Context, key string) (int, error) {
 // returns those still held.
 func (c *Concurrency) extend(ctx context.Context, key string, lease any, members []string) ([]any, error) {
 	var alive []any
-	for len(members) > 0 { // at most MaxUnitsPerCall members per script
-		part := members[:min(len(members), MaxUnitsPerCall)]
+	for len(members) > 0 { // at most maxUnitsPerCall members per script
+		part := members[:min(len(members), maxUnitsPerCall)]
 		members = members[len(part):]
 		ref, mode := c.now()
 		args := make([]any, 0, 5+len(part))
@@ -376,9 +376,9 @@ func (c *Concurrency) forget(key string, checked []string, alive []any) {
 	}
 }
 
-// Held returns how many units this process holds for key, as far as it
+// heldUnits returns how many units this process holds for key, as far as it
 // knows (leases may have run out since).
-func (c *Concurrency) Held(key string) int {
+func (c *Concurrency) heldUnits(key string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if h := c.held[key]; h != nil {

@@ -78,8 +78,8 @@ func TestDifferentialTokenBucket(t *testing.T) {
 		rate  throttle.Rate
 		burst int
 	}{{throttle.PerSecond(10), 5}, {throttle.PerSecond(3), 4}, {throttle.Every(100 * time.Millisecond), 1},
-		// The whole range: a huge burst at a high rate, and a span of MaxSpan.
-		{throttle.PerSecond(1_000_000_000), 1 << 30}, {throttle.Every(MaxSpan / 8), 8}} {
+		// The whole range: a huge burst at a high rate, and a span of maxSpan.
+		{throttle.PerSecond(1_000_000_000), 1 << 30}, {throttle.Every(maxSpan / 8), 8}} {
 		differential(t, tc.burst,
 			func(o ...throttle.Option) (throttle.Limiter, error) { return tokenbucket.New(tc.rate, tc.burst, o...) },
 			func(o ...Option) (throttle.Limiter, error) { return NewTokenBucket(c, tc.rate, tc.burst, o...) })
@@ -94,7 +94,7 @@ type windowCase struct {
 
 // windowCases are small windows that traces cross often, and the ends of
 // the range.
-var windowCases = []windowCase{{6, 100 * time.Millisecond}, {6, time.Second}, {6, 7 * time.Second / 3}, {6, MaxWindow}, {1<<24 - 1, MaxWindow}, {3, 3}}
+var windowCases = []windowCase{{6, 100 * time.Millisecond}, {6, time.Second}, {6, 7 * time.Second / 3}, {6, maxWindow}, {1<<24 - 1, maxWindow}, {3, 3}}
 
 // TestDifferentialWindows compares each window algorithm on Redis with
 // the local one over windowCases, and the fixed window at the largest
@@ -111,7 +111,7 @@ func TestDifferentialWindows(t *testing.T) {
 			return fixedwindow.New(limit, w, o...)
 		}, func(limit int, w time.Duration, o ...Option) (throttle.Limiter, error) {
 			return NewFixedWindow(c, limit, w, o...)
-		}, []windowCase{{1<<32 - 1, MaxWindow}}},
+		}, []windowCase{{1<<32 - 1, maxWindow}}},
 		{"SlidingLog", func(limit int, w time.Duration, o ...throttle.Option) (throttle.Limiter, error) {
 			return slidinglog.New(limit, w, o...)
 		}, func(limit int, w time.Duration, o ...Option) (throttle.Limiter, error) {
@@ -175,7 +175,7 @@ func TestDifferentialLeakyBucket(t *testing.T) {
 		func(o ...throttle.Option) (throttle.Limiter, error) {
 			return leakybucket.New(throttle.PerSecond(7), 4, o...)
 		},
-		func(o ...Option) (throttle.Limiter, error) { return NewLeakyBucket(c, throttle.PerSecond(7), 4, o...) })
+		func(o ...Option) (throttle.Limiter, error) { return NewTokenBucket(c, throttle.PerSecond(7), 4, o...) })
 }
 
 // TestDifferentialReserve compares reservations (the "once every d"
@@ -188,7 +188,7 @@ func TestDifferentialReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared, err := NewEvery(c, time.Second, vclock(clk), WithPrefix(uniquePrefix()))
+	shared, err := NewTokenBucket(c, throttle.Every(time.Second), 1, vclock(clk), WithPrefix(uniquePrefix()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,19 +249,19 @@ func TestFixedWindowClockStepsBack(t *testing.T) {
 	}
 }
 
-// TestBucketSpanEdge: a bucket spanning MaxSpan decides exactly as the
+// TestBucketSpanEdge: a bucket spanning maxSpan decides exactly as the
 // local one (debts near 2^53 ns used to come back rounded, or as a
 // non-integer PX beyond 2^59 that failed the call), and a longer span is
 // refused at construction.
 func TestBucketSpanEdge(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
-	if _, err := NewTokenBucket(c, throttle.Every(MaxSpan+4), 1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Fatalf("span above MaxSpan: %v, want an error wrapping ErrInvalid", err)
+	if _, err := NewTokenBucket(c, throttle.Every(maxSpan+4), 1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("span above maxSpan: %v, want an error wrapping ErrInvalid", err)
 	}
 	if _, err := NewTokenBucket(c, throttle.Every(366*24*time.Hour), 36); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("36 per 366 days: %v, want an error wrapping ErrInvalid", err)
 	}
-	rate := throttle.Every(MaxSpan / 4)
+	rate := throttle.Every(maxSpan / 4)
 	differential(t, 4,
 		func(o ...throttle.Option) (throttle.Limiter, error) { return tokenbucket.New(rate, 4, o...) },
 		func(o ...Option) (throttle.Limiter, error) { return NewTokenBucket(c, rate, 4, o...) })
@@ -302,8 +302,8 @@ func TestDifferentialAllowQuota(t *testing.T) {
 	if _, err := r.AllowQuota(t.Context(), "k", 4, throttle.PerSecond(1), 3); !errors.Is(err, throttle.ErrExceedsLimit) {
 		t.Errorf("AllowQuota(n > burst) = %v, want ErrExceedsLimit", err)
 	}
-	if _, err := r.AllowQuota(t.Context(), "k", 1, throttle.Every(MaxSpan), 2); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("AllowQuota above MaxSpan = %v, want ErrInvalid", err)
+	if _, err := r.AllowQuota(t.Context(), "k", 1, throttle.Every(maxSpan), 2); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("AllowQuota above maxSpan = %v, want ErrInvalid", err)
 	}
 }
 

@@ -11,9 +11,9 @@
 //	l, err := tokenbucket.New(throttle.PerSecond(100), 20)              // one process
 //	l, err := redislimit.NewTokenBucket(rdb, throttle.PerSecond(100), 20) // every process
 //
-// Algorithms: NewTokenBucket and NewLeakyBucket (GCRA, as tokenbucket and
-// leakybucket), NewEvery (permits at least d apart), NewFixedWindow (as
-// fixedwindow.New), NewSlidingWindow (the weighted estimate of
+// Algorithms: NewTokenBucket (GCRA, as tokenbucket and leakybucket; with
+// throttle.Every(d) and a burst of 1, permits at least d apart),
+// NewFixedWindow (as fixedwindow.New), NewSlidingWindow (the weighted estimate of
 // slidingwindow.New), NewSlidingLog (as slidinglog.New) and NewConcurrency
 // (slots held with a lease that runs out, so a crashed holder frees its
 // slots; as counting.New otherwise).
@@ -34,13 +34,13 @@
 // Scripts compute in Lua numbers (doubles) on offsets from a reference
 // instant sent by the client, never on absolute nanoseconds, so decisions
 // are exact to the nanosecond for spans up to 2^52 ns (52 days): windows
-// are bounded by MaxWindow, bucket spans (burst × interval) by MaxSpan
+// are bounded by 52 days, bucket spans (burst × interval) by 2^52 ns
 // (a longer one is refused at construction), and reservations book at
-// most MaxSpan ahead.
+// most 2^52 ns ahead.
 //
 // # Keys
 //
-// The state of a limiter key lives under DefaultPrefix + algorithm + "(" +
+// The state of a limiter key lives under "throttle:" + algorithm + "(" +
 // configuration + "):" + key, so that two limiters of one algorithm and
 // different limits never share a key's state by accident (limiters of the
 // same algorithm and limit do), or, with WithPrefix(p), under p +
@@ -52,7 +52,8 @@
 //
 // # "Once every d" and reservations
 //
-// NewEvery(rdb, d) admits permits at least d apart across every process.
+// NewTokenBucket(rdb, throttle.Every(d), 1) admits permits at least d apart
+// across every process.
 // Reserve books the next free permit and returns the wait (optimistic
 // mode; throttle.Wait does this), bounded by maxWait: beyond maxWait/d
 // permits booked ahead, the caller is told to back off. Allow never
@@ -63,10 +64,10 @@
 //
 // # Failures
 //
-// Each call is bounded by WithTimeout (default DefaultTimeout). When
-// Redis fails or is too slow, the failure policy applies: FailClosed (the
-// default) denies with an error wrapping throttle.ErrUnavailable, FailOpen
-// admits, FailFallback asks a local limiter (WithFallback; e.g. the limit
+// Each call is bounded by WithTimeout (default 100 ms). When
+// Redis fails or is too slow, the failure policy applies: failsafe.Closed (the
+// default) denies with an error wrapping throttle.ErrUnavailable, failsafe.Open
+// admits, failsafe.Fallback asks a local limiter (WithFallback; e.g. the limit
 // divided by the number of instances). A circuit breaker (WithBreaker)
 // opens after consecutive failures, so that a dead Redis costs
 // microseconds per call instead of a timeout, and lets one probe through
@@ -128,7 +129,7 @@
 // them as readily as allkeys-* do. On its first answered call a limiter
 // reads the server's maxmemory settings (CONFIG GET, skipped where the
 // command is disabled) and, when eviction is possible, warns through
-// WithErrorFunc and WithObserver (EventWarning).
+// WithObserver (an EventWarning).
 //
 // # Token leasing
 //

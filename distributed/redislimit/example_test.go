@@ -19,11 +19,11 @@ func exampleAddr() string { return os.Getenv("REDISLIMIT_EXAMPLE_ADDR") }
 
 // Workers on many machines share an API token that allows one call every
 // six seconds. Each worker books the next free permit and waits for it.
-func ExampleNewEvery() {
+func ExampleNewTokenBucket_every() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	clk := throttletest.NewClock() // virtual time, to print exact delays
-	l, err := redislimit.NewEvery(rdb, 6*time.Second,
+	l, err := redislimit.NewTokenBucket(rdb, throttle.Every(6*time.Second), 1,
 		redislimit.WithPrefix(fmt.Sprintf("example:%d:", time.Now().UnixNano())),
 		redislimit.WithOptions(throttle.WithClock(clk)))
 	if err != nil {
@@ -51,7 +51,7 @@ func ExampleNewEvery() {
 
 // A quota that must survive a failover: each decision is answered once
 // one replica has it. The example's server has no replica, so the
-// decision fails, and FailClosed refuses it.
+// decision fails, and failsafe.Closed refuses it.
 func ExampleWithReplicas() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()

@@ -14,7 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/redistest"
+	"github.com/throttlekit/throttle/internal/report/reporttest"
 	"github.com/throttlekit/throttle/throttletest"
 	"github.com/throttlekit/throttle/tokenbucket"
 )
@@ -80,7 +82,7 @@ func TestFaultKillRestart(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.NeedOwn(t)
 	c := newClient(t, srv)
-	for _, policy := range []Policy{FailClosed, FailOpen} {
+	for _, policy := range []failsafe.Policy{failsafe.Closed, failsafe.Open} {
 		t.Run(policy.String(), func(t *testing.T) {
 			l := faultBucket(t, c, WithBreaker(3, cooldown), WithPolicy(policy))
 			srv.Kill()
@@ -88,11 +90,11 @@ func TestFaultKillRestart(t *testing.T) {
 			for i := range 50 {
 				d, el, err := call(t, l, "k")
 				switch policy {
-				case FailClosed:
+				case failsafe.Closed:
 					if !errors.Is(err, throttle.ErrUnavailable) || d.Allowed {
 						t.Fatalf("call %d with Redis down: %+v, %v; want denied, ErrUnavailable", i, d, err)
 					}
-				case FailOpen:
+				case failsafe.Open:
 					if err != nil || !d.Allowed {
 						t.Fatalf("call %d with Redis down: %+v, %v; want allowed", i, d, err)
 					}
@@ -177,9 +179,9 @@ func refusingClient(t *testing.T) *redis.Client {
 
 func TestFaultConnectionRefused(t *testing.T) {
 	c := refusingClient(t)
-	var seen int
+	var obs reporttest.Recorder
 	l, err := NewFixedWindow(c, 10, time.Second, WithTimeout(faultTimeout), WithBreaker(2, time.Hour),
-		WithErrorFunc(func(error) { seen++ }))
+		WithObserver("w", &obs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +194,8 @@ func TestFaultConnectionRefused(t *testing.T) {
 			t.Fatalf("call %d with the breaker open: RetryAfter %v, want the cooldown left", i, d.RetryAfter)
 		}
 	}
-	if seen != 2 {
-		t.Errorf("error func saw %d errors, want 2 (then the breaker is open)", seen)
+	if n := obs.Count(throttle.EventBreakerOpen, "w"); n != 1 {
+		t.Errorf("the breaker opened %d times, want once (after 2 failures)", n)
 	}
 }
 
@@ -268,7 +270,7 @@ func TestFaultCallerDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	open, err := NewTokenBucket(c, throttle.PerSecond(1000), 1000, WithPrefix(uniquePrefix()),
-		WithTimeout(5*time.Second), WithPolicy(FailOpen))
+		WithTimeout(5*time.Second), WithPolicy(failsafe.Open))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,13 +284,13 @@ func TestFaultCallerDeadline(t *testing.T) {
 	_, err = closed.Allow(ctx, "k", 1)
 	cancel()
 	if !errors.Is(err, throttle.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("FailClosed past the caller's deadline: %v; want ErrUnavailable and DeadlineExceeded", err)
+		t.Fatalf("failsafe.Closed past the caller's deadline: %v; want ErrUnavailable and DeadlineExceeded", err)
 	}
 	ctx, cancel = short()
 	d, err := open.Allow(ctx, "k", 1)
 	cancel()
 	if err != nil || !d.Allowed {
-		t.Fatalf("FailOpen past the caller's deadline: %+v, %v; want admitted", d, err)
+		t.Fatalf("failsafe.Open past the caller's deadline: %+v, %v; want admitted", d, err)
 	}
 	// Two more short calls open the breaker: the next call fails at once.
 	for range 2 {
@@ -336,12 +338,12 @@ func TestSlidingLogSummaryLost(t *testing.T) {
 }
 
 // One key holding data of another type or format fails alone: the breaker
-// does not open for the other keys, and FailOpen does not admit it.
+// does not open for the other keys, and failsafe.Open does not admit it.
 func TestBadDataIsThatKeysError(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv)
 	ctx := context.Background()
-	for _, policy := range []Policy{FailClosed, FailOpen} {
+	for _, policy := range []failsafe.Policy{failsafe.Closed, failsafe.Open} {
 		prefix := uniquePrefix()
 		l, err := NewTokenBucket(c, throttle.PerMinute(3), 3, WithPrefix(prefix), WithPolicy(policy), WithBreaker(3, time.Minute))
 		if err != nil {
@@ -387,7 +389,7 @@ func TestBadDataIsThatKeysError(t *testing.T) {
 // (some while queued behind others) must not leave units held by nobody:
 // once the pause is over and the late releases have run, Redis holds
 // exactly the units the process records. (57 to 60 of 64 slots leaked
-// before.) One call may not take more than MaxUnitsPerCall units.
+// before.) One call may not take more than maxUnitsPerCall units.
 func TestFaultConcurrencyNoLeak(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.NeedOwn(t)
@@ -397,10 +399,10 @@ func TestFaultConcurrencyNoLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if big, err := NewConcurrency(c, 4*MaxUnitsPerCall, time.Hour, WithPrefix(prefix)); err != nil {
+	if big, err := NewConcurrency(c, 4*maxUnitsPerCall, time.Hour, WithPrefix(prefix)); err != nil {
 		t.Fatal(err)
-	} else if _, err := big.Allow(t.Context(), "big", MaxUnitsPerCall+1); !errors.Is(err, throttle.ErrInvalid) {
-		t.Fatalf("Allow(MaxUnitsPerCall+1) = %v, want an error wrapping ErrInvalid", err)
+	} else if _, err := big.Allow(t.Context(), "big", maxUnitsPerCall+1); !errors.Is(err, throttle.ErrInvalid) {
+		t.Fatalf("Allow(maxUnitsPerCall+1) = %v, want an error wrapping ErrInvalid", err)
 	}
 	stop := time.Now().Add(1500 * time.Millisecond)
 	var wg sync.WaitGroup
@@ -471,7 +473,7 @@ func (c *countingLimiter) Allow(ctx context.Context, key string, n int) (throttl
 
 // A server that answers every script with an error about its own state
 // (out of memory under noeviction, a read-only replica) is an outage, not
-// bad data in the key: FailOpen admits, the fallback is asked, the
+// bad data in the key: failsafe.Open admits, the fallback is asked, the
 // breaker opens, and the error wraps ErrUnavailable, not ErrInvalid.
 // (Every call failed with ErrInvalid before: Redis's OOM and READONLY
 // errors inside a script name @user_script.)
@@ -517,15 +519,15 @@ func TestServerStateIsAnOutage(t *testing.T) {
 				}
 				return []throttle.Limiter{tb, sl, fw, cc}
 			}
-			for i, l := range build(WithPolicy(FailClosed)) {
+			for i, l := range build(WithPolicy(failsafe.Closed)) {
 				if _, err := l.Allow(ctx, "k", 1); !errors.Is(err, throttle.ErrUnavailable) || errors.Is(err, throttle.ErrInvalid) {
-					t.Fatalf("FailClosed limiter %d: %v; want ErrUnavailable, not ErrInvalid", i, err)
+					t.Fatalf("failsafe.Closed limiter %d: %v; want ErrUnavailable, not ErrInvalid", i, err)
 				}
 			}
-			for i, l := range build(WithPolicy(FailOpen)) {
+			for i, l := range build(WithPolicy(failsafe.Open)) {
 				for range 3 {
 					if d, err := l.Allow(ctx, "k", 1); err != nil || !d.Allowed {
-						t.Fatalf("FailOpen limiter %d: %+v, %v; want admitted", i, d, err)
+						t.Fatalf("failsafe.Open limiter %d: %+v, %v; want admitted", i, d, err)
 					}
 				}
 			}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/lease/leasetest"
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/throttletest"
 )
@@ -59,7 +59,7 @@ func TestLeasingOvershoot(t *testing.T) {
 		}
 		var trips int64
 		for _, l := range ls {
-			trips += l.RoundTrips()
+			trips += l.roundTrips()
 		}
 		elapsed := clk.Now().Sub(start)
 		t.Logf("seed %d: %d decisions, %d units admitted in %v (bucket bound %d), %d round trips",
@@ -67,22 +67,7 @@ func TestLeasingOvershoot(t *testing.T) {
 		if trips*3 > decisions {
 			t.Errorf("seed %d: %d round trips for %d decisions: leasing should spare most", seed, trips, decisions)
 		}
-		slices.Sort(at)
-		for i := range at {
-			if got, b := int64(i+1), burst+rate.Events(at[i]); got > b {
-				t.Fatalf("seed %d: %d units by %v from the fresh start, bound %d", seed, got, at[i], b)
-			}
-			for j := i; j < len(at); j++ {
-				d := at[j] - at[i]
-				units := int64(j - i + 1)
-				if b := burst + rate.Events(d+maxAge); units > b {
-					t.Fatalf("seed %d: %d units in %v, above burst + Events(d + maxAge) = %d", seed, units, d, b)
-				}
-				if b := burst + rate.Events(d) + 2*maxBatch*procs; units > b {
-					t.Fatalf("seed %d: %d units in %v, above burst + Events(d) + 2·maxBatch·P = %d", seed, units, d, b)
-				}
-			}
-		}
+		leasetest.CheckBound(t, at, burst, rate, maxAge, maxBatch, procs)
 	}
 }
 
@@ -96,31 +81,7 @@ func TestLeasingDenialCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	ctx := context.Background()
-	admitted := 0
-	for range 100 {
-		d, err := l.Allow(ctx, "k", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Allowed {
-			admitted++
-		} else if d.RetryAfter <= 0 {
-			t.Fatalf("denial without RetryAfter: %+v", d)
-		}
-	}
-	l.lease.wg.Wait()
-	if admitted != 10 {
-		t.Fatalf("admitted %d with time frozen, want the burst 10", admitted)
-	}
-	if trips := l.RoundTrips(); trips > 10 {
-		t.Fatalf("%d round trips for 100 decisions", trips)
-	}
-	d, _ := l.Allow(ctx, "k", 1)
-	clk.Advance(d.RetryAfter)
-	if d, _ := l.Allow(ctx, "k", 1); !d.Allowed {
-		t.Fatalf("after RetryAfter: %+v", d)
-	}
+	leasetest.CheckDenialLocal(t, l, clk, l.roundTrips, l.lease.Close)
 }
 
 func TestLeasingOptions(t *testing.T) {

@@ -29,9 +29,6 @@ func TestNamespaces(t *testing.T) {
 		{"TokenBucket", func(l int, o ...Option) (throttle.Limiter, error) {
 			return NewTokenBucket(c, throttle.PerSecond(1), l, o...)
 		}},
-		{"LeakyBucket", func(l int, o ...Option) (throttle.Limiter, error) {
-			return NewLeakyBucket(c, throttle.PerSecond(1), l, o...)
-		}},
 		{"FixedWindow", func(l int, o ...Option) (throttle.Limiter, error) { return NewFixedWindow(c, l, time.Hour, o...) }},
 		{"SlidingWindow", func(l int, o ...Option) (throttle.Limiter, error) { return NewSlidingWindow(c, l, time.Hour, o...) }},
 		{"SlidingLog", func(l int, o ...Option) (throttle.Limiter, error) { return NewSlidingLog(c, l, time.Hour, o...) }},

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/internal/report/reporttest"
 	"github.com/throttlekit/throttle/tokenbucket"
@@ -19,7 +20,7 @@ func TestObserverBreakerAndFallback(t *testing.T) {
 	srv.NeedOwn(t)
 	c := newClient(t, srv)
 	var obs reporttest.Recorder
-	l := faultBucket(t, c, WithBreaker(3, cooldown), WithPolicy(FailOpen), WithObserver("api", &obs))
+	l := faultBucket(t, c, WithBreaker(3, cooldown), WithPolicy(failsafe.Open), WithObserver("api", &obs))
 	srv.Kill()
 	for range 10 {
 		call(t, l, "k")
@@ -28,10 +29,10 @@ func TestObserverBreakerAndFallback(t *testing.T) {
 		t.Errorf("%d breaker-open events, want 1", n)
 	}
 	if n := obs.Count(throttle.EventFallback, "api"); n != 10 {
-		t.Errorf("%d fallback events for 10 requests decided by FailOpen, want 10", n)
+		t.Errorf("%d fallback events for 10 requests decided by failsafe.Open, want 10", n)
 	}
 	srv.Restart(t)
-	// FailOpen hides the outage from callers: call until the breaker's
+	// failsafe.Open hides the outage from callers: call until the breaker's
 	// probe gets through.
 	for deadline := time.Now().Add(5 * time.Second); obs.Count(throttle.EventBreakerClosed, "api") == 0 && time.Now().Before(deadline); {
 		call(t, l, "k")
@@ -60,9 +61,7 @@ func TestEvictionPolicyWarning(t *testing.T) {
 		}
 		c := newClient(t, srv)
 		var obs reporttest.Recorder
-		var handled []string
-		l, err := NewFixedWindow(c, 10, 60e9, WithPrefix(uniquePrefix()), WithObserver("w", &obs),
-			WithErrorFunc(func(err error) { handled = append(handled, err.Error()) }))
+		l, err := NewFixedWindow(c, 10, 60e9, WithPrefix(uniquePrefix()), WithObserver("w", &obs))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,8 +73,10 @@ func TestEvictionPolicyWarning(t *testing.T) {
 		if n := obs.Count(throttle.EventWarning, "w"); n != tc.want {
 			t.Errorf("%v: %d warnings, want %d", tc.args, n, tc.want)
 		}
-		if len(handled) != tc.want || tc.want > 0 && !strings.Contains(handled[0], "allkeys-lru") {
-			t.Errorf("%v: error func got %q", tc.args, handled)
+		for _, e := range obs.Events() {
+			if e.Kind == throttle.EventWarning && !strings.Contains(e.Err.Error(), "allkeys-lru") {
+				t.Errorf("%v: warning %v", tc.args, e.Err)
+			}
 		}
 		l.Close()
 	}
@@ -83,7 +84,7 @@ func TestEvictionPolicyWarning(t *testing.T) {
 
 // TestEveryCallReported: every limiter of the package reports each of its
 // calls to its observer once, as throttle.Observe does, and each call its
-// failure policy decided as a fallback too (a FailClosed refusal
+// failure policy decided as a fallback too (a failsafe.Closed refusal
 // included), with Redis up and with Redis refusing connections.
 func TestEveryCallReported(t *testing.T) {
 	srv := redistest.Start(t)
@@ -162,20 +163,20 @@ func TestEveryCallReported(t *testing.T) {
 				return err
 			}
 		}},
-		{Name: "FailClosed", Calls: 10, Fallbacks: 10, Refused: 10, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+		{Name: "failsafe.Closed", Calls: 10, Fallbacks: 10, Refused: 10, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
 			l, err := NewFixedWindow(down, 3, time.Hour, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout))...)
 			return allow(limiter(t, l, err))
 		}},
-		{Name: "FailClosed-Reserve", Calls: 10, Fallbacks: 10, Refused: 10, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+		{Name: "failsafe.Closed-Reserve", Calls: 10, Fallbacks: 10, Refused: 10, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
 			b, err := NewTokenBucket(down, throttle.PerHour(1), 3, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout))...)
 			l := limiter(t, b, err)
 			return func(int) error { _, err := l.(throttle.Reserver).Reserve(ctx, "k", 1, time.Hour); return err }
 		}},
-		{Name: "FailOpen", Calls: 10, Fallbacks: 10, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
-			l, err := NewSlidingWindow(down, 3, time.Hour, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout), WithPolicy(FailOpen))...)
+		{Name: "failsafe.Open", Calls: 10, Fallbacks: 10, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+			l, err := NewSlidingWindow(down, 3, time.Hour, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout), WithPolicy(failsafe.Open))...)
 			return allow(limiter(t, l, err))
 		}},
-		{Name: "FailFallback", Calls: 10, Fallbacks: 10, Refused: 7, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
+		{Name: "failsafe.Fallback", Calls: 10, Fallbacks: 10, Refused: 7, Breaker: true, New: func(t *testing.T, name string, o throttle.Observer) func(int) error {
 			l, err := NewTokenBucket(down, throttle.PerHour(1), 3, opts(name, o, WithBreaker(3, time.Hour), WithTimeout(faultTimeout), WithFallback(local))...)
 			return allow(limiter(t, l, err))
 		}},

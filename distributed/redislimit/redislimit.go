@@ -21,37 +21,20 @@ import (
 
 // Defaults of the options.
 const (
-	// DefaultPrefix starts every Redis key the limiters write.
-	DefaultPrefix = "throttle:"
-	// DefaultTimeout bounds one decision (one round trip).
-	DefaultTimeout = 100 * time.Millisecond
-	// DefaultBreakerFailures is how many consecutive failures open the
+	// defaultPrefix starts every Redis key the limiters write.
+	defaultPrefix = "throttle:"
+	// defaultTimeout bounds one decision (one round trip).
+	defaultTimeout = 100 * time.Millisecond
+	// defaultBreakerFailures is how many consecutive failures open the
 	// circuit breaker.
-	DefaultBreakerFailures = 3
-	// DefaultBreakerCooldown is how long an open breaker fails calls
+	defaultBreakerFailures = 3
+	// defaultBreakerCooldown is how long an open breaker fails calls
 	// without trying Redis before it lets one probe through.
-	DefaultBreakerCooldown = time.Second
+	defaultBreakerCooldown = time.Second
 	// virtualTTLFloor is the least key TTL, in milliseconds, with an
 	// injected clock: TTLs run on the server's real time, which does not
 	// follow virtual time.
 	virtualTTLFloor = int64(time.Hour / time.Millisecond)
-)
-
-// Policy is what a limiter does when Redis cannot decide in time (error,
-// timeout, or open circuit breaker): failsafe's policies.
-type Policy = failsafe.Policy
-
-const (
-	// FailClosed denies the request and returns an error wrapping
-	// throttle.ErrUnavailable. It is the default: no limit is exceeded
-	// while Redis is down.
-	FailClosed = failsafe.Closed
-	// FailOpen admits the request with a nil error: the service keeps
-	// running unthrottled while Redis is down.
-	FailOpen = failsafe.Open
-	// FailFallback asks the local limiter given with WithFallback (for
-	// example the limit divided by the number of instances).
-	FailFallback = failsafe.Fallback
 )
 
 // Option configures a limiter of this package. Options of the throttle
@@ -62,11 +45,10 @@ type config struct {
 	prefix   string
 	shared   bool // WithPrefix: the prefix is the namespace
 	timeout  time.Duration
-	policy   Policy
+	policy   failsafe.Policy
 	fallback throttle.Limiter
 	failures int
 	cooldown time.Duration
-	onError  func(error)
 	obsName  string
 	observer throttle.Observer
 	throttle []throttle.Option
@@ -84,14 +66,14 @@ type config struct {
 // algorithm + ":" + key, the same for every limiter of the algorithm with
 // this prefix, whatever its configuration (a limit changed at runtime by
 // a new deployment keeps what each key has used). Without WithPrefix the
-// Redis key is DefaultPrefix + algorithm + "(" + configuration + "):" +
+// Redis key is "throttle:" + algorithm + "(" + configuration + "):" +
 // key, so that two limiters of one algorithm and different limits never
 // share state by accident; limiters of the same algorithm and the same
 // limit do share it (they decide alike), unless given different
 // prefixes.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix, c.shared = p, true } }
 
-// WithTimeout bounds each decision (default DefaultTimeout). When Redis
+// WithTimeout bounds each decision (default 100 ms). When Redis
 // does not answer before this timeout or the caller's own deadline,
 // whichever is earlier, the failure policy applies, the breaker counts the
 // failure, and an error wraps throttle.ErrUnavailable and the deadline's
@@ -101,20 +83,20 @@ func WithPrefix(p string) Option { return func(c *config) { c.prefix, c.shared =
 // raced against the timeout in a goroutine instead.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
-// WithPolicy sets the failure policy (default FailClosed). FailFallback
+// WithPolicy sets the failure policy (default failsafe.Closed). failsafe.Fallback
 // needs WithFallback.
-func WithPolicy(p Policy) Option {
+func WithPolicy(p failsafe.Policy) Option {
 	return func(c *config) { c.policy, c.sawPolicy = p, true }
 }
 
 // WithFallback sets the local limiter asked while Redis is unavailable
-// and selects the FailFallback policy. A good fallback is the same
+// and selects the failsafe.Fallback policy. A good fallback is the same
 // algorithm with the limit divided by the number of instances.
 func WithFallback(l throttle.Limiter) Option {
 	return func(c *config) {
 		c.fallback, c.sawFallbak = l, true
 		if !c.sawPolicy {
-			c.policy = FailFallback
+			c.policy = failsafe.Fallback
 		}
 	}
 }
@@ -123,7 +105,7 @@ func WithFallback(l throttle.Limiter) Option {
 // failed calls it opens, and calls fail at once (in microseconds, without
 // touching the network) for cooldown; then one call probes Redis and
 // closes the breaker if it succeeds. failures 0 disables the breaker.
-// Defaults: DefaultBreakerFailures, DefaultBreakerCooldown.
+// Defaults: 3 failures, a cooldown of 1 s.
 func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(c *config) { c.failures, c.cooldown = failures, cooldown }
 }
@@ -144,19 +126,13 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) { c.replicas, c.replicaTimeout = n, timeout }
 }
 
-// WithErrorFunc sets a function called with each failure an operator
-// may want to log: every error of Redis (not errors of bad input) and a
-// server configured to evict limiter state. It must be safe for
-// concurrent use and fast.
-func WithErrorFunc(f func(error)) Option { return func(c *config) { c.onError = f } }
-
 // WithObserver reports to o, under name, every call as throttle.Observe
 // does (an EventDecision, or an EventError for a call that failed, timed
 // for a throttle.LatencyObserver), and the limiter's own events: the
 // circuit breaker opening and closing (EventBreakerOpen,
 // EventBreakerClosed), each call the failure policy decided while Redis
 // was unavailable (EventFallback, with the decision and the error: a
-// FailClosed refusal is a denied fallback, reported beside the call's
+// failsafe.Closed refusal is a denied fallback, reported beside the call's
 // EventError), and a server whose eviction policy can drop limiter state
 // (EventWarning). o is called from the calling goroutine and must not
 // block. Nil turns it off.
@@ -184,9 +160,8 @@ type core struct {
 	ttlFloor  string
 	timeout   time.Duration
 	direct    bool // the client honours context deadlines
-	policy    Policy
+	policy    failsafe.Policy
 	fallback  throttle.Limiter
-	onError   func(error)
 	report    report.To
 	evictSeen atomic.Bool // the eviction policy was checked
 	br        failsafe.Breaker
@@ -229,7 +204,6 @@ func newCore(client redis.UniversalClient, alg, conf string, limit int, opts []O
 		direct:   honoursDeadlines(client),
 		policy:   cfg.policy,
 		fallback: cfg.fallback,
-		onError:  cfg.onError,
 		report:   report.New(cfg.obsName, cfg.observer),
 		replicas: cfg.replicas,
 		waitFor:  cfg.replicaTimeout,
@@ -257,10 +231,10 @@ func namespace(cfg *config, alg, conf string) string {
 // newConfig applies opts to the defaults.
 func newConfig(opts []Option) (*config, error) {
 	cfg := &config{
-		prefix:   DefaultPrefix,
-		timeout:  DefaultTimeout,
-		failures: DefaultBreakerFailures,
-		cooldown: DefaultBreakerCooldown,
+		prefix:   defaultPrefix,
+		timeout:  defaultTimeout,
+		failures: defaultBreakerFailures,
+		cooldown: defaultBreakerCooldown,
 	}
 	if err := optkit.Apply(cfg, "redislimit", opts); err != nil {
 		return nil, err
@@ -276,10 +250,10 @@ func (cfg *config) check(client redis.UniversalClient, alg string) error {
 		return cfg.optErr
 	case cfg.timeout <= 0:
 		return fmt.Errorf("%w: WithTimeout(%v): must be positive", throttle.ErrInvalid, cfg.timeout)
-	case cfg.policy < FailClosed || cfg.policy > FailFallback:
+	case cfg.policy < failsafe.Closed || cfg.policy > failsafe.Fallback:
 		return fmt.Errorf("%w: unknown policy %v", throttle.ErrInvalid, cfg.policy)
-	case cfg.policy == FailFallback && cfg.fallback == nil:
-		return fmt.Errorf("%w: FailFallback needs a limiter (WithFallback)", throttle.ErrInvalid)
+	case cfg.policy == failsafe.Fallback && cfg.fallback == nil:
+		return fmt.Errorf("%w: failsafe.Fallback needs a limiter (WithFallback)", throttle.ErrInvalid)
 	case cfg.sawFallbak && cfg.fallback == nil:
 		return fmt.Errorf("%w: WithFallback(nil)", throttle.ErrInvalid)
 	case cfg.failures < 0 || (cfg.failures > 0 && cfg.cooldown <= 0):
@@ -289,7 +263,7 @@ func (cfg *config) check(client redis.UniversalClient, alg string) error {
 			throttle.ErrInvalid, cfg.replicas, cfg.replicaTimeout, cfg.timeout)
 	case cfg.replicas > 0 && !onOneConnection(client):
 		return fmt.Errorf("%w: WithReplicas needs a *redis.Client (standalone or Sentinel), not %T: WAIT must follow the write on its connection", throttle.ErrInvalid, client)
-	case cfg.lease != nil && alg != "tb" && alg != "lb":
+	case cfg.lease != nil && alg != "tb":
 		return fmt.Errorf("%w: WithLeasing applies to token buckets only", throttle.ErrInvalid)
 	case strings.ContainsAny(alg, "{}"):
 		return fmt.Errorf("%w: algorithm name %q", throttle.ErrInvalid, alg)
@@ -488,9 +462,6 @@ func (c *core) failedCall(ctx context.Context, err error, probe bool) error {
 		err = cerr
 	}
 	err = fmt.Errorf("%w: redis: %w", throttle.ErrUnavailable, err)
-	if c.onError != nil {
-		c.onError(err)
-	}
 	if opened {
 		c.observe(throttle.Event{Kind: throttle.EventBreakerOpen, Err: err})
 	}
@@ -526,9 +497,6 @@ func (c *core) checkEviction(ctx context.Context) {
 	}
 	if policy := conf["maxmemory-policy"]; conf["maxmemory"] != "0" && policy != "" && policy != "noeviction" {
 		err := fmt.Errorf("redislimit: the server has maxmemory %s with maxmemory-policy %s: under memory pressure it evicts limiter keys, and an evicted key starts fresh (over-admission); use noeviction, or memory enough never to evict", conf["maxmemory"], policy)
-		if c.onError != nil {
-			c.onError(err)
-		}
 		c.observe(throttle.Event{Kind: throttle.EventWarning, Err: err})
 	}
 }
@@ -541,18 +509,18 @@ func (c *core) fail(ctx context.Context, key string, n int, err error) (throttle
 	}
 	var d throttle.Decision
 	switch c.policy {
-	case FailOpen:
+	case failsafe.Open:
 		d = throttle.Decision{Allowed: true, Limit: c.limit, Remaining: c.limit - n}
-	case FailFallback:
+	case failsafe.Fallback:
 		var ferr error
 		if d, ferr = c.fallback.Allow(ctx, key, n); ferr != nil {
 			return d, ferr
 		}
-	default: // FailClosed: refused, with the error
+	default: // failsafe.Closed: refused, with the error
 		d = throttle.Decision{Limit: c.limit, RetryAfter: c.br.RetryAfter(deadline.Mono())}
 	}
 	c.observe(throttle.Event{Kind: throttle.EventFallback, Key: key, N: n, Decision: d, Err: err})
-	if c.policy == FailClosed {
+	if c.policy == failsafe.Closed {
 		return d, err
 	}
 	return d, nil

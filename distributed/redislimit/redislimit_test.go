@@ -105,7 +105,7 @@ func TestSuites(t *testing.T) {
 		s    throttletest.Suite
 	}{
 		{"TokenBucket", bucketSuite(c)},
-		{"LeakyBucket", suite(func(o ...Option) (throttle.Limiter, error) { return NewLeakyBucket(c, leak, capacity, o...) },
+		{"LeakyBucketMeter", suite(func(o ...Option) (throttle.Limiter, error) { return NewTokenBucket(c, leak, capacity, o...) },
 			capacity, func(d time.Duration) int64 { return int64(capacity) + leak.Events(d) })},
 		{"FixedWindow", suite(func(o ...Option) (throttle.Limiter, error) { return NewFixedWindow(c, limit, window, o...) },
 			limit, touched)},
@@ -121,7 +121,7 @@ func TestSuites(t *testing.T) {
 func TestEveryServerTime(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv)
-	l, err := NewEvery(c, time.Hour, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second))
+	l, err := NewTokenBucket(c, throttle.Every(time.Hour), 1, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,8 +206,8 @@ func TestConcurrencyLeases(t *testing.T) {
 		t.Fatalf("after release: %+v", d)
 	}
 	clk.Advance(11 * time.Second)
-	if n, err := alive.Extend(ctx, "db"); err != nil || n != 0 || alive.Held("db") != 0 {
-		t.Fatalf("Extend after the leases ran out = %d, %v (held %d); want 0", n, err, alive.Held("db"))
+	if n, err := alive.Extend(ctx, "db"); err != nil || n != 0 || alive.heldUnits("db") != 0 {
+		t.Fatalf("Extend after the leases ran out = %d, %v (held %d); want 0", n, err, alive.heldUnits("db"))
 	}
 }
 

@@ -11,9 +11,9 @@ import (
 	"github.com/throttlekit/throttle/internal/window"
 )
 
-// MaxSlidingLimit is the largest limit of NewSlidingWindow, as in
+// maxSlidingLimit is the largest limit of NewSlidingWindow, as in
 // slidingwindow.MaxLimit.
-const MaxSlidingLimit = 1<<24 - 1
+const maxSlidingLimit = 1<<24 - 1
 
 // SlidingWindow is the weighted sliding window of slidingwindow.New shared
 // through Redis: windows aligned to the Unix epoch, and n units admitted
@@ -33,8 +33,8 @@ var (
 // NewSlidingWindow returns a weighted sliding-window limiter of limit
 // units per window. Errors wrap throttle.ErrInvalid.
 func NewSlidingWindow(client redis.UniversalClient, limit int, w time.Duration, opts ...Option) (*SlidingWindow, error) {
-	if limit <= 0 || limit > MaxSlidingLimit {
-		return nil, fmt.Errorf("%w: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, MaxSlidingLimit)
+	if limit <= 0 || limit > maxSlidingLimit {
+		return nil, fmt.Errorf("%w: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, maxSlidingLimit)
 	}
 	win, err := newWindowed(client, "sw", limit, w, 2, opts)
 	if err != nil {

@@ -14,11 +14,11 @@ import (
 	iwindow "github.com/throttlekit/throttle/internal/window"
 )
 
-// MaxWindow is the longest window of NewFixedWindow, NewSlidingWindow
+// maxWindow is the longest window of NewFixedWindow, NewSlidingWindow
 // and NewSlidingLog, and the longest lease of NewConcurrency.
 // Scripts compute in Lua numbers (doubles), exact to the nanosecond up to
-// 2^53 ns; windows up to MaxWindow keep every offset below that.
-const MaxWindow = 52 * 24 * time.Hour
+// 2^53 ns; windows up to maxWindow keep every offset below that.
+const maxWindow = 52 * 24 * time.Hour
 
 // FixedWindow is fixedwindow.Limiter with its state in Redis: up to limit
 // units per key in each window aligned to the Unix epoch, shared by every
@@ -66,8 +66,8 @@ func newWindowed(client redis.UniversalClient, alg string, limit int, window tim
 	switch {
 	case limit <= 0 || limit > 1<<32-1:
 		return windowed{}, fmt.Errorf("%w: limit %d out of range [1, %d]", throttle.ErrInvalid, limit, 1<<32-1)
-	case window <= 0 || window > MaxWindow:
-		return windowed{}, fmt.Errorf("%w: window %v out of range (0, %v]", throttle.ErrInvalid, window, MaxWindow)
+	case window <= 0 || window > maxWindow:
+		return windowed{}, fmt.Errorf("%w: window %v out of range (0, %v]", throttle.ErrInvalid, window, maxWindow)
 	}
 	c, _, err := newCore(client, alg, fmt.Sprintf("%d,%v", limit, window), limit, opts)
 	if err != nil {

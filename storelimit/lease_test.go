@@ -1,0 +1,183 @@
+package storelimit_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/internal/lease/leasetest"
+	"github.com/throttlekit/throttle/storelimit"
+	"github.com/throttlekit/throttle/storelimit/storetest"
+	"github.com/throttlekit/throttle/throttletest"
+	"github.com/throttlekit/throttle/tokenbucket"
+)
+
+// TestLeasingBound runs four processes (leasing limiters sharing one
+// store) on one key on a virtual-time trace and checks the stated bound
+// on every interval: from the fresh start at most burst + Events(d), and
+// in any interval of length d at most burst + Events(d + maxAge); and
+// that leasing spares most calls to the store.
+func TestLeasingBound(t *testing.T) {
+	const (
+		procs    = 4
+		maxBatch = 16
+		burst    = 50
+		maxAge   = 50 * time.Millisecond
+	)
+	rate := throttle.PerSecond(2000)
+	alg, err := tokenbucket.NewAlgorithm(rate, burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := range uint64(3) {
+		clk := throttletest.NewClock()
+		var calls atomic.Int64
+		store := storetest.Counted(new(storelimit.Memory), &calls)
+		ls := make([]*storelimit.Limiter, procs)
+		for i := range ls {
+			l, err := storelimit.NewLeasing(store, alg, maxBatch, maxAge, throttle.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ls[i] = l
+		}
+		rng := rand.New(rand.NewPCG(seed, 11))
+		start := clk.Now()
+		var at []time.Duration // one entry per admitted unit
+		const decisions = 6000
+		for range decisions {
+			clk.Advance(time.Duration(rng.Int64N(int64(400 * time.Microsecond))))
+			n := 1 + rng.IntN(2)
+			d, err := ls[rng.IntN(procs)].Allow(context.Background(), "api", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range n * boolInt(d.Allowed) {
+				at = append(at, clk.Now().Sub(start))
+			}
+		}
+		elapsed := clk.Now().Sub(start)
+		t.Logf("seed %d: %d decisions, %d units admitted in %v (bucket bound %d), %d store calls",
+			seed, decisions, len(at), elapsed, burst+rate.Events(elapsed), calls.Load())
+		if calls.Load()*3 > decisions {
+			t.Errorf("seed %d: %d store calls for %d decisions: leasing should spare most", seed, calls.Load(), decisions)
+		}
+		leasetest.CheckBound(t, at, burst, rate, maxAge, 0, 0)
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestLeasingDenialLocal: over the limit, denials are decided locally,
+// with a RetryAfter after which the call is admitted.
+func TestLeasingDenialLocal(t *testing.T) {
+	alg, err := tokenbucket.NewAlgorithm(throttle.PerSecond(10), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := throttletest.NewClock()
+	var calls atomic.Int64
+	l, err := storelimit.NewLeasing(storetest.Counted(new(storelimit.Memory), &calls), alg, 4, time.Second, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leasetest.CheckDenialLocal(t, l, clk, calls.Load, func() { storelimit.Settle(l) })
+}
+
+func TestLeasingOptions(t *testing.T) {
+	alg, err := tokenbucket.NewAlgorithm(throttle.PerSecond(10), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		batch int
+		age   time.Duration
+	}{{0, 0}, {4, -time.Second}} {
+		if _, err := storelimit.NewLeasing(new(storelimit.Memory), alg, c.batch, c.age); !errors.Is(err, throttle.ErrInvalid) {
+			t.Errorf("NewLeasing(%d, %v): %v, want ErrInvalid", c.batch, c.age, err)
+		}
+	}
+}
+
+// slowMemory is a Memory whose swaps take 2 ms, as a database's commit.
+type slowMemory struct{ storelimit.Memory }
+
+func (s *slowMemory) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
+	time.Sleep(2 * time.Millisecond)
+	return s.Memory.CompareAndSwapLoad(ctx, key, old, next, now, expires)
+}
+
+// TestLeasingLosesNoUnit: two leasing processes × 4 goroutines drain a
+// key with time standing still; every unit leased is admitted: the units
+// admitted and those left in the store (less than half a batch, which a
+// process does not ask for while time stands still) are the burst. A
+// refill used to replace a batch still being spent, dropping its units
+// (194 and 196 of 200 admitted, 0 left).
+func TestLeasingLosesNoUnit(t *testing.T) {
+	const burst, batch = 200, 16
+	alg, err := tokenbucket.NewAlgorithm(throttle.PerSecond(1), burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 8 { // the loss showed in about one round of three
+		clk := throttletest.NewClock()
+		store := new(slowMemory)
+		var admitted atomic.Int64
+		for range 2 {
+			l, err := storelimit.NewLeasing(store, alg, batch, time.Hour, throttle.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			drain(t, l, 4, &admitted)
+			l.Close()
+		}
+		now := clk.Now().UnixNano()
+		state, err := store.Load(context.Background(), "k", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, d, err := alg.Decide(state+alg.Fresh(), now, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := int64(d.Remaining + boolInt(d.Allowed))
+		if got := admitted.Load(); got+left != burst {
+			t.Fatalf("round %d: admitted %d and %d left in the store, want %d in all", round, got, left, burst)
+		}
+	}
+}
+
+// drain runs workers goroutines asking l for one unit of "k" until each
+// has seen 20 denials in a row, adding the units admitted to admitted.
+func drain(t *testing.T, l throttle.Limiter, workers int, admitted *atomic.Int64) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for denials := 0; denials < 20; time.Sleep(100 * time.Microsecond) {
+				d, err := l.Allow(context.Background(), "k", 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+					denials = 0
+				} else {
+					denials++
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
