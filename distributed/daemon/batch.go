@@ -23,7 +23,7 @@ type bucketLimiter interface {
 
 // newLimiter returns the limiter of one limit under the routing of g.
 func (s *Server) newLimiter(g Gossip, name string, r throttle.Rate, burst int) (bucketLimiter, error) {
-	if g.Routing == RoutingOwner {
+	if g.Routing == routingOwner {
 		return s.node.NewOwnedLimiter(name, r, burst, gossip.OwnedConfig{Timeout: time.Duration(g.ForwardTimeout),
 			Delay: time.Duration(g.ForwardDelay)})
 	}

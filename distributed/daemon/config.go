@@ -181,8 +181,8 @@ type Gossip struct {
 
 // Values of Gossip.Routing.
 const (
-	RoutingAll   = "all"   // every daemon decides, counters gossiped to all
-	RoutingOwner = "owner" // each tag decided by its owner daemon
+	routingAll   = "all"   // every daemon decides, counters gossiped to all
+	routingOwner = "owner" // each tag decided by its owner daemon
 )
 
 // Duration is a time.Duration written in JSON as a Go duration string
@@ -269,7 +269,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxKeys = 1_000_000
 	}
 	if c.Gossip.Routing == "" {
-		c.Gossip.Routing = RoutingAll
+		c.Gossip.Routing = routingAll
 	}
 	return c
 }
@@ -383,8 +383,8 @@ func (g *Gossip) check() error {
 	if g.Interval < 0 || (g.Interval > 0 && time.Duration(g.Interval) < time.Millisecond) {
 		return conffile.Invalid("gossip.interval %v: must be at least 1ms", time.Duration(g.Interval))
 	}
-	if g.Routing != RoutingAll && g.Routing != RoutingOwner {
-		return conffile.Invalid("gossip.routing %q: must be %q or %q", g.Routing, RoutingAll, RoutingOwner)
+	if g.Routing != routingAll && g.Routing != routingOwner {
+		return conffile.Invalid("gossip.routing %q: must be %q or %q", g.Routing, routingAll, routingOwner)
 	}
 	if g.ForwardTimeout < 0 || g.ForwardDelay < 0 {
 		return conffile.Invalid("gossip.forward_timeout %v, forward_delay %v: must not be negative",

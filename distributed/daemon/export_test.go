@@ -24,3 +24,9 @@ func (s *Server) AdminAddr() net.Addr { return s.adminAddr() }
 
 // WriteMetrics writes the server's counters in the Prometheus text format.
 func (s *Server) WriteMetrics(w io.Writer) error { return s.writeMetrics(w) }
+
+// The routings' names, for the package's external tests.
+const (
+	RoutingAll   = routingAll
+	RoutingOwner = routingOwner
+)

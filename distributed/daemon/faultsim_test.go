@@ -150,7 +150,7 @@ func (w *daemonWorld) config(i int, left map[int]bool, lim [2]int) Config {
 	cfg := Config{Listen: []string{"tcp:" + queryAddr(i)},
 		Default: Limit{Rate: fmt.Sprintf("%d/s", lim[0]), Burst: lim[1]},
 		Gossip: Gossip{Listen: gossipAddr(i), Peers: peers, Interval: Duration(simbound.Interval),
-			Secret: "simulated-gossip-secret", Routing: RoutingOwner},
+			Secret: "simulated-gossip-secret", Routing: routingOwner},
 		hooks: &hooks{
 			listen: func(string, string) (net.Listener, error) { return p.listen(), nil },
 			gossip: func(string) (gossip.Transport, error) { return w.fabric.Endpoint(i), nil },

@@ -46,7 +46,7 @@ func limitName(kind string, l Limit) string {
 // (kind, rate and burst) is unchanged.
 func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
 	l := &limits{exact: map[string]bucketLimiter{}, all: map[string]bucketLimiter{}, burst: map[bucketLimiter]int64{},
-		owned: cfg.Gossip.Routing == RoutingOwner}
+		owned: cfg.Gossip.Routing == routingOwner}
 	var created []bucketLimiter
 	newLim := func(kind string, lm Limit) (bucketLimiter, error) {
 		name := limitName(kind, lm)
