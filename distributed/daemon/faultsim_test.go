@@ -57,6 +57,7 @@ var simDaemonSeeds = []uint64{
 	1817538317673345591,  // Crash (SIGTERM) for 1.4 s, a limit rolled out meanwhile: 73 against 71.5
 	3656914659721282659,  // a limit rolled out, a SIGTERM 14 ms later: 127 against 125.5
 	10277358029490795012, // a step forward, a SIGTERM, a step back of 630 ms while down: 86 against 85.7
+	8894369187306960128,  // (the bound's) a step back of 1.1 s, then a kill: each life refills over the same clock readings
 }
 
 // simDaemonLimits are the limits a Config event rolls out: rate per
@@ -251,7 +252,8 @@ func (w *daemonWorld) Check(now time.Duration) error {
 // the tag's usage, across a SIGTERM restart too) and a burst per kill
 // restarted in it; a SIGTERM restart restores the state, less the debt a
 // clock stepped back left (a bucket holds no fewer than 0 tokens when
-// restored): rate times the steps back of the lives it ends. Under owner
+// restored), and a kill starts a fresh one: rate times the steps back of
+// the lives they end. Under owner
 // routing, simbound.Owner and a burst per limit rolled out over the
 // window (a changed limit starts its tags on a full bucket of the new
 // limit; nothing is carried). Called with w.mu held.
@@ -291,8 +293,8 @@ func (w *daemonWorld) bound(win simbound.Window) float64 {
 		case e.Kind != faultsim.Crash:
 		case e.At+e.Dur <= win.T0 || e.At+e.Dur > win.T:
 			owed = 0
-		case w.killed(e):
-			kills, owed = kills+1, 0
+		case w.killed(e): // a fresh bucket: the life's debt is gone too
+			kills, forgiven, owed = kills+1, forgiven+owed, 0
 		default: // a SIGTERM restart in the window
 			forgiven, owed = forgiven+owed, 0
 		}
