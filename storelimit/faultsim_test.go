@@ -3,9 +3,11 @@ package storelimit_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
-	"strconv"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,15 +18,15 @@ import (
 )
 
 // storeSpec: process 0 is the store, processes 1-4 share it, each with
-// its own Limiter. Clock faults are left out: the guarantee assumes
-// synchronised clocks (see the package doc).
+// its own Limiter and its own clock (steps and skew: the store reads no
+// clock, each call carries its caller's). A Config event rolls a new
+// limit (rate and burst) out to the processes one after the other.
 var storeSpec = faultsim.Spec{
-	Name:   "Store",
-	Procs:  5,
-	Len:    20 * time.Second,
-	Sample: 50 * time.Millisecond,
-	Kinds: []faultsim.Kind{faultsim.Loss, faultsim.Duplicate, faultsim.Delay, faultsim.Spike, faultsim.Cut,
-		faultsim.OneWay, faultsim.Split3, faultsim.Flap, faultsim.Pause, faultsim.Crash},
+	Name:      "Store",
+	Procs:     5,
+	Len:       20 * time.Second,
+	Sample:    50 * time.Millisecond,
+	Kinds:     faultsim.AllKinds(),
 	MaxEvents: 10,
 	Hot:       []int{0},
 	Seeds:     faultsim.Range(1, 60),
@@ -35,73 +37,98 @@ var storeSpec = faultsim.Spec{
 // whose calls go through the simulated network: calls and answers lost
 // (an answer lost after the write), delayed past the caller's timeout,
 // duplicated; the store paused, or restarted (with its state kept or, by
-// the seed, lost); a process paused or restarted. It checks at every
-// sample, for each key, that the units the processes were told were
-// admitted in any interval of length T add up to at most burst + rate·T
-// (plus rate times the call timeout, as an admission is counted when its
-// call returns), and burst more for each restart of a store that loses
-// its state; and that every Allow returns within its timeout.
+// the seed, lost); a process paused or restarted; a process's clock
+// stepped or skewed; the limit changed process by process. It checks at
+// every sample, for each key and every interval [t0, t] between samples,
+// that the units the processes were told were admitted add up to at most
+// storeBound, and that every Allow returns within its timeout.
 func TestSimStore(t *testing.T) {
 	faultsim.Run(t, storeSpec, newStoreWorld)
 }
 
 const (
-	storeRate    = 100 // units per second
+	storeRate    = 100 // units per second, before any Config
 	storeBurst   = 20
 	storeTimeout = 100 * time.Millisecond // of one Allow
 )
 
+// storeLimits are the limits a Config event picks from: (rate, burst).
+var storeLimits = [][2]int{{100, 20}, {50, 20}, {200, 10}, {100, 40}, {25, 5}}
+
+// storeKeys are the keys the load asks.
+var storeKeys = []string{"hot", "k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+
 type storeWorld struct {
 	env     *faultsim.Env
 	durable bool // the store keeps its state across a restart
-	alg     tokenbucket.Algorithm
 	procs   []*storeProc
 
-	mu       sync.Mutex
-	store    *storelimit.Memory // nil while the store is down
-	losses   int                // restarts that lost the store's state
-	admitted map[string]int
-	floor    map[string]float64 // min over past samples of admitted − rate·t
+	mu      sync.Mutex
+	store   *storelimit.Memory // nil while the store is down
+	losses  []time.Duration    // restarts that lost the store's state
+	counts  []int64            // admitted units per key of storeKeys
+	samples []storeSample
+}
+
+// storeSample is what Check saw at t: the admitted units per key, the
+// least and the most clock offset of the processes, and the largest rate
+// and refill time of the limits in use.
+type storeSample struct {
+	t              time.Duration
+	counts         []int64
+	offMin, offMax time.Duration
+	rate           float64
+	tau            time.Duration
 }
 
 // storeProc is one process sharing the store.
 type storeProc struct {
 	i      int
+	lim    [2]int // its limit: rate, burst
+	l      atomic.Pointer[storelimit.Limiter]
 	stop   context.CancelFunc
 	done   chan struct{}
 	paused bool
 }
 
 func newStoreWorld(env *faultsim.Env) faultsim.World {
-	alg, err := tokenbucket.NewAlgorithm(throttle.PerSecond(storeRate), storeBurst)
-	if err != nil {
-		env.T.Fatal(err)
-	}
-	w := &storeWorld{env: env, durable: env.Rand.IntN(2) == 0, alg: alg, store: new(storelimit.Memory),
-		admitted: map[string]int{}, floor: map[string]float64{}}
+	w := &storeWorld{env: env, durable: env.Rand.IntN(2) == 0, store: new(storelimit.Memory),
+		counts: make([]int64, len(storeKeys))}
 	env.Describe(fmt.Sprintf("store durable across restarts: %v", w.durable))
 	for i := 1; i < env.Spec.Procs; i++ {
-		p := &storeProc{i: i}
+		p := &storeProc{i: i, lim: [2]int{storeRate, storeBurst}}
 		w.procs = append(w.procs, p)
 		w.start(p)
 	}
 	return w
 }
 
-// start starts a new life of p: a new Limiter, its guesses lost.
-func (w *storeWorld) start(p *storeProc) {
-	l, err := storelimit.New(&simStore{w: w, proc: p.i}, w.alg)
+// limiter returns a new Limiter of p's limit, on p's clock. Called with
+// w.mu held.
+func (w *storeWorld) limiter(p *storeProc) *storelimit.Limiter {
+	alg, err := tokenbucket.NewAlgorithm(throttle.PerSecond(p.lim[0]), p.lim[1])
 	if err != nil {
 		w.env.T.Fatal(err)
 	}
+	l, err := storelimit.New(&simStore{w: w, proc: p.i}, alg, throttle.WithClock(w.env.Clocks[p.i]))
+	if err != nil {
+		w.env.T.Fatal(err)
+	}
+	return l
+}
+
+// start starts a new life of p: a new Limiter, its guesses lost. Called
+// with w.mu held, or before the run.
+func (w *storeWorld) start(p *storeProc) {
+	p.l.Store(w.limiter(p))
 	ctx, stop := context.WithCancel(context.Background())
 	p.stop, p.done = stop, make(chan struct{})
 	r := rand.New(rand.NewPCG(w.env.Rand.Uint64(), uint64(p.i)))
-	go w.load(ctx, p, l, r)
+	go w.load(ctx, p, r)
 }
 
 // load asks for units until ctx ends, by the schedule's load shape.
-func (w *storeWorld) load(ctx context.Context, p *storeProc, l *storelimit.Limiter, r *rand.Rand) {
+func (w *storeWorld) load(ctx context.Context, p *storeProc, r *rand.Rand) {
 	defer close(p.done)
 	for n := 0; ; n++ {
 		gap := time.Duration(1+r.IntN(20)) * time.Millisecond
@@ -119,29 +146,33 @@ func (w *storeWorld) load(ctx context.Context, p *storeProc, l *storelimit.Limit
 		if paused {
 			continue
 		}
-		key := "hot"
+		key := 0
 		if w.env.Sched.Load == faultsim.NewKeys {
-			key = "k" + strconv.Itoa(n/50%8)
+			key = 1 + n/50%8
 		}
-		w.allow(ctx, l, key, 1+r.IntN(3))
+		w.allow(ctx, p.l.Load(), key, 1+r.IntN(3))
 	}
 }
 
 // allow asks l for n units of key and counts them when admitted.
-func (w *storeWorld) allow(ctx context.Context, l *storelimit.Limiter, key string, n int) {
+func (w *storeWorld) allow(ctx context.Context, l *storelimit.Limiter, key, n int) {
 	cctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	var d throttle.Decision
 	var err error
-	w.env.Within("Limiter.Allow", storeTimeout+10*time.Millisecond, func() { d, err = l.Allow(cctx, key, n) })
+	w.env.Within("Limiter.Allow", storeTimeout+10*time.Millisecond, func() { d, err = l.Allow(cctx, storeKeys[key], n) })
 	if err == nil && d.Allowed {
 		w.mu.Lock()
-		w.admitted[key] += n
+		w.counts[key] += int64(n)
 		w.mu.Unlock()
 	}
 }
 
 func (w *storeWorld) Apply(e faultsim.Event) {
+	if e.Kind == faultsim.Config {
+		w.rollOut(e)
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
@@ -159,12 +190,32 @@ func (w *storeWorld) Apply(e faultsim.Event) {
 	}
 }
 
+// rollOut changes the limit to one of storeLimits (by e.Value), process
+// by process in a random order, a random gap of up to 300 ms apart, as
+// an operator rolls a configuration out: each process swaps its Limiter
+// for one of the new limit over the same store.
+func (w *storeWorld) rollOut(e faultsim.Event) {
+	lim := storeLimits[e.Value%uint64(len(storeLimits))]
+	r := rand.New(rand.NewPCG(e.Value, 0xc0f))
+	gap := time.Duration(r.Int64N(int64(300 * time.Millisecond)))
+	for k, i := range r.Perm(len(w.procs)) {
+		p := w.procs[i]
+		time.AfterFunc(time.Duration(k)*gap, func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			p.lim = lim
+			p.l.Store(w.limiter(p))
+		})
+	}
+}
+
 func (w *storeWorld) End(e faultsim.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
 	case e.From == 0 && e.Kind == faultsim.Crash && !w.durable:
-		w.store, w.losses = new(storelimit.Memory), w.losses+1
+		w.store = new(storelimit.Memory)
+		w.losses = append(w.losses, w.env.Elapsed())
 	case e.From == 0:
 	case e.Kind == faultsim.Pause:
 		w.procs[e.From-1].paused = false
@@ -173,24 +224,76 @@ func (w *storeWorld) End(e faultsim.Event) {
 	}
 }
 
-// Check: for each key, admitted(now) − admitted(t0) ≤ burst + rate·(now −
-// t0 + timeout) for every earlier sample t0 (and 0), plus burst per lost
-// store state.
+// Check checks every interval [t0, now] between samples against
+// storeBound.
 func (w *storeWorld) Check(now time.Duration) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	slack := float64(storeBurst) * float64(1+w.losses)
-	for key, a := range w.admitted {
-		v := float64(a) - storeRate*now.Seconds()
-		f, ok := w.floor[key]
-		if !ok {
-			f = 0
+	cur := storeSample{t: now, counts: slices.Clone(w.counts), offMin: math.MaxInt64, offMax: math.MinInt64}
+	for _, p := range w.procs {
+		off := w.env.Clocks[p.i].Offset()
+		cur.offMin, cur.offMax = min(cur.offMin, off), max(cur.offMax, off)
+		cur.rate = max(cur.rate, float64(p.lim[0]))
+		cur.tau = max(cur.tau, time.Duration(p.lim[1])*time.Second/time.Duration(p.lim[0]))
+	}
+	w.samples = append(w.samples, cur)
+	return storeCheck(w.samples, w.losses)
+}
+
+// storeCheck checks every window ending at the last of samples.
+//
+// The bound: on a token bucket (GCRA) each admission of n units moves the
+// key's stored instant of fullness (TAT) forward by at least n/r of the
+// fastest limit, never back but when the store loses it; an admission by
+// a process reading now requires TAT ≤ now + τ (τ = burst/rate, the
+// refill time of a full bucket); the first admission of a window sets TAT
+// ≥ the reading of the clock of the process that decided it, which read
+// it at most the call timeout T before the window. So the units admitted
+// in [t0, t] are at most
+//
+//	r·(t − t0 + (1+L)·(τ + T + s))
+//
+// with r the largest rate and τ the largest refill time of the limits in
+// use over the window, L the store restarts that lost its state in it,
+// and s the clock spread: the most a process's clock at some instant of
+// the window is ahead of another's (or its own) at an earlier instant.
+// Clocks that agree give burst + r·(t − t0 + T); a clock stepped back
+// adds nothing (it never re-admits); a clock ahead of the others by δ, or
+// stepped forward by δ, adds r·δ.
+func storeCheck(samples []storeSample, losses []time.Duration) error {
+	last := len(samples) - 1
+	cur := samples[last]
+	// drift is what a skewed clock may move between two samples unseen.
+	drift := time.Duration(0.05 * float64(storeSpec.Sample))
+	// samples[f:] are folded into sufMax (their most offset), spread, rate
+	// and tau.
+	f, sufMax := last+1, time.Duration(math.MinInt64)
+	var spread, tau time.Duration
+	rate := 0.0
+	for j := last - 1; j >= 0; j-- {
+		t0 := samples[j].t
+		// The window [t0, t] reads the samples from the last at or before
+		// t0 − T on: its first admission read its clock after t0 − T.
+		for f > 0 && (f > j || samples[f].t > t0-storeTimeout) {
+			f--
+			s := samples[f]
+			sufMax = max(sufMax, s.offMax)
+			spread = max(spread, sufMax-s.offMin)
+			rate, tau = max(rate, s.rate), max(tau, s.tau)
 		}
-		if over := v - f - storeRate*storeTimeout.Seconds(); over > slack {
-			return fmt.Errorf("admitted over the bucket: key %q: %d units admitted, %.1f more than burst %v + rate·T allow in some interval T up to now (store states lost: %d)",
-				key, a, over-float64(storeBurst), storeBurst, w.losses)
+		lost := 0
+		for _, at := range losses {
+			if at > t0-storeTimeout && at <= cur.t {
+				lost++
+			}
 		}
-		w.floor[key] = min(f, v)
+		b := rate * (cur.t - t0 + time.Duration(1+lost)*(tau+storeTimeout+spread+drift)).Seconds()
+		for k, c := range cur.counts {
+			if got := float64(c - samples[j].counts[k]); got > b+1e-9 {
+				return fmt.Errorf("admitted over the bucket: key %q: %.0f units admitted in [%v, %v], bound %.1f (rate %.0f, refill %v, clock spread %v, store states lost %d)",
+					storeKeys[k], got, t0, cur.t, b, rate, tau, spread, lost)
+			}
+		}
 	}
 	return nil
 }

@@ -65,7 +65,9 @@
 // call (a store reads no clock), so processes sharing a store need
 // synchronised clocks: a process whose clock is behind sees keys as more
 // used, one whose clock is ahead by δ as less used, by what the limit
-// refills in δ.
+// refills in δ. A token bucket's key then admits at most rate·δ more over
+// any interval, and a clock stepped back re-admits nothing (the bound is
+// the registry's store-clocks row, docs/guarantees.md).
 //
 // Every failure of the store is returned wrapping throttle.ErrUnavailable
 // (and the store's error), so failsafe decides what a missing store means.

@@ -56,7 +56,7 @@ func startEnvoy(c envoyrls.ServerConfig, ok bool, node *gossip.Node, g daemon.Go
 	}
 	var fleet *envoyrls.Fleet
 	if node != nil && g.Listen != "" {
-		fleet = envoyrls.NewFleet(node, envoyrls.FleetOptions{Owner: g.Routing == daemon.RoutingOwner,
+		fleet = envoyrls.NewFleet(node, envoyrls.FleetOptions{Owner: g.Routing == "owner",
 			Owned: gossip.OwnedConfig{Timeout: time.Duration(g.ForwardTimeout), Delay: time.Duration(g.ForwardDelay)}})
 	}
 	srv, err := envoyrls.Start(c, log, fleet)

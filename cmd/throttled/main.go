@@ -52,7 +52,9 @@ import (
 
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/daemon/client"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/cmdkit"
+	"github.com/throttlekit/throttle/internal/keyfile"
 )
 
 func main() { cmdkit.Main("throttled", run) }
@@ -104,8 +106,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 func (o *options) config() (daemon.Config, error) {
 	cfg := daemon.DefaultConfig()
 	if o.ConfigPath != "" {
-		var err error
-		if cfg, err = daemon.LoadConfig(o.ConfigPath); err != nil {
+		b, err := os.ReadFile(o.ConfigPath)
+		if err == nil {
+			cfg, err = daemon.ParseConfig(b)
+		}
+		if err != nil {
 			return cfg, err
 		}
 	}
@@ -254,7 +259,7 @@ func reload(srv *daemon.Server, o *options, mb *members, log *slog.Logger) {
 	}
 	if err == nil && cfg.Gossip.KeyFile != "" {
 		var keys [][]byte
-		if keys, err = daemon.LoadKeys(cfg.Gossip.KeyFile); err == nil {
+		if keys, err = keyfile.Load(cfg.Gossip.KeyFile); err == nil {
 			err = mb.rekey(keys)
 		}
 	}
@@ -305,7 +310,7 @@ func queryMode(listen string, tags []string, out io.Writer) error {
 	if a, ok := strings.CutPrefix(listen, "unix:"); ok {
 		network, addr = "unix", a
 	}
-	c, err := client.New(network, addr, client.WithTimeout(2*time.Second), client.FailClosed())
+	c, err := client.New(network, addr, client.WithTimeout(2*time.Second), client.WithPolicy(failsafe.Closed))
 	if err != nil {
 		return err
 	}
@@ -329,7 +334,7 @@ func queryMode(listen string, tags []string, out io.Writer) error {
 func selfTest(srv *daemon.Server, out io.Writer) error {
 	defer srv.Shutdown(context.Background())
 	addr := srv.Addrs()[0]
-	c, err := client.New("tcp", addr.String(), client.WithTimeout(time.Second), client.FailClosed())
+	c, err := client.New("tcp", addr.String(), client.WithTimeout(time.Second), client.WithPolicy(failsafe.Closed))
 	if err != nil {
 		return err
 	}

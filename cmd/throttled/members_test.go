@@ -20,6 +20,7 @@ import (
 
 	"github.com/throttlekit/throttle/distributed/daemon/client"
 	"github.com/throttlekit/throttle/distributed/gossip"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/testproc"
 )
 
@@ -50,7 +51,7 @@ func startMember(t *testing.T, interval string, seeds []string, keys ...[]byte) 
 	m.daemonProc = startDaemon(t, fmt.Sprintf(`"rules":[{"pattern":"k*","rate":"1/h","burst":90},{"pattern":"r","rate":"20/s","burst":40}],`+
 		`"admin":%q,"gossip":{"listen":%q,"interval":%q,"spend_cap":true,"key_file":%q,"members":{"bind":%q,"seeds":%s,"rejoin":"1s"}}`,
 		m.admin, m.gossip, interval, m.keys, m.members, seedsJSON))
-	if m.client, err = client.New("tcp", m.tcp, client.WithTimeout(5*time.Second), client.FailClosed()); err != nil {
+	if m.client, err = client.New("tcp", m.tcp, client.WithTimeout(5*time.Second), client.WithPolicy(failsafe.Closed)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.client.Close() })

@@ -100,7 +100,7 @@ func TestSignals(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	n := 0
-	for srv.Decide("x") == daemon.ReplyOK {
+	for srv.Decide("x") == "OK\n" {
 		n++
 	}
 	if n != 4 {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle/distributed/daemon/client"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/testproc"
 )
 
@@ -189,7 +190,7 @@ func TestActiveConnectionsAreNotReclaimed(t *testing.T) {
 // to make room: it retries on a fresh one, and the query is answered.
 func TestClientRetriesReclaimedConnection(t *testing.T) {
 	d := startCapped(t, `"max_conns_per_addr":2,"idle_budget":"200ms"`)
-	cl, err := client.New("tcp", d.tcp, client.WithTimeout(5*time.Second), client.FailClosed())
+	cl, err := client.New("tcp", d.tcp, client.WithTimeout(5*time.Second), client.WithPolicy(failsafe.Closed))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ type bucketLimiter interface {
 
 // newLimiter returns the limiter of one limit under the routing of g.
 func (s *Server) newLimiter(g Gossip, name string, r throttle.Rate, burst int) (bucketLimiter, error) {
-	if g.Routing == RoutingOwner {
+	if g.Routing == routingOwner {
 		return s.node.NewOwnedLimiter(name, r, burst, gossip.OwnedConfig{Timeout: time.Duration(g.ForwardTimeout),
 			Delay: time.Duration(g.ForwardDelay)})
 	}
@@ -126,7 +126,7 @@ func (s *Server) answer(line, dst []byte) []byte {
 	tag := trimLine(line)
 	if string(tag) == "PING" {
 		s.st.pings.Add(1)
-		return append(dst, ReplyPong...)
+		return append(dst, replyPong...)
 	}
 	q, detailed := query(tag)
 	d, ok := s.allow(q)
@@ -157,11 +157,11 @@ func query(tag []byte) (q []byte, detailed bool) {
 func reply(dst []byte, detailed bool, d throttle.Decision, ok bool) []byte {
 	switch {
 	case !ok:
-		return append(dst, ReplyError...)
+		return append(dst, replyError...)
 	case !detailed && d.Allowed:
-		return append(dst, ReplyOK...)
+		return append(dst, replyOK...)
 	case !detailed:
-		return append(dst, ReplyNO...)
+		return append(dst, replyNO...)
 	case d.Allowed:
 		dst = append(dst, "OK "...)
 	default:

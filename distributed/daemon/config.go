@@ -13,6 +13,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/gossip"
 	"github.com/throttlekit/throttle/internal/conffile"
+	"github.com/throttlekit/throttle/internal/keyfile"
 )
 
 // Config is the daemon's configuration, read from JSON (see
@@ -86,7 +87,7 @@ type Config struct {
 	// StateFile, for a daemon without gossip, is where Shutdown (SIGTERM
 	// for throttled) saves the level of every tag below full, and where
 	// the next start takes them back from (then removes it), refilled for
-	// the time the daemon was down, if that was at most MaxStateAge: so a
+	// the time the daemon was down, if that was at most an hour: so a
 	// restart does not give every tag a fresh burst. Empty: none (a
 	// restart starts every tag full). A crash saves nothing. With gossip,
 	// the peers catch a restarted daemon up instead.
@@ -139,7 +140,9 @@ type Gossip struct {
 	// gossip.DefaultCopies): more survives more packet loss, at a traffic
 	// cost in proportion.
 	Copies int `json:"copies,omitempty"`
-	// KeyFile is a key file (see LoadKeys). With it every gossip
+	// KeyFile is a key file: one AES key (16, 24 or 32 bytes) a line in
+	// standard base64, the primary first; blank lines and lines starting
+	// with # are skipped. With it every gossip
 	// datagram is encrypted and authenticated with AES-GCM under its
 	// first key and accepted under any of them (gossip.Seal), so tags do
 	// not travel in clear, and the secret is optional. Reload reads it
@@ -178,8 +181,8 @@ type Gossip struct {
 
 // Values of Gossip.Routing.
 const (
-	RoutingAll   = "all"   // every daemon decides, counters gossiped to all
-	RoutingOwner = "owner" // each tag decided by its owner daemon
+	routingAll   = "all"   // every daemon decides, counters gossiped to all
+	routingOwner = "owner" // each tag decided by its owner daemon
 )
 
 // Duration is a time.Duration written in JSON as a Go duration string
@@ -218,9 +221,6 @@ func DefaultConfig() Config {
 	return c
 }
 
-// DefaultJSON returns the embedded default configuration file.
-func DefaultJSON() []byte { return bytes.Clone(defaultJSON) }
-
 // ParseConfig reads a JSON configuration strictly (unknown fields and
 // duplicate keys are errors) and validates it. It returns the settings
 // as written: defaults and derived settings (such as WriteTimeout from
@@ -235,18 +235,9 @@ func ParseConfig(b []byte) (Config, error) {
 	return c, c.Validate()
 }
 
-// LoadConfig reads and validates a JSON configuration file.
-func LoadConfig(path string) (Config, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, err
-	}
-	return ParseConfig(b)
-}
-
-// MinTimeout is the shortest IdleTimeout and WriteTimeout: below it a
+// minTimeout is the shortest IdleTimeout and WriteTimeout: below it a
 // connection could not be served at all.
-const MinTimeout = 10 * time.Millisecond
+const minTimeout = 10 * time.Millisecond
 
 // Validate checks c as New would run it, with its defaults filled in. It
 // does not modify c. Errors wrap throttle.ErrInvalid.
@@ -278,7 +269,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxKeys = 1_000_000
 	}
 	if c.Gossip.Routing == "" {
-		c.Gossip.Routing = RoutingAll
+		c.Gossip.Routing = routingAll
 	}
 	return c
 }
@@ -335,12 +326,12 @@ func (c *Config) checkBounds() error {
 		return conffile.Invalid("max_conns %d: must be positive", c.MaxConns)
 	case c.MaxConnsPerAddr < 1:
 		return conffile.Invalid("max_conns_per_addr %d: must be positive", c.MaxConnsPerAddr)
-	case c.IdleTimeout < Duration(MinTimeout):
-		return conffile.Invalid("idle_timeout %v: must be at least %v", time.Duration(c.IdleTimeout), MinTimeout)
-	case c.IdleBudget < Duration(MinTimeout):
-		return conffile.Invalid("idle_budget %v: must be at least %v", time.Duration(c.IdleBudget), MinTimeout)
-	case c.WriteTimeout < Duration(MinTimeout):
-		return conffile.Invalid("write_timeout %v: must be at least %v", time.Duration(c.WriteTimeout), MinTimeout)
+	case c.IdleTimeout < Duration(minTimeout):
+		return conffile.Invalid("idle_timeout %v: must be at least %v", time.Duration(c.IdleTimeout), minTimeout)
+	case c.IdleBudget < Duration(minTimeout):
+		return conffile.Invalid("idle_budget %v: must be at least %v", time.Duration(c.IdleBudget), minTimeout)
+	case c.WriteTimeout < Duration(minTimeout):
+		return conffile.Invalid("write_timeout %v: must be at least %v", time.Duration(c.WriteTimeout), minTimeout)
 	case c.MaxKeys < 1:
 		return conffile.Invalid("max_keys %d: must be positive", c.MaxKeys)
 	}
@@ -392,8 +383,8 @@ func (g *Gossip) check() error {
 	if g.Interval < 0 || (g.Interval > 0 && time.Duration(g.Interval) < time.Millisecond) {
 		return conffile.Invalid("gossip.interval %v: must be at least 1ms", time.Duration(g.Interval))
 	}
-	if g.Routing != RoutingAll && g.Routing != RoutingOwner {
-		return conffile.Invalid("gossip.routing %q: must be %q or %q", g.Routing, RoutingAll, RoutingOwner)
+	if g.Routing != routingAll && g.Routing != routingOwner {
+		return conffile.Invalid("gossip.routing %q: must be %q or %q", g.Routing, routingAll, routingOwner)
 	}
 	if g.ForwardTimeout < 0 || g.ForwardDelay < 0 {
 		return conffile.Invalid("gossip.forward_timeout %v, forward_delay %v: must not be negative",
@@ -476,7 +467,7 @@ func (c Config) CheckSecret() error {
 		return fmt.Errorf("%w: gossip secret: %v", throttle.ErrInvalid, err)
 	}
 	if c.Gossip.KeyFile != "" {
-		if _, err := LoadKeys(c.Gossip.KeyFile); err != nil || len(secret) == 0 {
+		if _, err := keyfile.Load(c.Gossip.KeyFile); err != nil || len(secret) == 0 {
 			return err
 		}
 	}

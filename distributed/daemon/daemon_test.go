@@ -19,6 +19,7 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/daemon/client"
+	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/testproc"
 	"github.com/throttlekit/throttle/throttletest"
 )
@@ -428,7 +429,7 @@ func TestClusterOverUDP(t *testing.T) {
 	join()
 	cl := make([]*client.Client, 3)
 	for i, s := range srv {
-		c, err := client.New("tcp", s.Addrs()[0].String(), client.WithTimeout(5*time.Second), client.FailClosed())
+		c, err := client.New("tcp", s.Addrs()[0].String(), client.WithTimeout(5*time.Second), client.WithPolicy(failsafe.Closed))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -510,7 +511,7 @@ func TestClusterOverUDP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c2, err := client.New("tcp", srv[2].Addrs()[0].String(), client.WithTimeout(5*time.Second), client.FailClosed())
+	c2, err := client.New("tcp", srv[2].Addrs()[0].String(), client.WithTimeout(5*time.Second), client.WithPolicy(failsafe.Closed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +585,7 @@ func ExampleServer() {
 	// NO
 }
 
-// DefaultConfig, ParseConfig and LoadConfig return the configuration as
+// DefaultConfig and ParseConfig return the configuration as
 // written: derived settings follow what a caller changes before New.
 // (DefaultConfig returned a validated config, so WriteTimeout stayed 10s
 // after IdleTimeout was set to 1s.) Absurd timeouts are refused.

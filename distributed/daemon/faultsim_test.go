@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -20,22 +23,21 @@ import (
 )
 
 // The daemon's scenario of the fault simulator: 2 and 3 daemons with
-// owner routing, gossiping over faultsim.Net, each answering Go clients
-// at their default settings (timeout, policy, backoff) over in-memory
-// connections. A daemon's host is the process the faults hit: a pause
-// or a crash stops its workers too (a client whose own daemon is down
-// fails open by its documented policy, outside the bound). The
+// owner routing, gossiping over faultsim.Net, or one standalone daemon
+// with a state_file, each answering Go clients at their default settings
+// (timeout, policy, backoff) over in-memory connections. A daemon's host
+// is the process the faults hit: a pause or a crash stops its workers
+// too (a client whose own daemon is down fails open by its documented
+// policy, outside the bound). A standalone daemon's crash is, by the
+// seed, a SIGTERM (its state saved and restored) or a kill (nothing
+// saved). A Config event reloads one daemon's peers, or rolls a new
+// limit (rate, burst) out to every daemon one after the other. The
 // invariant: per tag, what the clients were told "admitted" within any
-// window is at most simbound.Owner's bound, also while an owner is
+// window is at most simbound.Owner's bound (standalone: one bucket, and
+// a burst per kill), with the largest rate and burst in use and a fresh
+// burst per limit rolled out under owner routing; also while an owner is
 // paused (a client must not fail open past the fallback bucket); and
 // every call returns within the client's timeout.
-
-const (
-	simDaemonRate     = 5
-	simDaemonBurst    = 20
-	simDaemonInterval = 200 * time.Millisecond
-	simDaemonLen      = 20 * time.Second
-)
 
 // Seeds that found defects (issue 38) on the code before their fixes,
 // each with the minimal schedule the shrinker found (on 2 daemons).
@@ -45,14 +47,32 @@ var simDaemonSeeds = []uint64{
 	5694539742336983117,  // OneWay 0→1 for 0.9 s: answers lost, the clients fail open (25 ms) before d1 falls back (50 ms)
 	11742235977915006132, // Spike of 1.3 s on d0's links: late answers, the clients fail open (61 in 1.3 s against 53)
 	17487724554859307023, // Crash of d0 for 0.9 s: its tags start full, on their new owner and on its restart
+	// Standalone: a SIGTERM restart on a clock stepped back while down
+	// ignored the state file (saved "in the future"): every tag full again.
+	835690510922581563,  // Crash (SIGTERM) for 76 ms, a step back of 236 ms: 31 admitted against 28
+	6076404530534874524, // Crash (SIGTERM) for 2.6 s, steps back of 1.7 s and 2 s: 52 against 50.5
+	// Standalone: a limit changed across a SIGTERM restart (or by a reload
+	// just before it) started its tags full; a step back while down
+	// refilled nothing but took nothing away either.
+	1817538317673345591,  // Crash (SIGTERM) for 1.4 s, a limit rolled out meanwhile: 73 against 71.5
+	3656914659721282659,  // a limit rolled out, a SIGTERM 14 ms later: 127 against 125.5
+	10277358029490795012, // a step forward, a SIGTERM, a step back of 630 ms while down: 86 against 85.7
+	8894369187306960128,  // (the bound's) a step back of 1.1 s, then a kill: each life refills over the same clock readings
+	2186906901992982708,  // (open) burst 20 → 40 → 20, a SIGTERM, → 40 again: the restarted daemon had no 40 bucket to reuse (109 against 108.5)
 }
 
+// simDaemonLimits are the limits a Config event rolls out: rate per
+// second and burst.
+var simDaemonLimits = [][2]int{{simbound.Rate, simbound.Burst}, {10, 20}, {5, 40}, {2, 10}}
+
 func TestSimDaemon(t *testing.T) {
-	for _, n := range []int{2, 3} {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			spec := faultsim.Spec{Name: "Daemon", Procs: n, Len: simDaemonLen, Sample: 100 * time.Millisecond,
-				Kinds: faultsim.AllKinds(), MaxEvents: 12, Seeds: simDaemonSeeds, Count: 25}
-			faultsim.Run(t, spec, func(env *faultsim.Env) faultsim.World { return newDaemonWorld(env) })
+	for _, n := range []int{1, 2, 3} {
+		name := fmt.Sprintf("n=%d", n)
+		if n == 1 {
+			name = "standalone"
+		}
+		t.Run(name, func(t *testing.T) {
+			faultsim.Run(t, simbound.Spec("Daemon", n, 12, simDaemonSeeds, 25), func(env *faultsim.Env) faultsim.World { return newDaemonWorld(env) })
 		})
 	}
 }
@@ -63,15 +83,33 @@ type daemonWorld struct {
 	env *faultsim.Env
 	n   int
 	p   simbound.Params
-	simbound.Run
-	fabric *simnet.Fabric
-	procs  []*daemonProc
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	*simbound.Tally
+	fabric  *simnet.Fabric
+	procs   []*daemonProc
+	clients *simbound.Clients
 
-	mu     sync.Mutex // guards the fields below
-	counts []int64
-	series *simbound.Series
+	stateFile string // standalone: the daemon's state_file
+
+	mu      sync.Mutex // guards rollout
+	rollout []rollout  // the limits rolled out, in order
+}
+
+// rollout is a limit rolled out to every daemon from at to end.
+type rollout struct {
+	at, end time.Duration
+	lim     [2]int
+}
+
+// limitChange reports whether e, a Config event, rolls a limit out
+// (rather than reloading a daemon's peers).
+func (w *daemonWorld) limitChange(e faultsim.Event) bool {
+	return e.Kind == faultsim.Config && (w.n == 1 || e.Value>>63 == 1)
+}
+
+// killed reports whether e, a Crash of a standalone daemon, is a kill
+// (nothing saved) rather than a SIGTERM; by the seed.
+func (w *daemonWorld) killed(e faultsim.Event) bool {
+	return w.n == 1 && rand.New(rand.NewPCG(w.env.Sched.Seed, uint64(e.At))).IntN(2) == 0
 }
 
 func gossipAddr(i int) string { return fmt.Sprintf("127.0.0.%d:7946", i+1) }
@@ -79,38 +117,31 @@ func queryAddr(i int) string  { return fmt.Sprintf("127.0.0.%d:7390", i+1) }
 
 func newDaemonWorld(env *faultsim.Env) *daemonWorld {
 	n := env.Spec.Procs
-	w := &daemonWorld{env: env, n: n, stop: make(chan struct{}),
-		p: simbound.Params{N: n, Rate: simDaemonRate, Burst: simDaemonBurst}}
-	settle := 2*simDaemonInterval + gossip.DefaultForwardTimeout + 100*time.Millisecond
-	w.Run = simbound.NewRun(env, settle, 2*simDaemonInterval+settle)
-	w.counts = make([]int64, len(w.Keys))
-	w.series = simbound.NewSeries(w.Keys)
+	w := &daemonWorld{env: env, n: n, p: simbound.Params{N: n, Rate: simbound.Rate, Burst: simbound.Burst}}
+	if n == 1 {
+		w.stateFile = filepath.Join(env.T.TempDir(), "state.json")
+	}
+	settle := 2*simbound.Interval + gossip.DefaultForwardTimeout + 100*time.Millisecond
+	sched := env.Sched // less the limit changes, which Check bounds itself
+	sched.Events = slices.DeleteFunc(slices.Clone(sched.Events), w.limitChange)
+	w.Tally = simbound.NewTally(simbound.NewRunOf(env, sched, settle, 2*simbound.Interval+settle))
 	var ids []string
 	for i := range n {
-		w.procs = append(w.procs, &daemonProc{w: w, i: i})
+		w.procs = append(w.procs, &daemonProc{w: w, i: i, lim: simDaemonLimits[0]})
 		ids = append(ids, gossipAddr(i))
 	}
 	w.fabric = simnet.New(env.Net, ids)
 	for _, p := range w.procs {
 		p.Restart()
 	}
-	for _, p := range w.procs {
-		for c := range 4 {
-			rng := rand.New(rand.NewPCG(env.Rand.Uint64(), uint64(p.i*16+c)))
-			w.wg.Add(1)
-			go func() {
-				defer w.wg.Done()
-				simbound.Drive(w.stop, env.Sched.Load, w.Keys, rng, 1.5*simDaemonRate/4, env.Elapsed, p.ask)
-			}()
-		}
-	}
+	w.clients = simbound.StartClients(env, w.Keys, n, 4, func(i int, key string) { w.procs[i].ask(key) })
 	return w
 }
 
-// config is daemon i's configuration: the default limit, owner routing,
-// the other daemons but those left out as peers, and its sockets in
-// memory.
-func (w *daemonWorld) config(i int, left map[int]bool) Config {
+// config is daemon i's configuration: the default limit lim, owner
+// routing, the other daemons but those left out as peers, and its
+// sockets in memory; standalone, no gossip and a state_file.
+func (w *daemonWorld) config(i int, left map[int]bool, lim [2]int) Config {
 	var peers []string
 	for j := range w.n {
 		if j != i && !left[j] {
@@ -118,24 +149,67 @@ func (w *daemonWorld) config(i int, left map[int]bool) Config {
 		}
 	}
 	p := w.procs[i]
-	return Config{Listen: []string{"tcp:" + queryAddr(i)},
-		Default: Limit{Rate: fmt.Sprintf("%d/s", simDaemonRate), Burst: simDaemonBurst},
-		Gossip: Gossip{Listen: gossipAddr(i), Peers: peers, Interval: Duration(simDaemonInterval),
-			Secret: "simulated-gossip-secret", Routing: RoutingOwner},
+	cfg := Config{Listen: []string{"tcp:" + queryAddr(i)},
+		Default: Limit{Rate: fmt.Sprintf("%d/s", lim[0]), Burst: lim[1]},
+		Gossip: Gossip{Listen: gossipAddr(i), Peers: peers, Interval: Duration(simbound.Interval),
+			Secret: "simulated-gossip-secret", Routing: routingOwner},
 		hooks: &hooks{
 			listen: func(string, string) (net.Listener, error) { return p.listen(), nil },
 			gossip: func(string) (gossip.Transport, error) { return w.fabric.Endpoint(i), nil },
 		}}
+	if w.n == 1 {
+		cfg.Gossip, cfg.StateFile = Gossip{}, w.stateFile
+	}
+	return cfg
 }
 
 // Apply starts a process-level fault: a pause or a crash of a daemon's
-// host, or a reload of a daemon's peers.
+// host (standalone: a kill or a SIGTERM), a reload of a daemon's peers,
+// or a limit rolled out.
 func (w *daemonWorld) Apply(e faultsim.Event) {
-	if e.Kind == faultsim.Config {
+	switch {
+	case w.limitChange(e):
+		w.rollOut(e)
+		return
+	case e.Kind == faultsim.Config:
 		w.reconfigure(e)
 		return
+	case e.Kind == faultsim.Crash && e.From >= 0 && e.From < w.n:
+		p := w.procs[e.From]
+		p.mu.Lock()
+		p.kill = w.killed(e)
+		p.mu.Unlock()
 	}
 	simbound.Fault(w.procs, e, false)
+}
+
+// rollOut rolls the limit e.Value picks out to every daemon, one after
+// the other in a random order, a random gap of up to 300 ms apart, as an
+// operator reloads them (SIGHUP); a daemon down meanwhile restarts with
+// it.
+func (w *daemonWorld) rollOut(e faultsim.Event) {
+	lim := simDaemonLimits[e.Value%uint64(len(simDaemonLimits))]
+	r := rand.New(rand.NewPCG(e.Value, 0xc0f))
+	gap := time.Duration(r.Int64N(int64(300 * time.Millisecond)))
+	now := w.env.Elapsed()
+	w.mu.Lock()
+	w.rollout = append(w.rollout, rollout{at: now, end: now + time.Duration(w.n-1)*gap, lim: lim})
+	w.mu.Unlock()
+	for k, i := range r.Perm(w.n) {
+		p := w.procs[i]
+		time.AfterFunc(time.Duration(k)*gap, func() {
+			p.mu.Lock()
+			p.lim = lim
+			srv, down := p.srv, p.down
+			cfg := w.config(p.i, p.left, lim)
+			p.mu.Unlock()
+			if srv != nil && !down {
+				if err := srv.Reload(cfg); err != nil {
+					w.env.Violate(fmt.Errorf("setup: reload: %v", err))
+				}
+			}
+		})
+	}
 }
 
 // reconfigure applies a Config event (simbound.ConfigPair): daemon u
@@ -150,7 +224,7 @@ func (w *daemonWorld) reconfigure(e faultsim.Event) {
 	}
 	p.left[v] = !p.left[v]
 	srv, down := p.srv, p.down
-	cfg := w.config(u, p.left)
+	cfg := w.config(u, p.left, p.lim)
 	p.mu.Unlock()
 	if srv != nil && !down {
 		if err := srv.Reload(cfg); err != nil {
@@ -164,24 +238,87 @@ func (w *daemonWorld) reconfigure(e faultsim.Event) {
 func (w *daemonWorld) End(e faultsim.Event) { simbound.Fault(w.procs, e, true) }
 
 // Check checks, per tag, every window since an earlier sample against
-// the owner routing's bound.
+// the owner routing's bound, or a standalone daemon's.
 func (w *daemonWorld) Check(now time.Duration) error {
-	off := simbound.Offsets(w.env.Clocks)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	err := w.series.Add(now, slices.Clone(w.counts), off, "daemon-bound", w.Eps, func(win simbound.Window) float64 {
-		return simbound.Owner(w.p, win)
-	})
-	if err != nil {
+	if err := w.Tally.Check(now, w.env.Clocks, "daemon-bound", w.bound); err != nil {
 		return fmt.Errorf("%w (%d daemons, load %v)", err, w.n, w.env.Sched.Load)
 	}
 	return nil
 }
 
+// bound is the bound of a window, with the largest rate and burst of the
+// limits in use over it. Standalone, one bucket (a changed limit carries
+// the tag's usage, across a SIGTERM restart too) and a burst per kill
+// restarted in it; a SIGTERM restart restores the state, less the debt a
+// clock stepped back left (a bucket holds no fewer than 0 tokens when
+// restored), and a kill starts a fresh one: rate times the steps back of
+// the lives they end; and a burst per limit rolled out after a restart
+// (the restarted daemon has lost the buckets of the limits before it: a
+// raise back to one of them grants the difference again: open). Under owner
+// routing, simbound.Owner and a burst per limit rolled out over the
+// window (a changed limit starts its tags on a full bucket of the new
+// limit; nothing is carried). Called with w.mu held.
+func (w *daemonWorld) bound(win simbound.Window) float64 {
+	p, fresh := w.p, 0
+	for k, r := range w.rollout {
+		next := win.T // the limit before it is in use until it is rolled out
+		if k+1 < len(w.rollout) {
+			next = w.rollout[k+1].end
+		}
+		if r.at < win.T && next >= win.T0 {
+			p.Rate, p.Burst = max(p.Rate, float64(r.lim[0])), max(p.Burst, r.lim[1])
+		}
+		if r.at < win.T && r.end >= win.T0 {
+			fresh++
+		}
+	}
+	if w.n > 1 {
+		return simbound.Owner(p, win) + float64(fresh*p.Burst)
+	}
+	// A restarted daemon no longer has the buckets of the limits before
+	// its restart: a limit rolled out after it may start a fresh one.
+	lost := 0
+	for _, r := range w.rollout {
+		for _, e := range w.env.Sched.Events {
+			if e.Kind == faultsim.Crash && e.At+e.Dur < r.at && r.at < win.T && r.at >= win.T0 {
+				lost++
+				break
+			}
+		}
+	}
+	kills := 0
+	var owed, forgiven time.Duration // the current life's steps back; those forgiven in the window
+	// A crash counts at its restart: a step back while the daemon is down
+	// is owed by the life that restart ends.
+	evs := slices.Clone(w.env.Sched.Events)
+	at := func(e faultsim.Event) time.Duration {
+		if e.Kind == faultsim.Crash {
+			return e.At + e.Dur
+		}
+		return e.At
+	}
+	slices.SortStableFunc(evs, func(a, b faultsim.Event) int { return cmp.Compare(at(a), at(b)) })
+	for _, e := range evs {
+		switch {
+		case e.Kind == faultsim.ClockStep && e.D < 0:
+			owed -= e.D
+		case e.Kind != faultsim.Crash:
+		case e.At+e.Dur <= win.T0 || e.At+e.Dur > win.T:
+			owed = 0
+		case w.killed(e): // a fresh bucket: the life's debt is gone too
+			kills, forgiven, owed = kills+1, forgiven+owed, 0
+		default: // a SIGTERM restart in the window
+			forgiven, owed = forgiven+owed, 0
+		}
+	}
+	return float64(p.Burst*(1+kills+lost)) + p.Rate*(win.DC+forgiven).Seconds()
+}
+
 // Close stops the clients and every daemon.
 func (w *daemonWorld) Close() {
-	close(w.stop)
-	w.wg.Wait()
+	w.clients.Stop()
 	for _, p := range w.procs {
 		p.Crash()
 	}
@@ -201,12 +338,17 @@ type daemonProc struct {
 	paused bool
 	down   bool
 	left   map[int]bool // daemons this life left out of its peers (Config)
+	lim    [2]int       // its limit: rate per second, burst
+	kill   bool         // the next Crash is a kill: nothing saved
 }
 
 // Restart begins a new life of the host: a daemon and a client.
 func (p *daemonProc) Restart() {
 	w := p.w
-	srv, err := New(w.config(p.i, nil), nil, throttle.WithClock(w.env.Clocks[p.i]))
+	p.mu.Lock()
+	lim := p.lim
+	p.mu.Unlock()
+	srv, err := New(w.config(p.i, nil, lim), nil, throttle.WithClock(w.env.Clocks[p.i]))
 	if err == nil {
 		err = srv.Start()
 	}
@@ -234,13 +376,17 @@ func (p *daemonProc) Crash() {
 		return
 	}
 	p.down = true
-	srv, cl, ln := p.srv, p.cl, p.ln
+	srv, cl, ln, kill := p.srv, p.cl, p.ln, p.kill
+	p.kill = false
 	p.mu.Unlock()
 	cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	srv.Shutdown(ctx)
 	cancel()
 	ln.Close()
+	if kill && p.w.stateFile != "" {
+		os.Remove(p.w.stateFile) // killed: Shutdown never ran
+	}
 }
 
 // SetPaused pauses or resumes the host.
@@ -272,9 +418,7 @@ func (p *daemonProc) ask(tag string) {
 	if gone || !ok {
 		return
 	}
-	w.mu.Lock()
-	w.counts[w.KeyIdx[tag]]++
-	w.mu.Unlock()
+	w.Admit(tag)
 }
 
 // listen makes the host's query listener of its current life.

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,22 +12,6 @@ import (
 	"github.com/throttlekit/throttle/distributed/gossip"
 	"github.com/throttlekit/throttle/internal/testproc"
 )
-
-func TestLoadKeys(t *testing.T) {
-	k16, k32 := base64.StdEncoding.EncodeToString(make([]byte, 16)), base64.StdEncoding.EncodeToString(make([]byte, 32))
-	keys, err := daemon.LoadKeys(testproc.WriteFile(t, "keys", "# primary first\n"+k32+"\n\n  "+k16+"  \n"))
-	if err != nil || len(keys) != 2 || len(keys[0]) != 32 || len(keys[1]) != 16 {
-		t.Fatalf("LoadKeys: %d keys, %v", len(keys), err)
-	}
-	for _, body := range []string{"", "# none\n", "not base64!\n", base64.StdEncoding.EncodeToString(make([]byte, 20)) + "\n"} {
-		if _, err := daemon.LoadKeys(testproc.WriteFile(t, "keys", body)); !errors.Is(err, throttle.ErrInvalid) {
-			t.Errorf("LoadKeys(%q): %v", body, err)
-		}
-	}
-	if _, err := daemon.LoadKeys(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, throttle.ErrInvalid) {
-		t.Errorf("a missing key file: %v", err)
-	}
-}
 
 // gossip.members is validated, and needs a program that starts the
 // membership; a key file stands for the secret.
@@ -68,5 +51,23 @@ func TestMembersConfig(t *testing.T) {
 	}
 	if p := srv.Node().Peers(); len(p) != 1 || p[0] != "127.0.0.1:9" {
 		t.Fatalf("peers %v: want the membership's", p)
+	}
+}
+
+// CheckSecret refuses gossip without a secret long enough, without
+// binding anything; a daemon without gossip needs none.
+func TestCheckSecret(t *testing.T) {
+	cfg := config("tcp:127.0.0.1:0")
+	if err := cfg.CheckSecret(); err != nil {
+		t.Fatalf("no gossip: %v", err)
+	}
+	t.Setenv("THROTTLED_SECRET", "")
+	cfg.Gossip = daemon.Gossip{Listen: "127.0.0.1:0", Secret: "short"}
+	if err := cfg.CheckSecret(); !errors.Is(err, throttle.ErrInvalid) {
+		t.Errorf("a 5-byte secret: %v, want ErrInvalid", err)
+	}
+	cfg.Gossip.Secret = secret
+	if err := cfg.CheckSecret(); err != nil {
+		t.Errorf("the tests' secret: %v", err)
 	}
 }

@@ -21,15 +21,15 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		s.WriteMetrics(w)
+		s.writeMetrics(w)
 	})
 	return mux
 }
 
-// WriteMetrics writes the server's counters to w in the Prometheus text
+// writeMetrics writes the server's counters to w in the Prometheus text
 // exposition format (version 0.0.4), as the admin listener's /metrics
 // serves them.
-func (s *Server) WriteMetrics(w io.Writer) error {
+func (s *Server) writeMetrics(w io.Writer) error {
 	st := s.Stats()
 	g := st.Gossip
 	b := bufio.NewWriter(w)

@@ -77,16 +77,13 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,13 +96,13 @@ import (
 
 // Replies of the protocol.
 const (
-	ReplyOK    = "OK\n"
-	ReplyNO    = "NO\n"
-	ReplyError = "ER\n"
-	ReplyPong  = "PONG\n"
-	// ReplyRefused is sent, before closing, to a connection beyond
+	replyOK    = "OK\n"
+	replyNO    = "NO\n"
+	replyError = "ER\n"
+	replyPong  = "PONG\n"
+	// replyRefused is sent, before closing, to a connection beyond
 	// MaxConns or MaxConnsPerAddr.
-	ReplyRefused = "RF\n"
+	replyRefused = "RF\n"
 )
 
 // Server answers queries on its listeners. Create it with New, run it with
@@ -142,35 +139,6 @@ type Server struct {
 	st struct {
 		conns, rejected, reclaimed, queries, ok, no, bad, pings, writeTimeouts, replyResets, reloads, reloadErrors atomic.Uint64
 	}
-}
-
-// limits are the limiters of one configuration, swapped whole by Reload.
-type limits struct {
-	exact map[string]bucketLimiter // rules without wildcards
-	globs []globRule
-	def   bucketLimiter
-	all   map[string]bucketLimiter // by gossip name
-	burst map[bucketLimiter]int64
-	owned bool // routing "owner": the limiters are *gossip.OwnedLimiter
-	// prev is the configuration this one replaced, while a changed
-	// limit's tags may still carry usage from it (see carry); nil after.
-	prev atomic.Pointer[limits]
-}
-
-// maxCarry bounds how long a reload keeps the replaced limiters to carry
-// their usage over: a bucket refills in burst/rate at most, and usage
-// older than this is forgotten.
-const maxCarry = 10 * time.Minute
-
-// connLimits are the connection settings Reload may change.
-type connLimits struct {
-	maxConns, perAddr   int
-	idle, write, budget time.Duration
-}
-
-type globRule struct {
-	pattern string
-	lim     bucketLimiter
 }
 
 // Stats counts what a Server did.
@@ -290,298 +258,6 @@ func (s *Server) listen(cfg Config) error {
 	return nil
 }
 
-// gossipTransport binds the gossip socket into gc, sealed under the key
-// file if there is one, and starts the membership of gossip.members if
-// configured.
-func (s *Server) gossipTransport(gc *gossip.Config) error {
-	g := s.cfg.Gossip
-	if err := s.cfg.CheckSecret(); err != nil {
-		return err
-	}
-	if g.Members != nil && g.Membership == nil {
-		return fmt.Errorf("%w: gossip.members needs a program that runs a membership (cmd/throttled)", throttle.ErrInvalid)
-	}
-	gc.Secret, _ = g.secret()
-	udp, err := s.listenGossip(g.Listen)
-	if err != nil {
-		return fmt.Errorf("gossip listen: %w", err)
-	}
-	gc.Transport = udp
-	var keys [][]byte
-	if g.KeyFile != "" {
-		keys, _ = LoadKeys(g.KeyFile) // checked by CheckSecret
-		s.keys = &keyring{keys: keys}
-		if s.seal, err = gossip.Seal(udp, s.keys); err != nil {
-			udp.Close()
-			return err
-		}
-		gc.Transport = s.seal
-	}
-	if g.Members != nil {
-		ms, closer, err := g.Membership(g, cmp.Or(g.Advertise, udp.Addr()), keys)
-		if err != nil {
-			udp.Close()
-			return fmt.Errorf("gossip membership: %w", err)
-		}
-		gc.Membership, s.ms = ms, closer
-	}
-	return nil
-}
-
-// listenGossip binds the gossip transport on addr: UDP, or the test
-// hook's.
-func (s *Server) listenGossip(addr string) (gossip.Transport, error) {
-	if s.cfg.hooks != nil && s.cfg.hooks.gossip != nil {
-		return s.cfg.hooks.gossip(addr)
-	}
-	return gossip.ListenUDP(addr)
-}
-
-// hooks replace the sockets of a Server, for simulations in memory.
-type hooks struct {
-	listen func(network, addr string) (net.Listener, error) // the query listeners
-	gossip func(addr string) (gossip.Transport, error)      // the gossip transport
-}
-
-// closeMembership stops the membership of gossip.members, if any.
-func (s *Server) closeMembership() {
-	if s.ms != nil {
-		s.ms.Close()
-	}
-}
-
-func connLimitsOf(cfg Config) *connLimits {
-	return &connLimits{maxConns: cfg.MaxConns, perAddr: cfg.MaxConnsPerAddr,
-		idle: time.Duration(cfg.IdleTimeout), write: time.Duration(cfg.WriteTimeout), budget: time.Duration(cfg.IdleBudget)}
-}
-
-// limitName is the gossip name of a limit: its rate and burst are part
-// of it, so that daemons whose configurations differ do not charge each
-// other, and a reload that changes a limit starts a new one.
-func limitName(kind string, l Limit) string {
-	return fmt.Sprintf("%s|%s|%d", kind, l.Rate, l.Burst)
-}
-
-// buildLimits makes the limiters of cfg, reusing those of old whose name
-// (kind, rate and burst) is unchanged.
-func (s *Server) buildLimits(cfg Config, old *limits) (*limits, error) {
-	l := &limits{exact: map[string]bucketLimiter{}, all: map[string]bucketLimiter{}, burst: map[bucketLimiter]int64{},
-		owned: cfg.Gossip.Routing == RoutingOwner}
-	var created []bucketLimiter
-	newLim := func(kind string, lm Limit) (bucketLimiter, error) {
-		name := limitName(kind, lm)
-		if x := l.all[name]; x != nil {
-			return x, nil
-		}
-		// Unchanged since the running configuration, or one before it
-		// still open to carry usage: the same buckets.
-		for o := old; o != nil; o = o.prev.Load() {
-			if x := o.all[name]; x != nil {
-				l.all[name], l.burst[x] = x, int64(lm.Burst)
-				return x, nil
-			}
-		}
-		r, err := throttle.ParseRate(lm.Rate)
-		if err != nil {
-			return nil, err
-		}
-		x, err := s.newLimiter(cfg.Gossip, name, r, lm.Burst)
-		if err != nil {
-			return nil, err
-		}
-		created = append(created, x)
-		l.all[name], l.burst[x] = x, int64(lm.Burst)
-		return x, nil
-	}
-	fail := func(err error) (*limits, error) {
-		for _, x := range created {
-			x.Close()
-		}
-		return nil, err
-	}
-	var err error
-	if l.def, err = newLim("default", cfg.Default); err != nil {
-		return fail(err)
-	}
-	for _, r := range cfg.Rules {
-		lim, err := newLim("rule:"+r.Pattern, r.Limit)
-		if err != nil {
-			return fail(fmt.Errorf("rule %q: %w", r.Pattern, err))
-		}
-		if isLiteral(r.Pattern) {
-			if _, dup := l.exact[r.Pattern]; !dup {
-				l.exact[r.Pattern] = lim
-			}
-		} else {
-			l.globs = append(l.globs, globRule{r.Pattern, lim})
-		}
-	}
-	return l, nil
-}
-
-// Reload applies the limits (default and rules) and the connection
-// settings (max_conns, max_conns_per_addr, idle_timeout, idle_budget,
-// write_timeout) of cfg. Buckets of limits whose rate and burst are
-// unchanged keep their state. A tag whose limit changed keeps its usage:
-// its new bucket holds at most the new burst less what the old bucket has
-// used, until the old one has refilled (at most maxCarry; over gossip,
-// every node charges the usage it saw, so carried usage may count more
-// than once meanwhile: stricter, never looser; with routing "owner"
-// nothing is carried).
-// Queries racing a reload are answered by the old or the new limits,
-// never "ER". New gossip peers are joined, and those no longer listed
-// left. Settings that need a restart (listeners, the other gossip settings,
-// max_tag_len, max_keys, admin) must be unchanged. If cfg is invalid, the running
-// configuration stays and the error wraps throttle.ErrInvalid.
-func (s *Server) Reload(cfg Config) error {
-	s.relMu.Lock()
-	defer s.relMu.Unlock()
-	err := s.reload(cfg)
-	if err != nil {
-		s.st.reloadErrors.Add(1)
-		s.log.Error("reload refused, keeping the running configuration", "err", err)
-		return err
-	}
-	s.st.reloads.Add(1)
-	s.log.Info("configuration reloaded", "default_rate", cfg.Default.Rate, "default_burst", cfg.Default.Burst, "rules", len(cfg.Rules))
-	return nil
-}
-
-func (s *Server) reload(cfg Config) error {
-	cfg = cfg.WithDefaults()
-	if err := cfg.check(); err != nil {
-		return err
-	}
-	fixed := func(c Config) string {
-		g := c.Gossip
-		g.Interval = 0
-		var members Members
-		if g.Members != nil {
-			members = *g.Members
-		}
-		return fmt.Sprint(c.Listen, g.Listen, g.Advertise, g.Secret, g.SecretFile, g.SpendCap, g.Copies, g.KeyFile, members, c.MaxTagLen, c.MaxKeys, c.Admin,
-			g.Routing, g.ForwardTimeout, g.ForwardDelay, c.StateFile)
-	}
-	if fixed(cfg) != fixed(s.cfg) || cfg.Gossip.Interval != s.cfg.Gossip.Interval {
-		return fmt.Errorf("%w: reload: listen, gossip (but for its peers), max_tag_len, max_keys, admin and state_file need a restart", throttle.ErrInvalid)
-	}
-	var keys [][]byte
-	if cfg.Gossip.KeyFile != "" && s.keys != nil {
-		var err error
-		if keys, err = LoadKeys(cfg.Gossip.KeyFile); err != nil {
-			return err
-		}
-	}
-	old := s.lim.Load()
-	l, err := s.buildLimits(cfg, old)
-	if err != nil {
-		return err
-	}
-	if err := s.setPeers(cfg.Gossip.Peers); err != nil {
-		return err
-	}
-	if keys != nil {
-		s.keys.set(keys)
-	}
-	// The previous configurations stay open, in a chain of at most
-	// maxChain, while their usage may carry over: for the longest refill
-	// time of their limits, at most maxCarry.
-	var carry time.Duration
-	for _, x := range old.all {
-		r, _ := throttle.ParseRate(limitRate(x))
-		carry = max(carry, r.Duration(old.burst[x]))
-	}
-	l.prev.Store(old)
-	s.lim.Store(l)
-	s.conf.Store(connLimitsOf(cfg))
-	o := old
-	for range maxChain - 1 {
-		if o = o.prev.Load(); o == nil {
-			break
-		}
-	}
-	if o != nil {
-		s.dropPrev(o)
-	}
-	time.AfterFunc(min(carry, maxCarry), func() {
-		s.relMu.Lock()
-		defer s.relMu.Unlock()
-		s.dropPrev(l)
-	})
-	return nil
-}
-
-// setPeers makes the gossip node's static peers those listed: it joins
-// the new ones and leaves those no longer listed (whose hits stay charged).
-// Peers found by memberlist (gossip.members) are its business, not this.
-func (s *Server) setPeers(peers []string) error {
-	if s.cfg.Gossip.Listen == "" || s.cfg.Gossip.Members != nil {
-		return nil
-	}
-	for _, p := range peers {
-		if err := s.node.Join(p); err != nil {
-			return err
-		}
-	}
-	for _, p := range s.node.Peers() {
-		if !slices.Contains(peers, p) {
-			s.node.Leave(p)
-		}
-	}
-	return nil
-}
-
-// maxChain bounds the configurations kept to carry usage over reloads.
-const maxChain = 16
-
-// dropPrev ends l's carrying of usage: the configurations before l are
-// forgotten, and their limiters that the running ones no longer use are
-// closed. Called under relMu.
-func (s *Server) dropPrev(l *limits) {
-	inUse := map[bucketLimiter]bool{}
-	for c := s.lim.Load(); c != nil && c != l; c = c.prev.Load() {
-		for _, x := range c.all {
-			inUse[x] = true
-		}
-	}
-	for _, x := range l.all {
-		inUse[x] = true
-	}
-	for o := l.prev.Swap(nil); o != nil; o = o.prev.Swap(nil) {
-		for _, x := range o.all {
-			if !inUse[x] {
-				x.Close()
-			}
-		}
-	}
-}
-
-// limitRate returns the rate of x, from its gossip name (see limitName).
-func limitRate(x bucketLimiter) string {
-	name := x.Name()
-	for i := len(name) - 1; i >= 0; i-- {
-		if name[i] == '|' {
-			name = name[:i]
-			break
-		}
-	}
-	for i := len(name) - 1; i >= 0; i-- {
-		if name[i] == '|' {
-			return name[i+1:]
-		}
-	}
-	return ""
-}
-
-func isLiteral(p string) bool {
-	for i := 0; i < len(p); i++ {
-		if p[i] == '*' || p[i] == '?' {
-			return false
-		}
-	}
-	return true
-}
-
 // removeStaleSocket removes a Unix socket file that no process listens on.
 func removeStaleSocket(path string) {
 	fi, err := os.Stat(path)
@@ -617,13 +293,6 @@ func (s *Server) Stats() Stats {
 		Allowed: s.st.ok.Load(), Throttled: s.st.no.Load(), BadQueries: s.st.bad.Load(), Pings: s.st.pings.Load(),
 		WriteTimeouts: s.st.writeTimeouts.Load(), ReplyResets: s.st.replyResets.Load(), Reloads: s.st.reloads.Load(), ReloadErrors: s.st.reloadErrors.Load(),
 		Gossip: s.node.Stats(), Unsealed: s.unsealed(), Owned: s.lim.Load().ownedStats()}
-}
-
-func (s *Server) unsealed() uint64 {
-	if s.seal == nil {
-		return 0
-	}
-	return s.seal.Refused()
 }
 
 // Start accepts connections on every listener and starts the gossip
@@ -662,231 +331,23 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// AdminAddr returns the address of the admin HTTP listener, or nil.
-func (s *Server) AdminAddr() net.Addr {
+// adminAddr returns the address of the admin HTTP listener, or nil.
+func (s *Server) adminAddr() net.Addr {
 	if s.adminLn == nil {
 		return nil
 	}
 	return s.adminLn.Addr()
 }
 
-// peerKey names the client a connection comes from, for
-// MaxConnsPerAddr: the IP address of a TCP peer, the process (user and
-// process id, SO_PEERCRED) of a Unix-socket peer; "" when unknown.
-func peerKey(c net.Conn) string {
-	switch a := c.RemoteAddr().(type) {
-	case *net.TCPAddr:
-		return a.IP.String()
-	case *net.UnixAddr:
-		if cred := peerCred(c); cred != "" {
-			return "unix:" + cred
-		}
-	}
-	return ""
-}
-
-// refuse tells a connection over a limit so ("RF\n") and closes it. At
-// most maxLingering refusals at a time wait for the reply to leave;
-// beyond, connections are closed at once.
-func (s *Server) refuse(c net.Conn) {
-	if s.lingering.Add(1) > maxLingering {
-		s.lingering.Add(-1)
-		c.Close()
-		return
-	}
-	go func() {
-		defer s.lingering.Add(-1)
-		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		io.WriteString(c, ReplyRefused)
-		lingerClose(c)
-		c.Close()
-	}()
-}
-
-// maxLingering bounds the refused connections closed gracefully at once.
-const maxLingering = 64
-
-func (s *Server) accept(ln net.Listener) {
-	defer s.wg.Done()
-	var delay time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: back off, keep going.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.log.Warn("accept", "err", err, "retry_in", delay)
-			time.Sleep(delay)
-			continue
-		}
-		delay = 0
-		cl := s.conf.Load()
-		sc := &conn{c: c, peer: peerKey(c)}
-		sc.last.Store(s.now())
-		s.mu.Lock()
-		var victim *conn
-		ok := !s.closing
-		if ok {
-			victim, ok = s.admit(sc, cl)
-		}
-		switch {
-		case ok:
-			s.wg.Add(1)
-			s.mu.Unlock()
-			s.open(sc, victim)
-			go s.serve(sc)
-		case !s.closing && s.mayShare(sc):
-			s.wg.Add(1)
-			s.mu.Unlock()
-			go s.share(sc, cl)
-		default:
-			closing := s.closing
-			s.mu.Unlock()
-			s.turnAway(sc, cl, closing)
-		}
-	}
-}
-
-// open counts sc, a connection admitted in the place of victim if not
-// nil, and reclaims victim.
-func (s *Server) open(sc, victim *conn) {
-	if victim != nil {
-		s.reclaim(victim)
-	}
-	s.st.conns.Add(1)
-}
-
-// turnAway refuses sc, a connection over a cap of cl (closes it at once
-// if closing).
-func (s *Server) turnAway(sc *conn, cl *connLimits, closing bool) {
-	if s.st.rejected.Add(1)%1000 == 1 {
-		s.log.Warn("connection limit reached, refusing new connections", "max_conns", cl.maxConns,
-			"max_conns_per_addr", cl.perAddr, "client", sc.peer)
-	}
-	if closing {
-		sc.c.Close()
-	} else {
-		s.refuse(sc.c)
-	}
-}
-
-// share serves sc, a connection refused at its loopback address's cap,
-// if it may take the place of another local process's (shareLoopback),
-// and refuses it otherwise. The caller added it to s.wg.
-func (s *Server) share(sc *conn, cl *connLimits) {
-	victim, ok := s.shareLoopback(sc, cl)
-	if !ok {
-		s.mu.Lock()
-		closing := s.closing
-		s.mu.Unlock()
-		s.turnAway(sc, cl, closing)
-		s.wg.Done()
-		return
-	}
-	s.open(sc, victim)
-	s.serve(sc)
-}
-
-// replyBudget is the send buffer of a connection: the reply bytes it may
-// owe (written, not yet taken by the client) before the server stops
-// reading its queries. A connection that owes replies and takes none for
-// WriteTimeout is reset, which frees its kernel memory at once (no
-// FIN-WAIT orphan holding unsent replies).
-const replyBudget = 16 << 10
-
-// connMemory is what one connection may make the kernel hold, for sizing
-// the default MaxConnsPerAddr: the server's send buffer (replyBudget,
-// doubled by the kernel), and a default receive buffer at either end.
-func connMemory() uint64 {
-	return 2*replyBudget + 2*max(tcpRmemDefault(), 128<<10)
-}
-
-// oversized answers a line longer than MaxTagLen with ER and closes c.
-func (s *Server) oversized(c net.Conn, out []byte) {
-	s.st.bad.Add(1)
-	s.log.Debug("oversized line, closing", "remote", c.RemoteAddr().String(), "max_tag_len", s.cfg.MaxTagLen)
-	c.SetWriteDeadline(time.Now().Add(shutdownWrite))
-	c.Write(append(out, ReplyError...))
-	lingerClose(c)
-}
-
-// shutdownWrite bounds the flush of the last replies during Shutdown.
-const shutdownWrite = 500 * time.Millisecond
-
-func ceilMillis(d time.Duration) int64 {
-	return int64((max(d, 0) + time.Millisecond - 1) / time.Millisecond)
-}
-
-// lingerClose half-closes c and discards what the client still sends,
-// briefly, so that the error reply is not destroyed by a TCP reset.
-func lingerClose(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		io.CopyN(io.Discard, c, 64<<10)
-	}
-}
-
-// Tokens returns the tokens left for tag in the bucket of the limit it
+// tagTokens returns the tokens left for tag in the bucket of the limit it
 // matches, negative when peers' reports pushed it below empty. With
 // routing "owner" it is this daemon's bucket of tag: the owner's exact
 // one if this daemon owns tag, else its fallback bucket.
-func (s *Server) Tokens(tag string) int64 { return s.limiter([]byte(tag)).Tokens(tag) }
+func (s *Server) tagTokens(tag string) int64 { return s.limiter([]byte(tag)).Tokens(tag) }
 
 // Decide answers a query for tag as a connection would ("OK\n", "NO\n" or
 // "ER\n"), without a socket.
 func (s *Server) Decide(tag string) string { return string(s.answer([]byte(tag+"\n"), nil)) }
-
-func (s *Server) limiter(tag []byte) bucketLimiter { return s.lim.Load().limiter(tag) }
-
-// carry keeps the usage key had under the configurations before l, when
-// its limit changed: before each decision, while they are kept, lim's
-// bucket is brought down to at most the tokens l.tokens allows. Racing
-// decisions may each charge: stricter, never looser. It costs one atomic
-// load when l carries nothing. With routing "owner" nothing is carried: a
-// tag whose limit changed starts on a full bucket of the new limit.
-func (l *limits) carry(lim bucketLimiter, key string) {
-	if l.prev.Load() == nil || l.owned {
-		return // an owner-routed tag's bucket is on its owner
-	}
-	have := lim.Tokens(key)
-	if k := have - max(l.tokens(lim, key, maxChain), 0); k > 0 {
-		lim.Allow(context.Background(), key, int(min(k, have)))
-	}
-}
-
-// tokens returns the tokens key may have in lim, its limiter under l:
-// those of its bucket, at most lim's burst less what key's bucket had
-// used under the previous configuration (itself so bounded, depth
-// configurations back). The old buckets refill at their old rates, so
-// carried usage fades as it would have.
-func (l *limits) tokens(lim bucketLimiter, key string, depth int) int64 {
-	have := lim.Tokens(key)
-	p := l.prev.Load()
-	if p == nil || depth == 0 {
-		return have
-	}
-	old := p.limiter([]byte(key))
-	if old == lim {
-		return min(have, p.tokens(old, key, depth-1))
-	}
-	used := p.burst[old] - p.tokens(old, key, depth-1)
-	return min(have, l.burst[lim]-used)
-}
-
-func (l *limits) limiter(tag []byte) bucketLimiter {
-	if x, ok := l.exact[string(tag)]; ok {
-		return x
-	}
-	for _, g := range l.globs {
-		if match(g.pattern, tag) {
-			return g.lim
-		}
-	}
-	return l.def
-}
 
 // Shutdown stops accepting, lets every connection answer the queries it
 // had received (on Linux, also those still in the socket's receive
@@ -941,47 +402,4 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeMembership()
 	s.log.Info("stopped", "queries", s.st.ok.Load()+s.st.no.Load())
 	return err
-}
-
-// watchGossip logs, loudly, gossip datagrams dropped since the last look,
-// with the misconfiguration each cause usually means: a silent gossip is
-// a cluster that limits N times too much.
-func (s *Server) watchGossip(stop <-chan struct{}, every time.Duration) {
-	defer s.wg.Done()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	var last gossip.Stats
-	var lastUnsealed uint64
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		g, unsealed := s.node.Stats(), s.unsealed()
-		for _, c := range []struct {
-			n    uint64
-			what string
-		}{
-			{unsealed - lastUnsealed, "unsealed: opened under no key of gossip.key_file (a key rotation out of order, or forged)"},
-			{g.BadMAC - last.BadMAC, "bad_mac: authentication failed (peers with another gossip secret, or forged)"},
-			{g.UnknownSender - last.UnknownSender, "unknown_sender: authentic, from a node not in gossip.peers (its advertise address differs from our peers list?)"},
-			{g.WrongSource - last.WrongSource, "wrong_source: authentic, from another address than the peer is listed under (NAT, or a wildcard bind sending from another interface?)"},
-			{g.Malformed - last.Malformed, "malformed: not a gossip datagram of this version"},
-			{g.UnknownTable - last.UnknownTable, "unknown_table: a limit this daemon does not have (rules or limits differ between daemons)"},
-			{g.Capped - last.Capped, "capped: peers reported more hits than they could have admitted (limits differ, or a misbehaving peer)"},
-		} {
-			if c.n > 0 {
-				s.log.Warn("gossip datagrams dropped", "count", c.n, "cause", c.what)
-			}
-		}
-		if g.Behind > last.Behind {
-			s.log.Warn("gossip rounds cannot carry every changed tag: charges lag the decisions", "rounds", g.Behind-last.Behind,
-				"hint", "every hit is still charged (long-run rate exact for tags in steady use), but a tag asked on every daemon before its charges arrive gets up to a burst and the lag's refill on each: use routing \"owner\" for this many active tags")
-		}
-		if g.PacketsReceived == last.PacketsReceived && len(s.node.Peers()) > 0 && g.Rounds > 10 {
-			s.log.Warn("no gossip received from any peer lately", "peers", s.node.Peers(), "advertise", s.node.ID())
-		}
-		last, lastUnsealed = g, unsealed
-	}
 }

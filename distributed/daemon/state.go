@@ -6,18 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/distributed/gossip"
 )
 
-// MaxStateAge bounds the age of a state file (Config.StateFile) a daemon
+// maxStateAge bounds the age of a state file (Config.StateFile) a daemon
 // restores at its start: a daemon down for longer starts every tag on a
 // full bucket.
-const MaxStateAge = time.Hour
+const maxStateAge = time.Hour
 
 // savedState is the content of a state file: when it was saved (the
 // limiters' clock, in nanoseconds) and, per limit (by gossip name, which
@@ -29,25 +32,27 @@ type savedState struct {
 
 // saveState writes the level of every tag below full to Config.StateFile,
 // if set: to a temporary file renamed over it, so that a crash while
-// writing leaves the previous state or none, never half of one.
+// writing leaves the previous state or none, never half of one. The
+// limits a reload replaced and still carries usage from (see carry) are
+// saved too, so that a tag not asked since keeps its usage.
 func (s *Server) saveState() error {
 	if s.cfg.StateFile == "" {
 		return nil
 	}
 	st := savedState{Saved: s.clk.Now(), Limits: map[string]map[string]int64{}}
-	for name, x := range s.lim.Load().all {
-		g, ok := x.(*gossip.Limiter)
-		if !ok {
-			continue
-		}
-		tags := map[string]int64{}
-		g.Below(func(tag string, tokens int64) bool {
-			if tag != gossip.OverflowKey {
-				tags[tag] = tokens
+	for c := s.lim.Load(); c != nil; c = c.prev.Load() {
+		for name, x := range c.all {
+			g, ok := x.(*gossip.Limiter)
+			if _, seen := st.Limits[name]; seen || !ok {
+				continue
 			}
-			return true
-		})
-		if len(tags) > 0 {
+			tags := map[string]int64{}
+			g.Below(func(tag string, tokens int64) bool {
+				if tag != gossip.OverflowKey {
+					tags[tag] = tokens
+				}
+				return true
+			})
 			st.Limits[name] = tags
 		}
 	}
@@ -68,46 +73,98 @@ func (s *Server) saveState() error {
 }
 
 // restoreState takes the tags' levels back from Config.StateFile, if set
-// and saved at most MaxStateAge ago, into the limits of l whose name
-// (rate and burst) is unchanged, each refilled for the time since it was
-// saved, and removes the file so that a later crash does not restore it
-// again. It returns how many tags it restored.
+// and saved at most maxStateAge ago, each refilled for the time since it
+// was saved (less what a clock stepped back since takes away), into the
+// limiters of l, and removes the file so that a later crash does not
+// restore it again. A tag whose limit changed carries its usage as a
+// reload does: its new bucket holds at most its burst less what the old
+// one had used. It returns how many tags it restored.
 func (s *Server) restoreState(l *limits) (int, error) {
+	st, age, err := s.readState()
+	if err != nil || st == nil {
+		return 0, err
+	}
+	have := map[string]int64{} // per tag, the tokens its saved levels leave it under l
+	for name, tags := range st.Limits {
+		burst, r, ok := parseLimitName(name)
+		if !ok {
+			continue
+		}
+		regained := regainedIn(age, r)
+		for tag, tokens := range tags {
+			lim := l.limiter([]byte(tag))
+			level := min(max(tokens, 0)+regained, burst)
+			if lim.Name() != name {
+				level = l.burst[lim] - (burst - level) // the limit changed: carry the usage
+			}
+			if h, seen := have[tag]; !seen || level < h {
+				have[tag] = level
+			}
+		}
+	}
+	n := 0
+	for tag, h := range have {
+		lim := l.limiter([]byte(tag))
+		if g, ok := lim.(*gossip.Limiter); ok && h < l.burst[lim] {
+			g.Allow(context.Background(), tag, int(l.burst[lim]-max(h, 0))) // standalone: no peer is told
+			n++
+		}
+	}
+	return n, nil
+}
+
+// readState reads Config.StateFile, if set and present, and removes it;
+// it returns the state and its age, or an error if it cannot be read or
+// is older than maxStateAge.
+func (s *Server) readState() (*savedState, int64, error) {
 	if s.cfg.StateFile == "" {
-		return 0, nil
+		return nil, 0, nil
 	}
 	b, err := os.ReadFile(s.cfg.StateFile)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	defer os.Remove(s.cfg.StateFile)
 	var st savedState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return 0, fmt.Errorf("state file %s: %w", s.cfg.StateFile, err)
+		return nil, 0, fmt.Errorf("state file %s: %w", s.cfg.StateFile, err)
 	}
+	// A clock stepped back since the save (age < 0) takes tokens away,
+	// as it would have from the running daemon's buckets: ignoring the
+	// state would hand every tag a fresh burst.
 	age := s.clk.Now() - st.Saved
-	if age < 0 || age > int64(MaxStateAge) {
-		return 0, fmt.Errorf("state file %s saved %v ago: not within [0, %v], ignored", s.cfg.StateFile, time.Duration(age), MaxStateAge)
+	if age > int64(maxStateAge) {
+		return nil, 0, fmt.Errorf("state file %s saved %v ago, more than %v: ignored", s.cfg.StateFile, time.Duration(age), maxStateAge)
 	}
-	n := 0
-	for name, tags := range st.Limits {
-		x := l.all[name]
-		g, ok := x.(*gossip.Limiter)
-		if !ok {
-			continue // the limit changed: its tags start full
-		}
-		burst := l.burst[x]
-		r, _ := throttle.ParseRate(limitRate(x))
-		regained := age / int64(r.Period()) * r.Count() // whole periods only: stricter
-		for tag, tokens := range tags {
-			if have := max(tokens, 0) + regained; have < burst {
-				g.Allow(context.Background(), tag, int(burst-have)) // standalone: no peer is told
-				n++
-			}
-		}
+	return &st, age, nil
+}
+
+// regainedIn returns the whole tokens rate r refills in age, rounded down
+// (whole periods only); a negative age (a clock stepped back) takes
+// tokens away, rounded up. Both stricter.
+func regainedIn(age int64, r throttle.Rate) int64 {
+	if age >= 0 {
+		return age / int64(r.Period()) * r.Count()
 	}
-	return n, nil
+	tokens := math.Ceil(-float64(age) * float64(r.Count()) / float64(r.Period()))
+	return -int64(min(tokens, 1<<40)) // past any burst: the bucket empties
+}
+
+// parseLimitName returns the burst and the rate of a limit's gossip name
+// (see limitName).
+func parseLimitName(name string) (burst int64, r throttle.Rate, ok bool) {
+	i := strings.LastIndexByte(name, '|')
+	if i < 0 {
+		return 0, r, false
+	}
+	burst, err := strconv.ParseInt(name[i+1:], 10, 64)
+	j := strings.LastIndexByte(name[:i], '|')
+	if err != nil || j < 0 {
+		return 0, r, false
+	}
+	r, err = throttle.ParseRate(name[j+1 : i])
+	return burst, r, err == nil && r.Count() > 0 && r.Period() > 0
 }

@@ -18,21 +18,10 @@ import (
 // daemon.MaxStateAge is ignored. Before, every restart gave every tag a
 // fresh burst.
 func TestRestartKeepsUsage(t *testing.T) {
-	clk := throttletest.NewClock()
-	cfg := config("tcp:127.0.0.1:0")
-	cfg.Default = daemon.Limit{Rate: "1/m", Burst: 5}
-	cfg.StateFile = filepath.Join(t.TempDir(), "state.json")
+	cfg, clk, stop := stateFixture(t)
 	run := func() *daemon.Server { return started(t, cfg, throttle.WithClock(clk)) }
-	stop := func(s *daemon.Server) {
-		if err := s.Shutdown(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
 	s := run()
-	for range 5 {
-		s.Decide("alice")
-	}
-	s.Decide("bob")
+	spendAliceAndBob(s)
 	stop(s)
 	clk.Advance(30 * time.Second) // down for 30 s: alice regains nothing yet (1/m)
 	s = run()
@@ -53,4 +42,78 @@ func TestRestartKeepsUsage(t *testing.T) {
 	if err := cfg.Validate(); !errors.Is(err, throttle.ErrInvalid) {
 		t.Errorf("state_file with gossip: %v, want ErrInvalid", err)
 	}
+}
+
+// A standalone daemon whose host clock is stepped back while it is down
+// (an NTP correction during a deploy) restores its state file less what
+// the step takes away, as it would from a running daemon's bucket: a tag
+// that spent its burst is still refused.
+// Before, a state saved "in the future" was ignored and every tag started
+// on a full bucket (the fault simulator's seeds 835690510922581563 and
+// 6076404530534874524: 31 admitted where one bucket allows 28).
+func TestRestartClockSteppedBack(t *testing.T) {
+	cfg, clk, stop := stateFixture(t)
+	s := started(t, cfg, throttle.WithClock(clk))
+	spendAliceAndBob(s)
+	stop(s)
+	clk.Advance(-2 * time.Second)
+	s = started(t, cfg, throttle.WithClock(clk))
+	defer stop(s)
+	if got := s.Decide("alice"); got != daemon.ReplyNO {
+		t.Errorf("alice after a restart on a clock stepped back 2 s: %q, want NO (her burst was spent)", got)
+	}
+	// The running daemon's bucket would hold 4 − 2/60 tokens: 3 whole.
+	if tok := s.Tokens("bob"); tok != 3 {
+		t.Errorf("bob after a restart on a clock stepped back 2 s: %d tokens, want 3", tok)
+	}
+}
+
+// A standalone daemon restarted with a changed limit, or stopped before
+// a tag's first query after a reload changed its limit, carries the
+// tag's usage as a reload does: the new bucket holds at most its burst
+// less what the old one had used. Before, such tags started full: one
+// burst more per restart (the fault simulator's seed
+// 1817538317673345591: 73 admitted where one bucket allows 71.5).
+func TestRestartChangedLimitKeepsUsage(t *testing.T) {
+	cfg, clk, stop := stateFixture(t)
+	s := started(t, cfg, throttle.WithClock(clk))
+	spendAliceAndBob(s)
+	stop(s)
+	cfg.Default.Burst = 10 // changed while the daemon was down
+	s = started(t, cfg, throttle.WithClock(clk))
+	if a, b := s.Tokens("alice"), s.Tokens("bob"); a != 5 || b != 9 {
+		t.Errorf("restarted with burst 10: alice %d, bob %d tokens; want 5 and 9 (10 less what each used)", a, b)
+	}
+	cfg.Default.Burst = 8
+	if err := s.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	stop(s) // alice has not been asked since the reload
+	s = started(t, cfg, throttle.WithClock(clk))
+	defer stop(s)
+	if a := s.Tokens("alice"); a != 3 {
+		t.Errorf("stopped right after a reload to burst 8, restarted: alice %d tokens, want 3 (8 less the 5 used)", a)
+	}
+}
+
+// stateFixture returns a standalone daemon's configuration (1/m, burst
+// 5) with a state file, its clock, and a Shutdown that must succeed.
+func stateFixture(t *testing.T) (daemon.Config, *throttletest.Clock, func(*daemon.Server)) {
+	cfg := config("tcp:127.0.0.1:0")
+	cfg.Default = daemon.Limit{Rate: "1/m", Burst: 5}
+	cfg.StateFile = filepath.Join(t.TempDir(), "state.json")
+	stop := func(s *daemon.Server) {
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cfg, throttletest.NewClock(), stop
+}
+
+// spendAliceAndBob spends alice's burst of 5 and one of bob's tokens.
+func spendAliceAndBob(s *daemon.Server) {
+	for range 5 {
+		s.Decide("alice")
+	}
+	s.Decide("bob")
 }

@@ -52,7 +52,7 @@ var (
 // and wait for it; maxWait bounds how many permits may be booked ahead
 // (maxWait/d), beyond which callers are told to back off. Allow is the
 // pessimistic mode: nothing is booked, the caller backs off for
-// RetryAfter (throttle.Wait with throttle.Pessimistic adds jitter). A
+// RetryAfter (throttle.Wait with throttle.MaxWait(0) adds jitter). A
 // booked permit is used at its instant or wasted: the bucket never
 // accumulates permits that were not taken (the state is the next free
 // instant, and idle time never moves it back), so a process that books a

@@ -318,16 +318,23 @@ func NewSeries(keys []string) *Series { return &Series{keys: keys} }
 // of NewSeries) and the members' clock offsets at t, and checks every
 // window ending at t against bound: it returns an error of class name
 // (the text before its first ':') naming the worst key and window and
-// the fault kinds overlapping it, nil if none exceeds its bound.
+// the fault kinds overlapping it, nil if none exceeds its bound. A
+// window's DC is the most a member's clock read at some instant of it
+// beyond what it read at an earlier one: a clock stepped back does not
+// take back what it admitted before the step.
 func (s *Series) Add(t time.Duration, counts []int64, off []time.Duration, name string, eps []Episode, bound func(Window) float64) error {
 	cur := sample{t: t, counts: counts, off: off}
 	var worst error
 	excess := 0.0
-	for _, p := range s.samples {
+	adv := newAdvance(cur)
+	for i := len(s.samples) - 1; i >= 0; i-- {
+		p := s.samples[i]
+		dc := adv.add(p)
 		if p.t >= t {
 			continue
 		}
 		w := At(eps, p.t, t, p.off, off)
+		w.DC = max(w.DC, dc)
 		b := bound(w)
 		for k := range counts {
 			if got := float64(counts[k] - p.counts[k]); got-b > excess {
@@ -339,6 +346,40 @@ func (s *Series) Add(t time.Duration, counts []int64, off []time.Duration, name 
 	}
 	s.samples = append(s.samples, cur)
 	return worst
+}
+
+// maxSkew is the most a faultsim clock's rate differs from 1.
+const maxSkew = 0.05
+
+// advance folds samples, latest first, into the most each member's clock
+// read at one of them (or between two: up to (1+maxSkew) times the gap
+// past the earlier, for a clock stepped back between them) beyond what
+// it read at an earlier one.
+type advance struct {
+	next sample          // the sample folded last (the earliest so far)
+	peak []time.Duration // per member, the most its clock read since
+	best time.Duration
+}
+
+func newAdvance(cur sample) *advance {
+	a := &advance{next: cur, peak: make([]time.Duration, len(cur.off))}
+	for i, o := range cur.off {
+		a.peak[i] = cur.t + o
+	}
+	return a
+}
+
+// add folds p, earlier than every sample folded so far, and returns the
+// advance over the window from p on.
+func (a *advance) add(p sample) time.Duration {
+	gap := time.Duration(float64(a.next.t-p.t) * (1 + maxSkew))
+	for i := range min(len(p.off), len(a.peak)) {
+		read := p.t + p.off[i]
+		a.peak[i] = max(a.peak[i], read+gap, read)
+		a.best = max(a.best, a.peak[i]-read)
+	}
+	a.next = p
+	return a.best
 }
 
 func kinds(ks []faultsim.Kind) string {
@@ -411,8 +452,8 @@ func NewRun(env *faultsim.Env, settle, start time.Duration) Run {
 	return NewRunOf(env, env.Sched, settle, start)
 }
 
-// NewRunOf is NewRun of sched, env's schedule or a part of it (see
-// PeerChanges).
+// NewRunOf is NewRun of sched, env's schedule or a part of it: less the
+// events that the component bounds itself (see PeerChanges).
 func NewRunOf(env *faultsim.Env, sched faultsim.Schedule, settle, start time.Duration) Run {
 	length := env.Spec.Len
 	if sched.Len > 0 {
@@ -420,7 +461,7 @@ func NewRunOf(env *faultsim.Env, sched faultsim.Schedule, settle, start time.Dur
 	}
 	eps := append(Episodes(sched, length, settle), ConfigEpisodes(sched, env.Spec.Procs, length, settle)...)
 	r := Run{Eps: append(eps, Episode{Kind: Start, To: start, Count: 1}),
-		Keys: Keys(env.Sched.Load, env.Spec.Len), KeyIdx: map[string]int{}}
+		Keys: Keys(sched.Load, env.Spec.Len), KeyIdx: map[string]int{}}
 	for i, k := range r.Keys {
 		r.KeyIdx[k] = i
 	}

@@ -2,6 +2,7 @@ package simbound
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +100,42 @@ func TestSubAndRateChange(t *testing.T) {
 	sched := faultsim.Schedule{Events: []faultsim.Event{rate, {Kind: faultsim.Config, Value: 7}}}
 	if !RateChange(rate) || RateChange(sched.Events[1]) || len(PeerChanges(sched).Events) != 1 || len(sched.Events) != 2 {
 		t.Error("RateChange / PeerChanges")
+	}
+}
+
+// A window's clock advance counts what a clock read before it was
+// stepped back: what it admitted then is not taken back.
+func TestSeriesAdvanceBeforeStepBack(t *testing.T) {
+	series := NewSeries([]string{"a"})
+	var dc time.Duration
+	bound := func(w Window) float64 {
+		if w.T0 == 0 {
+			dc = w.DC
+		}
+		return 100
+	}
+	for i, off := range []time.Duration{0, s, -s} { // stepped 1 s forward, then 2 s back
+		series.Add(time.Duration(i)*s, []int64{0}, []time.Duration{off}, "b", nil, bound)
+	}
+	if dc < 3*s {
+		t.Errorf("clock advance over [0, 2s] = %v, want at least 3s (the clock read 2s at 1s, and ran a second more before the step back)", dc)
+	}
+}
+
+// A Tally checks every window since an earlier sample.
+func TestTally(t *testing.T) {
+	ta := NewTally(Run{Keys: []string{"a"}, KeyIdx: map[string]int{"a": 0}})
+	bound := func(Window) float64 { return 2 }
+	for i, admits := range []int{0, 2, 1} {
+		for range admits {
+			ta.Admit("a")
+		}
+		err := ta.Check(time.Duration(i)*time.Second, nil, "over", bound)
+		if (err != nil) != (i == 2) {
+			t.Fatalf("sample %d: %v, want a violation only once 3 are admitted", i, err)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "over:") {
+			t.Errorf("violation %q, want class over", err)
+		}
 	}
 }

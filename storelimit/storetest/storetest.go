@@ -37,8 +37,8 @@ type Config struct {
 	NoBound bool
 }
 
-// Case is one algorithm of the module with its in-process limiter.
-type Case struct {
+// testCase is one algorithm of the module with its in-process limiter.
+type testCase struct {
 	Name      string
 	Limit     int
 	Algorithm storelimit.Algorithm
@@ -48,9 +48,9 @@ type Case struct {
 	Bound func(d time.Duration) int64
 }
 
-// Cases returns every Algorithm of the module: token bucket, leaky bucket
+// cases returns every Algorithm of the module: token bucket, leaky bucket
 // (meter), fixed window aligned and anchored, weighted sliding window.
-func Cases(t testing.TB) []Case {
+func cases(t testing.TB) []testCase {
 	t.Helper()
 	rate, burst, w, limit := throttle.PerSecond(10), 5, 1500*time.Millisecond, 7
 	bucket := func(d time.Duration) int64 { return int64(burst) + rate.Events(d) }
@@ -62,7 +62,7 @@ func Cases(t testing.TB) []Case {
 		}
 		return a
 	}
-	return []Case{
+	return []testCase{
 		{"tokenbucket", burst, must(tokenbucket.NewAlgorithm(rate, burst)), func(c throttle.Clock) (throttle.Limiter, error) {
 			return tokenbucket.New(rate, burst, throttle.WithClock(c))
 		}, bucket},
@@ -90,7 +90,7 @@ func Run(t *testing.T, c Config) {
 	if c.Workers == 0 {
 		c.Workers = 32
 	}
-	for _, k := range Cases(t) {
+	for _, k := range cases(t) {
 		if c.NoBound {
 			k.Bound = nil
 		}

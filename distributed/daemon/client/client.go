@@ -2,8 +2,8 @@
 // line protocol, built to fail safe: every query has a short timeout
 // (DefaultTimeout, 200 ms), a failure is answered by the failure policy
 // (by default it admits the request: fail open; WithPolicy chooses
-// refusing, or asking a local limiter), and after DefaultFailures
-// consecutive failures (WithFailures) further queries are skipped for a
+// refusing, or asking a local limiter), and after 5 consecutive failures
+// (WithBackoff) further queries are skipped for a
 // backoff that doubles up to a maximum (default one second), so a dead
 // daemon costs callers nothing but one timeout now and then, while one
 // slow reply among answered ones stops nobody. When a backoff ends, one
@@ -67,22 +67,24 @@ import (
 
 var _ throttle.Limiter = (*Client)(nil)
 
-// Defaults of the options.
+// DefaultTimeout bounds each query unless WithTimeout says otherwise.
+const DefaultTimeout = 200 * time.Millisecond
+
+// Defaults of the other options.
 const (
-	DefaultTimeout    = 200 * time.Millisecond
-	DefaultPoolSize   = 16
-	DefaultMinBackoff = 100 * time.Millisecond
-	DefaultMaxBackoff = time.Second
-	// DefaultFailures is how many consecutive failed queries start a
+	defaultPoolSize   = 16
+	defaultMinBackoff = 100 * time.Millisecond
+	defaultMaxBackoff = time.Second
+	// defaultFailures is how many consecutive failed queries start a
 	// backoff.
-	DefaultFailures = 5
-	// MaxTagLen is the longest tag the client sends by default: the
+	defaultFailures = 5
+	// maxTagLen is the longest tag the client sends by default: the
 	// daemon's default max_tag_len. Longer tags are refused before
 	// sending (see WithMaxTagLen).
-	MaxTagLen = 256
-	// HardMaxTagLen is the daemon's largest max_tag_len, and the most
+	maxTagLen = 256
+	// hardMaxTagLen is the daemon's largest max_tag_len, and the most
 	// WithMaxTagLen accepts.
-	HardMaxTagLen = 1024
+	hardMaxTagLen = 1024
 )
 
 // Option configures a Client.
@@ -93,27 +95,24 @@ type Option func(*Client)
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // WithPoolSize sets how many idle connections are kept (default
-// DefaultPoolSize). Busier callers open more; the extra ones are closed
+// 16). Busier callers open more; the extra ones are closed
 // after use.
 func WithPoolSize(n int) Option { return func(c *Client) { c.poolSize = n } }
 
-// WithBackoff sets the first and the longest pause of queries after a
-// failure (defaults DefaultMinBackoff and DefaultMaxBackoff).
-func WithBackoff(minPause, maxPause time.Duration) Option {
-	return func(c *Client) { c.minBackoff, c.maxBackoff = minPause, maxPause }
+// WithBackoff sets how many consecutive failed queries start a backoff
+// (default 5; 1 backs off at the first failure), and the first and the
+// longest pause of queries then (defaults 100 ms and 1 s). Any answered
+// query resets the count, so a slow reply now and then does not stop the
+// other callers.
+func WithBackoff(failures int, minPause, maxPause time.Duration) Option {
+	return func(c *Client) { c.failures, c.minBackoff, c.maxBackoff = failures, minPause, maxPause }
 }
 
 // WithMaxTagLen sets the longest tag the client sends: set it to the
-// daemon's max_tag_len when that is not the default (MaxTagLen). Longer
+// daemon's max_tag_len when that is not the default (256). Longer
 // tags are refused without a query, with an error wrapping
-// throttle.ErrInvalid. At most HardMaxTagLen.
+// throttle.ErrInvalid. At most 1024, the daemon's largest max_tag_len.
 func WithMaxTagLen(n int) Option { return func(c *Client) { c.maxTagLen = n } }
-
-// WithFailures sets how many consecutive failed queries start a backoff
-// (default DefaultFailures; 1 backs off at the first failure). Any
-// answered query resets the count, so a slow reply now and then does not
-// stop the other callers.
-func WithFailures(n int) Option { return func(c *Client) { c.failures = n } }
 
 // WithPolicy sets what a failed query answers (default failsafe.Open:
 // admit). failsafe.Closed denies, and failsafe.Fallback asks the limiter
@@ -136,10 +135,6 @@ func WithFallback(l throttle.Limiter) Option {
 // admits, and failsafe.Fallback asks the limiter of WithFallback (which
 // selects it, unless this option comes after).
 func WithRefusedPolicy(p failsafe.Policy) Option { return func(c *Client) { c.refused = p } }
-
-// FailClosed makes failures deny requests instead of admitting them:
-// WithPolicy(failsafe.Closed).
-func FailClosed() Option { return WithPolicy(failsafe.Closed) }
 
 // ErrRefused is wrapped by the error of a query the daemon refused
 // because it was at its connection limits (max_conns, or
@@ -193,9 +188,9 @@ type Stats struct {
 // New returns a client of the daemon at addr on network ("tcp" or
 // "unix"). It connects lazily. Errors wrap throttle.ErrInvalid.
 func New(network, addr string, opts ...Option) (*Client, error) {
-	c := &Client{network: network, addr: addr, timeout: DefaultTimeout, poolSize: DefaultPoolSize,
-		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, failures: DefaultFailures,
-		policy: failsafe.Open, maxTagLen: MaxTagLen}
+	c := &Client{network: network, addr: addr, timeout: DefaultTimeout, poolSize: defaultPoolSize,
+		minBackoff: defaultMinBackoff, maxBackoff: defaultMaxBackoff, failures: defaultFailures,
+		policy: failsafe.Open, maxTagLen: maxTagLen}
 	var d net.Dialer
 	c.dial = d.DialContext
 	for _, o := range opts {
@@ -221,8 +216,8 @@ func New(network, addr string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: unknown policy %v or refused policy %v", throttle.ErrInvalid, c.policy, c.refused)
 	case (c.policy == failsafe.Fallback || c.refused == failsafe.Fallback) && c.fallback == nil:
 		return nil, fmt.Errorf("%w: policy Fallback needs WithFallback", throttle.ErrInvalid)
-	case c.maxTagLen < 1 || c.maxTagLen > HardMaxTagLen:
-		return nil, fmt.Errorf("%w: max tag length %d out of [1, %d]", throttle.ErrInvalid, c.maxTagLen, HardMaxTagLen)
+	case c.maxTagLen < 1 || c.maxTagLen > hardMaxTagLen:
+		return nil, fmt.Errorf("%w: max tag length %d out of [1, %d]", throttle.ErrInvalid, c.maxTagLen, hardMaxTagLen)
 	case c.dial == nil:
 		return nil, fmt.Errorf("%w: nil dialer", throttle.ErrInvalid)
 	}
@@ -519,7 +514,7 @@ func (c *Client) exchange(cn *conn, tags []string, out []bool) error {
 			if rejected == nil {
 				rejected = &rejectedError{tag: tags[i]}
 			}
-		case "RF\n": // daemon.ReplyRefused
+		case "RF\n": // the daemon refused the connection
 			return ErrRefused
 		default:
 			return fmt.Errorf("unexpected reply %q", reply[:])
@@ -574,7 +569,7 @@ func (c *Client) Stats() Stats {
 }
 
 // Close closes the pooled connections. Later queries fail safe (fail
-// open unless FailClosed). Idempotent.
+// open unless WithPolicy(failsafe.Closed)). Idempotent.
 func (c *Client) Close() error {
 	c.closed.Store(true)
 	for {

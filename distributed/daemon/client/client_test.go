@@ -102,7 +102,7 @@ func TestFailOpenAndBackoff(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	c := newClient(t, "tcp", addr, client.WithBackoff(time.Hour, time.Hour), client.WithFailures(1))
+	c := newClient(t, "tcp", addr, client.WithBackoff(1, time.Hour, time.Hour))
 	ok, err := c.Check(ctx, "alice")
 	if !ok || !errors.Is(err, throttle.ErrUnavailable) {
 		t.Fatalf("down daemon: %v, %v; want fail open with ErrUnavailable", ok, err)
@@ -118,7 +118,7 @@ func TestFailOpenAndBackoff(t *testing.T) {
 	if err != nil || !d.Allowed {
 		t.Fatalf("Allow failing open = %+v, %v; want allowed, nil", d, err)
 	}
-	closed := newClient(t, "tcp", addr, client.FailClosed())
+	closed := newClient(t, "tcp", addr, client.WithPolicy(failsafe.Closed))
 	if ok, err := closed.Check(ctx, "alice"); ok || !errors.Is(err, throttle.ErrUnavailable) {
 		t.Fatalf("fail closed: %v, %v", ok, err)
 	}
@@ -199,7 +199,7 @@ func TestOptions(t *testing.T) {
 		"addr":     func() (*client.Client, error) { return client.New("tcp", "") },
 		"timeout":  func() (*client.Client, error) { return client.New("tcp", "x:1", client.WithTimeout(0)) },
 		"pool":     func() (*client.Client, error) { return client.New("tcp", "x:1", client.WithPoolSize(-1)) },
-		"backoff":  func() (*client.Client, error) { return client.New("tcp", "x:1", client.WithBackoff(2, 1)) },
+		"backoff":  func() (*client.Client, error) { return client.New("tcp", "x:1", client.WithBackoff(5, 2, 1)) },
 		"nil opt":  func() (*client.Client, error) { return client.New("tcp", "x:1", nil) },
 		"nil dial": func() (*client.Client, error) { return client.New("tcp", "x:1", client.WithDialer(nil)) },
 	} {

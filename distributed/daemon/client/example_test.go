@@ -38,7 +38,7 @@ func Example() {
 // shared by 4 processes, 25/s each.
 func ExampleWithFallback() {
 	local, _ := tokenbucket.New(throttle.PerSecond(25), 25)
-	c, err := client.New("unix", "/run/throttled.sock", client.WithFailures(3), client.WithFallback(local))
+	c, err := client.New("unix", "/run/throttled.sock", client.WithBackoff(3, 100*time.Millisecond, time.Second), client.WithFallback(local))
 	if err != nil {
 		fmt.Println(err)
 		return

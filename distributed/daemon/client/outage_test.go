@@ -65,7 +65,7 @@ func TestCallerContextIsNotAnOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeDaemon{}
 		f.delay.Store(int64(5 * time.Millisecond))
-		c, err := client.New("tcp", "daemon:1", client.WithDialer(f.dial), client.WithTimeout(time.Second), client.FailClosed())
+		c, err := client.New("tcp", "daemon:1", client.WithDialer(f.dial), client.WithTimeout(time.Second), client.WithPolicy(failsafe.Closed))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +197,7 @@ func TestMaxTagLenOption(t *testing.T) {
 
 // A slow reply is not an outage: the query that timed out fails alone,
 // and the next callers are answered by the daemon, not skipped and
-// failed open. Only WithFailures consecutive failures start a backoff.
+// failed open. Only the consecutive failures WithBackoff sets start a backoff.
 // (One reply over the timeout made every caller fail open for 100 ms.)
 func TestSlowReplyIsNotAnOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

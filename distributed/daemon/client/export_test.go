@@ -1,0 +1,8 @@
+package client
+
+// Defaults the package's external tests check against.
+const (
+	DefaultFailures = defaultFailures
+	MaxTagLen       = maxTagLen
+	HardMaxTagLen   = hardMaxTagLen
+)
