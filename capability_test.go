@@ -80,7 +80,7 @@ func TestCapabilities(t *testing.T) {
 		{(*adaptive.Keyed)(nil), limiter | holder},
 		{(*adaptive.Throttler)(nil), limiter},
 		{(*rules.Limiter)(nil), limiter | reserver | closer},
-		{(*storelimit.Limiter)(nil), limiter | quotaReporter},
+		{(*storelimit.Limiter)(nil), limiter | quotaReporter | closer},
 		{throttle.LimiterFunc(nil), limiter},
 	} {
 		var got capability
