@@ -317,6 +317,8 @@ func TestServerClockBounds(t *testing.T) {
 		t.Skip("real time")
 	}
 	c := newClient(t, redistest.Start(t))
+	// A call waits up to 5 s: the bounds are about the server's clock, and
+	// the default 100 ms timeout fails calls on a loaded machine.
 	const run = 600 * time.Millisecond
 	rate := throttle.PerSecond(100) // 10 per 100 ms
 	mk := func(l throttle.Limiter, err error) throttle.Limiter {
@@ -329,13 +331,13 @@ func TestServerClockBounds(t *testing.T) {
 		l      throttle.Limiter
 		lo, hi func(d time.Duration) int64
 	}{
-		"token bucket": {mk(NewTokenBucket(c, rate, 10, WithPrefix(uniquePrefix()))),
+		"token bucket": {mk(NewTokenBucket(c, rate, 10, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second))),
 			func(d time.Duration) int64 { return rate.Events(d) - 2 }, func(d time.Duration) int64 { return 10 + rate.Events(d) }},
-		"fixed window": {mk(NewFixedWindow(c, 10, 100*time.Millisecond, WithPrefix(uniquePrefix()))),
+		"fixed window": {mk(NewFixedWindow(c, 10, 100*time.Millisecond, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second))),
 			func(d time.Duration) int64 { return 10 * int64(d/(100*time.Millisecond)) }, func(d time.Duration) int64 { return 10 * (int64(d/(100*time.Millisecond)) + 1) }},
-		"sliding window": {mk(NewSlidingWindow(c, 10, 100*time.Millisecond, WithPrefix(uniquePrefix()))),
+		"sliding window": {mk(NewSlidingWindow(c, 10, 100*time.Millisecond, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second))),
 			func(d time.Duration) int64 { return 10*int64(d/(100*time.Millisecond)) - 10 }, func(d time.Duration) int64 { return 10 * (int64(d/(100*time.Millisecond)) + 2) }},
-		"sliding log": {mk(NewSlidingLog(c, 10, 100*time.Millisecond, WithPrefix(uniquePrefix()))),
+		"sliding log": {mk(NewSlidingLog(c, 10, 100*time.Millisecond, WithPrefix(uniquePrefix()), WithTimeout(5*time.Second))),
 			func(d time.Duration) int64 { return 10 * int64(d/(100*time.Millisecond)) }, func(d time.Duration) int64 { return 10 * (int64(d/(100*time.Millisecond)) + 1) }},
 	} {
 		var admitted atomic.Int64

@@ -28,7 +28,10 @@ func TestPersistenceAcrossRestart(t *testing.T) {
 	}{
 		{"none", nil, 2 * burst, 2 * burst},
 		{"rdb", []string{"--save", "60 1"}, 2 * burst, burst}, // no snapshot within 60 s of the burst
-		{"aof-everysec", []string{"--appendonly", "yes", "--appendfsync", "everysec"}, burst, burst},
+		// A crash with everysec is measured only: while a background fsync
+		// is slow, Redis postpones writing the log for up to 2 s and still
+		// replies (399 of 400 seen on a loaded machine).
+		{"aof-everysec", []string{"--appendonly", "yes", "--appendfsync", "everysec"}, 0, burst},
 		{"aof-always", []string{"--appendonly", "yes", "--appendfsync", "always"}, burst, burst},
 	} {
 		for _, stop := range []string{"crash", "shutdown"} {
