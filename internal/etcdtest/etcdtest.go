@@ -129,8 +129,33 @@ func (s *Server) start() error {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if err := s.proc.Start(cmd, startTimeout, func() error { return Healthy(s.Endpoints[0], time.Second) }); err != nil {
+	if err := s.proc.Start(cmd, startTimeout, s.ready); err != nil {
 		return fmt.Errorf("etcd %s: %w", s.Endpoints[0], err)
+	}
+	return nil
+}
+
+// ready reports whether the etcd this Server started answers healthy on
+// its client port. A free port can be taken by another test's etcd
+// between probe and bind; that one would answer /health too, so the
+// member list must name this server's own peer port.
+func (s *Server) ready() error {
+	e := s.Endpoints[0]
+	if err := Healthy(e, time.Second); err != nil {
+		return err
+	}
+	c := http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Post(e+"/v3/cluster/member/list", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if err != nil {
+		return err
+	}
+	if peer := s.url(s.peerPort); !strings.Contains(string(body), `"`+peer+`"`) {
+		return fmt.Errorf("etcd at %s is not the one started here (no member with peer %s): %s", e, peer, body)
 	}
 	return nil
 }

@@ -233,9 +233,38 @@ func (p *Proc) Kill() {
 	<-p.exited
 }
 
-// Signal sends sig to the process: syscall.SIGSTOP pauses it,
+// Signal sends sig to the process: syscall.SIGSTOP pauses it (Signal
+// returns once every thread of the process is stopped, where /proc tells),
 // syscall.SIGCONT resumes it.
-func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+func (p *Proc) Signal(sig syscall.Signal) error {
+	if err := p.cmd.Process.Signal(sig); err != nil || sig != syscall.SIGSTOP {
+		return err
+	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && !p.stopped(); {
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// stopped reports whether every thread of the process is stopped, or
+// true where /proc cannot tell.
+func (p *Proc) stopped() bool {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", p.Pid()))
+	if err != nil || len(stats) == 0 {
+		return true
+	}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		// The state follows the command name, which is in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] != 'T' && b[i+2] != 't' {
+			return false
+		}
+	}
+	return true
+}
 
 // Pid returns the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
