@@ -15,7 +15,9 @@ type ClientStatus struct {
 	// Held is the capacity of the client's lease; a lease the server
 	// lowered counts at its old size until the client confirms it.
 	Held float64
-	// Expires is how long the lease stays valid without a refresh.
+	// Expires is how long the lease stays valid without a refresh:
+	// negative once it has expired while the server still counts what
+	// the client may hold (up to 5 % of the lease length past it).
 	Expires time.Duration
 }
 

@@ -32,8 +32,10 @@
 // How it holds:
 //   - A lease ends at the client at its expiry, counted on the client's
 //     monotonic clock from when it sent the request, so before the server
-//     stops counting it; a timer ends it on time even while a refresh
-//     hangs, and the limiters follow at once.
+//     stops counting it, which it does 5 % of the lease's length past its
+//     expiry on its own clock (so also when that clock runs up to 5 %
+//     faster); a timer ends it on time even while a refresh hangs, and
+//     the limiters follow at once.
 //   - A grant is min(share, wants, capacity − what the others may still
 //     hold). A lease the server lowered counts at its old size until the
 //     client confirms the lower one (a refresh reporting Has at most the
@@ -71,7 +73,9 @@
 //     (one old lease length at the most).
 //
 // It assumes that clients uphold their leases, that client ids are unique
-// and that clocks run at the same rate (their settings may differ). It
+// and that no server's clock runs more than 5 % faster than a client's
+// (their settings may differ; a new master learns on its own clock, so
+// on a fast one give LearningDuration 5 % more than MaxLeaseLength). It
 // assumes that clients report truthfully what they hold unless the
 // servers have lease keys: without them a learning server takes their
 // word for it, and a client claiming a lease it does not have takes

@@ -6,9 +6,22 @@ import (
 
 // The expiry of leases, and forgetting the resources nobody holds.
 
-// expire drops the clients whose lease has run out, and a lowered
-// lease's old size once the old lease has (it may outlive a shorter
-// grant).
+// skewTolerance is the clock rate difference a lease's count at the
+// server allows for: a server's clock may run up to 5 % faster than its
+// client's. A lease counts at the server for its length plus that part of
+// it (skewGrace) on the server's clock, so that a fast server does not
+// hand out again capacity a client still holds on its own clock.
+const skewTolerance = 0.05
+
+// skewGrace is how long past its expiry a lease of length lease still
+// counts at the server.
+func skewGrace(lease time.Duration) int64 {
+	return int64(float64(lease) * skewTolerance)
+}
+
+// expire drops the clients whose lease has stopped counting (its expiry
+// plus its skewGrace), and a lowered lease's old size once the old lease
+// has (it may outlive a shorter grant).
 func (r *resource) expire(now int64) {
 	if r.next == 0 || now < r.next {
 		return
@@ -16,7 +29,7 @@ func (r *resource) expire(now int64) {
 	r.next = 0
 	for i := 0; i < len(r.list); {
 		h := r.list[i]
-		if h.expiry <= now && h.prevUntil <= now && h.oldUntil <= now {
+		if h.until <= now && h.prevUntil <= now && h.oldUntil <= now {
 			r.remove(h)
 			continue
 		}
@@ -34,8 +47,8 @@ func (r *resource) expire(now int64) {
 				r.wakeAt(h.oldUntil)
 			}
 		}
-		if h.expiry > now {
-			r.wakeAt(h.expiry)
+		if h.until > now {
+			r.wakeAt(h.until)
 		}
 		i++
 	}

@@ -411,3 +411,84 @@ func TestFaultTreeLeafWithoutParentLeaseGrantsZero(t *testing.T) {
 		}
 	})
 }
+
+// fastClock is a server clock that runs at rate 1+rho from start on.
+type fastClock struct {
+	start time.Time
+	rho   float64
+}
+
+func (c fastClock) Now() time.Time {
+	return c.start.Add(time.Duration(float64(time.Since(c.start)) * (1 + c.rho)))
+}
+
+// TestFaultGaugeFastServerClock: the server's clock runs 4 % fast. A
+// holds all 10 units of a gauge of capacity 10 when it is cut off just
+// after a refresh, and comes back just before its lease ends on its own
+// clock, which the server's clock has passed already; B asks every
+// 100ms. The server must not hand out again the capacity A still holds
+// under its unexpired lease: sampled every 10ms, the units held under
+// unexpired leases add up to at most 10.
+func TestFaultGaugeFastServerClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 10 * time.Second, RefreshInterval: 100 * time.Millisecond}}}
+		s, err := NewServer(cfg, withSeed(1), WithServerClock(fastClock{time.Now(), 0.04}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := new(memNetwork)
+		n.Attach("s1", s)
+		time.Sleep(10 * time.Second) // past learning
+		a := openGauge(t, n, "a", WithRetry(10*time.Millisecond))
+		time.Sleep(time.Second)
+		var carried []func()
+		for range 10 {
+			if d, release, err := a.TryHold(t.Context(), "", 1); err == nil && d.Allowed {
+				carried = append(carried, release)
+			}
+		}
+		b := openGauge(t, n, "b", WithRetry(10*time.Millisecond))
+		worst := 0
+		sample := func(d time.Duration) {
+			for end := time.Now().Add(d); time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+				for {
+					d, release, _ := b.TryHold(t.Context(), "", 1)
+					if !d.Allowed {
+						break
+					}
+					_ = release // b keeps its units
+				}
+				sum := b.InFlight()
+				if _, ok := a.Lease(); ok {
+					sum += a.InFlight() // units kept past a's lease come on top
+				}
+				if sum > worst {
+					worst = sum
+					if sum > 10 {
+						t.Errorf("t=%v: units held under leases %d (a %d, b %d) > 10", time.Now(), sum, a.InFlight(), b.InFlight())
+					}
+				}
+			}
+		}
+		sample(3 * time.Second)
+		n.Cut("a", true)
+		lease, ok := a.Lease()
+		if !ok {
+			t.Fatal("a has no lease when cut off")
+		}
+		// Back 250ms before its lease ends on its own clock, past its
+		// end on the server's (about 385ms before).
+		sample(time.Until(lease.Expiry) - 250*time.Millisecond)
+		n.Cut("a", false)
+		sample(15 * time.Second)
+		for _, release := range carried {
+			release()
+		}
+		sample(5 * time.Second)
+		if got := b.InFlight(); got < 5 {
+			t.Errorf("b holds %d units once a released its 10, want at least 5", got)
+		}
+		t.Logf("worst units held under leases %d of 10", worst)
+	})
+}

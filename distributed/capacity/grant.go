@@ -38,7 +38,8 @@ func (s *Server) grant(r *resource, req *Request, rr *ResourceRequest, now int64
 	}
 	lease, refresh := r.capLease(t.LeaseLength, refresh)
 	h.expiry = now + int64(lease)
-	r.wakeAt(h.expiry)
+	h.until = h.expiry + skewGrace(lease)
+	r.wakeAt(h.until)
 	if t.Algorithm.shares() && rr.Has > h.heldF {
 		r.claim(h, min(rr.Has, s.claimLimit(r, h, rr, before, now)))
 	}

@@ -78,6 +78,7 @@ type holder struct {
 	held   uint64 // capacity of the unexpired lease, in quanta
 	heldF  float64
 	expiry int64 // lease expiry (also of the demand), server clock
+	until  int64 // the lease counts until then: expiry + its grace (skewGrace)
 	share  float64
 	// The newest call of the client applied to this lease, in
 	// (incarnation, sequence) order; seq 0 before any sequenced call.
@@ -186,8 +187,8 @@ func (r *resource) setDemand(h *holder, rr *ResourceRequest) {
 }
 
 // setHeld records that h now holds u quanta (f in capacity). A lowered
-// lease keeps counting at its old size until it expires (h.expiry, not yet
-// moved on) or the client confirms the lower one. At capacity 0 there are
+// lease keeps counting at its old size until it stops counting (h.until,
+// not yet moved on) or the client confirms the lower one. At capacity 0 there are
 // no quanta to count in: the sizes in capacity (heldF, prevF) still say
 // what h's client may hold, for a server in a tree to report to its
 // parent, and count again once the capacity is back.
@@ -197,7 +198,7 @@ func (r *resource) setHeld(h *holder, u uint64, f float64) {
 		if h.heldF > h.prevF {
 			h.prev, h.prevF = h.held, h.heldF
 		}
-		h.prevUntil = max(h.prevUntil, h.expiry)
+		h.prevUntil = max(h.prevUntil, h.until)
 		r.wakeAt(h.prevUntil)
 	}
 	h.held, h.heldF = u, f
@@ -214,8 +215,8 @@ func (r *resource) claim(h *holder, has float64) {
 		h.prev, h.prevF = r.count(has), has
 		r.held = r.held - c0 + h.counted()
 	}
-	if h.prevF > 0 && h.prevUntil < h.expiry {
-		h.prevUntil = h.expiry
+	if h.prevF > 0 && h.prevUntil < h.until {
+		h.prevUntil = h.until
 		r.wakeAt(h.prevUntil)
 	}
 }

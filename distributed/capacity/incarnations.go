@@ -55,7 +55,7 @@ func (r *resource) retire(h *holder) {
 	if h.heldF > 0 || h.prevF > 0 {
 		h.old += max(h.held, h.prev)
 		h.oldF += max(h.heldF, h.prevF)
-		h.oldUntil = max(h.oldUntil, h.expiry, h.prevUntil)
+		h.oldUntil = max(h.oldUntil, h.until, h.prevUntil)
 		r.wakeAt(h.oldUntil)
 	}
 	h.held, h.heldF, h.prev, h.prevF, h.prevUntil = 0, 0, 0, 0, 0

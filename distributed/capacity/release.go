@@ -49,7 +49,7 @@ func (r *resource) release(h *holder, req *ReleaseRequest) {
 	h.held, h.heldF, h.prev, h.prevF, h.prevUntil = 0, 0, 0, 0, 0
 	r.held = r.held - c0 + h.counted()
 	r.sumU -= h.u
-	h.u, h.wants, h.expiry = 0, 0, 0
+	h.u, h.wants, h.expiry, h.until = 0, 0, 0, 0
 	r.dirty = true
 	if req.Sequence != 0 {
 		h.inc, h.seq = req.Incarnation, req.Sequence

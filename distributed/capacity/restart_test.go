@@ -120,7 +120,7 @@ func TestReleaseKeepsOldIncarnation(t *testing.T) {
 	if r := get("a", 1, 100); !r.Stale {
 		t.Fatalf("a call of the first life after the second's: %+v", r)
 	}
-	clk.Advance(20 * time.Second) // the first life's lease expires
+	clk.Advance(counts(20 * time.Second)) // the first life's lease expires
 	if g := get("b", 1, 100).Grants[0]; g.Capacity != 100 {
 		t.Fatalf("b got %v once the old lease expired", g.Capacity)
 	}

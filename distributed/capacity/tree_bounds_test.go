@@ -149,8 +149,8 @@ func TestUnheldResourcesAreDropped(t *testing.T) {
 	if _, err := s.GetCapacity(t.Context(), &Request{Client: "a", Resources: []ResourceRequest{{Resource: "r", Wants: 1}}}); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("at the bound: %v, want ErrExhausted", err)
 	}
-	clk.Advance(defaultLeaseLength) // the attacker's leases expire
-	s.Status()                      // finds the made-up resources unheld
+	clk.Advance(counts(defaultLeaseLength)) // the attacker's leases expire
+	s.Status()                              // finds the made-up resources unheld
 	clk.Advance(dropInterval)
 	if g := ask(t, s, "a", ResourceRequest{Resource: "r", Wants: 1}); len(g) != 1 {
 		t.Fatalf("grants %+v", g)
@@ -228,7 +228,7 @@ func TestLeaseBounds(t *testing.T) {
 	if n := len(s.Status().Resources); n != 4 {
 		t.Fatalf("a refused request changed the state: %d resources", n)
 	}
-	clk.Advance(defaultLeaseLength + dropInterval)
+	clk.Advance(counts(defaultLeaseLength) + dropInterval)
 	if err := req("third", "a", "b", "c"); err != nil {
 		t.Fatalf("after the leases expired: %v", err)
 	}
