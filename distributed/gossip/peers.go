@@ -49,7 +49,7 @@ func (n *Node) memberEvent(e MemberEvent) {
 			p.down = true
 		}
 	case MemberLeave:
-		delete(n.peers, id)
+		n.removePeer(id)
 	}
 	n.publishMembers()
 	if e.Kind != MemberJoin {
@@ -70,7 +70,8 @@ func (n *Node) addPeer(addr string) error {
 	// Counters born up to one interval before we started listening to
 	// the peer are news to us: they allow for clock skew.
 	now := n.clk.Now()
-	n.peers[addr] = &peer{addr: addr, added: now, acceptFrom: now - n.interval}
+	n.peers[addr] = &peer{addr: addr, added: now, acceptFrom: now - n.interval, seq: n.leftSeq[addr]}
+	delete(n.leftSeq, addr)
 	if n.cfg.Transport != nil {
 		n.engageStart()
 	}
@@ -130,8 +131,25 @@ func (n *Node) Join(addr string) error {
 func (n *Node) Leave(addr string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	delete(n.peers, addr)
+	n.removePeer(addr)
 	n.publishMembers()
+}
+
+// removePeer forgets the peer at addr but for the last sequence number
+// sent to it: the peer may still have this node (it was not told), and
+// drops as replayed every datagram numbered at or below those it got
+// before, so if it is added again within this life the numbering goes on
+// from there. Called with n.mu held.
+func (n *Node) removePeer(addr string) {
+	p := n.peers[addr]
+	if p == nil {
+		return
+	}
+	if n.leftSeq == nil {
+		n.leftSeq = map[string]uint64{}
+	}
+	n.leftSeq[addr] = p.seq
+	delete(n.peers, addr)
 }
 
 // Peers returns the current peer addresses, sorted.
