@@ -67,7 +67,7 @@ var simDaemonSeeds = []uint64{
 	3656914659721282659,  // a limit rolled out, a SIGTERM 14 ms later: 127 against 125.5
 	10277358029490795012, // a step forward, a SIGTERM, a step back of 630 ms while down: 86 against 85.7
 	8894369187306960128,  // (the bound's) a step back of 1.1 s, then a kill: each life refills over the same clock readings
-	2186906901992982708,  // (open) burst 20 → 40 → 20, a SIGTERM, → 40 again: the restarted daemon had no 40 bucket to reuse (109 against 108.5)
+	2186906901992982708,  // burst 20 → 40 → 20, a SIGTERM, → 40 again: the restarted daemon had no 40 bucket to reuse (109 against 108.5)
 }
 
 // simDaemonLimits are the limits a Config event rolls out: rate per
@@ -275,9 +275,7 @@ func (w *daemonWorld) Check(now time.Duration) error {
 // restarted in it; a SIGTERM restart restores the state, less the debt a
 // clock stepped back left (a bucket holds no fewer than 0 tokens when
 // restored), and a kill starts a fresh one: rate times the steps back of
-// the lives they end; and a burst per limit rolled out after a restart
-// (the restarted daemon has lost the buckets of the limits before it: a
-// raise back to one of them grants the difference again: open). Under owner
+// the lives they end. Under owner
 // routing, simbound.Owner and a burst per limit rolled out over the
 // window (a changed limit starts its tags on a full bucket of the new
 // limit; nothing is carried). Called with w.mu held.
@@ -290,17 +288,6 @@ func (w *daemonWorld) bound(win simbound.Window) float64 {
 	}
 	if w.n > 1 {
 		return simbound.Owner(p, win) + float64(fresh*p.Burst)
-	}
-	// A restarted daemon no longer has the buckets of the limits before
-	// its restart: a limit rolled out after it may start a fresh one.
-	lost := 0
-	for _, r := range w.rollout {
-		for _, e := range w.env.Sched.Events {
-			if e.Kind == faultsim.Crash && e.At+e.Dur < r.at && r.at < win.T && r.at >= win.T0 {
-				lost++
-				break
-			}
-		}
 	}
 	kills := 0
 	var owed, forgiven time.Duration // the current life's steps back; those forgiven in the window
@@ -327,7 +314,7 @@ func (w *daemonWorld) bound(win simbound.Window) float64 {
 			forgiven, owed = forgiven+owed, 0
 		}
 	}
-	return float64(p.Burst*(1+kills+lost)) + p.Rate*(win.DC+forgiven).Seconds()
+	return float64(p.Burst*(1+kills)) + p.Rate*(win.DC+forgiven).Seconds()
 }
 
 // inUse is w.p with the largest rate and burst of the limits the daemons
