@@ -70,8 +70,7 @@ func (n *Node) addPeer(addr string) error {
 	// Counters born up to one interval before we started listening to
 	// the peer are news to us: they allow for clock skew.
 	now := n.clk.Now()
-	n.peers[addr] = &peer{addr: addr, added: now, acceptFrom: now - n.interval, seq: n.leftSeq[addr]}
-	delete(n.leftSeq, addr)
+	n.peers[addr] = &peer{addr: addr, added: now, acceptFrom: now - n.interval, seq: n.leftSeq}
 	if n.cfg.Transport != nil {
 		n.engageStart()
 	}
@@ -135,21 +134,17 @@ func (n *Node) Leave(addr string) {
 	n.publishMembers()
 }
 
-// removePeer forgets the peer at addr but for the last sequence number
-// sent to it: the peer may still have this node (it was not told), and
-// drops as replayed every datagram numbered at or below those it got
-// before, so if it is added again within this life the numbering goes on
-// from there. Called with n.mu held.
+// removePeer forgets the peer at addr but for the sequence numbers sent
+// to it: the peer may still have this node (it was not told), and drops
+// as replayed every datagram numbered at or below those it got before,
+// so a peer added later within this life is numbered from above them
+// (one number for every peer that left: a fresh peer takes any start).
+// Called with n.mu held.
 func (n *Node) removePeer(addr string) {
-	p := n.peers[addr]
-	if p == nil {
-		return
+	if p := n.peers[addr]; p != nil {
+		n.leftSeq = max(n.leftSeq, p.seq)
+		delete(n.peers, addr)
 	}
-	if n.leftSeq == nil {
-		n.leftSeq = map[string]uint64{}
-	}
-	n.leftSeq[addr] = p.seq
-	delete(n.peers, addr)
 }
 
 // Peers returns the current peer addresses, sorted.
