@@ -47,6 +47,15 @@ var simDaemonSeeds = []uint64{
 	5694539742336983117,  // OneWay 0→1 for 0.9 s: answers lost, the clients fail open (25 ms) before d1 falls back (50 ms)
 	11742235977915006132, // Spike of 1.3 s on d0's links: late answers, the clients fail open (61 in 1.3 s against 53)
 	17487724554859307023, // Crash of d0 for 0.9 s: its tags start full, on their new owner and on its restart
+	// d0 reloaded without d1 and with it again: d0's gossip numbered its
+	// datagrams to d1 from 0 again, which d1 dropped as replayed, took d0
+	// for dead and decided every tag on its fallback bucket for good.
+	3914191939444972538, // 43 against 42 on a tag first asked 11 s later
+	7203064737577305395, // 75 against 74
+	// (the check's) two limits rolled out 180 ms apart to 3 daemons: the
+	// earlier one reached two daemons after the later one and stayed,
+	// while the bound took it out of use once the later one was out.
+	4624418767857532652, // 80 against 79.9
 	// Standalone: a SIGTERM restart on a clock stepped back while down
 	// ignored the state file (saved "in the future"): every tag full again.
 	835690510922581563,  // Crash (SIGTERM) for 76 ms, a step back of 236 ms: 31 admitted against 28
@@ -58,7 +67,7 @@ var simDaemonSeeds = []uint64{
 	3656914659721282659,  // a limit rolled out, a SIGTERM 14 ms later: 127 against 125.5
 	10277358029490795012, // a step forward, a SIGTERM, a step back of 630 ms while down: 86 against 85.7
 	8894369187306960128,  // (the bound's) a step back of 1.1 s, then a kill: each life refills over the same clock readings
-	2186906901992982708,  // (open) burst 20 → 40 → 20, a SIGTERM, → 40 again: the restarted daemon had no 40 bucket to reuse (109 against 108.5)
+	2186906901992982708,  // burst 20 → 40 → 20, a SIGTERM, → 40 again: the restarted daemon had no 40 bucket to reuse (109 against 108.5)
 }
 
 // simDaemonLimits are the limits a Config event rolls out: rate per
@@ -90,8 +99,17 @@ type daemonWorld struct {
 
 	stateFile string // standalone: the daemon's state_file
 
-	mu      sync.Mutex // guards rollout
+	mu      sync.Mutex // guards rollout and sets
 	rollout []rollout  // the limits rolled out, in order
+	sets    []limitSet // the limits given to each daemon, in order
+}
+
+// limitSet is a limit given to daemon i at at (by a reload, or for its
+// next restart if it is down).
+type limitSet struct {
+	at  time.Duration
+	i   int
+	lim [2]int
 }
 
 // rollout is a limit rolled out to every daemon from at to end.
@@ -203,6 +221,9 @@ func (w *daemonWorld) rollOut(e faultsim.Event) {
 			srv, down := p.srv, p.down
 			cfg := w.config(p.i, p.left, lim)
 			p.mu.Unlock()
+			w.mu.Lock()
+			w.sets = append(w.sets, limitSet{at: w.env.Elapsed(), i: p.i, lim: lim})
+			w.mu.Unlock()
 			if srv != nil && !down {
 				if err := srv.Reload(cfg); err != nil {
 					w.env.Violate(fmt.Errorf("setup: reload: %v", err))
@@ -254,39 +275,19 @@ func (w *daemonWorld) Check(now time.Duration) error {
 // restarted in it; a SIGTERM restart restores the state, less the debt a
 // clock stepped back left (a bucket holds no fewer than 0 tokens when
 // restored), and a kill starts a fresh one: rate times the steps back of
-// the lives they end; and a burst per limit rolled out after a restart
-// (the restarted daemon has lost the buckets of the limits before it: a
-// raise back to one of them grants the difference again: open). Under owner
+// the lives they end. Under owner
 // routing, simbound.Owner and a burst per limit rolled out over the
 // window (a changed limit starts its tags on a full bucket of the new
 // limit; nothing is carried). Called with w.mu held.
 func (w *daemonWorld) bound(win simbound.Window) float64 {
-	p, fresh := w.p, 0
-	for k, r := range w.rollout {
-		next := win.T // the limit before it is in use until it is rolled out
-		if k+1 < len(w.rollout) {
-			next = w.rollout[k+1].end
-		}
-		if r.at < win.T && next >= win.T0 {
-			p.Rate, p.Burst = max(p.Rate, float64(r.lim[0])), max(p.Burst, r.lim[1])
-		}
+	p, fresh := w.inUse(win), 0
+	for _, r := range w.rollout {
 		if r.at < win.T && r.end >= win.T0 {
 			fresh++
 		}
 	}
 	if w.n > 1 {
 		return simbound.Owner(p, win) + float64(fresh*p.Burst)
-	}
-	// A restarted daemon no longer has the buckets of the limits before
-	// its restart: a limit rolled out after it may start a fresh one.
-	lost := 0
-	for _, r := range w.rollout {
-		for _, e := range w.env.Sched.Events {
-			if e.Kind == faultsim.Crash && e.At+e.Dur < r.at && r.at < win.T && r.at >= win.T0 {
-				lost++
-				break
-			}
-		}
 	}
 	kills := 0
 	var owed, forgiven time.Duration // the current life's steps back; those forgiven in the window
@@ -313,7 +314,30 @@ func (w *daemonWorld) bound(win simbound.Window) float64 {
 			forgiven, owed = forgiven+owed, 0
 		}
 	}
-	return float64(p.Burst*(1+kills+lost)) + p.Rate*(win.DC+forgiven).Seconds()
+	return float64(p.Burst*(1+kills)) + p.Rate*(win.DC+forgiven).Seconds()
+}
+
+// inUse is w.p with the largest rate and burst of the limits the daemons
+// have over win: each one's at its start and those given in it. Rollouts
+// may overlap: a daemon may get an earlier one's limit after a later
+// one's, and keep it. Called with w.mu held.
+func (w *daemonWorld) inUse(win simbound.Window) simbound.Params {
+	p, cur := w.p, make([][2]int, w.n)
+	for i := range cur {
+		cur[i] = simDaemonLimits[0]
+	}
+	for _, s := range w.sets {
+		switch {
+		case s.at <= win.T0:
+			cur[s.i] = s.lim
+		case s.at < win.T:
+			p.Rate, p.Burst = max(p.Rate, float64(s.lim[0])), max(p.Burst, s.lim[1])
+		}
+	}
+	for _, lim := range cur {
+		p.Rate, p.Burst = max(p.Rate, float64(lim[0])), max(p.Burst, lim[1])
+	}
+	return p
 }
 
 // Close stops the clients and every daemon.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -78,10 +79,14 @@ func (s *Server) saveState() error {
 // limiters of l, and removes the file so that a later crash does not
 // restore it again. A tag whose limit changed carries its usage as a
 // reload does: its new bucket holds at most its burst less what the old
-// one had used. It returns how many tags it restored.
+// one had used; the replaced limits are kept as a reload keeps them (see
+// keepReplaced). It returns how many tags it restored.
 func (s *Server) restoreState(l *limits) (int, error) {
 	st, age, err := s.readState()
 	if err != nil || st == nil {
+		return 0, err
+	}
+	if err := s.keepReplaced(l, st, age); err != nil {
 		return 0, err
 	}
 	have := map[string]int64{} // per tag, the tokens its saved levels leave it under l
@@ -111,6 +116,55 @@ func (s *Server) restoreState(l *limits) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// keepReplaced restores the saved limits that l does not have (those a
+// reload before the save had replaced and still carried usage from) into
+// limiters of their own, made l's previous configuration for as long as a
+// reload keeps one: a reload back to such a limit finds its buckets, as
+// it would have without the restart, and a tag carries the usage of the
+// one it had used most. Called before l serves.
+func (s *Server) keepReplaced(l *limits, st *savedState, age int64) error {
+	p := &limits{exact: maps.Clone(l.exact), globs: l.globs, def: l.def, all: map[string]bucketLimiter{},
+		burst: maps.Clone(l.burst)}
+	carried := map[string]int64{} // per tag, the lowest level carried from a replaced limit
+	var refill time.Duration
+	for name, tags := range st.Limits {
+		burst, r, ok := parseLimitName(name)
+		if _, have := l.all[name]; have || !ok {
+			continue
+		}
+		x, err := s.newLimiter(s.cfg.Gossip, name, r, int(burst))
+		if err != nil {
+			for _, x := range p.all {
+				x.Close()
+			}
+			return err
+		}
+		p.all[name], p.burst[x] = x, burst
+		refill = max(refill, r.Duration(burst))
+		regained := regainedIn(age, r)
+		for tag, tokens := range tags {
+			level := min(max(tokens, 0)+regained, burst)
+			if g, ok := x.(*gossip.Limiter); ok && level < burst {
+				g.Allow(context.Background(), tag, int(burst-level))
+			}
+			cur := l.limiter([]byte(tag))
+			if c, seen := carried[tag]; !seen || l.burst[cur]-(burst-level) < c {
+				carried[tag], p.exact[tag] = l.burst[cur]-(burst-level), x
+			}
+		}
+	}
+	if len(p.all) == 0 {
+		return nil
+	}
+	l.prev.Store(p)
+	time.AfterFunc(min(refill, maxCarry), func() {
+		s.relMu.Lock()
+		defer s.relMu.Unlock()
+		s.dropPrev(l)
+	})
+	return nil
 }
 
 // readState reads Config.StateFile, if set and present, and removes it;

@@ -96,6 +96,42 @@ func TestRestartChangedLimitKeepsUsage(t *testing.T) {
 	}
 }
 
+// A standalone daemon restarted while a reload still carries usage keeps
+// the replaced limits' buckets: a reload back to one of them after the
+// restart finds its usage. Before, the restarted daemon had only the
+// running limit's buckets, and a raise back to a limit in use before the
+// restart granted the difference of bursts again (the fault simulator's
+// seed 2186906901992982708: 109 admitted where one bucket allows 108.5).
+func TestRestartKeepsReplacedLimits(t *testing.T) {
+	cfg, clk, stop := stateFixture(t)
+	s := started(t, cfg, throttle.WithClock(clk))
+	reload := func(burst int) {
+		cfg.Default.Burst = burst
+		if err := s.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spendAliceAndBob(s) // alice: 0 of 5
+	reload(10)
+	for range 5 {
+		s.Decide("alice") // 0 of 10: all 10 used
+	}
+	reload(5)
+	stop(s)
+	s = started(t, cfg, throttle.WithClock(clk))
+	defer stop(s)
+	reload(10)
+	admitted := 0
+	for range 10 {
+		if s.Decide("alice") == daemon.ReplyOK {
+			admitted++
+		}
+	}
+	if admitted != 0 {
+		t.Errorf("burst 5, 10, 5, a restart, 10 again: alice admitted %d times, want 0 (her bucket of 10 was spent)", admitted)
+	}
+}
+
 // stateFixture returns a standalone daemon's configuration (1/m, burst
 // 5) with a state file, its clock, and a Shutdown that must succeed.
 func stateFixture(t *testing.T) (daemon.Config, *throttletest.Clock, func(*daemon.Server)) {

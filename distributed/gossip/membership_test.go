@@ -58,6 +58,31 @@ func TestLeave(t *testing.T) {
 	}
 }
 
+// A peer left out and joined again in the same life (a reload of the
+// peers list) is heard again: the sequence numbers this node sends it go
+// on from those of before, which the peer, that never left this node out,
+// still remembers (a count restarted from 0 was dropped as replayed).
+func TestLeaveAndJoinAgainIsHeard(t *testing.T) {
+	c := newCluster(t, 2, throttle.NewRate(1, time.Hour), 100, time.Second, false, 1)
+	c.runTo(c.clk.Now().Add(30 * time.Second))
+	c.nodes[0].Leave("n1")
+	c.runTo(c.clk.Now().Add(10 * time.Second)) // n1 takes n0 for dead
+	if err := c.nodes[0].Join("n1"); err != nil {
+		t.Fatal(err)
+	}
+	c.runTo(c.clk.Now().Add(5 * time.Second))
+	before := c.nodes[1].Stats()
+	c.lims[0].Allow(ctx, "k", 10)
+	c.runTo(c.clk.Now().Add(5 * time.Second))
+	if tok := c.lims[1].Tokens("k"); tok != 90 {
+		st := c.nodes[1].Stats()
+		t.Fatalf("n1 holds %d tokens after n0 took 10, want 90 (n1 dropped %d datagrams as replayed meanwhile)", tok, st.Duplicate+st.Stale-before.Duplicate-before.Stale)
+	}
+	if m := *c.nodes[1].members.Load(); len(m) != 2 {
+		t.Fatalf("n1's members %v: n0 taken for dead", m)
+	}
+}
+
 // A restarted peer (new incarnation) is counted from zero again; the
 // counters of its previous life are not charged twice.
 func TestPeerRestart(t *testing.T) {

@@ -70,6 +70,7 @@ type Node struct {
 
 	mu       sync.Mutex // guards the fields below
 	peers    map[string]*peer
+	leftSeq  uint64 // the highest sequence number sent to a peer that left: see removePeer
 	limiters map[string]*Limiter
 	owned    map[string]*OwnedLimiter // by name: see NewOwnedLimiter
 	round    int64

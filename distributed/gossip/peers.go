@@ -49,7 +49,7 @@ func (n *Node) memberEvent(e MemberEvent) {
 			p.down = true
 		}
 	case MemberLeave:
-		delete(n.peers, id)
+		n.removePeer(id)
 	}
 	n.publishMembers()
 	if e.Kind != MemberJoin {
@@ -70,7 +70,7 @@ func (n *Node) addPeer(addr string) error {
 	// Counters born up to one interval before we started listening to
 	// the peer are news to us: they allow for clock skew.
 	now := n.clk.Now()
-	n.peers[addr] = &peer{addr: addr, added: now, acceptFrom: now - n.interval}
+	n.peers[addr] = &peer{addr: addr, added: now, acceptFrom: now - n.interval, seq: n.leftSeq}
 	if n.cfg.Transport != nil {
 		n.engageStart()
 	}
@@ -130,8 +130,21 @@ func (n *Node) Join(addr string) error {
 func (n *Node) Leave(addr string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	delete(n.peers, addr)
+	n.removePeer(addr)
 	n.publishMembers()
+}
+
+// removePeer forgets the peer at addr but for the sequence numbers sent
+// to it: the peer may still have this node (it was not told), and drops
+// as replayed every datagram numbered at or below those it got before,
+// so a peer added later within this life is numbered from above them
+// (one number for every peer that left: a fresh peer takes any start).
+// Called with n.mu held.
+func (n *Node) removePeer(addr string) {
+	if p := n.peers[addr]; p != nil {
+		n.leftSeq = max(n.leftSeq, p.seq)
+		delete(n.peers, addr)
+	}
 }
 
 // Peers returns the current peer addresses, sorted.
