@@ -78,6 +78,7 @@ var simSmall = []simLimitOf{
 	}},
 	{rate: 8, burst: 6, seeds: []uint64{
 		10220705282254109074, // no fault: likewise (12 in 400 ms against 11.2)
+		4611093946558567318,  // Crash of n0, then a rate change: the checker took the new, lower limit's restart bound before any process applied it (40 against 28.7)
 	}},
 }
 
@@ -480,7 +481,15 @@ func (w *simWorld) checkOwners() error {
 
 // checkRestarts checks what each restarted process admitted since its
 // restart of the keys exhausted before it. Called with w.mu held.
+//
+// The admits counted are under the limit in force last (see record) once
+// a process applied it; until then, under the one before, which the
+// bound is then of (the new one may be lower).
 func (w *simWorld) checkRestarts(now time.Duration, off []time.Duration) error {
+	lim := w.limits[len(w.limits)-1]
+	if lim.from < 0 && len(w.limits) > 1 {
+		lim = w.limits[len(w.limits)-2]
+	}
 	for i, r := range w.restart {
 		if r == nil {
 			continue
@@ -497,7 +506,7 @@ func (w *simWorld) checkRestarts(now time.Duration, off []time.Duration) error {
 				// that delayed reports since the denial.
 				lag = w.limits[0].p.Lag + w.otherFaults(i, since, now)
 			}
-			if b := simbound.Restart(w.limits[len(w.limits)-1].p, d, lag); float64(r.admits[k]) > b {
+			if b := simbound.Restart(lim.p, d, lag); float64(r.admits[k]) > b {
 				return w.world(fmt.Errorf("restart-burst: n%d restarted at %v admitted %d of key %q by %v, exhausted (denied) at %v; bound %.1f",
 					i, r.at, r.admits[k], w.Keys[k], now, since, b))
 			}
