@@ -61,3 +61,43 @@ func TestCapBurstUnderDelay(t *testing.T) {
 		})
 	}
 }
+
+// TestCapBurstAfterIdle: a key asked for on every node, idle for 2 s (10
+// rounds) and then flooded again on every node stays within burst +
+// rate·t + N-1 in any window. A peer weighed its demand averaged over the
+// rounds since its report before, 1/10 of what it weighed itself by, so
+// that each node took most of the tokens left for itself: 3 nodes
+// admitted a peak burst of 10 against 8.
+func TestCapBurstAfterIdle(t *testing.T) {
+	const nodes, burst, perSec = 3, 6, 8.0
+	c := newCluster(t, nodes, throttle.PerSecond(perSec), burst, 200*time.Millisecond, true, 1)
+	iv := int64(c.interval)
+	ask := func(from time.Time, dur time.Duration, each func(at time.Time, admitted bool)) {
+		for at := from; at.Before(from.Add(dur)); at = at.Add(10 * time.Millisecond) {
+			c.runTo(at)
+			for _, l := range c.lims {
+				d, err := l.Allow(ctx, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				each(at, d.Allowed)
+			}
+		}
+	}
+	start := time.Unix(0, (c.clk.Now().UnixNano()/iv+1)*iv).Add(time.Millisecond)
+	ask(start, time.Second, func(time.Time, bool) {})
+	start = start.Add(3 * time.Second) // the bucket full again, every report in
+	k, minBase, peak := 0.0, 0.0, 0.0
+	ask(start, 2*time.Second, func(at time.Time, admitted bool) {
+		if admitted {
+			x := at.Sub(start).Seconds() * perSec
+			minBase = min(minBase, k-x)
+			k++
+			peak = max(peak, k-x-minBase)
+		}
+	})
+	t.Logf("peak burst %.1f, %.0f admitted in 2 s", peak, k)
+	if bound := float64(burst + nodes - 1); peak > bound {
+		t.Errorf("peak burst %.1f after an idle key is asked for again, want at most burst + N-1 = %.0f", peak, bound)
+	}
+}

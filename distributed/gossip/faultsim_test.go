@@ -65,6 +65,29 @@ var (
 	}
 )
 
+// simSmall are the small limits the spend cap is also simulated at, each
+// with the seeds that found a defect at it: a burst small against N and a
+// round's refill, where a token of a node's quota is a large part of the
+// bucket.
+var simSmall = []simLimitOf{
+	{rate: 5, burst: 10, seeds: []uint64{
+		10671133039333277693, // no fault: after 2 s idle, each node weighed its peers' demand averaged over the idle rounds and took the tokens left for itself
+		5793016339505179280,  // likewise
+		9276889832786274348,  // 5 nodes: likewise
+		10517504914608058308, // 5 nodes: likewise
+	}},
+	{rate: 8, burst: 6, seeds: []uint64{
+		10220705282254109074, // no fault: likewise (12 in 400 ms against 11.2)
+		4611093946558567318,  // Crash of n0, then a rate change: the checker took the new, lower limit's restart bound before any process applied it (40 against 28.7)
+	}},
+}
+
+// simLimitOf is a limit a scenario starts at, with its fixed seeds.
+type simLimitOf struct {
+	rate, burst int // per second, and the bucket's size
+	seeds       []uint64
+}
+
 func simSpec(name string, procs int, seeds []uint64, count int) faultsim.Spec {
 	return faultsim.Spec{Name: name, Procs: procs, Len: simLen, Sample: 100 * time.Millisecond,
 		Kinds: faultsim.AllKinds(), MaxEvents: 16, Seeds: seeds, Count: count}
@@ -77,9 +100,18 @@ func TestSimGossipAllToAll(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			faultsim.Run(t, simSpec("GossipAllToAll", n, simA2ASeeds, 30), func(env *faultsim.Env) faultsim.World {
-				return newSimWorld(env, false)
+				return newSimWorld(env, false, nil)
 			})
 		})
+	}
+	for _, lim := range simSmall {
+		for _, n := range []int{3, 5} {
+			t.Run(fmt.Sprintf("n=%d/rate=%d/burst=%d", n, lim.rate, lim.burst), func(t *testing.T) {
+				faultsim.Run(t, simSpec("GossipAllToAll", n, lim.seeds, 4), func(env *faultsim.Env) faultsim.World {
+					return newSimWorld(env, false, &lim)
+				})
+			})
+		}
 	}
 }
 
@@ -89,7 +121,7 @@ func TestSimGossipOwner(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			faultsim.Run(t, simSpec("GossipOwner", n, simOwnerSeeds, 30), func(env *faultsim.Env) faultsim.World {
-				return newSimWorld(env, true)
+				return newSimWorld(env, true, nil)
 			})
 		})
 	}
@@ -141,11 +173,17 @@ type simView struct {
 	badSince time.Duration
 }
 
-func newSimWorld(env *faultsim.Env, owned bool) *simWorld {
+// newSimWorld starts a run of owner routing or all-to-all, at the
+// simulation's limit, or at small (then with the spend cap).
+func newSimWorld(env *faultsim.Env, owned bool, small *simLimitOf) *simWorld {
 	n := env.Spec.Procs
 	w := &simWorld{env: env, n: n, owned: owned, members: env.Rand.IntN(2) == 0, capped: !owned && env.Rand.IntN(2) == 0,
 		timeout: DefaultForwardTimeout, stop: make(chan struct{})}
-	w.limits = []*simLimit{newSimLimit(n, throttle.PerSecond(simRate), simBurst, 0)}
+	rate, burst := simRate, simBurst
+	if small != nil {
+		rate, burst, w.capped = small.rate, small.burst, true
+	}
+	w.limits = []*simLimit{newSimLimit(n, throttle.PerSecond(rate), burst, 0)}
 	w.settle = 3 * simInterval
 	if owned {
 		w.settle = 2*simInterval + w.timeout + 100*time.Millisecond
@@ -211,7 +249,7 @@ func simID(i int) string { return fmt.Sprintf("n%d", i) }
 // ends.
 func (w *simWorld) client(p *simProc, rng *rand.Rand, callers int) {
 	defer w.wg.Done()
-	simbound.Drive(w.stop, w.env.Sched.Load, w.Keys, rng, 1.5*simRate/float64(callers), w.env.Elapsed, p.ask)
+	simbound.Drive(w.stop, w.env.Sched.Load, w.Keys, rng, 1.5*w.limits[0].p.Rate/float64(callers), w.env.Elapsed, p.ask)
 }
 
 // record counts one decision a caller of p (in its life) was told.
@@ -443,7 +481,15 @@ func (w *simWorld) checkOwners() error {
 
 // checkRestarts checks what each restarted process admitted since its
 // restart of the keys exhausted before it. Called with w.mu held.
+//
+// The admits counted are under the limit in force last (see record) once
+// a process applied it; until then, under the one before, which the
+// bound is then of (the new one may be lower).
 func (w *simWorld) checkRestarts(now time.Duration, off []time.Duration) error {
+	lim := w.limits[len(w.limits)-1]
+	if lim.from < 0 && len(w.limits) > 1 {
+		lim = w.limits[len(w.limits)-2]
+	}
 	for i, r := range w.restart {
 		if r == nil {
 			continue
@@ -460,7 +506,7 @@ func (w *simWorld) checkRestarts(now time.Duration, off []time.Duration) error {
 				// that delayed reports since the denial.
 				lag = w.limits[0].p.Lag + w.otherFaults(i, since, now)
 			}
-			if b := simbound.Restart(w.limits[len(w.limits)-1].p, d, lag); float64(r.admits[k]) > b {
+			if b := simbound.Restart(lim.p, d, lag); float64(r.admits[k]) > b {
 				return w.world(fmt.Errorf("restart-burst: n%d restarted at %v admitted %d of key %q by %v, exhausted (denied) at %v; bound %.1f",
 					i, r.at, r.admits[k], w.Keys[k], now, since, b))
 			}

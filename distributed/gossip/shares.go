@@ -136,8 +136,18 @@ func (sh *shares) reset(r int64, mp *[]string) {
 }
 
 // heard returns the weight in round r of a peer heard for it, whose
-// record of the key is rec (nil if none): its demand per round lately;
-// and what it spent in round r-1, which this node was charged.
+// record of the key is rec (nil if none): the demand it reported last,
+// all of it since its report before; and what it spent in round r-1,
+// which this node was charged.
+//
+// The weight is never averaged over the rounds between the two reports:
+// a counter is reported in the round after it changes, so a key idle for
+// k rounds and then asked for has all of that demand in the last round,
+// which is what the peer weighs itself by (spending.prev). Averaged, a
+// peer back from idle weighed 1/k of its own weight here, each node took
+// the others for idle and itself for busy, and their quotas added up to
+// up to N times the tokens left. Weighing a peer at least as much as it
+// weighs itself keeps the quotas of all nodes within the tokens left.
 func (l *Limiter) heard(rec *remoteRec, r int64) (w, spent float64) {
 	if rec == nil || rec.r1 <= rec.r0 {
 		return 0, 0
@@ -146,7 +156,7 @@ func (l *Limiter) heard(rec *remoteRec, r int64) (w, spent float64) {
 		spent = float64(rec.h1 - rec.h0)
 	}
 	if rec.r1 >= uint64(r-1) {
-		w = min(float64(rec.d1-rec.d0)/float64(rec.r1-rec.r0), float64(l.demand))
+		w = min(float64(rec.d1-rec.d0), float64(l.demand))
 	}
 	return w, spent
 }
