@@ -82,15 +82,15 @@ func spread(rigs []*rig, n int, key string, gap time.Duration) (ok int, d time.D
 
 // Three instances sharing limits by gossip: what the clients are admitted
 // across the three stays within the spend cap's bound, burst + rate·d +
-// N-1, where each instance alone would admit the burst; plus N-1 more, the
-// excess a load starting on a fresh key can have (the rls-gossip row:
-// the simulator's 17 against 14.0 at a burst of 10; 25 against 23 here
-// once in about 20 runs on a loaded machine).
+// N-1, where each instance alone would admit the burst; plus N-1 more of
+// slack for real UDP on a loaded machine (25 against 23 once in about 20
+// runs, before the spend cap weighed a peer by the demand it last
+// reported; 20 in 8 of 8 runs since, with the bound logged).
 func TestFleetSharesTheLimit(t *testing.T) {
 	rigs := fleet(t, 3, fleetConfig, FleetOptions{})
 	ok, d := spread(rigs, 90, "shared", 2*time.Millisecond)
 	bound := 20 + int(d.Seconds()*1) + 2
-	t.Logf("3 instances admitted %d of 90 in %v; bound %d (+2 open), one instance alone would admit 20", ok, d.Round(time.Millisecond), bound)
+	t.Logf("3 instances admitted %d of 90 in %v; bound %d (+2 slack), one instance alone would admit 20", ok, d.Round(time.Millisecond), bound)
 	if ok > bound+2 || ok < 10 {
 		t.Errorf("admitted %d, want at most %d + 2 (and some)", ok, bound)
 	}
