@@ -97,6 +97,16 @@ var simDefectSeeds = []uint64{
 	// replicas, a cut). A lease now counts at its server for 5 % of its
 	// length past its expiry.
 	15517272843379323261,
+	// A tree leaf dropped a resource its clients had left and took it
+	// again in the same call: the release of its lease at the root,
+	// stamped only when its goroutine ran, came after the new lease's
+	// first refresh and freed it while the leaf handed it out; Σ
+	// enforced 180 of 120, with no fault.
+	10014620103331538355,
+	// A leaf's release of a resource its clients had left, sent in the
+	// background to a root cut off by a split, outlived the leaf's Close
+	// (a goroutine left blocked at the end of the run; 1 run in 2).
+	13298106833636414539,
 }
 
 // TestSimCapacity runs capacity's Servers, Clients, trees and elections
