@@ -231,8 +231,20 @@ func (c *Client) adopt(inc int64) {
 // that a try arriving after a later call that took a resource again (the
 // client reopened it) is older than that call and frees nothing.
 func (c *Client) release(ids []string) error {
+	return c.sendRelease(c.releaseRequest(ids))
+}
+
+// releaseRequest returns the release of ids, stamped now: sent later (in
+// the background), it is still older than the calls the client makes
+// from now on.
+func (c *Client) releaseRequest(ids []string) *ReleaseRequest {
 	req := &ReleaseRequest{Client: c.set.id, Resources: ids}
 	req.Incarnation, req.Sequence = c.stamp()
+	return req
+}
+
+// sendRelease sends req to the master, following redirects.
+func (c *Client) sendRelease(req *ReleaseRequest) error {
 	var err error
 	for range 2*len(c.addrs) + 1 {
 		c.mu.Lock()
@@ -293,10 +305,11 @@ func (c *Client) poke() {
 }
 
 func (c *Client) remove(r *Resource) error {
-	if !c.detach(r) {
+	req := c.detach(r)
+	if req == nil {
 		return nil
 	}
-	return c.release([]string{r.id})
+	return c.sendRelease(req)
 }
 
 // open returns how many resources the client has open.
@@ -306,15 +319,17 @@ func (c *Client) open() int {
 	return len(c.res)
 }
 
-// detach stops refreshing r; it returns false if r was not open.
-func (c *Client) detach(r *Resource) bool {
+// detach stops refreshing r and returns the release of its lease,
+// stamped before any call that may carry r's id again (one reopening it);
+// nil if r was not open.
+func (c *Client) detach(r *Resource) *ReleaseRequest {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || c.res[r.id] != r {
-		return false
+		return nil
 	}
 	delete(c.res, r.id)
-	return true
+	return c.releaseRequest([]string{r.id})
 }
 
 func (c *Client) loop(ctx context.Context) {

@@ -81,6 +81,10 @@ type treeLink struct {
 	band map[int32][]*Client
 	stop chan struct{} // closed by Close: ends sweep
 	once sync.Once
+	// done is set by close and abandon, under mu: no background release
+	// starts after it. bg counts those in flight, which close waits for.
+	done bool
+	bg   sync.WaitGroup
 }
 
 func newTreeLink(p *parentSettings) (*treeLink, error) {
@@ -142,8 +146,11 @@ func (l *treeLink) open(id string, b int32) (*Resource, error) {
 func (l *treeLink) giveUp(res *Resource) {
 	res.shut()
 	c := res.c
-	if c.detach(res) {
-		go func() { _ = c.release([]string{res.id}) }() // or the lease expires at the parent
+	// Stamped now, sent in the background: a call that takes res.id
+	// again is stamped later, so the parent never applies this release
+	// after it (it would free the new lease).
+	if req := c.detach(res); req != nil {
+		l.background(func() { _ = c.sendRelease(req) }) // or the lease expires at the parent
 	}
 	if c == l.base || c.open() > 0 {
 		return
@@ -157,27 +164,60 @@ func (l *treeLink) giveUp(res *Resource) {
 			} else {
 				l.band[b] = cs
 			}
-			go c.Close() // it has nothing to give back; Close waits for its loop
+			// It has nothing to give back; Close waits for its loop.
+			l.backgroundLocked(func() { _ = c.Close() })
 			return
 		}
 	}
 }
 
+// background runs f on a goroutine of its own that close waits for,
+// unless the link is closed or abandoned.
+func (l *treeLink) background(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.backgroundLocked(f)
+}
+
+// backgroundLocked is background with l.mu held.
+func (l *treeLink) backgroundLocked(f func()) {
+	if l.done {
+		return
+	}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		f()
+	}()
+}
+
+// close closes the link's clients, giving their leases back, and waits
+// for the releases in flight in the background.
 func (l *treeLink) close() error {
+	l.finish()
 	var err error
 	for _, c := range l.clients() {
 		if e := c.Close(); e != nil {
 			err = e
 		}
 	}
+	l.bg.Wait()
 	return err
 }
 
 // abandon stops the link's clients without giving their leases back.
 func (l *treeLink) abandon() {
+	l.finish()
 	for _, c := range l.clients() {
 		c.abandon()
 	}
+}
+
+// finish starts no more background work.
+func (l *treeLink) finish() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.done = true
 }
 
 // clients returns the link's clients, of all bands.
@@ -359,9 +399,10 @@ func (r *resource) capLease(lease, refresh time.Duration) (time.Duration, time.D
 }
 
 // Close stops a server with a parent from asking it for capacity and gives
-// its leases back; it returns an error wrapping throttle.ErrUnavailable
-// when no parent took the release. For a server without a parent it does
-// nothing. Idempotent.
+// its leases back, waiting for the releases of resources given up before
+// (each bounded by the parent client's request timeout and retries); it
+// returns an error wrapping throttle.ErrUnavailable when no parent took
+// the release. For a server without a parent it does nothing. Idempotent.
 func (s *Server) Close() error {
 	if s.parent == nil {
 		return nil

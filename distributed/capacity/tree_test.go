@@ -1,11 +1,14 @@
 package capacity
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/throttlekit/throttle"
 )
 
 // TestTreeSimulation runs a three-level server tree on virtual time: a
@@ -156,23 +159,8 @@ func TestChildLeaseWithinParentLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		net := new(memNetwork)
 		cfg := Config{Resources: []Template{{ID: "*", Capacity: 100, LeaseLength: 20 * time.Second, RefreshInterval: 8 * time.Second, LearningDuration: 20 * time.Second}}}
-		root, err := NewServer(cfg, WithJitter(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		net.Attach("root", root)
-		child, err := NewServer(cfg, WithJitter(0), WithParent(net, []string{"root"}, WithClientID("child"), WithMinRefreshGap(0)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer child.Close()
-		ask := func() Grant {
-			resp, err := child.GetCapacity(t.Context(), &Request{Client: "c", Resources: []ResourceRequest{{Resource: "db", Wants: 10}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return resp.Grants[0]
-		}
+		_, child := newTestTree(t, net, cfg, WithMinRefreshGap(0))
+		ask := func() Grant { return askAs(t, child, 10) }
 		ask() // opens the resource at the parent
 		for range 6 {
 			time.Sleep(5 * time.Second) // both learn, and the parent grants
@@ -230,4 +218,104 @@ func TestTreeBands(t *testing.T) {
 			t.Errorf("leaf asks its parent in bands %v, want [0 1]", bands)
 		}
 	})
+}
+
+// TestTreeReopenAfterDropKeepsParentLease: a leaf drops a resource its
+// clients left, which gives its lease at the parent back in the
+// background, and a client takes the resource again within the same
+// call. The release was stamped when its goroutine ran, after the
+// reopened resource's first refresh: the parent applied it last and freed
+// the lease the leaf had just been granted and was handing out (found by
+// the simulator: Σ enforced 180 of 120). The parent must count what the
+// leaf holds.
+func TestTreeReopenAfterDropKeepsParentLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := new(memNetwork)
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: 120, LeaseLength: 4 * time.Second, RefreshInterval: time.Second}}}
+		root, leaf := newTestTree(t, net, cfg, WithMinRefreshGap(0))
+		ask := func() Grant { return askAs(t, leaf, 100) }
+		// Every call at half past a second: each sweeps the leaf's
+		// resources (drop), so that its own sweep, every second on the
+		// second, never finds one due.
+		time.Sleep(dropInterval / 2)
+		for range 6 { // both learn
+			ask()
+			time.Sleep(dropInterval)
+		}
+		for round := range 10 {
+			ask()
+			if _, err := leaf.Release(t.Context(), &ReleaseRequest{Client: "c", Resources: []string{"db"}}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(dropInterval)
+			leaf.Status() // sweeps: db has no client
+			time.Sleep(dropInterval)
+			ask() // sweeps, dropping db, and takes it again
+			time.Sleep(dropInterval / 10)
+			l, ok := leaf.parentLease("db")
+			var held float64
+			for _, r := range root.Status().Resources {
+				if r.ID == "db" {
+					held = r.Held
+				}
+			}
+			if ok && held < l.Capacity {
+				t.Fatalf("round %d: the leaf holds a lease of %v from the root, which counts %v held", round, l.Capacity, held)
+			}
+			time.Sleep(dropInterval - dropInterval/10)
+		}
+	})
+}
+
+// TestTreeCloseWaitsForGiveUp: a leaf gives a resource its clients left
+// back to its parent in the background; Close must not return while that
+// release is still in flight (it leaked, blocked on a slow parent, past
+// the Server's life: a deadlock at the end of a synctest bubble, found by
+// the simulator).
+func TestTreeCloseWaitsForGiveUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := new(memNetwork)
+		cfg := Config{Resources: []Template{{ID: "*", Capacity: 10, LeaseLength: 4 * time.Second, RefreshInterval: time.Second}}}
+		_, leaf := newTestTree(t, net, cfg, WithRequestTimeout(time.Second))
+		askAs(t, leaf, 5)
+		time.Sleep(time.Second)
+		if _, err := leaf.Release(t.Context(), &ReleaseRequest{Client: "c", Resources: []string{"db"}}); err != nil {
+			t.Fatal(err)
+		}
+		net.SetLatency(time.Minute) // the parent answers no call in time
+		time.Sleep(2*dropInterval + time.Millisecond)
+		// The sweeps gave db up: its release waits on the parent.
+		if err := leaf.Close(); err != nil && !errors.Is(err, throttle.ErrUnavailable) {
+			t.Fatal(err)
+		}
+		// Returning now, with the release still in flight, is a
+		// deadlock of the bubble.
+	})
+}
+
+// newTestTree starts a root and, under it on net, a leaf asking it as
+// client "child" with opts; the leaf is closed when the test ends.
+func newTestTree(t *testing.T, net *memNetwork, cfg Config, opts ...ClientOption) (root, leaf *Server) {
+	t.Helper()
+	root, err := NewServer(cfg, WithJitter(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	net.Attach("root", root)
+	leaf, err = NewServer(cfg, WithJitter(0), WithParent(net, []string{"root"}, append([]ClientOption{WithClientID("child")}, opts...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = leaf.Close() })
+	return root, leaf
+}
+
+// askAs asks s for wants of resource db as client "c".
+func askAs(t *testing.T, s *Server, wants float64) Grant {
+	t.Helper()
+	resp, err := s.GetCapacity(t.Context(), &Request{Client: "c", Resources: []ResourceRequest{{Resource: "db", Wants: wants}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Grants[0]
 }
