@@ -3,7 +3,6 @@ package storelimit_test
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,22 +46,8 @@ func TestLeasingBound(t *testing.T) {
 			defer l.Close()
 			ls[i] = l
 		}
-		rng := rand.New(rand.NewPCG(seed, 11))
-		start := clk.Now()
-		var at []time.Duration // one entry per admitted unit
 		const decisions = 6000
-		for range decisions {
-			clk.Advance(time.Duration(rng.Int64N(int64(400 * time.Microsecond))))
-			n := 1 + rng.IntN(2)
-			d, err := ls[rng.IntN(procs)].Allow(context.Background(), "api", n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for range n * boolInt(d.Allowed) {
-				at = append(at, clk.Now().Sub(start))
-			}
-		}
-		elapsed := clk.Now().Sub(start)
+		at, elapsed := leasetest.Trace(t, ls, clk, seed, decisions)
 		t.Logf("seed %d: %d decisions, %d units admitted in %v (bucket bound %d), %d store calls",
 			seed, decisions, len(at), elapsed, burst+rate.Events(elapsed), calls.Load())
 		if calls.Load()*3 > decisions {

@@ -3,7 +3,6 @@ package redislimit
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -39,29 +38,12 @@ func TestLeasingOvershoot(t *testing.T) {
 			defer l.Close()
 			ls[i] = l
 		}
-		rng := rand.New(rand.NewPCG(seed, 11))
-		start := clk.Now()
-		var at []time.Duration // one entry per admitted unit
-		var decisions int64
-		for range 6000 {
-			clk.Advance(time.Duration(rng.Int64N(int64(400 * time.Microsecond))))
-			n := 1 + rng.IntN(2)
-			d, err := ls[rng.IntN(procs)].Allow(context.Background(), "api", n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			decisions++
-			if d.Allowed {
-				for range n {
-					at = append(at, clk.Now().Sub(start))
-				}
-			}
-		}
+		const decisions = 6000
+		at, elapsed := leasetest.Trace(t, ls, clk, seed, decisions)
 		var trips int64
 		for _, l := range ls {
 			trips += l.roundTrips()
 		}
-		elapsed := clk.Now().Sub(start)
 		t.Logf("seed %d: %d decisions, %d units admitted in %v (bucket bound %d), %d round trips",
 			seed, decisions, len(at), elapsed, burst+rate.Events(elapsed), trips)
 		if trips*3 > decisions {

@@ -4,6 +4,7 @@ package leasetest
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +12,30 @@ import (
 	"github.com/throttlekit/throttle"
 	"github.com/throttlekit/throttle/throttletest"
 )
+
+// Trace runs n decisions of one or two units on key "api", each on a
+// limiter of ls drawn at random from seed, with clk advanced up to 400 µs
+// before each, and returns the instant of every admitted unit (one entry
+// per unit, from the trace's start) and the time the trace took.
+func Trace[L throttle.Limiter](t testing.TB, ls []L, clk *throttletest.Clock, seed uint64, n int) (at []time.Duration, elapsed time.Duration) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	start := clk.Now()
+	for range n {
+		clk.Advance(time.Duration(rng.Int64N(int64(400 * time.Microsecond))))
+		units := 1 + rng.IntN(2)
+		d, err := ls[rng.IntN(len(ls))].Allow(context.Background(), "api", units)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			for range units {
+				at = append(at, clk.Now().Sub(start))
+			}
+		}
+	}
+	return at, clk.Now().Sub(start)
+}
 
 // CheckBound fails t if the units admitted at the instants at (one entry
 // per unit, from a key's fresh start) exceed a token bucket of burst and
