@@ -26,16 +26,6 @@ import (
 // rate per key and node. The invariants are simbound's, sampled from what
 // the clients were told.
 
-// Limits of the simulated cluster: a refill time of burst/rate = 4 s, long
-// against the gossip interval (a fresh burst stands out) and short against
-// the run (partitions show their rate).
-const (
-	simRate     = 5 // per second
-	simBurst    = 20
-	simInterval = 200 * time.Millisecond
-	simLen      = 20 * time.Second
-)
-
 // Seeds that found defects (issue 38) on the code before their fixes,
 // each with the minimal schedule the shrinker found (on 3 nodes, or on 5
 // where said; the other size draws another schedule from the seed).
@@ -88,18 +78,13 @@ type simLimitOf struct {
 	seeds       []uint64
 }
 
-func simSpec(name string, procs int, seeds []uint64, count int) faultsim.Spec {
-	return faultsim.Spec{Name: name, Procs: procs, Len: simLen, Sample: 100 * time.Millisecond,
-		Kinds: faultsim.AllKinds(), MaxEvents: 16, Seeds: seeds, Count: count}
-}
-
 // TestSimGossipAllToAll runs the all-to-all counters (Node.NewLimiter),
 // with and without the spend cap and a Membership, under random fault
 // schedules.
 func TestSimGossipAllToAll(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			faultsim.Run(t, simSpec("GossipAllToAll", n, simA2ASeeds, 30), func(env *faultsim.Env) faultsim.World {
+			faultsim.Run(t, simbound.Spec("GossipAllToAll", n, 16, simA2ASeeds, 30), func(env *faultsim.Env) faultsim.World {
 				return newSimWorld(env, false, nil)
 			})
 		})
@@ -107,7 +92,7 @@ func TestSimGossipAllToAll(t *testing.T) {
 	for _, lim := range simSmall {
 		for _, n := range []int{3, 5} {
 			t.Run(fmt.Sprintf("n=%d/rate=%d/burst=%d", n, lim.rate, lim.burst), func(t *testing.T) {
-				faultsim.Run(t, simSpec("GossipAllToAll", n, lim.seeds, 4), func(env *faultsim.Env) faultsim.World {
+				faultsim.Run(t, simbound.Spec("GossipAllToAll", n, 16, lim.seeds, 4), func(env *faultsim.Env) faultsim.World {
 					return newSimWorld(env, false, &lim)
 				})
 			})
@@ -120,7 +105,7 @@ func TestSimGossipAllToAll(t *testing.T) {
 func TestSimGossipOwner(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			faultsim.Run(t, simSpec("GossipOwner", n, simOwnerSeeds, 30), func(env *faultsim.Env) faultsim.World {
+			faultsim.Run(t, simbound.Spec("GossipOwner", n, 16, simOwnerSeeds, 30), func(env *faultsim.Env) faultsim.World {
 				return newSimWorld(env, true, nil)
 			})
 		})
@@ -179,22 +164,22 @@ func newSimWorld(env *faultsim.Env, owned bool, small *simLimitOf) *simWorld {
 	n := env.Spec.Procs
 	w := &simWorld{env: env, n: n, owned: owned, members: env.Rand.IntN(2) == 0, capped: !owned && env.Rand.IntN(2) == 0,
 		timeout: DefaultForwardTimeout, stop: make(chan struct{})}
-	rate, burst := simRate, simBurst
+	rate, burst := simbound.Rate, simbound.Burst
 	if small != nil {
 		rate, burst, w.capped = small.rate, small.burst, true
 	}
 	w.limits = []*simLimit{newSimLimit(n, throttle.PerSecond(rate), burst, 0)}
-	w.settle = 3 * simInterval
+	w.settle = 3 * simbound.Interval
 	if owned {
-		w.settle = 2*simInterval + w.timeout + 100*time.Millisecond
+		w.settle = 2*simbound.Interval + w.timeout + 100*time.Millisecond
 	}
 	peers := simbound.PeerChanges(env.Sched)
-	w.Run = simbound.NewRunOf(env, peers, w.settle, 2*simInterval+w.settle)
+	w.Run = simbound.NewRunOf(env, peers, w.settle, 2*simbound.Interval+w.settle)
 	// The spend cap's bound holds once every peer's reports of the last
 	// rounds arrived and the demand they carry reflects the load again:
 	// 10 intervals after a fault (1.07 s after a delay spike of 485 ms
 	// ended, 5 nodes admitted 27 in 400 ms against 26).
-	w.capEps = simbound.NewRunOf(env, peers, 10*simInterval, 12*simInterval).Eps
+	w.capEps = simbound.NewRunOf(env, peers, 10*simbound.Interval, 12*simbound.Interval).Eps
 	w.counts = make([]int64, len(w.Keys))
 	w.denied = make([]time.Duration, len(w.Keys))
 	for i := range w.denied {
@@ -524,7 +509,7 @@ func (w *simWorld) otherFaults(proc int, from, to time.Duration) time.Duration {
 			sched.Events = append(sched.Events, e)
 		}
 	}
-	return simbound.At(simbound.Episodes(sched, to, 3*simInterval), from, to, nil, nil).Overlap
+	return simbound.At(simbound.Episodes(sched, to, 3*simbound.Interval), from, to, nil, nil).Overlap
 }
 
 // Close stops the clients, the membership and every node.
@@ -573,7 +558,7 @@ func (p *simProc) start() {
 	p.life++
 	p.inc.Store(uint64(p.life))
 	p.left, p.cfgOut = nil, nil
-	cfg := Config{Transport: w.fabric.Endpoint(p.i), Secret: secret, Interval: simInterval, SpendCap: w.capped}
+	cfg := Config{Transport: w.fabric.Endpoint(p.i), Secret: secret, Interval: simbound.Interval, SpendCap: w.capped}
 	if w.members {
 		p.ms = newSimMembership(Member{ID: p.id, Incarnation: uint64(p.life)}, w.initialMembers(p.i))
 		cfg.Membership = p.ms
@@ -603,7 +588,7 @@ func (p *simProc) start() {
 func (p *simProc) rounds(node *Node, halt chan struct{}) {
 	defer p.ticker.Done()
 	clk := p.w.env.Clocks[p.i]
-	iv := int64(simInterval)
+	iv := int64(simbound.Interval)
 	for {
 		now := clk.Now().UnixNano()
 		wait := time.Duration((now/iv+1)*iv-now) + time.Millisecond/4
@@ -853,7 +838,7 @@ type simLimit struct {
 
 func newSimLimit(n int, rate throttle.Rate, burst int, from time.Duration) *simLimit {
 	perSec := float64(rate.Count()) / rate.Period().Seconds()
-	return &simLimit{p: simbound.Params{N: n, Rate: perSec, Burst: burst, Lag: simInterval + 20*time.Millisecond},
+	return &simLimit{p: simbound.Params{N: n, Rate: perSec, Burst: burst, Lag: simbound.Interval + 20*time.Millisecond},
 		rate: rate, burst: burst, name: fmt.Sprintf("api|%v|%d", rate, burst), from: from, all: from, to: -1}
 }
 
