@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -51,6 +52,26 @@ descriptors:
 // envSubjects, when set, is a regular expression: only the subjects
 // whose names it matches are measured (e.g. "Redis"), for a shorter run.
 const envSubjects = "THROTTLE_ENVOY_RLS_SUBJECTS"
+
+// With both set, the servers and Redis run on the CPUs -server-cpus
+// lists and this test, the load generator, on -loadgen-cpus' (lists as
+// taskset -c takes them), so that neither takes the other's time: on two
+// cores, -server-cpus 1 -loadgen-cpus 0.
+var (
+	serverCPUs = flag.String("server-cpus", "", "CPU list (taskset -c) the servers and Redis run on; empty: any")
+	genCPUs    = flag.String("loadgen-cpus", "", "CPU list (taskset -c) the load generator runs on; empty: any")
+)
+
+// pinSelf runs this process, the load generator, on cpus (and the
+// servers it starts next, which inherit them), when pinning is on.
+func pinSelf(t *testing.T, cpus string) {
+	if *serverCPUs == "" || *genCPUs == "" {
+		return
+	}
+	if err := testproc.Pin(cpus, os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // cellTime is how long each cell of the table is measured, after a
 // warm-up of a tenth of it.
@@ -262,14 +283,16 @@ func (r *roundRobin) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 
 // TestVersusReference measures the reference and this service on the same
 // Redis, this service in process, and across 3 gossip nodes, on the same
-// configuration and load. Run it by hand:
+// configuration and load. Run it by hand, on two cores with the servers
+// on one and the load generator on the other:
 //
 //	THROTTLE_ENVOY_RLS_BENCH=1 THROTTLE_ENVOY_RLS_BIN=/path/to/ratelimit \
-//		go test -run Versus -v -timeout 10m ./benchmarks/envoyrls
+//		go test -run Versus -v -timeout 10m ./benchmarks/envoyrls -server-cpus 1 -loadgen-cpus 0
 func TestVersusReference(t *testing.T) {
 	if os.Getenv(envBench) != "1" {
 		t.Skip("a measurement of about four minutes: set " + envBench + "=1 to run it")
 	}
+	pinSelf(t, *serverCPUs) // what starts now runs there
 	srv := redistest.Start(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(dir+"/bench.yaml", []byte(benchConfig), 0o644); err != nil {
@@ -289,6 +312,7 @@ func TestVersusReference(t *testing.T) {
 			return subject{c: rr, pids: pids}
 		}},
 	}, os.Getenv(envSubjects))
+	pinSelf(t, *genCPUs)
 	var table, costs strings.Builder
 	header := fmt.Sprintf("| streams | descriptors | keys | %s |\n|---|---|---|%s\n", joinNames(subjects), strings.Repeat("---|", len(subjects)))
 	table.WriteString(header)
