@@ -7,6 +7,8 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/throttlekit/throttle/internal/redistest"
 )
@@ -79,5 +81,48 @@ func BenchmarkRedisCharge(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkServe is the server's work for one gRPC request of 1 or 4
+// descriptors apart from the transport: the request decoded, decided in
+// process, the response encoded (the server's codec).
+func BenchmarkServe(b *testing.B) {
+	cfg := mustParse(b, "f.yaml", `
+domain: d
+descriptors:
+  - {key: a, rate_limit: {unit: second, requests_per_unit: 1000000000}}
+  - {key: b, rate_limit: {unit: minute, requests_per_unit: 1000000000}}
+  - {key: c, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
+  - {key: e, rate_limit: {unit: day, requests_per_unit: 1000000000}}
+`)
+	for _, n := range []int{1, 4} {
+		b.Run([]string{"", "1", "", "", "4"}[n], func(b *testing.B) {
+			backend := NewMemory(0)
+			defer backend.Close()
+			svc := newService(cfg, Options{Backend: backend})
+			r := req("d", desc("a", "x"), desc("b", "x"), desc("c", "x"), desc("e", "x"))
+			r.Descriptors = r.Descriptors[:n]
+			wire, err := proto.Marshal(r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				in := new(rlsv3.RateLimitRequest)
+				if err := serverCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, in); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := svc.ShouldRateLimit(context.Background(), in)
+				if err != nil {
+					b.Fatal(err)
+				}
+				out, err := serverCodec.Marshal(resp)
+				if err != nil {
+					b.Fatal(err)
+				}
+				out.Free()
+			}
+		})
 	}
 }

@@ -56,7 +56,7 @@ func serveGRPC(t testing.TB, svc *Service) (rlsv3.RateLimitServiceClient, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := newGRPCServer()
 	svc.Register(g)
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)

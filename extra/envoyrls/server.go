@@ -214,6 +214,12 @@ func (c ServerConfig) backend(fleet *Fleet) (Backend, func() error, error) {
 // stacks (docs/performance.md).
 const streamWorkers = 64
 
+// newGRPCServer is the gRPC server the service is registered on, with
+// its stream workers and its codec.
+func newGRPCServer() *grpc.Server {
+	return grpc.NewServer(grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(serverCodec))
+}
+
 // listen binds the gRPC listener (with the gRPC health service) and the
 // optional HTTP one, and serves them.
 func (s *Server) listen(c ServerConfig) error {
@@ -221,7 +227,7 @@ func (s *Server) listen(c ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("envoy: grpc: %w", err)
 	}
-	s.grpc = grpc.NewServer(grpc.NumStreamWorkers(streamWorkers))
+	s.grpc = newGRPCServer()
 	s.Service.Register(s.grpc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
