@@ -28,19 +28,27 @@ descriptors:
   - key: e
     rate_limit: {unit: day, requests_per_unit: 1000000000}
 `)
+	perDescriptors(b, cfg, func(b *testing.B, svc *Service, r *rlsv3.RateLimitRequest) {
+		for b.Loop() {
+			if _, err := svc.decide(context.Background(), r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// perDescriptors runs f as sub-benchmarks "1" and "4", with a service of
+// cfg on a Memory backend and a request of 1 or 4 descriptors in domain
+// d, keys a, b, c and e, all of value x.
+func perDescriptors(b *testing.B, cfg *Config, f func(b *testing.B, svc *Service, r *rlsv3.RateLimitRequest)) {
 	for _, n := range []int{1, 4} {
 		b.Run([]string{"", "1", "", "", "4"}[n], func(b *testing.B) {
-			mem := NewMemory(0)
-			defer mem.Close()
-			svc := newService(cfg, Options{Backend: mem})
+			backend := NewMemory(0)
+			defer backend.Close()
 			r := req("d", desc("a", "x"), desc("b", "x"), desc("c", "x"), desc("e", "x"))
 			r.Descriptors = r.Descriptors[:n]
 			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := svc.decide(context.Background(), r); err != nil {
-					b.Fatal(err)
-				}
-			}
+			f(b, newService(cfg, Options{Backend: backend}), r)
 		})
 	}
 }
@@ -96,33 +104,25 @@ descriptors:
   - {key: c, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
   - {key: e, rate_limit: {unit: day, requests_per_unit: 1000000000}}
 `)
-	for _, n := range []int{1, 4} {
-		b.Run([]string{"", "1", "", "", "4"}[n], func(b *testing.B) {
-			backend := NewMemory(0)
-			defer backend.Close()
-			svc := newService(cfg, Options{Backend: backend})
-			r := req("d", desc("a", "x"), desc("b", "x"), desc("c", "x"), desc("e", "x"))
-			r.Descriptors = r.Descriptors[:n]
-			wire, err := proto.Marshal(r)
+	perDescriptors(b, cfg, func(b *testing.B, svc *Service, r *rlsv3.RateLimitRequest) {
+		wire, err := proto.Marshal(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			in := new(rlsv3.RateLimitRequest)
+			if err := serverCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, in); err != nil {
+				b.Fatal(err)
+			}
+			resp, err := svc.ShouldRateLimit(context.Background(), in)
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.ReportAllocs()
-			for b.Loop() {
-				in := new(rlsv3.RateLimitRequest)
-				if err := serverCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, in); err != nil {
-					b.Fatal(err)
-				}
-				resp, err := svc.ShouldRateLimit(context.Background(), in)
-				if err != nil {
-					b.Fatal(err)
-				}
-				out, err := serverCodec.Marshal(resp)
-				if err != nil {
-					b.Fatal(err)
-				}
-				out.Free()
+			out, err := serverCodec.Marshal(resp)
+			if err != nil {
+				b.Fatal(err)
 			}
-		})
-	}
+			out.Free()
+		}
+	})
 }

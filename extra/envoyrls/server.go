@@ -215,10 +215,23 @@ func (c ServerConfig) backend(fleet *Fleet) (Backend, func() error, error) {
 const streamWorkers = 64
 
 // newGRPCServer is the gRPC server the service is registered on, with
-// its stream workers and its codec.
+// its stream workers and its codec, and static flow-control windows:
+// with the default dynamic ones, grpc-go pings the client to estimate the
+// bandwidth-delay product whenever data arrives and no ping is out, about
+// once per request at low concurrency (a write and a read more, and a
+// wake-up of each side), for messages of a few hundred bytes that no
+// window would hold back.
 func newGRPCServer() *grpc.Server {
-	return grpc.NewServer(grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(serverCodec))
+	return grpc.NewServer(grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(serverCodec),
+		grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(connWindow))
 }
+
+// The flow-control windows: a stream's (the HTTP/2 default), and a
+// connection's, which Envoy shares among all its calls.
+const (
+	streamWindow = 64 << 10
+	connWindow   = 1 << 20
+)
 
 // listen binds the gRPC listener (with the gRPC health service) and the
 // optional HTTP one, and serves them.
