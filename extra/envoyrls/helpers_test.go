@@ -2,7 +2,9 @@ package envoyrls
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +38,18 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
+}
+
+// readResponse is the status and body of an HTTP response, or fails t
+// with err.
+func readResponse(t testing.TB, resp *http.Response, err error) (int, string) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // mustParse parses one YAML document named name.
