@@ -379,7 +379,7 @@ func measure(t *testing.T, rc *redis.Client, s subject, run func() result) resul
 func printRound(streams, descriptors, keys int, name string, r result) {
 	d := float64(max(r.decisions, 1))
 	fmt.Printf("BenchmarkVersus/streams=%d/descriptors=%d/keys=%d/server=%s 1 %.0f decisions/s %.0f p99-µs %.2f server-µs/decision %.2f redis-µs/decision %.2f syscalls/request\n",
-		streams, descriptors, keys, strings.NewReplacer(", ", "-", " ", "_").Replace(name), r.perSecond(),
+		streams, descriptors, keys, strings.NewReplacer(", ", "-", " ", "_", "/", "_").Replace(name), r.perSecond(),
 		float64(r.p99.Microseconds()), float64(r.serverCPU.Microseconds())/d, float64(r.redisCPU.Microseconds())/d,
 		r.serverSyscalls/float64(max(r.requests, 1)))
 }
