@@ -18,13 +18,14 @@ import (
 // serverCodec encodes and decodes the messages of the gRPC server.
 var serverCodec encoding.CodecV2 = rlsCodec{encoding.GetCodecV2(proto.Name)}
 
-// rlsCodec is the gRPC server's codec: the RLS response is encoded by its
-// generated marshaller (go-control-plane's vtprotobuf code, no
-// reflection) into a pooled buffer, and a request of the usual shape is
-// decoded by decodeRequest, its descriptors, entries and strings each in
-// one allocation; every other message, and any request decodeRequest does
+// rlsCodec is the gRPC server's codec: an RLS response of the fields the
+// service sets is written field by field, without reflection
+// (appendResponse), and a request of the usual shape is decoded by
+// decodeRequest, its descriptors, entries and strings each in one
+// allocation; every other message, and any request or response these do
 // not take, goes to the proto codec. The bytes and messages are those of
-// the proto codec. Safe for concurrent use.
+// the proto codec. Its zero value is not usable (see serverCodec); safe
+// for concurrent use.
 type rlsCodec struct{ proto encoding.CodecV2 }
 
 func (c rlsCodec) Name() string { return c.proto.Name() }
@@ -99,7 +100,7 @@ type requestArena struct {
 	nl, na  int
 }
 
-// field is a field of a message: its number and wire type, and its
+// wireField is a field of a message: its number and wire type, and its
 // value: a varint, or where a length-delimited one is in the request.
 type wireField struct {
 	num    protowire.Number
