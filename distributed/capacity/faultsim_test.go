@@ -539,7 +539,7 @@ func (w *capWorld) Check(now time.Duration) error {
 	w.mu.Unlock()
 	for _, id := range w.ids {
 		leases, enforced, kept := 0.0, 0.0, 0.0
-		each := make([]float64, len(hs))
+		each, keeps := make([]float64, len(hs)), make([]float64, len(hs))
 		for i, h := range hs {
 			if h.r.ID() != id {
 				continue
@@ -550,15 +550,15 @@ func (w *capWorld) Check(now time.Duration) error {
 				fresh, carried := w.fresh(h)
 				c = max(c-carried, 0)
 				e = max(c, fresh)
-				kept += carried
+				kept, keeps[i] = kept+carried, carried
 			}
 			leases, enforced, each[i] = leases+c, enforced+e, e
 		}
 		if w.tracing && now%(250*time.Millisecond) == 0 {
-			w.env.T.Logf("%v %s Σ %v:%s%s", now, id, enforced, detail(hs, id, each), w.servers(id))
+			w.env.T.Logf("%v %s Σ %v:%s%s", now, id, enforced, detail(hs, id, each, keeps), w.servers(id))
 		}
 		if err := w.judge(id, now, bound, leases, enforced); err != nil {
-			return fmt.Errorf("%w (leases %v;%s)", err, leases, detail(hs, id, each))
+			return fmt.Errorf("%w (leases %v;%s)", err, leases, detail(hs, id, each, keeps))
 		}
 		keptStats.note(w.topo, (enforced+kept)/bound)
 	}
@@ -582,12 +582,18 @@ func (k *keptMax) note(topo int, ratio float64) {
 	k.worst[topo] = max(k.worst[topo], ratio)
 }
 
-// detail lists what each client enforces on resource id.
-func detail(hs []capHandle, id string, each []float64) string {
+// detail lists what each client enforces on resource id and, after it,
+// the gauge units it keeps past the end of their chain of leases (left
+// out of the sum).
+func detail(hs []capHandle, id string, each, keeps []float64) string {
 	var b strings.Builder
 	for i, h := range hs {
-		if h.r.ID() == id {
-			fmt.Fprintf(&b, " %s:%v", h.r.c.ID(), each[i])
+		if h.r.ID() != id {
+			continue
+		}
+		fmt.Fprintf(&b, " %s:%v", h.r.c.ID(), each[i])
+		if keeps[i] > 0 {
+			fmt.Fprintf(&b, " (+%v kept)", keeps[i])
 		}
 	}
 	return b.String()
