@@ -157,6 +157,19 @@ func Self(env []string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// Pin runs every thread of the process pid on the CPUs cpus, a list as
+// taskset -c takes it ("1", "0,2-3"); the threads and processes it starts
+// later inherit them, so that a process pinned before it starts servers
+// has them start there (a Go server then sizes GOMAXPROCS to them). It
+// needs taskset (util-linux).
+func Pin(cpus string, pid int) error {
+	out, err := exec.Command("taskset", "-a", "-c", "-p", cpus, strconv.Itoa(pid)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("testproc: pinning %d to CPUs %s: %v: %s", pid, cpus, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
 // WriteFile writes body to a file called name in a directory of t's own
 // (a configuration or key file for a server under test) and returns its
 // path.

@@ -3,7 +3,9 @@ package testproc
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -222,5 +224,29 @@ func TestSampler(t *testing.T) {
 	}
 	if w, _ := s.Stop(); w != worst {
 		t.Fatal("a second Stop changed the result")
+	}
+}
+
+func TestPin(t *testing.T) {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Skip("no taskset")
+	}
+	p, err := Start(exec.Command("sleep", "30"), 5*time.Second, func() error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	if err := Pin("0", p.Pid()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "Cpus_allowed_list:\t0\n") {
+		t.Fatalf("after Pin(\"0\"), /proc status:\n%s", b)
+	}
+	if err := Pin("no-such-cpu", p.Pid()); err == nil {
+		t.Fatal("Pin with a bad CPU list succeeded")
 	}
 }
