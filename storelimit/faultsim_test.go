@@ -305,23 +305,23 @@ func (w *storeWorld) Close() {
 	}
 }
 
-// simStore is a process's storelimit.LoadingStore: each call is a request
-// and an answer through the simulated network to the store's process; a
-// call whose answer does not come before ctx ends fails (whether or not
-// the store applied it).
+// simStore is a process's storelimit.BatchStore: each call (a batch
+// too) is a request and an answer through the simulated network to the
+// store's process; a call whose answer does not come before ctx ends
+// fails (whether or not the store applied it).
 type simStore struct {
 	w    *storeWorld
 	proc int
 }
 
-var _ storelimit.LoadingStore = (*simStore)(nil)
+var _ storelimit.BatchStore = (*simStore)(nil)
 
 func (s *simStore) Load(ctx context.Context, key string, now int64) (int64, error) {
-	st, _, err := s.call(ctx, func(m *storelimit.Memory) (int64, bool, error) {
-		v, err := m.Load(ctx, key, now)
-		return v, false, err
+	a := s.call(ctx, func(m *storelimit.Memory) (a storeAnswer) {
+		a.state, a.err = m.Load(ctx, key, now)
+		return a
 	})
-	return st, err
+	return a.state, a.err
 }
 
 func (s *simStore) CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (bool, error) {
@@ -330,20 +330,38 @@ func (s *simStore) CompareAndSwap(ctx context.Context, key string, old, next, no
 }
 
 func (s *simStore) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
-	return s.call(ctx, func(m *storelimit.Memory) (int64, bool, error) {
-		return m.CompareAndSwapLoad(context.Background(), key, old, next, now, expires)
+	a := s.call(ctx, func(m *storelimit.Memory) (a storeAnswer) {
+		a.state, a.ok, a.err = m.CompareAndSwapLoad(context.Background(), key, old, next, now, expires)
+		return a
 	})
+	return a.state, a.ok, a.err
+}
+
+// CompareAndSwapBatch sends every swap in one request; each delivery of
+// it (a duplicate too) works on its own copy.
+func (s *simStore) CompareAndSwapBatch(ctx context.Context, swaps []storelimit.Swap) error {
+	in := slices.Clone(swaps)
+	a := s.call(ctx, func(m *storelimit.Memory) (a storeAnswer) {
+		a.swaps = slices.Clone(in)
+		a.err = m.CompareAndSwapBatch(context.Background(), a.swaps)
+		return a
+	})
+	if a.err == nil {
+		copy(swaps, a.swaps)
+	}
+	return a.err
 }
 
 type storeAnswer struct {
 	state int64
 	ok    bool
+	swaps []storelimit.Swap
 	err   error
 }
 
 // call runs op at the store, on the network's goroutine when the request
 // arrives, and waits for the answer.
-func (s *simStore) call(ctx context.Context, op func(*storelimit.Memory) (int64, bool, error)) (int64, bool, error) {
+func (s *simStore) call(ctx context.Context, op func(*storelimit.Memory) storeAnswer) storeAnswer {
 	net := s.w.env.Net
 	answers := make(chan storeAnswer, 2) // room for a duplicate's
 	net.Send(s.proc, 0, func() {
@@ -353,8 +371,7 @@ func (s *simStore) call(ctx context.Context, op func(*storelimit.Memory) (int64,
 		if m == nil {
 			return
 		}
-		var a storeAnswer
-		a.state, a.ok, a.err = op(m)
+		a := op(m)
 		net.Send(0, s.proc, func() {
 			select {
 			case answers <- a:
@@ -364,8 +381,8 @@ func (s *simStore) call(ctx context.Context, op func(*storelimit.Memory) (int64,
 	})
 	select {
 	case a := <-answers:
-		return a.state, a.ok, a.err
+		return a
 	case <-ctx.Done():
-		return 0, false, fmt.Errorf("store call: %w", ctx.Err())
+		return storeAnswer{err: fmt.Errorf("store call: %w", ctx.Err())}
 	}
 }
