@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // Over a BatchStore, the swaps of a Limiter's decisions on different keys
@@ -31,13 +32,16 @@ const batchSlots = 16
 const maxBatch = 128
 
 // batcher gathers the swaps of one Limiter into batches. It is ready
-// once slots and ops.New are set; it is safe for concurrent use.
+// once slots and ops.New are set; it is safe for concurrent use. A swap
+// that finds a slot free takes it with a compare-and-swap, without a
+// lock; only waiting swaps take mu.
 type batcher struct {
-	mu      sync.Mutex
-	slots   int       // batchSlots, but in tests
-	busy    int       // calls at the store, at most slots
-	waiting []*swapOp // for the next batch, in their order
-	ops     sync.Pool // of *swapOp, this Limiter's (see newRequest)
+	slots   int64        // batchSlots, but in tests
+	busy    atomic.Int64 // calls at the store, at most slots
+	queued  atomic.Int64 // swaps waiting, in no batch yet (see release)
+	mu      sync.Mutex   // guards waiting
+	waiting []*swapOp    // for the next batch, in their order
+	ops     sync.Pool    // of *swapOp, this Limiter's (see newRequest)
 }
 
 // swapOp is one swap waiting for, or taken into, a batch.
@@ -51,25 +55,44 @@ type swapOp struct {
 
 func newSwapOp() any { return &swapOp{waiter: waiter{done: make(chan struct{}, 1)}} }
 
+// acquire takes a free slot, if there is one.
+func (b *batcher) acquire() bool {
+	for {
+		n := b.busy.Load()
+		if n >= b.slots {
+			return false
+		}
+		if b.busy.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 // swap runs sw, whose key hashes to h, on bs: at once if a slot is free,
 // else in the next batch. It returns sw with its outcome; an Err of ctx's
 // when ctx ended while it waited (its swap may still be made).
 func (b *batcher) swap(ctx context.Context, bs BatchStore, h uint64, sw Swap) Swap {
-	b.mu.Lock()
-	if b.busy < b.slots {
-		b.busy++
-		b.mu.Unlock()
-		sw.State, sw.Swapped, sw.Err = bs.CompareAndSwapLoad(ctx, sw.Key, sw.Old, sw.Next, sw.Now, sw.Expires)
-		b.release()
-		return sw
+	if b.acquire() {
+		return b.alone(ctx, bs, sw)
 	}
 	op := b.ops.Get().(*swapOp)
 	op.sw, op.h = sw, h
 	op.deadline, _ = ctx.Deadline()
 	op.state.Store(waiting)
+	b.mu.Lock()
+	b.queued.Add(1) // before the last look for a slot: see release
+	if b.acquire() {
+		b.queued.Add(-1)
+		b.mu.Unlock()
+		b.ops.Put(op)
+		return b.alone(ctx, bs, sw)
+	}
 	b.waiting = append(b.waiting, op)
 	b.mu.Unlock()
 	if op.wait(ctx) {
+		if op.state.Load() == gone {
+			b.queued.Add(-1)
+		}
 		sw.Err = ctx.Err() // op may still be written by its batch: not reused
 		return sw
 	}
@@ -82,19 +105,39 @@ func (b *batcher) swap(ctx context.Context, bs BatchStore, h uint64, sw Swap) Sw
 	return sw
 }
 
+// alone runs sw by itself in the slot it holds.
+func (b *batcher) alone(ctx context.Context, bs BatchStore, sw Swap) Swap {
+	sw.State, sw.Swapped, sw.Err = bs.CompareAndSwapLoad(ctx, sw.Key, sw.Old, sw.Next, sw.Now, sw.Expires)
+	b.release()
+	return sw
+}
+
 // release ends a call at the store: its slot goes to the waiting swap
-// with the latest deadline, which leads the next batch, or is freed.
+// with the latest deadline, which leads the next batch, or is freed. A
+// swap counts itself queued before its last look for a free slot, and
+// release looks at the count after freeing one, so a swap is never left
+// waiting with a slot free: either it sees the slot, or release sees it
+// and takes the slot back for it.
 func (b *batcher) release() {
-	b.mu.Lock()
-	lead, ok := pickLeader(b.waiting)
-	if !ok {
-		b.busy--
-		clear(b.waiting)
-		b.waiting = b.waiting[:0]
-	}
-	b.mu.Unlock()
-	if ok {
-		lead.done <- struct{}{}
+	for {
+		if b.queued.Load() > 0 {
+			b.mu.Lock()
+			lead, ok := pickLeader(b.waiting)
+			if !ok { // those counted have left or lead already
+				clear(b.waiting)
+				b.waiting = b.waiting[:0]
+			}
+			b.mu.Unlock()
+			if ok {
+				lead.done <- struct{}{}
+				return
+			}
+			runtime.Gosched()
+		}
+		b.busy.Add(-1)
+		if b.queued.Load() == 0 || !b.acquire() {
+			return
+		}
 	}
 }
 
@@ -117,6 +160,7 @@ func (b *batcher) take(lead *swapOp) []*swapOp {
 	}
 	clear(b.waiting[len(rest):])
 	b.waiting = rest
+	b.queued.Add(-int64(len(batch)))
 	lead.batch = batch
 	return batch
 }
