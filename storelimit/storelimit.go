@@ -44,6 +44,21 @@
 // that join it later and have a later deadline fail at that one, never
 // after their own), whether or not the caller leading it cancels.
 //
+// # Batches
+//
+// Over a BatchStore (pglimit's), the swaps of one Limiter's decisions on
+// different keys go to the store together once 16 calls of it are there:
+// the swaps that arrive then wait, and when a call returns they go as one
+// batch (for pglimit one statement, one commit), led by the one with the
+// latest deadline, as a round is. A swap that finds fewer than 16 calls
+// in flight goes at once, so a process with few concurrent callers waits
+// for nothing more. Each key keeps its compare-and-swap (one that fails
+// returns the key's state, and its decisions are made again on it), so
+// exactness holds as above, and a key the store fails, or whose state is
+// corrupt, fails its own callers only. A swap waiting for a batch leaves
+// at its caller's deadline; a batch runs until its leader's deadline
+// (the latest of those waiting when it formed), as a round does.
+//
 // # Leasing
 //
 // A Limiter made by NewLeasing takes batches of units of a key from the

@@ -52,6 +52,21 @@
 // for a lost race too, and reads the state with a SELECT. Different keys
 // never wait for each other.
 //
+// Many keys: the Store is also a storelimit.BatchStore, so the swaps of a
+// process's decisions on different keys that wait while 16 statements of
+// its Limiter are at the server go together, as one INSERT ... ON
+// CONFLICT DO UPDATE over arrays (one round trip, one commit) that swaps
+// each key only if it still holds the state its decision read and returns
+// every key's outcome; it locks the rows in key order, so two batches
+// never deadlock. Up to 16 statements in flight, each commit waits for a
+// WAL flush that PostgreSQL shares among the commits waiting together, so
+// holding them back for a batch would only add a wait; beyond, a batch
+// costs the server and the process less CPU per decision than as many
+// statements: with fsync on, 1000 keys, 64 callers decide 1.2× as fast
+// with 0.35 statements per decision, and 16 callers as before (see
+// docs/performance.md). A statement the server refuses for a row's data
+// or a conflict is made again key by key, so one key fails alone.
+//
 // A hot key (many callers on one key: a tenant's quota, an attacker) is
 // decided by storelimit in rounds: one statement or two per round for all
 // the calls of a process on the key, so the processes sharing a key race
