@@ -81,15 +81,17 @@ type BatchStore interface {
 	// are distinct), setting its Swapped and State, or its Err when that
 	// key alone failed; the others are unaffected. An error returned
 	// fails every swap of the call. It must be atomic per key as
-	// CompareAndSwapLoad is; the swaps of one call need not be atomic
-	// together.
+	// CompareAndSwapLoad is, and safe for concurrent use; the swaps of
+	// one call need not be atomic together.
 	CompareAndSwapBatch(ctx context.Context, swaps []Swap) error
 }
 
 // Swap is one key's compare-and-swap in a call of
 // BatchStore.CompareAndSwapBatch: set Key's state to Next, live until
 // Expires, if its state at Now is Old. The store sets Swapped, State (the
-// key's state at Now when it did not swap) and Err.
+// key's state at Now when it did not swap) and Err. It is a plain value,
+// owned by the call it is passed to until that returns; the zero Swap
+// swaps the empty key from no state to none.
 type Swap struct {
 	Key                     string
 	Old, Next, Now, Expires int64
