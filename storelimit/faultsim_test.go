@@ -114,6 +114,7 @@ func (w *storeWorld) limiter(p *storeProc) *storelimit.Limiter {
 	if err != nil {
 		w.env.T.Fatal(err)
 	}
+	storelimit.SetBatchSlots(l, 1) // a second swap in flight waits for a batch
 	return l
 }
 
@@ -127,9 +128,21 @@ func (w *storeWorld) start(p *storeProc) {
 	go w.load(ctx, p, r)
 }
 
-// load asks for units until ctx ends, by the schedule's load shape.
+// storeInFlight bounds the calls of one process in flight at once: a
+// call that outlasts the gap to the next overlaps it, on its key (a
+// round) or another (a batch).
+const storeInFlight = 4
+
+// load asks for units until ctx ends, by the schedule's load shape: on
+// the hot key, or on three keys at a time of the others, moving on every
+// 50 calls.
 func (w *storeWorld) load(ctx context.Context, p *storeProc, r *rand.Rand) {
-	defer close(p.done)
+	var calls sync.WaitGroup
+	slots := make(chan struct{}, storeInFlight)
+	defer func() {
+		calls.Wait()
+		close(p.done)
+	}()
 	for n := 0; ; n++ {
 		gap := time.Duration(1+r.IntN(20)) * time.Millisecond
 		if w.env.Sched.Load == faultsim.Bursty && (n/200)%2 == 1 {
@@ -148,9 +161,19 @@ func (w *storeWorld) load(ctx context.Context, p *storeProc, r *rand.Rand) {
 		}
 		key := 0
 		if w.env.Sched.Load == faultsim.NewKeys {
-			key = 1 + n/50%8
+			key = 1 + (n/50+n%3)%8
 		}
-		w.allow(ctx, p.l.Load(), key, 1+r.IntN(3))
+		units := 1 + r.IntN(3)
+		select {
+		case <-ctx.Done():
+			return
+		case slots <- struct{}{}:
+		}
+		l := p.l.Load()
+		calls.Go(func() {
+			defer func() { <-slots }()
+			w.allow(ctx, l, key, units)
+		})
 	}
 }
 
