@@ -23,8 +23,12 @@ const defaultLeaseAge = 100 * time.Millisecond
 // at most the limit) when the pool ran dry and a caller waited for the
 // store, and halves when leased units expired unspent. Leased units are
 // spendable for maxAge (0 means 100 ms), then dropped. A denial
-// is decided locally while the key, as of the last lease, cannot grant
-// the request or half a batch. Close ends the background refills.
+// is decided locally while, as of the last lease, the key cannot grant
+// half a batch and could grant the request for less than maxAge/8: a hot
+// key over its limit costs the store at most one statement per half batch
+// or per maxAge/8, and holds at most what accrues in maxAge/8 beyond the
+// request while its callers are denied. Close ends the background
+// refills.
 //
 // Bound: every leased unit is charged in the store, so across every
 // process the units admitted are never more than the Algorithm admits

@@ -166,3 +166,48 @@ func drain(t *testing.T, l throttle.Limiter, workers int, admitted *atomic.Int64
 	}
 	wg.Wait()
 }
+
+// TestLeasingHotKeyKeepsUp: one leasing process whose callers ask a
+// token bucket's key far above its rate, on virtual time over an
+// in-memory store: at every step, the units admitted since the key's
+// fresh start fall short of the bucket's (burst + Events(t)) by at most
+// 1 + Events(maxAge/8), the most a key holds in the store while the
+// process denies. (A process used to wait until the key could grant half
+// a batch: 128 units short with batches of 256, 0.979 of a 3 s window at
+// 2,000/s.)
+func TestLeasingHotKeyKeepsUp(t *testing.T) {
+	const burst, maxBatch, maxAge = 1000, 256, 100 * time.Millisecond
+	rate := throttle.PerSecond(2000)
+	alg, err := tokenbucket.NewAlgorithm(rate, burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := throttletest.NewClock()
+	l, err := storelimit.NewLeasing(new(storelimit.Memory), alg, maxBatch, maxAge, throttle.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	start, admitted, worst := clk.Now(), int64(0), int64(0)
+	for range 30000 { // 3 s in steps of 100 µs
+		clk.Advance(100 * time.Microsecond)
+		for allowed := true; allowed; { // ask until denied
+			d, err := l.Allow(context.Background(), "hot", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			storelimit.Settle(l)
+			allowed = d.Allowed
+			admitted += int64(boolInt(allowed))
+		}
+		short := burst + rate.Events(clk.Now().Sub(start)) - admitted
+		if short < 0 {
+			t.Fatalf("admitted %d by %v, above the bucket's %d", admitted, clk.Now().Sub(start), burst+rate.Events(clk.Now().Sub(start)))
+		}
+		worst = max(worst, short)
+	}
+	t.Logf("admitted %d in %v, at worst %d short of the bucket", admitted, clk.Now().Sub(start), worst)
+	if bound := 1 + rate.Events(maxAge/8); worst > bound {
+		t.Errorf("at worst %d units short of the bucket, want at most 1 + Events(maxAge/8) = %d", worst, bound)
+	}
+}

@@ -31,8 +31,11 @@ const (
 // in any interval of length d are at most burst + Events(d + maxAge) of
 // the rate, and also at most burst + Events(d) + 2·maxBatch·P for P
 // processes (each holds at most two batches per key): that is the
-// worst-case overshoot. A denial is cached locally until the bucket can
-// next grant a unit, so denials need no network either.
+// worst-case overshoot. A denial is cached locally until, as of the last
+// round trip, the bucket can grant half a batch or could grant the
+// request maxAge/8 before, so denials need no network either, and a key
+// over its limit holds at most maxAge/8 of its rate unleased while its
+// callers are denied.
 //
 // Decisions with leasing are approximate in their Remaining (the local
 // pool) and ResetAfter (as of the last round trip) fields. Leasing is not

@@ -73,6 +73,7 @@ type pool struct {
 	cur, prev atomic.Pointer[batch]
 	size      atomic.Int64 // next batch size
 	state     atomic.Int64 // the key's state as of the last Take
+	takenAt   atomic.Int64 // the instant of the last Take
 	resetAt   atomic.Int64 // when the key is full, as of the last Take
 	refilling atomic.Bool
 	mu        sync.Mutex // serializes synchronous refills
@@ -205,11 +206,10 @@ func (l *Leaser) allowed(p *pool, now, left int64) throttle.Decision {
 	}
 }
 
-// cachedDenial denies n units locally while, as of the last Take, the
-// key cannot grant max(n, half a batch) units: a Take then brings several
-// units instead of one, over the limit as below it.
+// cachedDenial denies n units locally until, as of the last Take, a
+// Take for them is due.
 func (l *Leaser) cachedDenial(p *pool, now int64, n int) (throttle.Decision, bool) {
-	at := l.t.Ready(p.state.Load(), now, max(int64(n), l.threshold(p)))
+	at := l.due(p, now, int64(n))
 	if now >= at {
 		return throttle.Decision{}, false
 	}
@@ -220,9 +220,17 @@ func (l *Leaser) cachedDenial(p *pool, now int64, n int) (throttle.Decision, boo
 	}, true
 }
 
-// threshold is how many units must be available before a background
-// refill is worth a call to the store: half a batch.
-func (l *Leaser) threshold(p *pool) int64 { return (p.size.Load() + 1) / 2 }
+// due is the instant from which a Take for n units of p's key is worth a
+// call to the store, as of the last Take: when the key can grant half a
+// batch, or an eighth of MaxAge after it could first grant n. Over the
+// limit a Take then brings half a batch or what accrued in MaxAge/8
+// rather than one unit, and while callers are denied the store holds at
+// most what accrues in MaxAge/8 beyond n.
+func (l *Leaser) due(p *pool, now, n int64) int64 {
+	state := p.state.Load()
+	half := l.t.Ready(state, now, max(n, (p.size.Load()+1)/2))
+	return min(half, l.t.Ready(state, p.takenAt.Load(), n)+l.cfg.MaxAge/8)
+}
 
 // refill leases a batch of p.size units (at least need) of key and
 // installs it. It returns how many units were granted.
@@ -237,6 +245,7 @@ func (l *Leaser) refill(ctx context.Context, key string, p *pool, now, need int6
 		return 0, err
 	}
 	p.state.Store(g.State)
+	p.takenAt.Store(now)
 	p.resetAt.Store(g.ResetAt)
 	if g.Units == 0 {
 		return 0, nil
@@ -262,7 +271,7 @@ func (l *Leaser) refillAsync(key string, p *pool) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		now := l.cfg.Now()
-		if now < l.t.Ready(p.state.Load(), now, l.threshold(p)) {
+		if now < l.due(p, now, 1) {
 			return // too little available: a later spend asks again
 		}
 		_, _ = l.refill(l.bg, key, p, now, 1) // the Taker bounds its call
