@@ -211,3 +211,38 @@ func TestLeasingHotKeyKeepsUp(t *testing.T) {
 		t.Errorf("at worst %d units short of the bucket, want at most 1 + Events(maxAge/8) = %d", worst, bound)
 	}
 }
+
+// BenchmarkLeasing: parallel decisions on one key of a leasing limiter
+// over Memory: spent from the pool (a key far below its limit), and
+// denied locally (a key over it).
+func BenchmarkLeasing(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		rate  throttle.Rate
+		burst int
+	}{{"spend", throttle.PerSecond(1_000_000_000), 1_000_000}, {"deny", throttle.NewRate(1, time.Hour), 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			alg, err := tokenbucket.NewAlgorithm(c.rate, c.burst)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := storelimit.NewLeasing(new(storelimit.Memory), alg, 4096, time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			ctx := context.Background()
+			l.Allow(ctx, "k", 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := l.Allow(ctx, "k", 1); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -74,6 +74,7 @@ type pool struct {
 	size      atomic.Int64 // next batch size
 	state     atomic.Int64 // the key's state as of the last Take
 	takenAt   atomic.Int64 // the instant of the last Take
+	due1      atomic.Int64 // due(1) as of the last Take
 	resetAt   atomic.Int64 // when the key is full, as of the last Take
 	refilling atomic.Bool
 	mu        sync.Mutex // serializes synchronous refills
@@ -209,7 +210,10 @@ func (l *Leaser) allowed(p *pool, now, left int64) throttle.Decision {
 // cachedDenial denies n units locally until, as of the last Take, a
 // Take for them is due.
 func (l *Leaser) cachedDenial(p *pool, now int64, n int) (throttle.Decision, bool) {
-	at := l.due(p, now, int64(n))
+	at := p.due1.Load() // the same instant, as availability only grows with time
+	if n > 1 {
+		at = l.due(p, now, int64(n))
+	}
 	if now >= at {
 		return throttle.Decision{}, false
 	}
@@ -246,6 +250,7 @@ func (l *Leaser) refill(ctx context.Context, key string, p *pool, now, need int6
 	}
 	p.state.Store(g.State)
 	p.takenAt.Store(now)
+	p.due1.Store(l.due(p, now, 1))
 	p.resetAt.Store(g.ResetAt)
 	if g.Units == 0 {
 		return 0, nil
@@ -271,7 +276,7 @@ func (l *Leaser) refillAsync(key string, p *pool) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		now := l.cfg.Now()
-		if now < l.due(p, now, 1) {
+		if now < p.due1.Load() {
 			return // too little available: a later spend asks again
 		}
 		_, _ = l.refill(l.bg, key, p, now, 1) // the Taker bounds its call
