@@ -83,8 +83,9 @@ func (l *Limiter) Close() error {
 type taker struct{ l *Limiter }
 
 // Take charges between need and want units of key at now in one
-// read-decide-swap, the most the key's state admits.
-func (t taker) Take(ctx context.Context, key string, now, want, need int64) (lease.Grant, error) {
+// read-decide-swap, the most the key's state admits, after giving back
+// what back returns when the key's state is still the one it names.
+func (t taker) Take(ctx context.Context, key string, now, want, need int64, back lease.Return) (lease.Grant, error) {
 	l := t.l
 	if l.timeout > 0 {
 		var cancel context.CancelFunc
@@ -93,11 +94,31 @@ func (t taker) Take(ctx context.Context, key string, now, want, need int64) (lea
 	}
 	var g lease.Grant
 	err := l.update(ctx, key, maphash.String(l.seed, key), now, func(old int64) (int64, time.Duration, bool) {
+		base := old
+		if back.Units > 0 && old == back.After {
+			base = l.rebase(back, old)
+		}
 		var reset time.Duration
-		g, reset = l.grant(old, now, want, need)
-		return g.State, reset, g.Units > 0
+		g, reset = l.grant(base, now, want, need)
+		if g.Units == 0 {
+			reset = time.Duration(max(g.ResetAt-now, 0)) // base stored, if given back
+		}
+		return g.State, reset, g.State != old
 	})
 	return g, err
+}
+
+// rebase returns the state the lease back names would have left had it
+// granted only back.Kept units, or old if the Algorithm says otherwise.
+func (l *Limiter) rebase(back lease.Return, old int64) int64 {
+	if back.Kept == 0 {
+		return back.Before
+	}
+	next, d, err := l.a.Decide(back.Before+l.fresh, back.At, int(back.Kept))
+	if err != nil || !d.Allowed {
+		return old
+	}
+	return next - l.fresh
 }
 
 // grant decides a lease of between need and want units on state old at
@@ -108,13 +129,13 @@ func (l *Limiter) grant(old, now, want, need int64) (lease.Grant, time.Duration)
 	if err != nil || !d.Allowed {
 		k = min(want, int64(d.Remaining))
 		if k < need {
-			return lease.Grant{State: old, ResetAt: now + int64(d.ResetAfter)}, 0
+			return lease.Grant{State: old, Before: old, ResetAt: now + int64(d.ResetAfter)}, 0
 		}
 		if next, d, err = l.a.Decide(old+l.fresh, now, int(k)); err != nil || !d.Allowed {
-			return lease.Grant{State: old, ResetAt: now + int64(d.ResetAfter)}, 0
+			return lease.Grant{State: old, Before: old, ResetAt: now + int64(d.ResetAfter)}, 0
 		}
 	}
-	return lease.Grant{Units: k, State: next - l.fresh, ResetAt: now + int64(d.ResetAfter)}, d.ResetAfter
+	return lease.Grant{Units: k, State: next - l.fresh, Before: old, ResetAt: now + int64(d.ResetAfter)}, d.ResetAfter
 }
 
 // Ready is the instant a key in state admits units, as the Algorithm

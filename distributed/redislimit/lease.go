@@ -66,8 +66,9 @@ type gcraTaker struct {
 	b *Bucket
 }
 
-// Take runs the lease script: at least need and at most want units, or none.
-func (t gcraTaker) Take(ctx context.Context, key string, now, want, need int64) (lease.Grant, error) {
+// Take runs the lease script: at least need and at most want units, or
+// none. It gives nothing back: expired tokens are lost.
+func (t gcraTaker) Take(ctx context.Context, key string, now, want, need int64, _ lease.Return) (lease.Grant, error) {
 	b := t.b
 	ref, mode := b.now()
 	var buf [9]any

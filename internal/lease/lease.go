@@ -27,8 +27,9 @@ type Taker interface {
 	// Take leases at least need and at most want units of key at now,
 	// charging them in the store in one call, or none when fewer than
 	// need are available. It returns the units granted and the key's
-	// state after the call, as Ready reads it.
-	Take(ctx context.Context, key string, now, want, need int64) (Grant, error)
+	// state after the call, as Ready reads it. A Taker may give back first
+	// what back returns (see Return), or ignore it.
+	Take(ctx context.Context, key string, now, want, need int64, back Return) (Grant, error)
 	// Ready returns the earliest instant from now on at which a key in
 	// state (as a Take returned it) could grant units, were nothing else
 	// taken meanwhile.
@@ -39,7 +40,19 @@ type Taker interface {
 type Grant struct {
 	Units   int64 // the units granted, 0 to need
 	State   int64 // the key's state after the Take, for Ready
+	Before  int64 // the state the Take granted from
 	ResetAt int64 // the instant the key is back to full, as of the Take
+}
+
+// Return gives back the Units of a lease left unspent: if the key's state
+// is still After, the one that lease left (no other writer since), a Take
+// first sets it to what the lease would have left, taken at At on state
+// Before, had it granted only Kept units. The exact inverse of the lease,
+// for any algorithm; when the state moved on, the units are lost. The zero
+// Return gives back nothing.
+type Return struct {
+	Units, Kept       int64
+	After, Before, At int64
 }
 
 // Config configures a Leaser.
@@ -84,6 +97,10 @@ type pool struct {
 type batch struct {
 	left    atomic.Int64
 	expires int64
+	units   int64 // granted
+	at      int64 // the Take's instant
+	before  int64 // the key's state before it
+	after   int64 // and after it
 }
 
 // New returns a Leaser taking from t.
@@ -244,7 +261,7 @@ func (l *Leaser) refill(ctx context.Context, key string, p *pool, now, need int6
 		p.size.Store(max(p.size.Load()/2, 1)) // units expired unspent: lease less
 	}
 	l.takes.Add(1)
-	g, err := l.t.Take(ctx, key, now, want, need)
+	g, err := l.t.Take(ctx, key, now, want, need, p.giveBack(now))
 	if err != nil {
 		return 0, err
 	}
@@ -255,10 +272,26 @@ func (l *Leaser) refill(ctx context.Context, key string, p *pool, now, need int6
 	if g.Units == 0 {
 		return 0, nil
 	}
-	nb := &batch{expires: now + l.cfg.MaxAge}
+	nb := &batch{expires: now + l.cfg.MaxAge, units: g.Units, at: now, before: g.Before, after: g.State}
 	nb.left.Store(g.Units)
 	p.prev.Store(p.cur.Swap(nb))
 	return g.Units, nil
+}
+
+// giveBack takes the unspent units of p's last lease out of its pool
+// once they expired at now, to be given back to the store by the next
+// Take (a process that stalled longer than MaxAge loses none of them
+// while no other process wrote the key). Called under p.mu.
+func (p *pool) giveBack(now int64) Return {
+	b := p.cur.Load()
+	if b == nil || now < b.expires || b.after != p.state.Load() {
+		return Return{}
+	}
+	left := b.left.Swap(0) // a spend that read an earlier now finds none
+	if left == 0 {
+		return Return{}
+	}
+	return Return{Units: left, Kept: b.units - left, After: b.after, Before: b.before, At: b.at}
 }
 
 // refillAsync refills p in the background unless a refill is running.
