@@ -36,9 +36,10 @@ const defaultLeaseAge = 100 * time.Millisecond
 // units admitted in any interval of length d are at most what the
 // Algorithm admits in d + maxAge (for a token bucket, burst +
 // Events(d + maxAge)); from a key's fresh start, exactly its limit. What
-// is lost is under-admission: units leased but not spent before maxAge,
-// and those a process holds when it crashes or its lease's reply is lost
-// (at most two batches per process and key). Decisions are
+// is lost is under-admission: units leased but not spent before maxAge
+// (the next lease gives them back, exactly, unless another process wrote
+// the key since), and those a process holds when it crashes or its
+// lease's reply is lost (at most two batches per process and key). Decisions are
 // approximate in Remaining (the local pool) and ResetAfter (as of the
 // last lease). Errors are New's, and ErrInvalid for maxBatch < 1 or
 // maxAge < 0.

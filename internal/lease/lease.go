@@ -8,9 +8,11 @@
 // units a process admits are never more than the store granted it: over
 // every process sharing the store, the units admitted are at most what
 // the limit allows, moved later in time by at most the lease's age.
-// Leased units a process does not spend before they expire, or holds when
-// it crashes, are lost: that is the under-admission, at most two batches
-// per process and key.
+// Leased units a process does not spend before they expire are given back
+// by its next Take when the key's state is still the one their lease left
+// (a Taker may not support it), else lost; those it holds when it crashes
+// are lost: that is the under-admission, at most two batches per process
+// and key.
 package lease
 
 import (
