@@ -58,6 +58,7 @@ func NewLeasing(s Store, a Algorithm, maxBatch int, maxAge time.Duration, opts .
 		MaxBatch: int64(min(maxBatch, l.limit)),
 		MaxAge:   int64(maxAge),
 		MaxKeys:  l.keys.MaxKeys,
+		Timeout:  int64(l.timeout),
 		Limit:    l.limit,
 		Now:      l.clk.Now,
 	})

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/throttlekit/throttle"
@@ -298,4 +299,49 @@ func TestLeasingStallGivesBack(t *testing.T) {
 	if want := burst + int(rate.Events(clk.Now().Sub(start))); admitted+left != want {
 		t.Fatalf("admitted %d and %d left in the store, want %d in all (%d lost)", admitted, left, want, want-admitted-left)
 	}
+}
+
+// hangingMemory is a Memory over a network that answers no swap: each
+// waits until its context ends. Its Timeout bounds every decision, as
+// pglimit's does.
+type hangingMemory struct{ storelimit.Memory }
+
+func (s *hangingMemory) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
+	<-ctx.Done()
+	return 0, false, ctx.Err()
+}
+
+func (s *hangingMemory) Timeout() time.Duration { return 200 * time.Millisecond }
+
+// TestLeasingDecisionBoundedByTimeout: a leasing caller that needs a
+// lease while another caller's lease is in flight on a store that does
+// not answer fails within the store's timeout as a whole, with
+// ErrUnavailable, and within its own deadline when that comes first. (A
+// caller used to wait for the lease in flight whatever its deadline, then
+// the timeout again for its own: 350 ms against 200, 148 ms against a
+// deadline of 20 ms.)
+func TestLeasingDecisionBoundedByTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		alg, err := tokenbucket.NewAlgorithm(throttle.PerSecond(10), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := storelimit.NewLeasing(new(hangingMemory), alg, 4, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		for _, want := range []time.Duration{200 * time.Millisecond, 20 * time.Millisecond} {
+			go l.Allow(context.Background(), "k", 1) // its lease hangs 200 ms
+			time.Sleep(50 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), want)
+			start := time.Now()
+			_, err := l.Allow(ctx, "k", 1)
+			if took := time.Since(start); took > want || !errors.Is(err, throttle.ErrUnavailable) {
+				t.Errorf("Allow took %v (%v), want ErrUnavailable within %v", took, err, want)
+			}
+			cancel()
+			time.Sleep(time.Second) // the other caller's lease ends
+		}
+	})
 }

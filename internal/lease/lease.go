@@ -17,6 +17,7 @@ package lease
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,7 @@ type Config struct {
 	MaxBatch int64        // the largest batch a Take asks for (≥ 1)
 	MaxAge   int64        // how long leased units stay spendable (ns)
 	MaxKeys  int          // the pools kept before idle ones are dropped
+	Timeout  int64        // bounds a caller's wait for a lease (ns), 0: none
 	Limit    int          // the Limit of the Decisions
 	Now      func() int64 // the clock of the background refills
 }
@@ -92,7 +94,7 @@ type pool struct {
 	due1      atomic.Int64 // due(1) as of the last Take
 	resetAt   atomic.Int64 // when the key is full, as of the last Take
 	refilling atomic.Bool
-	mu        sync.Mutex // serializes synchronous refills
+	lock      chan struct{} // held (one value in it) by the refill running
 }
 
 // batch is a lease: units spendable until expires.
@@ -133,7 +135,7 @@ func (l *Leaser) pool(key string, now int64) *pool {
 	if l.npools.Load() >= int64(l.cfg.MaxKeys) {
 		l.sweep(now)
 	}
-	p := new(pool)
+	p := &pool{lock: make(chan struct{}, 1)}
 	p.size.Store(min(8, l.cfg.MaxBatch))
 	if q, loaded := l.pools.LoadOrStore(key, p); loaded {
 		return q.(*pool)
@@ -180,7 +182,8 @@ func (p *pool) spend(now, n int64) (left int64, fromCur, ok bool) {
 // Allow decides n units of key at now: from the key's pool when it holds
 // them (no call to the store), denied locally while the key's state as of
 // the last Take cannot grant them, else after a Take. Its errors are the
-// Taker's.
+// Taker's, or wrap throttle.ErrUnavailable and ctx's error when ctx (or
+// Config.Timeout) ends while it waits for another caller's Take.
 func (l *Leaser) Allow(ctx context.Context, key string, n int, now int64) (throttle.Decision, error) {
 	p := l.pool(key, now)
 	if left, fromCur, ok := p.spend(now, int64(n)); ok {
@@ -192,9 +195,25 @@ func (l *Leaser) Allow(ctx context.Context, key string, n int, now int64) (throt
 	if d, denied := l.cachedDenial(p, now, n); denied {
 		return d, nil
 	}
-	// The pool ran dry while there is demand: grow the batch and wait.
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	return l.await(ctx, key, p, n, now) // the pool ran dry while there is demand
+}
+
+// await decides n units of key once the refill of p in flight, if any,
+// ended, leasing if they are still wanted (growing the batch: callers
+// waited). The wait and the lease together end with ctx, and within
+// Config.Timeout.
+func (l *Leaser) await(ctx context.Context, key string, p *pool, n int, now int64) (throttle.Decision, error) {
+	if l.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(l.cfg.Timeout))
+		defer cancel()
+	}
+	select {
+	case p.lock <- struct{}{}:
+	case <-ctx.Done():
+		return throttle.Decision{}, fmt.Errorf("%w: waiting for a lease: %w", throttle.ErrUnavailable, ctx.Err())
+	}
+	defer func() { <-p.lock }()
 	now = max(now, l.cfg.Now())                    // decided at the end of the wait
 	if left, _, ok := p.spend(now, int64(n)); ok { // another caller refilled
 		return l.allowed(p, now, left), nil
@@ -283,7 +302,7 @@ func (l *Leaser) refill(ctx context.Context, key string, p *pool, now, need int6
 // giveBack takes the unspent units of p's last lease out of its pool
 // once they expired at now, to be given back to the store by the next
 // Take (a process that stalled longer than MaxAge loses none of them
-// while no other process wrote the key). Called under p.mu.
+// while no other process wrote the key). Called holding p.lock.
 func (p *pool) giveBack(now int64) Return {
 	b := p.cur.Load()
 	if b == nil || now < b.expires || b.after != p.state.Load() {
@@ -308,8 +327,12 @@ func (l *Leaser) refillAsync(key string, p *pool) {
 		if l.closed.Load() {
 			return
 		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
+		select {
+		case p.lock <- struct{}{}:
+		case <-l.bg.Done():
+			return
+		}
+		defer func() { <-p.lock }()
 		now := l.cfg.Now()
 		if now < p.due1.Load() {
 			return // too little available: a later spend asks again
