@@ -46,6 +46,20 @@ func TestSimStore(t *testing.T) {
 	faultsim.Run(t, storeSpec, newStoreWorld)
 }
 
+// TestSimStoreLeasing is TestSimStore with leasing limiters (NewLeasing,
+// batches of up to 8 units spendable for storeLeaseAge) over a store
+// whose Timeout is an Allow's: the units admitted may come up to
+// storeLeaseAge later than the store charged them, which the bound adds.
+func TestSimStoreLeasing(t *testing.T) {
+	spec := storeSpec
+	spec.Name, spec.Seeds, spec.Count = "StoreLeasing", faultsim.Range(1, 30), 10
+	faultsim.Run(t, spec, func(env *faultsim.Env) faultsim.World {
+		w := newStoreWorld(env)
+		w.(*storeWorld).leasing(env)
+		return w
+	})
+}
+
 const (
 	storeRate    = 100 // units per second, before any Config
 	storeBurst   = 20
@@ -62,6 +76,8 @@ type storeWorld struct {
 	env     *faultsim.Env
 	durable bool // the store keeps its state across a restart
 	procs   []*storeProc
+	lease   bool                  // the limiters lease (TestSimStoreLeasing)
+	retired []*storelimit.Limiter // leasing limiters replaced, closed at the end
 
 	mu      sync.Mutex
 	store   *storelimit.Memory // nil while the store is down
@@ -110,7 +126,12 @@ func (w *storeWorld) limiter(p *storeProc) *storelimit.Limiter {
 	if err != nil {
 		w.env.T.Fatal(err)
 	}
-	l, err := storelimit.New(&simStore{w: w, proc: p.i}, alg, throttle.WithClock(w.env.Clocks[p.i]))
+	var l *storelimit.Limiter
+	if w.lease {
+		l, err = storelimit.NewLeasing(timedStore{&simStore{w: w, proc: p.i}}, alg, 8, storeLeaseAge, throttle.WithClock(w.env.Clocks[p.i]))
+	} else {
+		l, err = storelimit.New(&simStore{w: w, proc: p.i}, alg, throttle.WithClock(w.env.Clocks[p.i]))
+	}
 	if err != nil {
 		w.env.T.Fatal(err)
 	}
@@ -121,7 +142,7 @@ func (w *storeWorld) limiter(p *storeProc) *storelimit.Limiter {
 // start starts a new life of p: a new Limiter, its guesses lost. Called
 // with w.mu held, or before the run.
 func (w *storeWorld) start(p *storeProc) {
-	p.l.Store(w.limiter(p))
+	w.replace(p)
 	ctx, stop := context.WithCancel(context.Background())
 	p.stop, p.done = stop, make(chan struct{})
 	r := rand.New(rand.NewPCG(w.env.Rand.Uint64(), uint64(p.i)))
@@ -227,7 +248,7 @@ func (w *storeWorld) rollOut(e faultsim.Event) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			p.lim = lim
-			p.l.Store(w.limiter(p))
+			w.replace(p)
 		})
 	}
 }
@@ -260,7 +281,11 @@ func (w *storeWorld) Check(now time.Duration) error {
 		cur.tau = max(cur.tau, time.Duration(p.lim[1])*time.Second/time.Duration(p.lim[0]))
 	}
 	w.samples = append(w.samples, cur)
-	return storeCheck(w.samples, w.losses)
+	early := time.Duration(0)
+	if w.lease {
+		early = storeLeaseAge + storeLeaseAge/10 // on a clock up to 5 % slow
+	}
+	return storeCheck(w.samples, w.losses, early)
 }
 
 // storeCheck checks every window ending at the last of samples.
@@ -283,7 +308,10 @@ func (w *storeWorld) Check(now time.Duration) error {
 // Clocks that agree give burst + r·(t − t0 + T); a clock stepped back
 // adds nothing (it never re-admits); a clock ahead of the others by δ, or
 // stepped forward by δ, adds r·δ.
-func storeCheck(samples []storeSample, losses []time.Duration) error {
+//
+// With leasing, a unit admitted in the window may have been charged up to
+// early before it: the bound adds r·early.
+func storeCheck(samples []storeSample, losses []time.Duration, early time.Duration) error {
 	last := len(samples) - 1
 	cur := samples[last]
 	// drift is what a skewed clock may move between two samples unseen.
@@ -297,7 +325,7 @@ func storeCheck(samples []storeSample, losses []time.Duration) error {
 		t0 := samples[j].t
 		// The window [t0, t] reads the samples from the last at or before
 		// t0 − T on: its first admission read its clock after t0 − T.
-		for f > 0 && (f > j || samples[f].t > t0-storeTimeout) {
+		for f > 0 && (f > j || samples[f].t > t0-storeTimeout-early) {
 			f--
 			s := samples[f]
 			sufMax = max(sufMax, s.offMax)
@@ -306,11 +334,11 @@ func storeCheck(samples []storeSample, losses []time.Duration) error {
 		}
 		lost := 0
 		for _, at := range losses {
-			if at > t0-storeTimeout && at <= cur.t {
+			if at > t0-storeTimeout-early && at <= cur.t {
 				lost++
 			}
 		}
-		b := rate * (cur.t - t0 + time.Duration(1+lost)*(tau+storeTimeout+spread+drift)).Seconds()
+		b := rate * (cur.t - t0 + early + time.Duration(1+lost)*(tau+storeTimeout+spread+drift)).Seconds()
 		for k, c := range cur.counts {
 			if got := float64(c - samples[j].counts[k]); got > b+1e-9 {
 				return fmt.Errorf("admitted over the bucket: key %q: %.0f units admitted in [%v, %v], bound %.1f (rate %.0f, refill %v, clock spread %v, store states lost %d)",
@@ -326,7 +354,44 @@ func (w *storeWorld) Close() {
 		p.stop()
 		<-p.done
 	}
+	w.mu.Lock()
+	ls := w.retired
+	for _, p := range w.procs {
+		ls = append(ls, p.l.Load())
+	}
+	w.mu.Unlock()
+	for _, l := range ls {
+		l.Close() // waits for its background leases: not under w.mu
+	}
 }
+
+// leasing makes w's limiters lease, from the start.
+func (w *storeWorld) leasing(env *faultsim.Env) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lease = true
+	for _, p := range w.procs {
+		w.replace(p)
+	}
+}
+
+// replace gives p a new Limiter of its limit, keeping a leasing one it
+// had to close at the end. Called with w.mu held, or before the run.
+func (w *storeWorld) replace(p *storeProc) {
+	if old := p.l.Swap(w.limiter(p)); old != nil && w.lease {
+		w.retired = append(w.retired, old)
+	}
+}
+
+// storeLeaseAge is how long leased units stay spendable in
+// TestSimStoreLeasing.
+const storeLeaseAge = 50 * time.Millisecond
+
+// timedStore is a simStore with a Timeout, an Allow's, as pglimit's
+// Store: it bounds a leasing limiter's background leases.
+type timedStore struct{ *simStore }
+
+func (timedStore) Timeout() time.Duration { return storeTimeout }
 
 // simStore is a process's storelimit.BatchStore: each call (a batch
 // too) is a request and an answer through the simulated network to the

@@ -23,8 +23,12 @@ const defaultLeaseAge = 100 * time.Millisecond
 // at most the limit) when the pool ran dry and a caller waited for the
 // store, and halves when leased units expired unspent. Leased units are
 // spendable for maxAge (0 means 100 ms), then dropped. A denial
-// is decided locally while the key, as of the last lease, cannot grant
-// the request or half a batch. Close ends the background refills.
+// is decided locally while, as of the last lease, the key cannot grant
+// half a batch and could grant the request for less than maxAge/8: a hot
+// key over its limit costs the store at most one statement per half batch
+// or per maxAge/8, and holds at most what accrues in maxAge/8 beyond the
+// request while its callers are denied. Close ends the background
+// refills.
 //
 // Bound: every leased unit is charged in the store, so across every
 // process the units admitted are never more than the Algorithm admits
@@ -32,9 +36,10 @@ const defaultLeaseAge = 100 * time.Millisecond
 // units admitted in any interval of length d are at most what the
 // Algorithm admits in d + maxAge (for a token bucket, burst +
 // Events(d + maxAge)); from a key's fresh start, exactly its limit. What
-// is lost is under-admission: units leased but not spent before maxAge,
-// and those a process holds when it crashes or its lease's reply is lost
-// (at most two batches per process and key). Decisions are
+// is lost is under-admission: units leased but not spent before maxAge
+// (the next lease gives them back, exactly, unless another process wrote
+// the key since), and those a process holds when it crashes or its
+// lease's reply is lost (at most two batches per process and key). Decisions are
 // approximate in Remaining (the local pool) and ResetAfter (as of the
 // last lease). Errors are New's, and ErrInvalid for maxBatch < 1 or
 // maxAge < 0.
@@ -53,6 +58,7 @@ func NewLeasing(s Store, a Algorithm, maxBatch int, maxAge time.Duration, opts .
 		MaxBatch: int64(min(maxBatch, l.limit)),
 		MaxAge:   int64(maxAge),
 		MaxKeys:  l.keys.MaxKeys,
+		Timeout:  int64(l.timeout),
 		Limit:    l.limit,
 		Now:      l.clk.Now,
 	})
@@ -79,8 +85,9 @@ func (l *Limiter) Close() error {
 type taker struct{ l *Limiter }
 
 // Take charges between need and want units of key at now in one
-// read-decide-swap, the most the key's state admits.
-func (t taker) Take(ctx context.Context, key string, now, want, need int64) (lease.Grant, error) {
+// read-decide-swap, the most the key's state admits, after giving back
+// what back returns when the key's state is still the one it names.
+func (t taker) Take(ctx context.Context, key string, now, want, need int64, back lease.Return) (lease.Grant, error) {
 	l := t.l
 	if l.timeout > 0 {
 		var cancel context.CancelFunc
@@ -89,11 +96,31 @@ func (t taker) Take(ctx context.Context, key string, now, want, need int64) (lea
 	}
 	var g lease.Grant
 	err := l.update(ctx, key, maphash.String(l.seed, key), now, func(old int64) (int64, time.Duration, bool) {
+		base := old
+		if back.Units > 0 && old == back.After {
+			base = l.rebase(back, old)
+		}
 		var reset time.Duration
-		g, reset = l.grant(old, now, want, need)
-		return g.State, reset, g.Units > 0
+		g, reset = l.grant(base, now, want, need)
+		if g.Units == 0 {
+			reset = time.Duration(max(g.ResetAt-now, 0)) // base stored, if given back
+		}
+		return g.State, reset, g.State != old
 	})
 	return g, err
+}
+
+// rebase returns the state the lease back names would have left had it
+// granted only back.Kept units, or old if the Algorithm says otherwise.
+func (l *Limiter) rebase(back lease.Return, old int64) int64 {
+	if back.Kept == 0 {
+		return back.Before
+	}
+	next, d, err := l.a.Decide(back.Before+l.fresh, back.At, int(back.Kept))
+	if err != nil || !d.Allowed {
+		return old
+	}
+	return next - l.fresh
 }
 
 // grant decides a lease of between need and want units on state old at
@@ -104,13 +131,13 @@ func (l *Limiter) grant(old, now, want, need int64) (lease.Grant, time.Duration)
 	if err != nil || !d.Allowed {
 		k = min(want, int64(d.Remaining))
 		if k < need {
-			return lease.Grant{State: old, ResetAt: now + int64(d.ResetAfter)}, 0
+			return lease.Grant{State: old, Before: old, ResetAt: now + int64(d.ResetAfter)}, 0
 		}
 		if next, d, err = l.a.Decide(old+l.fresh, now, int(k)); err != nil || !d.Allowed {
-			return lease.Grant{State: old, ResetAt: now + int64(d.ResetAfter)}, 0
+			return lease.Grant{State: old, Before: old, ResetAt: now + int64(d.ResetAfter)}, 0
 		}
 	}
-	return lease.Grant{Units: k, State: next - l.fresh, ResetAt: now + int64(d.ResetAfter)}, d.ResetAfter
+	return lease.Grant{Units: k, State: next - l.fresh, Before: old, ResetAt: now + int64(d.ResetAfter)}, d.ResetAfter
 }
 
 // Ready is the instant a key in state admits units, as the Algorithm

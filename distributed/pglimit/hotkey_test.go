@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"os"
 	"strings"
 	"sync"
@@ -34,7 +35,41 @@ type hotLoad struct {
 	Failed           int64
 	Statements       int64
 	Slowest          time.Duration
+	Latency          latencies // of every decision
 	Err              string
+}
+
+// latencies is a histogram of decision latencies, four buckets per power
+// of two of nanoseconds (a quantile read from it is at most 19 % high).
+type latencies [256]int64
+
+func (h *latencies) add(d time.Duration) {
+	ns := uint64(max(d, 1))
+	e := bits.Len64(ns) - 1
+	i := 4*e + int(ns<<(63-e)>>61&3) // the two bits below the leading one
+	h[min(i, len(h)-1)]++
+}
+
+func (h *latencies) merge(o *latencies) {
+	for i := range h {
+		h[i] += o[i]
+	}
+}
+
+// quantile returns the upper edge of the bucket holding the q quantile.
+func (h *latencies) quantile(q float64) time.Duration {
+	var n int64
+	for _, c := range h {
+		n += c
+	}
+	rank := int64(q * float64(n))
+	for i, c := range h {
+		if rank -= c; rank < 0 {
+			e, m := i/4, i%4
+			return time.Duration((uint64(5+m) << e) >> 2) // the bucket's upper edge
+		}
+	}
+	return 0
 }
 
 // run runs h.Workers goroutines asking for one unit each of the key "hot"
@@ -60,9 +95,10 @@ func (h *hotLoad) run(ctx context.Context) error {
 		return err
 	}
 	var statements atomic.Int64
-	l, err := storelimit.New(storetest.Counted(s, &statements), alg)
+	clk := throttle.WithClock(endClock{time.Unix(0, h.End)})
+	l, err := storelimit.New(storetest.Counted(s, &statements), alg, clk)
 	if h.Lease > 0 {
-		l, err = storelimit.NewLeasing(storetest.Counted(s, &statements), alg, h.Lease, 0)
+		l, err = storelimit.NewLeasing(storetest.Counted(s, &statements), alg, h.Lease, 0, clk)
 	}
 	if err != nil {
 		return err
@@ -78,10 +114,13 @@ func (h *hotLoad) run(ctx context.Context) error {
 		wg.Go(func() {
 			var a, d, f int64
 			var slowest time.Duration
+			var lat latencies
 			for time.Now().UnixNano() < h.End && (h.Crash == 0 || a < h.Crash) {
 				t0 := time.Now()
 				dec, err := l.Allow(ctx, "hot", 1)
-				slowest = max(slowest, time.Since(t0))
+				took := time.Since(t0)
+				slowest = max(slowest, took)
+				lat.add(took)
 				switch {
 				case err != nil:
 					f++
@@ -94,12 +133,25 @@ func (h *hotLoad) run(ctx context.Context) error {
 			mu.Lock()
 			h.Admitted, h.Denied, h.Failed = h.Admitted+a, h.Denied+d, h.Failed+f
 			h.Slowest = max(h.Slowest, slowest)
+			h.Latency.merge(&lat)
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	h.Statements = statements.Load()
 	return nil
+}
+
+// endClock is the real clock stopped at end: a decision asked for just
+// before end and made after it (its caller descheduled in between) is
+// made at end.
+type endClock struct{ end time.Time }
+
+func (c endClock) Now() time.Time {
+	if now := time.Now(); now.Before(c.end) {
+		return now
+	}
+	return c.end
 }
 
 // warm opens every connection of pool, so that the load does not start
@@ -154,10 +206,19 @@ func hotChild() bool {
 // failure, admitted within the token bucket's bound over the load's time
 // (exactness) and, beyond the burst, at least 0.5 of the limit (no
 // collapse, which admitted 0.01–0.09; a busy machine's stalls cost some,
-// see docs/performance.md for what was measured) unless the load itself asked for less (fewer than
-// 1 in 10 decisions denied: a machine too busy to run it), at most 2 statements per decision, and no
-// decision slower than the timeout (with 300 ms for the scheduler of a
-// loaded machine).
+// see docs/performance.md for what was measured) unless the load itself
+// asked for less (fewer than 1 in 10 decisions denied: a machine too busy
+// to run it), at most 2 statements per decision, and a decision latency
+// whose 99th percentile, and whose slowest with 300 ms for the scheduler
+// of a loaded machine, are within the timeout.
+//
+// The window's edges: every caller asks from Start until End, and the
+// limiters decide on a clock stopped at End (endClock), so every decision
+// and every lease is made at an instant in [Start, End], on a key whose
+// fresh start is the first of them: the bucket admits at most burst +
+// rate·(End − Start) to them. What it could admit and the callers did not
+// get counts as lost: the units left in the store at End, those a leasing
+// process holds at End and a lease in flight at End.
 func checkHot(t *testing.T, hs []hotLoad) {
 	t.Helper()
 	var sum hotLoad
@@ -168,14 +229,16 @@ func checkHot(t *testing.T, hs []hotLoad) {
 		sum.Admitted, sum.Denied, sum.Failed = sum.Admitted+h.Admitted, sum.Denied+h.Denied, sum.Failed+h.Failed
 		sum.Statements += h.Statements
 		sum.Slowest = max(sum.Slowest, h.Slowest)
+		sum.Latency.merge(&h.Latency)
 	}
 	h := hs[0]
 	secs := time.Duration(h.End - h.Start).Seconds()
 	limit := float64(h.Rate) * secs
 	decisions := sum.Admitted + sum.Denied + sum.Failed
 	perDecision := float64(sum.Statements) / float64(decisions)
-	t.Logf("%d processes × %d goroutines, %d/s (burst %d) for %.1fs: admitted %d (beyond the burst, %.3f of the limit), %d decisions, %d failed, %.3f statements per decision, slowest %v",
-		len(hs), h.Workers, h.Rate, h.Burst, secs, sum.Admitted, float64(sum.Admitted-int64(h.Burst))/limit, decisions, sum.Failed, perDecision, sum.Slowest)
+	p99 := sum.Latency.quantile(0.99)
+	t.Logf("%d processes × %d goroutines, %d/s (burst %d) for %.1fs: admitted %d (beyond the burst, %.3f of the limit), %d decisions, %d failed, %.5f statements per decision, latency p99 %v, slowest %v",
+		len(hs), h.Workers, h.Rate, h.Burst, secs, sum.Admitted, float64(sum.Admitted-int64(h.Burst))/limit, decisions, sum.Failed, perDecision, p99, sum.Slowest)
 	switch {
 	case sum.Failed > 0:
 		t.Errorf("%d decisions failed", sum.Failed)
@@ -188,6 +251,9 @@ func checkHot(t *testing.T, hs []hotLoad) {
 	}
 	if perDecision > 2 {
 		t.Errorf("%.2f statements per decision, want at most 2", perDecision)
+	}
+	if p99 > h.Timeout {
+		t.Errorf("decision latency p99 %v, above the timeout %v", p99, h.Timeout)
 	}
 	if sum.Slowest > h.Timeout+300*time.Millisecond {
 		t.Errorf("a decision took %v, above the timeout %v", sum.Slowest, h.Timeout)
@@ -224,17 +290,28 @@ func TestHotKey(t *testing.T) {
 }
 
 // TestHotKeyProcesses: 8 processes × 32 goroutines on one key limited to
-// 1000/s, as TestHotKey: exact, at least 0.5 of the limit, at most 2
-// statements per decision, none slower than the timeout.
+// 1000/s, as TestHotKey, deciding in rounds and leasing (batches of up to
+// 256): exact, at least 0.5 of the limit, at most 2 statements per
+// decision, none slower than the timeout.
 func TestHotKeyProcesses(t *testing.T) {
-	h := hotSpec(t, 32, 1000, 2*time.Second)
-	h.Start = time.Now().Add(2 * time.Second).UnixNano() // room to start 8 processes
-	h.End = h.Start + int64(2*time.Second)
+	for _, lease := range []int{0, 256} {
+		t.Run(fmt.Sprintf("lease=%d", lease), func(t *testing.T) {
+			h := hotSpec(t, 32, 1000, 2*time.Second)
+			h.Lease = lease
+			h.Start = time.Now().Add(2 * time.Second).UnixNano() // room to start 8 processes
+			h.End = h.Start + int64(2*time.Second)
+			checkHot(t, runProcesses(t, h, 8))
+		})
+	}
+}
+
+// runProcesses runs h in n processes at once and returns what each saw.
+func runProcesses(t *testing.T, h hotLoad, n int) []hotLoad {
 	spec, err := json.Marshal(h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := make([]hotLoad, 8)
+	hs := make([]hotLoad, n)
 	var wg sync.WaitGroup
 	for i := range hs {
 		wg.Go(func() {
@@ -249,18 +326,26 @@ func TestHotKeyProcesses(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	checkHot(t, hs)
+	return hs
 }
 
 // TestHotKeyLeasing: TestHotKey's load on a leasing limiter (batches of
-// up to 256 units) for 3 s: the key admits at least 0.98 of its limit
-// beyond the burst, never more than its bound. (Deciding in rounds, one
-// statement per commit, admitted 0.29–0.92 of it.)
+// up to 256 units) for 2 s at 1,000/s and 2,000/s: the key admits at
+// least 0.98 of its limit beyond the burst on a machine that runs the
+// load (checkHot logs it, and fails below 0.5), never more than its
+// bound. (Deciding in rounds, one statement per commit, admitted
+// 0.29–0.92 of 2,000/s on a loaded machine; leasing again only once the
+// key could grant half a batch left up to 128 units in the store, 0.963
+// at load 20.)
 func TestHotKeyLeasing(t *testing.T) {
-	h := hotSpec(t, 16, 2000, 3*time.Second)
-	h.Lease = 256
-	if err := h.run(context.Background()); err != nil {
-		t.Fatal(err)
+	for _, rate := range []int{1000, 2000} {
+		t.Run(fmt.Sprintf("rate=%d", rate), func(t *testing.T) {
+			h := hotSpec(t, 16, rate, 2*time.Second)
+			h.Lease = 256
+			if err := h.run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			checkHot(t, []hotLoad{h})
+		})
 	}
-	checkHot(t, []hotLoad{h})
 }

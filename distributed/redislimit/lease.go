@@ -31,8 +31,11 @@ const (
 // in any interval of length d are at most burst + Events(d + maxAge) of
 // the rate, and also at most burst + Events(d) + 2·maxBatch·P for P
 // processes (each holds at most two batches per key): that is the
-// worst-case overshoot. A denial is cached locally until the bucket can
-// next grant a unit, so denials need no network either.
+// worst-case overshoot. A denial is cached locally until, as of the last
+// round trip, the bucket can grant half a batch or could grant the
+// request maxAge/8 before, so denials need no network either, and a key
+// over its limit holds at most maxAge/8 of its rate unleased while its
+// callers are denied.
 //
 // Decisions with leasing are approximate in their Remaining (the local
 // pool) and ResetAfter (as of the last round trip) fields. Leasing is not
@@ -63,8 +66,9 @@ type gcraTaker struct {
 	b *Bucket
 }
 
-// Take runs the lease script: at least need and at most want units, or none.
-func (t gcraTaker) Take(ctx context.Context, key string, now, want, need int64) (lease.Grant, error) {
+// Take runs the lease script: at least need and at most want units, or
+// none. It gives nothing back: expired tokens are lost.
+func (t gcraTaker) Take(ctx context.Context, key string, now, want, need int64, _ lease.Return) (lease.Grant, error) {
 	b := t.b
 	ref, mode := b.now()
 	var buf [9]any

@@ -8,13 +8,16 @@
 // units a process admits are never more than the store granted it: over
 // every process sharing the store, the units admitted are at most what
 // the limit allows, moved later in time by at most the lease's age.
-// Leased units a process does not spend before they expire, or holds when
-// it crashes, are lost: that is the under-admission, at most two batches
-// per process and key.
+// Leased units a process does not spend before they expire are given back
+// by its next Take when the key's state is still the one their lease left
+// (a Taker may not support it), else lost; those it holds when it crashes
+// are lost: that is the under-admission, at most two batches per process
+// and key.
 package lease
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +30,9 @@ type Taker interface {
 	// Take leases at least need and at most want units of key at now,
 	// charging them in the store in one call, or none when fewer than
 	// need are available. It returns the units granted and the key's
-	// state after the call, as Ready reads it.
-	Take(ctx context.Context, key string, now, want, need int64) (Grant, error)
+	// state after the call, as Ready reads it. A Taker may give back first
+	// what back returns (see Return), or ignore it.
+	Take(ctx context.Context, key string, now, want, need int64, back Return) (Grant, error)
 	// Ready returns the earliest instant from now on at which a key in
 	// state (as a Take returned it) could grant units, were nothing else
 	// taken meanwhile.
@@ -39,7 +43,19 @@ type Taker interface {
 type Grant struct {
 	Units   int64 // the units granted, 0 to need
 	State   int64 // the key's state after the Take, for Ready
+	Before  int64 // the state the Take granted from
 	ResetAt int64 // the instant the key is back to full, as of the Take
+}
+
+// Return gives back the Units of a lease left unspent: if the key's state
+// is still After, the one that lease left (no other writer since), a Take
+// first sets it to what the lease would have left, taken at At on state
+// Before, had it granted only Kept units. The exact inverse of the lease,
+// for any algorithm; when the state moved on, the units are lost. The zero
+// Return gives back nothing.
+type Return struct {
+	Units, Kept       int64
+	After, Before, At int64
 }
 
 // Config configures a Leaser.
@@ -47,6 +63,7 @@ type Config struct {
 	MaxBatch int64        // the largest batch a Take asks for (≥ 1)
 	MaxAge   int64        // how long leased units stay spendable (ns)
 	MaxKeys  int          // the pools kept before idle ones are dropped
+	Timeout  int64        // bounds a caller's wait for a lease (ns), 0: none
 	Limit    int          // the Limit of the Decisions
 	Now      func() int64 // the clock of the background refills
 }
@@ -73,15 +90,21 @@ type pool struct {
 	cur, prev atomic.Pointer[batch]
 	size      atomic.Int64 // next batch size
 	state     atomic.Int64 // the key's state as of the last Take
+	takenAt   atomic.Int64 // the instant of the last Take
+	due1      atomic.Int64 // due(1) as of the last Take
 	resetAt   atomic.Int64 // when the key is full, as of the last Take
 	refilling atomic.Bool
-	mu        sync.Mutex // serializes synchronous refills
+	lock      chan struct{} // held (one value in it) by the refill running
 }
 
 // batch is a lease: units spendable until expires.
 type batch struct {
 	left    atomic.Int64
 	expires int64
+	units   int64 // granted
+	at      int64 // the Take's instant
+	before  int64 // the key's state before it
+	after   int64 // and after it
 }
 
 // New returns a Leaser taking from t.
@@ -112,7 +135,7 @@ func (l *Leaser) pool(key string, now int64) *pool {
 	if l.npools.Load() >= int64(l.cfg.MaxKeys) {
 		l.sweep(now)
 	}
-	p := new(pool)
+	p := &pool{lock: make(chan struct{}, 1)}
 	p.size.Store(min(8, l.cfg.MaxBatch))
 	if q, loaded := l.pools.LoadOrStore(key, p); loaded {
 		return q.(*pool)
@@ -159,7 +182,8 @@ func (p *pool) spend(now, n int64) (left int64, fromCur, ok bool) {
 // Allow decides n units of key at now: from the key's pool when it holds
 // them (no call to the store), denied locally while the key's state as of
 // the last Take cannot grant them, else after a Take. Its errors are the
-// Taker's.
+// Taker's, or wrap throttle.ErrUnavailable and ctx's error when ctx (or
+// Config.Timeout) ends while it waits for another caller's Take.
 func (l *Leaser) Allow(ctx context.Context, key string, n int, now int64) (throttle.Decision, error) {
 	p := l.pool(key, now)
 	if left, fromCur, ok := p.spend(now, int64(n)); ok {
@@ -171,9 +195,25 @@ func (l *Leaser) Allow(ctx context.Context, key string, n int, now int64) (throt
 	if d, denied := l.cachedDenial(p, now, n); denied {
 		return d, nil
 	}
-	// The pool ran dry while there is demand: grow the batch and wait.
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	return l.await(ctx, key, p, n, now) // the pool ran dry while there is demand
+}
+
+// await decides n units of key once the refill of p in flight, if any,
+// ended, leasing if they are still wanted (growing the batch: callers
+// waited). The wait and the lease together end with ctx, and within
+// Config.Timeout.
+func (l *Leaser) await(ctx context.Context, key string, p *pool, n int, now int64) (throttle.Decision, error) {
+	if l.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(l.cfg.Timeout))
+		defer cancel()
+	}
+	select {
+	case p.lock <- struct{}{}:
+	case <-ctx.Done():
+		return throttle.Decision{}, fmt.Errorf("%w: waiting for a lease: %w", throttle.ErrUnavailable, ctx.Err())
+	}
+	defer func() { <-p.lock }()
 	now = max(now, l.cfg.Now())                    // decided at the end of the wait
 	if left, _, ok := p.spend(now, int64(n)); ok { // another caller refilled
 		return l.allowed(p, now, left), nil
@@ -205,11 +245,13 @@ func (l *Leaser) allowed(p *pool, now, left int64) throttle.Decision {
 	}
 }
 
-// cachedDenial denies n units locally while, as of the last Take, the
-// key cannot grant max(n, half a batch) units: a Take then brings several
-// units instead of one, over the limit as below it.
+// cachedDenial denies n units locally until, as of the last Take, a
+// Take for them is due.
 func (l *Leaser) cachedDenial(p *pool, now int64, n int) (throttle.Decision, bool) {
-	at := l.t.Ready(p.state.Load(), now, max(int64(n), l.threshold(p)))
+	at := p.due1.Load() // the same instant, as availability only grows with time
+	if n > 1 {
+		at = l.due(p, now, int64(n))
+	}
 	if now >= at {
 		return throttle.Decision{}, false
 	}
@@ -220,9 +262,17 @@ func (l *Leaser) cachedDenial(p *pool, now int64, n int) (throttle.Decision, boo
 	}, true
 }
 
-// threshold is how many units must be available before a background
-// refill is worth a call to the store: half a batch.
-func (l *Leaser) threshold(p *pool) int64 { return (p.size.Load() + 1) / 2 }
+// due is the instant from which a Take for n units of p's key is worth a
+// call to the store, as of the last Take: when the key can grant half a
+// batch, or an eighth of MaxAge after it could first grant n. Over the
+// limit a Take then brings half a batch or what accrued in MaxAge/8
+// rather than one unit, and while callers are denied the store holds at
+// most what accrues in MaxAge/8 beyond n.
+func (l *Leaser) due(p *pool, now, n int64) int64 {
+	state := p.state.Load()
+	half := l.t.Ready(state, now, max(n, (p.size.Load()+1)/2))
+	return min(half, l.t.Ready(state, p.takenAt.Load(), n)+l.cfg.MaxAge/8)
+}
 
 // refill leases a batch of p.size units (at least need) of key and
 // installs it. It returns how many units were granted.
@@ -232,19 +282,37 @@ func (l *Leaser) refill(ctx context.Context, key string, p *pool, now, need int6
 		p.size.Store(max(p.size.Load()/2, 1)) // units expired unspent: lease less
 	}
 	l.takes.Add(1)
-	g, err := l.t.Take(ctx, key, now, want, need)
+	g, err := l.t.Take(ctx, key, now, want, need, p.giveBack(now))
 	if err != nil {
 		return 0, err
 	}
 	p.state.Store(g.State)
+	p.takenAt.Store(now)
+	p.due1.Store(l.due(p, now, 1))
 	p.resetAt.Store(g.ResetAt)
 	if g.Units == 0 {
 		return 0, nil
 	}
-	nb := &batch{expires: now + l.cfg.MaxAge}
+	nb := &batch{expires: now + l.cfg.MaxAge, units: g.Units, at: now, before: g.Before, after: g.State}
 	nb.left.Store(g.Units)
 	p.prev.Store(p.cur.Swap(nb))
 	return g.Units, nil
+}
+
+// giveBack takes the unspent units of p's last lease out of its pool
+// once they expired at now, to be given back to the store by the next
+// Take (a process that stalled longer than MaxAge loses none of them
+// while no other process wrote the key). Called holding p.lock.
+func (p *pool) giveBack(now int64) Return {
+	b := p.cur.Load()
+	if b == nil || now < b.expires || b.after != p.state.Load() {
+		return Return{}
+	}
+	left := b.left.Swap(0) // a spend that read an earlier now finds none
+	if left == 0 {
+		return Return{}
+	}
+	return Return{Units: left, Kept: b.units - left, After: b.after, Before: b.before, At: b.at}
 }
 
 // refillAsync refills p in the background unless a refill is running.
@@ -259,10 +327,14 @@ func (l *Leaser) refillAsync(key string, p *pool) {
 		if l.closed.Load() {
 			return
 		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
+		select {
+		case p.lock <- struct{}{}:
+		case <-l.bg.Done():
+			return
+		}
+		defer func() { <-p.lock }()
 		now := l.cfg.Now()
-		if now < l.t.Ready(p.state.Load(), now, l.threshold(p)) {
+		if now < p.due1.Load() {
 			return // too little available: a later spend asks again
 		}
 		_, _ = l.refill(l.bg, key, p, now, 1) // the Taker bounds its call
