@@ -210,17 +210,17 @@ func decodeResource(b []byte, m *capacityv1.GetCapacityRequest) error {
 
 // appendResponse appends the encoding of m to b.
 func appendResponse(b []byte, m *capacityv1.GetCapacityResponse) ([]byte, error) {
+	var body int
+	var err error
 	for _, g := range m.Grants {
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(grantSize(g)))
-		var err error
+		b, body = beginMessage(b, 1)
 		if b, err = appendGrant(b, g); err != nil {
 			return nil, err
 		}
+		b = endMessage(b, body)
 	}
 	b = appendBool(b, 2, m.Redirect)
-	b, err := appendString(b, 3, m.MasterAddress)
-	if err != nil {
+	if b, err = appendString(b, 3, m.MasterAddress); err != nil {
 		return nil, err
 	}
 	b = appendBool(b, 4, m.Stale)
@@ -249,38 +249,38 @@ func appendGrant(b []byte, g *capacityv1.Grant) ([]byte, error) {
 	return append(b, unknown(g)...), nil
 }
 
-// grantSize is the size of appendGrant's fields of g.
-func grantSize(g *capacityv1.Grant) int {
-	if g == nil {
-		return 0
-	}
-	return bytesSize(len(g.ResourceId)) + doubleSize(g.Capacity) + durationSize(g.Lease) + durationSize(g.RefreshInterval) +
-		doubleSize(g.SafeCapacity) + varintSize(uint64(g.Code)) + bytesSize(len(g.Error)) + bytesSize(len(g.LeaseToken)) + len(unknown(g))
-}
-
 // appendDuration appends field num, the Duration d, unless d is nil.
 func appendDuration(b []byte, num protowire.Number, d *durationpb.Duration) []byte {
 	if d == nil {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(durationFields(d)))
+	b, body := beginMessage(b, num)
 	b = appendVarint(b, 1, uint64(d.Seconds))
 	b = appendVarint(b, 2, uint64(d.Nanos))
-	return append(b, unknown(d)...)
+	return endMessage(append(b, unknown(d)...), body)
 }
 
-// durationFields is the size of d's fields.
-func durationFields(d *durationpb.Duration) int {
-	return varintSize(uint64(d.Seconds)) + varintSize(uint64(d.Nanos)) + len(unknown(d))
+// beginMessage appends the tag of field num, a message, and a byte for
+// its length, and returns where its fields start: endMessage, once they
+// are appended, writes their length.
+func beginMessage(b []byte, num protowire.Number) (_ []byte, body int) {
+	b = append(protowire.AppendTag(b, num, protowire.BytesType), 0)
+	return b, len(b)
 }
 
-// durationSize is the size of a Duration field, with its tag.
-func durationSize(d *durationpb.Duration) int {
-	if d == nil {
-		return 0
+// endMessage writes the length of the fields from body, moving them when
+// it takes more than the byte beginMessage left.
+func endMessage(b []byte, body int) []byte {
+	n := len(b) - body
+	if n < 0x80 {
+		b[body-1] = byte(n)
+		return b
 	}
-	return 1 + protowire.SizeBytes(durationFields(d))
+	k := protowire.SizeVarint(uint64(n))
+	b = append(b, make([]byte, k-1)...)
+	copy(b[body+k-1:], b[body:body+n])
+	protowire.AppendVarint(b[:body-1], uint64(n))
+	return b
 }
 
 // unknown returns the unknown fields of m.
@@ -327,25 +327,4 @@ func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
 		return b
 	}
 	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
-}
-
-func varintSize(v uint64) int {
-	if v == 0 {
-		return 0
-	}
-	return 1 + protowire.SizeVarint(v)
-}
-
-func doubleSize(v float64) int {
-	if math.Float64bits(v) == 0 {
-		return 0
-	}
-	return 9
-}
-
-func bytesSize(n int) int {
-	if n == 0 {
-		return 0
-	}
-	return 1 + protowire.SizeBytes(n)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/mem"
@@ -78,6 +79,7 @@ func FuzzCodecResponse(f *testing.F) {
 	grant, _ := proto.Marshal(&capacityv1.Grant{ResourceId: "db", Capacity: 10, Lease: durationpb.New(2e9), RefreshInterval: &durationpb.Duration{}})
 	f.Add("benchmark", 10.0, int64(2), int32(0), int32(0), []byte(nil), "", int64(0), uint8(0), grant)
 	f.Add("", math.Copysign(0, -1), int64(-1), int32(-5), int32(2), []byte{7}, "10.0.0.1:7400", int64(-9), uint8(15), []byte{0x1a, 0x02, 0x08, 0x01, 0x48, 0x01})
+	f.Add(strings.Repeat("r", 200), 1.0, int64(1), int32(1), int32(1), bytes.Repeat([]byte{1}, 20000), strings.Repeat("m", 130), int64(1), uint8(1), grant)
 	f.Add("\xff", math.Inf(1), int64(math.MinInt64), int32(math.MinInt32), int32(-1), []byte{}, "m", int64(1), uint8(3), []byte{0x0a, 0x01, 0x80})
 	f.Fuzz(func(t *testing.T, id string, capacity float64, seconds int64, nanos, code int32, token []byte, master string, inc int64, flags uint8, extra []byte) {
 		g := &capacityv1.Grant{ResourceId: id, Capacity: capacity, SafeCapacity: -capacity, Code: capacityv1.ResourceCode(code), Error: master, LeaseToken: token}
