@@ -61,8 +61,8 @@ func floorGC(interval time.Duration) {
 // write runs the receiver's network stack too) is handed to another
 // thread. With two, both happen less often: on one CPU, under the
 // comparison with Doorman's load, the monitor's share of the CPU went
-// from 6.5% to 3.9%, the CPU per call down 4.5% and the calls per second
-// up 18% (docs/performance.md). Call it before the servers start: their
+// from 6.5% to 3.9%, the CPU per call fell 4.5–10% and the calls per
+// second rose 18–20% (docs/performance.md). Call it before the servers start: their
 // number of stream workers follows GOMAXPROCS.
 func floorProcs() {
 	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) == 1 {
