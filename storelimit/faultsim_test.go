@@ -114,6 +114,7 @@ func (w *storeWorld) limiter(p *storeProc) *storelimit.Limiter {
 	if err != nil {
 		w.env.T.Fatal(err)
 	}
+	storelimit.SetBatchSlots(l, 1) // a second swap in flight waits for a batch
 	return l
 }
 
@@ -127,9 +128,21 @@ func (w *storeWorld) start(p *storeProc) {
 	go w.load(ctx, p, r)
 }
 
-// load asks for units until ctx ends, by the schedule's load shape.
+// storeInFlight bounds the calls of one process in flight at once: a
+// call that outlasts the gap to the next overlaps it, on its key (a
+// round) or another (a batch).
+const storeInFlight = 4
+
+// load asks for units until ctx ends, by the schedule's load shape: on
+// the hot key, or on three keys at a time of the others, moving on every
+// 50 calls.
 func (w *storeWorld) load(ctx context.Context, p *storeProc, r *rand.Rand) {
-	defer close(p.done)
+	var calls sync.WaitGroup
+	slots := make(chan struct{}, storeInFlight)
+	defer func() {
+		calls.Wait()
+		close(p.done)
+	}()
 	for n := 0; ; n++ {
 		gap := time.Duration(1+r.IntN(20)) * time.Millisecond
 		if w.env.Sched.Load == faultsim.Bursty && (n/200)%2 == 1 {
@@ -148,9 +161,19 @@ func (w *storeWorld) load(ctx context.Context, p *storeProc, r *rand.Rand) {
 		}
 		key := 0
 		if w.env.Sched.Load == faultsim.NewKeys {
-			key = 1 + n/50%8
+			key = 1 + (n/50+n%3)%8
 		}
-		w.allow(ctx, p.l.Load(), key, 1+r.IntN(3))
+		units := 1 + r.IntN(3)
+		select {
+		case <-ctx.Done():
+			return
+		case slots <- struct{}{}:
+		}
+		l := p.l.Load()
+		calls.Go(func() {
+			defer func() { <-slots }()
+			w.allow(ctx, l, key, units)
+		})
 	}
 }
 
@@ -305,23 +328,23 @@ func (w *storeWorld) Close() {
 	}
 }
 
-// simStore is a process's storelimit.LoadingStore: each call is a request
-// and an answer through the simulated network to the store's process; a
-// call whose answer does not come before ctx ends fails (whether or not
-// the store applied it).
+// simStore is a process's storelimit.BatchStore: each call (a batch
+// too) is a request and an answer through the simulated network to the
+// store's process; a call whose answer does not come before ctx ends
+// fails (whether or not the store applied it).
 type simStore struct {
 	w    *storeWorld
 	proc int
 }
 
-var _ storelimit.LoadingStore = (*simStore)(nil)
+var _ storelimit.BatchStore = (*simStore)(nil)
 
 func (s *simStore) Load(ctx context.Context, key string, now int64) (int64, error) {
-	st, _, err := s.call(ctx, func(m *storelimit.Memory) (int64, bool, error) {
-		v, err := m.Load(ctx, key, now)
-		return v, false, err
+	a := s.call(ctx, func(m *storelimit.Memory) (a storeAnswer) {
+		a.state, a.err = m.Load(ctx, key, now)
+		return a
 	})
-	return st, err
+	return a.state, a.err
 }
 
 func (s *simStore) CompareAndSwap(ctx context.Context, key string, old, next, now, expires int64) (bool, error) {
@@ -330,20 +353,38 @@ func (s *simStore) CompareAndSwap(ctx context.Context, key string, old, next, no
 }
 
 func (s *simStore) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
-	return s.call(ctx, func(m *storelimit.Memory) (int64, bool, error) {
-		return m.CompareAndSwapLoad(context.Background(), key, old, next, now, expires)
+	a := s.call(ctx, func(m *storelimit.Memory) (a storeAnswer) {
+		a.state, a.ok, a.err = m.CompareAndSwapLoad(context.Background(), key, old, next, now, expires)
+		return a
 	})
+	return a.state, a.ok, a.err
+}
+
+// CompareAndSwapBatch sends every swap in one request; each delivery of
+// it (a duplicate too) works on its own copy.
+func (s *simStore) CompareAndSwapBatch(ctx context.Context, swaps []storelimit.Swap) error {
+	in := slices.Clone(swaps)
+	a := s.call(ctx, func(m *storelimit.Memory) (a storeAnswer) {
+		a.swaps = slices.Clone(in)
+		a.err = m.CompareAndSwapBatch(context.Background(), a.swaps)
+		return a
+	})
+	if a.err == nil {
+		copy(swaps, a.swaps)
+	}
+	return a.err
 }
 
 type storeAnswer struct {
 	state int64
 	ok    bool
+	swaps []storelimit.Swap
 	err   error
 }
 
 // call runs op at the store, on the network's goroutine when the request
 // arrives, and waits for the answer.
-func (s *simStore) call(ctx context.Context, op func(*storelimit.Memory) (int64, bool, error)) (int64, bool, error) {
+func (s *simStore) call(ctx context.Context, op func(*storelimit.Memory) storeAnswer) storeAnswer {
 	net := s.w.env.Net
 	answers := make(chan storeAnswer, 2) // room for a duplicate's
 	net.Send(s.proc, 0, func() {
@@ -353,8 +394,7 @@ func (s *simStore) call(ctx context.Context, op func(*storelimit.Memory) (int64,
 		if m == nil {
 			return
 		}
-		var a storeAnswer
-		a.state, a.ok, a.err = op(m)
+		a := op(m)
 		net.Send(0, s.proc, func() {
 			select {
 			case answers <- a:
@@ -364,8 +404,8 @@ func (s *simStore) call(ctx context.Context, op func(*storelimit.Memory) (int64,
 	})
 	select {
 	case a := <-answers:
-		return a.state, a.ok, a.err
+		return a
 	case <-ctx.Done():
-		return 0, false, fmt.Errorf("store call: %w", ctx.Err())
+		return storeAnswer{err: fmt.Errorf("store call: %w", ctx.Err())}
 	}
 }

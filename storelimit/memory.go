@@ -5,9 +5,9 @@ import (
 	"sync"
 )
 
-var _ LoadingStore = (*Memory)(nil)
+var _ BatchStore = (*Memory)(nil)
 
-// Memory is a Store in the process's memory: the reference
+// Memory is a Store (a BatchStore) in the process's memory: the reference
 // implementation of the contract, for tests and for a single process
 // that wants a Store-backed limiter. A state is dropped when a
 // compare-and-swap or a Sweep finds it expired. It is safe for concurrent
@@ -42,22 +42,40 @@ func (s *Memory) CompareAndSwap(ctx context.Context, key string, old, next, now,
 func (s *Memory) CompareAndSwapLoad(_ context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	state, ok := s.swap(key, old, next, now, expires)
+	return state, ok, nil
+}
+
+// CompareAndSwapBatch does each swap of swaps as CompareAndSwapLoad
+// would, all under one hold of the store's lock.
+func (s *Memory) CompareAndSwapBatch(_ context.Context, swaps []Swap) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range swaps {
+		w := &swaps[i]
+		w.State, w.Swapped = s.swap(w.Key, w.Old, w.Next, w.Now, w.Expires)
+	}
+	return nil
+}
+
+// swap is CompareAndSwapLoad, under s.mu.
+func (s *Memory) swap(key string, old, next, now, expires int64) (int64, bool) {
 	e, ok := s.m[key]
 	if ok && e.expires < now {
 		e = entry{}
 	}
 	if e.state != old {
-		return e.state, false, nil
+		return e.state, false
 	}
 	if next == 0 || expires < now {
 		delete(s.m, key)
-		return 0, true, nil
+		return 0, true
 	}
 	if s.m == nil {
 		s.m = make(map[string]entry)
 	}
 	s.m[key] = entry{next, expires}
-	return 0, true, nil
+	return 0, true
 }
 
 // Sweep drops the states expired before now and returns how many it dropped.

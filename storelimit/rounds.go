@@ -29,22 +29,47 @@ const (
 	gone                 // left before it was taken: never decided
 )
 
+// waiter is what a request of a round and a swap of a batch have in
+// common: a call waiting for its result or its turn to lead.
+type waiter struct {
+	deadline time.Time // zero: none
+	state    atomic.Int32
+	done     chan struct{} // its result, or its turn to lead: one send
+}
+
+func (w *waiter) wt() *waiter { return w }
+
+// wait waits for w's result or its turn to lead. It reports whether w
+// left first because ctx ended: if no round or batch had taken it yet,
+// it is never decided; if one had, its result may still be written (so w
+// is not reused) and its units may be charged (as when a store's reply is
+// lost).
+func (w *waiter) wait(ctx context.Context) (left bool) {
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		if w.state.CompareAndSwap(waiting, gone) || w.state.Load() == member {
+			return true
+		}
+		<-w.done // made the leader: the hand-over signals at once
+	}
+	return false
+}
+
 // request is one call of Allow on its way through a round.
 type request struct {
-	n        int
-	now      int64
-	deadline time.Time // zero: none
-	d        throttle.Decision
-	err      error
-	state    atomic.Int32
-	one      [1]*request   // the round of a request alone
-	done     chan struct{} // its decision, or its turn to lead: one send
+	waiter
+	n   int
+	now int64
+	d   throttle.Decision
+	err error
+	one [1]*request // the round of a request alone
 }
 
 // newRequest makes a request for a Limiter's pool. Each Limiter has its
 // own pool: a request's channel belongs to the goroutines of the Limiter
 // that made it (inside a testing/synctest bubble, to that bubble).
-func newRequest() any { return &request{done: make(chan struct{}, 1)} }
+func newRequest() any { return &request{waiter: waiter{done: make(chan struct{}, 1)}} }
 
 // queue is a key with a round in flight, and the requests for the next.
 type queue struct{ next []*request }
@@ -82,15 +107,15 @@ func (sh *shard) join(key string, r *request) (queued bool) {
 func (sh *shard) handOver(key string) {
 	sh.mu.Lock()
 	q := sh.m[key]
-	lead := pickLeader(q.next)
-	if lead == nil {
+	lead, ok := pickLeader(q.next)
+	if !ok {
 		clear(q.next)
 		q.next = q.next[:0]
 		delete(sh.m, key)
 		queues.Put(q)
 	}
 	sh.mu.Unlock()
-	if lead != nil {
+	if ok {
 		lead.done <- struct{}{}
 	}
 }
@@ -112,18 +137,23 @@ func (sh *shard) take(key string, lead *request) []*request {
 	return round
 }
 
-// pickLeader marks as leading the waiting request of rs with the latest
-// deadline and returns it, or nil when every request of rs has gone.
-func pickLeader(rs []*request) *request {
+// pickLeader marks as leading the waiting request (or swap) of rs with
+// the latest deadline and returns it, or reports false when every one of
+// rs has gone.
+func pickLeader[T interface{ wt() *waiter }](rs []T) (T, bool) {
 	for {
-		var c *request
-		for _, r := range rs {
-			if r.state.Load() == waiting && (c == nil || later(r.deadline, c.deadline)) {
-				c = r
+		c, found := -1, false
+		for i, r := range rs {
+			if w := r.wt(); w.state.Load() == waiting && (!found || later(w.deadline, rs[c].wt().deadline)) {
+				c, found = i, true
 			}
 		}
-		if c == nil || c.state.CompareAndSwap(waiting, leading) {
-			return c
+		if !found {
+			var none T
+			return none, false
+		}
+		if rs[c].wt().state.CompareAndSwap(waiting, leading) {
+			return rs[c], true
 		}
 	}
 }
@@ -135,17 +165,10 @@ func later(a, b time.Time) bool {
 }
 
 // await waits for r's decision or its turn to lead a round. A request
-// whose ctx ends first leaves: if no round has taken it yet it is never
-// decided; if one has, its units may be charged though the call fails
-// (as when a store's reply is lost).
+// whose ctx ends first leaves (see waiter.wait).
 func (l *Limiter) await(ctx context.Context, sh *shard, key string, h uint64, r *request) (d throttle.Decision, left bool, err error) {
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(waiting, gone) || r.state.Load() == member {
-			return throttle.Decision{}, true, unavailable(ctx.Err())
-		}
-		<-r.done // made the leader: the hand-over signals at once
+	if r.wait(ctx) {
+		return throttle.Decision{}, true, unavailable(ctx.Err())
 	}
 	if r.state.Load() == leading {
 		// The requests of the round just decided ask again at once:

@@ -15,20 +15,24 @@ import (
 	"github.com/throttlekit/throttle/throttletest"
 )
 
-// slow is a Memory whose every call takes a while, as a round trip to a
-// database does, and that counts them; gate, when set, holds the first
-// compare-and-swap until it is closed.
+// slow is a Memory whose every call (a batch too) takes a while, as a
+// round trip to a database does, and that counts them; gate, when set,
+// holds the first compare-and-swap until it is closed; a batch fails the
+// swap of the key bad alone.
 type slow struct {
 	storelimit.Memory
 	delay   time.Duration
 	calls   atomic.Int64
 	gate    chan struct{}
 	timeout time.Duration
+	bad     string
 }
 
 func (s *slow) Load(ctx context.Context, key string, now int64) (int64, error) {
 	s.calls.Add(1)
-	time.Sleep(s.delay)
+	if err := s.wait(ctx, false); err != nil {
+		return 0, err
+	}
 	return s.Memory.Load(ctx, key, now)
 }
 
@@ -38,12 +42,51 @@ func (s *slow) CompareAndSwap(ctx context.Context, key string, old, next, now, e
 }
 
 func (s *slow) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
-	if s.calls.Add(1) == 1 && s.gate != nil {
-		<-s.gate
+	if err := s.wait(ctx, s.calls.Add(1) == 1); err != nil {
+		return 0, false, err
 	}
-	time.Sleep(s.delay)
 	return s.Memory.CompareAndSwapLoad(ctx, key, old, next, now, expires)
 }
+
+// wait waits for the gate (when gated) and the delay, or until ctx ends,
+// as a database call honours its context.
+func (s *slow) wait(ctx context.Context, gated bool) error {
+	if gated && s.gate != nil {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if s.delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *slow) CompareAndSwapBatch(ctx context.Context, swaps []storelimit.Swap) error {
+	if err := s.wait(ctx, s.calls.Add(1) == 1); err != nil {
+		return err
+	}
+	if err := s.Memory.CompareAndSwapBatch(ctx, swaps); err != nil {
+		return err
+	}
+	for i := range swaps {
+		if swaps[i].Key == s.bad && s.bad != "" {
+			swaps[i] = storelimit.Swap{Key: s.bad, Err: errBadKey}
+		}
+	}
+	return nil
+}
+
+var errBadKey = errors.New("a key the store refuses")
 
 func (s *slow) Timeout() time.Duration { return s.timeout }
 

@@ -67,3 +67,35 @@ type LoadingStore interface {
 	// more try).
 	CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (state int64, swapped bool, err error)
 }
+
+// BatchStore is a LoadingStore that also swaps the states of many keys in
+// one call (for a SQL table, one statement, one round trip and one
+// commit). A Limiter over one sends the swaps of its concurrent decisions
+// on different keys that are waiting at the same moment as one batch,
+// while other calls of it are at the store; a lone swap goes at once, by
+// CompareAndSwapLoad.
+type BatchStore interface {
+	LoadingStore
+	// CompareAndSwapBatch does each swap of swaps as CompareAndSwapLoad
+	// would (each on its own key at its own Now: the keys of one call
+	// are distinct), setting its Swapped and State, or its Err when that
+	// key alone failed; the others are unaffected. An error returned
+	// fails every swap of the call. It must be atomic per key as
+	// CompareAndSwapLoad is, and safe for concurrent use; the swaps of
+	// one call need not be atomic together.
+	CompareAndSwapBatch(ctx context.Context, swaps []Swap) error
+}
+
+// Swap is one key's compare-and-swap in a call of
+// BatchStore.CompareAndSwapBatch: set Key's state to Next, live until
+// Expires, if its state at Now is Old. The store sets Swapped, State (the
+// key's state at Now when it did not swap) and Err. It is a plain value,
+// owned by the call it is passed to until that returns; the zero Swap
+// swaps the empty key from no state to none.
+type Swap struct {
+	Key                     string
+	Old, Next, Now, Expires int64
+	State                   int64
+	Swapped                 bool
+	Err                     error
+}

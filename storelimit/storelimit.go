@@ -44,6 +44,21 @@
 // that join it later and have a later deadline fail at that one, never
 // after their own), whether or not the caller leading it cancels.
 //
+// # Batches
+//
+// Over a BatchStore (pglimit's), the swaps of one Limiter's decisions on
+// different keys go to the store together once 16 calls of it are there:
+// the swaps that arrive then wait, and when a call returns they go as one
+// batch (for pglimit one statement, one commit), led by the one with the
+// latest deadline, as a round is. A swap that finds fewer than 16 calls
+// in flight goes at once, so a process with few concurrent callers waits
+// for nothing more. Each key keeps its compare-and-swap (one that fails
+// returns the key's state, and its decisions are made again on it), so
+// exactness holds as above, and a key the store fails, or whose state is
+// corrupt, fails its own callers only. A swap waiting for a batch leaves
+// at its caller's deadline; a batch runs until its leader's deadline
+// (the latest of those waiting when it formed), as a round does.
+//
 // # Leasing
 //
 // A Limiter made by NewLeasing takes batches of units of a key from the
@@ -103,6 +118,8 @@ const maxAttempts = 1000
 type Limiter struct {
 	s     Store
 	ls    LoadingStore // s, when it is one
+	bs    BatchStore   // s, when it is one
+	batch batcher      // with bs
 	g     *guesses     // with ls
 	a     Algorithm
 	fresh int64
@@ -149,6 +166,10 @@ func New(s Store, a Algorithm, opts ...throttle.Option) (*Limiter, error) {
 	l.reqs.New = newRequest
 	if ls, ok := s.(LoadingStore); ok {
 		l.ls, l.g = ls, new(guesses)
+	}
+	if bs, ok := s.(BatchStore); ok {
+		l.bs = bs
+		l.batch.slots, l.batch.ops.New = batchSlots, newSwapOp
 	}
 	if t, ok := s.(timeouter); ok {
 		l.timeout = max(t.Timeout(), 0)
@@ -257,7 +278,7 @@ func (l *Limiter) update(ctx context.Context, key string, h uint64, now int64, s
 			return nil
 		}
 		exp := expires(now, int64(reset))
-		cur, ok, err := l.swap(ctx, key, old, next, now, exp)
+		cur, ok, err := l.swap(ctx, key, h, old, next, now, exp)
 		if err != nil {
 			return unavailable(err)
 		}
@@ -298,9 +319,14 @@ func (l *Limiter) step(round []*request, old, now int64) (next int64, reset time
 	return next, reset, admitted
 }
 
-// swap stores next for key if its state is still old; on a LoadingStore
-// a failed swap returns the key's state.
-func (l *Limiter) swap(ctx context.Context, key string, old, next, now, exp int64) (int64, bool, error) {
+// swap stores next for key, of hash h, if its state is still old; on a
+// LoadingStore a failed swap returns the key's state. Over a BatchStore
+// it goes with the swaps of other keys waiting at the same moment.
+func (l *Limiter) swap(ctx context.Context, key string, h uint64, old, next, now, exp int64) (int64, bool, error) {
+	if l.bs != nil {
+		sw := l.batch.swap(ctx, l.bs, h, Swap{Key: key, Old: old, Next: next, Now: now, Expires: exp})
+		return sw.State, sw.Swapped, sw.Err
+	}
 	if l.ls != nil {
 		return l.ls.CompareAndSwapLoad(ctx, key, old, next, now, exp)
 	}

@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -48,16 +49,41 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 1000000000}
 `
 
+// envBaseline, when set, is the test binary of this benchmark built from
+// an earlier commit: its server is measured too ("throttled before"), in
+// the same rounds, for a paired comparison of two versions.
+const envBaseline = "THROTTLE_ENVOY_RLS_BASELINE"
+
 // envSubjects, when set, is a regular expression: only the subjects
 // whose names it matches are measured (e.g. "Redis"), for a shorter run.
 const envSubjects = "THROTTLE_ENVOY_RLS_SUBJECTS"
+
+// With both set, the servers and Redis run on the CPUs -server-cpus
+// lists and this test, the load generator, on -loadgen-cpus' (lists as
+// taskset -c takes them), so that neither takes the other's time: on two
+// cores, -server-cpus 1 -loadgen-cpus 0.
+var (
+	serverCPUs = flag.String("server-cpus", "", "CPU list (taskset -c) the servers and Redis run on; empty: any")
+	genCPUs    = flag.String("loadgen-cpus", "", "CPU list (taskset -c) the load generator runs on; empty: any")
+)
+
+// pinSelf runs this process, the load generator, on cpus (and the
+// servers it starts next, which inherit them), when pinning is on.
+func pinSelf(t *testing.T, cpus string) {
+	if *serverCPUs == "" || *genCPUs == "" {
+		return
+	}
+	if err := testproc.Pin(cpus, os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // cellTime is how long each cell of the table is measured, after a
 // warm-up of a tenth of it.
 var cellTime = time.Second
 
 // rounds is how many times each cell is measured; the median is kept.
-const rounds = 3
+var rounds = flag.Int("rounds", 3, "how many times each cell is measured (the table keeps the median)")
 
 // median is the result of median throughput (with its own p99).
 func median(rs []result) result {
@@ -73,6 +99,7 @@ type result struct {
 	elapsed                        time.Duration
 	serverCPU, redisCPU, clientCPU time.Duration // see measure
 	redisReads, redisCmds          float64
+	serverSyscalls                 float64 // reads and writes of the server processes
 }
 
 func (r result) perSecond() float64 { return float64(r.decisions) / r.elapsed.Seconds() }
@@ -202,7 +229,7 @@ func serveChild(cfg, gossipAddrs string) error {
 
 // serve starts this service in a child process on a free loopback port
 // with backend, and returns its gRPC address.
-func serve(t *testing.T, dir, backend, redisAddr, gossipAddrs string) (string, int) {
+func serve(t *testing.T, bin, dir, backend, redisAddr, gossipAddrs string) (string, int) {
 	ports, err := testproc.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +240,9 @@ func serve(t *testing.T, dir, backend, redisAddr, gossipAddrs string) (string, i
 		c.Redis = &envoyrls.RedisConfig{Addrs: []string{redisAddr}, Timeout: "5s"} // 1 s failed requests at load average 33
 	}
 	b, _ := json.Marshal(c)
-	p, err := testproc.Start(testproc.Self([]string{envServe + "=" + string(b), envGossip + "=" + gossipAddrs}), 20*time.Second, testproc.Dials("tcp", addr))
+	cmd := testproc.Self([]string{envServe + "=" + string(b), envGossip + "=" + gossipAddrs})
+	cmd.Path, cmd.Args[0] = bin, bin
+	p, err := testproc.Start(cmd, 20*time.Second, testproc.Dials("tcp", addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +265,7 @@ func fleetOf(t *testing.T, n int, dir string) (*roundRobin, []int) {
 	var pids []int
 	for i := range addrs {
 		order := append([]string{addrs[i]}, slices.Delete(slices.Clone(addrs), i, i+1)...)
-		addr, pid := serve(t, dir, "gossip", "", strings.Join(order, ","))
+		addr, pid := serve(t, os.Args[0], dir, "gossip", "", strings.Join(order, ","))
 		rr.all = append(rr.all, dial(t, addr))
 		pids = append(pids, pid)
 	}
@@ -262,14 +291,16 @@ func (r *roundRobin) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReq
 
 // TestVersusReference measures the reference and this service on the same
 // Redis, this service in process, and across 3 gossip nodes, on the same
-// configuration and load. Run it by hand:
+// configuration and load. Run it by hand, on two cores with the servers
+// on one and the load generator on the other:
 //
 //	THROTTLE_ENVOY_RLS_BENCH=1 THROTTLE_ENVOY_RLS_BIN=/path/to/ratelimit \
-//		go test -run Versus -v -timeout 10m ./benchmarks/envoyrls
+//		go test -run Versus -v -timeout 10m ./benchmarks/envoyrls -server-cpus 1 -loadgen-cpus 0
 func TestVersusReference(t *testing.T) {
 	if os.Getenv(envBench) != "1" {
 		t.Skip("a measurement of about four minutes: set " + envBench + "=1 to run it")
 	}
+	pinSelf(t, *serverCPUs) // what starts now runs there
 	srv := redistest.Start(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(dir+"/bench.yaml", []byte(benchConfig), 0o644); err != nil {
@@ -282,13 +313,15 @@ func TestVersusReference(t *testing.T) {
 			addr, p := envoyreftest.StartProc(t, envoyreftest.Binary(t), benchConfig, srv.Addr)
 			return subject{c: dial(t, addr), pids: []int{p.Pid()}}
 		}},
-		{"throttled, Redis", func() subject { return one(t, dir, "redis", srv.Addr) }},
-		{"throttled, in process", func() subject { return one(t, dir, "memory", "") }},
+		{"throttled, Redis", func() subject { return one(t, os.Args[0], dir, "redis", srv.Addr) }},
+		{"throttled before, Redis", func() subject { return one(t, os.Getenv(envBaseline), dir, "redis", srv.Addr) }},
+		{"throttled, in process", func() subject { return one(t, os.Args[0], dir, "memory", "") }},
 		{"throttled, 3 gossip nodes", func() subject {
 			rr, pids := fleetOf(t, 3, dir)
 			return subject{c: rr, pids: pids}
 		}},
-	}, os.Getenv(envSubjects))
+	}, os.Getenv(envSubjects), os.Getenv(envBaseline) != "")
+	pinSelf(t, *genCPUs)
 	var table, costs strings.Builder
 	header := fmt.Sprintf("| streams | descriptors | keys | %s |\n|---|---|---|%s\n", joinNames(subjects), strings.Repeat("---|", len(subjects)))
 	table.WriteString(header)
@@ -300,11 +333,13 @@ func TestVersusReference(t *testing.T) {
 				table.WriteString(cell)
 				costs.WriteString(cell)
 				runs := make([][]result, len(subjects))
-				for range rounds { // the subjects alternate, so that a change of the machine's load hits all
+				for range *rounds { // the subjects alternate, so that a change of the machine's load hits all
 					for i, s := range subjects {
 						rc.FlushAll(context.Background())
 						load(t, s.c, streams, descriptors, keys, cellTime/10)
-						runs[i] = append(runs[i], measure(t, rc, s, func() result { return load(t, s.c, streams, descriptors, keys, cellTime) }))
+						r := measure(t, rc, s, func() result { return load(t, s.c, streams, descriptors, keys, cellTime) })
+						runs[i] = append(runs[i], r)
+						printRound(streams, descriptors, keys, s.name, r)
 					}
 				}
 				for i, rs := range runs {
@@ -322,21 +357,31 @@ func TestVersusReference(t *testing.T) {
 		}
 	}
 	t.Log("decisions (descriptors decided) per second, × the first column's, and p99 per request:\n" + table.String())
-	t.Log("server CPU + Redis CPU (+ the load generator's CPU) per decision, Redis reads (round trips) and commands per request, over the rounds:\n" + costs.String())
+	t.Log("server CPU + Redis CPU (+ the load generator's CPU) per decision, Redis reads (round trips) and commands per request, the servers' read and write system calls per request, over the rounds:\n" + costs.String())
 }
 
 // measure runs run and adds to its result the CPU time s's processes
 // and the Redis server of rc spent, and the Redis reads and commands.
 func measure(t *testing.T, rc *redis.Client, s subject, run func() result) result {
 	self := []int{os.Getpid()}
-	cpu0, client0, info0 := procCPU(t, s.pids), procCPU(t, self), redisStats(t, rc)
+	cpu0, client0, info0, io0 := procCPU(t, s.pids), procCPU(t, self), redisStats(t, rc), procSyscalls(t, s.pids)
 	r := run()
-	cpu1, client1, info1 := procCPU(t, s.pids), procCPU(t, self), redisStats(t, rc)
-	r.serverCPU, r.clientCPU = cpu1-cpu0, client1-client0
+	cpu1, client1, info1, io1 := procCPU(t, s.pids), procCPU(t, self), redisStats(t, rc), procSyscalls(t, s.pids)
+	r.serverCPU, r.clientCPU, r.serverSyscalls = cpu1-cpu0, client1-client0, io1-io0
 	r.redisCPU = time.Duration((info1["used_cpu_user"] + info1["used_cpu_sys"] - info0["used_cpu_user"] - info0["used_cpu_sys"]) * float64(time.Second))
 	r.redisReads = info1["total_reads_processed"] - info0["total_reads_processed"] - 2 // the two INFO
 	r.redisCmds = info1["total_commands_processed"] - info0["total_commands_processed"] - 2
 	return r
+}
+
+// printRound prints one round of one cell in the benchmark format, for
+// benchstat (e.g. benchstat -col /server).
+func printRound(streams, descriptors, keys int, name string, r result) {
+	d := float64(max(r.decisions, 1))
+	fmt.Printf("BenchmarkVersus/streams=%d/descriptors=%d/keys=%d/server=%s 1 %.0f decisions/s %.0f p99-µs %.2f server-µs/decision %.2f redis-µs/decision %.2f syscalls/request\n",
+		streams, descriptors, keys, strings.NewReplacer(", ", "-", " ", "_", "/", "_").Replace(name), r.perSecond(),
+		float64(r.p99.Microseconds()), float64(r.serverCPU.Microseconds())/d, float64(r.redisCPU.Microseconds())/d,
+		r.serverSyscalls/float64(max(r.requests, 1)))
 }
 
 // costOf is a cell of the cost table: CPU per decision, and Redis reads
@@ -351,10 +396,11 @@ func costOf(rs []result) string {
 		sum.clientCPU += r.clientCPU
 		sum.redisReads += r.redisReads
 		sum.redisCmds += r.redisCmds
+		sum.serverSyscalls += r.serverSyscalls
 	}
 	d, q := float64(max(sum.decisions, 1)), float64(max(sum.requests, 1))
-	return fmt.Sprintf(" %.1f + %.1f (+ %.1f) µs; %.2f reads, %.2f cmds |", float64(sum.serverCPU.Microseconds())/d,
-		float64(sum.redisCPU.Microseconds())/d, float64(sum.clientCPU.Microseconds())/d, sum.redisReads/q, sum.redisCmds/q)
+	return fmt.Sprintf(" %.1f + %.1f (+ %.1f) µs; %.2f reads, %.2f cmds; %.1f syscalls |", float64(sum.serverCPU.Microseconds())/d,
+		float64(sum.redisCPU.Microseconds())/d, float64(sum.clientCPU.Microseconds())/d, sum.redisReads/q, sum.redisCmds/q, sum.serverSyscalls/q)
 }
 
 // procCPU is the CPU time (user and system) the processes pids spent.
@@ -373,6 +419,26 @@ func procCPU(t *testing.T, pids []int) time.Duration {
 		}
 	}
 	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+}
+
+// procSyscalls is how many read and write system calls the processes
+// pids made (syscr and syscw of /proc/<pid>/io: calls of the read and
+// write families, sockets' included).
+func procSyscalls(t *testing.T, pids []int) float64 {
+	var n float64
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, _ := strings.Cut(line, ": "); k == "syscr" || k == "syscw" {
+				f, _ := strconv.ParseFloat(v, 64)
+				n += f
+			}
+		}
+	}
+	return n
 }
 
 // redisStats are the numeric fields of rc's INFO cpu and stats.
@@ -397,18 +463,20 @@ type lazySubject struct {
 	start func() subject
 }
 
-// one is the subject of one child process serving with backend.
-func one(t *testing.T, dir, backend, redisAddr string) subject {
-	addr, pid := serve(t, dir, backend, redisAddr, "")
+// one is the subject of one child process of bin (this test binary, or
+// an earlier build of it) serving with backend.
+func one(t *testing.T, bin, dir, backend, redisAddr string) subject {
+	addr, pid := serve(t, bin, dir, backend, redisAddr, "")
 	return subject{c: dial(t, addr), pids: []int{pid}}
 }
 
-// chosen starts the subjects whose names match filter.
-func chosen(all []lazySubject, filter string) []subject {
+// chosen starts the subjects whose names match filter; "before" ones
+// only with baseline.
+func chosen(all []lazySubject, filter string, baseline bool) []subject {
 	re := regexp.MustCompile(filter)
 	var ss []subject
 	for _, l := range all {
-		if re.MatchString(l.name) {
+		if re.MatchString(l.name) && (baseline || !strings.Contains(l.name, " before")) {
 			s := l.start()
 			s.name = l.name
 			ss = append(ss, s)

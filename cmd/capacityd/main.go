@@ -113,13 +113,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case o.check:
 		return check(s, stdout)
 	}
+	// Registered before any port is bound: a signal that comes while it
+	// starts waits for serve instead of killing the process (room for
+	// one of each).
+	sigs := make(chan os.Signal, 3)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	a, err := start(o, s, raw, log)
 	if err != nil {
 		return err
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	return a.serve(sigs)
 }
 

@@ -92,16 +92,22 @@ func restartProc(t *testing.T, hc *http.Client, p *proc, cfg string) *proc {
 // launch runs capacityd on cfg with API and ADMIN replaced by api and
 // admin, and waits until /healthz answers.
 func launch(t *testing.T, hc *http.Client, cfg, api, admin string) (*proc, error) {
-	c := strings.Replace(strings.Replace(cfg, "API", api, -1), "ADMIN", admin, -1)
-	path := testproc.WriteFile(t, "capacityd.json", c)
-	cmd := exec.Command(binary(t), "-config", path, "-log-level", "debug")
-	tp, err := testproc.Start(cmd, 20*time.Second, func() error {
+	return launchUntil(t, cfg, api, admin, func() error {
 		resp, err := hc.Get("http://" + admin + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 		}
 		return err
 	})
+}
+
+// launchUntil runs capacityd on cfg with API and ADMIN replaced by api
+// and admin, and waits until ready returns nil.
+func launchUntil(t *testing.T, cfg, api, admin string, ready func() error) (*proc, error) {
+	c := strings.Replace(strings.Replace(cfg, "API", api, -1), "ADMIN", admin, -1)
+	path := testproc.WriteFile(t, "capacityd.json", c)
+	cmd := exec.Command(binary(t), "-config", path, "-log-level", "debug")
+	tp, err := testproc.Start(cmd, 20*time.Second, ready)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +162,29 @@ func TestProcessGracefulStop(t *testing.T) {
 	}
 	took := stopProc(t, p, 5*time.Second)
 	t.Logf("exit 0 %v after SIGTERM", took)
+}
+
+// A SIGTERM sent the moment the API port accepts connections, while
+// capacityd is still starting, stops it as cleanly as a later one (exit
+// 0): it registers for signals before it binds a port. Before, the
+// signal's default action killed it in that window (exit code -1).
+func TestProcessStopWhileStarting(t *testing.T) {
+	cfg := strings.Replace(testConfig, `"listen": "127.0.0.1:0", "admin": "127.0.0.1:0"`, `"listen": "API", "admin": "ADMIN"`, 1)
+	err := testproc.SignalAtStart(20, syscall.SIGTERM, "msg=stopped", func() (*testproc.Proc, error) {
+		ports, err := testproc.FreePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		api := fmt.Sprintf("127.0.0.1:%d", ports[0])
+		p, err := launchUntil(t, cfg, api, fmt.Sprintf("127.0.0.1:%d", ports[1]), testproc.Bound("tcp", api))
+		if err != nil {
+			return nil, err
+		}
+		return p.Proc, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Two replicas elect a master on a real etcd; when the master is killed

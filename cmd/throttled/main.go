@@ -195,6 +195,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return checkEnvoy(envoyCfg, envoyOn, stdout)
 	}
+	// Registered before any port is bound: a signal that comes while it
+	// starts waits for serve instead of killing the process (room for
+	// one of each).
+	sigs := make(chan os.Signal, 3)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	srv, err := start(cfg, log)
 	if err != nil {
 		return err
@@ -207,9 +213,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	log.Info("throttled running", "default_rate", cfg.Default.Rate, "default_burst", cfg.Default.Burst,
 		"rules", len(cfg.Rules), "gossip", cfg.Gossip.Listen, "peers", len(cfg.Gossip.Peers), "members", cfg.Gossip.Members != nil,
 		"max_conns", cfg.MaxConns)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	return serve(srv, envoy, o, mb, log, sigs)
 }
 

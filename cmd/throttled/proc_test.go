@@ -194,6 +194,25 @@ func TestUnixSocketCapPerProcess(t *testing.T) {
 	}
 }
 
+// A SIGTERM sent the moment the TCP port accepts connections, while
+// throttled is still starting, stops it as cleanly as a later one (exit
+// 0): it registers for signals before it binds. Before, the signal's
+// default action killed it in that window (exit code -1).
+func TestStopWhileStarting(t *testing.T) {
+	err := testproc.SignalAtStart(20, syscall.SIGTERM, "shutting down", func() (*testproc.Proc, error) {
+		port, err := testproc.FreePort(0)
+		if err != nil {
+			return nil, err
+		}
+		tcp := fmt.Sprintf("127.0.0.1:%d", port)
+		cfg := testproc.WriteFile(t, "c.json", fmt.Sprintf(`{"listen":["tcp:%s"],"default":{"rate":"100/s","burst":10}}`, tcp))
+		return testproc.Start(throttled("-config", cfg), 10*time.Second, testproc.Bound("tcp", tcp))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // SIGTERM answers every query the daemon received before it, even those
 // not read yet, then exits 0. (It answered only what it had read.)
 func TestSIGTERMAnswersReceivedQueries(t *testing.T) {

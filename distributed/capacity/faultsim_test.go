@@ -107,6 +107,14 @@ var simDefectSeeds = []uint64{
 	// background to a root cut off by a split, outlived the leaf's Close
 	// (a goroutine left blocked at the end of the run; 1 run in 2).
 	13298106833636414539,
+	// The checker's, not the code's: a leaf crashed twice 1.26s apart.
+	// Its clients kept 6 gauge units taken under its first life's
+	// leases, whose lease at the root ended at 13.06s; the checker ended
+	// every crashed life's chain at the latest of their leases at the
+	// root, its second life's (of 0, to 14.6s), and counted them when the
+	// root gave that capacity to the other leaf: 11.33 of 10 at 13.275s.
+	// Each unit now ends with the chain of the life that granted it.
+	10163778234372213914,
 }
 
 // TestSimCapacity runs capacity's Servers, Clients, trees and elections
@@ -114,10 +122,10 @@ var simDefectSeeds = []uint64{
 // after every fault, from the clients' side: the capacity they enforce
 // on each resource (a rate client's limit; a gauge client's larger of its
 // limit and the units it holds, but for those it kept past the end of its
-// chain of leases, in a tree its leaf's lease at the root too, or held
-// when the capacity dropped) adds up to no more than the largest capacity
-// configured within the last lease length, in every topology; and every
-// call returns within its stated time.
+// chain of leases, in a tree the lease at the root of the leaf life that
+// granted it too, or held when the capacity dropped) adds up to no more
+// than the largest capacity configured within the last lease length, in
+// every topology; and every call returns within its stated time.
 func TestSimCapacity(t *testing.T) {
 	faultsim.Run(t, simSpec, newCapWorld)
 	keptStats.Lock()
@@ -169,14 +177,17 @@ type capWorld struct {
 	history []capChange                  // the capacities configured, in order
 	skew    float64                      // the largest clock rate skew of a server so far
 	over    map[string]time.Duration     // since when a resource's sum is over its bound
-	units   map[*GaugeResource]*unitBook // the units each gauge holds, by when they were taken
-	ends    map[leafRes]time.Time        // when the chains of leases through a crashed leaf ended
+	units   map[*GaugeResource]*unitBook // the units each gauge holds: when and under whose lease taken
+	lives   map[*Server]*leafLife        // the incarnations of the tree's leaves
 }
 
-// leafRes is a resource at a leaf.
-type leafRes struct {
-	leaf int
-	id   string
+// leafLife is one incarnation of a tree leaf: when it started and
+// crashed (zero while it runs) and, per resource, when its lease at the
+// root last lapsed before the crash and when the chain of leases it
+// granted ended (see endChains).
+type leafLife struct {
+	start, crash time.Time
+	lapsed, ends map[string]time.Time
 }
 
 type capChange struct {
@@ -315,6 +326,14 @@ func (w *capWorld) start(p *capProc) {
 			w.env.T.Fatal(err)
 		}
 		inc.server = s
+		if p.role == roleLeaf {
+			w.mu.Lock()
+			if w.lives == nil {
+				w.lives = map[*Server]*leafLife{}
+			}
+			w.lives[s] = &leafLife{start: time.Now()}
+			w.mu.Unlock()
+		}
 		if w.elect != nil {
 			go func() { _ = s.Run(ctx, w.elect, p.addr) }()
 		}
@@ -375,7 +394,7 @@ func (w *capWorld) crash(p *capProc) {
 		return
 	}
 	if p.role == roleLeaf {
-		w.endChains(p.i, inc.server)
+		w.endChains(inc.server)
 	}
 	close(inc.link.dead)
 	inc.stop()
@@ -383,26 +402,25 @@ func (w *capWorld) crash(p *capProc) {
 	w.stopInc(inc)
 }
 
-// endChains records, for each resource, when the leases that crashed leaf
-// i's server s granted end for good: at the expiry of its own lease at the
-// root (its clients' leases end no later), now if it holds none. Its
-// clients' units taken under them are carried from then on, whatever the
-// restarted leaf grants them.
-func (w *capWorld) endChains(i int, s *Server) {
+// endChains records, for each resource, when the leases that crashed
+// leaf server s granted end for good: at the expiry of its own lease at
+// the root (its clients' leases end no later), now if it holds none. Its
+// clients' units taken under them are carried from then on, whatever a
+// later life of the leaf grants them. Each life has its own end: a unit
+// taken under an earlier life's lease is carried once that life's chain
+// ended, even while a later life holds a lease at the root (of 0, say).
+func (w *capWorld) endChains(s *Server) {
+	ends, lapses := map[string]time.Time{}, map[string]time.Time{}
 	for _, id := range w.ids {
-		end := time.Now()
+		ends[id], lapses[id] = time.Now(), parentLapsed(s, id)
 		if l, ok := s.parentLease(id); ok {
-			end = l.Expiry
+			ends[id] = l.Expiry
 		}
-		w.mu.Lock()
-		if w.ends == nil {
-			w.ends = map[leafRes]time.Time{}
-		}
-		if k := (leafRes{i, id}); end.After(w.ends[k]) {
-			w.ends[k] = end
-		}
-		w.mu.Unlock()
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	life := w.lives[s]
+	life.crash, life.lapsed, life.ends = time.Now(), lapses, ends
 }
 
 // stopInc stops an incarnation's goroutines.
@@ -521,7 +539,7 @@ func (w *capWorld) Check(now time.Duration) error {
 	w.mu.Unlock()
 	for _, id := range w.ids {
 		leases, enforced, kept := 0.0, 0.0, 0.0
-		each := make([]float64, len(hs))
+		each, keeps := make([]float64, len(hs)), make([]float64, len(hs))
 		for i, h := range hs {
 			if h.r.ID() != id {
 				continue
@@ -532,15 +550,15 @@ func (w *capWorld) Check(now time.Duration) error {
 				fresh, carried := w.fresh(h)
 				c = max(c-carried, 0)
 				e = max(c, fresh)
-				kept += carried
+				kept, keeps[i] = kept+carried, carried
 			}
 			leases, enforced, each[i] = leases+c, enforced+e, e
 		}
 		if w.tracing && now%(250*time.Millisecond) == 0 {
-			w.env.T.Logf("%v %s Σ %v:%s%s", now, id, enforced, detail(hs, id, each), w.servers(id))
+			w.env.T.Logf("%v %s Σ %v:%s%s", now, id, enforced, detail(hs, id, each, keeps), w.servers(id))
 		}
 		if err := w.judge(id, now, bound, leases, enforced); err != nil {
-			return fmt.Errorf("%w (leases %v;%s)", err, leases, detail(hs, id, each))
+			return fmt.Errorf("%w (leases %v;%s)", err, leases, detail(hs, id, each, keeps))
 		}
 		keptStats.note(w.topo, (enforced+kept)/bound)
 	}
@@ -564,12 +582,18 @@ func (k *keptMax) note(topo int, ratio float64) {
 	k.worst[topo] = max(k.worst[topo], ratio)
 }
 
-// detail lists what each client enforces on resource id.
-func detail(hs []capHandle, id string, each []float64) string {
+// detail lists what each client enforces on resource id and, after it,
+// the gauge units it keeps past the end of their chain of leases (left
+// out of the sum).
+func detail(hs []capHandle, id string, each, keeps []float64) string {
 	var b strings.Builder
 	for i, h := range hs {
-		if h.r.ID() == id {
-			fmt.Fprintf(&b, " %s:%v", h.r.c.ID(), each[i])
+		if h.r.ID() != id {
+			continue
+		}
+		fmt.Fprintf(&b, " %s:%v", h.r.c.ID(), each[i])
+		if keeps[i] > 0 {
+			fmt.Fprintf(&b, " (+%v kept)", keeps[i])
 		}
 	}
 	return b.String()
@@ -614,11 +638,20 @@ func peek(s *Server, id string) (capacity, held float64, ok bool) {
 }
 
 // unitBook is what the checker knows of the units a gauge holds: when
-// each was taken, and the gauge's last carry point (the capacity lowered).
+// each was taken and under whose lease, and the gauge's last carry point
+// (the capacity lowered).
 type unitBook struct {
 	next  uint64
 	mark  time.Time
-	taken map[uint64]time.Time
+	taken map[uint64]unit
+}
+
+// unit is a unit a gauge took: when, and the server whose answer gave
+// the client the lease it was taken under (in a tree, a life of its
+// leaf).
+type unit struct {
+	at time.Time
+	by *Server
 }
 
 // book returns g's book. w.mu is held.
@@ -628,22 +661,22 @@ func (w *capWorld) book(g *GaugeResource) *unitBook {
 	}
 	b := w.units[g]
 	if b == nil {
-		b = &unitBook{taken: map[uint64]time.Time{}}
+		b = &unitBook{taken: map[uint64]unit{}}
 		w.units[g] = b
 	}
 	return b
 }
 
-// took records a unit g took, and returns the release that gives it back
-// and strikes it from the book at once, so that a sample never sees the
-// one without the other.
-func (w *capWorld) took(g *GaugeResource, release func()) func() {
+// took records a unit g took on inc's client, and returns the release
+// that gives it back and strikes it from the book at once, so that a
+// sample never sees the one without the other.
+func (w *capWorld) took(inc *capInc, g *GaugeResource, release func()) func() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	b := w.book(g)
 	id := b.next
 	b.next++
-	b.taken[id] = time.Now()
+	b.taken[id] = unit{at: time.Now(), by: inc.link.grantor}
 	return func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -682,44 +715,76 @@ func parentLapsed(s *Server, id string) time.Time {
 // fresh returns the units h's gauge holds that the gauge guarantee
 // covers, and the others (carried): those taken before its chain of
 // leases last ran out, or before the capacity was lowered, and not
-// released since, each unit known by when it was taken (units are told
-// apart, not only counted). The chain is the client's lease and, in a
-// tree, its leaf's lease at the root (a leaf that holds none grants 0, and
-// the root no longer counts what it granted before), also that of a leaf
-// that crashed (see endChains). Units a client keeps
-// past the chain's expiry, while it or its leaf cannot reach the servers
-// above, come on top until it releases them (by design: the semaphore
-// takes no unit back), as do those held when the capacity drops; they are
-// left out, as long as they are held, with the part of the limit they
-// take up (the client stops reporting them once no server can count them
-// any more, so that a server learning after a restart does not confirm
-// them as a lease).
+// released since, each unit known by when it was taken and under whose
+// lease (units are told apart, not only counted). The chain is the
+// client's lease and, in a tree, the lease at the root of the leaf life
+// that granted it (a leaf that holds none grants 0, and the root no
+// longer counts what it granted before); a life that crashed ended its
+// chain (see endChains). Units a client keeps past the chain's expiry,
+// while it or its leaf cannot reach the servers above or after its leaf
+// crashed, come on top until it releases them (by design: the semaphore
+// takes no unit back), as do those held when the capacity drops; they
+// are left out, as long as they are held, with the part of the limit
+// they take up (the client stops reporting them once no server can count
+// them any more, so that a server learning after a restart does not
+// confirm them as a lease).
 func (w *capWorld) fresh(h capHandle) (fresh, carried float64) {
 	g := h.g
 	mark := lapsed(g.Resource)
-	if s := w.serverAt(h.leaf); s != nil {
-		if m := parentLapsed(s, g.ID()); m.After(mark) {
-			mark = m // a restarted leaf's is the new life's
-		}
-	}
+	cur := w.serverAt(h.leaf)
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	held := g.InFlight()
 	b := w.book(g)
 	if b.mark.After(mark) {
 		mark = b.mark
 	}
-	if end := w.ends[leafRes{h.leaf, g.ID()}]; end.After(mark) && !end.After(time.Now()) {
-		mark = end
+	ends := map[*Server]time.Time{} // per lease giver, when its chain ran out
+	for _, u := range b.taken {
+		ends[u.by] = time.Time{}
 	}
+	w.mu.Unlock()
+	for by := range ends {
+		ends[by] = w.chainEnd(by, cur, g.ID())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	held := g.InFlight()
 	n := 0
-	for _, at := range b.taken {
-		if !at.After(mark) {
-			n++
+	for _, u := range b.taken {
+		if !u.at.After(mark) || !u.at.After(ends[u.by]) {
+			n++ // a unit booked since is fresh: its end is zero
 		}
 	}
 	n = min(n, held) // a unit taken and not yet in the book is fresh
 	return float64(held - n), float64(n)
+}
+
+// chainEnd returns when the leaf's part of the chain of leases that
+// server by's grants on resource id hang from last ran out: when by's
+// lease at the root last lapsed; for a life that crashed, also the end of
+// the leases it granted, once that has passed. Zero outside trees; a
+// grant from no leaf counts as the current life's (cur).
+func (w *capWorld) chainEnd(by, cur *Server, id string) time.Time {
+	w.mu.Lock()
+	life := w.lives[by]
+	crashed := life != nil && !life.crash.IsZero()
+	var m time.Time
+	if crashed {
+		m = life.lapsed[id]
+		if end := life.ends[id]; end.After(m) && !end.After(time.Now()) {
+			m = end
+		}
+	}
+	w.mu.Unlock()
+	switch {
+	case crashed:
+		return m
+	case life == nil:
+		by = cur
+	}
+	if by == nil {
+		return time.Time{}
+	}
+	return parentLapsed(by, id)
 }
 
 // skewStats is what the runs measured past the bound while a server's
@@ -835,7 +900,7 @@ func (w *capWorld) use(ctx context.Context, inc *capInc, h capHandle) {
 	var release func()
 	w.env.Within("GaugeResource.TryHold", instant, func() { d, release, _ = h.g.TryHold(ctx, "", 1) })
 	if d.Allowed {
-		release = w.took(h.g, release)
+		release = w.took(inc, h.g, release)
 		hold := time.Duration(500+inc.rand.IntN(8000)) * time.Millisecond
 		t := time.AfterFunc(hold, release)
 		context.AfterFunc(ctx, func() { t.Stop() }) // a crash loses the units with the process
@@ -877,6 +942,9 @@ type simLink struct {
 	w    *capWorld
 	proc int
 	dead chan struct{} // closed when the incarnation crashes
+	// grantor is the server whose answer the caller got last, in a
+	// tree the newest leaf life that answered; w.mu guards it.
+	grantor *Server
 }
 
 var _ Transport = (*simLink)(nil)
@@ -886,7 +954,22 @@ func (l *simLink) GetCapacity(ctx context.Context, addr string, req *Request) (*
 	if l.w.tracing {
 		l.w.env.T.Logf("%v p%d→%s: %+v", l.w.env.Elapsed(), l.proc, addr, *req)
 	}
-	return l.call(ctx, addr, func(ctx context.Context, s *Server) (*Response, error) { return s.GetCapacity(ctx, req) })
+	a := l.call(ctx, addr, func(ctx context.Context, s *Server) (*Response, error) { return s.GetCapacity(ctx, req) })
+	if a.resp != nil && a.err == nil {
+		l.w.answered(l, a.by)
+	}
+	return a.resp, a.err
+}
+
+// answered records that server by answered l's caller: its leases come
+// from by from now on. A leaf's earlier life never takes over from a
+// later one.
+func (w *capWorld) answered(l *simLink, by *Server) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if old, now := w.lives[l.grantor], w.lives[by]; old == nil || now == nil || !now.start.Before(old.start) {
+		l.grantor = by
+	}
 }
 
 func (l *simLink) Release(ctx context.Context, addr string, req *ReleaseRequest) (*Response, error) {
@@ -894,20 +977,25 @@ func (l *simLink) Release(ctx context.Context, addr string, req *ReleaseRequest)
 	if l.w.tracing {
 		l.w.env.T.Logf("%v p%d→%s: release %+v", l.w.env.Elapsed(), l.proc, addr, r)
 	}
-	return l.call(ctx, addr, func(ctx context.Context, s *Server) (*Response, error) { return s.Release(ctx, &r) })
+	a := l.call(ctx, addr, func(ctx context.Context, s *Server) (*Response, error) { return s.Release(ctx, &r) })
+	return a.resp, a.err
 }
 
 type simAnswer struct {
 	resp *Response
 	err  error
+	by   *Server // the server that answered
 }
+
+// simCrashed is the answer to a call of an incarnation that crashed.
+var simCrashed = simAnswer{err: fmt.Errorf("%w: capacity: crashed", throttle.ErrUnavailable)}
 
 // call sends serve to the server at addr and waits for its answer, ctx's
 // end or the incarnation's crash.
-func (l *simLink) call(ctx context.Context, addr string, serve func(context.Context, *Server) (*Response, error)) (*Response, error) {
+func (l *simLink) call(ctx context.Context, addr string, serve func(context.Context, *Server) (*Response, error)) simAnswer {
 	select {
 	case <-l.dead:
-		return nil, fmt.Errorf("%w: capacity: crashed", throttle.ErrUnavailable)
+		return simCrashed
 	default:
 	}
 	to := procOf(addr)
@@ -922,7 +1010,7 @@ func (l *simLink) call(ctx context.Context, addr string, serve func(context.Cont
 		if s == nil {
 			return
 		}
-		var a simAnswer
+		a := simAnswer{by: s}
 		l.w.env.Within("Server.GetCapacity", 100*time.Millisecond, func() { a.resp, a.err = serve(sctx, s) })
 		if l.w.tracing && a.resp != nil {
 			l.w.env.T.Logf("%v p%d→p%d: %+v", l.w.env.Elapsed(), to, l.proc, *a.resp)
@@ -936,11 +1024,11 @@ func (l *simLink) call(ctx context.Context, addr string, serve func(context.Cont
 	})
 	select {
 	case a := <-answers:
-		return a.resp, a.err
+		return a
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: capacity: %v", throttle.ErrUnavailable, ctx.Err())
+		return simAnswer{err: fmt.Errorf("%w: capacity: %v", throttle.ErrUnavailable, ctx.Err())}
 	case <-l.dead:
-		return nil, fmt.Errorf("%w: capacity: crashed", throttle.ErrUnavailable)
+		return simCrashed
 	}
 }
 

@@ -52,6 +52,21 @@
 // for a lost race too, and reads the state with a SELECT. Different keys
 // never wait for each other.
 //
+// Many keys: the Store is also a storelimit.BatchStore, so the swaps of a
+// process's decisions on different keys that wait while 16 statements of
+// its Limiter are at the server go together, as one INSERT ... ON
+// CONFLICT DO UPDATE over arrays (one round trip, one commit) that swaps
+// each key only if it still holds the state its decision read and returns
+// every key's outcome; it locks the rows in key order, so two batches
+// never deadlock. Up to 16 statements in flight, each commit waits for a
+// WAL flush that PostgreSQL shares among the commits waiting together, so
+// holding them back for a batch would only add a wait; beyond, a batch
+// costs less CPU per decision than as many statements (the client's, a
+// third less): with fsync on, 1000 keys, 64 callers decide 1.2× as fast
+// with 0.35 statements per decision, and 16 callers as before (see
+// docs/performance.md). A statement the server refuses for a row's data
+// or a conflict is made again key by key, so one key fails alone.
+//
 // A hot key (many callers on one key: a tenant's quota, an attacker) is
 // decided by storelimit in rounds: one statement or two per round for all
 // the calls of a process on the key, so the processes sharing a key race
@@ -121,7 +136,7 @@ const maxKeyLen = 1024
 // otherwise.
 const defaultTimeout = time.Second
 
-var _ storelimit.LoadingStore = (*Store)(nil)
+var _ storelimit.BatchStore = (*Store)(nil)
 
 // Store is a storelimit.Store in one PostgreSQL table. It is safe for
 // concurrent use when its DB is (a pool). The zero value is not usable;
@@ -133,6 +148,7 @@ type Store struct {
 	load    string
 	update  string
 	insert  string
+	batch   string
 	sweep   string
 }
 
@@ -183,6 +199,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	s.insert = "WITH w AS (INSERT INTO " + t + " AS t (key, state, expires) VALUES ($1, $2, $4)" +
 		" ON CONFLICT (key) DO UPDATE SET state = excluded.state, expires = excluded.expires" +
 		" WHERE t.expires < $3 OR t.state = 0 RETURNING 1)" + orState("$3")
+	s.batch = batchSQL(t)
 	s.sweep = "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t +
 		" WHERE expires < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
 	return s, nil
@@ -246,6 +263,72 @@ func (s *Store) CompareAndSwapLoad(ctx context.Context, key string, old, next, n
 	return state, err == nil && swapped, err
 }
 
+// batchSQL is the statement of CompareAndSwapBatch on table t: $1 keys,
+// $2 old states, $3 next states, $4 nows, $5 expiries, one element per
+// swap. Every swap is one INSERT ... ON CONFLICT DO UPDATE of its key, in
+// key order (so two batches lock their rows in one order and never
+// deadlock): a new key is inserted when its old state is 0; a row is
+// updated only if it still holds the old state live at now (or, when the
+// old state is 0, if it expired); a swap from a state other than 0 on a
+// key without a row inserts an empty row (state 0, expired), as good as
+// none, and does not swap. The statement returns two arrays in the
+// order of the swaps: whether each swapped, and else the key's state at
+// its now, read in the statement's snapshot as the single swaps do.
+func batchSQL(t string) string {
+	return "WITH a AS (SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::timestamptz[])" +
+		" WITH ORDINALITY AS a(key, old, next, now, exp, i))," +
+		" w AS (INSERT INTO " + t + " AS t (key, state, expires)" +
+		" SELECT key, CASE WHEN old = 0 THEN next ELSE 0 END, CASE WHEN old = 0 THEN exp ELSE '-infinity' END FROM a ORDER BY key" +
+		" ON CONFLICT (key) DO UPDATE SET state = (SELECT a.next FROM a WHERE a.key = excluded.key)," +
+		" expires = (SELECT a.exp FROM a WHERE a.key = excluded.key)" +
+		" WHERE EXISTS (SELECT FROM a WHERE a.key = excluded.key AND CASE WHEN a.old = 0" +
+		" THEN t.expires < a.now OR t.state = 0 ELSE t.state = a.old AND t.expires >= a.now END)" +
+		" RETURNING t.key, t.expires)" +
+		" SELECT array_agg(w.key IS NOT NULL AND w.expires > '-infinity' ORDER BY a.i)," +
+		" array_agg(COALESCE((SELECT state FROM " + t + " WHERE key = a.key AND expires >= a.now), 0) ORDER BY a.i)" +
+		" FROM a LEFT JOIN w USING (key)"
+}
+
+// CompareAndSwapBatch does each swap of swaps as CompareAndSwapLoad would,
+// all in one statement (one round trip, one commit); see "Round trips
+// and contention". When the server refuses the statement for its data or
+// a conflict (SQLSTATE classes 22, 23 and 40: a row a constraint or a
+// trigger refuses, a serialization failure under a stricter isolation, a
+// deadlock), the statement was rolled back and each swap is made again
+// alone, so that each gets its own outcome; any other error (a timeout, a
+// lost connection) fails them all.
+func (s *Store) CompareAndSwapBatch(ctx context.Context, swaps []storelimit.Swap) error {
+	bctx, cancel := s.bound(ctx)
+	defer cancel()
+	keys := make([][]byte, len(swaps))
+	olds, nexts := make([]int64, len(swaps)), make([]int64, len(swaps))
+	nows, exps := make([]time.Time, len(swaps)), make([]time.Time, len(swaps))
+	for i, w := range swaps {
+		keys[i], olds[i], nexts[i] = dbKey(w.Key), w.Old, w.Next
+		nows[i], exps[i] = floorMicro(w.Now), ceilMicro(w.Expires)
+	}
+	var swapped []bool
+	var states []int64
+	err := s.db.QueryRow(bctx, s.batch, keys, olds, nexts, nows, exps).Scan(&swapped, &states)
+	if perRow(err) && bctx.Err() == nil {
+		for i := range swaps {
+			w := &swaps[i]
+			w.State, w.Swapped, w.Err = s.CompareAndSwapLoad(ctx, w.Key, w.Old, w.Next, w.Now, w.Expires)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(swapped) != len(swaps) || len(states) != len(swaps) {
+		return fmt.Errorf("pglimit: a batch of %d swaps returned %d outcomes", len(swaps), len(swapped))
+	}
+	for i := range swaps {
+		swaps[i].Swapped, swaps[i].State = swapped[i], states[i]
+	}
+	return nil
+}
+
 // dbKey is key as stored: its bytes, or for a key longer than maxKeyLen
 // its SHA-256 digest at the end of maxKeyLen+1 bytes starting with a
 // mark.
@@ -268,6 +351,14 @@ func dbKey(key string) []byte {
 func conflict(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
+}
+
+// perRow reports whether err is the server refusing a statement for the
+// data of its rows or a conflict with another writer (SQLSTATE classes
+// 22, 23, 40), which the swaps of a batch made alone may not meet.
+func perRow(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && len(pg.Code) == 5 && (pg.Code[:2] == "22" || pg.Code[:2] == "23" || pg.Code[:2] == "40")
 }
 
 // sweepBatch is how many rows one DELETE of Sweep removes at most, so

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/throttlekit/throttle/internal/redistest"
 )
@@ -26,19 +28,27 @@ descriptors:
   - key: e
     rate_limit: {unit: day, requests_per_unit: 1000000000}
 `)
+	perDescriptors(b, cfg, func(b *testing.B, svc *Service, r *rlsv3.RateLimitRequest) {
+		for b.Loop() {
+			if _, err := svc.decide(context.Background(), r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// perDescriptors runs f as sub-benchmarks "1" and "4", with a service of
+// cfg on a Memory backend and a request of 1 or 4 descriptors in domain
+// d, keys a, b, c and e, all of value x.
+func perDescriptors(b *testing.B, cfg *Config, f func(b *testing.B, svc *Service, r *rlsv3.RateLimitRequest)) {
 	for _, n := range []int{1, 4} {
 		b.Run([]string{"", "1", "", "", "4"}[n], func(b *testing.B) {
-			mem := NewMemory(0)
-			defer mem.Close()
-			svc := newService(cfg, Options{Backend: mem})
+			backend := NewMemory(0)
+			defer backend.Close()
 			r := req("d", desc("a", "x"), desc("b", "x"), desc("c", "x"), desc("e", "x"))
 			r.Descriptors = r.Descriptors[:n]
 			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := svc.decide(context.Background(), r); err != nil {
-					b.Fatal(err)
-				}
-			}
+			f(b, newService(cfg, Options{Backend: backend}), r)
 		})
 	}
 }
@@ -80,4 +90,39 @@ func BenchmarkRedisCharge(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkServe is the server's work for one gRPC request of 1 or 4
+// descriptors apart from the transport: the request decoded, decided in
+// process, the response encoded (the server's codec).
+func BenchmarkServe(b *testing.B) {
+	cfg := mustParse(b, "f.yaml", `
+domain: d
+descriptors:
+  - {key: a, rate_limit: {unit: second, requests_per_unit: 1000000000}}
+  - {key: b, rate_limit: {unit: minute, requests_per_unit: 1000000000}}
+  - {key: c, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
+  - {key: e, rate_limit: {unit: day, requests_per_unit: 1000000000}}
+`)
+	perDescriptors(b, cfg, func(b *testing.B, svc *Service, r *rlsv3.RateLimitRequest) {
+		wire, err := proto.Marshal(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			in := new(rlsv3.RateLimitRequest)
+			if err := serverCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, in); err != nil {
+				b.Fatal(err)
+			}
+			resp, err := svc.ShouldRateLimit(context.Background(), in)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out, err := serverCodec.Marshal(resp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out.Free()
+		}
+	})
 }

@@ -2,7 +2,9 @@ package envoyrls
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +40,18 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// readResponse is the status and body of an HTTP response, or fails t
+// with err.
+func readResponse(t testing.TB, resp *http.Response, err error) (int, string) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // mustParse parses one YAML document named name.
 func mustParse(t testing.TB, name, yaml string) *Config {
 	t.Helper()
@@ -56,7 +70,7 @@ func serveGRPC(t testing.TB, svc *Service) (rlsv3.RateLimitServiceClient, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := newGRPCServer()
 	svc.Register(g)
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)

@@ -112,7 +112,7 @@ func (r *Redis) charge(ctx context.Context, now time.Time, hits []hit, out []out
 			out[i] = o
 			continue
 		}
-		keys = append(keys, h.Key+strconv.FormatInt(windowStart(now, h.Limit.rlUnit), 10))
+		keys = append(keys, windowKey(h.Key, windowStart(now, h.Limit.rlUnit)))
 		args = append(args, h.N, ttlArgs[h.Limit.rlUnit])
 		at = append(at, i)
 	}
@@ -158,6 +158,13 @@ func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, er
 		counts[i] = v[0]
 	}
 	return counts, nil
+}
+
+// windowKey is the counter key of a fixed window: the descriptor's key
+// and the window's start (the reference's), built in one allocation.
+func windowKey(key string, start int64) string {
+	var buf [128]byte
+	return string(strconv.AppendInt(append(buf[:0], key...), start, 10))
 }
 
 // ttlArgs are the time-to-live arguments of each unit, boxed once.

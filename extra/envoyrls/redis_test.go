@@ -50,9 +50,7 @@ descriptors:
 func TestRedisSharedAndOneRoundTrip(t *testing.T) {
 	srv := redistest.Start(t)
 	hook := &countingHook{}
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	client.AddHook(hook)
-	t.Cleanup(func() { client.Close() })
+	client := redisClient(t, &redis.Options{Addr: srv.Addr}, hook)
 	clock := newFakeClock()
 	one := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, time.Second), KeyPrefix: "p_"})
 	two := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, time.Second), KeyPrefix: "p_"})
@@ -113,8 +111,7 @@ func TestRedisCluster(t *testing.T) {
 func TestRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.NeedOwn(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
+	client := redisClient(t, &redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	closed := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, 200*time.Millisecond)})
 	open := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, 200*time.Millisecond), FailOpen: true})
 	srv.Kill()
@@ -147,8 +144,7 @@ func TestRedisPaused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no process_id in INFO: %v", err)
 	}
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
+	client := redisClient(t, &redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	const timeout = 150 * time.Millisecond
 	closed := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, timeout)})
 	open := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, client, false, timeout), FailOpen: true})
@@ -196,9 +192,7 @@ func TestRedisPaused(t *testing.T) {
 func TestRedisBatchesConcurrentRequests(t *testing.T) {
 	srv := redistest.Start(t)
 	hook := &countingHook{}
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
-	client.AddHook(hook)
-	t.Cleanup(func() { client.Close() })
+	client := redisClient(t, &redis.Options{Addr: srv.Addr, PoolSize: 64}, hook)
 	r := newRig(t, `
 domain: d
 descriptors:
@@ -247,6 +241,16 @@ descriptors:
 }
 
 // newRedisBackend is NewRedisClient, closed when t ends.
+// redisClient is a client of o with hooks, closed when t ends.
+func redisClient(t testing.TB, o *redis.Options, hooks ...redis.Hook) *redis.Client {
+	c := redis.NewClient(o)
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func newRedisBackend(t testing.TB, client redis.UniversalClient, cluster bool, timeout time.Duration) *Redis {
 	r := NewRedisClient(client, cluster, timeout)
 	t.Cleanup(func() { r.Close() })

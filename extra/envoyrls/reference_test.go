@@ -169,8 +169,7 @@ func absDiff(a, b time.Duration) time.Duration { return max(a-b, b-a) }
 func TestSideBySideWithReference(t *testing.T) {
 	srv := redistest.Start(t)
 	ref := startReference(t, compareConfig, srv.Addr)
-	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { rc.Close() })
+	rc := redisClient(t, &redis.Options{Addr: srv.Addr})
 	mem := newRig(t, compareConfig, Options{ResponseHeaders: true})
 	onRedis := newRig(t, compareConfig, Options{ResponseHeaders: true, KeyPrefix: "ours_", Backend: newRedisBackend(t, rc, false, time.Second)})
 	mem.svc.o.Now, onRedis.svc.o.Now = time.Now, time.Now

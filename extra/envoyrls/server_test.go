@@ -3,7 +3,6 @@ package envoyrls
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -43,13 +42,9 @@ func TestServerStart(t *testing.T) {
 	}
 	r, err := http.Post("http://"+srv.Addrs()[1].String()+"/json", "application/json",
 		strings.NewReader(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"w"}]}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(r.Body)
-	r.Body.Close()
-	if r.StatusCode != 200 || !strings.Contains(string(b), `"limitRemaining":0`) && !strings.Contains(string(b), `"OK"`) {
-		t.Errorf("/json: %d %s", r.StatusCode, b)
+	code, b := readResponse(t, r, err)
+	if code != 200 || !strings.Contains(b, `"limitRemaining":0`) && !strings.Contains(b, `"OK"`) {
+		t.Errorf("/json: %d %s", code, b)
 	}
 	if err := srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)

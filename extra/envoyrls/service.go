@@ -104,12 +104,19 @@ func (s *Service) Config() *Config { return s.cfg.Load() }
 // Register adds the service to a gRPC server.
 func (s *Service) Register(g grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(g, s) }
 
-// plan is a request's descriptors resolved to rules.
+// plan is a request's descriptors resolved to rules, the hits to charge
+// and, once charged, their outcomes.
 type plan struct {
-	matches   []match // per descriptor; limit nil when none applies
-	unlimited []bool
-	hits      []hit
-	at        []int // per descriptor: its index in hits, or -1
+	descs []planned // per descriptor
+	hits  []hit
+	out   []outcome // per hit
+}
+
+// planned is a descriptor resolved.
+type planned struct {
+	match     // limit nil when none applies
+	unlimited bool
+	at        int // its index in hits, or -1
 }
 
 // statusError is an error of ShouldRateLimit: gRPC clients get its code,
@@ -154,8 +161,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		return nil, err
 	}
 	now := s.o.Now()
-	out := make([]outcome, len(p.hits))
-	if err := s.o.Backend.charge(ctx, now, p.hits, out); err != nil {
+	if err := s.o.Backend.charge(ctx, now, p.hits, p.out); err != nil {
 		s.metrics.backendError()
 		s.o.Logger.Warn("rate-limit backend failed", "err", err, "fail_open", s.o.FailOpen)
 		if !s.o.FailOpen {
@@ -163,7 +169,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		}
 		return failOpen(len(req.Descriptors)), nil
 	}
-	return s.respond(now, p, out), nil
+	return s.respond(now, p), nil
 }
 
 func failOpen(n int) *rlsv3.RateLimitResponse {
@@ -176,14 +182,14 @@ func failOpen(n int) *rlsv3.RateLimitResponse {
 
 // plan resolves each descriptor, drops the unlimited and the replaced
 // ones, and lists the hits to charge.
-func (s *Service) plan(cfg *Config, req *rlsv3.RateLimitRequest) (*plan, error) {
+func (s *Service) plan(cfg *Config, req *rlsv3.RateLimitRequest) (plan, error) {
 	n := len(req.Descriptors)
-	p := &plan{matches: make([]match, n), unlimited: make([]bool, n), at: make([]int, n)}
+	p := plan{descs: make([]planned, n), hits: make([]hit, 0, n)}
 	var replaced map[string]bool
 	for i, d := range req.Descriptors {
 		m, err := s.resolve(cfg, req.Domain, d)
 		if err != nil {
-			return nil, err
+			return plan{}, err
 		}
 		if m.limit != nil {
 			for _, r := range m.limit.Replaces {
@@ -193,21 +199,22 @@ func (s *Service) plan(cfg *Config, req *rlsv3.RateLimitRequest) (*plan, error) 
 				replaced[r] = true
 			}
 			if m.limit.Unlimited {
-				p.unlimited[i], m.limit = true, nil
+				p.descs[i].unlimited, m.limit = true, nil
 			}
 		}
-		p.matches[i] = m
+		p.descs[i].match = m
 	}
 	for i, d := range req.Descriptors {
-		p.at[i] = -1
-		m := &p.matches[i]
+		m := &p.descs[i]
+		m.at = -1
 		if m.limit == nil || (m.limit.Name != "" && replaced[m.limit.Name]) {
 			m.limit = nil
 			continue
 		}
-		p.at[i] = len(p.hits)
+		m.at = len(p.hits)
 		p.hits = append(p.hits, hit{Key: counterKey(s.o.KeyPrefix, req.Domain, d.Entries, m.share), Limit: m.limit, N: hitsOf(req, d)})
 	}
+	p.out = make([]outcome, len(p.hits))
 	return p, nil
 }
 
@@ -238,16 +245,20 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) uint64 {
 	return uint64(max(1, req.GetHitsAddend()))
 }
 
-// statusOf builds a descriptor's status from its outcome.
-func statusOf(l *limitRule, o outcome) *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code: rlsv3.RateLimitResponse_OK,
-		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{
-			Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(l.rlUnit),
-		},
-		LimitRemaining:     o.Remaining,
-		DurationUntilReset: durationpb.New(o.Reset),
-	}
+// statusBlock is the messages of a descriptor's status, allocated
+// together with the other descriptors' (one allocation per response).
+type statusBlock struct {
+	st  rlsv3.RateLimitResponse_DescriptorStatus
+	lim rlsv3.RateLimitResponse_RateLimit
+	dur durationpb.Duration
+}
+
+// status fills b with a descriptor's status from its outcome.
+func (b *statusBlock) status(l *limitRule, o outcome) *rlsv3.RateLimitResponse_DescriptorStatus {
+	b.lim.Name, b.lim.RequestsPerUnit, b.lim.Unit = l.Name, l.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(l.rlUnit)
+	b.dur.Seconds, b.dur.Nanos = int64(o.Reset/time.Second), int32(o.Reset%time.Second)
+	st := &b.st
+	st.Code, st.CurrentLimit, st.LimitRemaining, st.DurationUntilReset = rlsv3.RateLimitResponse_OK, &b.lim, o.Remaining, &b.dur
 	if o.Over && !l.ShadowMode {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -256,21 +267,24 @@ func statusOf(l *limitRule, o outcome) *rlsv3.RateLimitResponse_DescriptorStatus
 
 // respond builds the response: OVER_LIMIT if any descriptor is over its
 // limit (not in shadow mode), or if every quota-mode descriptor is.
-func (s *Service) respond(now time.Time, p *plan, out []outcome) *rlsv3.RateLimitResponse {
-	r := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.matches))}
+func (s *Service) respond(now time.Time, p plan) *rlsv3.RateLimitResponse {
+	r := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.descs))}
+	blocks := make([]statusBlock, len(p.descs))
 	closest, least := (*rlsv3.RateLimitResponse_DescriptorStatus)(nil), uint32(math.MaxUint32)
 	over, quota, quotaOver := 0, 0, 0
-	for i, m := range p.matches {
+	for i, m := range p.descs {
 		switch {
-		case p.unlimited[i]:
-			r.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-			continue
-		case m.limit == nil:
-			r.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		case m.unlimited, m.limit == nil:
+			st := &blocks[i].st
+			st.Code = rlsv3.RateLimitResponse_OK
+			if m.unlimited {
+				st.LimitRemaining = math.MaxUint32
+			}
+			r.Statuses[i] = st
 			continue
 		}
-		o, hit := out[p.at[i]], p.hits[p.at[i]]
-		st := statusOf(m.limit, o)
+		o, hit := p.out[m.at], p.hits[m.at]
+		st := blocks[i].status(m.limit, o)
 		s.metrics.record(m.metric, m.limit, hit.N, o)
 		r.Statuses[i] = st
 		if st.LimitRemaining < least {

@@ -3,7 +3,6 @@ package envoyrls
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -179,12 +178,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	defer srv.Close()
 	post := func(body string) (int, string) {
 		resp, err := http.Post(srv.URL+"/json", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return readResponse(t, resp, err)
 	}
 	body := `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`
 	if code, out := post(body); code != 200 || !strings.Contains(out, `"overallCode":"OK"`) {
@@ -198,12 +192,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	}
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return readResponse(t, resp, err)
 	}
 	if code, out := get("/healthcheck"); code != 200 || out != "OK" {
 		t.Errorf("healthcheck: %d %q", code, out)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -156,6 +157,19 @@ func Self(env []string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// Pin runs every thread of the process pid on the CPUs cpus, a list as
+// taskset -c takes it ("1", "0,2-3"); the threads and processes it starts
+// later inherit them, so that a process pinned before it starts servers
+// has them start there (a Go server then sizes GOMAXPROCS to them). It
+// needs taskset (util-linux).
+func Pin(cpus string, pid int) error {
+	out, err := exec.Command("taskset", "-a", "-c", "-p", cpus, strconv.Itoa(pid)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("testproc: pinning %d to CPUs %s: %v: %s", pid, cpus, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
 // WriteFile writes body to a file called name in a directory of t's own
 // (a configuration or key file for a server under test) and returns its
 // path.
@@ -184,6 +198,23 @@ func Dials(network, addr string) func() error {
 		c, err := net.DialTimeout(network, addr, time.Second)
 		if err == nil {
 			c.Close()
+		}
+		return err
+	}
+}
+
+// Bound returns a ready check for Start that returns the moment addr on
+// network accepts a connection: it dials in a tight loop, for up to 10s,
+// where Start polls every 20ms. For a test that acts on a process while
+// it is still starting (a signal as soon as its port is bound).
+func Bound(network, addr string) func() error {
+	return func() error {
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			var c net.Conn
+			if c, err = net.Dial(network, addr); err == nil {
+				return c.Close()
+			}
 		}
 		return err
 	}
@@ -224,6 +255,48 @@ func (p *Proc) waitReady(timeout time.Duration, ready func() error) error {
 		}
 	}
 	return fmt.Errorf("not ready within %v: %v", timeout, err)
+}
+
+// SignalAtStart runs n times the process start starts, which returns it
+// the moment its port is bound (see Bound), and sends it sig at once. It
+// returns an error with the output of the first that does not then exit
+// with code 0, having written stopped (its log line of a clean stop). A
+// try whose process found its port taken ("address already in use": what
+// answered was another process) does not count.
+func SignalAtStart(n int, sig syscall.Signal, stopped string, start func() (*Proc, error)) error {
+	for i := 0; i < n; {
+		p, err := start()
+		if err != nil {
+			return err
+		}
+		code, err := p.stop(sig, 10*time.Second)
+		switch {
+		case err != nil:
+			return fmt.Errorf("try %d: %v; output:\n%s", i, err, p.Output())
+		case strings.Contains(p.Output(), "address already in use"):
+			continue
+		case code != 0 || !strings.Contains(p.Output(), stopped):
+			return fmt.Errorf("try %d: exit code %d after %v as its port was bound; output:\n%s", i, code, sig, p.Output())
+		}
+		i++
+	}
+	return nil
+}
+
+// stop sends sig to the process and waits up to d for it to exit. It
+// returns the exit code (-1 when a signal ended it), or an error when the
+// process still runs after d.
+func (p *Proc) stop(sig syscall.Signal, d time.Duration) (int, error) {
+	if err := p.Signal(sig); err != nil {
+		return 0, err
+	}
+	select {
+	case <-p.exited:
+		return p.cmd.ProcessState.ExitCode(), nil
+	case <-time.After(d):
+		p.Kill()
+		return 0, fmt.Errorf("%s still runs %v after %v", p.name, d, sig)
+	}
 }
 
 // Kill stops the process with SIGKILL (which also ends a stopped process)

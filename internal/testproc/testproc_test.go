@@ -2,7 +2,10 @@ package testproc
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -59,6 +62,37 @@ func TestStartSignalKill(t *testing.T) {
 	case <-p.Exited():
 	default:
 		t.Fatal("Exited not closed after Kill")
+	}
+}
+
+// SignalAtStart passes a process that stops cleanly on the signal and
+// reports one that the signal kills.
+func TestSignalAtStart(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	for _, c := range []struct {
+		script, want string
+	}{
+		{`trap 'kill $!; echo stopped; exit 0' TERM; echo started; sleep 30 & wait`, ""},
+		{`echo started; exec sleep 30`, "exit code -1 after terminated"},
+	} {
+		err := SignalAtStart(2, syscall.SIGTERM, "stopped", func() (*Proc, error) {
+			p, err := Start(exec.Command(sh, "-c", c.script), 5*time.Second, func() error { return nil })
+			if err != nil {
+				return nil, err
+			}
+			return p, RetryFor(5*time.Second, func() error {
+				if !strings.Contains(p.Output(), "started") {
+					return errors.New("not started yet")
+				}
+				return nil
+			})
+		})
+		if got := fmt.Sprint(err); c.want == "" && err != nil || c.want != "" && !strings.Contains(got, c.want) {
+			t.Errorf("%s: %v, want %q", c.script, err, c.want)
+		}
 	}
 }
 
@@ -190,5 +224,29 @@ func TestSampler(t *testing.T) {
 	}
 	if w, _ := s.Stop(); w != worst {
 		t.Fatal("a second Stop changed the result")
+	}
+}
+
+func TestPin(t *testing.T) {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Skip("no taskset")
+	}
+	p, err := Start(exec.Command("sleep", "30"), 5*time.Second, func() error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	if err := Pin("0", p.Pid()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "Cpus_allowed_list:\t0\n") {
+		t.Fatalf("after Pin(\"0\"), /proc status:\n%s", b)
+	}
+	if err := Pin("no-such-cpu", p.Pid()); err == nil {
+		t.Fatal("Pin with a bad CPU list succeeded")
 	}
 }

@@ -161,10 +161,14 @@ func Contention(t *testing.T, l throttle.Limiter, limit, workers int) {
 	}
 }
 
-// Counted returns s counting the calls made to it into calls: a
+// Counted returns s counting the calls made to it into calls (a batch of
+// swaps is one call): a storelimit.BatchStore if s is one, else a
 // storelimit.LoadingStore if s is one, else a storelimit.Store.
 func Counted(s storelimit.Store, calls *atomic.Int64) storelimit.Store {
 	c := counted{s, calls}
+	if bs, ok := s.(storelimit.BatchStore); ok {
+		return countedBatch{countedLoading{c, bs}, bs}
+	}
 	if ls, ok := s.(storelimit.LoadingStore); ok {
 		return countedLoading{c, ls}
 	}
@@ -194,4 +198,14 @@ type countedLoading struct {
 func (c countedLoading) CompareAndSwapLoad(ctx context.Context, key string, old, next, now, expires int64) (int64, bool, error) {
 	c.calls.Add(1)
 	return c.ls.CompareAndSwapLoad(ctx, key, old, next, now, expires)
+}
+
+type countedBatch struct {
+	countedLoading
+	bs storelimit.BatchStore
+}
+
+func (c countedBatch) CompareAndSwapBatch(ctx context.Context, swaps []storelimit.Swap) error {
+	c.calls.Add(1)
+	return c.bs.CompareAndSwapBatch(ctx, swaps)
 }
