@@ -28,8 +28,8 @@
 // -server-cpus and -loadgen-cpus (CPU lists, as taskset -c takes them)
 // run the servers and the load generators on CPUs of their own, so that
 // the load generator does not take the servers' time nor they its: on two
-// cores, -server-cpus 1 -loadgen-cpus 0. A server on one CPU runs with
-// GOMAXPROCS=1.
+// cores, -server-cpus 1 -loadgen-cpus 0. Go gives a server on one CPU
+// GOMAXPROCS=1 (capacityd raises it to 2 unless GOMAXPROCS is set).
 //
 // Doorman is started standalone (no etcd: no master election, its
 // configuration from a file), with its minimum refresh interval lowered to

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 func TestGCPercent(t *testing.T) {
 	for _, tc := range []struct {
@@ -17,6 +20,27 @@ func TestGCPercent(t *testing.T) {
 	} {
 		if got := gcPercent(tc.live); got != tc.want {
 			t.Errorf("gcPercent(%d) = %d, want %d", tc.live, got, tc.want)
+		}
+	}
+}
+
+// TestFloorProcs: two Ps where Go would give one, unless GOMAXPROCS is
+// set; more are left alone.
+func TestFloorProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, tc := range []struct {
+		env         string
+		procs, want int
+	}{
+		{"", 1, 2},
+		{"", 3, 3},
+		{"1", 1, 1},
+	} {
+		t.Setenv("GOMAXPROCS", tc.env)
+		runtime.GOMAXPROCS(tc.procs)
+		floorProcs()
+		if got := runtime.GOMAXPROCS(0); got != tc.want {
+			t.Errorf("GOMAXPROCS=%q at %d procs: floorProcs left %d, want %d", tc.env, tc.procs, got, tc.want)
 		}
 	}
 }

@@ -60,6 +60,8 @@ func newGRPCServer(srv *capacity.Server, s *settings, met *metrics, rd *recvDead
 		// Calls run on a pool of goroutines instead of one new
 		// goroutine (and stack) each.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// GetCapacity's messages encoded without reflection.
+		grpc.ForceServerCodecV2(grpcCodec{}),
 	}
 	if s.auth.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.auth.tls)))

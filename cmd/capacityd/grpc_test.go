@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -274,36 +276,45 @@ func BenchmarkGRPCGetCapacity(b *testing.B) {
 
 // BenchmarkGRPCHandler: the grpc_listen port's GetCapacity handler without
 // the transport, as grpc-go runs it: the request decoded from its bytes,
-// the call, the metrics and the answer encoded. 100 clients each want 15
-// of 1000, so that every answer comes out of a division, as in the
-// comparison with Doorman.
+// the call, the metrics and the answer encoded, with grpc-go's proto codec
+// and with the server's. 100 clients each want 15 of 1000, so that every
+// answer comes out of a division, as in the comparison with Doorman.
 func BenchmarkGRPCHandler(b *testing.B) {
 	a := startTest(b, `{"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0",
 		"resources": [{"id": "*", "capacity": 1000, "algorithm": "fair_share", "lease_length": "1m", "refresh_interval": "10s"}]}`)
 	api := &grpcAPI{svc: capacity.WireService(a.srv), met: a.met}
 	handler := grpcDesc.Methods[0].Handler
-	var n atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		in, err := proto.Marshal(&capacityv1.GetCapacityRequest{ClientId: "c" + strconv.FormatInt(n.Add(1)%100, 10),
-			Resources: []*capacityv1.ResourceRequest{{ResourceId: "db", Wants: 15}}})
-		if err != nil {
-			b.Error(err)
-			return
+	for _, codec := range []encoding.CodecV2{protoCodec, grpcCodec{}} {
+		name := "codec=grpc-go"
+		if _, ok := codec.(grpcCodec); ok {
+			name = "codec=capacityd"
 		}
-		dec := func(m any) error { return proto.Unmarshal(in, m.(proto.Message)) }
-		for pb.Next() {
-			out, err := handler(api, context.Background(), dec, nil)
-			if err == nil {
-				_, err = proto.Marshal(out.(proto.Message))
-			}
-			if err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+		b.Run(name, func(b *testing.B) {
+			var n atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				in, err := proto.Marshal(&capacityv1.GetCapacityRequest{ClientId: "c" + strconv.FormatInt(n.Add(1)%100, 10),
+					Resources: []*capacityv1.ResourceRequest{{ResourceId: "db", Wants: 15}}})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				dec := func(m any) error { return codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(in)}, m) }
+				for pb.Next() {
+					out, err := handler(api, context.Background(), dec, nil)
+					if err == nil {
+						var data mem.BufferSlice
+						data, err = codec.Marshal(out)
+						data.Free()
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }
 
 // TestRecvDeadlineQueue: one timer per connection closes it at the

@@ -40,6 +40,7 @@ import (
 )
 
 func main() {
+	floorProcs()
 	go floorGC(time.Second)
 	cmdkit.Main("capacityd", run)
 }
