@@ -184,7 +184,7 @@ const (
 
 func TestMain(m *testing.M) {
 	if cfg := os.Getenv(envServe); cfg != "" {
-		go gcfloor.Run(time.Second) // as throttled's start-up
+		go gcfloor.Run(time.Second, nil) // as throttled serving the API
 		if addr := os.Getenv(envPprof); addr != "" {
 			runtime.SetBlockProfileRate(10_000)
 			go http.ListenAndServe(addr, nil)

@@ -54,14 +54,10 @@ import (
 	"github.com/throttlekit/throttle/distributed/daemon/client"
 	"github.com/throttlekit/throttle/failsafe"
 	"github.com/throttlekit/throttle/internal/cmdkit"
-	"github.com/throttlekit/throttle/internal/gcfloor"
 	"github.com/throttlekit/throttle/internal/keyfile"
 )
 
-func main() {
-	go gcfloor.Run(time.Second) // a GC goal of at least 64 MiB unless GOGC is set
-	cmdkit.Main("throttled", run)
-}
+func main() { cmdkit.Main("throttled", run) }
 
 type listFlag []string
 

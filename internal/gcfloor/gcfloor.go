@@ -36,15 +36,22 @@ func Percent(live uint64) int {
 }
 
 // Run sets the collector's percent from the live heap after the last
-// cycle, every interval, for the life of the process; it returns at once
-// when GOGC is set. A command calls it once, from main, in its own
-// goroutine: it never returns otherwise.
-func Run(interval time.Duration) {
+// cycle, every interval, until stop is closed (never, when it is nil),
+// then sets Go's default (100) back. It returns at once when GOGC is set.
+// A command runs it in a goroutine of its own; one at a time per process.
+func Run(interval time.Duration, stop <-chan struct{}) {
 	if os.Getenv("GOGC") != "" {
 		return
 	}
 	live := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	set := 100
+	defer func() {
+		if set != 100 {
+			debug.SetGCPercent(100)
+		}
+	}()
+	t := time.NewTicker(interval)
+	defer t.Stop()
 	for {
 		rtmetrics.Read(live)
 		if live[0].Value.Kind() == rtmetrics.KindUint64 {
@@ -53,6 +60,17 @@ func Run(interval time.Duration) {
 				set = p
 			}
 		}
-		time.Sleep(interval)
+		select {
+		case <-t.C:
+		case <-stop:
+			return
+		}
 	}
+}
+
+// Current returns the collector's percent (GOGC) in force.
+func Current() uint64 {
+	s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
+	rtmetrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -1,6 +1,10 @@
 package gcfloor
 
-import "testing"
+import (
+	"os"
+	"testing"
+	"time"
+)
 
 func TestPercent(t *testing.T) {
 	for _, tc := range []struct {
@@ -18,5 +22,25 @@ func TestPercent(t *testing.T) {
 		if got := Percent(tc.live); got != tc.want {
 			t.Errorf("Percent(%d) = %d, want %d", tc.live, got, tc.want)
 		}
+	}
+}
+
+// Run raises the percent while the heap is small and sets Go's default
+// back when stopped.
+func TestRunStops(t *testing.T) {
+	if os.Getenv("GOGC") != "" {
+		t.Skip("GOGC is set: Run does nothing")
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { Run(time.Millisecond, stop); close(done) }()
+	for deadline := time.Now().Add(5 * time.Second); Current() == 100; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the percent was never raised")
+		}
+	}
+	close(stop)
+	<-done
+	if p := Current(); p != 100 {
+		t.Errorf("percent %d after stop, want 100", p)
 	}
 }
