@@ -27,6 +27,7 @@ import (
 	"github.com/throttlekit/throttle/distributed/gossip"
 	"github.com/throttlekit/throttle/extra/envoyrls"
 	"github.com/throttlekit/throttle/internal/envoyreftest"
+	"github.com/throttlekit/throttle/internal/gcfloor"
 	"github.com/throttlekit/throttle/internal/redistest"
 	"github.com/throttlekit/throttle/internal/testproc"
 )
@@ -100,6 +101,7 @@ type result struct {
 	serverCPU, redisCPU, clientCPU time.Duration // see measure
 	redisReads, redisCmds          float64
 	serverSyscalls                 float64 // reads and writes of the server processes
+	serverRSS                      float64 // MB resident, at the end
 }
 
 func (r result) perSecond() float64 { return float64(r.decisions) / r.elapsed.Seconds() }
@@ -182,6 +184,7 @@ const (
 
 func TestMain(m *testing.M) {
 	if cfg := os.Getenv(envServe); cfg != "" {
+		go gcfloor.Run(time.Second, nil) // as throttled serving the API
 		if addr := os.Getenv(envPprof); addr != "" {
 			runtime.SetBlockProfileRate(10_000)
 			go http.ListenAndServe(addr, nil)
@@ -368,6 +371,7 @@ func measure(t *testing.T, rc *redis.Client, s subject, run func() result) resul
 	r := run()
 	cpu1, client1, info1, io1 := procCPU(t, s.pids), procCPU(t, self), redisStats(t, rc), procSyscalls(t, s.pids)
 	r.serverCPU, r.clientCPU, r.serverSyscalls = cpu1-cpu0, client1-client0, io1-io0
+	r.serverRSS = procRSS(t, s.pids)
 	r.redisCPU = time.Duration((info1["used_cpu_user"] + info1["used_cpu_sys"] - info0["used_cpu_user"] - info0["used_cpu_sys"]) * float64(time.Second))
 	r.redisReads = info1["total_reads_processed"] - info0["total_reads_processed"] - 2 // the two INFO
 	r.redisCmds = info1["total_commands_processed"] - info0["total_commands_processed"] - 2
@@ -378,10 +382,10 @@ func measure(t *testing.T, rc *redis.Client, s subject, run func() result) resul
 // benchstat (e.g. benchstat -col /server).
 func printRound(streams, descriptors, keys int, name string, r result) {
 	d := float64(max(r.decisions, 1))
-	fmt.Printf("BenchmarkVersus/streams=%d/descriptors=%d/keys=%d/server=%s 1 %.0f decisions/s %.0f p99-µs %.2f server-µs/decision %.2f redis-µs/decision %.2f syscalls/request\n",
+	fmt.Printf("BenchmarkVersus/streams=%d/descriptors=%d/keys=%d/server=%s 1 %.0f decisions/s %.0f p99-µs %.2f server-µs/decision %.2f redis-µs/decision %.2f syscalls/request %.1f rss-MB\n",
 		streams, descriptors, keys, strings.NewReplacer(", ", "-", " ", "_", "/", "_").Replace(name), r.perSecond(),
 		float64(r.p99.Microseconds()), float64(r.serverCPU.Microseconds())/d, float64(r.redisCPU.Microseconds())/d,
-		r.serverSyscalls/float64(max(r.requests, 1)))
+		r.serverSyscalls/float64(max(r.requests, 1)), r.serverRSS)
 }
 
 // costOf is a cell of the cost table: CPU per decision, and Redis reads
@@ -425,15 +429,26 @@ func procCPU(t *testing.T, pids []int) time.Duration {
 // pids made (syscr and syscw of /proc/<pid>/io: calls of the read and
 // write families, sockets' included).
 func procSyscalls(t *testing.T, pids []int) float64 {
+	return procSum(t, pids, "io", "syscr", "syscw")
+}
+
+// procRSS is the resident memory of the processes pids, in MB (VmRSS).
+func procRSS(t *testing.T, pids []int) float64 {
+	return procSum(t, pids, "status", "VmRSS") / 1000
+}
+
+// procSum sums the fields keys of /proc/<pid>/<file> ("key: value"
+// lines) over the processes pids.
+func procSum(t *testing.T, pids []int, file string, keys ...string) float64 {
 	var n float64
 	for _, pid := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + file)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for line := range strings.SplitSeq(string(b), "\n") {
-			if k, v, _ := strings.Cut(line, ": "); k == "syscr" || k == "syscw" {
-				f, _ := strconv.ParseFloat(v, 64)
+			if k, v, _ := strings.Cut(line, ":"); slices.Contains(keys, k) {
+				f, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
 				n += f
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/throttlekit/throttle/distributed/daemon"
 	"github.com/throttlekit/throttle/distributed/gossip"
 	"github.com/throttlekit/throttle/extra/envoyrls"
+	"github.com/throttlekit/throttle/internal/gcfloor"
 )
 
 // envoySection applies the -envoy-* flags to the configuration's "envoy"
@@ -42,9 +43,10 @@ func (o *options) envoySection(cfg *daemon.Config) (c envoyrls.ServerConfig, ok 
 // envoyService is the Envoy rate-limit service when configured: nil
 // otherwise, and then its methods do nothing.
 type envoyService struct {
-	srv *envoyrls.Server
-	cfg envoyrls.ServerConfig // the section it runs
-	log *slog.Logger
+	srv          *envoyrls.Server
+	cfg          envoyrls.ServerConfig // the section it runs
+	log          *slog.Logger
+	gcStop, gcOK chan struct{} // the collector's floor: stop it, it stopped
 }
 
 // startEnvoy starts the service of the section, if any. The "gossip"
@@ -66,7 +68,14 @@ func startEnvoy(c envoyrls.ServerConfig, ok bool, node *gossip.Node, g daemon.Go
 	cfg := srv.Service.Config()
 	log.Info("envoy rate-limit service running", "grpc", srv.Addrs()[0].String(), "http", c.HTTP,
 		"domains", len(cfg.Domains()), "rules", cfg.Rules(), "backend", c.Backend)
-	return &envoyService{srv: srv, cfg: c, log: log}, nil
+	e := &envoyService{srv: srv, cfg: c, log: log, gcStop: make(chan struct{}), gcOK: make(chan struct{})}
+	// Each RLS request leaves grpc-go's and the Redis client's garbage:
+	// the collector's goal is kept at 64 MiB or more while the service
+	// runs (unless GOGC is set; see docs/ops/throttled.md). The daemon's
+	// own line protocol allocates little, so without the service the
+	// process keeps Go's default and its footprint.
+	go func() { gcfloor.Run(time.Second, e.gcStop); close(e.gcOK) }()
+	return e, nil
 }
 
 // reload rereads the YAML files; a refused version keeps the running
@@ -90,6 +99,8 @@ func (e *envoyService) reload(o *options) {
 func (e *envoyService) shutdown(ctx context.Context) {
 	if e != nil {
 		e.srv.Shutdown(ctx)
+		close(e.gcStop)
+		<-e.gcOK
 	}
 }
 

@@ -17,7 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/throttlekit/throttle/distributed/daemon"
+	"github.com/throttlekit/throttle/extra/envoyrls"
 	"github.com/throttlekit/throttle/internal/cmdkit"
+	"github.com/throttlekit/throttle/internal/gcfloor"
 	"github.com/throttlekit/throttle/internal/testproc"
 )
 
@@ -136,15 +138,7 @@ func TestEnvoyGossipBackend(t *testing.T) {
 	}{{``, false}, {`,"gossip":{"listen":"127.0.0.1:0","secret":"0123456789abcdef0123","routing":"owner"}`, true}} {
 		path := testproc.WriteFile(t, "c.json", `{"listen":["tcp:127.0.0.1:0"],"default":{"rate":"1/m","burst":2}`+c.gossip+`,
 			"envoy":{"grpc":"127.0.0.1:0","config":"`+yaml+`","watch":"off","backend":"gossip"}}`)
-		o := &options{Flags: cmdkit.Flags{ConfigPath: path, LogLevel: "error"}}
-		cfg, err := o.config()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ec, on, err := o.envoySection(&cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg, ec, on := envoyConfigOf(t, path)
 		srv, err := start(cfg, log)
 		if err != nil {
 			t.Fatal(err)
@@ -163,4 +157,46 @@ func TestEnvoyGossipBackend(t *testing.T) {
 		}
 		srv.Shutdown(context.Background())
 	}
+}
+
+// While the Envoy service runs, the collector's goal has its floor
+// (unless GOGC is set); once the service is shut down, Go's default is
+// back.
+func TestEnvoyGCFloor(t *testing.T) {
+	if os.Getenv("GOGC") != "" {
+		t.Skip("GOGC is set: no floor")
+	}
+	yaml := testproc.WriteFile(t, "rls.yaml", rlsYAML("2"))
+	path := testproc.WriteFile(t, "c.json", `{"listen":["tcp:127.0.0.1:0"],"default":{"rate":"1/m","burst":2},
+		"envoy":{"grpc":"127.0.0.1:0","config":"`+yaml+`","watch":"off"}}`)
+	cfg, ec, on := envoyConfigOf(t, path)
+	envoy, err := startEnvoy(ec, on, nil, cfg.WithDefaults().Gossip, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); gcfloor.Current() == 100; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			envoy.shutdown(context.Background())
+			t.Fatal("the service runs with GOGC 100, want a higher percent while the heap is small")
+		}
+	}
+	envoy.shutdown(context.Background())
+	if p := gcfloor.Current(); p != 100 {
+		t.Errorf("GOGC %d after the service stopped, want 100", p)
+	}
+}
+
+// envoyConfigOf reads the configuration file at path and its envoy
+// section.
+func envoyConfigOf(t *testing.T, path string) (daemon.Config, envoyrls.ServerConfig, bool) {
+	o := &options{Flags: cmdkit.Flags{ConfigPath: path, LogLevel: "error"}}
+	cfg, err := o.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec, on, err := o.envoySection(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, ec, on
 }

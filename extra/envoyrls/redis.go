@@ -32,7 +32,7 @@ type RedisConfig struct {
 // time-to-live in pairs. A key's window start is in its name, so the
 // time-to-live set at its creation outlasts its window; the reference
 // sets it again on every hit, a command more per key.
-var fixedScript = redis.NewScript(`
+const fixedSource = `
 local out = {}
 for i = 1, #KEYS do
   local n = ARGV[2*i-1]
@@ -43,7 +43,12 @@ for i = 1, #KEYS do
   out[i] = c
 end
 return out
-`)
+`
+
+var (
+	fixedScript     = redis.NewScript(fixedSource)
+	fixedHash   any = fixedScript.Hash() // boxed once
+)
 
 // Redis is the Backend of a Redis server or Cluster shared by several
 // service instances. Fixed windows use the reference's keys (prefix,
@@ -102,7 +107,7 @@ func (r *Redis) charge(ctx context.Context, now time.Time, hits []hit, out []out
 		ctx, cancel = context.WithTimeout(ctx, r.timeout)
 		defer cancel()
 	}
-	keys, args, at := make([]string, 0, len(hits)), make([]any, 0, 2*len(hits)), make([]int, 0, len(hits))
+	keys, args, at := newFixedArgs(len(hits))
 	for i, h := range hits {
 		if h.Limit.algorithm != fixedWindow {
 			o, err := r.allowHit(ctx, h)
@@ -129,15 +134,57 @@ func (r *Redis) charge(ctx context.Context, now time.Time, hits []hit, out []out
 	return nil
 }
 
+// fixedArgs1 and fixedArgs4 hold the script's keys and arguments of a
+// request of one or up to four descriptors, and where each came from, in
+// one allocation.
+type (
+	fixedArgs1 struct {
+		keys [1]string
+		args [2]any
+		at   [1]int
+	}
+	fixedArgs4 struct {
+		keys [4]string
+		args [8]any
+		at   [4]int
+	}
+)
+
+// newFixedArgs returns empty slices for n keys, their arguments and
+// their positions: one allocation when n is at most 4.
+func newFixedArgs(n int) ([]string, []any, []int) {
+	switch {
+	case n == 1:
+		f := new(fixedArgs1)
+		return f.keys[:0], f.args[:0], f.at[:0]
+	case n <= 4:
+		f := new(fixedArgs4)
+		return f.keys[:0], f.args[:0], f.at[:0]
+	}
+	return make([]string, 0, n), make([]any, 0, 2*n), make([]int, 0, n)
+}
+
 // run runs fixedScript on keys: once, or per key on a Cluster.
 func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	if !r.cluster {
-		return fixedScript.Run(ctx, r.client, keys, args...).Int64Slice()
+		a := cmdArgsPool.Get().(*[]any)
+		defer putCmdArgs(a)
+		*a = scriptArgs(*a, keys, args)
+		cmd := redis.NewIntSliceCmd(ctx, *a...)
+		if err := r.client.Process(ctx, cmd); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return cmd.Result()
+		}
+		(*a)[0], (*a)[1] = "eval", fixedSource // the script once, then by its hash again
+		cmd = redis.NewIntSliceCmd(ctx, *a...)
+		_ = r.client.Process(ctx, cmd)
+		return cmd.Result()
 	}
-	cmds := make([]*redis.Cmd, len(keys))
+	cmds := make([]*redis.IntSliceCmd, len(keys))
 	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			cmds[i] = fixedScript.EvalSha(ctx, p, []string{k}, args[2*i:2*i+2]...)
+			cmds[i] = redis.NewIntSliceCmd(ctx, scriptArgs(nil, []string{k}, args[2*i:2*i+2])...)
+			cmds[i].SetFirstKeyPos(3)
+			_ = p.Process(ctx, cmds[i])
 		}
 		return nil
 	})
@@ -151,13 +198,40 @@ func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, er
 	}
 	counts := make([]int64, len(keys))
 	for i, c := range cmds {
-		v, err := c.Int64Slice()
+		v, err := c.Result()
+		if err == nil && len(v) != 1 {
+			err = fmt.Errorf("script returned %d counts for 1 key", len(v))
+		}
 		if err != nil {
 			return nil, err
 		}
 		counts[i] = v[0]
 	}
 	return counts, nil
+}
+
+// scriptArgs appends to a the arguments of an EVALSHA of fixedScript on
+// keys with args. The reply is read as an IntSliceCmd: the counts go
+// straight into one []int64, not each boxed in a []any first.
+func scriptArgs(a []any, keys []string, args []any) []any {
+	a = append(a, "evalsha", fixedHash, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return append(a, args...)
+}
+
+// cmdArgsPool holds the argument slices of single-server script runs,
+// which go-redis no longer reads once Process has returned.
+var cmdArgsPool = sync.Pool{New: func() any { return new([]any) }}
+
+func putCmdArgs(a *[]any) {
+	if cap(*a) > 1024 {
+		return // a rare huge batch: not kept
+	}
+	clear(*a)
+	*a = (*a)[:0]
+	cmdArgsPool.Put(a)
 }
 
 // windowKey is the counter key of a fixed window: the descriptor's key

@@ -106,6 +106,35 @@ func TestRedisCluster(t *testing.T) {
 	}
 }
 
+// A server that forgot the script (SCRIPT FLUSH, a restart, a failover)
+// is sent it again, on one server and on a Cluster, and the counts go on.
+func TestRedisScriptFlushed(t *testing.T) {
+	single := redistest.Start(t)
+	cluster := redistest.StartCluster(t, 3)
+	for name, c := range map[string]redis.UniversalClient{
+		"single":  redis.NewClient(&redis.Options{Addr: single.Addr}),
+		"cluster": redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Cleanup(func() { c.Close() })
+			r := newRig(t, redisCfg, Options{Backend: newRedisBackend(t, c, name == "cluster", time.Second)})
+			for i := range 5 {
+				if err := c.ScriptFlush(t.Context()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				resp := r.ask("d", desc("a", "x"), desc("b", "x"), desc("c", "q"))
+				want := codeOK
+				if i >= 3 {
+					want = codeOver
+				}
+				if resp.Statuses[0].Code != want || resp.Statuses[1].LimitRemaining != uint32(4-i) {
+					t.Fatalf("request %d after SCRIPT FLUSH: %v", i, resp.Statuses)
+				}
+			}
+		})
+	}
+}
+
 // Redis down: Unavailable (Envoy's failure_mode_deny decides), or OK with
 // FailOpen; back up, decisions resume.
 func TestRedisDown(t *testing.T) {
