@@ -37,11 +37,12 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttle/internal/cmdkit"
+	"github.com/throttlekit/throttle/internal/gcfloor"
 )
 
 func main() {
 	floorProcs()
-	go floorGC(time.Second)
+	go gcfloor.Run(time.Second, nil)
 	cmdkit.Main("capacityd", run)
 }
 
