@@ -91,7 +91,8 @@ type simLimitOf struct {
 
 // TestSimGossipAllToAll runs the all-to-all counters (Node.NewLimiter),
 // with and without the spend cap and a Membership, under random fault
-// schedules.
+// schedules; with the spend cap also under limit changes alone, and at
+// small limits.
 func TestSimGossipAllToAll(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
