@@ -11,7 +11,10 @@ var _ BatchStore = (*Memory)(nil)
 // implementation of the contract, for tests and for a single process
 // that wants a Store-backed limiter. A state is dropped when a
 // compare-and-swap or a Sweep finds it expired. It is safe for concurrent
-// use; the zero value is an empty store.
+// use; the zero value is an empty store. A type that embeds Memory to
+// override CompareAndSwapLoad (to inject faults) also gets
+// CompareAndSwapBatch, which a Limiter uses instead once 16 of its calls
+// are at the store: override both.
 type Memory struct {
 	mu sync.Mutex
 	m  map[string]entry
