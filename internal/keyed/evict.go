@@ -31,16 +31,18 @@ const (
 // evictOne frees one key of sh by the CLOCK policy and reports whether it
 // did; sh.mu must be held. It fails when every state refuses.
 func (m *Map[S, P]) evictOne(sh *shard[S]) bool {
-	// Two turns of the hand find a victim unless every key was used
-	// again meanwhile: the first turn clears the reference bits it passes
-	// (each cleared bit paid for by the look-up that set it). The hand
-	// resumes where it stopped, and at most evictLook states may refuse,
-	// so the look costs O(1) per insert even when most states refuse
-	// (units held by counting): such a map grows past its cap a little
-	// instead of scanning every key.
+	// Three turns of the hand find a victim unless every key was used
+	// again meanwhile: each pass clears the highest reference bit it
+	// finds (againBit, then refBit; each cleared bit paid for by the
+	// look-up that set it), so a key used once goes before a key used
+	// again since the hand last passed it. The hand resumes where it
+	// stopped, and at most evictLook states may refuse, so the look costs
+	// O(1) per insert even when most states refuse (units held by
+	// counting): such a map grows past its cap a little instead of
+	// scanning every key.
 	t := sh.tab.Load()
 	refused := 0
-	for range 2 * len(t.slots) {
+	for range 3 * len(t.slots) {
 		if sh.hand++; sh.hand >= len(t.slots) {
 			sh.hand = 0
 		}
@@ -49,6 +51,9 @@ func (m *Map[S, P]) evictOne(sh *shard[S]) bool {
 		p := P(&sl.state)
 		switch {
 		case tag&liveBit == 0:
+			continue
+		case tag&againBit != 0:
+			sl.tag.And(^uint64(againBit))
 			continue
 		case tag&refBit != 0:
 			sl.tag.And(^uint64(refBit))

@@ -57,7 +57,7 @@ func (m *Map[S, P]) rebuild(sh *shard[S]) *table[S] {
 		if tag&liveBit == 0 {
 			continue
 		}
-		to := nt.claim(tag &^ refBit)
+		to := nt.claim(tag &^ refBits)
 		to.id = sl.id
 		P(&sl.state).Move(&to.state)
 		to.tag.Store(tag)

@@ -8,17 +8,23 @@ import (
 // A shard's open-addressing table: its slots, their tags, and probing.
 
 // A slot's tag is 0 while the slot is empty, gone once its key was
-// dropped, and otherwise the key's hash with the live bit set and the
-// reference bit (CLOCK's) set by look-ups. A slot is never reused while
-// its table is in use: a decision may still hold its state.
+// dropped, and otherwise the key's hash with the live bit set and CLOCK's
+// two reference bits: refBit, set when the key is inserted and by every
+// look-up, and againBit, set by a look-up, so that a key used again since
+// the eviction hand last passed it survives two passes of the hand and a
+// key used once (a fresh key, a scan of one-off keys) survives one. A slot
+// is never reused while its table is in use: a decision may still hold
+// its state.
 const (
-	refBit  = 1
-	liveBit = 2
-	gone    = 4 // not live, not empty
+	refBit   = 1
+	liveBit  = 2
+	againBit = 4
+	gone     = 4 // not live, not empty
+	refBits  = refBit | againBit
 )
 
-// tagOf returns the live tag of a key of hash h, reference bit clear.
-func tagOf(h uint64) uint64 { return h&^(refBit|liveBit) | liveBit }
+// tagOf returns the live tag of a key of hash h, reference bits clear.
+func tagOf(h uint64) uint64 { return h&^(refBits|liveBit) | liveBit }
 
 // slot is one cell of a table. id and state are written before tag is
 // published and id never changes after, so a reader that loaded a live tag
@@ -68,13 +74,13 @@ func (t *table[S]) find(tag uint64, key string, ids uint64) *slot[S] {
 		if got == 0 {
 			return nil
 		}
-		if got&^refBit == tag {
+		if got&^refBits == tag {
 			if want == 0 {
 				want = idOf(ids, key)
 			}
 			if sl.id == want {
-				if got&refBit == 0 {
-					sl.tag.Or(refBit)
+				if got&refBits != refBits {
+					sl.tag.Or(refBits)
 				}
 				return sl
 			}
