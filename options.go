@@ -32,7 +32,9 @@ func WithClock(c Clock) Option {
 }
 
 // WithMaxKeys bounds the number of keys a keyed limiter tracks (default
-// 1<<20). Past it, the least recently used key is evicted.
+// 1<<20). Past it, a key not used recently is evicted (CLOCK, an
+// approximation of least-recently-used: a key used again since the
+// eviction hand last passed it outlives keys used once).
 // A limiter of one resource rejects it.
 func WithMaxKeys(n int) Option {
 	return func(s *options) { s.MaxKeys, s.KeyedOption = n, "WithMaxKeys" }

@@ -368,7 +368,7 @@ func (s *state) full(w, now int64) bool { return s.cfg.Load().full(w, now) }
 // Limiter is a set of fixed-window counters, one per key, all with the
 // same limit and window. A key seen for the first time starts empty; a key
 // whose window has closed is forgotten (no accuracy is lost), and past
-// throttle.WithMaxKeys the least recently used key is evicted, leaving its
+// throttle.WithMaxKeys a key not used recently (CLOCK) is evicted, leaving its
 // count as a debt that it (or a key sharing its cell of the debt table)
 // starts from, so eviction never readmits. A key takes about 53 bytes:
 // its 16-byte state and two hashes of the key (the key itself is not

@@ -113,7 +113,7 @@ func (b *Bucket) Capacity() int { return gcra.BurstOf(gcra.SingleOf(&b.bucket).C
 // Limiter is a set of leaky buckets (meters), one per key, all with the
 // same rate and capacity. A key seen for the first time starts empty; a
 // key whose bucket is empty again is forgotten (no accuracy is lost), and
-// past throttle.WithMaxKeys the least recently used key is evicted,
+// past throttle.WithMaxKeys a key not used recently (CLOCK) is evicted,
 // leaving its level as a debt that it (or a key sharing its cell of the
 // debt table) starts from. A key takes about 42 bytes, as in
 // tokenbucket.Limiter. All methods are safe for concurrent use.

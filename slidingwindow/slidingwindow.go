@@ -537,7 +537,7 @@ func (s *slotted) full(w, now int64) bool { return s.cfg.Load().fullSlotted(w, n
 // Limiter is a set of sliding windows, one per key, all in the same form
 // with the same limit and window. A key seen for the first time starts
 // empty; a key whose window is empty again is forgotten (no accuracy is
-// lost), and past throttle.WithMaxKeys the least recently used key is
+// lost), and past throttle.WithMaxKeys a key not used recently (CLOCK) is
 // evicted, leaving its counts as a debt that it (or a key sharing its cell
 // of the debt table) starts from, so eviction never readmits. A key takes
 // about 53 bytes in the weighted form, 70 slotted (plus its ring): its

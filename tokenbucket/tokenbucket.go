@@ -120,7 +120,7 @@ func (b *Bucket) Burst() int { return gcra.BurstOf(gcra.SingleOf(&b.bucket).Conf
 // Limiter is a set of token buckets, one per key, all with the same rate
 // and burst. A key seen for the first time starts full; a key whose
 // bucket is full again is forgotten (no accuracy is lost), and past
-// throttle.WithMaxKeys the least recently used key is evicted, leaving
+// throttle.WithMaxKeys a key not used recently (CLOCK) is evicted, leaving
 // what it owes as a debt that it (or a key sharing its cell of the debt
 // table) starts from, so eviction never refills a bucket. A key takes
 // about 42 bytes: its 8-byte state and two hashes of the key (the key
