@@ -75,8 +75,9 @@ var simSmall = []simLimitOf{
 // simChangeSeeds are fixed seeds of the limit-change subtests. The
 // first four fail when the limiter of a changed limit gets twice the
 // burst the limit states (the uncapped bound asserted after a change, as
-// before, let each through); the last found that the cap's bound does not
-// hold while a new limit is rolled out (see capSettle).
+// before, let each through); the last found that a node that applied a
+// new limit after another started its bucket of it full, having dropped
+// the reports of it sent before (see closeEpisodes).
 var simChangeSeeds = []uint64{
 	3112042136746691215,  // 3 nodes: 49 in [4.6 s, 6.8 s] against 47.5
 	10162168846744864804, // 3 nodes: 28 in [8.3 s, 10.6 s] against 27.8
@@ -425,11 +426,13 @@ func (w *simWorld) bound(win simbound.Window) float64 {
 		case !ok:
 		case w.owned:
 			b += simbound.Owner(l.p, sub)
-		case w.capped && calm(simbound.At(l.episodes(w.capEps, l.capSettle()), sub.T0, sub.T, nil, nil)):
+		case w.capped && calm(simbound.At(w.capEps, sub.T0, sub.T, nil, nil)):
 			// The spend cap holds each limit to its own bound over its
-			// part of the window, but while it is rolled out and
+			// part of the window, but for a burst more for each process
+			// that applied it within capGap after another, until
 			// capSettle after (see the registry's gossip-cap row).
-			b += simbound.Capped(l.p, sub)
+			close := simbound.At(l.closeEpisodes(), sub.T0, sub.T, nil, nil).Episodes
+			b += simbound.Capped(l.p, sub) + float64(close*l.burst)
 		default:
 			b += simbound.AllToAll(l.p, sub)
 		}
@@ -859,6 +862,9 @@ type simLimit struct {
 	all   time.Duration // when every running process had, -1 before
 	to    time.Duration // when no running process was on it any more (a later one in force), -1 before
 	procs int           // running processes on it
+	// applied is when each process applied it (a restarted one again),
+	// in time order.
+	applied []time.Duration
 }
 
 func newSimLimit(n int, rate throttle.Rate, burst int, from time.Duration) *simLimit {
@@ -983,6 +989,9 @@ func (w *simWorld) onLimit(gen, d int) int {
 	now := w.env.Elapsed()
 	l := w.limits[gen]
 	l.procs += d
+	if d > 0 {
+		l.applied = append(l.applied, now)
+	}
 	if l.from < 0 {
 		l.from = now
 		w.newLimit()
@@ -1000,21 +1009,18 @@ func (w *simWorld) onLimit(gen, d int) int {
 	return gen
 }
 
-// capSettle is how long after every running process had l the spend
-// cap's bound of l is not asserted: a node that applies l later starts
-// its bucket of it full and learns what the earlier nodes took only from
-// their next report, the ones sent before it had l being dropped (seed
-// 14444943653284838672: the first node on a burst of 40 admitted 41, the
-// two that followed 0.31 s and 0.35 s later 14 and 9 more, each counting
-// down from 39). The 10 intervals a fault takes to settle cover it.
+// capSettle is how long after a process applied l within capGap after
+// another the spend cap's bound of l allows a burst more (see
+// closeEpisodes): the 10 intervals a fault takes to settle.
 func (l *simLimit) capSettle() time.Duration { return 10 * simbound.Interval }
 
 // settling reports whether, at now, l replaced another limit less than a
 // refill time (burst/rate) after every running process had it, or not all
 // have it yet. Meanwhile the all-to-all counters do not say that a key
 // denied on one node is exhausted on the others: a node that applied the
-// limit later started its bucket full, and dropped the reports of it
-// that came before (its counters born earlier are baselines).
+// limit within a round after another started its bucket without that
+// one's hits, and the reports of it kept for a node are bounded (see
+// Node.NewLimiter).
 func (l *simLimit) settling(now time.Duration) bool {
 	refill := time.Duration(float64(l.burst) / l.p.Rate * float64(time.Second))
 	return l.from > 0 && (l.all < 0 || now < l.all+refill)
@@ -1039,3 +1045,26 @@ func (w *simWorld) newLimit() {
 		}
 	}
 }
+
+// closeEpisodes returns, for a limit that replaced another, an episode
+// for each process that applied it within capGap after another, until
+// capSettle after: it may decide before the earlier one's first report of
+// the limit could reach it, on a bucket that does not count what the
+// earlier one took meanwhile (at most what the bucket held: a burst). A
+// process that applies the limit later has every report of it sent
+// before (a node keeps what its peers report for a limiter it does not
+// have yet, and charges it when it creates it): no episode.
+func (l *simLimit) closeEpisodes() []simbound.Episode {
+	var eps []simbound.Episode
+	for i := 1; l.from > 0 && i < len(l.applied); i++ {
+		if a, b := l.applied[i-1], l.applied[i]; b-a < capGap {
+			eps = append(eps, simbound.Episode{Kind: simbound.Reload, From: a, To: b + l.capSettle(), Count: 1})
+		}
+	}
+	return eps
+}
+
+// capGap is how long after a process applied a limit another may apply it
+// before the first one's first report of it could have reached it: a
+// round and the simulation's delay.
+const capGap = simbound.Interval + 20*time.Millisecond
