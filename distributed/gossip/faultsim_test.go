@@ -77,7 +77,7 @@ var simSmall = []simLimitOf{
 // burst the limit states (the uncapped bound asserted after a change, as
 // before, let each through); the last found that a node that applied a
 // new limit after another started its bucket of it full, having dropped
-// the reports of it sent before (see closeEpisodes).
+// the reports of it sent before (see capExtra).
 var simChangeSeeds = []uint64{
 	3112042136746691215,  // 3 nodes: 49 in [4.6 s, 6.8 s] against 47.5
 	10162168846744864804, // 3 nodes: 28 in [8.3 s, 10.6 s] against 27.8
@@ -213,6 +213,7 @@ func newSimWorld(env *faultsim.Env, owned bool, small *simLimitOf) *simWorld {
 	}
 	w.outage = -1
 	w.series = simbound.NewSeries(w.Keys)
+	w.series.Extra = w.capExtra
 	w.restart = make([]*simRestart, n)
 	for range n {
 		d := make([]time.Duration, len(w.Keys))
@@ -280,6 +281,9 @@ func (w *simWorld) record(p *simProc, life, gen int, key string, admitted, local
 	switch {
 	case admitted:
 		w.counts[k]++
+		if l := w.limits[gen]; l.exact != nil {
+			l.level(k, now).tokens--
+		}
 		if r != nil && r.life == life && gen == len(w.limits)-1 && (!w.owned || local) {
 			r.admits[k]++
 		}
@@ -428,11 +432,10 @@ func (w *simWorld) bound(win simbound.Window) float64 {
 			b += simbound.Owner(l.p, sub)
 		case w.capped && calm(simbound.At(w.capEps, sub.T0, sub.T, nil, nil)):
 			// The spend cap holds each limit to its own bound over its
-			// part of the window, but for a burst more for each process
-			// that applied it within capGap after another, until
-			// capSettle after (see the registry's gossip-cap row).
-			close := simbound.At(l.closeEpisodes(), sub.T0, sub.T, nil, nil).Episodes
-			b += simbound.Capped(l.p, sub) + float64(close*l.burst)
+			// part of the window, but for what a process that applied
+			// it within capGap after another may not know of (see
+			// capExtra and the registry's gossip-cap row).
+			b += simbound.Capped(l.p, sub)
 		default:
 			b += simbound.AllToAll(l.p, sub)
 		}
@@ -863,8 +866,35 @@ type simLimit struct {
 	to    time.Duration // when no running process was on it any more (a later one in force), -1 before
 	procs int           // running processes on it
 	// applied is when each process applied it (a restarted one again),
-	// in time order.
-	applied []time.Duration
+	// in time order, and the tokens of the exact bucket of each key then.
+	applied []simApply
+	exact   []simExact // per key: a bucket of the limit charged every admission under it
+}
+
+// simApply is a process applying a limit: when, and the tokens of each
+// key's exact bucket then (0 to burst).
+type simApply struct {
+	at     time.Duration
+	tokens []float64
+}
+
+// simExact is one key's exact bucket of a limit: what one bucket charged
+// with every admission anywhere would hold.
+type simExact struct {
+	tokens float64
+	at     time.Duration
+}
+
+// level returns the tokens of key k's exact bucket of l at now, brought
+// up to now; a key not asked yet is full.
+func (l *simLimit) level(k int, now time.Duration) *simExact {
+	e := &l.exact[k]
+	if e.at < l.from {
+		e.tokens, e.at = float64(l.burst), l.from
+	}
+	e.tokens = min(float64(l.burst), e.tokens+l.p.Rate*(now-e.at).Seconds())
+	e.at = now
+	return e
 }
 
 func newSimLimit(n int, rate throttle.Rate, burst int, from time.Duration) *simLimit {
@@ -989,12 +1019,19 @@ func (w *simWorld) onLimit(gen, d int) int {
 	now := w.env.Elapsed()
 	l := w.limits[gen]
 	l.procs += d
-	if d > 0 {
-		l.applied = append(l.applied, now)
-	}
 	if l.from < 0 {
 		l.from = now
 		w.newLimit()
+	}
+	if d > 0 {
+		if l.exact == nil {
+			l.exact = make([]simExact, len(w.Keys))
+		}
+		a := simApply{at: now, tokens: make([]float64, len(w.Keys))}
+		for k := range a.tokens {
+			a.tokens[k] = max(l.level(k, now).tokens, 0)
+		}
+		l.applied = append(l.applied, a)
 	}
 	if gen < last && l.procs == 0 && l.to < 0 {
 		l.to = now
@@ -1010,8 +1047,8 @@ func (w *simWorld) onLimit(gen, d int) int {
 }
 
 // capSettle is how long after a process applied l within capGap after
-// another the spend cap's bound of l allows a burst more (see
-// closeEpisodes): the 10 intervals a fault takes to settle.
+// another the spend cap's bound of l allows what the earlier one took
+// meanwhile (see capExtra): the 10 intervals a fault takes to settle.
 func (l *simLimit) capSettle() time.Duration { return 10 * simbound.Interval }
 
 // settling reports whether, at now, l replaced another limit less than a
@@ -1046,22 +1083,35 @@ func (w *simWorld) newLimit() {
 	}
 }
 
-// closeEpisodes returns, for a limit that replaced another, an episode
-// for each process that applied it within capGap after another, until
-// capSettle after: it may decide before the earlier one's first report of
-// the limit could reach it, on a bucket that does not count what the
-// earlier one took meanwhile (at most what the bucket held: a burst). A
-// process that applies the limit later has every report of it sent
-// before (a node keeps what its peers report for a limiter it does not
-// have yet, and charges it when it creates it): no episode.
-func (l *simLimit) closeEpisodes() []simbound.Episode {
-	var eps []simbound.Episode
-	for i := 1; l.from > 0 && i < len(l.applied); i++ {
-		if a, b := l.applied[i-1], l.applied[i]; b-a < capGap {
-			eps = append(eps, simbound.Episode{Kind: simbound.Reload, From: a, To: b + l.capSettle(), Count: 1})
+// capExtra is what the spend cap's bound of window win allows key k on
+// top (see Series.Extra): for each two processes that applied a new limit
+// within capGap of each other, what the earlier one may have admitted
+// before its first report of the limit reached the later one, which
+// decides meanwhile on a bucket without it: at most what the key's exact
+// bucket held when the earlier one applied the limit, and its refill
+// until then. A process that applies the limit later has every report
+// of it sent before (a node keeps what its peers report for a limiter it
+// does not have yet, and charges it when it creates it): nothing on top.
+// Called with w.mu held.
+func (w *simWorld) capExtra(win simbound.Window, k int) float64 {
+	if !w.capped {
+		return 0
+	}
+	extra := 0.0
+	for _, l := range w.limits {
+		for i := 0; l.from > 0 && i < len(l.applied); i++ {
+			a := l.applied[i]
+			for _, b := range l.applied[i+1:] {
+				if b.at-a.at >= capGap {
+					break
+				}
+				if win.T0 < b.at+l.capSettle() && win.T > a.at {
+					extra += min(float64(l.burst), a.tokens[k]+l.p.Rate*(b.at-a.at+capGap).Seconds())
+				}
+			}
 		}
 	}
-	return eps
+	return extra
 }
 
 // capGap is how long after a process applied a limit another may apply it
