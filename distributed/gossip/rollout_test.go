@@ -151,3 +151,36 @@ func TestEarlyReportsBounded(t *testing.T) {
 	}
 	n.mu.Unlock()
 }
+
+// TestRolloutStateKept: a node that restarts catches up from its peers'
+// bucket levels (states), sent for every limiter they have. When a new
+// limit is being rolled out, the restarted node may not have it yet; the
+// levels of it must be kept and taken when it creates the limiter, or a
+// key its peer exhausted starts full there (the peer's counters born
+// before the restart are baselines: only the level carries them).
+func TestRolloutStateKept(t *testing.T) {
+	const burst = 20
+	rate := throttle.NewRate(1, time.Hour)
+	c := newCluster(t, 2, rate, burst, 100*time.Millisecond, false, 1)
+	c.settle()
+	first, err := c.nodes[0].NewLimiter("rollout", rate, burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range burst {
+		if d, err := first.Allow(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+	}
+	c.runTo(c.clk.Now().Add(3 * c.interval))
+	c.restart(t, 1, rate, burst)
+	c.runTo(c.clk.Now().Add(5 * c.interval))
+	later, err := c.nodes[1].NewLimiter("rollout", rate, burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := later.Tokens("k"); tok > 0 {
+		t.Fatalf("the restarted node created the limit after its peer's levels of it arrived: %d tokens of a key its peer exhausted, want 0 (stats %+v)",
+			tok, c.nodes[1].Stats())
+	}
+}
