@@ -118,7 +118,10 @@ func (n *Node) takeEarly(l *Limiter) []earlyMsg {
 }
 
 // applyEarly applies to l, in arrival order, the messages kept for it
-// before it was created.
+// before it was created. l is registered already: a datagram that arrives
+// meanwhile is applied beside them, as concurrent datagrams are, which
+// charges the same (a report's counters are cumulative: whichever of two
+// reports of a counter comes second adds only what the other lacked).
 func (n *Node) applyEarly(l *Limiter, msgs []earlyMsg) {
 	for _, p := range msgs {
 		n.apply(p.m, l, p.acceptFrom)
