@@ -119,9 +119,10 @@ func (n *Node) takeEarly(l *Limiter) []earlyMsg {
 
 // applyEarly applies to l, in arrival order, the messages kept for it
 // before it was created. l is registered already: a datagram that arrives
-// meanwhile is applied beside them, as concurrent datagrams are, which
-// charges the same (a report's counters are cumulative: whichever of two
-// reports of a counter comes second adds only what the other lacked).
+// meanwhile is applied beside them, as concurrent datagrams are: it is
+// charged as a datagram reordered by the network would be (counters are
+// cumulative, so of two reports of a counter the later applied adds only
+// what the earlier lacked).
 func (n *Node) applyEarly(l *Limiter, msgs []earlyMsg) {
 	for _, p := range msgs {
 		n.apply(p.m, l, p.acceptFrom)
