@@ -80,8 +80,8 @@ func TestCapRolloutNoFreshBurst(t *testing.T) {
 // earlyTables names of earlyBytes each (checked also on the heap); once
 // the limiter is created, what is kept is charged through the cap, as
 // much as one honest peer could have admitted; a new incarnation of the
-// sender drops what its earlier one sent, and what is not claimed is
-// dropped after earlyRounds.
+// sender drops what its earlier one sent, what is not claimed is dropped
+// after earlyRounds, and what a peer that left since sent is not charged.
 func TestEarlyReportsBounded(t *testing.T) {
 	c := newCluster(t, 2, throttle.PerSecond(10), 20, 100*time.Millisecond, false, 1)
 	c.settle()
@@ -150,6 +150,22 @@ func TestEarlyReportsBounded(t *testing.T) {
 		t.Errorf("%d names still kept %d rounds later", len(n.early), earlyRounds+2)
 	}
 	n.mu.Unlock()
+	// What a peer that left sent is not charged.
+	send("gone", inc+2, 1, 5) // a life of its own: a window of sequence numbers of its own
+	n.mu.Lock()
+	goneKept := n.early["gone"] != nil
+	n.mu.Unlock()
+	if !goneKept {
+		t.Fatal("a report for a limiter the node does not have was not kept")
+	}
+	n.Leave("n0")
+	gone, err := n.NewLimiter("gone", throttle.PerSecond(10), 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := gone.Tokens(key); tok != 20 {
+		t.Errorf("a report kept from a peer that left since took the new limiter's bucket to %d tokens, want 20", tok)
+	}
 }
 
 // TestRolloutStateKept: a node that restarts catches up from its peers'
