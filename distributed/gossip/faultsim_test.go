@@ -75,8 +75,9 @@ var simSmall = []simLimitOf{
 // simChangeSeeds are fixed seeds of the limit-change subtests. The
 // first four fail when the limiter of a changed limit gets twice the
 // burst the limit states (the uncapped bound asserted after a change, as
-// before, let each through); the last found that the cap's bound does not
-// hold while a new limit is rolled out (see capSettle).
+// before, let each through); the last found that a node that applied a
+// new limit after another started its bucket of it full, having dropped
+// the reports of it sent before (see capExtra).
 var simChangeSeeds = []uint64{
 	3112042136746691215,  // 3 nodes: 49 in [4.6 s, 6.8 s] against 47.5
 	10162168846744864804, // 3 nodes: 28 in [8.3 s, 10.6 s] against 27.8
@@ -212,6 +213,7 @@ func newSimWorld(env *faultsim.Env, owned bool, small *simLimitOf) *simWorld {
 	}
 	w.outage = -1
 	w.series = simbound.NewSeries(w.Keys)
+	w.series.Extra = w.capExtra
 	w.restart = make([]*simRestart, n)
 	for range n {
 		d := make([]time.Duration, len(w.Keys))
@@ -279,6 +281,9 @@ func (w *simWorld) record(p *simProc, life, gen int, key string, admitted, local
 	switch {
 	case admitted:
 		w.counts[k]++
+		if l := w.limits[gen]; l.exact != nil {
+			l.level(k, now).tokens--
+		}
 		if r != nil && r.life == life && gen == len(w.limits)-1 && (!w.owned || local) {
 			r.admits[k]++
 		}
@@ -425,10 +430,11 @@ func (w *simWorld) bound(win simbound.Window) float64 {
 		case !ok:
 		case w.owned:
 			b += simbound.Owner(l.p, sub)
-		case w.capped && calm(simbound.At(l.episodes(w.capEps, l.capSettle()), sub.T0, sub.T, nil, nil)):
+		case w.capped && calm(simbound.At(w.capEps, sub.T0, sub.T, nil, nil)):
 			// The spend cap holds each limit to its own bound over its
-			// part of the window, but while it is rolled out and
-			// capSettle after (see the registry's gossip-cap row).
+			// part of the window, but for what a process that applied
+			// it within capGap after another may not know of (see
+			// capExtra and the registry's gossip-cap row).
 			b += simbound.Capped(l.p, sub)
 		default:
 			b += simbound.AllToAll(l.p, sub)
@@ -859,6 +865,36 @@ type simLimit struct {
 	all   time.Duration // when every running process had, -1 before
 	to    time.Duration // when no running process was on it any more (a later one in force), -1 before
 	procs int           // running processes on it
+	// applied is when each process applied it (a restarted one again),
+	// in time order, and the tokens of the exact bucket of each key then.
+	applied []simApply
+	exact   []simExact // per key: a bucket of the limit charged every admission under it
+}
+
+// simApply is a process applying a limit: when, and the tokens of each
+// key's exact bucket then (0 to burst).
+type simApply struct {
+	at     time.Duration
+	tokens []float64
+}
+
+// simExact is one key's exact bucket of a limit: what one bucket charged
+// with every admission anywhere would hold.
+type simExact struct {
+	tokens float64
+	at     time.Duration
+}
+
+// level returns the tokens of key k's exact bucket of l at now, brought
+// up to now; a key not asked yet is full.
+func (l *simLimit) level(k int, now time.Duration) *simExact {
+	e := &l.exact[k]
+	if e.at < l.from {
+		e.tokens, e.at = float64(l.burst), l.from
+	}
+	e.tokens = min(float64(l.burst), e.tokens+l.p.Rate*(now-e.at).Seconds())
+	e.at = now
+	return e
 }
 
 func newSimLimit(n int, rate throttle.Rate, burst int, from time.Duration) *simLimit {
@@ -987,6 +1023,16 @@ func (w *simWorld) onLimit(gen, d int) int {
 		l.from = now
 		w.newLimit()
 	}
+	if d > 0 {
+		if l.exact == nil {
+			l.exact = make([]simExact, len(w.Keys))
+		}
+		a := simApply{at: now, tokens: make([]float64, len(w.Keys))}
+		for k := range a.tokens {
+			a.tokens[k] = max(l.level(k, now).tokens, 0)
+		}
+		l.applied = append(l.applied, a)
+	}
 	if gen < last && l.procs == 0 && l.to < 0 {
 		l.to = now
 	}
@@ -1000,21 +1046,18 @@ func (w *simWorld) onLimit(gen, d int) int {
 	return gen
 }
 
-// capSettle is how long after every running process had l the spend
-// cap's bound of l is not asserted: a node that applies l later starts
-// its bucket of it full and learns what the earlier nodes took only from
-// their next report, the ones sent before it had l being dropped (seed
-// 14444943653284838672: the first node on a burst of 40 admitted 41, the
-// two that followed 0.31 s and 0.35 s later 14 and 9 more, each counting
-// down from 39). The 10 intervals a fault takes to settle cover it.
+// capSettle is how long after a process applied l within capGap after
+// another the spend cap's bound of l allows what the earlier one took
+// meanwhile (see capExtra): the 10 intervals a fault takes to settle.
 func (l *simLimit) capSettle() time.Duration { return 10 * simbound.Interval }
 
 // settling reports whether, at now, l replaced another limit less than a
 // refill time (burst/rate) after every running process had it, or not all
 // have it yet. Meanwhile the all-to-all counters do not say that a key
 // denied on one node is exhausted on the others: a node that applied the
-// limit later started its bucket full, and dropped the reports of it
-// that came before (its counters born earlier are baselines).
+// limit within a round after another started its bucket without that
+// one's hits, and the reports of it kept for a node are bounded (see
+// Node.NewLimiter).
 func (l *simLimit) settling(now time.Duration) bool {
 	refill := time.Duration(float64(l.burst) / l.p.Rate * float64(time.Second))
 	return l.from > 0 && (l.all < 0 || now < l.all+refill)
@@ -1039,3 +1082,39 @@ func (w *simWorld) newLimit() {
 		}
 	}
 }
+
+// capExtra is what the spend cap's bound of window win allows key k on
+// top (see Series.Extra): for each two processes that applied a new limit
+// within capGap of each other, what the earlier one may have admitted
+// before its first report of the limit reached the later one, which
+// decides meanwhile on a bucket without it: at most what the key's exact
+// bucket held when the earlier one applied the limit, and its refill
+// until then. A process that applies the limit later has every report
+// of it sent before (a node keeps what its peers report for a limiter it
+// does not have yet, and charges it when it creates it): nothing on top.
+// Called with w.mu held.
+func (w *simWorld) capExtra(win simbound.Window, k int) float64 {
+	if !w.capped {
+		return 0
+	}
+	extra := 0.0
+	for _, l := range w.limits {
+		for i := 0; l.from > 0 && i < len(l.applied); i++ {
+			a := l.applied[i]
+			for _, b := range l.applied[i+1:] {
+				if b.at-a.at >= capGap {
+					break
+				}
+				if win.T0 < b.at+l.capSettle() && win.T > a.at {
+					extra += min(float64(l.burst), a.tokens[k]+l.p.Rate*(b.at-a.at+capGap).Seconds())
+				}
+			}
+		}
+	}
+	return extra
+}
+
+// capGap is how long after a process applied a limit another may apply it
+// before the first one's first report of it could have reached it: a
+// round and the simulation's delay.
+const capGap = simbound.Interval + 20*time.Millisecond

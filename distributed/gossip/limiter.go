@@ -51,6 +51,10 @@ type Limiter struct {
 
 // NewLimiter returns a limiter of buckets of burst tokens refilled at
 // rate, gossiped under name (the same name, rate and burst on every node).
+// Before it returns, it applies the reports and states its peers sent for
+// name before it existed (the latest 64 rounds' at most, within bounds on
+// memory), so that a limit rolled out node by node does not start full on
+// the later nodes: what the earlier ones took under it is charged first.
 // Errors wrap throttle.ErrInvalid or throttle.ErrClosed.
 func (n *Node) NewLimiter(name string, rate throttle.Rate, burst int) (*Limiter, error) {
 	if name == "" || len(name) > maxName {
@@ -69,14 +73,18 @@ func (n *Node) NewLimiter(name string, rate throttle.Rate, burst int) (*Limiter,
 	l.dirty.init()
 	l.histFrom = math.MinInt64
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.closed {
+		n.mu.Unlock()
 		return nil, throttle.ErrClosed
 	}
 	if _, dup := n.limiters[name]; dup {
+		n.mu.Unlock()
 		return nil, fmt.Errorf("%w: limiter %q already exists on this node", throttle.ErrInvalid, name)
 	}
+	early := n.takeEarly(l)
 	n.limiters[name] = l
+	n.mu.Unlock()
+	n.applyEarly(l, early)
 	return l, nil
 }
 

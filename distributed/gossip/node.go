@@ -26,7 +26,7 @@ type Stats struct {
 	BadMAC          uint64 // datagrams dropped: authentication failed
 	UnknownSender   uint64 // authentic datagrams from a non-member
 	Stale           uint64 // datagrams from an earlier incarnation of a peer, addressed to another incarnation of this node, or older than the replay window
-	UnknownTable    uint64 // reports for a limiter this node does not have
+	UnknownTable    uint64 // reports, states, asks and answers for a limiter this node did not have when they arrived (reports and states are kept, bounded, and applied when it is created: see Node.NewLimiter)
 	HitsApplied     uint64 // units debited because peers reported them
 	Duplicate       uint64 // datagrams dropped: sequence number already seen (copies, network duplicates, replays)
 	WrongSource     uint64 // authentic datagrams dropped: not from the member's configured address
@@ -72,6 +72,7 @@ type Node struct {
 	peers    map[string]*peer
 	leftSeq  uint64 // the highest sequence number sent to a peer that left: see removePeer
 	limiters map[string]*Limiter
+	early    map[string]*earlyTable   // messages for limiters not created yet: see keepEarly
 	owned    map[string]*OwnedLimiter // by name: see NewOwnedLimiter
 	round    int64
 	sendSig  *signer

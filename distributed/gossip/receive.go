@@ -67,6 +67,7 @@ func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, dro
 	}
 	if m.incarnation > pr.incarnation {
 		pr.adopt(m, n.created+n.interval)
+		n.pruneEarly(n.tick.Load(), m.sender, m.incarnation)
 	}
 	if fresh, old := pr.accept(m.seq); !fresh {
 		if old {
@@ -86,6 +87,9 @@ func (n *Node) admit(m *message, from string) (l *Limiter, acceptFrom int64, dro
 	}
 	if m.typ != msgHello {
 		l = n.limiters[m.table]
+	}
+	if l == nil && (m.typ == msgReport || m.typ == msgState) {
+		n.keepEarly(m, pr.acceptFrom) // for when the limiter is created
 	}
 	return l, pr.acceptFrom, nil
 }
@@ -117,7 +121,8 @@ func (n *Node) current(pr *peer, m *message) bool {
 }
 
 // apply debits what an admitted report or state carries from l. It
-// returns the counter of why it could not (a limiter this node lacks).
+// returns the counter of why it could not (a limiter this node lacks: the
+// message was kept for when it is created, see keepEarly).
 func (n *Node) apply(m *message, l *Limiter, acceptFrom int64) *atomic.Uint64 {
 	switch {
 	case m.typ == msgHello:

@@ -102,6 +102,9 @@ func (n *Node) beginRound(now int64) *round {
 		n.publishMembers()
 	}
 	n.gate(now)
+	if len(n.early) > 0 {
+		n.pruneEarly(r, "", 0)
+	}
 	for _, l := range n.limiters {
 		rd.lims = append(rd.lims, l)
 	}

@@ -309,6 +309,9 @@ type sample struct {
 type Series struct {
 	keys    []string
 	samples []sample
+	// Extra, if set, is what a window's bound allows one key (by its
+	// index in NewSeries) on top of the bound of every key.
+	Extra func(w Window, key int) float64
 }
 
 // NewSeries returns an empty series of keys.
@@ -335,8 +338,12 @@ func (s *Series) Add(t time.Duration, counts []int64, off []time.Duration, name 
 		}
 		w := At(eps, p.t, t, p.off, off)
 		w.DC = max(w.DC, dc)
-		b := bound(w)
+		all := bound(w)
 		for k := range counts {
+			b := all
+			if s.Extra != nil {
+				b += s.Extra(w, k)
+			}
 			if got := float64(counts[k] - p.counts[k]); got-b > excess {
 				excess = got - b
 				worst = fmt.Errorf("%s: under %s key %q admitted %.0f in [%v, %v], bound %.1f (window %v, clock %v, faults for %v, %d episodes, %d restarts)",
