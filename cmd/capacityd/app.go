@@ -165,19 +165,28 @@ func (a *app) apiServer(s *settings) *http.Server {
 }
 
 // run runs the server in election until ctx is done, and returns once
-// the server is a non-master waiting for the election to report: only
-// then may requests come in.
+// the election has reported the server's first leadership, or after
+// startGrace as a server that is not the master, waiting for the
+// election to report: only then may requests come in. A server that is
+// the master alone (capacity.Solo) is thus the master before it serves
+// (it answered its first requests "not the master" before).
 func (a *app) run(ctx context.Context, election capacity.Election) {
 	started := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(started) }) }
 	go func() {
 		defer close(a.runDone)
-		err := a.srv.Run(ctx, observed{e: election, a: a, started: started}, a.advertise)
+		defer release() // the election ended without a report
+		err := a.srv.Run(ctx, observed{e: election, a: a, started: release}, a.advertise)
 		if err != nil && !errors.Is(err, context.Canceled) {
 			a.log.Error("election ended", "err", err)
 		}
 	}()
 	<-started
 }
+
+// startGrace bounds how long run waits for the election's first report.
+const startGrace = 100 * time.Millisecond
 
 // serveAll serves the ports listen bound, each capped in connections;
 // both API ports count toward one bound.
@@ -240,18 +249,21 @@ func electionName(s *settings) string {
 	return "etcd " + s.prefix()
 }
 
-// observed is an Election that tells the app about changes of leadership.
+// observed is an Election that tells the app about changes of leadership,
+// and lets run return (started) at the first or after startGrace.
 type observed struct {
 	e       capacity.Election
 	a       *app
-	started chan struct{}
+	started func()
 }
 
 func (o observed) Campaign(ctx context.Context, address string, report func(capacity.Leadership)) error {
-	close(o.started)
+	t := time.AfterFunc(startGrace, o.started)
+	defer t.Stop()
 	return o.e.Campaign(ctx, address, func(l capacity.Leadership) {
 		report(l)
 		o.a.setLeadership(l)
+		o.started()
 	})
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttle"
+	"github.com/throttlekit/throttle/distributed/capacity"
 	"github.com/throttlekit/throttle/internal/testproc"
 )
 
@@ -262,5 +264,58 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("not within 30s: %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// delayedMaster is an election that reports the caller master after
+// delay, or never when delay is negative.
+type delayedMaster struct{ delay time.Duration }
+
+func (d delayedMaster) Campaign(ctx context.Context, address string, report func(capacity.Leadership)) error {
+	if d.delay >= 0 {
+		select {
+		case <-time.After(d.delay):
+			report(capacity.Leadership{Master: address, IsMaster: true, Term: 1})
+		case <-ctx.Done():
+		}
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestRunWaitsForFirstLeadership: run lets requests in once the election
+// has reported, so a server that is the master alone is the master before
+// it serves (it returned before the report, and TestGetCapacityJSON once
+// got "not the master" on a loaded machine); an election that does not
+// report lets them in after startGrace, the server not the master.
+func TestRunWaitsForFirstLeadership(t *testing.T) {
+	path := testproc.WriteFile(t, "capacityd.json", testConfig)
+	o, err := parseFlags([]string{"-config", path}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := o.settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, delay := range []time.Duration{0, 20 * time.Millisecond, -1} {
+		srv, err := newCapacityServer(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &app{log: slog.New(slog.DiscardHandler), srv: srv, runDone: make(chan struct{}), advertise: "127.0.0.1:1"}
+		ctx, cancel := context.WithCancel(context.Background())
+		t0 := time.Now()
+		a.run(ctx, delayedMaster{delay})
+		took := time.Since(t0)
+		l := a.lead.Load()
+		switch {
+		case delay >= 0 && (l == nil || !l.IsMaster):
+			t.Errorf("election reporting after %v: run returned after %v, the server not yet the master (%+v)", delay, took, l)
+		case delay < 0 && (l != nil || took < startGrace):
+			t.Errorf("election never reporting: run returned after %v with %+v, want after %v with none", took, l, startGrace)
+		}
+		cancel()
+		<-a.runDone
 	}
 }
