@@ -81,8 +81,8 @@ func TestFieldsTIsUntilMore(t *testing.T) {
 // units left, not whichever ran last.
 func TestLegacyFieldsStacked(t *testing.T) {
 	for _, strictOutside := range []bool{true, false} {
-		strict, _ := fixedwindow.New(2, time.Hour)
-		loose, _ := fixedwindow.New(1000, time.Hour)
+		strict, _ := fixedwindow.New(2, time.Hour, frozen())
+		loose, _ := fixedwindow.New(1000, time.Hour, frozen())
 		outer, inner := mw(t, strict, httplimit.WithName("s"), httplimit.WithLegacyHeaders()), mw(t, loose, httplimit.WithName("l"), httplimit.WithLegacyHeaders())
 		if !strictOutside {
 			outer, inner = inner, outer
@@ -139,7 +139,7 @@ func (e *events) Observe(ev throttle.Event) {
 // Shadow mode refuses nothing (denials, bad keys, a failed backend) but
 // reports each would-be denial; skipped requests are not decided.
 func TestShadowAndSkip(t *testing.T) {
-	l, _ := fixedwindow.New(2, time.Hour)
+	l, _ := fixedwindow.New(2, time.Hour, frozen())
 	defer l.Close()
 	var ev events
 	h := mw(t, l, httplimit.WithShadow(), httplimit.WithObserver("default", &ev), httplimit.WithKey(httplimit.Header("X-Key")),

@@ -82,7 +82,7 @@ func TestSpoofingThroughProxies(t *testing.T) {
 		{"nginx/X-Real-IP", "X-Real-IP", nginx(`proxy_set_header X-Real-IP $remote_addr;`)},
 	} {
 		t.Run(s.name, func(t *testing.T) {
-			l, _ := fixedwindow.New(5, time.Minute)
+			l, _ := fixedwindow.New(5, time.Minute, frozen())
 			defer l.Close()
 			app := httptest.NewServer(mw(t, l, httplimit.WithKey(httplimit.ClientIP(httplimit.TrustProxy(s.header, 1))))(ok))
 			defer app.Close()
